@@ -25,6 +25,7 @@ type call struct {
 
 	// command matcher
 	long      bool            // the command is longer than MaxCommand: not analysed, it asks
+	deep      bool            // the command nests too deep to be parsed (shellcmd.ErrTooDeep): it asks
 	text      string          // what deny and ask rules read: the command, or its first MaxCommand bytes
 	parts     []string        // the command split into simple commands, for allow rules (splitParts)
 	split     bool            // parts can be trusted: no substitution, quotes closed
@@ -205,7 +206,7 @@ func (c *call) targets() []string {
 	switch {
 	case !c.ok:
 	case c.def.RuleMatcher == bus.MatcherCommand:
-		if c.long {
+		if c.long || c.deep {
 			return nil
 		}
 		if parts, split := c.splitParts(); split {
@@ -239,7 +240,10 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		return []bus.Rule{tool}
 	}
 	if c.def.RuleMatcher == bus.MatcherCommand {
-		if parts, split := c.splitParts(); c.long || !split || slices.ContainsFunc(parts, launches) {
+		if c.long || c.deep {
+			return nil
+		}
+		if parts, split := c.splitParts(); !split || slices.ContainsFunc(parts, launches) {
 			// No pattern can allow it, or the one that would (env:*, bash:*)
 			// allows every program; a tool-wide rule is too broad to suggest.
 			return nil
@@ -352,6 +356,7 @@ func (c *call) loosePieces() []string {
 // once, which decides the same.
 func (c *call) readWrites(workDirs []string) {
 	c.progs.parse(c.value)
+	c.deep = c.progs.deep
 	if len(c.progs.trees) == 0 {
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/shellcmd"
 )
 
 // costContexts are the permission contexts a command's decision is
@@ -182,5 +183,113 @@ func TestDenyRuleCostUnderBound(t *testing.T) {
 				t.Fatalf("deciding with a deny rule allocated %d KiB, without %d KiB", cost>>10, base>>10)
 			}
 		})
+	}
+}
+
+// TestSuggestedRulesBound: an ask suggests at most 32 rules; a command
+// that would need more (a script of many programs) gets none, since no
+// smaller set allows it next time.
+func TestSuggestedRulesBound(t *testing.T) {
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command"}
+	script := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "prog%d x; prog%d y; ", i, i)
+		}
+		return b.String()
+	}
+	d := permission.Decide(permission.Context{}, def, in("command", script(32)))
+	if d.Behavior != permission.Ask || len(d.SuggestedRules) != 32 {
+		t.Fatalf("32 programs: %s, %d suggested", d.Behavior, len(d.SuggestedRules))
+	}
+	if d := permission.Decide(permission.Context{Rules: d.SuggestedRules}, def, in("command", script(32))); d.Behavior != permission.Allow {
+		t.Fatalf("with the suggested rules: %s (%s)", d.Behavior, d.Reason)
+	}
+	if d := permission.Decide(permission.Context{}, def, in("command", script(33))); d.Behavior != permission.Ask || len(d.SuggestedRules) != 0 {
+		t.Fatalf("33 programs: %s, %d suggested", d.Behavior, len(d.SuggestedRules))
+	}
+	// Those an allow rule covers do not count.
+	if d := permission.Decide(permission.Context{Rules: []bus.Rule{allow("shell", "prog0:*")}}, def, in("command", script(33))); len(d.SuggestedRules) != 32 {
+		t.Fatalf("33 programs, one allowed: %d suggested", len(d.SuggestedRules))
+	}
+}
+
+// FuzzDecideCommand: deciding any command (short, or padded past
+// MaxCommand) does not panic; a command a deny rule matches is denied;
+// and a command that ends by running rm (after any prefix that parses
+// as complete commands) is never allowed with "deny shell(rm:*)", in any
+// mode, whatever allow rules there are.
+func FuzzDecideCommand(f *testing.F) {
+	for _, s := range append(goldenCommands()[:200], "ls", "", "rm x", "echo 'a", "cat <<EOF\nx") {
+		if len(s) < 512 {
+			f.Add(s, false)
+		}
+	}
+	f.Add("ls; ", true)
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command", PathBase: f.TempDir()}
+	denyRm := deny("shell", "rm:*")
+	rules := []bus.Rule{denyRm, allow("shell", ""), allow("shell", "ls:*"), allow(permission.WriteTool, "")}
+	modes := []string{permission.Default, permission.AcceptEdits, permission.Bypass, permission.DontAsk, permission.Explore}
+	f.Fuzz(func(t *testing.T, prefix string, long bool) {
+		if long && len(prefix) > 0 {
+			prefix = strings.Repeat(prefix, permission.MaxCommand/len(prefix)+1)
+		}
+		for _, cmd := range []string{prefix, prefix + "\nrm x", "rm x;" + prefix} {
+			input, err := json.Marshal(map[string]string{"command": cmd})
+			if err != nil {
+				return
+			}
+			denied := permission.Matches(denyRm, def, input)
+			for _, mode := range modes {
+				d := permission.Decide(permission.Context{Mode: mode, Rules: rules}, def, input)
+				if denied && d.Behavior != permission.Deny {
+					t.Fatalf("%s: the deny rule matches %q, decided %s (%s)", mode, cut(cmd), d.Behavior, d.Reason)
+				}
+				if d.Behavior == permission.Allow && strings.Contains(cmd, "rm") && runsRm(prefix, cmd) {
+					t.Fatalf("%s: allowed %q, which runs rm: %s", mode, cut(cmd), d.Reason)
+				}
+			}
+		}
+	})
+}
+
+// runsRm reports whether cmd surely runs rm x: it is prefix and then rm
+// on a line of its own, or rm first, and prefix parses as complete
+// commands (no open quote or here-document to swallow the rm).
+func runsRm(prefix, cmd string) bool {
+	if cmd == prefix {
+		return false
+	}
+	_, err := shellcmd.Parse(prefix)
+	return err == nil && !strings.Contains(prefix, "<<")
+}
+
+func cut(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}
+
+// TestDeepCommand: a command that nests too deep to be parsed
+// (shellcmd.ErrTooDeep) is not taken for one that merely does not parse,
+// whose writes are none: it asks with Safety like a long one, whatever
+// allows it; deny rules still read its pieces.
+func TestDeepCommand(t *testing.T) {
+	def := &bus.ToolDef{Name: "shell", RuleMatcher: bus.MatcherCommand, RuleField: "command"}
+	deep := strings.Repeat("{ ", 2000) + "cat x > .bashrc;" + strings.Repeat(" }", 2000)
+	for _, pc := range []permission.Context{{Mode: permission.Bypass}, {Rules: []bus.Rule{allow("shell", "")}}} {
+		d := permission.Decide(pc, def, in("command", deep))
+		if outcome(d) != "ask!" || !strings.Contains(d.Reason, "nests too deep") {
+			t.Fatalf("%+v: %s (%s)", pc, outcome(d), d.Reason)
+		}
+	}
+	pc := permission.Context{Mode: permission.Bypass, Rules: []bus.Rule{deny("shell", "rm:*")}}
+	if d := permission.Decide(pc, def, in("command", strings.Repeat("( ", 2000)+"rm x"+strings.Repeat(" )", 2000))); d.Behavior != permission.Deny {
+		t.Fatalf("deny rule: %s (%s)", d.Behavior, d.Reason)
+	}
+	// A nested sh -c too deep to read asks under a deny rule.
+	if d := permission.Decide(pc, def, in("command", "sh -c '"+strings.Repeat("$(", 2000)+"rm x"+strings.Repeat(")", 2000)+"'")); d.Behavior == permission.Allow {
+		t.Fatalf("nested: %s (%s)", d.Behavior, d.Reason)
 	}
 }

@@ -112,14 +112,18 @@ func (c *call) decide(pc Context, mode string) Decision {
 			}
 		}
 	}
-	if c.long {
-		// Not analysed (MaxCommand): its writes and programs are not seen,
-		// so no mode, tool or rule may allow it; only a person may.
+	if c.long || c.deep {
+		// Not analysed (MaxCommand, shellcmd.ErrTooDeep): its writes and
+		// programs are not seen, so no mode, tool or rule may allow it;
+		// only a person may.
 		if mode == Explore && !c.def.ReadOnly {
 			return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
 		}
-		return Decision{Behavior: Ask, Safety: true, Reason: fmt.Sprintf(
-			"the command is %d bytes, longer than the %d whose writes and programs are judged, so it needs a confirmation", len(c.value), MaxCommand)}
+		reason := fmt.Sprintf("the command is %d bytes, longer than the %d whose writes and programs are judged, so it needs a confirmation", len(c.value), MaxCommand)
+		if c.deep {
+			reason = "the command nests too deep for its writes and programs to be judged, so it needs a confirmation"
+		}
+		return Decision{Behavior: Ask, Safety: true, Reason: reason}
 	}
 	if r, computed, ok := unjudged(c, pc.Rules); ok {
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), computed)}

@@ -1,6 +1,7 @@
 package permission
 
 import (
+	"errors"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -76,6 +77,7 @@ const (
 type commandPrograms struct {
 	trees    []*syntax.File
 	parsed   bool
+	deep     bool // the command nests too deep to be parsed (shellcmd.ErrTooDeep)
 	list     []string
 	computed string // a simple command no rule can judge (named at run time, an alias)
 	read     bool
@@ -84,7 +86,9 @@ type commandPrograms struct {
 // parse parses cmd once (both grammars, one tree when they agree).
 func (p *commandPrograms) parse(cmd string) {
 	if !p.parsed {
-		p.trees, _ = shellcmd.ParseReadings(cmd)
+		var err error
+		p.trees, err = shellcmd.ParseReadings(cmd)
+		p.deep = errors.Is(err, shellcmd.ErrTooDeep)
 		p.parsed = true
 	}
 }
@@ -138,7 +142,12 @@ func programs(cmd string, trees []*syntax.File) (out []string, computed string) 
 			return
 		}
 		parses--
-		files, _ := shellcmd.ParseReadings(cmd)
+		files, err := shellcmd.ParseReadings(cmd)
+		if errors.Is(err, shellcmd.ErrTooDeep) {
+			over = true // its programs cannot be read
+			compute(cmd)
+			return
+		}
 		read(cmd, files, depth)
 	}
 	read = func(cmd string, files []*syntax.File, depth int) {

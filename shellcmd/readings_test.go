@@ -1,7 +1,10 @@
 package shellcmd
 
 import (
+	"errors"
 	"reflect"
+	"runtime"
+	"time"
 	"strings"
 	"testing"
 
@@ -80,5 +83,39 @@ func checkReadings(t *testing.T, cmd string) {
 	// Parse gives [posix, bash] (equal) or, when only POSIX refuses it, [bash].
 	if len(files) != 1 || !reflect.DeepEqual(files[0], bash) {
 		t.Fatalf("%q: ParseReadings gave %d trees", cmd, len(files))
+	}
+}
+
+// TestAttackDeepNesting (session 19): mvdan.cc/sh's parser recurses per
+// level of nesting, so 64 KiB of "(" took it 5 s and 256 MB of stack and
+// 256 KiB of it killed the process (fatal stack overflow: no recover),
+// the router's with it, through a permission decision or the built-in
+// shell's allow-list check. Parse now refuses a nesting past maxFrames
+// with ErrTooDeep, having grown the stack by a few MB at most, within
+// milliseconds; ordinary nesting still parses.
+func TestAttackDeepNesting(t *testing.T) {
+	for _, unit := range []string{"(", "$(", "{ ", "if ", "\"$(", "$((-", "${a:-", "x=$("} {
+		for _, n := range []int{1 << 10, 256 << 10, 1 << 20} {
+			cmd := strings.Repeat(unit, n/len(unit))
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			start := time.Now()
+			for _, parse := range []func(string) ([]*syntax.File, error){Parse, ParseReadings} {
+				if _, err := parse(cmd); n > 1<<10 && !errors.Is(err, ErrTooDeep) {
+					t.Errorf("%q×%d: %v, want ErrTooDeep", unit, n/len(unit), err)
+				}
+			}
+			runtime.ReadMemStats(&m1)
+			if el := time.Since(start); el > 2*time.Second {
+				t.Errorf("%q×%d: %v", unit, n/len(unit), el) // a few ms on a quiet machine
+			}
+			if grown := int64(m1.StackSys) - int64(m0.StackSys); grown > 16<<20 {
+				t.Errorf("%q×%d: the stack grew by %d MiB", unit, n/len(unit), grown>>20)
+			}
+		}
+	}
+	nested := strings.Repeat("echo $(", 200) + "ls" + strings.Repeat(")", 200) + " > out"
+	if ws, err := Writes(nested); err != nil || len(ws) == 0 || ws[0].Path != "out" {
+		t.Fatalf("200 substitutions deep: %+v %v", ws, err)
 	}
 }

@@ -8,7 +8,10 @@ package shellcmd
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"io"
+	"runtime"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,7 +31,10 @@ var grammars = []struct {
 // both trees (err nil); Writes takes what parses.
 func Parse(cmd string) (files []*syntax.File, err error) {
 	for _, g := range grammars {
-		f, perr := syntax.NewParser(g.opt).Parse(strings.NewReader(cmd), "")
+		f, perr := parse(g.opt, cmd)
+		if errors.Is(perr, ErrTooDeep) {
+			return nil, fmt.Errorf("%s: %w", g.name, perr)
+		}
 		if perr != nil {
 			err = cmp.Or(err, fmt.Errorf("%s: %w", g.name, perr))
 			continue
@@ -55,11 +61,57 @@ func ParseReadings(cmd string) ([]*syntax.File, error) {
 		}
 		return files, err
 	}
-	f, err := syntax.NewParser(grammars[1].opt).Parse(strings.NewReader(cmd), "")
+	f, err := parse(grammars[1].opt, cmd)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", grammars[1].name, err)
 	}
 	return []*syntax.File{f}, nil
+}
+
+// ErrTooDeep is Parse's error for a command that nests deeper than the
+// parser may recurse (maxFrames): mvdan.cc/sh's parser recurses once or
+// more per level of parentheses, braces, substitutions, && and |
+// chains and arithmetic operators, and 64 KiB of "(" took it 5 s and
+// 256 MB of stack, 256 KiB a fatal stack overflow (session 19). Such a
+// command cannot be read; a caller must not treat it as one that merely
+// does not parse (bash may run it).
+var ErrTooDeep = errors.New("the command nests too deep to be read")
+
+// maxFrames bounds the parser's stack, in calls: about 200 levels of
+// "(" (subshells in POSIX sh, arithmetic in bash, some 23 calls each),
+// 600 of "$(" and 800 of "{ ". The stack is checked at each read of the
+// parser (readChunk bytes), so a level of nesting past maxFrames is
+// refused within the next readChunk bytes: the stack stays under about
+// 3 MB. A check costs a walk of the stack, some microseconds for an
+// ordinary command and at most about a millisecond at the bound.
+const maxFrames = 5000
+
+// readChunk is the most one read gives the parser (its buffer's size).
+const readChunk = 1024
+
+// depthReader feeds the parser cmd and refuses to go on (ErrTooDeep)
+// once the goroutine's stack holds maxFrames calls.
+type depthReader struct {
+	s   string
+	off int
+	pc  [1]uintptr
+}
+
+func (r *depthReader) Read(b []byte) (int, error) {
+	if r.off >= len(r.s) {
+		return 0, io.EOF
+	}
+	if runtime.Callers(maxFrames, r.pc[:]) > 0 {
+		return 0, ErrTooDeep
+	}
+	n := copy(b[:min(len(b), readChunk)], r.s[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// parse parses cmd in one grammar, refusing a nesting past maxFrames.
+func parse(opt syntax.ParserOption, cmd string) (*syntax.File, error) {
+	return syntax.NewParser(opt).Parse(&depthReader{s: cmd}, "")
 }
 
 // bashOnly is the text at which mvdan.cc/sh's lexer or parser (v3.14)
