@@ -4,9 +4,9 @@ import (
 	"errors"
 	"reflect"
 	"runtime"
-	"time"
 	"strings"
 	"testing"
+	"time"
 
 	"mvdan.cc/sh/v3/syntax"
 )

@@ -11,8 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
