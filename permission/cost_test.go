@@ -215,7 +215,7 @@ func TestSuggestedRulesBound(t *testing.T) {
 }
 
 // FuzzDecideCommand: deciding any command (short, or padded past
-// MaxCommand) does not panic; a command a deny rule matches is denied;
+// MaxCommand with a comment line) does not panic; a command a deny rule matches is denied;
 // and a command that ends by running rm (after any prefix that parses
 // as complete commands) is never allowed with "deny shell(rm:*)", in any
 // mode, whatever allow rules there are.
@@ -231,15 +231,24 @@ func FuzzDecideCommand(f *testing.F) {
 	rules := []bus.Rule{denyRm, allow("shell", ""), allow("shell", "ls:*"), allow(permission.WriteTool, "")}
 	modes := []string{permission.Default, permission.AcceptEdits, permission.Bypass, permission.DontAsk, permission.Explore}
 	f.Fuzz(func(t *testing.T, prefix string, long bool) {
-		if long && len(prefix) > 0 {
-			prefix = strings.Repeat(prefix, permission.MaxCommand/len(prefix)+1)
+		pad := ""
+		if long { // past MaxCommand with a comment, cheap to parse
+			pad = "\n#" + strings.Repeat("x", permission.MaxCommand)
 		}
-		for _, cmd := range []string{prefix, prefix + "\nrm x", "rm x;" + prefix} {
+		cmds := []string{prefix, prefix + "\nrm x", "rm x;" + prefix}
+		if long {
+			cmds = []string{prefix + pad + "\nrm x"} // each decision reads 64 KiB
+		}
+		for _, cmd := range cmds {
 			input, err := json.Marshal(map[string]string{"command": cmd})
 			if err != nil {
 				return
 			}
 			denied := permission.Matches(denyRm, def, input)
+			modes := modes
+			if long {
+				modes = modes[2:3] // bypass, the most lenient (each decision reads 64 KiB)
+			}
 			for _, mode := range modes {
 				d := permission.Decide(permission.Context{Mode: mode, Rules: rules}, def, input)
 				if denied && d.Behavior != permission.Deny {
@@ -253,11 +262,12 @@ func FuzzDecideCommand(f *testing.F) {
 	})
 }
 
-// runsRm reports whether cmd surely runs rm x: it is prefix and then rm
-// on a line of its own, or rm first, and prefix parses as complete
-// commands (no open quote or here-document to swallow the rm).
+// runsRm reports whether cmd surely runs rm x: it is prefix (and a
+// comment) and then rm on a line of its own, or rm first, and prefix
+// parses as complete commands (no open quote or here-document to
+// swallow the rm).
 func runsRm(prefix, cmd string) bool {
-	if cmd == prefix {
+	if !strings.HasPrefix(cmd, "rm x;") && !strings.HasSuffix(cmd, "\nrm x") {
 		return false
 	}
 	_, err := shellcmd.Parse(prefix)
