@@ -6,7 +6,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/permission"
@@ -37,14 +36,12 @@ func BenchmarkDecideCommand(b *testing.B) {
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, c.name), func(b *testing.B) {
 				var m0, m1 runtime.MemStats
 				runtime.ReadMemStats(&m0)
-				start := time.Now()
 				for b.Loop() {
 					permission.Decide(c.pc, def, in)
 				}
-				elapsed := time.Since(start)
 				runtime.ReadMemStats(&m1)
 				n := float64(b.N) * float64(size)
-				b.ReportMetric(float64(elapsed.Nanoseconds())/n, "ns/byte")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/byte")
 				b.ReportMetric(float64(m1.TotalAlloc-m0.TotalAlloc)/n, "B/byte")
 			})
 		}
