@@ -24,14 +24,11 @@ type call struct {
 	ok    bool   // the rule field is present and a string
 
 	// command matcher
-	long      bool            // the command is longer than MaxCommand: not analysed, it asks
-	deep      bool            // the command nests too deep to be parsed (shellcmd.ErrTooDeep): it asks
-	text      string          // what deny and ask rules read: the command, or its first MaxCommand bytes
-	parts     []string        // the command split into simple commands, for allow rules (splitParts)
-	split     bool            // parts can be trusted: no substitution, quotes closed
-	splitDone bool            // parts and split are set
-	loose     []string        // candidates for deny and ask rules (loosePieces): the whole command, then pieces
-	progs     commandPrograms // its programs, for deny and ask rules
+	long   bool            // the command is longer than MaxCommand: not analysed, it asks
+	deep   bool            // the command nests too deep to be parsed (shellcmd.ErrTooDeep): it asks
+	text   string          // what deny and ask rules read: the command, or its first MaxCommand bytes
+	pieces commandPieces   // its parts for allow rules and pieces for deny and ask rules
+	progs  commandPrograms // its programs, for deny and ask rules
 	// The command's writes (shellcmd.Writes): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
@@ -153,7 +150,7 @@ func (c *call) matches(r bus.Rule) bool {
 	case bus.MatcherCommand:
 		m := compileCommand(r.Pattern)
 		match := func(s string) bool { return m.match(s, false) }
-		if slices.ContainsFunc(c.loosePieces(), match) {
+		if slices.ContainsFunc(c.pieces.loosePieces(c.text), match) {
 			return true
 		}
 		progs, _ := c.progs.get(c.text)
@@ -209,7 +206,7 @@ func (c *call) targets() []string {
 		if c.long || c.deep {
 			return nil
 		}
-		if parts, split := c.splitParts(); split {
+		if parts, split := c.pieces.splitParts(c.value); split {
 			return parts
 		}
 	case c.def.RuleMatcher == bus.MatcherPath:
@@ -243,7 +240,7 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		if c.long || c.deep {
 			return nil
 		}
-		if parts, split := c.splitParts(); !split || slices.ContainsFunc(parts, launches) {
+		if parts, split := c.pieces.splitParts(c.value); !split || slices.ContainsFunc(parts, launches) {
 			// No pattern can allow it, or the one that would (env:*, bash:*)
 			// allows every program; a tool-wide rule is too broad to suggest.
 			return nil
@@ -329,24 +326,33 @@ func bases(workDirs []string) []string {
 // target, relative to the command tool's path_base.
 const WriteTool = "write_file"
 
-// splitParts returns the command split for allow rules (splitCommand),
-// splitting it on first use.
-func (c *call) splitParts() ([]string, bool) {
-	if !c.splitDone {
-		c.parts, c.split = splitCommand(c.value)
-		c.splitDone = true
-	}
-	return c.parts, c.split
+// commandPieces holds what the rules match of a command's text, cut on
+// first use: a call with no allow pattern never splits it, one with no
+// deny or ask pattern never cuts its pieces.
+type commandPieces struct {
+	parts     []string // the command split into simple commands, for allow rules
+	split     bool     // parts can be trusted: no substitution, quotes closed
+	splitDone bool     // parts and split are set
+	loose     []string // candidates for deny and ask rules: the whole command, then pieces
 }
 
-// loosePieces returns what deny and ask rules match besides the programs
-// (looseParts of the command, or of its first MaxCommand bytes when it is
-// longer), cutting them on first use.
-func (c *call) loosePieces() []string {
-	if c.loose == nil {
-		c.loose = looseParts(c.text)
+// splitParts returns cmd split for allow rules (splitCommand).
+func (p *commandPieces) splitParts(cmd string) ([]string, bool) {
+	if !p.splitDone {
+		p.parts, p.split = splitCommand(cmd)
+		p.splitDone = true
 	}
-	return c.loose
+	return p.parts, p.split
+}
+
+// loosePieces returns what deny and ask rules match of text besides its
+// programs (looseParts: of the command, or of its first MaxCommand bytes
+// when it is longer).
+func (p *commandPieces) loosePieces(text string) []string {
+	if p.loose == nil {
+		p.loose = looseParts(text)
+	}
+	return p.loose
 }
 
 // readWrites finds the command's writes; a command that parses in
