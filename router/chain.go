@@ -577,6 +577,7 @@ func ledgerCall(j *job, timeout time.Duration) ledger.Call {
 	if j.sent != nil {
 		sent = j.sent
 	}
-	return ledger.Call{Key: j.key(), Call: j.call, Digest: bus.CallDigest(j.call.Name, sent), Timeout: timeout, Expiry: j.deadline,
+	return ledger.Call{Key: j.key(), Call: j.call, Digest: bus.CompactCallDigest(j.call.Name, sent), Canon: bus.CallDigest(j.call.Name, sent),
+		Timeout: timeout, Expiry: j.deadline,
 		Retry: def.Idempotent && def.MaxAttempts > 1, Durable: def.Durable}
 }
