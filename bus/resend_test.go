@@ -45,6 +45,9 @@ func TestCallDigest(t *testing.T) {
 			t.Fatalf("another call has the same digest %q", d)
 		}
 	}
+	if raceEnabled {
+		return // sync.Pool drops what it is given at random under -race
+	}
 	for _, in := range []json.RawMessage{json.RawMessage(`{"v":1}`), json.RawMessage(`{"w":[2.0,{"y":1,"x":"\u00e9"}],"v":1}`)} {
 		if n := testing.AllocsPerRun(100, func() { CallDigest("write", in) }); n > 1 {
 			t.Fatalf("CallDigest of %s allocates %v times, want at most 1 (its string)", in, n)
