@@ -68,10 +68,10 @@ var canonicalisers = sync.Pool{New: func() any { return new(canonicaliser) }}
 func getCanonicaliser() *canonicaliser { return canonicalisers.Get().(*canonicaliser) }
 
 // putCanonicaliser gives c back with buf, the buffer it lent grown, to lend
-// again (unless the two grew large).
+// again (unless its buffers grew large).
 func putCanonicaliser(c *canonicaliser, buf []byte) {
 	c.src, c.out, c.members = nil, nil, c.members[:0]
-	if cap(buf)+cap(c.scratch) <= 64<<10 {
+	if cap(buf)+cap(c.scratch)+cap(c.digits) <= 64<<10 {
 		c.buf = buf[:0]
 		canonicalisers.Put(c)
 	}
