@@ -408,7 +408,7 @@ func (r *Router) bind() {
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
-		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
+		replay.bound = func(s string) bool { return !sharedAgents(ids, s) }
 	}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
