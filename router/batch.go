@@ -127,7 +127,12 @@ func (c *callState) safe() bool {
 }
 
 func (r *Router) onBatch(m *nats.Msg) {
-	e, t, err := r.decodeTurn(m, r.cfg.Limits)
+	var ev bus.Event // the batch's attributes: read here only, so on the stack
+	decoded, t, err := r.decodeTurn(m, r.cfg.Limits, &ev)
+	var e *bus.Event // what refusedRequest is told: nil when m was no event
+	if decoded {
+		e = &ev
+	}
 	if err == nil {
 		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
@@ -172,22 +177,24 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 }
 
-// decodeTurn reads and checks batch message m. Its data is checked as
-// checkTurn reads it (Batch.FromEvent), not first: a batch refused so is
-// decoded again in full, its data checked first, so that the error it gets
-// is the one it always got.
-func (w *wire) decodeTurn(m *nats.Msg, lim Limits) (*bus.Event, turn, error) {
-	e, err := w.decodeHead(m, "call", bus.TypeCallBatch)
-	var t turn
-	if err == nil {
-		t, err = checkTurn(e, lim)
-	}
-	if err != nil {
-		if e, err = w.decode(m, "call", bus.TypeCallBatch); err == nil {
-			t, err = checkTurn(e, lim)
+// decodeTurn reads and checks batch message m into e (decoded: e holds the
+// event, whatever the error). Its data is checked as checkTurn reads it
+// (Batch.FromEvent), not first: a batch refused so is decoded again in
+// full, its data checked first, so that the error it gets is the one it
+// always got.
+func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event) (decoded bool, t turn, err error) {
+	if err = w.decodeHeadTo(m, e, "call", bus.TypeCallBatch); err == nil {
+		if t, err = checkTurn(e, lim); err == nil {
+			return true, t, nil
 		}
 	}
-	return e, t, err
+	full, err := w.decode(m, "call", bus.TypeCallBatch)
+	if err != nil {
+		return false, turn{}, err
+	}
+	*e = *full
+	t, err = checkTurn(e, lim)
+	return true, t, err
 }
 
 // run executes the batch from call index start, run after run (nextRun),

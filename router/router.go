@@ -795,10 +795,19 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 // nor copied first.
 func (w *wire) decodeHead(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	e := new(bus.Event)
-	if err := bus.DecodeHead(m, e); err != nil {
+	if err := w.decodeHeadTo(m, e, kind, typ); err != nil {
 		return nil, err
 	}
-	return w.checked(m, e, kind, typ)
+	return e, nil
+}
+
+// decodeHeadTo is decodeHead into e, which the caller holds.
+func (w *wire) decodeHeadTo(m *nats.Msg, e *bus.Event, kind, typ string) error {
+	if err := bus.DecodeHead(m, e); err != nil {
+		return err
+	}
+	_, err := w.checked(m, e, kind, typ)
+	return err
 }
 
 // checked is decode's checks of a decoded event e.

@@ -383,7 +383,12 @@ func TestDecodeTurnAsBefore(t *testing.T) {
 		"structured, not JSON, bad id":  structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":{]}`),
 		"structured, bad input, bad id": structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":[]}]}`),
 	} {
-		e, turn, err := w.decodeTurn(m, testLimits)
+		var ev bus.Event
+		decoded, turn, err := w.decodeTurn(m, testLimits, &ev)
+		var e *bus.Event
+		if decoded {
+			e = &ev
+		}
 		we, werr := w.decode(m, "call", bus.TypeCallBatch)
 		var wturn any
 		if werr == nil {
