@@ -69,6 +69,7 @@ type callState struct {
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    context.CancelFunc
 	job       job           // what the executor chain runs (jobOf)
+	ctx       callCtx       // the call's context when job.callContext makes one
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
 }
 
@@ -607,6 +608,7 @@ type pipeline struct {
 	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
+	calls    *callContexts   // the read-only calls' contexts under base (callctx.go); nil: WithDeadline's
 }
 
 // newPipeline wires the batch pipeline from a started Router.
@@ -629,6 +631,7 @@ func (r *Router) newPipeline() *pipeline {
 		audit:    r.guards.audit,
 		log:      r.log,
 		base:     r.base,
+		calls:    newCallContexts(r.base),
 	}
 }
 

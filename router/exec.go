@@ -58,7 +58,7 @@ type job struct {
 // callContext returns the one context of call j under parent. A core
 // read-only call of one attempt gets the attempt's deadline (with its
 // grace) at once, and the attempt runs in it: one context and one timer
-// per call. Any other call gets a cancel, and each attempt its deadline.
+// per call (a callCtx kept in the call's state, its timer pooled). Any other call gets a cancel, and each attempt its deadline.
 // (A call through the ledger is not bounded so: its claim and record
 // must not end at the tool's deadline.)
 func (j *job) callContext(parent context.Context) (context.Context, context.CancelFunc) {
@@ -68,7 +68,15 @@ func (j *job) callContext(parent context.Context) (context.Context, context.Canc
 			j.until, j.timeout = callDeadline(time.Now(), def.TimeoutMS, j.deadline)
 			if j.timeout > 0 {
 				j.bounded = true
-				ctx, cancel := context.WithDeadline(parent, j.until.Add(ledger.TimeoutGrace))
+				d := j.until.Add(ledger.TimeoutGrace)
+				if list := j.b.p.calls; list != nil && j.b.ctx == list.base && parent == j.b.ctx {
+					// The usual case: a batch's call under the router's
+					// base (callctx.go), without WithDeadline's
+					// allocations and the base's lock.
+					j.cancel = j.c.ctx.start(list, parent, d)
+					return &j.c.ctx, j.cancel
+				}
+				ctx, cancel := context.WithDeadline(parent, d)
 				j.cancel = cancel
 				return ctx, cancel
 			}
