@@ -67,7 +67,7 @@ type callState struct {
 	settled   bus.Result      // what result points to when settle set it (no allocation of its own)
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
-	cancel    context.CancelFunc
+	cancel    stopper
 	job       job           // what the executor chain runs (jobOf)
 	ctx       callCtx       // the call's context when job.callContext makes one
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
@@ -335,7 +335,7 @@ func (b *batch) executeAll(execs []*callState) {
 func (b *batch) execute(c *callState) {
 	j := jobOf(b, c)
 	ctx, cancel := j.callContext(b.ctx)
-	defer cancel()
+	defer cancel.stop()
 	b.mu.Lock()
 	if c.result != nil { // interrupted before it started
 		b.mu.Unlock()
@@ -776,7 +776,7 @@ func (b *batch) interrupt(ids []string) {
 	for _, c := range b.calls {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
 			if c.cancel != nil {
-				c.cancel()
+				c.cancel.stop()
 			} else if c.ledgered() || c.mayPark() {
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}

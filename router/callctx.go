@@ -11,9 +11,9 @@ import (
 
 // callCtx is the one context of a core read-only call of one attempt
 // (job.callContext): the router's base context with the attempt's
-// deadline. It does what context.WithDeadline(base, d) does with two
-// allocations (its done channel and its cancel func) where WithDeadline
-// takes five, and a pooled timer: it lives in its callState, and instead
+// deadline. It does what context.WithDeadline(base, d) does with one
+// allocation (its done channel; stop is its cancel, a stopper) where
+// WithDeadline takes five, and a pooled timer: it lives in its callState, and instead
 // of a place among the base's children (a map insert and delete under the
 // base's lock, which every call of the router takes) it is listed in the
 // pipeline's callContexts, which end every listed context when the base
@@ -44,28 +44,29 @@ const (
 	ctxExpired
 )
 
-// start makes c a context of parent (list's base) ending at d, and
-// returns its cancel func.
-func (c *callCtx) start(list *callContexts, parent context.Context, d time.Time) context.CancelFunc {
+// start makes c a context of parent (list's base) ending at d; stop
+// cancels it.
+func (c *callCtx) start(list *callContexts, parent context.Context, d time.Time) {
 	c.parent, c.deadline, c.list = parent, d, list
 	c.done = make(chan struct{})
-	stop := func() { c.end(ctxCanceled) }
 	if parent.Err() != nil || !list.add(c) {
 		c.end(endedBy(parent))
-		return stop
+		return
 	}
 	dur := time.Until(d)
 	if dur <= 0 {
 		c.end(ctxExpired)
-		return stop
+		return
 	}
 	c.mu.Lock()
 	if c.state.Load() == ctxLive {
 		c.timer = startCallTimer(c, dur)
 	}
 	c.mu.Unlock()
-	return stop
 }
+
+// stop cancels c (stopper).
+func (c *callCtx) stop() { c.end(ctxCanceled) }
 
 // endedBy is the state of a call context whose parent ended.
 func endedBy(parent context.Context) int32 {

@@ -38,7 +38,7 @@ func TestCallCtxAsWithDeadline(t *testing.T) {
 	}
 
 	var cancelled callCtx
-	stop := cancelled.start(list, base, time.Now().Add(time.Hour))
+	cancelled.start(list, base, time.Now().Add(time.Hour))
 	child, cancelChild := context.WithCancel(&cancelled)
 	defer cancelChild()
 	after := make(chan struct{})
@@ -50,8 +50,8 @@ func TestCallCtxAsWithDeadline(t *testing.T) {
 	if cancelled.Err() != nil {
 		t.Fatal("ended before its cancel")
 	}
-	stop()
-	stop()
+	cancelled.stop()
+	cancelled.stop()
 	waitDone(t, child)
 	<-after
 	if cancelled.Err() != context.Canceled || context.Cause(&cancelled) != context.Canceled {
@@ -81,7 +81,8 @@ func TestCallCtxTimerReused(t *testing.T) {
 	list := newCallContexts(context.Background())
 	for range 3 {
 		var c callCtx
-		c.start(list, context.Background(), time.Now().Add(time.Hour))()
+		c.start(list, context.Background(), time.Now().Add(time.Hour))
+		c.stop()
 	}
 	var c callCtx
 	c.start(list, context.Background(), time.Now().Add(time.Millisecond))
