@@ -48,7 +48,8 @@ type batch struct {
 	// results is the unclosed {"results":[...] of every call, which a
 	// read-only batch's announced batch.done leaves for the reply to
 	// finish (reportStep.done): nil when the reply encodes its own.
-	results []byte
+	results    []byte
+	resultsBox *[]byte // the pool's pointer to results' buffer (resultsBuf)
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
