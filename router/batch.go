@@ -30,6 +30,7 @@ type batch struct {
 	calls    []*callState
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
+	oneCall  [1]bus.Call // the calls of a new batch of one as decoded (decodeTurn)
 	// ctx is the router's (pipeline.base): each call has its own context
 	// (callContext), and a context of the batch's own would cost
 	// allocations and end nothing more.
@@ -76,7 +77,13 @@ type callState struct {
 
 // newBatch starts the batch of a turn on the pipeline.
 func (p *pipeline) newBatch(t turn, start time.Time) *batch {
-	b := &batch{p: p, turn: t, start: start}
+	return p.initBatch(new(batch), t, start)
+}
+
+// initBatch is newBatch in b, a new batch whose oneCall the turn's calls
+// may be decoded into already.
+func (p *pipeline) initBatch(b *batch, t turn, start time.Time) *batch {
+	b.p, b.turn, b.start = p, t, start
 	states, calls := b.oneState[:], b.one[:] // a batch of one call: no allocation of its own
 	if n := len(t.data.Calls); n != 1 {
 		states, calls = make([]callState, n), make([]*callState, n)
@@ -130,7 +137,8 @@ func (c *callState) safe() bool {
 
 func (r *Router) onBatch(m *nats.Msg) {
 	var ev bus.Event // the batch's attributes: read here only, so on the stack
-	decoded, t, err := r.decodeTurn(m, r.cfg.Limits, &ev)
+	b := new(batch)  // first: a batch of one call is decoded into it
+	decoded, t, err := r.decodeTurn(m, r.cfg.Limits, &ev, b.oneCall[:0])
 	var e *bus.Event // what refusedRequest is told: nil when m was no event
 	if decoded {
 		e = &ev
@@ -143,7 +151,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	b := r.pipe.newBatch(t, time.Now())
+	r.pipe.initBatch(b, t, time.Now())
 	r.m.Batches.Inc()
 	other := r.batches.track(b)
 	defer r.batches.untrack(b)
@@ -180,13 +188,14 @@ func (r *Router) onBatch(m *nats.Msg) {
 }
 
 // decodeTurn reads and checks batch message m into e (decoded: e holds the
-// event, whatever the error). Its data is checked as checkTurn reads it
+// event, whatever the error), its calls into calls when it has room for
+// them (Batch.FromEventInto). Its data is checked as checkTurn reads it
 // (Batch.FromEvent), not first: a batch refused so is decoded again in
 // full, its data checked first, so that the error it gets is the one it
 // always got.
-func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event) (decoded bool, t turn, err error) {
+func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
 	if err = w.decodeHeadTo(m, e, "call", bus.TypeCallBatch); err == nil {
-		if t, err = checkTurn(e, lim); err == nil {
+		if t, err = checkTurnInto(e, lim, calls); err == nil {
 			return true, t, nil
 		}
 	}
@@ -195,7 +204,7 @@ func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event) (decoded bool, 
 		return false, turn{}, err
 	}
 	*e = *full
-	t, err = checkTurn(e, lim)
+	t, err = checkTurnInto(e, lim, calls)
 	return true, t, err
 }
 

@@ -384,7 +384,8 @@ func TestDecodeTurnAsBefore(t *testing.T) {
 		"structured, bad input, bad id": structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":[]}]}`),
 	} {
 		var ev bus.Event
-		decoded, turn, err := w.decodeTurn(m, testLimits, &ev)
+		var into [1]bus.Call // as onBatch decodes a batch of one call: into its batch
+		decoded, turn, err := w.decodeTurn(m, testLimits, &ev, into[:0])
 		var e *bus.Event
 		if decoded {
 			e = &ev
