@@ -29,7 +29,8 @@ type Pool struct {
 	idleN atomic.Int64 // goroutines waiting for work
 }
 
-// New returns a Pool whose goroutines exit after idle without work.
+// New returns a Pool whose goroutines exit after idle to twice idle
+// without work.
 func New(idle time.Duration) *Pool {
 	return &Pool{tasks: make(chan Task), quit: make(chan struct{}), idle: idle}
 }
@@ -61,8 +62,13 @@ func (p *Pool) Run(t Task) {
 func (p *Pool) work(f Task) {
 	defer p.wg.Done()
 	f.Run()
+	// The idle timer is not reset per task (a timer operation on every
+	// task): when it fires, a goroutine that ran a task since it was set
+	// sets it again, so one exits between idle and twice idle after its
+	// last task.
 	t := time.NewTimer(p.idle)
 	defer t.Stop()
+	ran := false
 	for {
 		if p.idleN.Add(1) > MaxIdle {
 			p.idleN.Add(-1)
@@ -72,10 +78,14 @@ func (p *Pool) work(f Task) {
 		case f := <-p.tasks:
 			p.idleN.Add(-1)
 			f.Run()
-			t.Reset(p.idle)
+			ran = true
 		case <-t.C:
 			p.idleN.Add(-1)
-			return
+			if !ran {
+				return
+			}
+			ran = false
+			t.Reset(p.idle)
 		case <-p.quit:
 			p.idleN.Add(-1)
 			return
