@@ -134,6 +134,9 @@ func (e *Event) Validate() error {
 }
 
 func isJSONContentType(ct string) bool {
+	if ct == ContentTypeJSON { // the usual one, without lowering a copy
+		return true
+	}
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.TrimSpace(strings.ToLower(mt))
 	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json") || mt == "text/json"
