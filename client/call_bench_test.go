@@ -71,7 +71,7 @@ func BenchmarkClientCall(b *testing.B) {
 	var c *client.Client
 	testkit.Labelled("caller", func() { c = client.New(testkit.Connect(b, s), client.Config{}) })
 	b.Cleanup(func() { _ = c.Close(context.Background()) })
-	testkit.BenchCalls(b, benchCallers, 100, []string{"caller", "router"}, func(ctx context.Context, _ int) error {
+	testkit.BenchCalls(b, s, benchCallers, 100, []string{"caller", "router"}, func(ctx context.Context, _ int) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		reply, err := c.Call(ctx, benchSession, benchBatch)
@@ -110,7 +110,7 @@ func BenchmarkRawRequester(b *testing.B) {
 	_ = sub.Unsubscribe()
 	var nc *nats.Conn
 	testkit.Labelled("caller", func() { nc = testkit.Connect(b, s) })
-	testkit.BenchCalls(b, benchCallers, 100, []string{"caller", "router"}, func(ctx context.Context, _ int) error {
+	testkit.BenchCalls(b, s, benchCallers, 100, []string{"caller", "router"}, func(ctx context.Context, _ int) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		_, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: sent.Subject, Header: sent.Header, Data: sent.Data})

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
@@ -24,7 +25,8 @@ import (
 // header ("headers": the wire's own cost in nats.go); BenchmarkWorkerCall
 // is a worker with a typed echo tool. responder-µs/op is the CPU of the
 // responder's goroutines per call (its connection's, the worker's), by
-// profiler labels; cpu-µs/op the whole process's (server and callers
+// profiler labels; msgs/op the messages the server received per call;
+// cpu-µs/op the whole process's (server and callers
 // too); allocs/op the whole process's, so the differences between the
 // benchmarks are the SDK's.
 //
@@ -34,7 +36,7 @@ const benchCallers = 16
 
 // benchExec runs the exec requests of benchCallers callers, each with its
 // own reply id (one call of each in flight at a time), to subject on nc.
-func benchExec(b *testing.B, nc *nats.Conn, subject string, check func(*nats.Msg) error) {
+func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, check func(*nats.Msg) error) {
 	b.Helper()
 	req := bus.ExecRequest{Call: bus.Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hello"}`)},
 		User: json.RawMessage("null"), Context: json.RawMessage("null"), Attempt: 1}
@@ -47,7 +49,7 @@ func benchExec(b *testing.B, nc *nats.Conn, subject string, check func(*nats.Msg
 		msgs[i] = bus.BinaryMsg(subject, &e)
 	}
 	testkit.Labelled("caller", func() {
-		testkit.BenchCalls(b, benchCallers, 100, []string{"responder", "caller"}, func(ctx context.Context, i int) error {
+		testkit.BenchCalls(b, s, benchCallers, 100, []string{"responder", "caller"}, func(ctx context.Context, i int) error {
 			ctx, cancel := context.WithTimeout(ctx, bound)
 			defer cancel()
 			resp, err := nc.RequestMsgWithContext(ctx, msgs[i])
@@ -93,7 +95,7 @@ func BenchmarkRawResponder(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchExec(b, caller, "bench.raw.echo", func(*nats.Msg) error { return nil })
+			benchExec(b, s, caller, "bench.raw.echo", func(*nats.Msg) error { return nil })
 		})
 	}
 }
@@ -137,7 +139,7 @@ func BenchmarkWorkerCall(b *testing.B) {
 	case <-time.After(bound):
 		b.Fatal("worker not registered")
 	}
-	benchExec(b, caller, subj.Workers.Exec("echo"), func(m *nats.Msg) error {
+	benchExec(b, s, caller, subj.Workers.Exec("echo"), func(m *nats.Msg) error {
 		if m.Header.Get("ce-type") != bus.TypeExecResult {
 			return fmt.Errorf("reply %q, %s", m.Header.Get("ce-type"), m.Data)
 		}

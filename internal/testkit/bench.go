@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/pprof/profile"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // The per-call benchmarks of the SDKs against raw NATS (worker's
@@ -29,12 +30,13 @@ func Labelled(part string, f func()) {
 
 // BenchCalls runs b.N calls of call from callers goroutines (each given
 // its index, and labelled "caller") after warm calls of index 0 first,
-// and reports besides b's allocations: cpu-µs/op, the process's CPU
-// (getrusage) per call, and, unless the run is under -cpuprofile (which
+// and reports besides b's allocations: msgs/op, the messages the server s
+// received per call (every publish of every client), cpu-µs/op, the
+// process's CPU (getrusage) per call, and, unless the run is under -cpuprofile (which
 // takes the profiler), <part>-µs/op for each label in parts: the CPU
 // samples of the goroutines so labelled, per call. A sample is 10 ms, so
 // a figure per part wants 20,000 calls or more.
-func BenchCalls(b *testing.B, callers, warm int, parts []string, call func(ctx context.Context, i int) error) {
+func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []string, call func(ctx context.Context, i int) error) {
 	b.Helper()
 	ctx := pprof.WithLabels(context.Background(), pprof.Labels(PartLabel, "caller"))
 	for range warm {
@@ -51,6 +53,7 @@ func BenchCalls(b *testing.B, callers, warm int, parts []string, call func(ctx c
 	var prof bytes.Buffer
 	profiling := pprof.StartCPUProfile(&prof) == nil
 	b.ResetTimer()
+	msgs := inMsgs(b, s)
 	before := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		pprof.SetGoroutineLabels(ctx)
@@ -68,6 +71,7 @@ func BenchCalls(b *testing.B, callers, warm int, parts []string, call func(ctx c
 	})
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(inMsgs(b, s)-msgs)/float64(b.N), "msgs/op")
 	if !profiling {
 		return
 	}
@@ -85,4 +89,13 @@ func BenchCalls(b *testing.B, callers, warm int, parts []string, call func(ctx c
 	for _, part := range parts {
 		b.ReportMetric(float64(ns[part])/1e3/float64(b.N), part+"-µs/op")
 	}
+}
+
+// inMsgs is how many messages s has received from its clients so far.
+func inMsgs(b *testing.B, s *server.Server) int64 {
+	v, err := s.Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v.InMsgs
 }
