@@ -31,8 +31,10 @@ func Labelled(part string, f func()) {
 // BenchCalls runs b.N calls of call from callers goroutines (each given
 // its index, and labelled "caller") after warm calls of index 0 first,
 // and reports besides b's allocations: msgs/op, the messages the server s
-// received per call (every publish of every client), cpu-µs/op, the
-// process's CPU (getrusage) per call, and, unless the run is under -cpuprofile (which
+// received per call (every publish of every client), writes/op, the
+// process's write system calls per call (Linux: the server's and every
+// connection's flusher's), cpu-µs/op, the process's CPU (getrusage) per
+// call, and, unless the run is under -cpuprofile (which
 // takes the profiler), <part>-µs/op for each label in parts: the CPU
 // samples of the goroutines so labelled, per call. A sample is 10 ms, so
 // a figure per part wants 20,000 calls or more.
@@ -53,7 +55,7 @@ func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []strin
 	var prof bytes.Buffer
 	profiling := pprof.StartCPUProfile(&prof) == nil
 	b.ResetTimer()
-	msgs := inMsgs(b, s)
+	msgs, writes := inMsgs(b, s), writeCalls()
 	before := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		pprof.SetGoroutineLabels(ctx)
@@ -72,6 +74,9 @@ func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []strin
 	b.StopTimer()
 	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(inMsgs(b, s)-msgs)/float64(b.N), "msgs/op")
+	if w := writeCalls(); w >= 0 && writes >= 0 {
+		b.ReportMetric(float64(w-writes)/float64(b.N), "writes/op")
+	}
 	if !profiling {
 		return
 	}
