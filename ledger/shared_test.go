@@ -90,7 +90,7 @@ func TestSharedWait(t *testing.T) {
 		kv := &fakeKV{}
 		owner := New(kv, Config{Router: "a", Lease: lease})
 		l := New(kv, Config{Router: "b", Lease: lease})
-		how, claim := owner.claim(t.Context(), "k", time.Hour, "")
+		how, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
 		if how != claimed {
 			t.Fatal(how)
 		}
@@ -298,7 +298,7 @@ func TestSharedWaitChurn(t *testing.T) {
 	kv := &fakeKV{}
 	owner := New(kv, Config{Router: "a", Lease: time.Hour})
 	l := New(kv, Config{Router: "b", Lease: time.Hour})
-	_, claim := owner.claim(t.Context(), "k", time.Hour, "")
+	_, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
 	c := Call{Key: "k", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour}
 	const n = 200
 	outs := make(chan waited, n)

@@ -29,7 +29,7 @@ type Pool struct {
 	idleN atomic.Int64 // goroutines waiting for work
 }
 
-// New returns a Pool whose goroutines exit after idle to twice idle
+// New returns a Pool whose goroutines exit after idle (to twice idle)
 // without work.
 func New(idle time.Duration) *Pool {
 	return &Pool{tasks: make(chan Task), quit: make(chan struct{}), idle: idle}
@@ -59,16 +59,16 @@ func (p *Pool) Run(t Task) {
 	}
 }
 
+// work runs f, then the tasks it is handed, until it has been idle for
+// between p.idle and twice that. Its timer is not reset per task (a reset
+// per task was the pool's whole cost besides the hand-off): when it fires
+// after work, it is started again for another p.idle.
 func (p *Pool) work(f Task) {
 	defer p.wg.Done()
 	f.Run()
-	// The idle timer is not reset per task (a timer operation on every
-	// task): when it fires, a goroutine that ran a task since it was set
-	// sets it again, so one exits between idle and twice idle after its
-	// last task.
 	t := time.NewTimer(p.idle)
 	defer t.Stop()
-	ran := false
+	worked := false
 	for {
 		if p.idleN.Add(1) > MaxIdle {
 			p.idleN.Add(-1)
@@ -78,13 +78,13 @@ func (p *Pool) work(f Task) {
 		case f := <-p.tasks:
 			p.idleN.Add(-1)
 			f.Run()
-			ran = true
+			worked = true
 		case <-t.C:
 			p.idleN.Add(-1)
-			if !ran {
+			if !worked {
 				return
 			}
-			ran = false
+			worked = false
 			t.Reset(p.idle)
 		case <-p.quit:
 			p.idleN.Add(-1)
