@@ -97,7 +97,7 @@ func (e *Event) Expiry() (time.Time, error) {
 	if e.ExpiryTime == "" {
 		return time.Time{}, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, e.ExpiryTime)
+	t, err := parseTime(e.ExpiryTime)
 	if err != nil {
 		return time.Time{}, Errorf(CodeBadEvent, "expirytime %q is not RFC 3339", e.ExpiryTime)
 	}
@@ -125,7 +125,7 @@ func (e *Event) Validate() error {
 		}
 	}
 	if e.Time != "" {
-		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
+		if _, err := parseTime(e.Time); err != nil {
 			return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
 		}
 	}
@@ -134,6 +134,9 @@ func (e *Event) Validate() error {
 }
 
 func isJSONContentType(ct string) bool {
+	if ct == ContentTypeJSON { // the usual one, without lowering a copy
+		return true
+	}
 	mt, _, _ := strings.Cut(ct, ";")
 	mt = strings.TrimSpace(strings.ToLower(mt))
 	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json") || mt == "text/json"

@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,5 +62,44 @@ func TestPoolKeepsAtMostMaxIdle(t *testing.T) {
 	}
 	if p.Idle() != pool.MaxIdle {
 		t.Fatalf("%d idle goroutines after a burst of %d, want %d", p.Idle(), n, pool.MaxIdle)
+	}
+}
+
+// signal is a task that says it ran.
+type signal chan struct{}
+
+func (s signal) Run() { s <- struct{}{} }
+
+// BenchmarkRun is one task handed to an idle goroutine of the pool and
+// run, from one caller: the hand-off and the idle goroutine's loop.
+func BenchmarkRun(b *testing.B) {
+	p := pool.New(time.Minute)
+	defer p.Close(b.Context())
+	s := make(signal)
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Run(s)
+		<-s
+	}
+}
+
+// TestIdleGoroutineExitsAfterReuse: a goroutine that ran tasks since its
+// idle timer was set still exits once it has been idle that long, without
+// Close.
+func TestIdleGoroutineExitsAfterReuse(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	p := pool.New(5 * time.Millisecond)
+	defer p.Close(t.Context())
+	s := make(signal)
+	for range 100 {
+		p.Run(s)
+		<-s
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Idle() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines still idle", p.Idle())
+		}
+		runtime.Gosched()
 	}
 }

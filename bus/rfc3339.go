@@ -1,0 +1,57 @@
+package bus
+
+import "time"
+
+// parseTime reads an RFC 3339 time as time.Parse(time.RFC3339Nano, s)
+// does. The form the SDKs and routers write (stamp, FormatExpiry: UTC,
+// "Z", none or 1 to 9 digits of fraction, a day of the month up to 28)
+// is read by hand; anything else goes to time.Parse, so the two agree on
+// every input (FuzzParseTime).
+func parseTime(s string) (time.Time, error) {
+	if t, ok := parseUTC(s); ok {
+		return t, nil
+	}
+	return time.Parse(time.RFC3339Nano, s)
+}
+
+// parseUTC reads s when it is YYYY-MM-DDTHH:MM:SS[.F{1,9}]Z with a day
+// below 29 and the other fields in range; ok is false for anything else.
+func parseUTC(s string) (time.Time, bool) {
+	n := len(s)
+	if n < len("2006-01-02T15:04:05Z") || n > len("2006-01-02T15:04:05.999999999Z") || s[n-1] != 'Z' ||
+		s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
+		return time.Time{}, false
+	}
+	year := decimal(s, 0, 4)
+	month, day := decimal(s, 5, 2), decimal(s, 8, 2)
+	hour, minute, sec := decimal(s, 11, 2), decimal(s, 14, 2), decimal(s, 17, 2)
+	if year < 0 || month < 1 || month > 12 || day < 1 || day > 28 ||
+		hour < 0 || hour > 23 || minute < 0 || minute > 59 || sec < 0 || sec > 59 {
+		return time.Time{}, false
+	}
+	nsec := 0
+	if n > len("2006-01-02T15:04:05Z") {
+		if s[19] != '.' || n == len("2006-01-02T15:04:05.Z") {
+			return time.Time{}, false
+		}
+		if nsec = decimal(s, 20, n-21); nsec < 0 {
+			return time.Time{}, false
+		}
+		for range 30 - n { // to nanoseconds: 9 digits
+			nsec *= 10
+		}
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
+}
+
+// decimal is the decimal number of s[i:i+n], or -1 when one is not a digit.
+func decimal(s string, i, n int) int {
+	v := 0
+	for _, c := range []byte(s[i : i+n]) {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		v = v*10 + int(c-'0')
+	}
+	return v
+}

@@ -1,0 +1,55 @@
+package bus
+
+import (
+	"testing"
+	"time"
+)
+
+// FuzzParseTime holds parseTime to time.Parse(time.RFC3339Nano): the same
+// instant in the same zone (== where both are UTC: the fast path's) or
+// both an error.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{
+		"2026-12-05T10:11:28.123Z", "2026-12-05T10:11:28Z", "2026-12-05T10:11:28.123456789Z",
+		"2026-12-05T10:11:28.1234567891Z", "2026-02-29T10:11:28Z", "2024-02-29T00:00:00Z",
+		"2026-12-31T23:59:59.999Z", "2026-12-05T24:00:00Z", "2026-12-05T10:60:00Z", "2026-12-05T10:11:60Z",
+		"2026-13-05T10:11:28Z", "2026-00-05T10:11:28Z", "2026-12-00T10:11:28Z", "2026-12-05T10:11:28.Z",
+		"2026-12-05T10:11:28,123Z", "2026-12-05t10:11:28Z", "2026-12-05T10:11:28z", "2026-12-05T10:11:28+01:00",
+		"0000-01-01T00:00:00Z", "9999-12-28T23:59:59.9Z", "2026-12-05T10:11:28.12a4Z", "+026-12-05T10:11:28Z",
+		"2026-1-05T10:11:28Z", "0000-01-01T0:00:00+00:01", "", "Z", FormatExpiry(time.Now()), stampTime(),
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, werr := time.Parse(time.RFC3339Nano, s)
+		got, err := parseTime(s)
+		gz, goff := got.Zone()
+		wz, woff := want.Zone()
+		same := got.Equal(want) && gz == wz && goff == woff && (want.Location() != time.UTC || got == want)
+		if (err == nil) != (werr == nil) || !same {
+			t.Fatalf("parseTime(%q) = %v, %v; time.Parse: %v, %v", s, got, err, want, werr)
+		}
+	})
+}
+
+func stampTime() string { _, at := stamp(); return at }
+
+// BenchmarkParseTime is one event time read, by parseTime and by
+// time.Parse.
+func BenchmarkParseTime(b *testing.B) {
+	s := stampTime()
+	b.Run("parseTime", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := parseTime(s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("time.Parse", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

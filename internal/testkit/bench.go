@@ -1,0 +1,106 @@
+package testkit
+
+import (
+	"bytes"
+	"context"
+	"runtime"
+	"runtime/pprof"
+	"testing"
+
+	"github.com/google/pprof/profile"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// The per-call benchmarks of the SDKs against raw NATS (worker's
+// BenchmarkWorkerCall and BenchmarkRawResponder, client's
+// BenchmarkClientCall and BenchmarkRawRequester) share this: callers
+// running calls in parallel, and the process's CPU per call split by a
+// profiler label between the side measured and the rest.
+
+// PartLabel is the profiler label that names the part of a benchmark a
+// goroutine belongs to ("caller", "responder").
+const PartLabel = "part"
+
+// Labelled runs f with the profiler label part: the goroutines it starts
+// (a connection's read loop and flusher, a subscription's, a worker's)
+// carry it too.
+func Labelled(part string, f func()) {
+	pprof.Do(context.Background(), pprof.Labels(PartLabel, part), func(context.Context) { f() })
+}
+
+// BenchCalls runs b.N calls of call from callers goroutines (each given
+// its index, and labelled "caller") after warm calls of index 0 first,
+// and reports besides b's allocations: msgs/op, the messages the server s
+// received per call (every publish of every client), writes/op, the
+// process's write system calls per call (Linux: the server's and every
+// connection's flusher's), cpu-µs/op, the process's CPU (getrusage) per
+// call, and, unless the run is under -cpuprofile (which
+// takes the profiler), <part>-µs/op for each label in parts: the CPU
+// samples of the goroutines so labelled, per call. A sample is 10 ms, so
+// a figure per part wants 20,000 calls or more.
+func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []string, call func(ctx context.Context, i int) error) {
+	b.Helper()
+	ctx := pprof.WithLabels(context.Background(), pprof.Labels(PartLabel, "caller"))
+	for range warm {
+		if err := call(ctx, 0); err != nil {
+			b.Fatal(err)
+		}
+	}
+	next := make(chan int, callers)
+	for i := range callers {
+		next <- i
+	}
+	b.SetParallelism(max(1, callers/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	var prof bytes.Buffer
+	profiling := pprof.StartCPUProfile(&prof) == nil
+	b.ResetTimer()
+	msgs, writes := inMsgs(b, s), writeCalls()
+	before := cpuTime()
+	b.RunParallel(func(pb *testing.PB) {
+		pprof.SetGoroutineLabels(ctx)
+		i := 0
+		select {
+		case i = <-next:
+		default:
+		}
+		for pb.Next() {
+			if err := call(ctx, i); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64(inMsgs(b, s)-msgs)/float64(b.N), "msgs/op")
+	if w := writeCalls(); w >= 0 && writes >= 0 {
+		b.ReportMetric(float64(w-writes)/float64(b.N), "writes/op")
+	}
+	if !profiling {
+		return
+	}
+	pprof.StopCPUProfile()
+	p, err := profile.Parse(&prof)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ns := map[string]int64{}
+	for _, s := range p.Sample {
+		if l := s.Label[PartLabel]; len(l) > 0 {
+			ns[l[0]] += s.Value[1] // CPU nanoseconds
+		}
+	}
+	for _, part := range parts {
+		b.ReportMetric(float64(ns[part])/1e3/float64(b.N), part+"-µs/op")
+	}
+}
+
+// inMsgs is how many messages s has received from its clients so far.
+func inMsgs(b *testing.B, s *server.Server) int64 {
+	v, err := s.Varz(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return v.InMsgs
+}
