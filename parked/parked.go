@@ -598,13 +598,14 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 		case presence.Unsure:
 			continue
 		case presence.Outlived:
+			s.cfg.Logger.Debug("parked: the router of a lone parked call outlived its end", "key", key, "ended_by", n.router)
 			s.calls.lone.forget(key)
 			continue
 		}
 		rec, err := s.Read.Get(ctx, key)
 		switch {
 		case err == nil && endsCarried(rec):
-			s.cfg.Logger.Warn("parked: the router that ended a lone parked call is gone; its call.result and batch.done are published again", "key", key, "router", n.router)
+			s.cfg.Logger.Warn("parked: the router that ended a lone parked call is gone; its call.result and batch.done are published again", "key", key, "ended_by", n.router)
 			out = append(out, rec)
 			s.calls.lone.forget(key)
 		case err == nil || store.IsNotFound(err):

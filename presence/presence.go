@@ -147,6 +147,7 @@ func (p *Presence) apply(e jetstream.KeyValueEntry) {
 	}
 	if !ok || cur.gone || cur.instance != v.Instance {
 		cur = peer{instance: v.Instance, since: now}
+		p.cfg.Logger.Debug("presence: router seen", "id", id, "instance", v.Instance)
 	}
 	cur.last = now
 	p.peers[id] = cur
