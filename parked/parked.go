@@ -479,8 +479,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	}
 	report(cont)
-	// A carried batch waited for this call alone: nothing to write.
-	if err == nil && (cont.gone || cont.last(rec.Call.ID) && s.conts.remove(ctx, cont)) {
+	// A carried batch waited for this call alone, and a continuation that
+	// waits for this result last has nothing left to run: nothing to write
+	// now. The continuation stays until its batch.done is out (Finish
+	// removes it then), so that, should this router stop before, the
+	// mends of the others find it parked without this result and publish
+	// that batch.done (docs/protocol.md 6.1, 1.13).
+	if err == nil && (cont.gone || cont.last(rec.Call.ID)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil

@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -99,6 +100,69 @@ func loneOfAGoneRouter(t *testing.T, published, stop bool) {
 			if id := (&parked.Batch{Session: "s1", ReplyID: reply}).DoneID(); ev.ID != id {
 				t.Fatalf("batch.done id %s, want %s", ev.ID, id)
 			}
+		}
+	}
+}
+
+// A batch waits for two parked calls and has nothing else to run; one is
+// answered and its result joins the continuation. The router that ends the
+// other, last, call publishes its call.result and dies before batch.done.
+// Up to 1.12 its Resume had removed the continuation first (the last
+// result's compare-and-set delete), so nobody could publish batch.done;
+// now the continuation stays until batch.done is out (docs/protocol.md
+// 1.13), and the survivors mend it a lease later: batch.done is stored
+// once, with both results, and the continuation goes.
+func TestLastResultOfAGoneRouter(t *testing.T) {
+	e := newEnv(t, 2)
+	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
+	js, _, kv := e.buckets(t)
+	const reply = "r1"
+	r := e.callParked(t, "s1", reply, bus.Call{ID: "c1", Name: "ext"}, bus.Call{ID: "c2", Name: "ext"})
+	if len(r.Parked) != 2 {
+		t.Fatalf("reply %s", jsonOf(r))
+	}
+	if err := e.answer(t, "ext", "s1", reply, "c2", bus.Answer{State: bus.StateSuccess, Output: bus.Text("second")}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		entry, err := kv.Get(t.Context(), "s1."+reply)
+		if err != nil {
+			return err
+		}
+		var cont parked.Batch
+		if err := json.Unmarshal(entry.Value(), &cont); err != nil {
+			return err
+		}
+		if _, ok := cont.Results["c2"]; !ok {
+			return fmt.Errorf("c2's result not in the continuation yet: %s", entry.Value())
+		}
+		return nil
+	})
+	// The dying router's answer, its call.result, its Resume (no write:
+	// nothing is left to run), and no batch.done.
+	res := endParked(t, kv, "s1", reply, "c1", "dying", false)
+	publishAs(t, js, "dying", "s1", reply, "c1", bus.TypeCallResult, parked.ResultID("s1", reply, "c1"), res)
+
+	testkit.CheckFor(t, 3*bound, 20*time.Millisecond, func() error {
+		if n, _ := countStored(t, e.nc, "s1", reply); n["batch.done"] == 0 {
+			return fmt.Errorf("events %v: no batch.done yet", n)
+		}
+		return nil
+	})
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		if _, err := kv.Get(t.Context(), "s1."+reply); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("continuation still there (%v)", err)
+		}
+		return nil
+	})
+	n, evs := countStored(t, e.nc, "s1", reply)
+	if want := map[string]int{"call.result:c1": 1, "call.result:c2": 1, "batch.done": 1}; fmt.Sprint(n) != fmt.Sprint(want) {
+		t.Fatalf("stored events of the batch %v, want %v", n, want)
+	}
+	for _, ev := range evs {
+		var bd bus.BatchDone
+		if ev.Type == bus.TypeBatchDone && (ev.DataAs(&bd) != nil || len(bd.Results) != 2 || textOf(bd.Results[0]) != "answered" || textOf(bd.Results[1]) != "second") {
+			t.Fatalf("batch.done %s", ev.Data)
 		}
 	}
 }
@@ -204,6 +268,13 @@ func putPresence(t *testing.T, routers jetstream.KeyValue, id, instance string) 
 // must carry its batch (a lone wait). It returns the result.
 func endLone(t *testing.T, kv jetstream.KeyValue, session, reply, call, router string) bus.Result {
 	t.Helper()
+	return endParked(t, kv, session, reply, call, router, true)
+}
+
+// endParked is endLone for a call that carries its batch or, when carried
+// is false, one whose batch has a continuation of its own.
+func endParked(t *testing.T, kv jetstream.KeyValue, session, reply, call, router string, carried bool) bus.Result {
+	t.Helper()
 	key := bus.CallKey(session, reply, call)
 	entry, err := kv.Get(t.Context(), key)
 	if err != nil {
@@ -213,8 +284,8 @@ func endLone(t *testing.T, kv jetstream.KeyValue, session, reply, call, router s
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Batch) == 0 || rec.Status != bus.ParkParked {
-		t.Fatalf("the record of %s does not carry its batch, or is not parked: %s", key, entry.Value())
+	if (len(rec.Batch) > 0) != carried || rec.Status != bus.ParkParked {
+		t.Fatalf("the record of %s: carries its batch %v, want %v, or is not parked: %s", key, len(rec.Batch) > 0, carried, entry.Value())
 	}
 	res := bus.Result{ID: call, Name: rec.Call.Name, State: bus.StateSuccess, Output: bus.Text("answered")}
 	rec.Status, rec.Result, rec.Owner = bus.ParkDone, &res, router
