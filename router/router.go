@@ -38,8 +38,8 @@ import (
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/parked"
-	"github.com/toolbus/toolbus/presence"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/presence"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
@@ -176,8 +176,8 @@ type Router struct {
 	parked   *parked.Store
 	presence *presence.Presence // the routers alive (P_routers, docs/protocol.md 8)
 	led      *ledger.Ledger     // the dedupe ledger (docs/protocol.md 3.1)
-	events   *routerEvents  // the events stream and replies (events.go)
-	pipe     *pipeline      // the batch pipeline over its ports (batch.go)
+	events   *routerEvents      // the events stream and replies (events.go)
+	pipe     *pipeline          // the batch pipeline over its ports (batch.go)
 	skills   *routerSkills
 	guards   guardrails // the middlewares the config turns on (chain.go)
 
