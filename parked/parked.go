@@ -453,10 +453,11 @@ type Answered struct {
 // was answered and ran here (answered → done), then report runs with the
 // continuation as read (nil: unreadable), then the result joins the
 // continuation. The completion that finds every awaited call done resumes
-// the batch (true): with nothing left to run it is the continuation's
-// compare-and-set delete, else the result is added under this router's
-// lease; a carried batch resumes with no write. report is skipped when
-// another router closed the answered call (docs/parked.md).
+// the batch (true): with nothing left to run, and for a carried batch, with
+// no write (Finish removes the continuation once batch.done is out, so a
+// router that stops before leaves it to the mends: docs/protocol.md 1.13),
+// else the result is added under this router's lease. report is skipped
+// when another router closed the answered call (docs/parked.md).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -704,7 +705,7 @@ func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.C
 // way the calls it names never start (docs/protocol.md 3.5).
 func (s Reads) Marks(b *Batch) {
 	if b.gone {
-		return // carried, or removed by its last result: nothing of it is left to run
+		return // carried: nothing of it is left to run
 	}
 	s.conts.mu.RLock()
 	defer s.conts.mu.RUnlock()
@@ -819,7 +820,7 @@ func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, erro
 //
 //	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
 //	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
-//	Resume:   parked ─(last result)─▶ resumed (lease held), or ─▶ (deleted) when nothing is left
+//	Resume:   parked ─(last result)─▶ resumed (lease held), or stays when nothing is left (no write: Finish deletes it after batch.done)
 //	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
 //	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
 //	Finish:   running|resumed ─▶ (deleted)  batch.done was published
@@ -860,7 +861,7 @@ type Batch struct {
 	Touched time.Time `json:"touched"`
 
 	rev  uint64
-	gone bool // removed by the last result (Resume): Finish has nothing to delete
+	gone bool // carried in a record, or removed: Finish has nothing to delete
 }
 
 // last reports whether the result of call id is the last one b waits for
@@ -1113,10 +1114,9 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	return out
 }
 
-// remove deletes b, read at its revision, as the last result of a batch
-// with nothing left to run: the compare-and-set makes that result's router
-// the one that resumes it. Only the last result removes a continuation, so
-// a delete whose outcome is unknown (a lost acknowledgement, a leader
+// remove deletes b, read at its revision: a re-sent copy's continuation
+// that found the first copy's batch carried in a record (parkCalls). A
+// delete whose outcome is unknown (a lost acknowledgement, a leader
 // change) landed when the key is gone; false when b changed meanwhile.
 func (s *conts) remove(ctx context.Context, b *Batch) bool {
 	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
