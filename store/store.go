@@ -144,12 +144,12 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
 	// The routers' presence (package presence, docs/protocol.md 8, 1.13):
-	// one small key per router, renewed every heartbeat, so in memory (a
-	// server restart loses nothing a heartbeat does not write again); keys
-	// expire three heartbeats after their last renewal, and the bucket
-	// holds at most 1 MiB (thousands of routers).
+	// one small key per router, renewed every heartbeat; keys expire three
+	// heartbeats after their last renewal, and the bucket holds at most
+	// 1 MiB (thousands of routers). The deployment's storage, as the other
+	// buckets: an account may have no memory storage (a managed service).
 	routers := jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketRouters), Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
-		MaxValueSize: 256, MaxBytes: 1 << 20, Storage: jetstream.MemoryStorage, Replicas: cfg.Replicas}
+		MaxValueSize: 256, MaxBytes: 1 << 20, Storage: storage, Replicas: cfg.Replicas}
 	h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, routers) })
 	if err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", routers.Bucket, err)
