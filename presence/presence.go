@@ -165,8 +165,8 @@ const (
 	// moment: it had a lease to finish.
 	Outlived
 	// Gone: the router's key is gone (a clean stop), stale (no renewal for
-	// a lease), never seen, or now held by a process started after the
-	// moment (a restart under the same id).
+	// a lease), not seen for a lease after the moment, or now held by a
+	// process started after the moment (a restart under the same id).
 	Gone
 )
 
@@ -185,11 +185,15 @@ func (p *Presence) Judge(router string, ended, now time.Time) Verdict {
 }
 
 // judge is the staleness rule: a router is gone when its key was deleted,
-// was last renewed more than lease before now, was never seen, or belongs
-// to an instance first seen after ended; it outlived ended when the same
-// instance renewed its key at least lease after ended; else unsure.
+// was last renewed more than lease before now, belongs to an instance first
+// seen after ended, or was never seen for a lease after ended (a router
+// that keeps no presence, protocol 1.12, or one whose first renewal this
+// router has yet to see); it outlived ended when the same instance renewed
+// its key at least lease after ended; else unsure.
 func judge(p peer, seen bool, ended, now time.Time, lease time.Duration) Verdict {
 	switch {
+	case !seen && now.Sub(ended) <= lease:
+		return Unsure
 	case !seen, p.gone, now.Sub(p.last) > lease, p.since.After(ended):
 		return Gone
 	case !p.last.Before(ended.Add(lease)):
