@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -357,8 +358,8 @@ func TestSharedAwait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		kv := &fakeKV{}
 		owner := New(kv, Config{Router: "a"})
-		var hits int
-		l := New(kv, Config{Router: "b", Hits: func() { hits++ }})
+		var hits atomic.Int32
+		l := New(kv, Config{Router: "b", Hits: func() { hits.Add(1) }})
 		_, claim := owner.claim(t.Context(), "k", time.Hour, "")
 		var cancels []context.CancelFunc
 		var outs []chan awaited
@@ -385,8 +386,8 @@ func TestSharedAwait(t *testing.T) {
 				t.Fatalf("an awaiter after the record: %+v", o)
 			}
 		}
-		if hits != 4 {
-			t.Fatalf("%d hits, want one per awaiter answered (4)", hits)
+		if n := hits.Load(); n != 4 {
+			t.Fatalf("%d hits, want one per awaiter answered (4)", n)
 		}
 		// A later Await opens a watch of its own (the entry is delivered
 		// at once); one whose waiters all leave stops it.

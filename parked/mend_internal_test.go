@@ -337,16 +337,19 @@ func TestMendRacesResume(t *testing.T) {
 			close(start)
 			wg.Wait()
 			if !queued {
-				if !slices.Contains(resumed, "router-a") || len(resumed) > 2 {
-					t.Fatalf("batch %s resumed by %v, want router-a and at most one mend", reply, resumed)
+				// Resume finishes it unless a mend landed before it read the
+				// continuation; at most one mend lands.
+				mends := slices.DeleteFunc(slices.Clone(resumed), func(o string) bool { return o == "router-a" })
+				if len(resumed) == 0 || len(mends) > 1 {
+					t.Fatalf("batch %s resumed by %v, want Resume, or one mend, or both", reply, resumed)
 				}
 				cont, err := routers[0].Read.Batch(t.Context(), "s1", reply)
 				switch {
 				case err != nil:
 					t.Fatalf("batch %s after the race: %v", reply, err)
-				case len(resumed) == 1 && (cont.Phase != PhaseParked || !cont.lacks("c1")):
+				case len(mends) == 0 && (cont.Phase != PhaseParked || !cont.lacks("c1")):
 					t.Fatalf("batch %s after the race, mended by none: %+v", reply, cont)
-				case len(resumed) == 2 && (cont.Phase != PhaseResumed || cont.Owner != resumed[slices.Index(resumed, "router-a")^1] || cont.Results["c1"].ID != "c1"):
+				case len(mends) == 1 && (cont.Phase != PhaseResumed || cont.Owner != mends[0] || cont.Results["c1"].ID != "c1"):
 					t.Fatalf("batch %s after the race, resumed by %v: %+v", reply, resumed, cont)
 				}
 				if err := routers[0].Finish(t.Context(), cont); err != nil {
