@@ -82,10 +82,15 @@ func New(kv jetstream.KeyValue, cfg Config) *Presence {
 	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}}
 }
 
-// Start puts this router's key and follows everyone's.
+// Start puts this router's key and follows everyone's. The first put is
+// retried through a leader election (store.Bounded), not bounded by a
+// heartbeat as Beat is: a router that cannot put it does not start.
 func (p *Presence) Start(ctx context.Context) error {
-	if err := p.Beat(ctx); err != nil {
+	if err := store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
+		_, err := p.kv.Put(ctx, p.cfg.ID, p.value)
 		return err
+	}); err != nil {
+		return fmt.Errorf("presence: put %s: %w", p.cfg.ID, err)
 	}
 	w, err := store.WatchKV(ctx, p.kv, ">", p.apply)
 	if err != nil {
