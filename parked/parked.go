@@ -212,10 +212,12 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 					}
 					return Parking{Before: true, Batch: first, Differs: differs}, nil
 				}
-			case prev.Status != bus.ParkParked && prev.Result != nil:
+			case prev.Kind == bus.KindQueued && prev.Status != bus.ParkParked && prev.Result != nil:
 				// A cancel ended the call before it parked (Cancels.Forestall,
 				// docs/protocol.md 3.5): it did not park, and settles with
-				// its result as any call that could not park.
+				// its result as any call that could not park. A record of
+				// another kind that ended is the other copy's call, parked
+				// and already answered (below): its router completes it.
 				err = errCancelledFirst
 			default:
 				// Another copy of this batch, which found this one's
