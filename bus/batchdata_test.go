@@ -38,7 +38,9 @@ func FuzzBatchFlat(f *testing.F) {
 
 func checkBatchFlat(t *testing.T, b []byte) {
 	t.Helper()
-	checkScanner(t, b, decodeBatchFlat)
+	checkScanner(t, b, func(b []byte, d *Batch) bool { return decodeBatchFlat(b, d, nil) })
+	var into [1]Call // into a caller's array: the same batch
+	checkScanner(t, b, func(b []byte, d *Batch) bool { return decodeBatchFlat(b, d, into[:0]) })
 }
 
 // Which seeds the scanner takes (the plain forms, nothing else), and
@@ -48,7 +50,7 @@ func TestBatchFlat(t *testing.T) {
 	for _, s := range batchSeeds {
 		checkBatchFlat(t, []byte(s))
 		var d Batch
-		if got := decodeBatchFlat([]byte(s), &d); got != plain[s] {
+		if got := decodeBatchFlat([]byte(s), &d, nil); got != plain[s] {
 			t.Errorf("%s: scanner took it %v, want %v", s, got, plain[s])
 		}
 		e := Event{Type: TypeCallBatch, Data: []byte(s)}
@@ -61,8 +63,15 @@ func TestBatchFlat(t *testing.T) {
 	}
 	b := []byte(batchSeeds[1])
 	var d Batch
-	if n := testing.AllocsPerRun(100, func() { decodeBatchFlat(b, &d) }); n > 2 && !raceEnabled {
+	if n := testing.AllocsPerRun(100, func() { decodeBatchFlat(b, &d, nil) }); n > 2 && !raceEnabled {
 		t.Errorf("%.1f allocations for two calls, user and context, want at most 2", n)
+	}
+	var into [2]Call // FromEventInto's: the calls in the caller's array
+	if n := testing.AllocsPerRun(100, func() { decodeBatchFlat(b, &d, into[:0]) }); n > 1 && !raceEnabled {
+		t.Errorf("%.1f allocations for two calls into an array, want at most 1", n)
+	}
+	if &d.Calls[0] != &into[0] {
+		t.Error("the calls are not in the array given")
 	}
 }
 
@@ -71,7 +80,7 @@ func TestBatchFlat(t *testing.T) {
 // nor a string.
 func TestBatchFlatSharedBuffer(t *testing.T) {
 	var d Batch
-	if !decodeBatchFlat([]byte(batchSeeds[1]), &d) {
+	if !decodeBatchFlat([]byte(batchSeeds[1]), &d, nil) {
 		t.Fatal("the seed is plain")
 	}
 	want := Batch{Calls: append([]Call(nil), d.Calls...), User: append(json.RawMessage(nil), d.User...),

@@ -11,9 +11,10 @@ import (
 // SameCalls checks that copy, the calls of a batch re-sent under a reply id,
 // are the calls of first, the batch the router holds for that reply id
 // (docs/protocol.md 3.1, 1.12): the same calls in the same order, each with
-// the same id, name and input. Inputs are compared as the JSON they hold (a
-// string input as the object it holds, an absent one as {}), members in any
-// order, so that a copy encoded again compares equal. It returns nil, or the
+// the same id, name and input. Inputs are compared as the JSON value they
+// hold (SameInput: a string input as the object it holds, an absent one as
+// {}, members in any order, numbers by value), so that a copy encoded again
+// compares equal. It returns nil, or the
 // bad_request that refuses the copy, naming the first call that differs.
 // Nothing else of the batch is compared.
 func SameCalls(replyID string, first, copy []Call) error {
@@ -46,7 +47,7 @@ func otherCalls(replyID, format string, args ...any) error {
 }
 
 // SameInput reports whether two inputs of a call, as sent, hold the same
-// JSON (CanonicalInput).
+// JSON value: their canonical forms (CanonicalInput) are equal.
 func SameInput(a, b json.RawMessage) bool {
 	if bytes.Equal(a, b) {
 		return true
@@ -54,11 +55,20 @@ func SameInput(a, b json.RawMessage) bool {
 	return bytes.Equal(CanonicalInput(a), CanonicalInput(b))
 }
 
-// CanonicalInput is a call's input as sent, in one form: a string input as
-// the JSON it holds, absent (or empty) as {}, then decoded and encoded
-// again (members sorted, numbers as written, no HTML escaping). Input that
-// is not JSON is returned as it is.
+// CanonicalInput is a call's input as sent, in one form (1.13): a string
+// input as the JSON it holds, absent (or empty) as {}, then the canonical
+// form of that JSON value (canonical.go: members sorted, no white space,
+// strings escaped one way, numbers by their exact value). Two inputs hold
+// the same JSON value exactly when their forms are equal. Input that is not
+// JSON is returned as it is.
 func CanonicalInput(in json.RawMessage) []byte {
+	c := getCanonicaliser()
+	out := appendCanonicalInput(c, nil, in)
+	putCanonicaliser(c, c.buf)
+	return out
+}
+
+func appendCanonicalInput(c *canonicaliser, b []byte, in json.RawMessage) []byte {
 	raw := bytes.TrimSpace(in)
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
@@ -67,34 +77,39 @@ func CanonicalInput(in json.RawMessage) []byte {
 		}
 	}
 	if len(raw) == 0 {
-		return []byte("{}")
+		return append(b, "{}"...)
 	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if d.Decode(&v) != nil {
-		return raw
-	}
-	var out bytes.Buffer
-	e := json.NewEncoder(&out)
-	e.SetEscapeHTML(false)
-	if e.Encode(v) != nil {
-		return raw
-	}
-	return bytes.TrimRight(out.Bytes(), "\n")
+	return c.canonical(b, raw)
 }
 
 // CallDigest is the digest of a call's tool name and input that the dedupe
-// ledger keeps with the call's claim (docs/protocol.md 3.1, 1.12), so that a
-// re-sent copy of the call with another tool or input is told apart from
-// the call and never gets its result: 22 characters, the first 16 bytes of
-// the SHA-256 of the name, a zero byte and the input compacted. The input is
-// the router's (a string input as the object it holds); two inputs that
-// differ only in the order of their members have different digests.
+// ledger keeps with the call's claim (docs/protocol.md 3.1, 1.13, its
+// `canon` member), so that a re-sent copy of the call with another tool or
+// input is told apart from the call and never gets its result, and a copy
+// whose input holds the same JSON value gets it: 22 characters, the first
+// 16 bytes of the SHA-256 of the name, a zero byte and CanonicalInput of
+// the input. Two calls have the same digest exactly when they name the
+// same tool and SameInput holds for their inputs (but for SHA-256's
+// collisions).
 func CallDigest(name string, input json.RawMessage) string {
+	c := getCanonicaliser()
+	b := appendCanonicalInput(c, append(append(c.buf[:0], name...), 0), input)
+	d := digest(b)
+	putCanonicaliser(c, b)
+	return d
+}
+
+// CompactCallDigest is CallDigest of 1.12: the input compacted, not
+// canonical, so two inputs whose members come in another order differ.
+// The ledger keeps it too (its `call` member), for the routers of 1.12
+// that compare only it, until none runs.
+func CompactCallDigest(name string, input json.RawMessage) string {
 	var buf [512]byte
 	b := append(append(buf[:0], name...), 0)
-	b = appendCompact(b, input)
+	return digest(appendCompact(b, input))
+}
+
+func digest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }

@@ -24,13 +24,19 @@ type RequestTool struct {
 	Schema *schemas.Schema
 }
 
+// defaultRequest is what a batch without a request configuration gets:
+// one value for all, which nobody changes (a Request is read only once
+// checked), so that the usual batch costs no allocation here.
+var defaultRequest = &Request{Mode: bus.MergeExternalPriority}
+
 // CheckRequest validates a request-scoped configuration (nil means the
-// default) and compiles its tools' schemas. Errors are bad_request.
+// default) and compiles its tools' schemas. Errors are bad_request. The
+// Request returned is shared and must not be changed.
 func CheckRequest(r *bus.Request) (*Request, error) {
-	out := &Request{Mode: bus.MergeExternalPriority}
 	if r == nil {
-		return out, nil
+		return defaultRequest, nil
 	}
+	out := &Request{Mode: bus.MergeExternalPriority}
 	switch r.MergeMode {
 	case "", bus.MergeExternalPriority:
 	case bus.MergeExternalOnly, bus.MergeAgentOnly:

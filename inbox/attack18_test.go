@@ -22,7 +22,7 @@ func TestAttackInboxBidi(t *testing.T) {
 	k := e.park(t, "s9", "r9", "deploy", deployIn{Env: "prod", Notes: notes}, bus.KindConfirm)
 	e.run(t, e.tab, chromedp.WaitVisible(css(card(k))), chromedp.Click(css(card(k)+" .head")),
 		chromedp.WaitVisible(css(card(k)+" pre.input")))
-	shown := get(t, e.tab, chromedp.Text(css(card(k) + " pre.input")))
+	shown := get(t, e.tab, chromedp.Text(css(card(k)+" pre.input")))
 	if i := strings.IndexFunc(shown, func(r rune) bool {
 		return unicode.Is(unicode.Bidi_Control, r) || r != '\n' && unicode.IsControl(r)
 	}); i >= 0 {

@@ -10,7 +10,7 @@ import (
 // hand (a write call puts its entry twice, claim and record, and a
 // recorded entry carries the whole result).
 func encode(e *Entry) []byte {
-	size := 160 + len(e.Router) + len(e.Claim) + len(e.Call)
+	size := 170 + len(e.Router) + len(e.Claim) + len(e.Call) + len(e.Canon)
 	if e.Result != nil {
 		size += e.Result.Size()
 	}
@@ -26,6 +26,10 @@ func encode(e *Entry) []byte {
 	if e.Call != "" {
 		b = append(b, `,"call":`...)
 		b = bus.AppendJSONString(b, e.Call)
+	}
+	if e.Canon != "" {
+		b = append(b, `,"canon":`...)
+		b = bus.AppendJSONString(b, e.Canon)
 	}
 	b = append(b, `,"deadline":`...)
 	b = appendTime(b, e.Deadline)

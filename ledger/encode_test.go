@@ -17,6 +17,7 @@ func TestEncode(t *testing.T) {
 	for _, e := range []Entry{
 		{},
 		{State: stateRunning, Router: "r-1", Claim: "p-7", Deadline: at.Add(time.Minute), Touched: at},
+		{State: stateRunning, Router: "r-1", Claim: "p-8", Call: "compactDigest", Canon: "canonicalDigest", Deadline: at, Touched: at},
 		{State: stateDone, Router: "r\u2028", Deadline: at.In(time.FixedZone("x", 3600)), Result: &res},
 		{State: stateAbandoned, Router: "r", Deadline: at, Result: ptrTo(bus.ErrorResult(bus.Call{ID: "c2", Name: "t"}, bus.CodeUnknownOutcome, "gone"))},
 	} {
@@ -34,7 +35,7 @@ func TestEncode(t *testing.T) {
 			t.Errorf("encode\n got %s\nwant %s", got, want)
 		}
 		var back Entry
-		if err := json.Unmarshal(got, &back); err != nil || !back.Deadline.Equal(e.Deadline) || back.Claim != e.Claim || (back.Result == nil) != (e.Result == nil) {
+		if err := json.Unmarshal(got, &back); err != nil || !back.Deadline.Equal(e.Deadline) || back.Claim != e.Claim || back.Call != e.Call || back.Canon != e.Canon || (back.Result == nil) != (e.Result == nil) {
 			t.Errorf("%s decodes to %+v (%v)", got, back, err)
 		}
 	}

@@ -50,7 +50,7 @@ func TestLedgerLeaseLapses(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ls := newTestLedgerLease(t, lease, "dead", "b", "c")
 	ctx := t.Context()
-	how, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, "")
+	how, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
 	if how != claimed {
 		t.Fatal(how)
 	}
@@ -93,7 +93,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ls := newTestLedgerLease(t, lease, "a", "b")
 	ctx := t.Context()
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, "")
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
 	got := make(chan bus.Result, 1)
 	go func() {
 		r, _ := ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour})
@@ -136,7 +136,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ls := newTestLedgerLease(t, lease, "dead", "b", "c")
 	ctx := t.Context()
-	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, "")
+	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
 	w := Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour, Retry: true}
 	type out struct {
 		res   bus.Result
@@ -171,7 +171,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 func TestLedgerWaitExpiry(t *testing.T) {
 	ls := newTestLedgerLease(t, time.Hour, "a", "b")
 	ctx := t.Context()
-	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, "")
+	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
 	start := time.Now()
 	r, _ := ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour, Expiry: start.Add(200 * time.Millisecond)})
 	if r.Error == nil || r.Error.Code != bus.CodeTimeout {
@@ -288,7 +288,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv := &fakeKV{}
 			owner := New(kv, Config{Router: "dead", Lease: lease})
 			waiter := New(kv, Config{Router: "b", Lease: lease})
-			if how, _ := owner.claim(t.Context(), "k", time.Hour, ""); how != claimed {
+			if how, _ := owner.claim(t.Context(), "k", time.Hour, digests{}); how != claimed {
 				t.Fatal(how)
 			}
 			// Two renewals, then the router dies.
@@ -315,7 +315,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			owner := New(kv, Config{Router: "dead", Lease: lease})
 			h := &store.Health{}
 			waiter := New(kv, Config{Router: "b", Lease: lease, Health: h})
-			owner.claim(t.Context(), "k", time.Hour, "")
+			owner.claim(t.Context(), "k", time.Hour, digests{})
 			kv.mu.Lock()
 			kv.refuse = &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
 			kv.mu.Unlock()
@@ -334,7 +334,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv := &fakeKV{}
 			owner := New(kv, Config{Router: "a", Lease: lease})
 			waiter := New(kv, Config{Router: "b", Lease: lease})
-			owner.claim(t.Context(), "k", time.Hour, "")
+			owner.claim(t.Context(), "k", time.Hour, digests{})
 			start := time.Now()
 			r, _ := waiter.wait(t.Context(), Call{Key: "k", Call: call, Timeout: time.Hour, Expiry: start.Add(4 * time.Second)})
 			if r.Error == nil || r.Error.Code != bus.CodeTimeout || time.Since(start) != 4*time.Second {
@@ -350,7 +350,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv := &fakeKV{}
 			owner := New(kv, Config{Router: "a", Lease: lease})
 			waiter := New(kv, Config{Router: "b", Lease: lease})
-			_, claim := owner.claim(t.Context(), "k", 2*time.Hour, "")
+			_, claim := owner.claim(t.Context(), "k", 2*time.Hour, digests{})
 			ctx, cancel := context.WithCancel(t.Context())
 			go func() {
 				tick := time.NewTicker(hb)
@@ -378,7 +378,7 @@ func TestLedgerRenewMany(t *testing.T) {
 	ctx := t.Context()
 	const n = 100
 	for i := range n {
-		if how, _ := ls[0].claim(ctx, fmt.Sprintf("s.r.c%d", i), time.Hour, ""); how != claimed {
+		if how, _ := ls[0].claim(ctx, fmt.Sprintf("s.r.c%d", i), time.Hour, digests{}); how != claimed {
 			t.Fatal(how)
 		}
 	}

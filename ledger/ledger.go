@@ -43,12 +43,18 @@ type Entry struct {
 	State  string `json:"state"` // running, done or abandoned
 	Router string `json:"router"`
 	Claim  string `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
-	// Call is bus.CallDigest of the call's tool and input (1.12): a
-	// duplicate with another is a copy of the batch with another call under
-	// this key, and gets bus.OtherCallResult, never this call's result.
-	// Absent in the entries of routers of 1.11 and before, and in those of
-	// Interrupt.
-	Call     string    `json:"call,omitempty"`
+	// Call is bus.CompactCallDigest of the call's tool and input (1.12):
+	// a duplicate with another is a copy of the batch with another call
+	// under this key, and gets bus.OtherCallResult, never this call's
+	// result. Absent in the entries of routers of 1.11 and before, and in
+	// those of Interrupt. Routers of 1.13 write it for those of 1.12, which
+	// compare only it.
+	Call string `json:"call,omitempty"`
+	// Canon is bus.CallDigest of the call's tool and input (1.13): equal
+	// for two inputs that hold the same JSON value, so a copy encoded again
+	// (members in another order) is the same call. Compared when both
+	// claims have it (digests.other).
+	Canon    string    `json:"canon,omitempty"`
 	Deadline time.Time `json:"deadline"`
 	// Touched is the lease of a running claim: its router renews it every
 	// heartbeat while the call runs (as the lease of an answered parked
@@ -162,9 +168,9 @@ const (
 // may take; the claim tells duplicates how long to wait. Its entry is this
 // router's claim, or, for a duplicate, the other claim's entry as read
 // (with its result when that run has recorded one).
-func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, digest string) (outcome, Entry) {
+func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d digests) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: digest, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
+	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
 	val := encode(&me)
 	// The common case in one round trip: nobody has the key.
 	rev, err := store.CreateWithin(ctx, l.kv, key, val, 5*time.Second)
@@ -384,7 +390,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 			return *le.Result
 		}
 	}
-	l.pending.Store(key, pendingResult{res: res, call: claim.Call})
+	l.pending.Store(key, pendingResult{res: res, call: claim.digests()})
 	landed, id := make(chan struct{}), claim.Claim
 	l.writes.Go(func() {
 		defer close(landed)
@@ -683,7 +689,7 @@ func (w *shared) loop(l *Ledger) {
 // could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
-	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Call: le.Call, Deadline: le.Deadline}
+	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Call: le.Call, Canon: le.Canon, Deadline: le.Deadline}
 	var res bus.Result
 	switch {
 	case c.Durable && now.Before(le.Deadline.Add(TimeoutGrace)):
@@ -774,10 +780,11 @@ type Call struct {
 	// Key is the call key (session.replyid.callid), as in P_parked.
 	Key  string
 	Call bus.Call
-	// Digest is bus.CallDigest of the call as the agent sent it (a
-	// confirmed call's parked input, not a person's edit): kept in the
-	// claim, and compared by duplicates. Empty: neither kept nor compared.
-	Digest string
+	// Digest is bus.CompactCallDigest (1.12) and Canon bus.CallDigest
+	// (1.13) of the call as the agent sent it (a confirmed call's parked
+	// input, not a person's edit): kept in the claim, and compared by
+	// duplicates (digests.other). Empty: neither kept nor compared.
+	Digest, Canon string
 	// Timeout is how long the run may take; duplicates wait that long for
 	// an entry of a router without leases.
 	Timeout time.Duration
@@ -841,12 +848,12 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 	if res, ok := l.pending.Load(key); ok {
 		return recorded(l, c, res.(pendingResult))
 	}
-	switch how, claim := l.claim(ctx, key, c.Timeout, c.Digest); how {
+	switch how, claim := l.claim(ctx, key, c.Timeout, digests{c.Digest, c.Canon}); how {
 	case claimed:
 		defer l.held.release(key, claim.Claim)
 		return run(claim)
 	case duplicate:
-		if other(c, claim.Call) {
+		if claim.digests().other(c) {
 			return bus.OtherCallResult(c.Call) // another call under this key: no wait, no result of it
 		}
 		if claim.State == stateDone && claim.Result != nil {
@@ -872,26 +879,45 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 }
 
 // pendingResult is a recorded result that has not landed yet, with its
-// claim's call digest.
+// claim's call digests.
 type pendingResult struct {
 	res  bus.Result
-	call string
+	call digests
 }
 
 // recorded is what a duplicate c gets from p, a result of l not landed
 // yet: that result, unless p is another call's. A function, not a method:
 // Ledger keeps to 15 methods (internal/life TestMethodsPerType).
 func recorded(l *Ledger, c Call, p pendingResult) bus.Result {
-	if other(c, p.call) {
+	if p.call.other(c) {
 		return bus.OtherCallResult(c.Call)
 	}
 	l.cfg.Hits()
 	return p.res
 }
 
-// other reports whether a claim with call digest held is another call than
-// c (docs/protocol.md 3.1, 1.12): both digests known, and different.
-func other(c Call, held string) bool { return c.Digest != "" && held != "" && c.Digest != held }
+// digests are the call digests a claim holds: call, 1.12's
+// (bus.CompactCallDigest), and canon, 1.13's (bus.CallDigest).
+type digests struct{ call, canon string }
+
+func (e *Entry) digests() digests { return digests{e.Call, e.Canon} }
+
+// other reports whether a claim with digests held is another call than c
+// (docs/protocol.md 3.1): when both have 1.13's digest, whether those
+// differ (the inputs hold other JSON values); else, when both have 1.12's,
+// whether c has neither held's 1.12 digest as one of its own (a claim of
+// 1.12 whose input was sent canonical meets a reordered copy as the same
+// call: equal hashes of a compact and a canonical text mean one value);
+// else not (a router of 1.11 wrote held, or c has none).
+func (held digests) other(c Call) bool {
+	switch {
+	case held.canon != "" && c.Canon != "":
+		return held.canon != c.Canon
+	case held.call != "" && c.Digest != "":
+		return held.call != c.Digest && held.call != c.Canon
+	}
+	return false
+}
 
 // StoreFull is the result of a call that did not run because JetStream
 // refused its record for want of space (docs/protocol.md 3.3, `internal`).

@@ -43,12 +43,12 @@ func newTestLedgerLease(t testing.TB, lease time.Duration, routers ...string) []
 func TestLedgerClaimOnce(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	ctx := t.Context()
-	how, claim := ls[0].claim(ctx, "s.r.c1", time.Second, "")
+	how, claim := ls[0].claim(ctx, "s.r.c1", time.Second, digests{})
 	if how != claimed || claim.rev == 0 {
 		t.Fatalf("first claim: %v %+v", how, claim)
 	}
 	for _, l := range ls {
-		if how, _ := l.claim(ctx, "s.r.c1", time.Second, ""); how != duplicate {
+		if how, _ := l.claim(ctx, "s.r.c1", time.Second, digests{}); how != duplicate {
 			t.Fatalf("router %s claimed a held key: %v", l.cfg.Router, how)
 		}
 	}
@@ -67,7 +67,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 func TestLedgerWaitForRunning(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	ctx := t.Context()
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, "")
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{})
 	got := make(chan bus.Result, 1)
 	var waiting atomic.Bool
 	go func() {
@@ -96,7 +96,7 @@ func TestLedgerWaitForRunning(t *testing.T) {
 func TestLedgerAbandoned(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	ctx := t.Context()
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, "")
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{})
 	ls[0].Abandon("s.r.c1", claim.Claim)
 	if err := ls[0].Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -112,7 +112,7 @@ func TestLedgerAbandoned(t *testing.T) {
 	if r := waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
 		t.Fatalf("a wait on an abandoned claim: %+v", r)
 	}
-	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute, ""); how != claimed {
+	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute, digests{}); how != claimed {
 		t.Fatalf("an abandoned claim was not claimed again: %v", how)
 	}
 	// Abandoning someone else's claim changes nothing.
@@ -120,7 +120,7 @@ func TestLedgerAbandoned(t *testing.T) {
 	if err := ls[0].Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if how, _ := ls[0].claim(ctx, "s.r.c1", time.Minute, ""); how != duplicate {
+	if how, _ := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{}); how != duplicate {
 		t.Fatalf("a live claim was released by another's abandon: %v", how)
 	}
 }
@@ -138,7 +138,7 @@ func TestLedgerWaitGivesUp(t *testing.T) {
 	if r := waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: 0})); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("a run long past its deadline: %+v", r)
 	}
-	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute, "")
+	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute, digests{})
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if r := waitRes(ls[1].wait(cctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
@@ -169,7 +169,7 @@ func TestLedgerWaitNotHeldByWatchStop(t *testing.T) {
 	gate := testkit.GateStops(ls[0].kv)
 	t.Cleanup(gate.Open)
 	b := New(gate, Config{Router: "b", Landing: lf.Landing})
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, "")
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{})
 	ls[0].Record(ctx, "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 
 	got := make(chan bus.Result, 2)
@@ -261,7 +261,7 @@ func TestLedgerInterrupt(t *testing.T) {
 	}
 
 	// Claimed first: the interrupt changes nothing, the run records its result.
-	how, claim := ls[0].claim(ctx, "s.r.c2", time.Second, "")
+	how, claim := ls[0].claim(ctx, "s.r.c2", time.Second, digests{})
 	if how != claimed {
 		t.Fatalf("claim: %v", how)
 	}

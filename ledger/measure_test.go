@@ -52,7 +52,7 @@ func TestMeasureDuplicateWait(t *testing.T) {
 	a, b := ledgerOn((m+1)%c.Nodes(), "a"), ledgerOn(bNode, "b")
 	ctx := t.Context()
 	record := func(key string) {
-		how, claim := a.claim(ctx, key, time.Minute, "")
+		how, claim := a.claim(ctx, key, time.Minute, digests{})
 		if how != claimed {
 			t.Fatalf("claim %s: %v", key, how)
 		}

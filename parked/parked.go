@@ -212,16 +212,17 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 					}
 					return Parking{Before: true, Batch: first, Differs: differs}, nil
 				}
-			case prev.Kind == bus.KindQueued && prev.Status != bus.ParkParked && prev.Result != nil:
+			case forestalled(prev):
 				// A cancel ended the call before it parked (Cancels.Forestall,
 				// docs/protocol.md 3.5): it did not park, and settles with
-				// its result as any call that could not park. A record of
-				// another kind that ended is the other copy's call, parked
-				// and already answered (below): its router completes it.
+				// its result as any call that could not park.
 				err = errCancelledFirst
 			default:
 				// Another copy of this batch, which found this one's
-				// continuation, parked the call first (join): it is parked.
+				// continuation, parked the call first (join): it is parked,
+				// and may be answered or ended since (its result joins the
+				// continuation as any parked call's does; the last one may
+				// have removed it already).
 				out.Parked = append(out.Parked, prev)
 				continue
 			}
@@ -251,6 +252,14 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 		out.Batch = b
 	}
 	return out, nil
+}
+
+// forestalled reports whether r is the record Cancels.Forestall writes
+// (kind queued, ended with its result): a call a cancel ended before it
+// parked. A record a copy parked has the kind it parked as, whatever it
+// became since.
+func forestalled(r *Record) bool {
+	return r.Kind == bus.KindQueued && r.Status != bus.ParkParked && r.Result != nil
 }
 
 // carries reports whether run's batch may live in its one parked call's

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schemas"
@@ -22,10 +24,11 @@ type call struct {
 	ok    bool   // the rule field is present and a string
 
 	// command matcher
-	parts []string        // the command split into simple commands, for allow rules
-	split bool            // parts can be trusted: no substitution, quotes closed
-	loose []string        // candidates for deny and ask rules: the whole command, then pieces (and progs)
-	progs commandPrograms // its programs, for deny and ask rules
+	long   bool            // the command is longer than MaxCommand: not analysed, it asks
+	deep   bool            // the command nests too deep to be parsed (shellcmd.ErrTooDeep): it asks
+	text   string          // what deny and ask rules read: the command, or its first MaxCommand bytes
+	pieces commandPieces   // its parts for allow rules and pieces for deny and ask rules
+	progs  commandPrograms // its programs, for deny and ask rules
 	// The command's writes (shellcmd.Writes): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
@@ -39,18 +42,37 @@ type call struct {
 }
 
 func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
-	c := &call{def: def}
 	if def.RuleMatcher != bus.MatcherCommand && def.RuleMatcher != bus.MatcherPath {
-		return c
+		return &call{def: def}
 	}
-	c.value, c.ok = field(input, def.RuleField)
+	value, ok := field(input, def.RuleField)
+	return newValueCall(def, value, ok, workDirs)
+}
+
+// MaxCommand bounds the command of a rule_matcher "command" call that is
+// analysed (parsed for its writes and programs, split for allow rules):
+// a longer one asks, whatever the mode and the allow rules, unless a deny
+// or ask rule matches its first MaxCommand bytes (docs/protocol.md 6.4,
+// 1.13). Analysing costs the router about 1 µs and some hundred bytes
+// per byte of command; past this an agent's long commands would cost it
+// far more than they cost to send (docs/security.md).
+const MaxCommand = 64 << 10
+
+// newValueCall is newCall with the rule field read: value, and ok when
+// the field is present and a string.
+func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *call {
+	c := &call{def: def, value: value, ok: ok}
 	if !c.ok {
 		return c
 	}
 	switch def.RuleMatcher {
 	case bus.MatcherCommand:
-		c.parts, c.split = splitCommand(c.value)
-		c.loose = looseParts(c.value)
+		c.text = c.value
+		if len(c.value) > MaxCommand {
+			c.long = true
+			c.text = c.value[:MaxCommand]
+			return c
+		}
 		c.readWrites(workDirs)
 	case bus.MatcherPath:
 		c.resolved = links{}
@@ -126,9 +148,13 @@ func (c *call) matches(r bus.Rule) bool {
 	}
 	switch c.def.RuleMatcher {
 	case bus.MatcherCommand:
-		match := func(s string) bool { return matchCommand(r.Pattern, s, false) }
-		progs, _ := c.progs.get(c.value)
-		return slices.ContainsFunc(c.loose, match) || slices.ContainsFunc(progs, match)
+		m := compileCommand(r.Pattern)
+		match := func(s string) bool { return m.match(s, false) }
+		if slices.ContainsFunc(c.pieces.loosePieces(c.text), match) {
+			return true
+		}
+		progs, _ := c.progs.get(c.text)
+		return slices.ContainsFunc(progs, match)
 	case bus.MatcherPath:
 		forms := c.patternForms(r.Pattern)
 		return slices.ContainsFunc(c.paths, func(p string) bool {
@@ -141,14 +167,18 @@ func (c *call) matches(r bus.Rule) bool {
 // allowed reports whether the allow rules cover the call: a tool-only rule,
 // or for each part of the command (each form of the path) some pattern rule.
 func (c *call) allowed(rules []bus.Rule) (string, bool) {
-	targets := c.targets()
-	by := make([]string, len(targets))
+	var targets, by []string
+	read := false
 	for _, r := range rules {
 		if behavior(r) != Allow || !toolMatches(r, c.def) {
 			continue
 		}
 		if r.Pattern == "" {
 			return fmt.Sprintf("rule %s allows it", ruleString(r)), true
+		}
+		if !read { // only when some pattern rule may allow it
+			targets, read = c.targets(), true
+			by = make([]string, len(targets))
 		}
 		for i, t := range targets {
 			if by[i] == "" && c.covers(r.Pattern, t) {
@@ -172,8 +202,13 @@ func (c *call) allowed(rules []bus.Rule) (string, bool) {
 func (c *call) targets() []string {
 	switch {
 	case !c.ok:
-	case c.def.RuleMatcher == bus.MatcherCommand && c.split:
-		return c.parts
+	case c.def.RuleMatcher == bus.MatcherCommand:
+		if c.long || c.deep {
+			return nil
+		}
+		if parts, split := c.pieces.splitParts(c.value); split {
+			return parts
+		}
 	case c.def.RuleMatcher == bus.MatcherPath:
 		return []string{c.real()}
 	}
@@ -189,19 +224,35 @@ func (c *call) covers(pattern, target string) bool {
 	return slices.ContainsFunc(c.patternForms(pattern), func(f string) bool { return matchPath(f, target) })
 }
 
-// suggest returns allow rules that would allow the call next time.
+// maxSuggested bounds the suggested rules of one ask: a command needing
+// more (a script of many programs) gets none, since no smaller set
+// would allow it next time.
+const maxSuggested = 32
+
+// suggest returns allow rules that would allow the call next time: none
+// when more than maxSuggested would be needed.
 func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 	tool := bus.Rule{Tool: c.def.Name, Behavior: Allow}
 	if !c.ok || (c.def.RuleMatcher != bus.MatcherCommand && c.def.RuleMatcher != bus.MatcherPath) {
 		return []bus.Rule{tool}
 	}
-	if c.def.RuleMatcher == bus.MatcherCommand && (!c.split || slices.ContainsFunc(c.parts, launches)) {
-		// No pattern can allow it, or the one that would (env:*, bash:*)
-		// allows every program; a tool-wide rule is too broad to suggest.
-		return nil
+	if c.def.RuleMatcher == bus.MatcherCommand {
+		if c.long || c.deep {
+			return nil
+		}
+		if parts, split := c.pieces.splitParts(c.value); !split || slices.ContainsFunc(parts, launches) {
+			// No pattern can allow it, or the one that would (env:*, bash:*)
+			// allows every program; a tool-wide rule is too broad to suggest.
+			return nil
+		}
 	}
 	var out []bus.Rule
 	for _, t := range c.targets() {
+		if c.def.RuleMatcher == bus.MatcherCommand && slices.ContainsFunc(out, func(r bus.Rule) bool {
+			return strings.TrimSuffix(r.Pattern, ":*") == firstWord(t)
+		}) {
+			continue // suggested already
+		}
 		if slices.ContainsFunc(rules, func(r bus.Rule) bool {
 			return behavior(r) == Allow && toolMatches(r, c.def) && r.Pattern != "" && c.covers(r.Pattern, t)
 		}) {
@@ -209,7 +260,7 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		}
 		var pattern string
 		if c.def.RuleMatcher == bus.MatcherCommand {
-			pattern = strings.Fields(t)[0] + ":*"
+			pattern = firstWord(t) + ":*"
 		} else {
 			if d := filepath.Dir(t); d == filepath.Dir(d) {
 				return nil // "/**" would allow every path (session 18, red team)
@@ -219,10 +270,21 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 		}
 		r := bus.Rule{Tool: c.def.Name, Pattern: pattern, Behavior: Allow}
 		if CheckRule(r) == nil && !slices.Contains(out, r) {
+			if len(out) == maxSuggested {
+				return nil
+			}
 			out = append(out, r)
 		}
 	}
 	return out
+}
+
+// firstWord is the first word of a normalized command part.
+func firstWord(part string) string {
+	if i := strings.IndexByte(part, ' '); i >= 0 {
+		return part[:i]
+	}
+	return part
 }
 
 func escapeGlob(s string) string {
@@ -264,23 +326,60 @@ func bases(workDirs []string) []string {
 // target, relative to the command tool's path_base.
 const WriteTool = "write_file"
 
+// commandPieces holds what the rules match of a command's text, cut on
+// first use: a call with no allow pattern never splits it, one with no
+// deny or ask pattern never cuts its pieces.
+type commandPieces struct {
+	parts     []string // the command split into simple commands, for allow rules
+	split     bool     // parts can be trusted: no substitution, quotes closed
+	splitDone bool     // parts and split are set
+	loose     []string // candidates for deny and ask rules: the whole command, then pieces
+}
+
+// splitParts returns cmd split for allow rules (splitCommand).
+func (p *commandPieces) splitParts(cmd string) ([]string, bool) {
+	if !p.splitDone {
+		p.parts, p.split = splitCommand(cmd)
+		p.splitDone = true
+	}
+	return p.parts, p.split
+}
+
+// loosePieces returns what deny and ask rules match of text besides its
+// programs (looseParts: of the command, or of its first MaxCommand bytes
+// when it is longer).
+func (p *commandPieces) loosePieces(text string) []string {
+	if p.loose == nil {
+		p.loose = looseParts(text)
+	}
+	return p.loose
+}
+
 // readWrites finds the command's writes; a command that parses in
 // neither grammar has none that can be seen (and no allow pattern covers
-// it either, as its parts are not trusted).
+// it either, as its parts are not trusted). A write seen again (same
+// target, same writer: in both grammars' trees, or repeated) is judged
+// once, which decides the same.
 func (c *call) readWrites(workDirs []string) {
-	c.progs.trees, _ = shellcmd.Parse(c.value)
+	c.progs.parse(c.value)
+	c.deep = c.progs.deep
 	if len(c.progs.trees) == 0 {
 		return
 	}
 	ws := shellcmd.WritesOf(c.value, c.progs.trees)
 	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
+	type seen struct{ path, by string }
+	done := map[seen]bool{}
 	for _, w := range ws {
 		if w.Path == "" {
 			c.unseen = append(c.unseen, w.Raw)
 			continue
 		}
-		in, _ := json.Marshal(map[string]string{"path": w.Path})
-		wc := newCall(def, in, workDirs)
+		if done[seen{w.Path, w.By}] {
+			continue
+		}
+		done[seen{w.Path, w.By}] = true
+		wc := newValueCall(def, w.Path, true, workDirs)
 		wc.by = w.By
 		c.writes = append(c.writes, wc)
 	}
@@ -346,26 +445,70 @@ func (c *call) suggestWrites(rules []bus.Rule) []bus.Rule {
 // glob anchored at both ends; a plain pattern matches s exactly, or as a
 // substring when exact is false.
 func matchCommand(pattern, s string, exact bool) bool {
-	p := normalize(pattern)
-	if prefix, ok := strings.CutSuffix(p, ":*"); ok && !strings.Contains(prefix, "*") {
-		prefix = strings.TrimSpace(prefix)
-		return prefix != "" && (s == prefix || strings.HasPrefix(s, prefix+" "))
-	}
-	if p == "" {
-		return false
-	}
-	if strings.Contains(p, "*") {
-		return glob(p, s)
-	}
-	if exact {
-		return s == p
-	}
-	return strings.Contains(s, p)
+	return compileCommand(pattern).match(s, exact)
 }
 
-// normalize trims s and collapses runs of white space into one space.
+// commandPattern is a command pattern read once for matching many pieces.
+type commandPattern struct {
+	p      string // normalized; for a prefix rule, the prefix
+	prefix bool
+	glob   bool
+}
+
+func compileCommand(pattern string) commandPattern {
+	p := normalize(pattern)
+	if prefix, ok := strings.CutSuffix(p, ":*"); ok && !strings.Contains(prefix, "*") {
+		return commandPattern{p: strings.TrimSpace(prefix), prefix: true}
+	}
+	return commandPattern{p: p, glob: strings.Contains(p, "*")}
+}
+
+func (m commandPattern) match(s string, exact bool) bool {
+	switch {
+	case m.p == "":
+		return false
+	case m.prefix:
+		return strings.HasPrefix(s, m.p) && (len(s) == len(m.p) || s[len(m.p)] == ' ')
+	case m.glob:
+		return glob(m.p, s)
+	case exact:
+		return s == m.p
+	}
+	return strings.Contains(s, m.p)
+}
+
+// normalize trims s and collapses runs of white space into one space:
+// a view of s when, trimmed, it has no other white space than single
+// inner spaces.
 func normalize(s string) string {
+	if t := strings.TrimSpace(s); normalized(t) {
+		return t
+	}
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// normalized reports whether strings.Join(strings.Fields(s), " ") is s.
+func normalized(s string) bool {
+	space := true // at the start: a space there is not normalized
+	for i := 0; i < len(s); {
+		r, n := rune(s[i]), 1
+		if r >= utf8.RuneSelf {
+			r, n = utf8.DecodeRuneInString(s[i:])
+		}
+		switch {
+		case r == ' ':
+			if space {
+				return false
+			}
+			space = true
+		case unicode.IsSpace(r):
+			return false
+		default:
+			space = false
+		}
+		i += n
+	}
+	return !space || s == ""
 }
 
 // glob matches s against p, where '*' matches any run of bytes and every
@@ -401,12 +544,14 @@ func glob(p, s string) bool {
 // substitution ($(, `, <(, >(), ANSI-C quoting ($'), or an unterminated
 // quote. Redirections like 2>&1 and &> do not split.
 func splitCommand(s string) (parts []string, ok bool) {
-	var cur strings.Builder
-	flush := func() {
-		if p := normalize(cur.String()); p != "" {
+	// A part is every byte between two separators: cut from s, not copied.
+	parts = make([]string, 0, 1+strings.Count(s, ";")+strings.Count(s, "\n")+strings.Count(s, "|")+strings.Count(s, "&"))
+	start := 0
+	flush := func(end int) {
+		if p := normalize(s[start:end]); p != "" {
 			parts = append(parts, p)
 		}
-		cur.Reset()
+		start = end + 1
 	}
 	const (
 		plain = iota
@@ -424,17 +569,14 @@ func splitCommand(s string) (parts []string, ok bool) {
 		ch := s[i]
 		switch state {
 		case single:
-			cur.WriteByte(ch)
 			if ch == '\'' {
 				state = plain
 			}
 			continue
 		case double:
-			cur.WriteByte(ch)
 			switch {
 			case ch == '\\' && i+1 < len(s):
 				i++
-				cur.WriteByte(s[i])
 			case ch == '"':
 				state = plain
 			case ch == '`', ch == '$' && next(i) == '(':
@@ -444,61 +586,71 @@ func splitCommand(s string) (parts []string, ok bool) {
 		}
 		switch ch {
 		case '\\':
-			cur.WriteByte(ch)
 			if i+1 < len(s) {
 				i++
-				cur.WriteByte(s[i])
 			}
 		case '\'':
 			state = single
-			cur.WriteByte(ch)
 		case '"':
 			state = double
-			cur.WriteByte(ch)
 		case '`':
 			return nil, false
 		case '$', '<', '>':
 			if n := next(i); n == '(' || (ch == '$' && n == '\'') {
 				return nil, false
 			}
-			cur.WriteByte(ch)
 		case '&':
 			if i > 0 && (s[i-1] == '>' || s[i-1] == '<') || next(i) == '>' {
-				cur.WriteByte(ch) // 2>&1, <&0, &>file
-				continue
+				continue // 2>&1, <&0, &>file
 			}
-			flush()
+			flush(i)
 		case '|', ';', '\n', '\r':
-			flush()
-		default:
-			cur.WriteByte(ch)
+			flush(i)
 		}
 	}
 	if state != plain {
 		return nil, false
 	}
-	flush()
+	flush(len(s))
 	return parts, true
 }
 
 // looseParts returns what deny and ask rules are matched against: the whole
 // command, then every piece between any separator or grouping character,
-// quoted or not, and each of those with quotes and backslashes removed. It
-// errs towards more candidates, since a deny rule that matches too much is
-// safer than one that matches too little.
+// quoted or not, and each of those with quotes and backslashes removed
+// (when that changes it). It errs towards more candidates, since a deny
+// rule that matches too much is safer than one that matches too little.
+// The pieces are cut from s, not copied, when they need no normalizing.
 func looseParts(s string) []string {
-	out := []string{normalize(s)}
+	out := make([]string, 1, 4+2*strings.Count(s, ";"))
+	out[0] = normalize(s)
 	add := func(p string) {
 		if p = normalize(p); p != "" {
 			out = append(out, p)
 		}
 	}
-	unquote := strings.NewReplacer(`'`, "", `"`, "", `\`, "")
-	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune("&|;\n\r`(){}", r) }) {
+	both := func(p string) {
 		add(p)
-		add(unquote.Replace(p))
+		if u := unquoteWord.Replace(p); u != p {
+			add(u)
+		}
 	}
-	add(unquote.Replace(s))
+	start := -1
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && strings.IndexByte("&|;\n\r`(){}", s[i]) < 0 {
+			if start < 0 {
+				start = i
+			}
+			continue
+		}
+		if start >= 0 {
+			both(s[start:i])
+			start = -1
+		}
+	}
+	if u := unquoteWord.Replace(s); u != s {
+		add(u)
+	}
 	return out
 }
 
@@ -534,9 +686,8 @@ func (c *call) dangerousWrite() (string, bool) {
 			return fmt.Sprintf("the command (%s) %s", w.by, reason), true
 		}
 	}
-	unquote := strings.NewReplacer(`"`, "", `'`, "", `\`, "")
 	for _, raw := range c.unseen {
-		for _, f := range strings.Fields(unquote.Replace(raw)) {
+		for _, f := range strings.Fields(unquoteWord.Replace(raw)) {
 			if name, ok := shellcmd.Protected(f); ok {
 				return fmt.Sprintf("the command writes to a computed path that names the dangerous %s (%s)", name, raw), true
 			}

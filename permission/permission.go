@@ -84,7 +84,9 @@ type Decision struct {
 // object (a JSON string holding an object is accepted too). A nil def is
 // denied. Order: deny rules, ask rules, read-only tools, explore mode, the
 // dangerous-path safety ask, then the mode; dont_ask turns every ask into a
-// deny at the end.
+// deny at the end. A command longer than MaxCommand is not analysed: deny
+// and ask rules see its first MaxCommand bytes, and otherwise it asks with
+// Safety (explore mode: denied).
 func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if def == nil {
 		return Decision{Behavior: Deny, Reason: "the tool has no definition"}
@@ -109,6 +111,19 @@ func (c *call) decide(pc Context, mode string) Decision {
 				return Decision{Behavior: b.behavior, Reason: fmt.Sprintf("rule %s %s", ruleString(r), b.says)}
 			}
 		}
+	}
+	if c.long || c.deep {
+		// Not analysed (MaxCommand, shellcmd.ErrTooDeep): its writes and
+		// programs are not seen, so no mode, tool or rule may allow it;
+		// only a person may.
+		if mode == Explore && !c.def.ReadOnly {
+			return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
+		}
+		reason := fmt.Sprintf("the command is %d bytes, longer than the %d whose writes and programs are judged, so it needs a confirmation", len(c.value), MaxCommand)
+		if c.deep {
+			reason = "the command nests too deep for its writes and programs to be judged, so it needs a confirmation"
+		}
+		return Decision{Behavior: Ask, Safety: true, Reason: reason}
 	}
 	if r, computed, ok := unjudged(c, pc.Rules); ok {
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), computed)}

@@ -1,6 +1,7 @@
 package permission
 
 import (
+	"errors"
 	"strings"
 
 	"mvdan.cc/sh/v3/syntax"
@@ -32,14 +33,14 @@ var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true
 // every program, so it is never suggested
 // (session 18, red team: TestAttackLauncherRuleSuggested).
 func launches(part string) bool {
-	f := strings.Fields(part)
-	if len(f) == 0 {
+	if part == "" {
 		return false
 	}
-	if assignment(f[0]) {
+	first := firstWord(part) // parts are normalized
+	if assignment(first) {
 		return true // X=1:* allows "X=1 <any program>"
 	}
-	w := unquoteWord.Replace(f[0])
+	w := unquoteWord.Replace(first)
 	w = w[strings.LastIndexByte(w, '/')+1:]
 	return wrappers[w] || shells[w] || w == "eval" || w == "source" || w == "."
 }
@@ -70,20 +71,34 @@ const (
 	maxParses  = 64
 )
 
-// commandPrograms holds a command's syntax trees (shellcmd.Parse, read once
-// for its writes too) and its programs for deny and ask rules, read from
-// them only when a deny or ask rule with a pattern needs them.
+// commandPrograms holds a command's syntax trees (shellcmd.ParseReadings,
+// read once for its writes too) and its programs for deny and ask rules,
+// read from them only when a deny or ask rule with a pattern needs them.
 type commandPrograms struct {
 	trees    []*syntax.File
+	parsed   bool
+	deep     bool // the command nests too deep to be parsed (shellcmd.ErrTooDeep)
 	list     []string
 	computed string // a simple command no rule can judge (named at run time, an alias)
 	read     bool
 }
 
+// parse parses cmd once (both grammars, one tree when they agree).
+func (p *commandPrograms) parse(cmd string) {
+	if !p.parsed {
+		var err error
+		p.trees, err = shellcmd.ParseReadings(cmd)
+		p.deep = errors.Is(err, shellcmd.ErrTooDeep)
+		p.parsed = true
+	}
+}
+
 // get returns the programs of cmd and the computed one, reading them on
-// first use.
+// first use (and parsing cmd if that was not done for its writes: the
+// start of a command longer than MaxCommand).
 func (p *commandPrograms) get(cmd string) ([]string, string) {
 	if !p.read {
+		p.parse(cmd)
 		p.list, p.computed = programs(cmd, p.trees)
 		p.read = true
 	}
@@ -127,7 +142,12 @@ func programs(cmd string, trees []*syntax.File) (out []string, computed string) 
 			return
 		}
 		parses--
-		files, _ := shellcmd.Parse(cmd)
+		files, err := shellcmd.ParseReadings(cmd)
+		if errors.Is(err, shellcmd.ErrTooDeep) {
+			over = true // its programs cannot be read
+			compute(cmd)
+			return
+		}
 		read(cmd, files, depth)
 	}
 	read = func(cmd string, files []*syntax.File, depth int) {
@@ -137,10 +157,17 @@ func programs(cmd string, trees []*syntax.File) (out []string, computed string) 
 				if over || !ok || len(call.Args) == 0 {
 					return !over
 				}
-				words := make([]string, len(call.Args))
-				static := make([]bool, len(call.Args))
+				// Most simple commands have a few words: on the stack.
+				var wordsBuf [8]string
+				var staticBuf [8]bool
+				var restBuf [9]int
+				words, static, rest := wordsBuf[:0], staticBuf[:0], restBuf[:0]
+				if n := len(call.Args); n > len(wordsBuf) {
+					words, static, rest = make([]string, 0, n), make([]bool, 0, n), make([]int, 0, n+1)
+				}
+				words, static = words[:len(call.Args)], static[:len(call.Args)]
 				// rest[i] is the length of words[i:] joined by spaces.
-				rest := make([]int, len(call.Args)+1)
+				rest = rest[:len(call.Args)+1]
 				for i, a := range call.Args {
 					if w, ok := shellcmd.Static(a); ok {
 						words[i], static[i] = w.Value, !w.Glob
@@ -166,7 +193,17 @@ func programs(cmd string, trees []*syntax.File) (out []string, computed string) 
 					}
 					prog := words[from]
 					prog = prog[strings.LastIndexByte(prog, '/')+1:]
-					out = append(out, normalize(strings.Join(append([]string{prog}, words[from+1:]...), " ")))
+					if from+1 < len(words) {
+						var b strings.Builder
+						b.Grow(rest[from])
+						b.WriteString(prog)
+						for _, w := range words[from+1:] {
+							b.WriteByte(' ')
+							b.WriteString(w)
+						}
+						prog = b.String()
+					}
+					out = append(out, normalize(prog))
 					if from > 0 && !static[from] {
 						compute(text(cmd, call))
 					}

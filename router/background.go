@@ -258,19 +258,19 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 }
 
 // userKey is the key of the bound j's task counts against beside its
-// session's: its user's; on a router with identities ids, a session bound to
-// no user (the shared agent's, which may open any number of sessions)
-// counts with every other such session under tasks.SharedKey; on an open
+// session's: its user's; on a router with identities ids, a session without
+// an agent login of its own (the shared agent's, which may open any number
+// of sessions; sharedAgents) counts with every other such session under
+// tasks.SharedKey, and one with a login of its own but no user against its
+// session's bound only; on an open
 // router a batch without a user counts against its session's bound only
 // (its claim of a user is taken on trust anyway, docs/tasks.md).
 func userKey(ids Identities, j *job) string {
 	if k := tasks.UserKey(j.user); k != "" {
 		return k
 	}
-	if ids != nil {
-		if _, bound := ids.UserOf(j.session); !bound {
-			return tasks.SharedKey
-		}
+	if sharedAgents(ids, j.session) {
+		return tasks.SharedKey
 	}
 	return ""
 }

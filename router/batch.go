@@ -30,6 +30,7 @@ type batch struct {
 	calls    []*callState
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
+	oneCall  [1]bus.Call // the calls of a new batch of one as decoded (decodeTurn)
 	// ctx is the router's (pipeline.base): each call has its own context
 	// (callContext), and a context of the batch's own would cost
 	// allocations and end nothing more.
@@ -48,7 +49,8 @@ type batch struct {
 	// results is the unclosed {"results":[...] of every call, which a
 	// read-only batch's announced batch.done leaves for the reply to
 	// finish (reportStep.done): nil when the reply encodes its own.
-	results []byte
+	results    []byte
+	resultsBox *[]byte // the pool's pointer to results' buffer (resultsBuf)
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
@@ -67,14 +69,21 @@ type callState struct {
 	settled   bus.Result      // what result points to when settle set it (no allocation of its own)
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
-	cancel    context.CancelFunc
+	cancel    stopper
 	job       job           // what the executor chain runs (jobOf)
+	ctx       callCtx       // the call's context when job.callContext makes one
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
 }
 
 // newBatch starts the batch of a turn on the pipeline.
 func (p *pipeline) newBatch(t turn, start time.Time) *batch {
-	b := &batch{p: p, turn: t, start: start}
+	return p.initBatch(new(batch), t, start)
+}
+
+// initBatch is newBatch in b, a new batch whose oneCall the turn's calls
+// may be decoded into already.
+func (p *pipeline) initBatch(b *batch, t turn, start time.Time) *batch {
+	b.p, b.turn, b.start = p, t, start
 	states, calls := b.oneState[:], b.one[:] // a batch of one call: no allocation of its own
 	if n := len(t.data.Calls); n != 1 {
 		states, calls = make([]callState, n), make([]*callState, n)
@@ -127,7 +136,13 @@ func (c *callState) safe() bool {
 }
 
 func (r *Router) onBatch(m *nats.Msg) {
-	e, t, err := r.decodeTurn(m, r.cfg.Limits)
+	var ev bus.Event // the batch's attributes: read here only, so on the stack
+	b := new(batch)  // first: a batch of one call is decoded into it
+	decoded, t, err := r.decodeTurn(m, r.cfg.Limits, &ev, b.oneCall[:0])
+	var e *bus.Event // what refusedRequest is told: nil when m was no event
+	if decoded {
+		e = &ev
+	}
 	if err == nil {
 		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
@@ -136,7 +151,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.reject(m, err)
 		return
 	}
-	b := r.pipe.newBatch(t, time.Now())
+	r.pipe.initBatch(b, t, time.Now())
 	r.m.Batches.Inc()
 	other := r.batches.track(b)
 	defer r.batches.untrack(b)
@@ -172,22 +187,25 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 }
 
-// decodeTurn reads and checks batch message m. Its data is checked as
-// checkTurn reads it (Batch.FromEvent), not first: a batch refused so is
-// decoded again in full, its data checked first, so that the error it gets
-// is the one it always got.
-func (w *wire) decodeTurn(m *nats.Msg, lim Limits) (*bus.Event, turn, error) {
-	e, err := w.decodeHead(m, "call", bus.TypeCallBatch)
-	var t turn
-	if err == nil {
-		t, err = checkTurn(e, lim)
-	}
-	if err != nil {
-		if e, err = w.decode(m, "call", bus.TypeCallBatch); err == nil {
-			t, err = checkTurn(e, lim)
+// decodeTurn reads and checks batch message m into e (decoded: e holds the
+// event, whatever the error), its calls into calls when it has room for
+// them (Batch.FromEventInto). Its data is checked as checkTurn reads it
+// (Batch.FromEvent), not first: a batch refused so is decoded again in
+// full, its data checked first, so that the error it gets is the one it
+// always got.
+func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
+	if err = w.decodeHeadTo(m, e, "call", bus.TypeCallBatch); err == nil {
+		if t, err = checkTurnInto(e, lim, calls); err == nil {
+			return true, t, nil
 		}
 	}
-	return e, t, err
+	full, err := w.decode(m, "call", bus.TypeCallBatch)
+	if err != nil {
+		return false, turn{}, err
+	}
+	*e = *full
+	t, err = checkTurnInto(e, lim, calls)
+	return true, t, err
 }
 
 // run executes the batch from call index start, run after run (nextRun),
@@ -327,7 +345,7 @@ func (b *batch) executeAll(execs []*callState) {
 func (b *batch) execute(c *callState) {
 	j := jobOf(b, c)
 	ctx, cancel := j.callContext(b.ctx)
-	defer cancel()
+	defer cancel.stop()
 	b.mu.Lock()
 	if c.result != nil { // interrupted before it started
 		b.mu.Unlock()
@@ -600,6 +618,7 @@ type pipeline struct {
 	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
+	calls    *callContexts   // the read-only calls' contexts under base (callctx.go); nil: WithDeadline's
 }
 
 // newPipeline wires the batch pipeline from a started Router.
@@ -622,6 +641,7 @@ func (r *Router) newPipeline() *pipeline {
 		audit:    r.guards.audit,
 		log:      r.log,
 		base:     r.base,
+		calls:    newCallContexts(r.base),
 	}
 }
 
@@ -766,7 +786,7 @@ func (b *batch) interrupt(ids []string) {
 	for _, c := range b.calls {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
 			if c.cancel != nil {
-				c.cancel()
+				c.cancel.stop()
 			} else if c.ledgered() || c.mayPark() {
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}

@@ -445,16 +445,14 @@ func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pendi
 }
 
 // natsUser is the NATS user whose credentials alone may publish in
-// session: its bound agent user (docs/security.md); "" when the router is
-// open or the session unbound (then any agent or operator may have).
+// session: its own agent user, bound to a user or not (docs/security.md;
+// 1.13, before only a bound one); "" when the router is open or the
+// session is the shared agent's (then any agent or operator may have).
 func (a *auditTrail) natsUser(session string) string {
-	if a.ids == nil {
+	if a.ids == nil || !bus.ValidID(session) || sharedAgents(a.ids, session) {
 		return ""
 	}
-	if _, bound := a.ids.UserOf(session); bound {
-		return "session-" + session
-	}
-	return ""
+	return "session-" + session
 }
 
 // callRecord is the audit record of call c of session's batch replyID,
@@ -577,6 +575,7 @@ func ledgerCall(j *job, timeout time.Duration) ledger.Call {
 	if j.sent != nil {
 		sent = j.sent
 	}
-	return ledger.Call{Key: j.key(), Call: j.call, Digest: bus.CallDigest(j.call.Name, sent), Timeout: timeout, Expiry: j.deadline,
+	return ledger.Call{Key: j.key(), Call: j.call, Digest: bus.CompactCallDigest(j.call.Name, sent), Canon: bus.CallDigest(j.call.Name, sent),
+		Timeout: timeout, Expiry: j.deadline,
 		Retry: def.Idempotent && def.MaxAttempts > 1, Durable: def.Durable}
 }

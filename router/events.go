@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 
 	fastjson "github.com/goccy/go-json"
 
@@ -179,7 +180,7 @@ func appendEncoded(buf []byte, c *callState) []byte {
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
 	if !readOnlyBatch(b) {
-		buf := append(resultsJSON(b, true, 2), '}')
+		buf := append(resultsJSON(b, true, 2, nil), '}')
 		s.publish(b, doneID(b), bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
 		return
@@ -187,7 +188,7 @@ func (s reportStep) done(b *batch) {
 	// Room for the reply's members after the results: the announce
 	// copies the message before it returns, so the reply, which carries
 	// the same results, finishes this buffer instead of encoding them again.
-	buf := append(resultsJSON(b, true, replySpare), '}')
+	buf := append(resultsJSON(b, true, replySpare, resultsBuf(b)), '}')
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, buf); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
 	}
@@ -257,9 +258,9 @@ func readOnlyCall(c *callState) bool {
 // reply sends io.toolbus.call.reply: the finished results in call order,
 // the parked calls, and the session's revision (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
-	buf := b.results
+	buf, pooled := b.results, b.results != nil
 	if b.results = nil; buf == nil || len(b.parked) > 0 {
-		buf = resultsJSON(b, false, replySpare)
+		buf, pooled = resultsJSON(b, false, replySpare, nil), false
 	}
 	buf = append(buf, `,"parked":`...)
 	var pj []byte
@@ -280,11 +281,53 @@ func (s reportStep) reply(b *batch, subject string) {
 	if err != nil {
 		s.log.Warn("router: reply failed", "session", b.session, "reply", b.replyID, "err", err)
 	}
+	if pooled {
+		releaseResults(b, buf)
+	}
+}
+
+// resultsBufs are the buffers of read-only batches' results: batch.done's,
+// which the reply finishes. Both messages are copied as they are published
+// (core NATS), and the calls' encoded results (callState.raw), slices of
+// the buffer, are let go before it goes back (releaseResults): the reply is
+// a read-only batch's last use of them.
+var resultsBufs sync.Pool
+
+const maxPooledResults = 64 << 10
+
+// resultsBuf is an empty buffer from resultsBufs for b, or nil.
+func resultsBuf(b *batch) []byte {
+	if p, ok := resultsBufs.Get().(*[]byte); ok {
+		b.resultsBox = p // Put again with it: no allocation for the pointer
+		return (*p)[:0]
+	}
+	return nil
+}
+
+// releaseResults puts buf, the results of b's reply, back once nothing of
+// b refers to it any more.
+func releaseResults(b *batch, buf []byte) {
+	b.mu.Lock()
+	for _, c := range b.calls {
+		c.raw = nil
+	}
+	b.mu.Unlock()
+	if cap(buf) > maxPooledResults {
+		return
+	}
+	p := b.resultsBox
+	if b.resultsBox = nil; p == nil {
+		p = new([]byte)
+	}
+	*p = buf[:0]
+	resultsBufs.Put(p)
 }
 
 // resultsJSON returns {"results":[...] of b's finished calls (all:
-// every call) in call order, unclosed, with room for spare more bytes.
-func resultsJSON(b *batch, all bool, spare int) []byte {
+// every call) in call order, unclosed, with room for spare more bytes: in
+// buf when it has the room (an empty buffer of resultsBufs), else in a
+// new one.
+func resultsJSON(b *batch, all bool, spare int, buf []byte) []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	size := len(`{"results":[]`) + spare
@@ -297,7 +340,10 @@ func resultsJSON(b *batch, all bool, spare int) []byte {
 			size += c.result.Size() + 1
 		}
 	}
-	buf := append(make([]byte, 0, size), `{"results":[`...)
+	if cap(buf) < size {
+		buf = make([]byte, 0, size)
+	}
+	buf = append(buf[:0], `{"results":[`...)
 	n := 0
 	for _, c := range b.calls {
 		if !all && c.result == nil {

@@ -50,7 +50,7 @@ type job struct {
 	bounded bool
 	until   time.Time
 	timeout time.Duration
-	cancel  context.CancelFunc
+	cancel  stopper
 	keyed   string    // key(), once computed
 	watch   execWatch // the request in flight (execWatches)
 }
@@ -58,24 +58,45 @@ type job struct {
 // callContext returns the one context of call j under parent. A core
 // read-only call of one attempt gets the attempt's deadline (with its
 // grace) at once, and the attempt runs in it: one context and one timer
-// per call. Any other call gets a cancel, and each attempt its deadline.
+// per call (a callCtx kept in the call's state, its timer pooled). Any other call gets a cancel, and each attempt its deadline.
 // (A call through the ledger is not bounded so: its claim and record
 // must not end at the tool's deadline.)
-func (j *job) callContext(parent context.Context) (context.Context, context.CancelFunc) {
+func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 	if j.runsTool() {
 		def := &j.tool.Def
 		if def.ReadOnly && !def.Durable && max(def.MaxAttempts, 1) == 1 {
 			j.until, j.timeout = callDeadline(time.Now(), def.TimeoutMS, j.deadline)
 			if j.timeout > 0 {
 				j.bounded = true
-				ctx, cancel := context.WithDeadline(parent, j.until.Add(ledger.TimeoutGrace))
-				j.cancel = cancel
-				return ctx, cancel
+				d := j.until.Add(ledger.TimeoutGrace)
+				if list := j.b.p.calls; list != nil && j.b.ctx == list.base && parent == j.b.ctx {
+					// The usual case: a batch's call under the router's
+					// base (callctx.go), without WithDeadline's
+					// allocations and the base's lock.
+					j.c.ctx.start(list, parent, d)
+					j.cancel = &j.c.ctx
+					return &j.c.ctx, j.cancel
+				}
+				ctx, cancel := context.WithDeadline(parent, d)
+				j.cancel = cancelFunc(cancel)
+				return ctx, j.cancel
 			}
 		}
 	}
-	return context.WithCancel(parent)
+	ctx, cancel := context.WithCancel(parent)
+	return ctx, cancelFunc(cancel)
 }
+
+// stopper ends a call's context: a callCtx, or the cancel func of a
+// context of the context package's (cancelFunc). An interface rather than
+// a func, so that a callCtx needs no closure for it.
+type stopper interface{ stop() }
+
+// cancelFunc is a context.CancelFunc as a stopper (a func fits an
+// interface as it is: no allocation).
+type cancelFunc context.CancelFunc
+
+func (f cancelFunc) stop() { f() }
 
 // key is the call's ledger and P_parked key.
 func (j *job) key() string {
@@ -246,8 +267,10 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	// marking the watch vanished first.
 	wctx, cancel := ctx, j.cancel
 	if !bounded {
-		wctx, cancel = context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
-		defer cancel()
+		var stop context.CancelFunc
+		wctx, stop = context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
+		defer stop()
+		cancel = cancelFunc(stop)
 	}
 	w := x.watch.add(&j.watch, j.call.Name, callRef{j.session, j.replyID, j.call.ID}, cancel)
 	defer x.watch.remove(w)
@@ -533,7 +556,7 @@ type execWatch struct {
 	tool       string
 	call       callRef // its key built only when the watchdog asks (key)
 	since      time.Time
-	cancel     context.CancelFunc
+	cancel     stopper
 	vanished   atomic.Bool // set by the watchdog before it cancels
 	prev, next *execWatch  // in execWatches' list, under its lock
 }
@@ -554,7 +577,7 @@ type callRef struct{ session, replyID, id string }
 func (c callRef) key() string { return bus.CallKey(c.session, c.replyID, c.id) }
 
 // add watches w, the request of tool's call in flight until cancel.
-func (x *execWatches) add(w *execWatch, tool string, call callRef, cancel context.CancelFunc) *execWatch {
+func (x *execWatches) add(w *execWatch, tool string, call callRef, cancel stopper) *execWatch {
 	w.tool, w.call, w.since, w.cancel = tool, call, time.Now(), cancel
 	w.vanished.Store(false)
 	x.mu.Lock()
@@ -603,7 +626,7 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 	for _, w := range lost {
 		log.Warn("router: worker vanished mid-call", "tool", w.tool, "call", w.call.key())
 		w.vanished.Store(true)
-		w.cancel()
+		w.cancel.stop()
 	}
 }
 

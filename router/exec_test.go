@@ -53,7 +53,7 @@ func TestExecWatchesList(t *testing.T) {
 		return keys
 	}
 	for i := range ws {
-		x.add(&ws[i], "t", callRef{"s", "r", fmt.Sprint(i)}, func() {})
+		x.add(&ws[i], "t", callRef{"s", "r", fmt.Sprint(i)}, cancelFunc(func() {}))
 	}
 	for _, step := range []struct {
 		remove int
@@ -64,8 +64,8 @@ func TestExecWatchesList(t *testing.T) {
 			t.Fatalf("after removing %d: %q, want %q", step.remove, got, step.want)
 		}
 	}
-	x.add(&ws[1], "t", callRef{"s", "r", "1"}, func() {})
-	x.add(&ws[2], "t", callRef{"s", "r", "2"}, func() {})
+	x.add(&ws[1], "t", callRef{"s", "r", "1"}, cancelFunc(func() {}))
+	x.add(&ws[2], "t", callRef{"s", "r", "2"}, cancelFunc(func() {}))
 	x.remove(&ws[2])
 	if got := list(); got != "1" {
 		t.Fatalf("added again: %q", got)

@@ -181,12 +181,16 @@ type turn struct {
 // checkTurn checks a decoded io.toolbus.call.batch (its session already
 // checked against the subject): the reply id, the calls, the expiry and
 // the request. Errors are bad_event or bad_request.
-func checkTurn(e *bus.Event, lim Limits) (turn, error) {
+func checkTurn(e *bus.Event, lim Limits) (turn, error) { return checkTurnInto(e, lim, nil) }
+
+// checkTurnInto is checkTurn whose calls are read into calls when it has
+// room for them (Batch.FromEventInto).
+func checkTurnInto(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}
 	var data bus.Batch
-	if err := data.FromEvent(e); err != nil {
+	if err := data.FromEventInto(e, calls); err != nil {
 		return turn{}, err
 	}
 	n := len(data.Calls)
@@ -266,6 +270,28 @@ type Identities interface {
 	// UserOf returns the toolbus user session is bound to, and whether
 	// it is bound at all.
 	UserOf(session string) (user string, bound bool)
+	// OwnAgent reports whether session has an agent login of its own
+	// (session-<s>), bound to a user or not (1.13): only that login may
+	// act in it, so its batches are that login's, not the shared agent's.
+	// A bound session has one.
+	OwnAgent(session string) bool
+}
+
+// sharedAgents reports whether session is the shared agent's on a router
+// with identities ids (docs/security.md): it has no agent login of its
+// own, so any agent login may act in it, the shared agent under any
+// number of sessions. Their batches share one pool of slots (shares.go),
+// their tasks one user's bound (userKey), their replays a part of the
+// events stream's consumers, and their refusals one record budget
+// (unboundCaller). A session with a login of its own, bound to a user or
+// not, is an identity of its own in each. False on an open router (ids
+// nil).
+func sharedAgents(ids Identities, session string) bool {
+	if ids == nil {
+		return false
+	}
+	_, bound := ids.UserOf(session)
+	return !bound && !ids.OwnAgent(session)
 }
 
 // identify returns the user a batch or tools.query of session runs as

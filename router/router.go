@@ -417,7 +417,7 @@ func (r *Router) bind() {
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
-		replay.bound = func(s string) bool { _, ok := ids.UserOf(s); return ok }
+		replay.bound = func(s string) bool { return !sharedAgents(ids, s) }
 	}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
@@ -555,22 +555,44 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 }
 
 // handle runs h on m in the slot the caller took of sem (and counted in
-// sh), and gives it back.
+// sh), and gives it back. The task is pooled: one closure per message
+// less (it is free once its Run returns).
 func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
 	r.m.Inflight.Inc()
-	r.pool.Go(func() {
-		defer func() {
-			r.m.Inflight.Dec()
-			if p := recover(); p != nil {
-				r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p, "stack", string(debug.Stack()))
-				_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
-			}
-			<-sem
-			r.shares.give(sh)
-			r.life.Leave()
-		}()
-		h(m)
-	})
+	t, _ := handlings.Get().(*handling)
+	if t == nil {
+		t = new(handling)
+	}
+	*t = handling{r: r, sem: sem, h: h, m: m, sh: sh}
+	r.pool.Run(t)
+}
+
+// handling is one message handle runs on the pool.
+type handling struct {
+	r   *Router
+	sem chan struct{}
+	h   func(*nats.Msg)
+	m   *nats.Msg
+	sh  share
+}
+
+var handlings sync.Pool
+
+func (t *handling) Run() {
+	r, sem, h, m, sh := t.r, t.sem, t.h, t.m, t.sh
+	*t = handling{}
+	handlings.Put(t)
+	defer func() {
+		r.m.Inflight.Dec()
+		if p := recover(); p != nil {
+			r.log.Error("router: handler panicked", "subject", m.Subject, "panic", p, "stack", string(debug.Stack()))
+			_ = bus.RespondError(r.nc, m, r.source, bus.Errorf(bus.CodeInternal, "router failed on this message"))
+		}
+		<-sem
+		r.shares.give(sh)
+		r.life.Leave()
+	}()
+	h(m)
 }
 
 // Stop is Drain with a deadline of at most StopTimeout.
@@ -791,10 +813,19 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 // nor copied first.
 func (w *wire) decodeHead(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	e := new(bus.Event)
-	if err := bus.DecodeHead(m, e); err != nil {
+	if err := w.decodeHeadTo(m, e, kind, typ); err != nil {
 		return nil, err
 	}
-	return w.checked(m, e, kind, typ)
+	return e, nil
+}
+
+// decodeHeadTo is decodeHead into e, which the caller holds.
+func (w *wire) decodeHeadTo(m *nats.Msg, e *bus.Event, kind, typ string) error {
+	if err := bus.DecodeHead(m, e); err != nil {
+		return err
+	}
+	_, err := w.checked(m, e, kind, typ)
+	return err
 }
 
 // checked is decode's checks of a decoded event e.

@@ -9,9 +9,10 @@ import (
 // A session's share of the router's slots (docs/router.md "a session's
 // share"): the batches and tools queries of one session hold at most
 // Config.MaxSessionInflight of the MaxInflight slots at once, and on a
-// router with identities those of the sessions bound to no user (the
-// shared agent's, which may open any number of sessions) hold at most
-// sharedPool of them together. Past either such a message is answered
+// router with identities those of the sessions without an agent login of
+// their own (the shared agent's, which may open any number of sessions;
+// sharedAgents) hold at most sharedPool of them together. A session with
+// a login of its own, bound to a user or not, is outside the pool (1.13). Past either such a message is answered
 // busy at once, before it takes or waits for a slot, so one session (or
 // the shared agent) cannot keep every other session's batches out. Task
 // waits have a bound of their own (16 a session, tasks.MaxSessionWaits);
@@ -25,9 +26,9 @@ func DefaultSessionShare(maxInflight int) int {
 	return max(maxInflight/8, min(maxInflight, 16))
 }
 
-// sharedPool is the slots the sessions bound to no user may hold together
-// on a router with identities: three quarters, so the bound sessions keep
-// a quarter (as replays keep 256 of the events stream's 1,024 consumers
+// sharedPool is the slots the shared agent's sessions may hold together
+// on a router with identities: three quarters, so the sessions with agent
+// logins of their own keep a quarter (as replays keep 256 of the events stream's 1,024 consumers
 // for them, docs/security.md).
 func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
 
@@ -35,9 +36,10 @@ func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
 // nothing: every take succeeds.
 type shares struct {
 	most int // of one session; 0: no shares
-	pool int // of the sessions bound to no user together; 0: no pool
-	// bound reports whether a session is bound to a user (nil: no pool).
-	bound func(session string) bool
+	pool int // of the shared agent's sessions together; 0: no pool
+	// shared reports whether a session is the shared agent's (no agent
+	// login of its own, sharedAgents; nil: no pool).
+	shared func(session string) bool
 
 	mu     sync.Mutex
 	held   map[string]int // session → slots held
@@ -57,7 +59,7 @@ func newShares(maxInflight, most int, ids Identities) *shares {
 	s := &shares{most: min(most, maxInflight), held: map[string]int{}}
 	if ids != nil {
 		s.pool = sharedPool(maxInflight)
-		s.bound = func(session string) bool { _, ok := ids.UserOf(session); return ok }
+		s.shared = func(session string) bool { return sharedAgents(ids, session) }
 	}
 	return s
 }
@@ -66,7 +68,7 @@ func newShares(maxInflight, most int, ids Identities) *shares {
 type share struct {
 	session string
 	counted bool // against the session's share
-	pooled  bool // and against the unbound sessions' pool
+	pooled  bool // and against the shared agent's pool
 }
 
 // take counts one slot of session's; refused is "" or why it was refused,
@@ -75,7 +77,7 @@ func (s *shares) take(session string) (sh share, refused string) {
 	if s.most == 0 {
 		return share{}, ""
 	}
-	pooled := s.bound != nil && !s.bound(session)
+	pooled := s.shared != nil && s.shared(session)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held[session] >= s.most {

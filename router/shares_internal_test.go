@@ -9,7 +9,11 @@ import (
 // bindings is Identities over a map.
 type bindings map[string]string
 
-func (b bindings) UserOf(s string) (string, bool) { u, ok := b[s]; return u, ok }
+func (b bindings) UserOf(s string) (string, bool) { u := b[s]; return u, u != "" }
+
+// OwnAgent: a session in the map has its own agent login, bound to the
+// user it maps to, or to none ("").
+func (b bindings) OwnAgent(s string) bool { _, ok := b[s]; return ok }
 
 // TestSharesDefaults: the share a router's MaxInflight and
 // MaxSessionInflight give, and the unbound sessions' pool.
@@ -39,12 +43,13 @@ func TestSharesDefaults(t *testing.T) {
 
 // TestSharesAccounting: a session takes up to its share and is refused
 // past it while other sessions take theirs; a slot given back can be taken
-// again; with identities the sessions bound to no user share one pool,
-// bound sessions are outside it, and a session bound or unbound while it
+// again; with identities the shared agent's sessions (no agent login of
+// their own) share one pool, sessions with a login of their own, bound to
+// a user or not, are outside it, and a session bound or unbound while it
 // holds slots gives each back where it took it.
 func TestSharesAccounting(t *testing.T) {
-	ids := bindings{"alice-s": "alice"}
-	s := &shares{most: 2, pool: 3, held: map[string]int{}, bound: func(x string) bool { _, ok := ids.UserOf(x); return ok }}
+	ids := bindings{"alice-s": "alice", "own-s": ""} // own-s: an agent login of its own, no user
+	s := &shares{most: 2, pool: 3, held: map[string]int{}, shared: func(x string) bool { return sharedAgents(ids, x) }}
 	type step struct {
 		op      string // take or give (the n-th share taken, counting from 0)
 		session string
@@ -64,6 +69,9 @@ func TestSharesAccounting(t *testing.T) {
 		{"take", "c", 5, ""},                          // a slot of the pool came back
 		{"take", "a", 0, "sessions bound to no user"}, // a holds one of its two, but the pool is full again
 		{"take", "alice-s", 0, "this session holds its share"},
+		{"take", "own-s", 6, ""}, // a login of its own (1.13): outside the pool though unbound
+		{"take", "own-s", 7, ""},
+		{"take", "own-s", 0, "this session holds its share"}, // its own share still holds
 	}
 	for i, st := range steps {
 		switch st.op {

@@ -383,7 +383,13 @@ func TestDecodeTurnAsBefore(t *testing.T) {
 		"structured, not JSON, bad id":  structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":{]}`),
 		"structured, bad input, bad id": structured("r 1", `{"calls":[{"id":"c1","name":"echo","input":[]}]}`),
 	} {
-		e, turn, err := w.decodeTurn(m, testLimits)
+		var ev bus.Event
+		var into [1]bus.Call // as onBatch decodes a batch of one call: into its batch
+		decoded, turn, err := w.decodeTurn(m, testLimits, &ev, into[:0])
+		var e *bus.Event
+		if decoded {
+			e = &ev
+		}
 		we, werr := w.decode(m, "call", bus.TypeCallBatch)
 		var wturn any
 		if werr == nil {

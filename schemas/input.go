@@ -206,19 +206,27 @@ func readValue(b []byte, i int) (any, int, bool) {
 	return nil, i, false
 }
 
+// readObject and readArray read their members in a loop of their own (a
+// member func given to a shared reader was a closure on the heap per
+// object), and an object's keys as strings, not boxed in an any.
 func readObject(b []byte, i int) (any, int, bool) {
 	m := map[string]any{}
-	i, ok := readSeq(b, i, '}', func(i int) (int, bool) {
-		k, j, ok := readString(b, i)
-		if i = skipWS(b, j); !ok || i >= len(b) || b[i] != ':' {
-			return i, false
+	i, more, ok := openSeq(b, i, '}')
+	for more {
+		var k string
+		k, i, ok = readKey(b, i)
+		if i = skipWS(b, i); !ok || i >= len(b) || b[i] != ':' {
+			return nil, i, false
 		}
-		v, j, ok := readValue(b, skipWS(b, i+1))
-		if ok {
-			m[k.(string)] = v
+		var v any
+		if v, i, ok = readValue(b, skipWS(b, i+1)); !ok {
+			return nil, i, false
 		}
-		return j, ok
-	})
+		m[k] = v
+		if i, more, ok = nextInSeq(b, i, '}'); !ok {
+			return nil, i, false
+		}
+	}
 	if !ok {
 		return nil, i, false
 	}
@@ -227,40 +235,65 @@ func readObject(b []byte, i int) (any, int, bool) {
 
 func readArray(b []byte, i int) (any, int, bool) {
 	a := []any{}
-	i, ok := readSeq(b, i, ']', func(i int) (int, bool) {
-		v, j, ok := readValue(b, i)
+	i, more, ok := openSeq(b, i, ']')
+	for more {
+		var v any
+		v, i, ok = readValue(b, i)
 		a = append(a, v)
-		return j, ok
-	})
+		if !ok {
+			return nil, i, false
+		}
+		if i, more, ok = nextInSeq(b, i, ']'); !ok {
+			return nil, i, false
+		}
+	}
 	if !ok {
 		return nil, i, false
 	}
 	return a, i, true
 }
 
-// readSeq reads the members of the object or array whose opening bracket
-// is at b[i], up to its closing one, with member reading each from where
-// it starts; it returns where the value ends.
-func readSeq(b []byte, i int, closing byte, member func(i int) (int, bool)) (int, bool) {
+// openSeq starts reading the object or array whose opening bracket is at
+// b[i]: more says a member starts at the index returned; else the value
+// ended there (ok) or is cut short.
+func openSeq(b []byte, i int, closing byte) (next int, more, ok bool) {
 	i = skipWS(b, i+1)
 	if i < len(b) && b[i] == closing {
-		return i + 1, true
+		return i + 1, false, true
 	}
-	for i < len(b) {
-		j, ok := member(i)
-		if !ok {
-			return j, false
-		}
-		i = skipWS(b, j)
-		if i < len(b) && b[i] == closing {
-			return i + 1, true
-		}
-		if i >= len(b) || b[i] != ',' {
-			return i, false
-		}
-		i = skipWS(b, i+1)
+	return i, i < len(b), i < len(b)
+}
+
+// nextInSeq goes on after a member that ended at b[i]: to the next one
+// (more), or past the closing bracket.
+func nextInSeq(b []byte, i int, closing byte) (next int, more, ok bool) {
+	i = skipWS(b, i)
+	switch {
+	case i < len(b) && b[i] == closing:
+		return i + 1, false, true
+	case i >= len(b) || b[i] != ',':
+		return i, false, false
 	}
-	return i, false
+	i = skipWS(b, i+1)
+	return i, i < len(b), i < len(b)
+}
+
+// readKey is readString for an object's key.
+func readKey(b []byte, i int) (string, int, bool) {
+	if i >= len(b) || b[i] != '"' {
+		return "", i, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return string(b[i+1 : j]), j + 1, true
+		case c == '\\' || c < 0x20 || c > 0x7e:
+			v, j, ok := readString(b, i)
+			k, _ := v.(string)
+			return k, j, ok
+		}
+	}
+	return "", len(b), false
 }
 
 // readString reads the string at b[i]; one with an escape or a byte

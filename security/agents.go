@@ -253,12 +253,15 @@ func newSeed(dir, abs, url string, u User) (string, error) {
 
 // Bindings is the session → user bindings a router runs with
 // (router.Identities): the session users' User in a users.json, or an
-// identities file {"sessions": {"s1": "alice"}} for a deployment whose
-// NATS users are made elsewhere. It is safe for concurrent use; Load
-// replaces the bindings whole.
+// identities file {"sessions": {"s1": "alice"}, "agents": ["s2"]} for a
+// deployment whose NATS users are made elsewhere; and which sessions have
+// an agent user of their own (in a users.json every session user, bound or
+// not; in an identities file the bound sessions and those "agents" lists,
+// 1.13). It is safe for concurrent use; Load replaces the bindings whole.
 type Bindings struct {
-	mu sync.RWMutex
-	m  map[string]string
+	mu  sync.RWMutex
+	m   map[string]string
+	own map[string]bool
 }
 
 // LoadBindings reads the bindings of file.
@@ -277,12 +280,12 @@ func (b *Bindings) Load(file string) error {
 	if err != nil {
 		return fmt.Errorf("security: identities: %w", err)
 	}
-	m, err := ParseBindings(data)
+	m, own, err := ParseIdentities(data)
 	if err != nil {
 		return fmt.Errorf("security: identities %s: %w", file, err)
 	}
 	b.mu.Lock()
-	b.m = m
+	b.m, b.own = m, own
 	b.mu.Unlock()
 	return nil
 }
@@ -290,34 +293,57 @@ func (b *Bindings) Load(file string) error {
 // ParseBindings reads bindings from a users.json (an array of users) or
 // an identities file ({"sessions": {"<session>": "<user>"}}).
 func ParseBindings(data []byte) (map[string]string, error) {
+	m, _, err := ParseIdentities(data)
+	return m, err
+}
+
+// ParseIdentities reads a users.json (an array of users) or an identities
+// file ({"sessions": {"<session>": "<user>"}, "agents": ["<session>"]}):
+// the bindings, and the sessions with an agent user of their own (1.13):
+// in a users.json every session user's, bound or not; in an identities
+// file every bound session's and those "agents" lists (logins made
+// elsewhere, bound to no user).
+func ParseIdentities(data []byte) (bind map[string]string, own map[string]bool, err error) {
 	data = bytes.TrimSpace(data)
-	m := map[string]string{}
+	bind, own = map[string]string{}, map[string]bool{}
 	if len(data) > 0 && data[0] == '[' {
 		var users []User
 		if err := json.Unmarshal(data, &users); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, u := range users {
-			if u.Role == RoleSession && u.Session != "" && u.User != "" {
-				m[u.Session] = u.User
+			if u.Role != RoleSession || u.Session == "" {
+				continue
+			}
+			own[u.Session] = true
+			if u.User != "" {
+				bind[u.Session] = u.User
 			}
 		}
-		return m, nil
+		return bind, own, nil
 	}
 	var f struct {
 		Sessions map[string]string `json:"sessions"`
+		Agents   []string          `json:"agents"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("want a users.json array or {\"sessions\": {\"<session>\": \"<user>\"}}: %w", err)
+		return nil, nil, fmt.Errorf("want a users.json array or {\"sessions\": {\"<session>\": \"<user>\"}, \"agents\": [\"<session>\"]}: %w", err)
 	}
 	for s, u := range f.Sessions {
 		if s == "" || u == "" {
-			return nil, fmt.Errorf("session %q bound to user %q: neither may be empty", s, u)
+			return nil, nil, fmt.Errorf("session %q bound to user %q: neither may be empty", s, u)
 		}
+		bind[s], own[s] = u, true
 	}
-	return f.Sessions, nil
+	for _, s := range f.Agents {
+		if !bus.ValidID(s) {
+			return nil, nil, fmt.Errorf("agents: %q is not a session id", s)
+		}
+		own[s] = true
+	}
+	return bind, own, nil
 }
 
 // UserOf returns the user session is bound to.
@@ -326,6 +352,14 @@ func (b *Bindings) UserOf(session string) (string, bool) {
 	defer b.mu.RUnlock()
 	u, ok := b.m[session]
 	return u, ok
+}
+
+// OwnAgent reports whether session has an agent user of its own, bound to
+// a user or not (1.13; router.Identities).
+func (b *Bindings) OwnAgent(session string) bool {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.own[session]
 }
 
 // Refresh rewrites dir's nats-server.conf and users.json from its spec

@@ -117,6 +117,57 @@ func TestParseBindings(t *testing.T) {
 	}
 }
 
+// TestParseIdentities (1.13): which sessions have an agent login of their
+// own, bound to a user or not: every session user of a users.json, and in
+// an identities file the bound sessions and those "agents" lists. The
+// router takes a session without one for the shared agent's.
+func TestParseIdentities(t *testing.T) {
+	for _, c := range []struct {
+		in      string
+		bind    map[string]string
+		own     []string
+		refused bool
+	}{
+		{`[{"name": "session-s1", "role": "session", "session": "s1", "user": "bob"}, {"name": "session-s2", "role": "session", "session": "s2"}, {"name": "agent", "role": "agent"}]`,
+			map[string]string{"s1": "bob"}, []string{"s1", "s2"}, false},
+		{`{"sessions": {"s1": "alice"}, "agents": ["s2"]}`, map[string]string{"s1": "alice"}, []string{"s1", "s2"}, false},
+		{`{"sessions": {"s1": "alice"}}`, map[string]string{"s1": "alice"}, []string{"s1"}, false},
+		{`{"agents": ["s 2"]}`, nil, nil, true},
+	} {
+		bind, own, err := security.ParseIdentities([]byte(c.in))
+		if (err != nil) != c.refused {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		if c.refused {
+			continue
+		}
+		var got []string
+		for s := range own {
+			got = append(got, s)
+		}
+		slices.Sort(got)
+		if !mapsEqual(bind, c.bind) || !slices.Equal(got, c.own) {
+			t.Errorf("%s: bindings %v, own agents %v; want %v, %v", c.in, bind, got, c.bind, c.own)
+		}
+	}
+	// A session agent added without a user (toolbus security agent
+	// --session s2) is one of its own, bound to nobody.
+	dir := filepath.Join(t.TempDir(), "secure")
+	if _, err := security.Generate(dir, "", security.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := security.AddAgent(dir, "s2", ""); err != nil {
+		t.Fatal(err)
+	}
+	b, err := security.LoadBindings(filepath.Join(dir, security.UsersFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, bound := b.UserOf("s2"); bound || !b.OwnAgent("s2") || b.OwnAgent("s3") {
+		t.Fatalf("s2 bound %v, own agent %v; s3 own agent %v", bound, b.OwnAgent("s2"), b.OwnAgent("s3"))
+	}
+}
+
 func mapsEqual(a, b map[string]string) bool {
 	if len(a) != len(b) {
 		return false

@@ -8,8 +8,11 @@ package shellcmd
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -28,7 +31,10 @@ var grammars = []struct {
 // both trees (err nil); Writes takes what parses.
 func Parse(cmd string) (files []*syntax.File, err error) {
 	for _, g := range grammars {
-		f, perr := syntax.NewParser(g.opt).Parse(strings.NewReader(cmd), "")
+		f, perr := parse(g.opt, cmd)
+		if errors.Is(perr, ErrTooDeep) {
+			return nil, fmt.Errorf("%s: %w", g.name, perr)
+		}
 		if perr != nil {
 			err = cmp.Or(err, fmt.Errorf("%s: %w", g.name, perr))
 			continue
@@ -36,6 +42,119 @@ func Parse(cmd string) (files []*syntax.File, err error) {
 		files = append(files, f)
 	}
 	return files, err
+}
+
+// ParseReadings returns the distinct trees of Parse: one when the two
+// grammars cannot read cmd differently. When cmd holds none of the text
+// on which mvdan.cc/sh's POSIX and bash grammars part (sameReading), the
+// POSIX parse walks the same lexer and parser paths as the bash one and
+// gives an equal tree, or fails where only POSIX refuses a construct
+// (then Parse too gives the bash tree alone); so cmd is parsed once. A
+// caller that reads the trees for what they run or write sees the same
+// things, each once (TestParseReadings, FuzzParseReadings). err is set
+// when no grammar parses cmd.
+func ParseReadings(cmd string) ([]*syntax.File, error) {
+	if !sameReading(cmd) {
+		files, err := Parse(cmd)
+		if len(files) > 0 {
+			err = nil
+		}
+		return files, err
+	}
+	f, err := parse(grammars[1].opt, cmd)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", grammars[1].name, err)
+	}
+	return []*syntax.File{f}, nil
+}
+
+// ErrTooDeep is Parse's error for a command that nests deeper than the
+// parser may recurse (maxFrames): mvdan.cc/sh's parser recurses once or
+// more per level of parentheses, braces, substitutions, && and |
+// chains and arithmetic operators, and 64 KiB of "(" took it 5 s and
+// 256 MB of stack, 256 KiB a fatal stack overflow (session 19). Such a
+// command cannot be read; a caller must not treat it as one that merely
+// does not parse (bash may run it).
+var ErrTooDeep = errors.New("the command nests too deep to be read")
+
+// maxFrames bounds the parser's stack, in calls: about 200 levels of
+// "(" (subshells in POSIX sh, arithmetic in bash, some 23 calls each),
+// 600 of "$(" and 800 of "{ ". The stack is checked at each read of the
+// parser (readChunk bytes), so a level of nesting past maxFrames is
+// refused within the next readChunk bytes: the stack stays under about
+// 3 MB. A check costs a walk of the stack, some microseconds for an
+// ordinary command and at most about a millisecond at the bound.
+const maxFrames = 5000
+
+// readChunk is the most one read gives the parser (its buffer's size).
+const readChunk = 1024
+
+// depthReader feeds the parser cmd and refuses to go on (ErrTooDeep)
+// once the goroutine's stack holds maxFrames calls.
+type depthReader struct {
+	s   string
+	off int
+	pc  [1]uintptr
+}
+
+func (r *depthReader) Read(b []byte) (int, error) {
+	if r.off >= len(r.s) {
+		return 0, io.EOF
+	}
+	if runtime.Callers(maxFrames, r.pc[:]) > 0 {
+		return 0, ErrTooDeep
+	}
+	n := copy(b[:min(len(b), readChunk)], r.s[r.off:])
+	r.off += n
+	return n, nil
+}
+
+// parse parses cmd in one grammar, refusing a nesting past maxFrames.
+func parse(opt syntax.ParserOption, cmd string) (*syntax.File, error) {
+	return syntax.NewParser(opt).Parse(&depthReader{s: cmd}, "")
+}
+
+// bashOnly is the text at which mvdan.cc/sh's lexer or parser (v3.14)
+// takes a bash-only path that POSIX sh reads successfully otherwise:
+// tokens (|& $' $" $[ (( ;& <( >( &> <<<), array and index syntax (any
+// [ or ]), parameter expansions (${), a+=, a=( and extended globs
+// (@( !( +( *( ?( ), and a backslash before a line end (which can join a
+// keyword). bashWords are the words that start a bash clause (let,
+// declare ...; [[ is covered by "["). Where the lexer only refuses a
+// construct in POSIX mode (checkLang), the POSIX parse fails and adds
+// nothing, so it needs no entry; these are kept anyway when cheap.
+var (
+	bashOnly  = []string{"[", "]", "|&", "$'", `$"`, "${", "((", ";&", "<(", ">(", "&>", "<<<", "+=", "=(", "@(", "!(", "+(", "*(", "?(", "\\\n", "\\\r"}
+	bashWords = []string{"let", "function", "declare", "local", "export", "readonly", "typeset", "nameref", "time", "coproc", "select"}
+)
+
+// sameReading reports whether cmd holds none of bashOnly and none of
+// bashWords as a word (not between letters, digits or underscores).
+func sameReading(cmd string) bool {
+	for _, s := range bashOnly {
+		if strings.Contains(cmd, s) {
+			return false
+		}
+	}
+	for _, w := range bashWords {
+		for rest, off := cmd, 0; ; {
+			i := strings.Index(rest, w)
+			if i < 0 {
+				break
+			}
+			at := off + i
+			end := at + len(w)
+			if (at == 0 || !wordByte(cmd[at-1])) && (end == len(cmd) || !wordByte(cmd[end])) {
+				return false
+			}
+			rest, off = cmd[at+1:], at+1
+		}
+	}
+	return true
+}
+
+func wordByte(b byte) bool {
+	return b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
 }
 
 // Word is a word's value when it has no expansion; Glob says that it has an
@@ -49,6 +168,12 @@ type Word struct {
 // (no $, no `...`, no $'...').
 func Static(w *syntax.Word) (Word, bool) {
 	var out Word
+	if len(w.Parts) == 1 {
+		// A plain literal without backslashes is its own value: no copy.
+		if l, ok := w.Parts[0].(*syntax.Lit); ok && strings.IndexByte(l.Value, '\\') < 0 {
+			return Word{Value: l.Value, Glob: strings.ContainsAny(l.Value, "*?[{~")}, true
+		}
+	}
 	var b strings.Builder
 	for _, p := range w.Parts {
 		switch p := p.(type) {

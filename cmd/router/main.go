@@ -48,7 +48,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
 	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
 	refuseShared := fs.Bool("refuse-shared-register", false, "refuse registrations on P.register, the one subject of protocol 1.11 (workers of 1.12 register each tool on P.register.<tool>): set it where NATS permissions confine workers (docs/security.md); on with --secure, unless the directory's spec.json lets workers publish there (worker_shared_register, the upgrade window)")
-	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}}), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
+	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}, \"agents\": [\"s2\"]}: agents names sessions with a login of their own bound to no user), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
 	conn := natsconn.FromEnv()
 	conn.URLs = "" // the router joins only what --nats names
 	conn.RegisterAuthFlags(fs)

@@ -144,3 +144,39 @@ func TestAttackResendOtherInput(t *testing.T) {
 		t.Fatalf("write ran %d times, want 1", n)
 	}
 }
+
+// TestResendEncodedAgain (docs/protocol.md 3.1, 1.13): a copy of a batch
+// that ran, re-encoded by the agent so that its call's input holds the same
+// JSON value with its members in another order (and a number and a string
+// written otherwise), got bad_request for its call on 1.12 ("another tool or
+// input": the ledger compared compacted inputs) where SameCalls took it for
+// the same call. It gets the first call's result, and the call runs once.
+func TestResendEncodedAgain(t *testing.T) {
+	e := newEnv(t, 1)
+	wt := e.addWriteTools(t)
+	const session, replyID = "resend-encoded-again", "r1"
+	e.setMode(t, session, "bypass")
+	call := func(input string) bus.Result {
+		t.Helper()
+		got, err := e.client.Call(testCtx(t), session, bus.Batch{Calls: []bus.Call{{ID: "w1", Name: "write", Input: json.RawMessage(input)}}},
+			client.WithReplyID(replyID))
+		if err != nil || len(got.Results) != 1 {
+			t.Fatalf("batch with input %s: %+v, %v", input, got, err)
+		}
+		return got.Results[0]
+	}
+	first := call(`{"v":1,"note":"caf\u00e9","size":2.0}`)
+	if first.State != bus.StateSuccess {
+		t.Fatalf("first: %+v", first)
+	}
+	again := call(`{"size":2,"note":"café","v":1}`)
+	if again.State != bus.StateSuccess || again.Output[0].Text != first.Output[0].Text {
+		t.Fatalf("a copy encoded again got %+v; want the first call's result %+v", again, first)
+	}
+	if other := call(`{"size":2,"note":"café","v":2}`); other.Error == nil || other.Error.Code != bus.CodeBadRequest {
+		t.Fatalf("a copy with another input got %+v; want bad_request", other)
+	}
+	if n := wt.runs.Load(); n != 1 {
+		t.Fatalf("write ran %d times, want 1", n)
+	}
+}

@@ -53,6 +53,12 @@ func TestAttackSharedAgentTasks(t *testing.T) {
 	if r := call(d.conn("session-s1").client(), "s1"); r.State != bus.StateBackground {
 		t.Fatalf("alice's task in her bound session while the shared agent is at its bound: %s %q", r.State, textOf(r))
 	}
+	// s2 has an agent login of its own, bound to no user: its tasks are
+	// its session's, not the shared agent's (1.13; through 1.12 it was
+	// refused the shared agent's bound here).
+	if r := call(d.conn("session-s2").client(), "s2"); r.State != bus.StateBackground {
+		t.Fatalf("s2's task (a login of its own, no user) while the shared agent is at its bound: %s %q", r.State, textOf(r))
+	}
 }
 
 // gatedWorker starts a worker of defs (an empty object schema each): a

@@ -78,7 +78,8 @@ func TestRefusalAudited(t *testing.T) {
 				t.Errorf("s3's refusal record: %+v", r)
 			}
 		case r.Session == "s2":
-			if r.Outcome.Code != bus.CodeBadRequest || r.ReplyID != "r2" {
+			// s2's own agent user, though bound to no user (1.13; "" before).
+			if r.Outcome.Code != bus.CodeBadRequest || r.ReplyID != "r2" || r.NATSUser != "session-s2" {
 				t.Errorf("s2's refusal record: %+v", r)
 			}
 		}

@@ -1,0 +1,500 @@
+package bus
+
+import (
+	"bytes"
+	"slices"
+	"sync"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// The canonical form of a JSON value (docs/protocol.md 3.1, 1.13): one
+// text per value, so that two inputs hold the same JSON value exactly when
+// their canonical texts are equal bytes. It is what SameInput compares and
+// CallDigest hashes, so the two agree by construction. The same value is
+// JSON Schema's equality of instances (the one the router's input schemas
+// apply to const and enum):
+//
+//   - objects: the same members, in any order, with insignificant white
+//     space anywhere; members are written sorted by the bytes of their
+//     canonical names. A name given twice keeps both members, in the order
+//     sent (decoders keep the first or the last: such objects are equal only
+//     to themselves, members in the same order);
+//   - arrays: the same elements in the same order;
+//   - strings: the same characters, however escaped (`\u00e9` is `é`, `\/`
+//     is `/`, a surrogate pair is its character); written with `"`, `\` and
+//     the control characters escaped (`\b`, `\f`, `\n`, `\r`, `\t`, else
+//     `\u00XX`), everything else as UTF-8. A lone surrogate escape stays an
+//     escape (lowercase) and bytes that are not UTF-8 stay as they were:
+//     decoders read those differently, so they equal only themselves;
+//   - numbers: the same mathematical value, exactly (1, 1.0, 1e0 and 10e-1
+//     are one number; 9007199254740993 and 9007199254740992 are two, though
+//     one float64 holds both): written as ECMAScript writes a number, with
+//     the exact decimal digits (1, 0.5, 1e+21, 1.5e-7, -0 as 0). A number
+//     whose exponent has more than 15 digits is written as sent;
+//   - true, false and null.
+//
+// Text that is not one JSON value, or nests deeper than maxCanonicalDepth,
+// has no canonical form: it stands for itself, its bytes as they were.
+// Every canonical text is JSON holding the value it was made from, so two
+// texts that are equal bytes hold the same value whichever way they were
+// made: the form may tell apart two spellings of one value (a deep or odd
+// one), never join two values.
+
+// maxCanonicalDepth bounds the nesting canonical follows (its recursion);
+// routers refuse inputs nested deeper than 128 (schemas.MaxInputDepth)
+// before they run.
+const maxCanonicalDepth = 1000
+
+// canonicaliser writes the canonical form of one JSON text.
+type canonicaliser struct {
+	src     []byte
+	i       int
+	out     []byte
+	buf     []byte   // lent by getCanonicaliser
+	members []member // the members of the objects being written, innermost last
+	scratch []byte   // an object's members while they are put in order
+	digits  []byte   // a number's digits
+}
+
+// member is one member of an object in out: its name (canonical, quoted)
+// is out[start:colon], its value out[colon+1:end].
+type member struct{ start, colon, end int }
+
+var canonicalisers = sync.Pool{New: func() any { return new(canonicaliser) }}
+
+// getCanonicaliser takes a canonicaliser from the pool; its buf is empty,
+// lent to the caller until putCanonicaliser.
+func getCanonicaliser() *canonicaliser { return canonicalisers.Get().(*canonicaliser) }
+
+// putCanonicaliser gives c back with buf, the buffer it lent grown, to lend
+// again (unless its buffers grew large).
+func putCanonicaliser(c *canonicaliser, buf []byte) {
+	c.src, c.out, c.members = nil, nil, c.members[:0]
+	if cap(buf)+cap(c.scratch)+cap(c.digits) <= 64<<10 {
+		c.buf = buf[:0]
+		canonicalisers.Put(c)
+	}
+}
+
+// canonical appends the canonical form of the JSON text src to dst (src
+// itself when it is not one JSON value).
+func (c *canonicaliser) canonical(dst, src []byte) []byte {
+	c.src, c.i, c.out = src, 0, dst
+	ok := c.value(0)
+	if ok {
+		c.space()
+		ok = c.i == len(src)
+	}
+	out := c.out
+	c.src, c.out = nil, nil
+	if !ok {
+		out = append(out[:len(dst)], src...)
+	}
+	return out
+}
+
+func (c *canonicaliser) space() {
+	for c.i < len(c.src) {
+		switch c.src[c.i] {
+		case ' ', '\t', '\n', '\r':
+			c.i++
+		default:
+			return
+		}
+	}
+}
+
+func (c *canonicaliser) value(depth int) bool {
+	c.space()
+	if c.i >= len(c.src) || depth > maxCanonicalDepth {
+		return false
+	}
+	switch b := c.src[c.i]; {
+	case b == '{':
+		return c.object(depth)
+	case b == '[':
+		return c.array(depth)
+	case b == '"':
+		return c.str()
+	case b == '-' || b >= '0' && b <= '9':
+		return c.number()
+	}
+	for _, lit := range [...]string{"true", "false", "null"} {
+		if bytes.HasPrefix(c.src[c.i:], []byte(lit)) {
+			c.i += len(lit)
+			c.out = append(c.out, lit...)
+			return true
+		}
+	}
+	return false
+}
+
+func (c *canonicaliser) array(depth int) bool {
+	c.i++ // [
+	c.out = append(c.out, '[')
+	c.space()
+	if c.i < len(c.src) && c.src[c.i] == ']' {
+		c.i++
+		c.out = append(c.out, ']')
+		return true
+	}
+	for {
+		if !c.value(depth + 1) {
+			return false
+		}
+		c.space()
+		if c.i >= len(c.src) {
+			return false
+		}
+		switch c.src[c.i] {
+		case ',':
+			c.i++
+			c.out = append(c.out, ',')
+		case ']':
+			c.i++
+			c.out = append(c.out, ']')
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+func (c *canonicaliser) object(depth int) bool {
+	c.i++ // {
+	begin := len(c.out)
+	c.out = append(c.out, '{')
+	c.space()
+	if c.i < len(c.src) && c.src[c.i] == '}' {
+		c.i++
+		c.out = append(c.out, '}')
+		return true
+	}
+	first := len(c.members)
+	for {
+		c.space()
+		if c.i >= len(c.src) || c.src[c.i] != '"' {
+			return false
+		}
+		m := member{start: len(c.out)}
+		if !c.str() {
+			return false
+		}
+		c.space()
+		if c.i >= len(c.src) || c.src[c.i] != ':' {
+			return false
+		}
+		c.i++
+		m.colon = len(c.out)
+		c.out = append(c.out, ':')
+		if !c.value(depth + 1) {
+			return false
+		}
+		m.end = len(c.out)
+		c.members = append(c.members, m)
+		c.space()
+		if c.i >= len(c.src) {
+			return false
+		}
+		if c.src[c.i] == '}' {
+			c.i++
+			break
+		}
+		if c.src[c.i] != ',' {
+			return false
+		}
+		c.i++
+		c.out = append(c.out, ',')
+	}
+	c.order(begin, c.members[first:])
+	c.members = c.members[:first]
+	c.out = append(c.out, '}')
+	return true
+}
+
+// order rewrites the members ms of the object that starts at out[begin]
+// ('{') sorted by name, members of one name in the order sent.
+func (c *canonicaliser) order(begin int, ms []member) {
+	name := func(m member) []byte { return c.out[m.start:m.colon] }
+	sorted := true
+	for k := 1; k < len(ms) && sorted; k++ {
+		sorted = bytes.Compare(name(ms[k-1]), name(ms[k])) <= 0
+	}
+	if sorted {
+		return
+	}
+	c.scratch = append(c.scratch[:0], c.out[begin+1:]...)
+	base := begin + 1
+	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(name(a), name(b)) })
+	c.out = c.out[:base]
+	for k, m := range ms {
+		if k > 0 {
+			c.out = append(c.out, ',')
+		}
+		c.out = append(c.out, c.scratch[m.start-base:m.end-base]...)
+	}
+}
+
+// str writes the string at src[i] ('"') canonically.
+func (c *canonicaliser) str() bool {
+	c.i++ // "
+	c.out = append(c.out, '"')
+	for c.i < len(c.src) {
+		b := c.src[c.i]
+		switch {
+		case b == '"':
+			c.i++
+			c.out = append(c.out, '"')
+			return true
+		case b < 0x20:
+			return false
+		case b != '\\':
+			run := c.i + 1 // a run of plain bytes, copied at once (≥ 0x80 as they are, UTF-8 or not)
+			for run < len(c.src) && c.src[run] != '"' && c.src[run] != '\\' && c.src[run] >= 0x20 {
+				run++
+			}
+			c.out = append(c.out, c.src[c.i:run]...)
+			c.i = run
+			continue
+		}
+		if c.i+1 >= len(c.src) {
+			return false
+		}
+		e := c.src[c.i+1]
+		c.i += 2
+		switch e {
+		case '"', '\\', '/':
+			c.char(rune(e))
+		case 'b':
+			c.char('\b')
+		case 'f':
+			c.char('\f')
+		case 'n':
+			c.char('\n')
+		case 'r':
+			c.char('\r')
+		case 't':
+			c.char('\t')
+		case 'u':
+			r, ok := c.hex4()
+			if !ok {
+				return false
+			}
+			if utf16.IsSurrogate(r) {
+				if r < 0xdc00 && c.i+1 < len(c.src) && c.src[c.i] == '\\' && c.src[c.i+1] == 'u' {
+					save := c.i
+					c.i += 2
+					lo, ok := c.hex4()
+					if !ok {
+						return false
+					}
+					if pair := utf16.DecodeRune(r, lo); pair != utf8.RuneError {
+						c.out = utf8.AppendRune(c.out, pair)
+						continue
+					}
+					c.i = save // not its pair: the next escape is read on its own
+				}
+				c.out = appendU(c.out, r) // a lone surrogate stays an escape
+				continue
+			}
+			c.char(r)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// char writes r, read from an escape, canonically.
+func (c *canonicaliser) char(r rune) {
+	switch r {
+	case '"':
+		c.out = append(c.out, `\"`...)
+	case '\\':
+		c.out = append(c.out, `\\`...)
+	case '\b':
+		c.out = append(c.out, `\b`...)
+	case '\f':
+		c.out = append(c.out, `\f`...)
+	case '\n':
+		c.out = append(c.out, `\n`...)
+	case '\r':
+		c.out = append(c.out, `\r`...)
+	case '\t':
+		c.out = append(c.out, `\t`...)
+	default:
+		if r < 0x20 {
+			c.out = appendU(c.out, r)
+			return
+		}
+		c.out = utf8.AppendRune(c.out, r)
+	}
+}
+
+// hex4 reads the four hex digits of a \u escape.
+func (c *canonicaliser) hex4() (rune, bool) {
+	if c.i+4 > len(c.src) {
+		return 0, false
+	}
+	var r rune
+	for _, h := range c.src[c.i : c.i+4] {
+		switch {
+		case h >= '0' && h <= '9':
+			h -= '0'
+		case h >= 'a' && h <= 'f':
+			h -= 'a' - 10
+		case h >= 'A' && h <= 'F':
+			h -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(h)
+	}
+	c.i += 4
+	return r, true
+}
+
+// appendU appends r (below 0x10000) as a \u escape, lowercase.
+func appendU(b []byte, r rune) []byte {
+	const hex = "0123456789abcdef"
+	return append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+}
+
+// number writes the number at src[i] by its exact value: the digits d
+// without leading or trailing zeros and the exponent e of d × 10^e, in
+// ECMAScript's Number::toString layout.
+func (c *canonicaliser) number() bool {
+	start := c.i
+	neg := c.src[c.i] == '-'
+	if neg {
+		c.i++
+	}
+	d := c.digits[:0]
+	intStart := c.i
+	for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
+		c.i++
+	}
+	if c.i == intStart || c.src[intStart] == '0' && c.i-intStart > 1 {
+		return false // no digit, or a leading zero
+	}
+	d = append(d, c.src[intStart:c.i]...)
+	exp := 0
+	if c.i < len(c.src) && c.src[c.i] == '.' {
+		c.i++
+		fracStart := c.i
+		for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
+			c.i++
+		}
+		if c.i == fracStart {
+			return false
+		}
+		d = append(d, c.src[fracStart:c.i]...)
+		exp = -(c.i - fracStart)
+	}
+	verbatim := false
+	if c.i < len(c.src) && (c.src[c.i] == 'e' || c.src[c.i] == 'E') {
+		c.i++
+		expNeg := false
+		if c.i < len(c.src) && (c.src[c.i] == '+' || c.src[c.i] == '-') {
+			expNeg = c.src[c.i] == '-'
+			c.i++
+		}
+		expStart := c.i
+		for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
+			c.i++
+		}
+		if c.i == expStart {
+			return false
+		}
+		digits := bytes.TrimLeft(c.src[expStart:c.i], "0")
+		if len(digits) > 15 {
+			verbatim = true // beyond any float; kept as sent
+		} else {
+			e := 0
+			for _, x := range digits {
+				e = e*10 + int(x-'0')
+			}
+			if expNeg {
+				e = -e
+			}
+			exp += e
+		}
+	}
+	c.digits = d
+	if verbatim {
+		c.out = append(c.out, c.src[start:c.i]...)
+		return true
+	}
+	lead := 0
+	for lead < len(d) && d[lead] == '0' {
+		lead++
+	}
+	d = d[lead:]
+	if len(d) == 0 {
+		c.out = append(c.out, '0') // -0 too
+		return true
+	}
+	trail := len(d)
+	for d[trail-1] == '0' {
+		trail--
+	}
+	exp += len(d) - trail
+	d = d[:trail]
+	if neg {
+		c.out = append(c.out, '-')
+	}
+	c.out = appendDecimal(c.out, d, exp)
+	return true
+}
+
+// appendDecimal appends d × 10^exp (d digits, no leading or trailing
+// zero) as ECMAScript's Number::toString lays out a number's shortest
+// digits: n is where the decimal point falls among them.
+func appendDecimal(b, d []byte, exp int) []byte {
+	k := len(d)
+	n := k + exp
+	switch {
+	case k <= n && n <= 21:
+		b = append(b, d...)
+		for range n - k {
+			b = append(b, '0')
+		}
+	case 0 < n && n <= 21:
+		b = append(append(append(b, d[:n]...), '.'), d[n:]...)
+	case -6 < n && n <= 0:
+		b = append(b, '0', '.')
+		for range -n {
+			b = append(b, '0')
+		}
+		b = append(b, d...)
+	default:
+		b = append(b, d[0])
+		if k > 1 {
+			b = append(append(b, '.'), d[1:]...)
+		}
+		b = append(b, 'e')
+		e := n - 1
+		if e >= 0 {
+			b = append(b, '+')
+		} else {
+			b = append(b, '-')
+			e = -e
+		}
+		b = appendInt(b, e)
+	}
+	return b
+}
+
+func appendInt(b []byte, v int) []byte {
+	var buf [20]byte
+	i := len(buf)
+	for {
+		i--
+		buf[i] = byte('0' + v%10)
+		if v /= 10; v == 0 {
+			break
+		}
+	}
+	return append(b, buf[i:]...)
+}
