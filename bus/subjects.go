@@ -185,7 +185,8 @@ const (
 	BucketSessions = "sessions"
 	BucketParked   = "parked"
 	BucketLedger   = "ledger"
-	BucketMCP      = "mcp" // the MCP facade's tasks and request states
+	BucketMCP      = "mcp"     // the MCP facade's tasks and request states
+	BucketRouters  = "routers" // the routers' presence (1.13)
 	StreamEvents   = "EVENTS"
 	StreamWork     = "WORK"
 	ObjectSkills   = "skills"

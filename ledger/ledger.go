@@ -106,8 +106,9 @@ type Ledger struct {
 	// stops stops the watches of waits that have returned (wait, Await):
 	// a watch's stop deletes its consumer, a JetStream API request that
 	// can take 5 s on a cluster, so it runs off the caller's path.
-	stops store.Stops
-	waits waits // the waits of duplicates on this router: one per key
+	stops  store.Stops
+	waits  waits  // the waits of duplicates on this router: one per key
+	awaits awaits // the Await calls on this router: one watch per key
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -935,28 +936,119 @@ var (
 )
 
 // Await waits until key's entry holds a result, and returns it; false when
-// ctx ends first.
+// ctx ends first, or the watch cannot start or ends.
+//
+// The Await calls of one key on this router share one watch (awaiting), as
+// the waits of duplicates do (shared): every waiter gets its outcome and
+// keeps its own ctx; the watch stops when the outcome is known or its last
+// waiter leaves. Each waiter answered with a result counts as a hit.
 func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
+	a := l.awaits.join(l, ctx, key)
+	select {
+	case <-ctx.Done():
+		l.awaits.leave(key, a)
+		return bus.Result{}, false
+	case <-a.done:
+	}
+	l.awaits.leave(key, a)
+	if a.ok {
+		l.cfg.Hits()
+	}
+	return a.res, a.ok
+}
+
+// awaits are the Await calls of a router, by key: one watch each
+// (awaiting), however many wait.
+type awaits struct {
+	mu sync.Mutex
+	m  map[string]*awaiting
+}
+
+// awaiting is the one watch of this router for the result of a key that
+// Await calls wait for.
+type awaiting struct {
+	quit    context.CancelFunc // called when the last waiter left before the outcome
+	waiters int                // guarded by awaits.mu
+	done    chan struct{}      // closed once the outcome below is set
+	res     bus.Result
+	ok      bool // res is the entry's recorded result
+}
+
+// join returns the awaiting of key on this router, joined: a live one, or
+// one it starts, whose watch runs on a context of its own (ctx's values),
+// tracked with the waits' loops (Stop waits for them).
+func (as *awaits) join(l *Ledger, ctx context.Context, key string) *awaiting {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if a := as.m[key]; a != nil {
+		a.waiters++
+		return a
+	}
+	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
+	a := &awaiting{quit: quit, waiters: 1, done: make(chan struct{})}
+	if as.m == nil {
+		as.m = map[string]*awaiting{}
+	}
+	as.m[key] = a
+	l.waits.loops.Add(1)
+	go a.watch(l, lctx, key)
+	return a
+}
+
+// leave takes a waiter off a; the last one to leave before the outcome
+// stops its watch. An awaiting that has ended is no longer listed, so a
+// later Await starts another.
+func (as *awaits) leave(key string, a *awaiting) {
+	as.mu.Lock()
+	a.waiters--
+	stop := a.waiters == 0 && !isClosed(a.done)
+	if stop && as.m[key] == a {
+		delete(as.m, key)
+	}
+	as.mu.Unlock()
+	if stop {
+		a.quit()
+	}
+}
+
+// end sets a's outcome and gives it to its waiters.
+func (as *awaits) end(key string, a *awaiting, res bus.Result, ok bool) {
+	as.mu.Lock()
+	defer as.mu.Unlock()
+	if as.m[key] == a {
+		delete(as.m, key)
+	}
+	a.res, a.ok = res, ok
+	close(a.done)
+	a.quit() // its context's resources: the watch has stopped or is stopping
+}
+
+// watch follows key until its entry holds a result (the outcome), the
+// watch cannot start or ends (no result), or the last waiter leaves.
+func (a *awaiting) watch(l *Ledger, ctx context.Context, key string) {
+	defer l.waits.loops.Done()
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {
-		return bus.Result{}, false
+		l.awaits.end(key, a, bus.Result{}, false)
+		return
 	}
 	defer l.stops.Go(w) // in the background, as wait's
 	for {
 		select {
 		case <-ctx.Done():
-			return bus.Result{}, false
+			return // every waiter left
 		case u, ok := <-w.Updates():
 			if !ok {
-				return bus.Result{}, false
+				l.awaits.end(key, a, bus.Result{}, false)
+				return
 			}
 			if u == nil || u.Operation() != jetstream.KeyValuePut {
 				continue
 			}
 			var le Entry
 			if json.Unmarshal(u.Value(), &le) == nil && le.State == stateDone && le.Result != nil {
-				l.cfg.Hits()
-				return *le.Result, true
+				l.awaits.end(key, a, *le.Result, true)
+				return
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -333,4 +334,95 @@ func TestSharedWaitChurn(t *testing.T) {
 		t.Fatalf("watches opened %d, stopped %d; %d waits listed", opened, stopped, left)
 	}
 	t.Logf("%d waiters, %d watches", n, opened)
+}
+
+// The Await calls of one key on one router share one watch, as the waits
+// of duplicates do: each keeps its own context; the result reaches every
+// waiter left, each counted as a hit; the last waiter leaving stops the
+// watch, and a later Await opens another. On the fake clock.
+func TestSharedAwait(t *testing.T) {
+	done := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
+	type awaited struct {
+		res bus.Result
+		ok  bool
+	}
+	start := func(t *testing.T, l *Ledger) (context.CancelFunc, chan awaited) {
+		ctx, cancel := context.WithCancel(t.Context())
+		out := make(chan awaited, 1)
+		go func() {
+			r, ok := l.Await(ctx, "k")
+			out <- awaited{r, ok}
+		}()
+		return cancel, out
+	}
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeKV{}
+		owner := New(kv, Config{Router: "a"})
+		var hits atomic.Int32
+		l := New(kv, Config{Router: "b", Hits: func() { hits.Add(1) }})
+		_, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
+		var cancels []context.CancelFunc
+		var outs []chan awaited
+		for range 5 {
+			cancel, out := start(t, l)
+			cancels, outs = append(cancels, cancel), append(outs, out)
+		}
+		synctest.Wait()
+		if opened, _, _ := kv.counts(); opened != 1 {
+			t.Fatalf("5 awaiters opened %d watches, want 1", opened)
+		}
+		cancels[0]()
+		synctest.Wait()
+		if o := <-outs[0]; o.ok {
+			t.Fatalf("the awaiter that left: %+v", o)
+		}
+		if _, stopped, _ := kv.counts(); stopped != 0 {
+			t.Fatal("an awaiter's leaving stopped the others' watch")
+		}
+		owner.Record(t.Context(), "k", claim, done)
+		synctest.Wait()
+		for _, out := range outs[1:] {
+			if o := <-out; !o.ok || textOf(o.res.Output) != "done" {
+				t.Fatalf("an awaiter after the record: %+v", o)
+			}
+		}
+		if n := hits.Load(); n != 4 {
+			t.Fatalf("%d hits, want one per awaiter answered (4)", n)
+		}
+		// A later Await opens a watch of its own (the entry is delivered
+		// at once); one whose waiters all leave stops it.
+		if r, ok := l.Await(t.Context(), "k"); !ok || textOf(r.Output) != "done" {
+			t.Fatalf("a later Await: %+v %v", r, ok)
+		}
+		if err := l.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if opened, stopped, _ := kv.counts(); opened != 2 || stopped != 2 {
+			t.Fatalf("watches opened %d, stopped %d; want 2 and 2", opened, stopped)
+		}
+		for _, c := range cancels {
+			c()
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		kv := &fakeKV{}
+		owner := New(kv, Config{Router: "a"})
+		l := New(kv, Config{Router: "b"})
+		owner.claim(t.Context(), "k", time.Hour, digests{})
+		c1, o1 := start(t, l)
+		c2, o2 := start(t, l)
+		synctest.Wait()
+		c1()
+		c2()
+		synctest.Wait()
+		if a, b := <-o1, <-o2; a.ok || b.ok {
+			t.Fatalf("awaiters that left: %+v %+v", a, b)
+		}
+		if err := l.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if opened, stopped, _ := kv.counts(); opened != 1 || stopped != 1 {
+			t.Fatalf("after the last awaiter left: watches opened %d, stopped %d; want 1 and 1", opened, stopped)
+		}
+	})
 }

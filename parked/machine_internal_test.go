@@ -344,7 +344,7 @@ func TestMachine(t *testing.T) {
 			wantCode(t, err, bus.CodeNotParked)
 		})
 	})
-	t.Run("alone, two calls: the last result deletes the continuation", func(t *testing.T) {
+	t.Run("alone, two calls: the last result finishes the batch with no write; Finish deletes the continuation", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			m := newMachine(t)
 			p := m.park(t, "r1", bus.KindExternal, true, "c1", "c2")
@@ -362,12 +362,21 @@ func TestMachine(t *testing.T) {
 			if _, resume, err := m.b.Resume(t.Context(), recs[0], ok("c1"), func(*Batch) {}); err != nil || resume {
 				t.Fatalf("first result: %v %v", resume, err)
 			}
+			writes := m.kv.writes
 			cont, resume, err := m.a.Resume(t.Context(), recs[1], ok("c2"), func(*Batch) {})
-			if err != nil || !resume || len(cont.Results) != 2 {
-				t.Fatalf("last result: %+v %v %v", cont, resume, err)
+			if err != nil || !resume || len(cont.Results) != 2 || m.kv.writes != writes {
+				t.Fatalf("last result: %+v %v %v, %d writes", cont, resume, err, m.kv.writes-writes)
+			}
+			// Until its batch.done is out the continuation waits, without
+			// the last result: the mends of a router that stops now.
+			if b, err := m.a.Read.Batch(t.Context(), "s1", "r1"); err != nil || !b.lacks("c2") {
+				t.Fatalf("continuation before Finish: %+v %v", b, err)
+			}
+			if err := m.a.Finish(t.Context(), cont); err != nil {
+				t.Fatal(err)
 			}
 			if _, err := m.a.Read.Batch(t.Context(), "s1", "r1"); !store.IsNotFound(err) {
-				t.Fatalf("continuation after the last result: %v", err)
+				t.Fatalf("continuation after Finish: %v", err)
 			}
 		})
 	})
@@ -423,8 +432,11 @@ func TestMachine(t *testing.T) {
 			if err != nil || !resume || !cont.IsCancelled("c2") {
 				t.Fatalf("last result: %+v %v %v", cont, resume, err)
 			}
+			if err := m.a.Finish(t.Context(), cont); err != nil {
+				t.Fatal(err)
+			}
 			if _, again, _ := m.b.Resume(t.Context(), ended[0], *ended[0].Result, func(*Batch) {}); again {
-				t.Fatal("a batch resumed twice")
+				t.Fatal("a finished batch resumed again")
 			}
 		})
 	})

@@ -294,9 +294,11 @@ func parkOn(t *testing.T, s *Store, reply string, queued bool) *Record {
 // TestMendRacesResume: the router that ended a call, only slow, records its
 // result while two others mend the batch at the same moment, on a real
 // nats-server: the result joins, the batch resumes once, with it, on one
-// of them, and the call.result is reported by at most each of them. With
-// nothing left to run (Resume's compare-and-set delete) and with a
-// queued call (an update).
+// of them, and the call.result is reported by at most each of them, with a
+// queued call (an update). With nothing left to run, the slow router's
+// Resume finishes the batch with no write (its batch.done goes out before
+// Finish removes the continuation: docs/protocol.md 1.13), and at most one
+// mend resumes it besides; both publish the same batch.done by its id.
 func TestMendRacesResume(t *testing.T) {
 	st := newStore(t)
 	routers := []*Store{startAs(t, st, "router-a"), startAs(t, st, "router-b"), startAs(t, st, "router-c")}
@@ -334,6 +336,30 @@ func TestMendRacesResume(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
+			if !queued {
+				// Resume finishes it unless a mend landed before it read the
+				// continuation; at most one mend lands.
+				mends := slices.DeleteFunc(slices.Clone(resumed), func(o string) bool { return o == "router-a" })
+				if len(resumed) == 0 || len(mends) > 1 {
+					t.Fatalf("batch %s resumed by %v, want Resume, or one mend, or both", reply, resumed)
+				}
+				cont, err := routers[0].Read.Batch(t.Context(), "s1", reply)
+				switch {
+				case err != nil:
+					t.Fatalf("batch %s after the race: %v", reply, err)
+				case len(mends) == 0 && (cont.Phase != PhaseParked || !cont.lacks("c1")):
+					t.Fatalf("batch %s after the race, mended by none: %+v", reply, cont)
+				case len(mends) == 1 && (cont.Phase != PhaseResumed || cont.Owner != mends[0] || cont.Results["c1"].ID != "c1"):
+					t.Fatalf("batch %s after the race, resumed by %v: %+v", reply, resumed, cont)
+				}
+				if err := routers[0].Finish(t.Context(), cont); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := routers[0].Read.Batch(t.Context(), "s1", reply); !store.IsNotFound(err) {
+					t.Fatalf("batch %s after Finish: %v", reply, err)
+				}
+				continue
+			}
 			if len(resumed) != 1 {
 				t.Fatalf("batch %s resumed by %v, want once", reply, resumed)
 			}

@@ -20,6 +20,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/presence"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -45,6 +47,9 @@ type Config struct {
 	Publish func(*nats.Msg) error
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
+	// Presence says whether the router that ended a lone parked call is
+	// gone (Mends.Lone); nil keeps no notes of lone calls.
+	Presence *presence.Presence
 }
 
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
@@ -459,10 +464,11 @@ type Answered struct {
 // was answered and ran here (answered → done), then report runs with the
 // continuation as read (nil: unreadable), then the result joins the
 // continuation. The completion that finds every awaited call done resumes
-// the batch (true): with nothing left to run it is the continuation's
-// compare-and-set delete, else the result is added under this router's
-// lease; a carried batch resumes with no write. report is skipped when
-// another router closed the answered call (docs/parked.md).
+// the batch (true): with nothing left to run, and for a carried batch, with
+// no write (Finish removes the continuation once batch.done is out, so a
+// router that stops before leaves it to the mends: docs/protocol.md 1.13),
+// else the result is added under this router's lease. report is skipped
+// when another router closed the answered call (docs/parked.md).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -485,8 +491,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	}
 	report(cont)
-	// A carried batch waited for this call alone: nothing to write.
-	if err == nil && (cont.gone || cont.last(rec.Call.ID) && s.conts.remove(ctx, cont)) {
+	// A carried batch waited for this call alone, and a continuation that
+	// waits for this result last has nothing left to run: nothing to write
+	// now. The continuation stays until its batch.done is out (Finish
+	// removes it then), so that, should this router stop before, the
+	// mends of the others find it parked without this result and publish
+	// that batch.done (docs/protocol.md 6.1, 1.13).
+	if err == nil && (cont.gone || cont.last(rec.Call.ID)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil
@@ -584,6 +595,63 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 // waits for it.
 var errMended = errors.New("parked: the result joined its batch")
 
+// Lone returns the records of calls that carried their batch (docs/protocol.md
+// 6.1, 1.6), that this router saw end, and whose router, named by the
+// write that ended them, is gone without having outlived that moment by a
+// lease (presence.Judge): it may have died before its batch.done. Redo
+// publishes their call.result and batch.done again, with the ids the
+// router used, so the events stream stores each once (docs/protocol.md
+// 1.13). A note whose router outlived the end is dropped with no I/O (the
+// normal path); one whose router may still be finishing is looked at again
+// at the next call. Only a record returned is read from the store.
+func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
+	s := m.s
+	if s.cfg.Presence == nil {
+		return nil
+	}
+	var out []*Record
+	for key, n := range s.calls.lone.before(now) {
+		switch s.cfg.Presence.Judge(n.router, n.seen, now) {
+		case presence.Unsure:
+			continue
+		case presence.Outlived:
+			s.cfg.Logger.Debug("parked: the router of a lone parked call outlived its end", "key", key, "ended_by", n.router)
+			s.calls.lone.forget(key)
+			continue
+		}
+		rec, err := s.Read.Get(ctx, key)
+		switch {
+		case err == nil && endsCarried(rec):
+			s.cfg.Logger.Warn("parked: the router that ended a lone parked call is gone; its call.result and batch.done are published again", "key", key, "ended_by", n.router)
+			out = append(out, rec)
+			s.calls.lone.forget(key)
+		case err == nil || store.IsNotFound(err):
+			s.calls.lone.forget(key)
+		}
+	}
+	if d := s.calls.lone.takeDropped(); d > 0 {
+		s.cfg.Logger.Warn("parked: lone parked calls not noted (too many within a lease); a router that died before their batch.done leaves them to a re-send", "calls", d)
+	}
+	return out
+}
+
+// Redo completes again, for a router that is gone (Mends.Lone), the batch
+// that rec carried: report runs with the batch (the call.result event, by
+// its id ResultID), and the batch, with rec's result res, is returned
+// resumed by this router (true) with nothing left to run, so that the
+// router publishes its batch.done by its id (Batch.DoneID). It writes
+// nothing: a call that carried its batch has nothing else to record.
+func (m Mends) Redo(_ context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
+	cont := carried(rec)
+	if cont == nil || !endsCarried(rec) {
+		return nil, false, nil
+	}
+	report(cont)
+	cont.Results[rec.Call.ID] = res
+	claim(cont, m.s.cfg.Owner, PhaseResumed, rec.Call.ID)
+	return cont, true, nil
+}
+
 // Expire ends the parked calls whose time is up with a timeout result; it
 // returns those this router ended.
 func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
@@ -648,7 +716,7 @@ func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.C
 // way the calls it names never start (docs/protocol.md 3.5).
 func (s Reads) Marks(b *Batch) {
 	if b.gone {
-		return // carried, or removed by its last result: nothing of it is left to run
+		return // carried: nothing of it is left to run
 	}
 	s.conts.mu.RLock()
 	defer s.conts.mu.RUnlock()
@@ -763,7 +831,7 @@ func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, erro
 //
 //	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
 //	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
-//	Resume:   parked ─(last result)─▶ resumed (lease held), or ─▶ (deleted) when nothing is left
+//	Resume:   parked ─(last result)─▶ resumed (lease held), or stays when nothing is left (no write: Finish deletes it after batch.done)
 //	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
 //	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
 //	Finish:   running|resumed ─▶ (deleted)  batch.done was published
@@ -804,7 +872,7 @@ type Batch struct {
 	Touched time.Time `json:"touched"`
 
 	rev  uint64
-	gone bool // removed by the last result (Resume): Finish has nothing to delete
+	gone bool // carried in a record, or removed: Finish has nothing to delete
 }
 
 // last reports whether the result of call id is the last one b waits for
@@ -1057,10 +1125,9 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	return out
 }
 
-// remove deletes b, read at its revision, as the last result of a batch
-// with nothing left to run: the compare-and-set makes that result's router
-// the one that resumes it. Only the last result removes a continuation, so
-// a delete whose outcome is unknown (a lost acknowledgement, a leader
+// remove deletes b, read at its revision: a re-sent copy's continuation
+// that found the first copy's batch carried in a record (parkCalls). A
+// delete whose outcome is unknown (a lost acknowledgement, a leader
 // change) landed when the key is gone; false when b changed meanwhile.
 func (s *conts) remove(ctx context.Context, b *Batch) bool {
 	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
@@ -1224,12 +1291,15 @@ type calls struct {
 	parked   *store.Cache[*Record] // key → record, only records in bus.ParkParked; a tombstone per key that left, kept goneMemory
 	answered map[string]*Record    // records in bus.ParkAnswered, for lease takeovers
 	ended    endings               // calls of batches with a continuation of their own that ended, until that continuation is seen with their result (Mends.Stranded)
+	lone     endings               // calls that carried their batch and ended, seen live, until their router is judged (Mends.Lone)
+	follows  atomic.Bool           // the watch delivered the initial records: later endings are seen as they happen
 	watch    *store.Watch
 	last     func(ctx context.Context, filter string) (uint64, error) // store.KV.LastRevision of the bucket
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {
-	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{}, ended: endings{m: map[string]endedCall{}}}
+	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{},
+		ended: endings{m: map[string]endedCall{}}, lone: endings{m: map[string]endedCall{}, max: maxLone}}
 }
 
 // watch loads the values of keys into apply and keeps it fed.
@@ -1346,7 +1416,7 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		now := time.Now().UTC()
 		switch v {
 		case Done: // the answer is the result: parked → done in this one write
-			r.Status, r.Answer, r.Result = bus.ParkDone, a, &res
+			r.Status, r.Answer, r.Result, r.Owner = bus.ParkDone, a, &res, s.cfg.Owner
 		case Repark: // a confirmed call of an external tool now waits for its execution
 			r.Kind, r.SuggestedRules, r.Reason, r.Expires = bus.KindExternal, nil, "", now.Add(s.cfg.TTL)
 		default: // Confirmed: this router runs the confirmed call under a lease
@@ -1378,7 +1448,11 @@ var answerPolicy = store.Policy{}
 // expired or cancelled without one; one racing router wins.
 func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
 	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
-		r.Status, r.Result = to, &res
+		// The write that ends the call names the router that ended it:
+		// when the call carries its batch, that router publishes
+		// batch.done, and the others judge by its presence whether it
+		// could (Mends.Lone, docs/protocol.md 6.1, 1.13).
+		r.Status, r.Result, r.Owner = to, &res, s.cfg.Owner
 		return nil
 	})
 }
@@ -1518,6 +1592,7 @@ func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg,
 
 func (c *calls) start(ctx context.Context) (err error) {
 	c.watch, err = watch(ctx, c.kv, "*.*.*", c.apply)
+	c.follows.Store(err == nil)
 	return err
 }
 
@@ -1553,6 +1628,11 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 		}
 	}
 	c.ended.note(key, &r)
+	if c.follows.Load() && c.cfg.Presence != nil {
+		// Only endings seen as they happen: the initial load holds the
+		// records of a day, whose routers are long gone.
+		c.lone.noteLone(key, &r)
+	}
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, &r)
 	} else {
@@ -1564,8 +1644,10 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 // this router saw end, and when, by record key: what Mends.Stranded looks
 // at. Safe for concurrent use.
 type endings struct {
-	mu sync.Mutex
-	m  map[string]endedCall
+	mu      sync.Mutex
+	m       map[string]endedCall
+	max     int // at most this many notes (0: no bound); past it new ones are not kept
+	dropped int // notes not kept since the last look (max)
 }
 
 // note notes when r, the record of key, ended a call of a batch with its
@@ -1581,10 +1663,46 @@ func (e *endings) note(key string, r *Record) {
 	}
 }
 
-// endedCall is a call of a batch with a continuation of its own that this
-// router's watch saw end, and when.
+// noteLone notes when r, the record of key, ended a call that carried its
+// batch (docs/protocol.md 6.1, 1.6), and the router its write names; a
+// record that did not, or names no router (a router of 1.12 wrote it), is
+// not noted. Past max notes, new ones are dropped (logged by Mends.Lone).
+func (e *endings) noteLone(key string, r *Record) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !endsCarried(r) || r.Owner == "" {
+		delete(e.m, key)
+		return
+	}
+	if _, ok := e.m[key]; ok {
+		return
+	}
+	if e.max > 0 && len(e.m) >= e.max {
+		e.dropped++
+		return
+	}
+	e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, router: r.Owner, seen: time.Now()}
+}
+
+// maxLone bounds the notes of lone calls a router keeps: each lives about
+// a lease, so this is that many lone parked calls ended within a lease.
+const maxLone = 1 << 16
+
+// endsCarried reports whether r is a call that carried its batch (nothing
+// of the batch left to run after it) and ended with its result.
+func endsCarried(r *Record) bool {
+	switch r.Status {
+	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
+		return r.Result != nil && len(r.Batch) > 0
+	}
+	return false
+}
+
+// endedCall is a call that this router's watch saw end, and when; for a
+// call that carried its batch, the router that ended it.
 type endedCall struct {
 	session, replyID, callID string
+	router                   string
 	seen                     time.Time
 }
 
@@ -1610,6 +1728,16 @@ func (e *endings) before(cutoff time.Time) map[string]endedCall {
 		}
 	}
 	return out
+}
+
+// takeDropped returns how many notes were not kept since it was last
+// called.
+func (e *endings) takeDropped() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.dropped
+	e.dropped = 0
+	return d
 }
 
 // forget drops the note of the ended call key.

@@ -42,6 +42,7 @@ type parkedCalls interface {
 	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
 	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Mend(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
+	Redo(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
@@ -383,6 +384,12 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, r
 // docs/protocol.md 6.1): the same call.result event, by its id, then the
 // result joins the continuation unless it did meanwhile.
 func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }
+
+// redo publishes again, as its router would have, the call.result and the
+// batch.done of a lone parked call whose router ended it and is gone
+// (parked.Mends.Lone, docs/protocol.md 6.1, 1.13), both by their ids, so
+// the events stream stores each once.
+func (r *answers) redo(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Redo) }
 
 // record reports rec's result res, has join add it to the batch (Resume,
 // Mend), and resumes the batch when join says so.

@@ -41,6 +41,10 @@ func (f *fakeParked) Mend(_ context.Context, _ *parked.Record, res bus.Result, r
 	f.mends = append(f.mends, res)
 	return f.cont, f.resume, nil
 }
+
+func (f *fakeParked) Redo(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error) {
+	return f.Mend(ctx, rec, res, report)
+}
 func (f *fakeParked) Parked(string, string) []*parked.Record { return nil }
 
 // fakeTools counts registry lookups.

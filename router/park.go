@@ -274,6 +274,11 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
+	// Lone parked calls whose router ended them and is gone, maybe before
+	// their batch.done (docs/protocol.md 6.1, 1.13).
+	for _, rec := range r.parked.Mends.Lone(ctx, now) {
+		r.life.Go(func(context.Context) { r.answers.redo(rec) })
+	}
 }
 
 // repair finishes a continuation taken over from a router that died: its

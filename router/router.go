@@ -39,6 +39,7 @@ import (
 	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/presence"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
@@ -173,9 +174,10 @@ type Router struct {
 	// sessions decides when a batch's session is read from KV (package session)
 	sessions *session.Revisions
 	parked   *parked.Store
-	led      *ledger.Ledger // the dedupe ledger (docs/protocol.md 3.1)
-	events   *routerEvents  // the events stream and replies (events.go)
-	pipe     *pipeline      // the batch pipeline over its ports (batch.go)
+	presence *presence.Presence // the routers alive (P_routers, docs/protocol.md 8)
+	led      *ledger.Ledger     // the dedupe ledger (docs/protocol.md 3.1)
+	events   *routerEvents      // the events stream and replies (events.go)
+	pipe     *pipeline          // the batch pipeline over its ports (batch.go)
 	skills   *routerSkills
 	guards   guardrails // the middlewares the config turns on (chain.go)
 
@@ -359,8 +361,15 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Drain)
+	// This router's presence, deleted last in the unwind (after the work
+	// was drained), so that the others count it gone only once it is.
+	r.presence = presence.New(r.store.Routers, presence.Config{ID: r.cfg.ID, Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
+	if err := r.presence.Start(bg); err != nil {
+		return fmt.Errorf("router: presence: %w", err)
+	}
+	r.life.Defer(r.presence.Stop)
 	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log,
-		Publish: r.nc.PublishMsg})
+		Publish: r.nc.PublishMsg, Presence: r.presence})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
 	}
@@ -438,6 +447,15 @@ func (r *Router) loops() {
 	})
 	r.life.Loop(func(ctx context.Context) {
 		life.Every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
+	})
+	// The presence has a loop of its own: slow lease renewals or takeovers
+	// must not make this router look gone.
+	r.life.Loop(func(ctx context.Context) {
+		life.Every(ctx, hb, func(time.Time) {
+			if err := r.presence.Beat(ctx); err != nil {
+				r.log.Warn("router: presence not renewed", "err", err)
+			}
+		})
 	})
 	r.life.Loop(func(ctx context.Context) {
 		dropped := map[*nats.Subscription]int{}

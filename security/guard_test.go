@@ -1,6 +1,7 @@
 package security
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -77,4 +78,41 @@ func denied(deny []string, subj string) bool {
 		}
 	}
 	return false
+}
+
+// TestPresenceOnlyRouters: no role but the router may put, delete or purge
+// a key of the routers' presence (P_routers, docs/protocol.md 8, 1.13), nor
+// remove or change the bucket; not the operator either, whose JetStream
+// API is otherwise whole. A forged key would keep a dead router present
+// (its lone batches never get batch.done); a deleted one makes a live
+// router look gone.
+func TestPresenceOnlyRouters(t *testing.T) {
+	users, err := Users(Spec{Sessions: []string{"s1"}, Handlers: []Handler{{Name: "h", Tools: []string{"t"}}}, AgentAnswers: []string{"pick"},
+		FacadeAnswers: []string{"mcp__srv__elicit"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forbidden := []string{
+		"$KV.toolbus_routers.a1b2c3",                   // a put or a delete marker (the same subject)
+		"$JS.API.STREAM.PURGE.KV_toolbus_routers",      // every key, or one (a purge request's filter)
+		"$JS.API.STREAM.MSG.DELETE.KV_toolbus_routers", // one renewal
+		"$JS.API.STREAM.DELETE.KV_toolbus_routers",     // the bucket
+		"$JS.API.STREAM.UPDATE.KV_toolbus_routers",     // its limits
+	}
+	for _, u := range users {
+		if u.Role == RoleRouter {
+			continue
+		}
+		for _, subj := range forbidden {
+			for _, p := range u.Permissions.Publish {
+				if natsMatch(p, subj) && !denied(u.Permissions.PublishDeny, subj) {
+					t.Errorf("%s (%s) may publish %s through %q", u.Name, u.Role, subj, p)
+				}
+			}
+		}
+	}
+	r, _ := Lookup(users, RoleRouter)
+	if !slices.ContainsFunc(r.Permissions.Publish, func(p string) bool { return natsMatch(p, forbidden[0]) }) {
+		t.Errorf("the router may not renew its presence: %v", r.Permissions.Publish)
+	}
 }

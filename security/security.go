@@ -396,7 +396,19 @@ func operator(s bus.Subjects) User {
 			s.All("tasks"), s.All("handoff"), "$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
 			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
+		// The routers' presence is the routers' alone (docs/protocol.md 8,
+		// 1.13): a router's key deleted or purged makes the others take it
+		// for gone and publish its lone batches' events again. Writing a
+		// key needs $KV.<bucket>, which no role but the router has.
+		PublishDeny: presenceAdmin(s),
 	}}
+}
+
+// presenceAdmin is the JetStream API that removes keys of the routers'
+// presence or the bucket itself.
+func presenceAdmin(s bus.Subjects) []string {
+	stream := "KV_" + s.Bucket(bus.BucketRouters)
+	return []string{jsAPI + "STREAM.PURGE." + stream, jsAPI + "STREAM.MSG.DELETE." + stream, jsAPI + "STREAM.DELETE." + stream, jsAPI + "STREAM.UPDATE." + stream}
 }
 
 func facade(s bus.Subjects, answers []string) User {

@@ -91,7 +91,10 @@ type Store struct {
 	Sessions *KV
 	Parked   *KV
 	Ledger   *KV
-	Events   jetstream.Stream
+	// Routers is the routers' presence (package presence, docs/protocol.md
+	// 8): one key per router, renewed every heartbeat.
+	Routers *KV
+	Events  jetstream.Stream
 	// ParkedStream is the stream under Parked (KV_<bucket>): handlers and
 	// approvers follow the handoff from it, through a router
 	// (docs/protocol.md 6.2).
@@ -140,13 +143,24 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		}
 		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
+	// The routers' presence (package presence, docs/protocol.md 8, 1.13):
+	// one small key per router, renewed every heartbeat; keys expire three
+	// heartbeats after their last renewal, and the bucket holds at most
+	// 1 MiB (thousands of routers). The deployment's storage, as the other
+	// buckets: an account may have no memory storage (a managed service).
+	routers := jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketRouters), Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
+		MaxValueSize: 256, MaxBytes: 1 << 20, Storage: storage, Replicas: cfg.Replicas}
+	h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, routers) })
+	if err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", routers.Bucket, err)
+	}
+	st.Routers = NewKV(js, h, cfg.Replicas)
 	// The MCP facades' tasks and request states (docs/mcp.md).
 	if _, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketMCP), err)
 	}
-	var err error
 	eventsStorage := storage
 	if cfg.EventsMemory {
 		eventsStorage = jetstream.MemoryStorage

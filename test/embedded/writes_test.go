@@ -36,7 +36,9 @@ func routerInMsgs(t *testing.T, e *env) int64 {
 }
 
 // streamSeqs is each stream's last sequence (Jsz): the writes it has taken.
-// The workers bucket is left out: its writes are the workers' beats.
+// The workers and routers buckets are left out: their writes are the
+// workers' beats and the routers' presence (one per router and heartbeat,
+// none per call).
 func streamSeqs(t *testing.T, e *env) map[string]uint64 {
 	t.Helper()
 	jz, err := e.srv.Jsz(&server.JSzOptions{Accounts: true, Streams: true})
@@ -46,7 +48,7 @@ func streamSeqs(t *testing.T, e *env) map[string]uint64 {
 	seqs := map[string]uint64{}
 	for _, a := range jz.AccountDetails {
 		for _, s := range a.Streams {
-			if !strings.Contains(s.Name, "workers") {
+			if !strings.Contains(s.Name, "workers") && !strings.Contains(s.Name, "routers") {
 				seqs[s.Name] = s.State.LastSeq
 			}
 		}

@@ -1,0 +1,208 @@
+// Package presence keeps which routers are alive (docs/protocol.md 8,
+// 1.13; docs/parked.md): every router puts one key, its id, in P_routers
+// when it starts and every heartbeat after, and deletes it when it stops
+// cleanly; every router watches the bucket and judges, by the time it last
+// saw a router's key renewed on its own clock, whether that router outlived
+// a moment or is gone. The cost is one write per router and heartbeat,
+// nothing per call. Only routers may write the bucket (docs/security.md).
+package presence
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/toolbus/toolbus/store"
+)
+
+// Beats is how many heartbeats a router's key may go unrenewed before the
+// router counts as gone: a lease, as the leases of continuations.
+const Beats = 3
+
+// MaxRouters bounds the routers a Presence keeps: keys past it are not
+// kept (their routers count as gone, which costs a publish that the events
+// stream de-duplicates, never a lost event). The bucket's own bound is
+// MaxBytes (store.Setup).
+const MaxRouters = 4096
+
+// Config configures a Presence.
+type Config struct {
+	// ID is the router's id, its key in the bucket.
+	ID string
+	// Heartbeat is how often Beat is called; zero means 5 s.
+	Heartbeat time.Duration
+	// Logger receives warnings; nil discards.
+	Logger *slog.Logger
+}
+
+// Value is what a router's key holds.
+type Value struct {
+	Router string `json:"router"`
+	// Instance is new each time a router process starts, so that a router
+	// restarted under the same id within a lease counts as a new one.
+	Instance    string `json:"instance"`
+	HeartbeatMS int64  `json:"heartbeat_ms"`
+}
+
+// Presence is this router's key and its view of the others'. Safe for
+// concurrent use.
+type Presence struct {
+	kv    jetstream.KeyValue
+	cfg   Config
+	value []byte
+	watch *store.Watch
+	// live: the watch has delivered the bucket's initial values.
+	live atomic.Bool
+
+	mu    sync.Mutex
+	peers map[string]peer
+}
+
+// peer is what this router saw of one router's key, on its own clock.
+type peer struct {
+	instance string
+	since    time.Time // when this instance was first seen
+	last     time.Time // when its key was last seen put
+	gone     bool      // its key was seen deleted (a clean stop) or purged
+}
+
+// New returns a Presence over kv (P_routers); call Start.
+func New(kv jetstream.KeyValue, cfg Config) *Presence {
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 5*time.Second)
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	v, _ := json.Marshal(Value{Router: cfg.ID, Instance: nuid.Next(), HeartbeatMS: cfg.Heartbeat.Milliseconds()})
+	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}}
+}
+
+// Start puts this router's key and follows everyone's. The first put is
+// retried through a leader election (store.Bounded), not bounded by a
+// heartbeat as Beat is: a router that cannot put it does not start.
+func (p *Presence) Start(ctx context.Context) error {
+	if err := store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
+		_, err := p.kv.Put(ctx, p.cfg.ID, p.value)
+		return err
+	}); err != nil {
+		return fmt.Errorf("presence: put %s: %w", p.cfg.ID, err)
+	}
+	w, err := store.WatchKV(ctx, p.kv, ">", p.apply)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-w.Ready():
+	case <-ctx.Done():
+		_ = w.Stop(context.WithoutCancel(ctx))
+		return ctx.Err()
+	}
+	p.watch = w
+	p.live.Store(true)
+	return nil
+}
+
+// Beat renews this router's key: once per heartbeat.
+func (p *Presence) Beat(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Heartbeat)
+	defer cancel()
+	if _, err := p.kv.Put(ctx, p.cfg.ID, p.value); err != nil {
+		return fmt.Errorf("presence: renew %s: %w", p.cfg.ID, err)
+	}
+	return nil
+}
+
+// Stop ends the watch and deletes this router's key, so that the others
+// know at once that it stopped; safe to call twice.
+func (p *Presence) Stop(ctx context.Context) error {
+	err := store.StopAll(ctx, p.watch)
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Heartbeat)
+	defer cancel()
+	if derr := p.kv.Delete(ctx, p.cfg.ID); derr != nil && !store.IsNotFound(derr) {
+		p.cfg.Logger.Warn("presence: key not removed; the others count this router gone a lease from now", "err", derr)
+	}
+	return err
+}
+
+// Live reports whether the watch has delivered the bucket's initial values.
+func (p *Presence) Live() bool { return p.live.Load() }
+
+func (p *Presence) apply(e jetstream.KeyValueEntry) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	id := e.Key()
+	cur, ok := p.peers[id]
+	if !ok && len(p.peers) >= MaxRouters {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		cur.gone, cur.last = true, now
+		p.peers[id] = cur
+		return
+	}
+	var v Value
+	if json.Unmarshal(e.Value(), &v) != nil {
+		return
+	}
+	if !ok || cur.gone || cur.instance != v.Instance {
+		cur = peer{instance: v.Instance, since: now}
+		p.cfg.Logger.Debug("presence: router seen", "id", id, "instance", v.Instance)
+	}
+	cur.last = now
+	p.peers[id] = cur
+}
+
+// Verdict is what a Presence says of a router about a moment it ended
+// something (Judge).
+type Verdict int
+
+// The verdicts of Judge.
+const (
+	// Unsure: the router may still be finishing; look again later.
+	Unsure Verdict = iota
+	// Outlived: the same router process renewed its key a lease after the
+	// moment: it had a lease to finish.
+	Outlived
+	// Gone: the router's key is gone (a clean stop), stale (no renewal for
+	// a lease), not seen for a lease after the moment, or now held by a
+	// process started after the moment (a restart under the same id).
+	Gone
+)
+
+func (v Verdict) String() string {
+	return [...]string{"unsure", "outlived", "gone"}[v]
+}
+
+// Judge says whether router, which ended something at ended (this
+// router's clock, when it saw it), outlived that moment by a lease, is
+// gone, or may still be finishing, at now.
+func (p *Presence) Judge(router string, ended, now time.Time) Verdict {
+	p.mu.Lock()
+	pr, ok := p.peers[router]
+	p.mu.Unlock()
+	return judge(pr, ok, ended, now, Beats*p.cfg.Heartbeat)
+}
+
+// judge is the staleness rule: a router is gone when its key was deleted,
+// was last renewed more than lease before now, belongs to an instance first
+// seen after ended, or was never seen for a lease after ended (a router
+// that keeps no presence, protocol 1.12, or one whose first renewal this
+// router has yet to see); it outlived ended when the same instance renewed
+// its key at least lease after ended; else unsure.
+func judge(p peer, seen bool, ended, now time.Time, lease time.Duration) Verdict {
+	switch {
+	case !seen && now.Sub(ended) <= lease:
+		return Unsure
+	case !seen, p.gone, now.Sub(p.last) > lease, p.since.After(ended):
+		return Gone
+	case !p.last.Before(ended.Add(lease)):
+		return Outlived
+	}
+	return Unsure
+}

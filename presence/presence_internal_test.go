@@ -1,0 +1,114 @@
+package presence
+
+import (
+	"encoding/json"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// entry is a watch delivery of the presence bucket.
+type entry struct {
+	key   string
+	value []byte
+	op    jetstream.KeyValueOp
+}
+
+func (e entry) Bucket() string                  { return "toolbus_routers" }
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { return e.value }
+func (e entry) Revision() uint64                { return 1 }
+func (e entry) Created() time.Time              { return time.Time{} }
+func (e entry) Delta() uint64                   { return 0 }
+func (e entry) Operation() jetstream.KeyValueOp { return e.op }
+
+func put(id, instance string) entry {
+	v, _ := json.Marshal(Value{Router: id, Instance: instance, HeartbeatMS: 1000})
+	return entry{key: id, value: v, op: jetstream.KeyValuePut}
+}
+
+// TestStaleness walks the staleness rule on the bubble's clock: a router
+// that ended something at t0 (as the watching router saw it) is judged at
+// each step from what the watch delivered of its key. The heartbeat is 1 s,
+// so a lease is 3 s.
+func TestStaleness(t *testing.T) {
+	const hb = time.Second
+	type step struct {
+		after time.Duration // since the previous step
+		see   []entry       // deliveries at this step
+		want  Verdict       // Judge("a", t0, now)
+	}
+	renew := func(after time.Duration, want Verdict) step {
+		return step{after: after, see: []entry{put("a", "i1")}, want: want}
+	}
+	for _, tc := range []struct {
+		name  string
+		setup []entry // before t0
+		steps []step
+	}{
+		{name: "a router that renews every heartbeat outlives the end a lease later", setup: []entry{put("a", "i1")},
+			steps: []step{renew(hb, Unsure), renew(hb, Unsure), renew(hb-time.Millisecond, Unsure), renew(time.Millisecond, Outlived)}},
+		{name: "a router that stops renewing at the end is gone once a lease has passed without it", setup: []entry{put("a", "i1")},
+			steps: []step{{after: 3*hb - time.Millisecond, want: Unsure}, {after: time.Millisecond, want: Gone}}},
+		{name: "a router that misses two beats is not gone", setup: []entry{put("a", "i1")},
+			steps: []step{{after: 2 * hb, want: Unsure}, renew(hb, Outlived)}},
+		{name: "a router that renewed once and stopped is gone three heartbeats after that renewal", setup: []entry{put("a", "i1")},
+			steps: []step{renew(hb, Unsure), {after: 3 * hb, want: Unsure}, {after: time.Millisecond, want: Gone}}},
+		{name: "a clean stop is gone at once", setup: []entry{put("a", "i1")},
+			steps: []step{{after: hb, see: []entry{{key: "a", op: jetstream.KeyValueDelete}}, want: Gone}}},
+		{name: "a purged key is gone at once", setup: []entry{put("a", "i1")},
+			steps: []step{{after: hb, see: []entry{{key: "a", op: jetstream.KeyValuePurge}}, want: Gone}}},
+		{name: "a restart under the same id is gone, however often the new process renews", setup: []entry{put("a", "i1")},
+			steps: []step{{after: hb, see: []entry{put("a", "i2")}, want: Gone}, {after: 3 * hb, see: []entry{put("a", "i2")}, want: Gone}}},
+		{name: "a stop and a start under the same id is gone", setup: []entry{put("a", "i1")},
+			steps: []step{{after: hb, see: []entry{{key: "a", op: jetstream.KeyValueDelete}, put("a", "i1")}, want: Gone}}},
+		{name: "a router never seen is gone a lease after the end", setup: []entry{put("b", "i1")},
+			steps: []step{{want: Unsure}, {after: 3 * hb, see: []entry{put("b", "i1")}, want: Unsure}, {after: time.Millisecond, want: Gone}}},
+		{name: "a router first seen after the end is another process", setup: []entry{put("b", "i1")},
+			steps: []step{{after: hb, see: []entry{put("a", "i1")}, want: Gone}}},
+		{name: "another router's renewals say nothing of this one", setup: []entry{put("a", "i1"), put("b", "i9")},
+			steps: []step{{after: 2 * hb, see: []entry{put("b", "i9")}, want: Unsure}, {after: 2 * hb, see: []entry{put("b", "i9")}, want: Gone}}},
+		{name: "a value that is not JSON changes nothing", setup: []entry{put("a", "i1")},
+			steps: []step{{after: hb, see: []entry{{key: "a", value: []byte("x"), op: jetstream.KeyValuePut}}, want: Unsure}, {after: 2*hb + 1, want: Gone}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(nil, Config{ID: "me", Heartbeat: hb})
+				for _, e := range tc.setup {
+					p.apply(e)
+				}
+				time.Sleep(time.Millisecond) // the end comes after the setup's deliveries
+				t0 := time.Now()
+				for i, s := range tc.steps {
+					time.Sleep(s.after)
+					for _, e := range s.see {
+						p.apply(e)
+					}
+					if got := p.Judge("a", t0, time.Now()); got != s.want {
+						t.Fatalf("step %d (%v after the end): %v, want %v", i, time.Since(t0), got, s.want)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestBounded: past MaxRouters keys the watch keeps no more; those routers
+// count as gone (a republish the stream de-duplicates), and the ones kept
+// are still judged.
+func TestBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := New(nil, Config{ID: "me", Heartbeat: time.Second})
+		for i := range MaxRouters + 10 {
+			p.apply(put("r"+string(rune('a'+i%26))+time.Duration(i).String(), "i"))
+		}
+		if n := len(p.peers); n != MaxRouters {
+			t.Fatalf("%d routers kept, want %d", n, MaxRouters)
+		}
+		if got := p.Judge("ra0s", time.Now(), time.Now()); got != Unsure {
+			t.Fatalf("a kept router: %v", got)
+		}
+	})
+}
