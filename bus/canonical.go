@@ -361,6 +361,13 @@ func appendU(b []byte, r rune) []byte {
 	return append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
 }
 
+// skipDigits moves past the decimal digits at src[i].
+func (c *canonicaliser) skipDigits() {
+	for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
+		c.i++
+	}
+}
+
 // number writes the number at src[i] by its exact value: the digits d
 // without leading or trailing zeros and the exponent e of d × 10^e, in
 // ECMAScript's Number::toString layout.
@@ -372,9 +379,7 @@ func (c *canonicaliser) number() bool {
 	}
 	d := c.digits[:0]
 	intStart := c.i
-	for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
-		c.i++
-	}
+	c.skipDigits()
 	if c.i == intStart || c.src[intStart] == '0' && c.i-intStart > 1 {
 		return false // no digit, or a leading zero
 	}
@@ -383,9 +388,7 @@ func (c *canonicaliser) number() bool {
 	if c.i < len(c.src) && c.src[c.i] == '.' {
 		c.i++
 		fracStart := c.i
-		for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
-			c.i++
-		}
+		c.skipDigits()
 		if c.i == fracStart {
 			return false
 		}
@@ -401,9 +404,7 @@ func (c *canonicaliser) number() bool {
 			c.i++
 		}
 		expStart := c.i
-		for c.i < len(c.src) && c.src[c.i] >= '0' && c.src[c.i] <= '9' {
-			c.i++
-		}
+		c.skipDigits()
 		if c.i == expStart {
 			return false
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/shellcmd"
 )
@@ -36,11 +37,11 @@ func BenchmarkDecideCommand(b *testing.B) {
 			b.Run(fmt.Sprintf("%dKiB/%s", size>>10, c.name), func(b *testing.B) {
 				var m0, m1 runtime.MemStats
 				runtime.ReadMemStats(&m0)
-				cpu0 := processCPU()
+				cpu0 := testkit.ProcessCPU()
 				for b.Loop() {
 					permission.Decide(c.pc, def, in)
 				}
-				cpu := processCPU() - cpu0
+				cpu := testkit.ProcessCPU() - cpu0
 				runtime.ReadMemStats(&m1)
 				n := float64(b.N) * float64(size)
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/byte")

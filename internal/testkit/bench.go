@@ -56,7 +56,7 @@ func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []strin
 	profiling := pprof.StartCPUProfile(&prof) == nil
 	b.ResetTimer()
 	msgs, writes := inMsgs(b, s), writeCalls()
-	before := cpuTime()
+	before := ProcessCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		pprof.SetGoroutineLabels(ctx)
 		i := 0
@@ -72,7 +72,7 @@ func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []strin
 		}
 	})
 	b.StopTimer()
-	b.ReportMetric(float64((cpuTime()-before).Microseconds())/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((ProcessCPU()-before).Microseconds())/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(inMsgs(b, s)-msgs)/float64(b.N), "msgs/op")
 	if w := writeCalls(); w >= 0 && writes >= 0 {
 		b.ReportMetric(float64(w-writes)/float64(b.N), "writes/op")

@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
+// ProcessCPU is the process's user and system CPU time so far (zero where
+// getrusage fails).
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestMeasureBeatCost measures what a heartbeat of a worker of many tools
@@ -73,12 +73,12 @@ func TestMeasureBeatCost(t *testing.T) {
 			beat(true) // the first registration stores the definitions
 			first := time.Since(t0)
 			const beats = 30
-			cpu0 := cpuTime()
+			cpu0 := testkit.ProcessCPU()
 			t0 = time.Now()
 			for range beats {
 				beat(false)
 			}
-			wall, cpu := time.Since(t0), cpuTime()-cpu0
+			wall, cpu := time.Since(t0), testkit.ProcessCPU()-cpu0
 			msgs := 1
 			if perTool {
 				msgs = n
@@ -88,11 +88,4 @@ func TestMeasureBeatCost(t *testing.T) {
 				float64(first.Microseconds())/1e3, float64(wall.Microseconds())/1e3/beats, float64(cpu.Microseconds())/1e3/beats)
 		}
 	}
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
