@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,4 +97,60 @@ func (l *laggingKV) Watch(ctx context.Context, _ string, opts ...jetstream.Watch
 
 func (l *laggingKV) ListKeysFiltered(ctx context.Context, _ ...string) (jetstream.KeyLister, error) {
 	return l.KV.ListKeysFiltered(ctx, "none-yet.*")
+}
+
+// TestRefreshAwaitsFirstBeatAfterStart: a router started while no worker
+// of a tool has a beat stored (no router served their beats during an
+// outage longer than the workers bucket's TTL) gives the workers its first
+// two heartbeats to beat before it answers the tool unavailable; a later
+// Refresh answers at once. test/embedded TestClusterRouterSIGKILL failed
+// this way under load: the re-sent calls of the router started in the
+// killed one's place were answered unavailable.
+func TestRefreshAwaitsFirstBeatAfterStart(t *testing.T) {
+	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const beat = 2 * time.Second
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: beat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(st, Config{Heartbeat: beat})
+	d := bus.ToolDef{Name: "slow", InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}
+	if ack, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}}); err != nil || len(ack.Accepted) != 1 {
+		t.Fatalf("register: %+v %v", ack, err)
+	}
+	if _, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+		t.Fatal(err)
+	}
+	b := New(st, Config{Heartbeat: beat})
+	probed := &probedKV{KV: st.Workers, read: make(chan struct{})}
+	b.liveness.kv = probed
+	if err := b.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Stop(t, b.Stop)
+	registered := make(chan error, 1)
+	go func() {
+		<-probed.read // the worker beats once Refresh found none in KV
+		_, err := a.Register(context.WithoutCancel(t.Context()), Shared, bus.Register{Worker: "w2", Tools: []bus.ToolDef{d}})
+		registered <- err
+	}()
+	refreshedLive(t, b, "slow")
+	if err := <-registered; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// probedKV is the workers bucket that says when Refresh's probe read it.
+type probedKV struct {
+	*store.KV
+	read chan struct{}
+	once sync.Once
+}
+
+func (p *probedKV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) {
+	defer p.once.Do(func() { close(p.read) })
+	return p.KV.Latest(ctx, filter)
 }

@@ -66,6 +66,7 @@ type Registry struct {
 	workConsumer func(ctx context.Context, tool string) error // makes a durable tool's work consumer
 	consumers    sync.Map                                     // durable tools whose consumer exists
 	probes       probes                                       // Refresh's probes, one per tool at a time
+	started      time.Time                                    // when Start had the initial values
 }
 
 // New returns a Registry over the store's tools and workers buckets. Call
@@ -106,6 +107,7 @@ func (r *Registry) Start(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	r.started = r.cfg.Now()
 	return nil
 }
 
@@ -135,7 +137,35 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	if !ok || r.Live(t) {
 		return nil
 	}
-	return r.probes.do(ctx, name, func(ctx context.Context) error { return r.liveness.probe(ctx, name) })
+	if err := r.probes.do(ctx, name, func(ctx context.Context) error { return r.liveness.probe(ctx, name) }); err != nil {
+		return err
+	}
+	r.awaitFirstBeat(ctx, t)
+	return nil
+}
+
+// awaitFirstBeat waits, in the first two heartbeats after Start, until a
+// worker of t beats (or those heartbeats pass, or ctx ends). While no
+// router served, the workers' beats found nobody to store them, and the
+// workers bucket forgets a beat three heartbeats after it was stored
+// (its TTL): a router started after an outage longer than that sees
+// every worker gone until its next beat, which comes within a heartbeat
+// of the router serving (docs/registry.md). Later, an unavailable tool
+// is answered at once. A caller's ctx that ends first ends the wait.
+func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
+	until := r.started.Add(2 * r.cfg.Heartbeat)
+	if r.Live(t) || !r.cfg.Now().Before(until) {
+		return
+	}
+	tick := time.NewTicker(max(r.cfg.Heartbeat/20, time.Millisecond))
+	defer tick.Stop()
+	for !r.Live(t) && r.cfg.Now().Before(until) {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // Register applies one registration or heartbeat that came on the
