@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -27,7 +28,10 @@ func lastStored(t *testing.T, nc *nats.Conn, session string) *bus.Event {
 }
 
 // parkedRecord reads a call's record from P_parked, as an agent that
-// reconnects may (bus.ParkRecord).
+// reconnects may (bus.ParkRecord), from the bucket's stream leader as the
+// product reads (store.KV): on a cluster, jetstream's own Get is a direct
+// get that any replica answers, and a follower that has not applied the
+// write yet answers "key not found" though the write was acknowledged.
 func parkedRecord(t *testing.T, e *env, session, reply, call string) *bus.ParkRecord {
 	t.Helper()
 	js, err := jetstream.New(e.nc)
@@ -38,7 +42,7 @@ func parkedRecord(t *testing.T, e *env, session, reply, call string) *bus.ParkRe
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := kv.Get(t.Context(), bus.CallKey(session, reply, call))
+	v, err := store.NewKV(js, kv, e.replicas()).Get(t.Context(), bus.CallKey(session, reply, call))
 	if err != nil {
 		t.Fatal(err)
 	}
