@@ -89,9 +89,10 @@ func command(t *testing.T, prefix string) string {
 // in dir with env added; it returns stdout, stderr and the exit code.
 func shell(t *testing.T, dir string, env []string, line string) (string, string, int) {
 	t.Helper()
+	script := local(t, line) // builds the binaries on first use: not within the command's bound
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", local(t, line))
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
