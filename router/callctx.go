@@ -154,11 +154,7 @@ func (c *callCtx) adopt(k *callCtx) int32 {
 	if s := c.state.Load(); s != ctxLive {
 		return s
 	}
-	k.prev, k.next, k.linked = nil, c.kids, true
-	if c.kids != nil {
-		c.kids.prev = k
-	}
-	c.kids = k
+	push(&c.kids, k)
 	return ctxLive
 }
 
@@ -166,18 +162,34 @@ func (c *callCtx) adopt(k *callCtx) int32 {
 func (c *callCtx) drop(k *callCtx) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !k.linked {
+	unlink(&c.kids, k)
+}
+
+// push puts c first in the list at head (a callCtx's kids, a list's head), under
+// the lock that guards it.
+func push(head **callCtx, c *callCtx) {
+	c.prev, c.next, c.linked = nil, *head, true
+	if *head != nil {
+		(*head).prev = c
+	}
+	*head = c
+}
+
+// unlink takes c out of the list at head, if it is in it, under the lock
+// that guards it.
+func unlink(head **callCtx, c *callCtx) {
+	if !c.linked {
 		return
 	}
-	if k.prev != nil {
-		k.prev.next = k.next
+	if c.prev != nil {
+		c.prev.next = c.next
 	} else {
-		c.kids = k.next
+		*head = c.next
 	}
-	if k.next != nil {
-		k.next.prev = k.prev
+	if c.next != nil {
+		c.next.prev = c.prev
 	}
-	k.prev, k.next, k.linked = nil, nil, false
+	c.prev, c.next, c.linked = nil, nil, false
 }
 
 // stop cancels c (stopper).
@@ -308,29 +320,14 @@ func (x *callContexts) add(c *callCtx) bool {
 	if x.ended {
 		return false
 	}
-	c.next = x.head
-	if x.head != nil {
-		x.head.prev = c
-	}
-	x.head, c.linked = c, true
+	push(&x.head, c)
 	return true
 }
 
 func (x *callContexts) remove(c *callCtx) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if !c.linked {
-		return
-	}
-	if c.prev != nil {
-		c.prev.next = c.next
-	} else {
-		x.head = c.next
-	}
-	if c.next != nil {
-		c.next.prev = c.prev
-	}
-	c.prev, c.next, c.linked = nil, nil, false
+	unlink(&x.head, c)
 }
 
 // endAll ends every listed context, and any added later at once.
