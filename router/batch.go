@@ -45,6 +45,7 @@ type batch struct {
 	refused error
 
 	sent   []*sentEvent     // events published and not yet known to be stored
+	sent1  [1]*sentEvent    // the first sent's array (publish): most batches send one event
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
 	// results is the unclosed {"results":[...] of every call, which a
 	// read-only batch's announced batch.done leaves for the reply to

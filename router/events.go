@@ -367,6 +367,9 @@ func (s reportStep) publish(b *batch, id, typ, callID string, data any) {
 		return
 	}
 	b.mu.Lock()
+	if b.sent == nil && b.sent1[0] == nil { // once only: stored may still hold a slice taken of it
+		b.sent = b.sent1[:0]
+	}
 	b.sent = append(b.sent, ev)
 	b.mu.Unlock()
 }

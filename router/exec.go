@@ -53,38 +53,61 @@ type job struct {
 	cancel  stopper
 	keyed   string    // key(), once computed
 	watch   execWatch // the request in flight (execWatches)
+	attempt callCtx   // the first attempt's context when not bounded (attemptContext)
 }
 
 // callContext returns the one context of call j under parent. A core
 // read-only call of one attempt gets the attempt's deadline (with its
 // grace) at once, and the attempt runs in it: one context and one timer
-// per call (a callCtx kept in the call's state, its timer pooled). Any other call gets a cancel, and each attempt its deadline.
-// (A call through the ledger is not bounded so: its claim and record
-// must not end at the tool's deadline.)
+// per call. Any other call gets a context without a deadline, and each
+// attempt its own under it (attemptContext). (A call through the ledger is
+// not bounded so: its claim and record must not end at the tool's
+// deadline.) Under the router's base each is a callCtx kept in the call's
+// state (callctx.go), its timer pooled; under another parent (a pipeline
+// without its callContexts) the context package's.
 func (j *job) callContext(parent context.Context) (context.Context, stopper) {
+	var d time.Time
 	if j.runsTool() {
 		def := &j.tool.Def
 		if def.ReadOnly && !def.Durable && max(def.MaxAttempts, 1) == 1 {
 			j.until, j.timeout = callDeadline(time.Now(), def.TimeoutMS, j.deadline)
 			if j.timeout > 0 {
 				j.bounded = true
-				d := j.until.Add(ledger.TimeoutGrace)
-				if list := j.b.p.calls; list != nil && j.b.ctx == list.base && parent == j.b.ctx {
-					// The usual case: a batch's call under the router's
-					// base (callctx.go), without WithDeadline's
-					// allocations and the base's lock.
-					j.c.ctx.start(list, parent, d)
-					j.cancel = &j.c.ctx
-					return &j.c.ctx, j.cancel
-				}
-				ctx, cancel := context.WithDeadline(parent, d)
-				j.cancel = cancelFunc(cancel)
-				return ctx, j.cancel
+				d = j.until.Add(ledger.TimeoutGrace)
 			}
 		}
 	}
-	ctx, cancel := context.WithCancel(parent)
-	return ctx, cancelFunc(cancel)
+	if list := j.b.p.calls; list != nil && j.b.ctx == list.base && parent == j.b.ctx {
+		// The usual case: a batch's call under the router's base, without
+		// the context package's allocations and the base's lock.
+		j.c.ctx.start(list, parent, d)
+		j.cancel = &j.c.ctx
+		return &j.c.ctx, j.cancel
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if j.bounded {
+		ctx, cancel = context.WithDeadline(parent, d)
+	} else {
+		ctx, cancel = context.WithCancel(parent)
+	}
+	j.cancel = cancelFunc(cancel)
+	return ctx, j.cancel
+}
+
+// attemptContext returns the context of one attempt of j under ctx, the
+// call's, ending at d: a callCtx, the job's own the first time (a job's
+// attempts run one after another; a later one gets a new callCtx, since
+// something may still hold an ended one). Under a call's callCtx (ctx is
+// one, or a context over one that ends with it, as a span's) it is that
+// callCtx's kid (callctx.go): ended by it without the context package.
+func (j *job) attemptContext(ctx context.Context, d time.Time) *callCtx {
+	a := &j.attempt
+	if a.done != nil {
+		a = new(callCtx)
+	}
+	a.start(nil, ctx, d)
+	return a
 }
 
 // stopper ends a call's context: a callCtx, or the cancel func of a
@@ -267,10 +290,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	// marking the watch vanished first.
 	wctx, cancel := ctx, j.cancel
 	if !bounded {
-		var stop context.CancelFunc
-		wctx, stop = context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
-		defer stop()
-		cancel = cancelFunc(stop)
+		a := j.attemptContext(ctx, deadline.Add(ledger.TimeoutGrace))
+		defer a.stop()
+		wctx, cancel = a, a
 	}
 	w := x.watch.add(&j.watch, j.call.Name, callRef{j.session, j.replyID, j.call.ID}, cancel)
 	defer x.watch.remove(w)
@@ -662,8 +684,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 			}
 			return ledger.Unavailable(j.call)
 		}
-		wctx, cancel := context.WithDeadline(ctx, deadline.Add(ledger.TimeoutGrace))
-		defer cancel()
+		wctx := j.attemptContext(ctx, deadline.Add(ledger.TimeoutGrace))
+		defer wctx.stop()
 		if res, ok := l.Await(wctx, key); ok {
 			return res
 		}
