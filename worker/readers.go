@@ -20,10 +20,11 @@ import (
 //     back to back share the connection's writes, as a subscription
 //     callback's replies do.
 //   - A reader busy for longer than promoteAfter without waiting on the
-//     channel (one long call, or a run of calls) promotes another reader,
-//     one for each request that waits, at least one: a follower waiting
-//     to lead, or a new goroutine. So a long call delays the requests
-//     behind it by at most promoteAfter, and a busy worker uses its cores.
+//     channel (one long call, or a run of calls) promotes other readers
+//     unless one waits on the channel: one for each request waiting and
+//     one more to wait on the channel, each a follower waiting to lead or
+//     a new goroutine. So a long call delays the requests behind it by at
+//     most promoteAfter, and a busy worker uses its cores.
 //   - A reader done serving becomes a follower when another reader waits
 //     on the channel; followers idle for idle exit, and at most maxIdle
 //     wait at once.
@@ -75,7 +76,6 @@ func (rs *readers) spawner() {
 		}
 	}
 }
-
 
 func (rs *readers) spawn() {
 	rs.wg.Add(1)
@@ -186,7 +186,7 @@ func (r *reader) fire() {
 	if rs.parked.Load() > 0 {
 		return
 	}
-	for n := max(len(rs.ch), 1); n > 0; n-- {
+	for n := len(rs.ch) + 1; n > 0; n-- { // one for each request waiting, one to wait on the channel
 		select {
 		case rs.wake <- struct{}{}:
 		default:
