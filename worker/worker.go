@@ -106,7 +106,7 @@ type Worker struct {
 	subj   bus.Subjects
 	source string
 	sem    chan struct{}
-	pool   *pool.Pool
+	pool   *pool.Pool // runs durable calls (durable.go)
 	log    *slog.Logger
 	off    *offload.Offloader
 
@@ -275,17 +275,14 @@ func (w *Worker) Served() []string {
 // four per slot, at least 1024; more are answered busy at once.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
-// Pending limits of each tool endpoint's subscription buffer. The callback
-// returns at once (a request waits for its slot in a goroutine, or is
-// answered busy), so the buffer holds only what arrives while callbacks
-// run; the limits are far above that, so that the NATS client's silent
-// slow-consumer drop (the router then waited for the call's timeout) stays
-// out of reach. A burst of 10,000 sessions on a loaded machine overflowed
-// the 1,024 messages of the previous limit.
-const (
-	pendingMsgs  = 1 << 16
-	pendingBytes = 64 << 20
-)
+// pendingMsgs is the capacity of the endpoints' channel (readers.go). A
+// reader never waits for a slot (a request waits for one in a goroutine,
+// or is answered busy), so the channel holds only what arrives while no
+// reader is free to take it; the capacity is far above that, so that the
+// NATS client's silent slow-consumer drop (the router then waited for the
+// call's timeout) stays out of reach. A burst of 10,000 sessions on a
+// loaded machine overflowed the 1,024 messages of an earlier limit.
+const pendingMsgs = 1 << 16
 
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
@@ -352,7 +349,7 @@ func (w *Worker) onExec(t *tool, r *request) {
 	default:
 	}
 	// Every slot is busy. The request waits for one in a goroutine, so
-	// that this callback returns at once and the NATS client never drops
+	// that the reader goes on reading and the NATS client never drops
 	// requests as a slow consumer (silent: the router waited for the
 	// call's timeout); past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
