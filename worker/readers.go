@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +26,8 @@ import (
 //     one more to wait on the channel, each a follower waiting to lead or
 //     a new goroutine. So a long call delays the requests behind it by at
 //     most promoteAfter, and a busy worker uses its cores.
+//   - Readers number at most limit: past it no goroutine is started
+//     (followers are still woken).
 //   - A reader done serving becomes a follower when another reader waits
 //     on the channel; followers idle for idle exit, and at most maxIdle
 //     wait at once.
@@ -33,6 +36,9 @@ type readers struct {
 	serve func(*nats.Msg)
 	idle  time.Duration
 	after time.Duration // promoteAfter
+	limit int64         // readers at most
+
+	all atomic.Int64 // readers now, counted before each starts
 
 	parked    atomic.Int64 // readers waiting on ch: 0 or 1, but for a moment
 	followers atomic.Int64 // readers waiting on wake
@@ -51,9 +57,15 @@ const maxIdle = 256
 // before it promotes another.
 const promoteAfter = 100 * time.Microsecond
 
-func newReaders(size int, idle time.Duration, serve func(*nats.Msg)) *readers {
-	rs := &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter,
+// newReaders starts the readers of a channel of size requests, at most
+// limit of them. A reader never waits for a slot, so readers beyond the
+// slots and the cores would only wait: a worker's limit is its
+// MaxConcurrent, its cores and one more (readerLimit), and a burst does
+// not start a goroutine for each request it leaves in the channel.
+func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
+	rs := &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter, limit: int64(max(limit, 1)),
 		wake: make(chan struct{}), more: make(chan struct{}, 1), quit: make(chan struct{})}
+	rs.all.Store(1)
 	rs.spawn()
 	rs.wg.Add(1)
 	go rs.spawner()
@@ -77,6 +89,10 @@ func (rs *readers) spawner() {
 	}
 }
 
+// readerLimit is the readers of a worker of maxConcurrent slots.
+func readerLimit(maxConcurrent int) int { return maxConcurrent + runtime.GOMAXPROCS(0) + 1 }
+
+// spawn starts a reader already counted in rs.all.
 func (rs *readers) spawn() {
 	rs.wg.Add(1)
 	go rs.read()
@@ -98,6 +114,7 @@ const (
 
 func (rs *readers) read() {
 	defer rs.wg.Done()
+	defer rs.all.Add(-1)
 	r := &reader{rs: rs}
 	r.timer = time.AfterFunc(time.Hour, r.fire)
 	r.timer.Stop()
@@ -189,12 +206,17 @@ func (r *reader) fire() {
 	for n := len(rs.ch) + 1; n > 0; n-- { // one for each request waiting, one to wait on the channel
 		select {
 		case rs.wake <- struct{}{}:
+			continue
 		default:
-			rs.spawns.Add(1)
-			select {
-			case rs.more <- struct{}{}:
-			default:
-			}
+		}
+		if rs.all.Add(1) > rs.limit {
+			rs.all.Add(-1)
+			return
+		}
+		rs.spawns.Add(1)
+		select {
+		case rs.more <- struct{}{}:
+		default: // the spawner has been told
 		}
 	}
 }

@@ -19,7 +19,7 @@ func TestReadersPromoteOnlyPastALongCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
 		var started atomic.Int64
-		rs := newReaders(64, time.Minute, func(*nats.Msg) {
+		rs := newReaders(64, time.Minute, 64, func(*nats.Msg) {
 			started.Add(1)
 			<-release
 		})
@@ -69,7 +69,7 @@ func TestReadersShareAStreak(t *testing.T) {
 		var cur, most int
 		hold := make(chan struct{})
 		first := true
-		rs := newReaders(64, time.Minute, func(*nats.Msg) {
+		rs := newReaders(64, time.Minute, 64, func(*nats.Msg) {
 			mu.Lock()
 			cur++
 			most = max(most, cur)
@@ -102,7 +102,7 @@ func TestReadersShareAStreak(t *testing.T) {
 // channel holds, then every reader exits.
 func TestReadersCloseServesWhatIsLeft(t *testing.T) {
 	var served atomic.Int64
-	rs := newReaders(64, time.Minute, func(*nats.Msg) { served.Add(1) })
+	rs := newReaders(64, time.Minute, 64, func(*nats.Msg) { served.Add(1) })
 	for range 50 {
 		rs.ch <- &nats.Msg{}
 	}
@@ -111,4 +111,37 @@ func TestReadersCloseServesWhatIsLeft(t *testing.T) {
 	if n := served.Load(); n != 50 {
 		t.Fatalf("served %d of 50", n)
 	}
+}
+
+// TestReadersBounded: past the readers' limit no reader is started: with
+// every reader in a call that has not returned, the requests wait in the
+// channel, and are served once a call returns.
+func TestReadersBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var started atomic.Int64
+		rs := newReaders(64, time.Minute, 3, func(*nats.Msg) {
+			started.Add(1)
+			<-release
+		})
+		defer rs.wait(t.Context())
+		defer rs.close()
+		var once sync.Once
+		defer once.Do(func() { close(release) })
+		for range 10 {
+			rs.ch <- &nats.Msg{}
+		}
+		for range 3 {
+			time.Sleep(promoteAfter)
+			synctest.Wait()
+		}
+		if n, all := started.Load(), rs.all.Load(); n != 3 || all != 3 {
+			t.Fatalf("%d calls started by %d readers, want 3 and 3", n, all)
+		}
+		once.Do(func() { close(release) })
+		synctest.Wait()
+		if n := started.Load(); n != 10 {
+			t.Fatalf("%d calls served, want 10", n)
+		}
+	})
 }

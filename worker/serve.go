@@ -45,6 +45,7 @@ type serving struct {
 	log    *slog.Logger
 	obs    Observer
 	disc   *discovery
+	slots  int // the worker's MaxConcurrent
 
 	bySubject map[string]*tool // by exec subject; fixed at start
 	in        *readers
@@ -61,7 +62,7 @@ func (s *serving) start() error {
 	for _, t := range s.tools {
 		s.bySubject[s.subj.Workers.Exec(t.def.Name)] = t
 	}
-	s.in = newReaders(pendingMsgs, time.Minute, s.take)
+	s.in = newReaders(pendingMsgs, time.Minute, readerLimit(s.slots), s.take)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.subs = map[string]*nats.Subscription{}

@@ -237,7 +237,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	// micro ls/info/stats` show the workers and their tools, until a router
 	// rejects it (serve.go, discovery.go).
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
-		disc: newDiscovery(w.subj, w.cfg.ID, w.cfg.Version)}
+		disc: newDiscovery(w.subj, w.cfg.ID, w.cfg.Version), slots: w.cfg.MaxConcurrent}
 	if err := w.serve.start(); err != nil {
 		return err
 	}
