@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,26 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// blocked starts readers, at most limit, whose every call waits for
+// release (called by the test or at its end), and counts the calls
+// started. In a synctest bubble.
+func blocked(t *testing.T, limit int) (rs *readers, started *atomic.Int64, release func()) {
+	started = new(atomic.Int64)
+	gate := make(chan struct{})
+	rs = newReaders(64, time.Minute, limit, func(*nats.Msg) {
+		started.Add(1)
+		<-gate
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(func() { // the calls return, then the readers exit
+		release()
+		rs.close()
+		rs.wait(context.Background())
+	})
+	return rs, started, release
+}
+
 // TestReadersPromoteOnlyPastALongCall: a reader serves what it takes
 // itself; while it serves for less than promoteAfter the requests behind
 // it wait for it, and once it has served longer, every request waiting is
@@ -17,16 +38,7 @@ import (
 // nothing but themselves.
 func TestReadersPromoteOnlyPastALongCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		var started atomic.Int64
-		rs := newReaders(64, time.Minute, 64, func(*nats.Msg) {
-			started.Add(1)
-			<-release
-		})
-		defer rs.wait(t.Context())
-		defer rs.close()
-		var once sync.Once
-		defer once.Do(func() { close(release) })
+		rs, started, release := blocked(t, 64)
 		for range 5 {
 			rs.ch <- &nats.Msg{}
 		}
@@ -45,7 +57,7 @@ func TestReadersPromoteOnlyPastALongCall(t *testing.T) {
 		if n := started.Load(); n != 6 {
 			t.Fatalf("%d calls started, want 6", n)
 		}
-		once.Do(func() { close(release) })
+		release()
 		synctest.Wait()
 		if n := rs.followers.Load() + rs.parked.Load(); n != 6 {
 			t.Fatalf("%d readers wait, want the 6", n)
@@ -118,16 +130,7 @@ func TestReadersCloseServesWhatIsLeft(t *testing.T) {
 // channel, and are served once a call returns.
 func TestReadersBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		var started atomic.Int64
-		rs := newReaders(64, time.Minute, 3, func(*nats.Msg) {
-			started.Add(1)
-			<-release
-		})
-		defer rs.wait(t.Context())
-		defer rs.close()
-		var once sync.Once
-		defer once.Do(func() { close(release) })
+		rs, started, release := blocked(t, 3)
 		for range 10 {
 			rs.ch <- &nats.Msg{}
 		}
@@ -138,7 +141,7 @@ func TestReadersBounded(t *testing.T) {
 		if n, all := started.Load(), rs.all.Load(); n != 3 || all != 3 {
 			t.Fatalf("%d calls started by %d readers, want 3 and 3", n, all)
 		}
-		once.Do(func() { close(release) })
+		release()
 		synctest.Wait()
 		if n := started.Load(); n != 10 {
 			t.Fatalf("%d calls served, want 10", n)
