@@ -179,7 +179,10 @@ func TestRecordsRevisionGuard(t *testing.T) {
 		{"a read that lands after the answer's delivery", []func(*testing.T, *records){put(5, bus.ParkParked),
 			read(found(5, bus.ParkParked), put(6, bus.ParkDone))}, 0},
 		{"not found while held", []func(*testing.T, *records){put(5, bus.ParkParked), read(notFound, nil)}, 0},
-		{"not found, then the late delivery it outran", []func(*testing.T, *records){put(5, bus.ParkParked), read(notFound, nil), put(5, bus.ParkParked)}, 0},
+		{"not found, then the late delivery it outran, then the answer", []func(*testing.T, *records){put(5, bus.ParkParked),
+			read(notFound, nil), put(5, bus.ParkParked), put(6, bus.ParkDone)}, 0},
+		{"a record that ended, read after a newer delivery", []func(*testing.T, *records){put(5, bus.ParkParked),
+			read(found(6, bus.ParkDone), put(7, bus.ParkParked))}, 7},
 		{"not found while a newer put lands", []func(*testing.T, *records){put(5, bus.ParkParked), read(notFound, put(8, bus.ParkParked))}, 8},
 		{"not found, nothing held", []func(*testing.T, *records){read(notFound, nil)}, 0},
 		{"a newer read", []func(*testing.T, *records){put(5, bus.ParkParked), read(found(9, bus.ParkParked), nil)}, 9},
@@ -200,7 +203,7 @@ func TestRecordsRevisionGuard(t *testing.T) {
 
 // TestRecordsPruneKeepsFresh: a poll whose list was asked for before a
 // fresh read found a call does not drop it; the next poll that still does
-// not list it does.
+// not list it does, and one that lists it again brings it back.
 func TestRecordsPruneKeepsFresh(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	s := newRecords(500, true, slog.New(slog.DiscardHandler))
@@ -217,6 +220,12 @@ func TestRecordsPruneKeepsFresh(t *testing.T) {
 	s.prune(map[string]bool{}, s.mark())
 	if _, ok := s.lookup("s1.r1.c2"); ok {
 		t.Fatal("the next poll kept a call it does not list")
+	}
+	// That list may have come from a router whose cache lagged: the next
+	// poll that lists the call brings it back.
+	s.apply(parked(t, "c2", bus.KindConfirm, bus.ParkParked, t0, 2))
+	if _, ok := s.lookup("s1.r1.c2"); !ok {
+		t.Fatal("a call a poll left out does not come back")
 	}
 }
 

@@ -23,10 +23,10 @@ import (
 // event streams wait on. Safe for concurrent use.
 //
 // Every change is guarded by the record's revision: a read or delivery
-// older than what the inbox holds, or than the revision at which it saw the
-// call end (a tombstone, kept for tombAge), changes nothing, so a late
-// answer to a fresh read never brings back an answered call, and a drop
-// never removes a call that a newer read found waiting.
+// older than what the inbox holds, or than the revision at which a record
+// said the call ended (a tombstone, kept for tombAge), changes nothing, so
+// a late answer to a fresh read never brings back an answered call, and a
+// drop never removes a call that a newer read found waiting.
 type records struct {
 	fetch    func(context.Context, string) (reading, error) // set by Start
 	maxItems int
@@ -100,6 +100,21 @@ func (s *records) set(key string, r reading) {
 	s.changedLocked()
 }
 
+// gone drops call key if the inbox still holds revision rev of it (a read
+// begun while it held rev found no record). It keeps no tombstone: the
+// read gives no revision, and a late delivery of rev (or older) is
+// followed by the watch's delivery of the write that ended the call, as a
+// poll's list that still has it is by the next poll.
+func (s *records) gone(key string, rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if it, had := s.items[key]; had && it.Revision <= rev {
+		delete(s.items, key)
+		delete(s.at, key)
+		s.changedLocked()
+	}
+}
+
 // mark is the step a poll starts at: prune drops only the items set
 // before it.
 func (s *records) mark() uint64 {
@@ -111,16 +126,17 @@ func (s *records) mark() uint64 {
 
 // prune drops the calls held since before step mark that a poll did not
 // list (seen): a call a fresh read found after the poll's list was made
-// stays.
+// stays. No tombstone either: a list a router made from a cache that lags
+// (it waited 2 s for the leader's last write in vain) may leave out a call
+// that still waits, which the next poll then lists again.
 func (s *records) prune(seen map[string]bool, mark uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dropped := false
-	for key, it := range s.items {
+	for key := range s.items {
 		if !seen[key] && s.at[key] < mark {
 			delete(s.items, key)
 			delete(s.at, key)
-			s.tombs.put(key, it.Revision)
 			dropped = true
 		}
 	}
@@ -189,7 +205,7 @@ func (s *records) refresh(ctx context.Context, key string) {
 	case err != nil:
 		s.log.Warn("inbox: read parked call", "key", key, "err", err)
 	case r.rev == 0:
-		s.set(key, reading{rev: held.Revision}) // gone since the revision held
+		s.gone(key, held.Revision)
 	default:
 		s.set(key, r)
 	}
