@@ -128,8 +128,9 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 // (docs/inbox.md).
 func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.Approver {
-		s.records.fetch = s.listed
-		return s.startPolling(ctx)
+		rr := routerReads{cl: s.cl, records: s.records}
+		s.records.fetch = rr.read
+		return s.startPolling(ctx, rr)
 	}
 	kv, err := s.js.KeyValue(ctx, s.subj.Bucket(bus.BucketParked))
 	if err != nil {
@@ -279,11 +280,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // startPolling loads the waiting calls as the approver may read them, then
-// keeps polling until Stop: P.admin.parked.list every second, which a
-// router answers once its cache holds every write the bucket's leader had
-// (router ParkedNow), with each call's revision and user.
-func (s *Server) startPolling(ctx context.Context) error {
-	if err := s.pollOnce(ctx); err != nil {
+// keeps polling until Stop: P.admin.parked.list every second.
+func (s *Server) startPolling(ctx context.Context, rr routerReads) error {
+	if err := rr.poll(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -291,7 +290,7 @@ func (s *Server) startPolling(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		life.Every(ctx, time.Second, func(time.Time) {
-			if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+			if err := rr.poll(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("inbox: parked.list", "err", err)
 			}
 		})
@@ -310,9 +309,21 @@ func (s *Server) startPolling(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) pollOnce(ctx context.Context) error {
-	mark := s.mark() // before the list is asked for: a call read afresh meanwhile stays
-	list, err := s.list(ctx, "")
+// routerReads reads the parked calls as the approver may, which uses no
+// JetStream API: through a router's parked.list, which the router answers
+// once its cache holds every write the bucket's leader had when asked
+// (router ParkedNow), with each call's revision and user (1.14). The
+// polling and the read before an answer share it.
+type routerReads struct {
+	cl *client.Client
+	*records
+}
+
+// poll lists every waiting call into the records, and drops those held
+// since before the list was asked for that it does not list.
+func (rr routerReads) poll(ctx context.Context) error {
+	mark := rr.mark() // before the list is asked for: a call read afresh meanwhile stays
+	list, err := rr.list(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -320,20 +331,20 @@ func (s *Server) pollOnce(ctx context.Context) error {
 	for _, p := range list {
 		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
 		seen[key] = true
-		s.set(key, s.readingOf(p))
+		rr.set(key, rr.readingOf(p))
 	}
-	s.prune(seen, mark)
+	rr.prune(seen, mark)
 	return nil
 }
 
 // list asks a router for the calls parked in session ("" for all).
-func (s *Server) list(ctx context.Context, session string) ([]bus.ParkedCall, error) {
+func (rr routerReads) list(ctx context.Context, session string) ([]bus.ParkedCall, error) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var list struct {
 		Parked []bus.ParkedCall `json:"parked"`
 	}
-	if err := s.cl.Admin(lctx, "parked.list", session, nil, &list); err != nil {
+	if err := rr.cl.Admin(lctx, "parked.list", session, nil, &list); err != nil {
 		return nil, err
 	}
 	for _, p := range list.Parked {
@@ -344,25 +355,24 @@ func (s *Server) list(ctx context.Context, session string) ([]bus.ParkedCall, er
 	return list.Parked, nil
 }
 
-// listed reads call key as the approver: from the list of its session,
-// which the router reads up to the bucket leader's last write.
-func (s *Server) listed(ctx context.Context, key string) (reading, error) {
+// read reads call key: from the list of its session.
+func (rr routerReads) read(ctx context.Context, key string) (reading, error) {
 	session, _, _ := strings.Cut(key, ".")
-	list, err := s.list(ctx, session)
+	list, err := rr.list(ctx, session)
 	if err != nil {
 		return reading{}, err
 	}
 	for _, p := range list {
 		if bus.CallKey(p.Session, p.ReplyID, p.ID) == key {
-			return s.readingOf(p), nil
+			return rr.readingOf(p), nil
 		}
 	}
 	return reading{}, nil
 }
 
 // readingOf is a listed call as a reading of its record.
-func (s *Server) readingOf(p bus.ParkedCall) reading {
-	it, ok := s.item(bus.CallKey(p.Session, p.ReplyID, p.ID), p.Revision, bus.ParkRecord{Session: p.Session, ReplyID: p.ReplyID,
+func (rr routerReads) readingOf(p bus.ParkedCall) reading {
+	it, ok := rr.item(bus.CallKey(p.Session, p.ReplyID, p.ID), p.Revision, bus.ParkRecord{Session: p.Session, ReplyID: p.ReplyID,
 		Call: bus.Call{ID: p.ID, Name: p.Name, Input: p.Input}, InputDigest: p.InputDigest, Kind: p.Kind, User: p.User,
 		Context: p.Context, SuggestedRules: p.SuggestedRules, Reason: p.Reason, RequestScoped: p.RequestScoped,
 		Status: bus.ParkParked, Created: p.Created, Expires: p.Expires})
