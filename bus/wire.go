@@ -531,6 +531,14 @@ type ParkedCall struct {
 	Reason         string          `json:"reason,omitempty"`
 	Created        time.Time       `json:"created"`
 	Expires        time.Time       `json:"expires"`
+	// Since 1.14: the record's KV revision, who the call is for, its
+	// context and whether it is request-scoped, as in P_parked (6.1), so
+	// an approver reads a call's record through a router, which reads the
+	// bucket's leader, and needs no JetStream API (docs/inbox.md).
+	Revision      uint64          `json:"revision,omitempty"`
+	User          json.RawMessage `json:"user,omitempty"`
+	Context       json.RawMessage `json:"context,omitempty"`
+	RequestScoped bool            `json:"request_scoped,omitempty"`
 }
 
 // Status is the data of the admin verb status: what one router sees.

@@ -21,6 +21,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,9 +48,9 @@ type Config struct {
 	Source string
 	// Approver says the connection is the approver role: it answers
 	// confirmations only (external calls are listed, not answerable), and
-	// it may not create consumers, so the inbox polls P.admin.parked.list
-	// every second and reads each new call's record with a direct get
-	// instead of watching the bucket.
+	// it may not create consumers nor use the JetStream API, so the inbox
+	// polls P.admin.parked.list every second, and lists a call's session
+	// before it answers, instead of watching and reading the bucket.
 	Approver bool
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
@@ -121,16 +122,29 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 // Start watches the parked records (the call records only, keys
 // <session>.<replyid>.<callid>, never the batches' continuations), or
 // polls them as the approver, and returns once the current ones are
-// loaded.
+// loaded. The reads that decide an answer come from the bucket's stream
+// leader: through store.KV (message gets) with a login that may use the
+// JetStream API, through a router's parked.list as the approver
+// (docs/inbox.md).
 func (s *Server) Start(ctx context.Context) error {
+	if s.cfg.Approver {
+		rr := routerReads{cl: s.cl, records: s.records}
+		s.records.fetch = rr.read
+		return s.startPolling(ctx, rr)
+	}
 	kv, err := s.js.KeyValue(ctx, s.subj.Bucket(bus.BucketParked))
 	if err != nil {
 		return fmt.Errorf("inbox: parked calls: %w (is a router running, and may this login read them?)", err)
 	}
-	s.records.kv = kv
-	if s.cfg.Approver {
-		return s.startPolling(ctx)
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: parked calls: %w", err)
 	}
+	replicas := 1
+	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		replicas = b.StreamInfo().Config.Replicas
+	}
+	s.records.fetch = leaderReads(store.NewKV(s.js, kv, replicas), s.records)
 	if s.tools, err = s.js.KeyValue(ctx, s.subj.Bucket(bus.BucketTools)); err != nil {
 		return fmt.Errorf("inbox: tool definitions: %w", err)
 	}
@@ -148,6 +162,28 @@ func (s *Server) Start(ctx context.Context) error {
 	s.stop = w.Stop
 	s.mu.Unlock()
 	return nil
+}
+
+// leaderReads reads a call's record from kv, which reads a replicated
+// bucket from its stream leader: a follower's direct get may not have the
+// record a moment after it was written, and the answer would be refused
+// as gone.
+func leaderReads(kv *store.KV, s *records) func(context.Context, string) (reading, error) {
+	return func(ctx context.Context, key string) (reading, error) {
+		e, err := kv.Get(ctx, key)
+		if store.IsNotFound(err) {
+			return reading{}, nil
+		}
+		if err != nil {
+			return reading{}, err
+		}
+		var r bus.ParkRecord
+		if e.Operation() == jetstream.KeyValuePut && json.Unmarshal(e.Value(), &r) != nil {
+			return reading{}, fmt.Errorf("a bad parked record %s", key)
+		}
+		it, ok := s.item(key, e.Revision(), r)
+		return reading{it: it, waits: ok, rev: e.Revision()}, nil
+	}
 }
 
 // Stop ends the watch or the polling, waiting for it until ctx ends; safe
@@ -244,11 +280,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // startPolling loads the waiting calls as the approver may read them, then
-// keeps polling until Stop: P.admin.parked.list every second, and a
-// direct get of the record of each call that is new or changed (for its
-// revision and user, which the list does not carry).
-func (s *Server) startPolling(ctx context.Context) error {
-	if err := s.pollOnce(ctx); err != nil {
+// keeps polling until Stop: P.admin.parked.list every second.
+func (s *Server) startPolling(ctx context.Context, rr routerReads) error {
+	if err := rr.poll(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -256,7 +290,7 @@ func (s *Server) startPolling(ctx context.Context) error {
 	go func() {
 		defer close(done)
 		life.Every(ctx, time.Second, func(time.Time) {
-			if err := s.pollOnce(ctx); err != nil && ctx.Err() == nil {
+			if err := rr.poll(ctx); err != nil && ctx.Err() == nil {
 				s.cfg.Logger.Warn("inbox: parked.list", "err", err)
 			}
 		})
@@ -275,26 +309,72 @@ func (s *Server) startPolling(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) pollOnce(ctx context.Context) error {
+// routerReads reads the parked calls as the approver may, which uses no
+// JetStream API: through a router's parked.list, which the router answers
+// once its cache holds every write the bucket's leader had when asked
+// (router ParkedNow), with each call's revision and user (1.14). The
+// polling and the read before an answer share it.
+type routerReads struct {
+	cl *client.Client
+	*records
+}
+
+// poll lists every waiting call into the records, and drops those held
+// since before the list was asked for that it does not list.
+func (rr routerReads) poll(ctx context.Context) error {
+	mark := rr.mark() // before the list is asked for: a call read afresh meanwhile stays
+	list, err := rr.list(ctx, "")
+	if err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(list))
+	for _, p := range list {
+		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+		seen[key] = true
+		rr.set(key, rr.readingOf(p))
+	}
+	rr.prune(seen, mark)
+	return nil
+}
+
+// list asks a router for the calls parked in session ("" for all).
+func (rr routerReads) list(ctx context.Context, session string) ([]bus.ParkedCall, error) {
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var list struct {
 		Parked []bus.ParkedCall `json:"parked"`
 	}
-	if err := s.cl.Admin(lctx, "parked.list", "", nil, &list); err != nil {
-		return err
+	if err := rr.cl.Admin(lctx, "parked.list", session, nil, &list); err != nil {
+		return nil, err
 	}
-	seen := make(map[string]bool, len(list.Parked))
 	for _, p := range list.Parked {
-		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
-		seen[key] = true
-		if it, ok := s.lookup(key); ok && it.Kind == p.Kind && it.InputDigest == p.InputDigest && it.Expires.Equal(p.Expires) {
-			continue
+		if p.Revision == 0 {
+			return nil, errors.New("the router's parked.list carries no revisions: the approver's inbox needs routers of protocol 1.14")
 		}
-		s.refresh(lctx, key)
 	}
-	for _, key := range s.absent(seen) {
-		s.drop(key)
+	return list.Parked, nil
+}
+
+// read reads call key: from the list of its session.
+func (rr routerReads) read(ctx context.Context, key string) (reading, error) {
+	session, _, _ := strings.Cut(key, ".")
+	list, err := rr.list(ctx, session)
+	if err != nil {
+		return reading{}, err
 	}
-	return nil
+	for _, p := range list {
+		if bus.CallKey(p.Session, p.ReplyID, p.ID) == key {
+			return rr.readingOf(p), nil
+		}
+	}
+	return reading{}, nil
+}
+
+// readingOf is a listed call as a reading of its record.
+func (rr routerReads) readingOf(p bus.ParkedCall) reading {
+	it, ok := rr.item(bus.CallKey(p.Session, p.ReplyID, p.ID), p.Revision, bus.ParkRecord{Session: p.Session, ReplyID: p.ReplyID,
+		Call: bus.Call{ID: p.ID, Name: p.Name, Input: p.Input}, InputDigest: p.InputDigest, Kind: p.Kind, User: p.User,
+		Context: p.Context, SuggestedRules: p.SuggestedRules, Reason: p.Reason, RequestScoped: p.RequestScoped,
+		Status: bus.ParkParked, Created: p.Created, Expires: p.Expires})
+	return reading{it: it, waits: ok, rev: p.Revision}
 }

@@ -1,7 +1,9 @@
 package inbox
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
 	"slices"
@@ -118,14 +120,128 @@ func TestRecordsBoundAndAbsent(t *testing.T) {
 	if n != 3 || len(items) != 2 || items[0].Key != "s1.r1.c3" {
 		t.Fatalf("snapshot %d of %d, first %v: want 2 of 3, oldest first", len(items), n, items)
 	}
-	gone := s.absent(map[string]bool{"s1.r1.c1": true})
-	slices.Sort(gone)
-	if !slices.Equal(gone, []string{"s1.r1.c2", "s1.r1.c3"}) {
-		t.Fatalf("absent %v", gone)
+	s.prune(map[string]bool{"s1.r1.c1": true}, s.mark())
+	if items, n, _ := s.snapshot(); n != 1 || items[0].Key != "s1.r1.c1" {
+		t.Fatalf("after a poll listing c1 only: %v", items)
 	}
-	s.drop("s1.r1.c2")
+}
+
+// TestRecordsRevisionGuard: no read or delivery older than what the inbox
+// holds changes it, a not-found drops only the revision held when the
+// read began, and a poll drops only the calls held before its list.
+func TestRecordsRevisionGuard(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	put := func(rev uint64, status bus.ParkStatus) func(*testing.T, *records) {
+		return func(t *testing.T, s *records) { s.apply(parked(t, "c1", bus.KindConfirm, status, t0, rev)) }
+	}
+	del := func(rev uint64) func(*testing.T, *records) {
+		return func(_ *testing.T, s *records) {
+			s.apply(entry{key: "s1.r1.c1", rev: rev, op: jetstream.KeyValueDelete})
+		}
+	}
+	// read is a refresh whose fetch answers r, after during ran (a watch
+	// delivery landing while the read is in flight).
+	read := func(r func(*testing.T) reading, during func(*testing.T, *records)) func(*testing.T, *records) {
+		return func(t *testing.T, s *records) {
+			s.fetch = func(context.Context, string) (reading, error) {
+				if during != nil {
+					during(t, s)
+				}
+				return r(t), nil
+			}
+			s.refresh(t.Context(), "s1.r1.c1")
+		}
+	}
+	found := func(rev uint64, status bus.ParkStatus) func(*testing.T) reading {
+		return func(t *testing.T) reading {
+			var r bus.ParkRecord
+			_ = json.Unmarshal(parked(t, "c1", bus.KindConfirm, status, t0, rev).val, &r)
+			s := newRecords(1, false, slog.New(slog.DiscardHandler))
+			it, ok := s.item("s1.r1.c1", rev, r)
+			return reading{it: it, waits: ok, rev: rev}
+		}
+	}
+	notFound := func(*testing.T) reading { return reading{} }
+	failed := func(s *records) {
+		s.fetch = func(context.Context, string) (reading, error) { return reading{}, errors.New("no responders") }
+		s.refresh(context.Background(), "s1.r1.c1")
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []func(*testing.T, *records)
+		want  uint64 // the revision held, 0 for none
+	}{
+		{"older put after a newer put", []func(*testing.T, *records){put(5, bus.ParkParked), put(3, bus.ParkParked)}, 5},
+		{"older put after the call ended", []func(*testing.T, *records){put(5, bus.ParkParked), put(6, bus.ParkDone), put(5, bus.ParkParked)}, 0},
+		{"older put after a delete", []func(*testing.T, *records){put(5, bus.ParkParked), del(7), put(6, bus.ParkParked)}, 0},
+		{"older delete after a newer put", []func(*testing.T, *records){put(5, bus.ParkParked), del(4)}, 5},
+		{"an older read after a newer put", []func(*testing.T, *records){put(5, bus.ParkParked), read(found(3, bus.ParkParked), nil)}, 5},
+		{"a read that lands after the answer's delivery", []func(*testing.T, *records){put(5, bus.ParkParked),
+			read(found(5, bus.ParkParked), put(6, bus.ParkDone))}, 0},
+		{"not found while held", []func(*testing.T, *records){put(5, bus.ParkParked), read(notFound, nil)}, 0},
+		{"not found, then the late delivery it outran, then the answer", []func(*testing.T, *records){put(5, bus.ParkParked),
+			read(notFound, nil), put(5, bus.ParkParked), put(6, bus.ParkDone)}, 0},
+		{"a record that ended, read after a newer delivery", []func(*testing.T, *records){put(5, bus.ParkParked),
+			read(found(6, bus.ParkDone), put(7, bus.ParkParked))}, 7},
+		{"not found while a newer put lands", []func(*testing.T, *records){put(5, bus.ParkParked), read(notFound, put(8, bus.ParkParked))}, 8},
+		{"not found, nothing held", []func(*testing.T, *records){read(notFound, nil)}, 0},
+		{"a newer read", []func(*testing.T, *records){put(5, bus.ParkParked), read(found(9, bus.ParkParked), nil)}, 9},
+		{"a read that fails keeps the call", []func(*testing.T, *records){put(5, bus.ParkParked), func(_ *testing.T, s *records) { failed(s) }}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newRecords(500, false, slog.New(slog.DiscardHandler))
+			for _, step := range tc.steps {
+				step(t, s)
+			}
+			it, ok := s.lookup("s1.r1.c1")
+			if got := map[bool]uint64{true: it.Revision}[ok]; got != tc.want {
+				t.Fatalf("holds revision %d (held: %v), want %d", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+// TestRecordsPruneKeepsFresh: a poll whose list was asked for before a
+// fresh read found a call does not drop it; the next poll that still does
+// not list it does, and one that lists it again brings it back.
+func TestRecordsPruneKeepsFresh(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	s := newRecords(500, true, slog.New(slog.DiscardHandler))
+	s.apply(parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 1))
+	mark := s.mark()
+	s.apply(parked(t, "c2", bus.KindConfirm, bus.ParkParked, t0, 2)) // read while the list was made
+	s.prune(map[string]bool{}, mark)
+	if _, ok := s.lookup("s1.r1.c1"); ok {
+		t.Fatal("a call held before the list and not listed stays")
+	}
+	if _, ok := s.lookup("s1.r1.c2"); !ok {
+		t.Fatal("a call read after the list was asked for was dropped")
+	}
+	s.prune(map[string]bool{}, s.mark())
 	if _, ok := s.lookup("s1.r1.c2"); ok {
-		t.Fatal("dropped call still listed")
+		t.Fatal("the next poll kept a call it does not list")
+	}
+	// That list may have come from a router whose cache lagged: the next
+	// poll that lists the call brings it back.
+	s.apply(parked(t, "c2", bus.KindConfirm, bus.ParkParked, t0, 2))
+	if _, ok := s.lookup("s1.r1.c2"); !ok {
+		t.Fatal("a call a poll left out does not come back")
+	}
+}
+
+// TestTombsAge: the revision at which a call ended is kept between one and
+// two tombAge.
+func TestTombsAge(t *testing.T) {
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	tb := tombs{now: func() time.Time { return now }}
+	tb.put("k", 7)
+	now = now.Add(tombAge)
+	if !tb.after("k", 7) || tb.after("k", 8) {
+		t.Fatal("a tomb one tombAge old is forgotten, or answers a newer revision")
+	}
+	now = now.Add(tombAge)
+	if tb.after("k", 1) {
+		t.Fatal("a tomb two tombAge old is kept")
 	}
 }
 

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,45 +21,126 @@ import (
 // fed by the watch or the approver's polling and by a fresh read before
 // every answer (refresh), and the channel closed at every change that the
 // event streams wait on. Safe for concurrent use.
+//
+// Every change is guarded by the record's revision: a read or delivery
+// older than what the inbox holds, or than the revision at which a record
+// said the call ended (a tombstone, kept for tombAge), changes nothing, so
+// a late answer to a fresh read never brings back an answered call, and a
+// drop never removes a call that a newer read found waiting.
 type records struct {
-	kv       jetstream.KeyValue // set by Start
+	fetch    func(context.Context, string) (reading, error) // set by Start
 	maxItems int
 	approver bool // external calls are listed, not answerable
 	log      *slog.Logger
 
 	mu      sync.Mutex
 	items   map[string]Item
+	at      map[string]uint64 // the step at which each item was last set
+	step    uint64            // counts the sets: a poll drops only items older than it
+	tombs   tombs
 	changed chan struct{} // closed and replaced on every change
 }
 
+// reading is a call's record as one read or delivery found it: the item
+// when the call waits, and the record's revision (0: no record, the key
+// is absent or deleted).
+type reading struct {
+	it    Item
+	waits bool
+	rev   uint64
+}
+
 func newRecords(maxItems int, approver bool, log *slog.Logger) *records {
-	return &records{maxItems: maxItems, approver: approver, log: log, items: map[string]Item{}, changed: make(chan struct{})}
+	return &records{maxItems: maxItems, approver: approver, log: log, items: map[string]Item{}, at: map[string]uint64{},
+		tombs: tombs{now: time.Now}, changed: make(chan struct{})}
 }
 
 // apply keeps the items in step with one parked record.
 func (s *records) apply(e jetstream.KeyValueEntry) {
-	it, ok := s.item(e)
+	var r bus.ParkRecord
+	if e.Operation() == jetstream.KeyValuePut {
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			s.log.Warn("inbox: ignoring a bad parked record", "key", e.Key(), "err", err)
+			r = bus.ParkRecord{}
+		}
+	}
+	it, ok := s.item(e.Key(), e.Revision(), r)
+	s.set(e.Key(), reading{it: it, waits: ok, rev: e.Revision()})
+}
+
+// set applies r to call key unless the inbox holds a newer revision of it,
+// or saw it end at a revision at least as new; a reading of no record (rev
+// 0) changes nothing.
+func (s *records) set(key string, r reading) {
+	if r.rev == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, had := s.items[e.Key()]; had && old.Revision > e.Revision() {
-		return // a late delivery (a fresh get came first)
+	old, had := s.items[key]
+	if had && old.Revision > r.rev || s.tombs.after(key, r.rev) {
+		return // a late delivery or a stale read (a fresh one came first)
 	}
-	if ok {
-		s.items[e.Key()] = it
-	} else if _, had := s.items[e.Key()]; had {
-		delete(s.items, e.Key())
-	} else {
+	s.step++
+	switch {
+	case r.waits && had && old.Revision == r.rev:
+		s.at[key] = s.step // read again as it was: no change to show
+		return
+	case r.waits:
+		s.items[key] = r.it
+		s.at[key] = s.step
+	case had:
+		delete(s.items, key)
+		delete(s.at, key)
+		s.tombs.put(key, r.rev)
+	default:
+		s.tombs.put(key, r.rev)
 		return
 	}
 	s.changedLocked()
 }
 
-// drop forgets the call key.
-func (s *records) drop(key string) {
+// gone drops call key if the inbox still holds revision rev of it (a read
+// begun while it held rev found no record). It keeps no tombstone: the
+// read gives no revision, and a late delivery of rev (or older) is
+// followed by the watch's delivery of the write that ended the call, as a
+// poll's list that still has it is by the next poll.
+func (s *records) gone(key string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, had := s.items[key]; had {
+	if it, had := s.items[key]; had && it.Revision <= rev {
 		delete(s.items, key)
+		delete(s.at, key)
+		s.changedLocked()
+	}
+}
+
+// mark is the step a poll starts at: prune drops only the items set
+// before it.
+func (s *records) mark() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.step++
+	return s.step
+}
+
+// prune drops the calls held since before step mark that a poll did not
+// list (seen): a call a fresh read found after the poll's list was made
+// stays. No tombstone either: a list a router made from a cache that lags
+// (it waited 2 s for the leader's last write in vain) may leave out a call
+// that still waits, which the next poll then lists again.
+func (s *records) prune(seen map[string]bool, mark uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dropped := false
+	for key := range s.items {
+		if !seen[key] && s.at[key] < mark {
+			delete(s.items, key)
+			delete(s.at, key)
+			dropped = true
+		}
+	}
+	if dropped {
 		s.changedLocked()
 	}
 }
@@ -69,21 +150,14 @@ func (s *records) changedLocked() {
 	s.changed = make(chan struct{})
 }
 
-// item is the entry as a waiting call; false when it waits for nothing.
-func (s *records) item(e jetstream.KeyValueEntry) (Item, bool) {
-	if e.Operation() != jetstream.KeyValuePut {
-		return Item{}, false
-	}
-	var r bus.ParkRecord
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		s.log.Warn("inbox: ignoring a bad parked record", "key", e.Key(), "err", err)
-		return Item{}, false
-	}
+// item is the record of call key at revision rev as a waiting call; false
+// when it waits for nothing.
+func (s *records) item(key string, rev uint64, r bus.ParkRecord) (Item, bool) {
 	if r.Status != bus.ParkParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
 		return Item{}, false
 	}
 	digest := cmp.Or(r.InputDigest, bus.InputDigest(r.Call.Input))
-	it := Item{Key: e.Key(), Revision: e.Revision(), Session: r.Session, ReplyID: r.ReplyID, ID: r.Call.ID, Tool: r.Call.Name,
+	it := Item{Key: key, Revision: rev, Session: r.Session, ReplyID: r.ReplyID, ID: r.Call.ID, Tool: r.Call.Name,
 		Kind: r.Kind, User: r.User, Context: r.Context, Input: r.Call.Input, InputDigest: digest,
 		SuggestedRules: r.SuggestedRules, Reason: r.Reason, Created: r.Created, Expires: r.Expires}
 	switch {
@@ -120,30 +194,48 @@ func (s *records) lookup(key string) (Item, bool) {
 	return it, ok
 }
 
-// absent returns the keys held that are not in seen (the calls a poll
-// no longer lists).
-func (s *records) absent(seen map[string]bool) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var gone []string
-	for key := range s.items {
-		if !seen[key] {
-			gone = append(gone, key)
-		}
-	}
-	return gone
-}
-
-// refresh reads the record of call key and applies it; a record that is
-// gone is dropped, one that cannot be read is kept as it was.
+// refresh reads the record of call key afresh (from the bucket's leader:
+// Server.Start) and applies it. A record that is gone is dropped if the
+// inbox still holds the revision it held before the read (a newer one set
+// meanwhile stays); one that cannot be read is kept as it was.
 func (s *records) refresh(ctx context.Context, key string) {
-	e, err := s.kv.Get(ctx, key)
+	held, _ := s.lookup(key)
+	r, err := s.fetch(ctx, key)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
-		s.drop(key)
 	case err != nil:
 		s.log.Warn("inbox: read parked call", "key", key, "err", err)
+	case r.rev == 0:
+		s.gone(key, held.Revision)
 	default:
-		s.apply(e)
+		s.set(key, r)
+	}
+}
+
+// tombAge is how long the inbox remembers the revision at which a call
+// ended: longer than any read in flight (an answer's reads end within 15 s).
+const tombAge = time.Minute
+
+// tombs are the revisions at which calls ended, each kept between one and
+// two tombAge: two maps, the older dropped whole when the newer is that old.
+type tombs struct {
+	now       func() time.Time
+	cur, prev map[string]uint64
+	since     time.Time // when cur was started
+}
+
+// after reports whether key ended at a revision of at least rev.
+func (t *tombs) after(key string, rev uint64) bool {
+	t.rotate()
+	return max(t.cur[key], t.prev[key]) >= rev
+}
+
+func (t *tombs) put(key string, rev uint64) {
+	t.rotate()
+	t.cur[key] = max(t.cur[key], rev)
+}
+
+func (t *tombs) rotate() {
+	if now := t.now(); t.cur == nil || now.Sub(t.since) >= tombAge {
+		t.prev, t.cur, t.since = t.cur, map[string]uint64{}, now
 	}
 }

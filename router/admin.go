@@ -285,7 +285,8 @@ func (x *adminVerbs) parkedList(ctx context.Context, session string) map[string]
 	for i, rec := range recs {
 		out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
 			Input: rec.Call.Input, InputDigest: rec.InputDigest, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
-			Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires}
+			Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires,
+			Revision: rec.Rev, User: rec.User, Context: rec.Context, RequestScoped: rec.RequestScoped}
 	}
 	return map[string]any{"parked": out}
 }

@@ -376,13 +376,13 @@ func approver(s bus.Subjects, tools []string) User {
 	// no consumer of its own, so no deliver subject).
 	pub := each(tools, s.Handoffs.Approve)
 	pub = append(pub, followHandoff(s, "confirm", tools)...)
+	// The approval inbox (docs/inbox.md) reads the waiting calls, with
+	// their revision and user, through a router's parked.list (1.14), which
+	// reads the bucket's leader: no JetStream API. A direct get may come
+	// from a follower that lacks the latest write, and the leader's
+	// message get (STREAM.MSG.GET) takes any sequence or subject in its
+	// body, the batches' continuations (other calls' results) included.
 	pub = append(pub, s.Admin("parked.list"))
-	// The approval inbox (docs/inbox.md) reads a waiting call's record by
-	// its key, for its revision and user: direct gets of call records
-	// (<session>.<replyid>.<callid>) only, never a continuation's, and no
-	// consumer (its deliver subject would be unchecked).
-	parked := s.Bucket(bus.BucketParked)
-	pub = append(pub, jsAPI+"STREAM.INFO.KV_"+parked, jsAPI+"DIRECT.GET.KV_"+parked+".$KV."+parked+".*.*.*")
 	sub := append(each(tools, s.Handoffs.Confirm), inbox(RoleApprover)+".>")
 	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
 }

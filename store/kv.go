@@ -212,8 +212,8 @@ func (k *KV) message(ctx context.Context, subject string, r MsgGetRequest) (*ent
 			return nil, fmt.Errorf("store: get %s: %w", e.key, err)
 		}
 		switch h.Get("KV-Operation") {
-		case "DEL":
-			return nil, jetstream.ErrKeyNotFound
+		case "DEL": // an entry, not ErrKeyNotFound: Latest reads on past it
+			e.op = jetstream.KeyValueDelete
 		case "PURGE":
 			e.op = jetstream.KeyValuePurge
 		}

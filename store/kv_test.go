@@ -380,6 +380,35 @@ func TestRetryPermanent(t *testing.T) {
 	}
 }
 
+// TestLatestPastADelete: a key deleted before other keys were written
+// does not end Latest: it reads on past the delete marker to the keys
+// written after it.
+func TestLatestPastADelete(t *testing.T) {
+	onBoth(t, 3, func(t *testing.T, ds []deployment) {
+		w, r := ds[0].st.Parked, ds[1].st.Parked
+		if _, err := w.Put(t.Context(), "t.w.a", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Delete(t.Context(), "t.w.a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Put(t.Context(), "t.w.b", []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Latest(t.Context(), "t.w.*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Key() != "t.w.b" {
+			keys := []string{}
+			for _, e := range got {
+				keys = append(keys, e.Key())
+			}
+			t.Fatalf("Latest(t.w.*) = %v, want t.w.b", keys)
+		}
+	})
+}
+
 // TestLatest: Latest returns each matching key's latest value, read from
 // the stream leader through another node than the writer's, with deleted
 // keys and keys outside the filter left out; no match is no entry and no

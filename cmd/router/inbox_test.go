@@ -21,8 +21,8 @@ import (
 )
 
 // TestSecureInbox: router --secure --inbox-listen serves the inbox as the
-// approver (its direct gets of call records and P.approve.<tool> are all
-// it needs): a write parked for a confirmation is listed with its
+// approver (parked.list, which carries each record's revision since 1.14,
+// and P.approve.<tool> are all it needs): a write parked for a confirmation is listed with its
 // revision and allowed from the page's API, and the write happens.
 func TestSecureInbox(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "secure")

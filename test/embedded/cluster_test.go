@@ -30,6 +30,7 @@ func TestOnCluster(t *testing.T) {
 		{"QueuedBehindParkedRun", TestQueuedBehindParkedRun},
 		{"CancelParkedCall", TestCancelParkedCall},
 		{"ConfirmationFlow", TestConfirmationFlow},
+		{"InboxAnswersRightAfterPark", TestInboxAnswersRightAfterPark},
 		{"ResentParkedBatch", TestResentParkedBatch},
 		{"Dedupe", TestDedupe},
 		{"ResetToolsScenarios", TestResetToolsScenarios},

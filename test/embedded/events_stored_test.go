@@ -50,6 +50,7 @@ func parkedRecord(t *testing.T, e *env, session, reply, call string) *bus.ParkRe
 	if err := json.Unmarshal(v.Value(), &rec); err != nil {
 		t.Fatal(err)
 	}
+	rec.Rev = v.Revision()
 	return &rec
 }
 
