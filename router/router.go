@@ -808,18 +808,9 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	return w.checked(m, e, kind, typ)
 }
 
-// decodeHead is decode for a handler that reads the event's data next with
-// a decoder that checks it (bus.DecodeHead): the data is neither checked
-// nor copied first.
-func (w *wire) decodeHead(m *nats.Msg, kind, typ string) (*bus.Event, error) {
-	e := new(bus.Event)
-	if err := w.decodeHeadTo(m, e, kind, typ); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// decodeHeadTo is decodeHead into e, which the caller holds.
+// decodeHeadTo is decode, into e which the caller holds, for a handler
+// that reads the event's data next with a decoder that checks it
+// (bus.DecodeHead): the data is neither checked nor copied first.
 func (w *wire) decodeHeadTo(m *nats.Msg, e *bus.Event, kind, typ string) error {
 	if err := bus.DecodeHead(m, e); err != nil {
 		return err
