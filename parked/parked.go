@@ -1773,13 +1773,6 @@ func (e *endings) later(key string) {
 	}
 }
 
-// len is how many ended calls are noted.
-func (e *endings) len() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.m)
-}
-
 // note caches a copy of r, which this router just wrote at r.Rev (callers
 // change theirs).
 func (c *calls) note(key string, r *Record) {
