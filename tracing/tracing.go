@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 const instrumentation = "github.com/toolbus/toolbus"
@@ -67,4 +68,10 @@ func StartTool(ctx context.Context, kind trace.SpanKind, tool, callID, session s
 		attribute.String("gen_ai.tool.call.id", callID),
 		attribute.String("gen_ai.conversation.id", session),
 	))
+}
+
+// Disable goes back to the no-op provider (for tests).
+func Disable() {
+	enabled.Store(false)
+	otel.SetTracerProvider(noop.NewTracerProvider())
 }
