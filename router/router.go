@@ -388,7 +388,8 @@ func (r *Router) build(ctx context.Context) error {
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
 	}
-	r.stored = newOutputs(r.wire, r.subj.ObjectStore(bus.ObjectOutputs))
+	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
+	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload()))}
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
