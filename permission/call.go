@@ -374,9 +374,9 @@ func (c *call) readWrites(workDirs []string, programs bool) {
 	}
 	var each func(*syntax.CallExpr)
 	if programs {
-		r := newProgramReader(c.value)
-		defer c.progs.set(r)
-		each = func(n *syntax.CallExpr) { r.call(c.value, n, 0) }
+		visit, done := readPrograms(c.value)
+		defer func() { c.progs.list, c.progs.computed = done(); c.progs.read = true }()
+		each = visit
 	}
 	ws := shellcmd.WritesOf(c.value, c.progs.trees, each)
 	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
