@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // BenchmarkCluster measures calls/s on one node and on a 3-node cluster in
@@ -130,7 +131,7 @@ func streamPublish(js jetstream.JetStream, data []byte) callFunc {
 // acknowledged messages per second and the process's CPU µs per message.
 func streamPipelined(ctx context.Context, js jetstream.JetStream, data []byte, dur time.Duration) (rate, cpuUS float64, err error) {
 	subj := bus.NewSubjects("").Events("clbench-async")
-	t0, cpu0, n := time.Now(), processCPU(), 0
+	t0, cpu0, n := time.Now(), testkit.ProcessCPU(), 0
 	for time.Since(t0) < dur {
 		for range 256 {
 			if _, err := js.PublishAsync(subj, data); err != nil {
@@ -151,7 +152,7 @@ func streamPipelined(ctx context.Context, js jetstream.JetStream, data []byte, d
 	case <-time.After(callBound):
 		return 0, 0, fmt.Errorf("bench: %d async publishes unacknowledged", js.PublishAsyncPending())
 	}
-	return float64(n) / time.Since(t0).Seconds(), float64((processCPU() - cpu0).Microseconds()) / float64(n), nil
+	return float64(n) / time.Since(t0).Seconds(), float64((testkit.ProcessCPU() - cpu0).Microseconds()) / float64(n), nil
 }
 
 // kvCreateCAS creates a fresh key and updates it at its revision: the two

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/schemas"
 )
@@ -93,14 +94,14 @@ func BenchmarkLimits(b *testing.B) {
 				b.Fatal(err)
 			}
 			i := 0
-			cpu := processCPU()
+			cpu := testkit.ProcessCPU()
 			for b.Loop() {
 				i++
 				if _, err := c.Call(b.Context(), "limits", tc.batch(i)); !wantCode(err, tc.code) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/1e3/float64(i), "cpu-ms/batch")
+			b.ReportMetric(float64((testkit.ProcessCPU()-cpu).Microseconds())/1e3/float64(i), "cpu-ms/batch")
 		})
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/memtune"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/store"
@@ -231,7 +232,7 @@ func readStats(gc bool) childStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rss, hwm := memKB()
-	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC}
+	return childStats{CPUNS: testkit.ProcessCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC}
 }
 
 // RunChild runs this process as a part of the cross-process bench when

@@ -130,13 +130,22 @@ func (c *canonicaliser) value(depth int) bool {
 	return false
 }
 
-func (c *canonicaliser) array(depth int) bool {
-	c.i++ // [
-	c.out = append(c.out, '[')
+// open copies the bracket at src[i] and reports whether the container is
+// empty: then its closing bracket cl is copied too.
+func (c *canonicaliser) open(cl byte) bool {
+	c.out = append(c.out, c.src[c.i])
+	c.i++
 	c.space()
-	if c.i < len(c.src) && c.src[c.i] == ']' {
+	if c.i < len(c.src) && c.src[c.i] == cl {
 		c.i++
-		c.out = append(c.out, ']')
+		c.out = append(c.out, cl)
+		return true
+	}
+	return false
+}
+
+func (c *canonicaliser) array(depth int) bool {
+	if c.open(']') {
 		return true
 	}
 	for {
@@ -162,13 +171,8 @@ func (c *canonicaliser) array(depth int) bool {
 }
 
 func (c *canonicaliser) object(depth int) bool {
-	c.i++ // {
 	begin := len(c.out)
-	c.out = append(c.out, '{')
-	c.space()
-	if c.i < len(c.src) && c.src[c.i] == '}' {
-		c.i++
-		c.out = append(c.out, '}')
+	if c.open('}') {
 		return true
 	}
 	first := len(c.members)

@@ -27,6 +27,9 @@ type memKV struct {
 	vals               map[string]memEntry
 	watchers           []memWatch
 	writes, gets       int
+	// after, when set, runs outside the lock after each write lands, with
+	// its key: another router's work interleaved at that point.
+	after func(key string)
 }
 
 type memEntry struct {
@@ -115,7 +118,12 @@ func (k *memKV) write(key string, val []byte, last uint64, op jetstream.KeyValue
 			w.ch <- e
 		}
 	}
-	return k.rev, nil
+	if after := k.after; after != nil {
+		k.mu.Unlock()
+		after(key)
+		k.mu.Lock()
+	}
+	return e.rev, nil
 }
 
 // machine is two routers' Stores over one memKV, with their live
@@ -563,6 +571,88 @@ func TestAnswerVerdicts(t *testing.T) {
 				}
 				if m.a.calls.leases.holds(callKey(key)) != tc.lease {
 					t.Errorf("lease held %v, want %v", !tc.lease, tc.lease)
+				}
+			})
+		})
+	}
+}
+
+// TestLoneRunMovedOn: a lone run (Alone) writes its continuation waiting
+// for answers before its calls' records; a call that then fails to park
+// (here: a cancel forestalled it) takes the run back to running. Between
+// the two writes another router may answer the parked call and mend the
+// forestalled one's result in (Mends.Mend), which resumes the batch, and
+// finish it. The run then writes nothing and stops (ErrNotOwner): it
+// neither takes the resumed batch back nor brings a finished one back.
+func TestLoneRunMovedOn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		moveOn  bool // router-b resumes the batch between the writes
+		finish  bool // and finishes it
+		wantErr bool
+	}{
+		{"still waiting: the run runs again", false, false, false},
+		{"resumed by another router", true, false, true},
+		{"finished by another router", true, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				m := newMachine(t)
+				c1, c2 := record("s1", "r1", "c1"), record("s1", "r1", "c2")
+				c1.Kind, c2.Kind = bus.KindExternal, bus.KindExternal
+				cancelled := bus.ErrorResult(c2.Call, bus.CodeInterrupted, bus.InterruptedText)
+				if err := m.b.Cancels.Forestall(t.Context(), "s1", "r1", c2.Call, cancelled); err != nil {
+					t.Fatal(err)
+				}
+				fired := false
+				m.kv.after = func(key string) {
+					if !tc.moveOn || fired || key != c1.Key() {
+						return
+					}
+					fired = true
+					got := answerDone(t, m.b, key)
+					if _, resume, err := m.b.Resume(t.Context(), got, *got.Result, func(*Batch) {}); err != nil || resume {
+						t.Fatalf("resume: %v %v", resume, err)
+					}
+					rec, err := m.b.Read.Get(t.Context(), c2.Key())
+					if err != nil {
+						t.Fatal(err)
+					}
+					cont, resume, err := m.b.Mends.Mend(t.Context(), rec, *rec.Result, func(*Batch) {})
+					if err != nil || !resume {
+						t.Fatalf("mend: %v %v", resume, err)
+					}
+					if tc.finish {
+						if err := m.b.Finish(t.Context(), cont); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				b := &Batch{Session: "s1", ReplyID: "r1", Data: bus.Batch{Calls: []bus.Call{c1.Call, c2.Call}}}
+				got, err := m.a.Park(t.Context(), Run{Batch: b, Calls: []*Record{c1, c2}, Results: map[string]bus.Result{}, Next: 2, Alone: true})
+				m.kv.mu.Lock()
+				m.kv.after = nil
+				m.kv.mu.Unlock()
+				if !errors.Is(got.Failed["c2"], errCancelledFirst) {
+					t.Fatalf("c2 did not fail to park: %+v", got.Failed)
+				}
+				cont, rerr := m.a.Read.Batch(t.Context(), "s1", "r1")
+				switch {
+				case !tc.wantErr:
+					if err != nil || got.Batch.Phase != PhaseRunning || got.Batch.Owner != "router-a" || rerr != nil || cont.Owner != "router-a" {
+						t.Fatalf("park: %+v %v; stored %+v %v", got.Batch, err, cont, rerr)
+					}
+				case !errors.Is(err, ErrNotOwner):
+					t.Fatalf("park on a batch moved on: %v, want ErrNotOwner", err)
+				case tc.finish:
+					if !store.IsNotFound(rerr) {
+						t.Fatalf("a finished batch came back: %+v %v", cont, rerr)
+					}
+				case rerr != nil || cont.Phase != PhaseResumed || cont.Owner != "router-b":
+					t.Fatalf("the resumed batch was taken back: %+v %v", cont, rerr)
+				}
+				if tc.moveOn && m.a.conts.leases.holds(batchKey("s1.r1")) {
+					t.Fatal("router-a holds the lease of a batch that is not its")
 				}
 			})
 		})

@@ -30,7 +30,10 @@ func stranded(t *testing.T, s *Store) []string {
 
 // notes is how many ended calls s still looks after.
 func notes(s *Store) int {
-	return s.calls.ended.len()
+	e := &s.calls.ended
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.m)
 }
 
 // parkQueued parks call c1 of tool deploy, waiting alone, in a batch with a

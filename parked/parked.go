@@ -159,7 +159,9 @@ type Parking struct {
 // Park records the run's continuation, then its calls' records, then
 // publishes their live handoff requests (docs/protocol.md 6.1, 6.2). A
 // batch whose only wait is its last call carries its continuation in that
-// call's record: one write. An error means nothing parked.
+// call's record: one write. An error means nothing parked, but ErrNotOwner:
+// the batch is another router's (it took the continuation over, or moved on
+// a lone run whose calls did not all park), and this copy stops.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
@@ -241,10 +243,24 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
 		// running, and settles with that call's result as any run does.
+		// Only while the continuation still waits, without a result, for
+		// every call that failed: otherwise another router moved it on
+		// since it was written (a mend added a forestalled call's result
+		// and resumed it, or finished it and removed it), and the batch is
+		// that router's. Then nothing is written, and the run stops as one
+		// whose continuation was taken over (ErrNotOwner).
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
+			for id := range out.Failed {
+				if !b.lacks(id) {
+					return fmt.Errorf("parked: batch %s: %w (moved on by %s)", b.Key(), errNotOwner, cmp.Or(b.Owner, "another router"))
+				}
+			}
 			claim(b, s.cfg.Owner, PhaseRunning, "")
 			return nil
 		})
+		if store.IsNotFound(err) {
+			err = fmt.Errorf("parked: batch %s: %w (finished by another router)", run.Batch.Key(), errNotOwner)
+		}
 		if err != nil {
 			return out, err
 		}
@@ -1757,13 +1773,6 @@ func (e *endings) later(key string) {
 	}
 }
 
-// len is how many ended calls are noted.
-func (e *endings) len() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return len(e.m)
-}
-
 // note caches a copy of r, which this router just wrote at r.Rev (callers
 // change theirs).
 func (c *calls) note(key string, r *Record) {
@@ -1870,5 +1879,7 @@ var errNotOwner = errors.New("parked: not the owner")
 
 // ErrNotOwner is (errors.Is) the error of Park on a continuation that
 // another router holds: it took the batch over once this router's lease
-// lapsed (docs/protocol.md 6.1), so this router's copy of the batch stops.
+// lapsed (docs/protocol.md 6.1), or, for a lone run some of whose calls did
+// not park, it resumed or finished the batch meanwhile; so this router's
+// copy of the batch stops.
 var ErrNotOwner = errNotOwner

@@ -11,6 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"mvdan.cc/sh/v3/syntax"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/shellcmd"
@@ -41,12 +43,17 @@ type call struct {
 	resolved links    // resolve cache
 }
 
-func newCall(def *bus.ToolDef, input json.RawMessage, workDirs []string) *call {
+func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
 	if def.RuleMatcher != bus.MatcherCommand && def.RuleMatcher != bus.MatcherPath {
 		return &call{def: def}
 	}
 	value, ok := field(input, def.RuleField)
-	return newValueCall(def, value, ok, workDirs)
+	c := newValueCall(def, value, ok, pc.WorkDirs)
+	if def.RuleMatcher == bus.MatcherCommand && ok && !c.long {
+		_, programs := programRule(def, pc.Rules)
+		c.readWrites(pc.WorkDirs, programs)
+	}
+	return c
 }
 
 // MaxCommand bounds the command of a rule_matcher "command" call that is
@@ -71,9 +78,7 @@ func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *c
 		if len(c.value) > MaxCommand {
 			c.long = true
 			c.text = c.value[:MaxCommand]
-			return c
 		}
-		c.readWrites(workDirs)
 	case bus.MatcherPath:
 		c.resolved = links{}
 		c.bases = bases(workDirs)
@@ -355,18 +360,25 @@ func (p *commandPieces) loosePieces(text string) []string {
 	return p.loose
 }
 
-// readWrites finds the command's writes; a command that parses in
-// neither grammar has none that can be seen (and no allow pattern covers
-// it either, as its parts are not trusted). A write seen again (same
-// target, same writer: in both grammars' trees, or repeated) is judged
-// once, which decides the same.
-func (c *call) readWrites(workDirs []string) {
+// readWrites finds the command's writes, and with programs its programs
+// in the same walk (a deny or ask rule with a pattern will read them); a
+// command that parses in neither grammar has none that can be seen (and
+// no allow pattern covers it either, as its parts are not trusted). A
+// write seen again (same target, same writer: in both grammars' trees, or
+// repeated) is judged once, which decides the same.
+func (c *call) readWrites(workDirs []string, programs bool) {
 	c.progs.parse(c.value)
 	c.deep = c.progs.deep
 	if len(c.progs.trees) == 0 {
 		return
 	}
-	ws := shellcmd.WritesOf(c.value, c.progs.trees)
+	var each func(*syntax.CallExpr)
+	if programs {
+		visit, done := readPrograms(c.value)
+		defer func() { c.progs.list, c.progs.computed = done(); c.progs.read = true }()
+		each = visit
+	}
+	ws := shellcmd.WritesOf(c.value, c.progs.trees, each)
 	def := &bus.ToolDef{Name: WriteTool, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: c.def.PathBase}
 	type seen struct{ path, by string }
 	done := map[seen]bool{}

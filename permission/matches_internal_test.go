@@ -18,5 +18,5 @@ func Matches(rule bus.Rule, def *bus.ToolDef, input json.RawMessage) bool {
 	if rule.Pattern == "" {
 		return true
 	}
-	return newCall(def, input, nil).matches(rule)
+	return newCall(Context{}, def, input).matches(rule)
 }

@@ -95,7 +95,7 @@ func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if !ValidMode(mode) {
 		return Decision{Behavior: Deny, Reason: fmt.Sprintf("unknown permission mode %q", pc.Mode)}
 	}
-	c := newCall(def, input, pc.WorkDirs)
+	c := newCall(pc, def, input)
 	d := c.decide(pc, mode)
 	if mode == DontAsk && d.Behavior == Ask {
 		d = Decision{Behavior: Deny, Reason: "dont_ask mode denies what would ask: " + d.Reason, Safety: d.Safety}
@@ -241,13 +241,22 @@ func unjudged(c *call, rules []bus.Rule) (bus.Rule, string, bool) {
 	if c.def.RuleMatcher != bus.MatcherCommand || !c.ok {
 		return bus.Rule{}, "", false
 	}
-	for _, r := range rules {
-		if b := behavior(r); (b == Deny || b == Ask) && r.Pattern != "" && toolMatches(r, c.def) {
-			_, computed := c.progs.get(c.value)
-			return r, computed, computed != ""
-		}
+	if r, ok := programRule(c.def, rules); ok {
+		_, computed := c.progs.get(c.value)
+		return r, computed, computed != ""
 	}
 	return bus.Rule{}, "", false
+}
+
+// programRule returns the first deny or ask rule with a pattern for def:
+// the rules that read a command's programs.
+func programRule(def *bus.ToolDef, rules []bus.Rule) (bus.Rule, bool) {
+	for _, r := range rules {
+		if b := behavior(r); (b == Deny || b == Ask) && r.Pattern != "" && toolMatches(r, def) {
+			return r, true
+		}
+	}
+	return bus.Rule{}, false
 }
 
 // behavior returns a rule's behavior, "" meaning allow.

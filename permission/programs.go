@@ -72,8 +72,9 @@ const (
 )
 
 // commandPrograms holds a command's syntax trees (shellcmd.ParseReadings,
-// read once for its writes too) and its programs for deny and ask rules,
-// read from them only when a deny or ask rule with a pattern needs them.
+// read once for its writes too) and its programs for deny and ask rules:
+// read in the walk that finds the writes when such a rule could need them
+// (call.readWrites), else on first use.
 type commandPrograms struct {
 	trees    []*syntax.File
 	parsed   bool
@@ -99,31 +100,44 @@ func (p *commandPrograms) parse(cmd string) {
 func (p *commandPrograms) get(cmd string) ([]string, string) {
 	if !p.read {
 		p.parse(cmd)
-		p.list, p.computed = programs(cmd, p.trees)
+		visit, done := readPrograms(cmd)
+		for _, f := range p.trees {
+			syntax.Walk(f, func(n syntax.Node) bool {
+				if call, ok := n.(*syntax.CallExpr); ok {
+					visit(call)
+				}
+				return true
+			})
+		}
+		p.list, p.computed = done()
 		p.read = true
 	}
 	return p.list, p.computed
 }
 
-// programs returns what deny and ask rules are matched against besides the
-// command's text (looseParts), read from its syntax trees (POSIX sh and
-// bash, shellcmd.Parse): every simple command anywhere in it (inside if,
-// while, functions, subshells, substitutions, pipelines) as the program
-// that runs, its name without a directory ("/bin/rm x" is "rm x") and its
-// words without quotes; the program a wrapper runs ("command rm x", "env
-// X=1 rm x", "xargs rm"); the commands of a shell's -c argument, of eval's
-// arguments and of find's -exec. computed is the text (cut) of the first
-// simple command whose program is known only at run time ("$(echo rm) x",
-// "${RM:-rm} x", "r$'m'"), or of an alias definition, which renames
-// programs for later lines: no deny rule can judge those (session 18, red
-// team); "" when there is none. trees are cmd's (shellcmd.Parse). The
-// candidates together hold at most 8 times the command's bytes (a
-// wrapper's suffixes could make a quadratic amount), and the arguments
-// parsed again (-c, eval) twice, in at most maxParses parses: past
-// either the command counts as computed too (TestAttackDenyRuleCost).
-func programs(cmd string, trees []*syntax.File) (out []string, computed string) {
-	budget := 8*len(cmd) + 4096
-	nested := 2*len(cmd) + 4096 // bytes of -c and eval arguments parsed again
+// readPrograms reads what deny and ask rules are matched against besides
+// the command's text (looseParts) from cmd's syntax trees (POSIX sh and
+// bash, shellcmd.Parse): visit reads one simple command of them, in the
+// order of a walk; done returns what was read. That is every simple
+// command anywhere in it (inside if, while, functions, subshells,
+// substitutions, pipelines) as the program that runs, its name without a
+// directory ("/bin/rm x" is "rm x") and its words without quotes; the
+// program a wrapper runs ("command rm x", "env X=1 rm x", "xargs rm"); the
+// commands of a shell's -c argument, of eval's arguments and of find's
+// -exec. computed is the text (cut) of the first simple command whose
+// program is known only at run time ("$(echo rm) x", "${RM:-rm} x",
+// "r$'m'"), or of an alias definition, which renames programs for later
+// lines: no deny rule can judge those (session 18, red team); "" when
+// there is none. The candidates together hold at most 8 times the
+// command's bytes (a wrapper's suffixes could make a quadratic amount),
+// and the arguments parsed again (-c, eval) twice, in at most maxParses
+// parses: past either the command counts as computed too and nothing more
+// is read (TestAttackDenyRuleCost).
+func readPrograms(top string) (visit func(*syntax.CallExpr), done func() (out []string, computed string)) {
+	var out []string
+	var computed string
+	budget := 8*len(top) + 4096
+	nested := 2*len(top) + 4096 // bytes of -c and eval arguments parsed again
 	parses := maxParses
 	over := false
 	compute := func(s string) {
@@ -131,7 +145,7 @@ func programs(cmd string, trees []*syntax.File) (out []string, computed string) 
 			computed = cut(s)
 		}
 	}
-	var read func(cmd string, files []*syntax.File, depth int)
+	var read func(cmd string, call *syntax.CallExpr, depth int)
 	again := func(cmd string, depth int) {
 		if depth > maxNesting {
 			return
@@ -148,98 +162,98 @@ func programs(cmd string, trees []*syntax.File) (out []string, computed string) 
 			compute(cmd)
 			return
 		}
-		read(cmd, files, depth)
-	}
-	read = func(cmd string, files []*syntax.File, depth int) {
 		for _, f := range files {
 			syntax.Walk(f, func(n syntax.Node) bool {
-				call, ok := n.(*syntax.CallExpr)
-				if over || !ok || len(call.Args) == 0 {
-					return !over
-				}
-				// Most simple commands have a few words: on the stack.
-				var wordsBuf [8]string
-				var staticBuf [8]bool
-				var restBuf [9]int
-				words, static, rest := wordsBuf[:0], staticBuf[:0], restBuf[:0]
-				if n := len(call.Args); n > len(wordsBuf) {
-					words, static, rest = make([]string, 0, n), make([]bool, 0, n), make([]int, 0, n+1)
-				}
-				words, static = words[:len(call.Args)], static[:len(call.Args)]
-				// rest[i] is the length of words[i:] joined by spaces.
-				rest = rest[:len(call.Args)+1]
-				for i, a := range call.Args {
-					if w, ok := shellcmd.Static(a); ok {
-						words[i], static[i] = w.Value, !w.Glob
-					} else {
-						words[i] = text(cmd, a)
-					}
-				}
-				for i := len(words) - 1; i >= 0; i-- {
-					rest[i] = rest[i+1] + len(words[i]) + 1
-				}
-				if !static[0] {
-					compute(text(cmd, call))
-					return true
-				}
-				add := func(from int) {
-					if over || from >= len(words) {
-						return
-					}
-					if budget -= rest[from]; budget < 0 {
-						over = true
-						compute(text(cmd, call))
-						return
-					}
-					prog := words[from]
-					prog = prog[strings.LastIndexByte(prog, '/')+1:]
-					if from+1 < len(words) {
-						var b strings.Builder
-						b.Grow(rest[from])
-						b.WriteString(prog)
-						for _, w := range words[from+1:] {
-							b.WriteByte(' ')
-							b.WriteString(w)
-						}
-						prog = b.String()
-					}
-					out = append(out, normalize(prog))
-					if from > 0 && !static[from] {
-						compute(text(cmd, call))
-					}
-				}
-				add(0)
-				name := words[0][strings.LastIndexByte(words[0], '/')+1:]
-				switch {
-				case name == "alias" && len(words) > 1:
-					compute(text(cmd, call))
-				case name == "eval":
-					again(strings.Join(words[1:], " "), depth+1)
-				case name == "find":
-					for i, w := range words {
-						if w == "-exec" || w == "-execdir" || w == "-ok" || w == "-okdir" {
-							add(i + 1)
-						}
-					}
-				}
-				if wrappers[name] {
-					for i := 1; i < len(words) && !over; i++ {
-						add(i)
-					}
-				}
-				if shells[name] {
-					for i := 1; i+1 < len(words) && !over; i++ {
-						if w := words[i]; strings.HasPrefix(w, "-") && !strings.HasPrefix(w, "--") && strings.Contains(w, "c") {
-							again(words[i+1], depth+1)
-						}
-					}
+				if call, ok := n.(*syntax.CallExpr); ok {
+					read(cmd, call, depth)
 				}
 				return !over
 			})
 		}
 	}
-	read(cmd, trees, 0)
-	return out, computed
+	read = func(cmd string, call *syntax.CallExpr, depth int) {
+		if over || len(call.Args) == 0 {
+			return
+		}
+		// Most simple commands have a few words: on the stack.
+		var wordsBuf [8]string
+		var staticBuf [8]bool
+		var restBuf [9]int
+		words, static, rest := wordsBuf[:0], staticBuf[:0], restBuf[:0]
+		if n := len(call.Args); n > len(wordsBuf) {
+			words, static, rest = make([]string, 0, n), make([]bool, 0, n), make([]int, 0, n+1)
+		}
+		words, static = words[:len(call.Args)], static[:len(call.Args)]
+		// rest[i] is the length of words[i:] joined by spaces.
+		rest = rest[:len(call.Args)+1]
+		for i, a := range call.Args {
+			if w, ok := shellcmd.Static(a); ok {
+				words[i], static[i] = w.Value, !w.Glob
+			} else {
+				words[i] = text(cmd, a)
+			}
+		}
+		for i := len(words) - 1; i >= 0; i-- {
+			rest[i] = rest[i+1] + len(words[i]) + 1
+		}
+		if !static[0] {
+			compute(text(cmd, call))
+			return
+		}
+		add := func(from int) {
+			if over || from >= len(words) {
+				return
+			}
+			if budget -= rest[from]; budget < 0 {
+				over = true
+				compute(text(cmd, call))
+				return
+			}
+			prog := words[from]
+			prog = prog[strings.LastIndexByte(prog, '/')+1:]
+			if from+1 < len(words) {
+				var b strings.Builder
+				b.Grow(rest[from])
+				b.WriteString(prog)
+				for _, w := range words[from+1:] {
+					b.WriteByte(' ')
+					b.WriteString(w)
+				}
+				prog = b.String()
+			}
+			out = append(out, normalize(prog))
+			if from > 0 && !static[from] {
+				compute(text(cmd, call))
+			}
+		}
+		add(0)
+		name := words[0][strings.LastIndexByte(words[0], '/')+1:]
+		switch {
+		case name == "alias" && len(words) > 1:
+			compute(text(cmd, call))
+		case name == "eval":
+			again(strings.Join(words[1:], " "), depth+1)
+		case name == "find":
+			for i, w := range words {
+				if w == "-exec" || w == "-execdir" || w == "-ok" || w == "-okdir" {
+					add(i + 1)
+				}
+			}
+		}
+		if wrappers[name] {
+			for i := 1; i < len(words) && !over; i++ {
+				add(i)
+			}
+		}
+		if shells[name] {
+			for i := 1; i+1 < len(words) && !over; i++ {
+				if w := words[i]; strings.HasPrefix(w, "-") && !strings.HasPrefix(w, "--") && strings.Contains(w, "c") {
+					again(words[i+1], depth+1)
+				}
+			}
+		}
+	}
+	return func(call *syntax.CallExpr) { read(top, call, 0) }, func() ([]string, string) { return out, computed }
 }
 
 // cut keeps a reason's quote of a command short.

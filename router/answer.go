@@ -162,7 +162,8 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 				return bus.Errorf(bus.CodeBadRequest, "rule: %v", err)
 			}
 			if via == viaApprove && !suggested(rec.SuggestedRules, rule) {
-				return bus.Errorf(bus.CodeBadRequest, "rule %s is not among call %s's suggested_rules: an approver remembers only those", ruleText(rule), rec.Call.ID)
+				text, _ := json.Marshal(rule)
+				return bus.Errorf(bus.CodeBadRequest, "rule %s is not among call %s's suggested_rules: an approver remembers only those", text, rec.Call.ID)
 			}
 		}
 		if via == viaApprove && len(a.Input) > 0 {
@@ -227,11 +228,6 @@ func suggested(rules []bus.Rule, rule bus.Rule) bool {
 		return r
 	}
 	return slices.ContainsFunc(rules, func(s bus.Rule) bool { return norm(s) == norm(rule) })
-}
-
-func ruleText(rule bus.Rule) string {
-	b, _ := json.Marshal(rule)
-	return string(b)
 }
 
 func checkBlock(bl bus.Block) error {

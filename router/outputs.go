@@ -37,11 +37,6 @@ type outputs struct {
 	srv *offload.Server
 }
 
-func newOutputs(w *wire, bucket string) *outputs {
-	st := offload.NewStore(w.nc, bucket)
-	return &outputs{wire: w, st: st, srv: offload.NewServer(st, offload.Window(w.nc.MaxPayload()))}
-}
-
 // onOutputs serves one window of a session's stored output.
 func (r *outputs) onOutputs(m *nats.Msg) {
 	r.serve(m, "outputs", offload.TypeGet, offload.TypeChunk, func(e *bus.Event) (any, error) {

@@ -388,7 +388,8 @@ func (r *Router) build(ctx context.Context) error {
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
 	}
-	r.stored = newOutputs(r.wire, r.subj.ObjectStore(bus.ObjectOutputs))
+	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
+	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload()))}
 	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
 		return err
 	}
@@ -808,18 +809,9 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	return w.checked(m, e, kind, typ)
 }
 
-// decodeHead is decode for a handler that reads the event's data next with
-// a decoder that checks it (bus.DecodeHead): the data is neither checked
-// nor copied first.
-func (w *wire) decodeHead(m *nats.Msg, kind, typ string) (*bus.Event, error) {
-	e := new(bus.Event)
-	if err := w.decodeHeadTo(m, e, kind, typ); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// decodeHeadTo is decodeHead into e, which the caller holds.
+// decodeHeadTo is decode, into e which the caller holds, for a handler
+// that reads the event's data next with a decoder that checks it
+// (bus.DecodeHead): the data is neither checked nor copied first.
 func (w *wire) decodeHeadTo(m *nats.Msg, e *bus.Event, kind, typ string) error {
 	if err := bus.DecodeHead(m, e); err != nil {
 		return err

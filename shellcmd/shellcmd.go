@@ -290,12 +290,13 @@ func Writes(cmd string) ([]Write, error) {
 	if len(files) == 0 {
 		return nil, err
 	}
-	return WritesOf(cmd, files), nil
+	return WritesOf(cmd, files, nil), nil
 }
 
-// WritesOf is Writes of cmd's trees files (from Parse), for a caller that
-// reads them for more than writes.
-func WritesOf(cmd string, files []*syntax.File) []Write {
+// WritesOf is Writes of cmd's trees files (from Parse). each, when not
+// nil, is called with every simple command the walk meets, in its order:
+// a caller that reads the trees for more than writes walks them once.
+func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []Write {
 	text := func(from, to syntax.Pos) string {
 		a, b := int(from.Offset()), int(to.Offset())
 		if a < 0 || b > len(cmd) || a > b {
@@ -314,6 +315,9 @@ func WritesOf(cmd string, files []*syntax.File) []Write {
 					out = append(out, w)
 				}
 			case *syntax.CallExpr:
+				if each != nil {
+					each(n)
+				}
 				ws, cd := callWrites(n)
 				for _, w := range ws {
 					if w.Path == "" && len(n.Args) > 1 {

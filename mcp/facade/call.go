@@ -687,7 +687,8 @@ func downgradeContent(rev revision, c mcp.Content) mcp.Content {
 		return withOldAnnotations(mcp.NewTextContent(linkText(x)), x.Annotations)
 	case mcp.AudioContent:
 		if rev < rev20250326 {
-			return withOldAnnotations(mcp.NewTextContent(audioText(x)), x.Annotations)
+			return withOldAnnotations(mcp.NewTextContent(fmt.Sprintf("[audio (%s, about %d bytes) left out: this MCP revision has no audio content]",
+				x.MIMEType, base64.StdEncoding.DecodedLen(len(x.Data)))), x.Annotations)
 		}
 		x.Annotations, x.Meta = oldAnnotations(x.Annotations), nil
 		return x
@@ -725,11 +726,6 @@ func linkText(l mcp.ResourceLink) string {
 		s += " — " + l.Description
 	}
 	return s + " — read it with resources/read]"
-}
-
-func audioText(a mcp.AudioContent) string {
-	n := base64.StdEncoding.DecodedLen(len(a.Data))
-	return fmt.Sprintf("[audio (%s, about %d bytes) left out: this MCP revision has no audio content]", a.MIMEType, n)
 }
 
 // oldAnnotations keeps what 2024-11-05 to 2025-03-26 define.

@@ -141,7 +141,8 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
-	f.tasks = newTaskRunners(f.ctx, f.life.Loop, f.kv, f.awaitResult, cl.Tasks(), cfg.Logger)
+	f.tasks = &taskRunners{closing: f.ctx, loop: f.life.Loop, store: f.kv, await: f.awaitResult, tasks: cl.Tasks(), log: cfg.Logger,
+		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
 }

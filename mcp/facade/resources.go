@@ -111,7 +111,9 @@ func (s *resources) syncResources(ctx context.Context) {
 				continue // the first server with a URI serves it (docs/mcp.md)
 			}
 			seen[r.URI] = true
-			resources = append(resources, server.ServerResource{Resource: resourceOf(r), Handler: s.readBridged(srv)})
+			res := mcp.Resource{URI: r.URI, Name: r.Name, Title: r.Title, Description: r.Description, MIMEType: r.MediaType}
+			res.Annotations = mcpAnnotations(r.Annotations)
+			resources = append(resources, server.ServerResource{Resource: res, Handler: s.readBridged(srv)})
 		}
 		for _, t := range l.Templates {
 			tp, err := templateOf(t)
@@ -205,12 +207,6 @@ func (s *resources) readBridged(srv string) server.ResourceHandlerFunc {
 		}
 		return out, nil
 	}
-}
-
-func resourceOf(r bridge.Resource) mcp.Resource {
-	res := mcp.Resource{URI: r.URI, Name: r.Name, Title: r.Title, Description: r.Description, MIMEType: r.MediaType}
-	res.Annotations = mcpAnnotations(r.Annotations)
-	return res
 }
 
 func templateOf(t bridge.ResourceTemplate) (tp mcp.ResourceTemplate, err error) {

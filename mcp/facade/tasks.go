@@ -326,11 +326,6 @@ type taskRunners struct {
 	outputs  map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
-func newTaskRunners(closing context.Context, loop func(func(context.Context)) bool, store *kvStore,
-	await func(ctx context.Context, session, replyID, callID string) (*bus.Result, error), bt busTasks, log *slog.Logger) *taskRunners {
-	return &taskRunners{closing: closing, loop: loop, store: store, await: await, tasks: bt, log: log, local: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
-}
-
 // run runs the task's call until it ends (then writes its end) or the
 // facade closes (the call goes on, and another process learns its end).
 // The call's context is the facade's, never the request's, so neither an

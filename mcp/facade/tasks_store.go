@@ -195,7 +195,8 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 				return nil, fmt.Errorf("facade: task index of this session and user: %w", err)
 			}
 		}
-		idx.prune(time.Now())
+		now := time.Now()
+		idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
 		if len(idx.Tasks) >= st.maxTasks {
 			return nil, fmt.Errorf("%w: %d tasks kept for this session and user (the most); wait for some to expire", errTooManyTasks, len(idx.Tasks))
 		}
@@ -222,10 +223,6 @@ type taskIndex struct {
 type indexEntry struct {
 	ID      string    `json:"id"`
 	Expires time.Time `json:"expires"`
-}
-
-func (idx *taskIndex) prune(now time.Time) {
-	idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
 }
 
 // listTasks returns the (session, user)'s live records, oldest first,

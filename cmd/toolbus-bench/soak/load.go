@@ -309,10 +309,6 @@ type soakAgent struct {
 	cl   *client.Client
 }
 
-func (l *soakLoad) newAgent(i int, cl *client.Client) *soakAgent {
-	return &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))), cl: cl}
-}
-
 // batch makes a's next batch and runs it to its end (or gives it up);
 // stop ends it at once (the operator interrupted).
 func (l *soakLoad) batch(stop context.Context, a *soakAgent) {

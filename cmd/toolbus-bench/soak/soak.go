@@ -213,7 +213,8 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 		if err != nil {
 			return nil, err
 		}
-		agents[i] = l.newAgent(i, client.New(nc, client.Config{Prefix: o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)}))
+		agents[i] = &soakAgent{i: i, r: rand.New(rand.NewPCG(uint64(i)+1, uint64(l.t.start.UnixNano()))),
+			cl: client.New(nc, client.Config{Prefix: o.Prefix, Source: fmt.Sprintf("soak/agent%d", i)})}
 	}
 	loadCtx, endLoad := context.WithTimeout(ctx, o.Duration)
 	defer endLoad()
