@@ -101,6 +101,7 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 		}
 		b.ReportMetric(per(roleRouter, false), "router-µs/op")
 		b.ReportMetric(per(roleRouter, true), "router-allocs/op")
+		b.ReportMetric(perCallOf(float64(after[roleRouter].Writes-before[roleRouter].Writes), int64(b.N)), "router-writes/op")
 		b.ReportMetric(per(roleWorker, false), "worker-µs/op")
 		b.ReportMetric(per(roleWorker, true), "worker-allocs/op")
 		b.ReportMetric(per(roleClient, false), "client-µs/op")
@@ -125,6 +126,7 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	lat := make(Latencies, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	writes := testkit.WriteCalls()
 	for range b.N {
 		t0 := time.Now()
 		if err := fn(ctx, 0); err != nil {
@@ -133,6 +135,7 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	b.ReportMetric(perCallOf(float64(testkit.WriteCalls()-writes), int64(b.N)), "writes/op")
 	if len(around) == 2 {
 		around[1]()
 	}

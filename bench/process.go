@@ -22,6 +22,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/testkit"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/memtune"
@@ -218,6 +220,7 @@ type childStats struct {
 	RSSKB     int64  `json:"rss_kb"`
 	HWMKB     int64  `json:"hwm_kb"` // peak RSS
 	NumGC     uint32 `json:"num_gc"`
+	Writes    int64  `json:"writes"` // write system calls (Linux; -1 elsewhere)
 	Err       string `json:"err,omitempty"`
 }
 
@@ -231,7 +234,7 @@ func readStats(gc bool) childStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rss, hwm := memKB()
-	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC}
+	return childStats{CPUNS: processCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC, Writes: testkit.WriteCalls()}
 }
 
 // RunChild runs this process as a part of the cross-process bench when
