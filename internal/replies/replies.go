@@ -47,7 +47,7 @@ type Mux struct {
 	closed  bool          // EndOnClose: the connection closed, or Close; no wait registers
 	free    sync.Pool
 	sub     *nats.Subscription
-	in      chan *nats.Msg // WaitersRead: what the subscription delivers; else nil
+	in      chan *nats.Msg   // WaitersRead: what the subscription delivers; else nil
 	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
 }
 
