@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -126,7 +127,7 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	lat := make(Latencies, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
-	writes := testkit.WriteCalls()
+	writes, scheds := testkit.WriteCalls(), schedules()
 	for range b.N {
 		t0 := time.Now()
 		if err := fn(ctx, 0); err != nil {
@@ -136,6 +137,7 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	}
 	b.StopTimer()
 	b.ReportMetric(perCallOf(float64(testkit.WriteCalls()-writes), int64(b.N)), "writes/op")
+	b.ReportMetric(perCallOf(float64(schedules()-scheds), int64(b.N)), "scheds/op")
 	if len(around) == 2 {
 		around[1]()
 	}
@@ -361,4 +363,21 @@ func TestReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// schedules is how many times this process's goroutines have been
+// scheduled to run so far (the count of runtime/metrics'
+// /sched/latencies:seconds): a goroutine woken by another's hand-off, a
+// timer or the network counts once per wake-up.
+func schedules() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return n
 }
