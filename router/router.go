@@ -398,7 +398,7 @@ func (r *Router) build(ctx context.Context) error {
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
-	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true, WaitersRead: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
+	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led))
 	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}

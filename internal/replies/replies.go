@@ -47,7 +47,6 @@ type Mux struct {
 	closed  bool          // EndOnClose: the connection closed, or Close; no wait registers
 	free    sync.Pool
 	sub     *nats.Subscription
-	in      chan *nats.Msg   // WaitersRead: what the subscription delivers; else nil
 	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
 }
 
@@ -72,29 +71,11 @@ type Options struct {
 	// repliers that may publish to any inbox under the prefix (workers:
 	// docs/security.md): one could otherwise answer the next request.
 	Unguessable bool
-	// WaitersRead: the subscription delivers into a channel that the
-	// waits read themselves (Wait.Wait), and no goroutine of the Mux's
-	// own: a reply the read loop hands to the wait it is for reaches it
-	// with one goroutine hand-off, not two (the subscription's goroutine,
-	// then the wait); one another wait takes is passed on, two as before.
-	// Only for Muxes whose waits all go through Wait.Wait (not C): a
-	// reply is read only while a wait waits. Replies nobody waits for
-	// stay in the channel until a wait comes (at most inSize; past that
-	// the connection counts a slow consumer and drops them).
-	WaitersRead bool
 }
-
-// inSize is the channel of a Mux whose waiters read (Options.WaitersRead):
-// the replies that may arrive while no wait is in Wait.Wait.
-const inSize = 8192
 
 // New returns a Mux on nc; it subscribes on the first Await.
 func New(nc *nats.Conn, opts Options) *Mux {
-	a := &Mux{nc: nc, opts: opts, waiting: map[string]*Wait{}}
-	if opts.WaitersRead {
-		a.in = make(chan *nats.Msg, inSize)
-	}
-	return a
+	return &Mux{nc: nc, opts: opts, waiting: map[string]*Wait{}}
 }
 
 // Conn is the connection the Mux subscribes on.
@@ -104,7 +85,6 @@ func (a *Mux) Conn() *nats.Conn { return a.nc }
 type Wait struct {
 	inbox string
 	ch    chan *nats.Msg
-	mux   *Mux
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -127,7 +107,7 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	}
 	w, _ := a.free.Get().(*Wait)
 	if w == nil {
-		w = &Wait{ch: make(chan *nats.Msg, 1), mux: a}
+		w = &Wait{ch: make(chan *nats.Msg, 1)}
 	}
 	a.mu.Lock()
 	if a.closed {
@@ -223,11 +203,7 @@ func (a *Mux) subscribe() {
 		return
 	}
 	a.prefix = a.nc.NewInbox() + "."
-	if a.in != nil {
-		a.sub, a.err = a.nc.ChanSubscribe(a.prefix+"*", a.in)
-	} else {
-		a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
-	}
+	a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
 	if a.err != nil {
 		return
 	}
@@ -355,22 +331,13 @@ func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
 		defer StopTimer(t)
 		expired = t.C
 	}
-	var in <-chan *nats.Msg // nil (never ready) unless the waits read
-	if w.mux != nil {
-		in = w.mux.in
+	select {
+	case m := <-w.ch:
+		return m
+	case <-ctx.Done():
+	case <-expired:
 	}
-	for {
-		select {
-		case m := <-w.ch:
-			return m
-		case m := <-in: // w's own reply, or another wait's: passed on
-			w.mux.deliver(m)
-		case <-ctx.Done():
-			return nil
-		case <-expired:
-			return nil
-		}
-	}
+	return nil
 }
 
 // timers are the stopped timers of the waits (a stopped timer's channel

@@ -120,12 +120,6 @@ func TestFreshInboxPerRequest(t *testing.T) {
 // reply to an inbox nobody waits for, a timeout whose late reply must not
 // reach the next request, a context ended, and the connection closed.
 func TestWaitCases(t *testing.T) {
-	for _, waitersRead := range []bool{false, true} {
-		t.Run(fmt.Sprintf("waitersRead=%v", waitersRead), func(t *testing.T) { testWaitCases(t, waitersRead) })
-	}
-}
-
-func testWaitCases(t *testing.T, waitersRead bool) {
 	s := testkit.RunServer(t)
 	for _, tc := range []struct {
 		name string
@@ -220,7 +214,7 @@ func testWaitCases(t *testing.T, waitersRead bool) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc := testkit.Connect(t, s)
-			a := New(nc, Options{EndOnClose: true, WaitersRead: waitersRead})
+			a := New(nc, Options{EndOnClose: true})
 			w, err := a.Await(0) // subscribes
 			if err != nil {
 				t.Fatal(err)
@@ -237,18 +231,12 @@ func testWaitCases(t *testing.T, waitersRead bool) {
 // Many requests at once, each answered by a responder that echoes the
 // request: every wait gets its own request's reply.
 func TestConcurrentRequests(t *testing.T) {
-	for _, waitersRead := range []bool{false, true} {
-		t.Run(fmt.Sprintf("waitersRead=%v", waitersRead), func(t *testing.T) { testConcurrentRequests(t, waitersRead) })
-	}
-}
-
-func testConcurrentRequests(t *testing.T, waitersRead bool) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
 	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
-	a := New(nc, Options{EndOnClose: true, WaitersRead: waitersRead})
+	a := New(nc, Options{EndOnClose: true})
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for g := range 16 {
@@ -278,37 +266,6 @@ func testConcurrentRequests(t *testing.T, waitersRead bool) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-}
-
-// With WaitersRead, a wait that reads another wait's reply passes it on:
-// that wait finds it when it comes to wait, though nobody read the
-// subscription meanwhile.
-func TestWaitersReadPassOn(t *testing.T) {
-	s := testkit.RunServer(t)
-	nc := testkit.Connect(t, s)
-	a := New(nc, Options{EndOnClose: true, WaitersRead: true})
-	w1, err := a.Await(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w2, _ := a.Await(0)
-	if err := nc.Publish(w2.Inbox(), []byte("r2")); err != nil { // before w1's: w1 reads it first
-		t.Fatal(err)
-	}
-	if err := nc.Publish(w1.Inbox(), []byte("r1")); err != nil {
-		t.Fatal(err)
-	}
-	if m := w1.Wait(t.Context(), 10*time.Second); m == nil || string(m.Data) != "r1" {
-		t.Fatalf("w1 got %v", m)
-	}
-	a.Done(w1, true)
-	if len(w2.ch) != 1 {
-		t.Fatal("w1 did not pass w2's reply on")
-	}
-	if m := w2.Wait(t.Context(), 10*time.Second); m == nil || string(m.Data) != "r2" {
-		t.Fatalf("w2 got %v", m)
-	}
-	a.Done(w2, true)
 }
 
 // With Unguessable, an inbox says nothing of the next: its last token is
