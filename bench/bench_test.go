@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync"
@@ -101,6 +102,7 @@ func BenchmarkCrossProcessReadOnly(b *testing.B) {
 		}
 		b.ReportMetric(per(roleRouter, false), "router-µs/op")
 		b.ReportMetric(per(roleRouter, true), "router-allocs/op")
+		b.ReportMetric(perCallOf(float64(after[roleRouter].Writes-before[roleRouter].Writes), int64(b.N)), "router-writes/op")
 		b.ReportMetric(per(roleWorker, false), "worker-µs/op")
 		b.ReportMetric(per(roleWorker, true), "worker-allocs/op")
 		b.ReportMetric(per(roleClient, false), "client-µs/op")
@@ -125,6 +127,7 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	lat := make(Latencies, 0, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	writes, scheds := testkit.WriteCalls(), schedules()
 	for range b.N {
 		t0 := time.Now()
 		if err := fn(ctx, 0); err != nil {
@@ -133,6 +136,8 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	b.ReportMetric(perCallOf(float64(testkit.WriteCalls()-writes), int64(b.N)), "writes/op")
+	b.ReportMetric(perCallOf(float64(schedules()-scheds), int64(b.N)), "scheds/op")
 	if len(around) == 2 {
 		around[1]()
 	}
@@ -358,4 +363,22 @@ func TestReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// schedules estimates how many times this process's goroutines have been
+// scheduled to run so far: a goroutine woken by another's hand-off, a
+// timer or the network counts once per wake-up. The runtime samples one
+// transition in 8 into runtime/metrics' /sched/latencies:seconds, whose
+// count this is, times 8.
+func schedules() uint64 {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	var n uint64
+	for _, c := range s[0].Value.Float64Histogram().Counts {
+		n += c
+	}
+	return 8 * n
 }

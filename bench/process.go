@@ -219,6 +219,7 @@ type childStats struct {
 	RSSKB     int64  `json:"rss_kb"`
 	HWMKB     int64  `json:"hwm_kb"` // peak RSS
 	NumGC     uint32 `json:"num_gc"`
+	Writes    int64  `json:"writes"` // write system calls (Linux; -1 elsewhere)
 	Err       string `json:"err,omitempty"`
 }
 
@@ -232,7 +233,7 @@ func readStats(gc bool) childStats {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	rss, hwm := memKB()
-	return childStats{CPUNS: testkit.ProcessCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC}
+	return childStats{CPUNS: testkit.ProcessCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC, Writes: testkit.WriteCalls()}
 }
 
 // RunChild runs this process as a part of the cross-process bench when

@@ -55,7 +55,7 @@ func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []strin
 	var prof bytes.Buffer
 	profiling := pprof.StartCPUProfile(&prof) == nil
 	b.ResetTimer()
-	msgs, writes := inMsgs(b, s), writeCalls()
+	msgs, writes := inMsgs(b, s), WriteCalls()
 	before := ProcessCPU()
 	b.RunParallel(func(pb *testing.PB) {
 		pprof.SetGoroutineLabels(ctx)
@@ -74,7 +74,7 @@ func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []strin
 	b.StopTimer()
 	b.ReportMetric(float64((ProcessCPU()-before).Microseconds())/float64(b.N), "cpu-µs/op")
 	b.ReportMetric(float64(inMsgs(b, s)-msgs)/float64(b.N), "msgs/op")
-	if w := writeCalls(); w >= 0 && writes >= 0 {
+	if w := WriteCalls(); w >= 0 && writes >= 0 {
 		b.ReportMetric(float64(w-writes)/float64(b.N), "writes/op")
 	}
 	if !profiling {

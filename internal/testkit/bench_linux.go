@@ -8,9 +8,9 @@ import (
 	"strconv"
 )
 
-// writeCalls is how many write system calls the process has made so far
+// WriteCalls is how many write system calls the process has made so far
 // (/proc/self/io syscw); -1 when it cannot tell.
-func writeCalls() int64 {
+func WriteCalls() int64 {
 	b, err := os.ReadFile("/proc/self/io")
 	if err != nil {
 		return -1

@@ -2,5 +2,5 @@
 
 package testkit
 
-// writeCalls cannot tell where /proc/self/io is not.
-func writeCalls() int64 { return -1 }
+// WriteCalls cannot tell where /proc/self/io is not.
+func WriteCalls() int64 { return -1 }
