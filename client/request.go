@@ -290,7 +290,7 @@ type replies struct{ mux *waits.Mux }
 func newReplies(nc *nats.Conn) *replies {
 	// EndOnClose: a closed connection ends a request at once, with
 	// nats.ErrConnectionClosed, as nats.go's request does.
-	return &replies{mux: waits.New(nc, waits.Options{EndOnClose: true, Inline: true})}
+	return &replies{mux: waits.New(nc, waits.Options{EndOnClose: true})}
 }
 
 func (r *replies) close() { r.mux.Unsubscribe() }

@@ -48,9 +48,6 @@ type Mux struct {
 	free    sync.Pool
 	sub     *nats.Subscription
 	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
-	// in is the subscription's channel (Inline): the replies not yet
-	// handed to their waits, which the waits themselves read.
-	in chan *nats.Msg
 }
 
 // Options say how a Mux's waits end besides their reply.
@@ -74,21 +71,7 @@ type Options struct {
 	// repliers that may publish to any inbox under the prefix (workers:
 	// docs/security.md): one could otherwise answer the next request.
 	Unguessable bool
-	// Inline: the replies are read by the waits themselves, off the
-	// channel nats.go's read loop puts them in (a channel subscription
-	// of InlineQueue), not by the goroutine of an asynchronous
-	// subscription that hands each on: a wait that takes another's reply
-	// hands it to that wait's channel and waits on. One goroutine switch
-	// per reply fewer (read loop to waiter, not read loop to the
-	// subscription's goroutine to waiter). Its price: replies that
-	// come while nothing waits (late ones) stay in the channel until the
-	// next wait drops them, and past InlineQueue of them nats.go drops
-	// more as a slow consumer.
-	Inline bool
 }
-
-// InlineQueue is the replies an Inline Mux holds that no wait has read.
-const InlineQueue = 4096
 
 // New returns a Mux on nc; it subscribes on the first Await.
 func New(nc *nats.Conn, opts Options) *Mux {
@@ -102,7 +85,6 @@ func (a *Mux) Conn() *nats.Conn { return a.nc }
 type Wait struct {
 	inbox string
 	ch    chan *nats.Msg
-	mux   *Mux // Inline: the Mux whose channel the wait reads too
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -126,9 +108,6 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	w, _ := a.free.Get().(*Wait)
 	if w == nil {
 		w = &Wait{ch: make(chan *nats.Msg, 1)}
-		if a.in != nil {
-			w.mux = a
-		}
 	}
 	a.mu.Lock()
 	if a.closed {
@@ -224,12 +203,7 @@ func (a *Mux) subscribe() {
 		return
 	}
 	a.prefix = a.nc.NewInbox() + "."
-	if a.opts.Inline {
-		a.in = make(chan *nats.Msg, InlineQueue)
-		a.sub, a.err = a.nc.ChanSubscribe(a.prefix+"*", a.in)
-	} else {
-		a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
-	}
+	a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
 	if a.err != nil {
 		return
 	}
@@ -357,27 +331,13 @@ func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
 		defer StopTimer(t)
 		expired = t.C
 	}
-	if w.mux == nil {
-		select {
-		case m := <-w.ch:
-			return m
-		case <-ctx.Done():
-		case <-expired:
-		}
-		return nil
+	select {
+	case m := <-w.ch:
+		return m
+	case <-ctx.Done():
+	case <-expired:
 	}
-	for {
-		select {
-		case m := <-w.ch:
-			return m
-		case m := <-w.mux.in:
-			w.mux.deliver(m) // ours comes back through w.ch, next round
-		case <-ctx.Done():
-			return nil
-		case <-expired:
-			return nil
-		}
-	}
+	return nil
 }
 
 // timers are the stopped timers of the waits (a stopped timer's channel
