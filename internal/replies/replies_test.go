@@ -212,40 +212,31 @@ func TestWaitCases(t *testing.T) {
 			}
 		}},
 	} {
-		for _, inline := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/inline=%v", tc.name, inline), func(t *testing.T) {
-				nc := testkit.Connect(t, s)
-				a := New(nc, Options{EndOnClose: true, Inline: inline})
-				w, err := a.Await(0) // subscribes
-				if err != nil {
-					t.Fatal(err)
-				}
-				a.Done(w, false)
-				if err := nc.Flush(); err != nil {
-					t.Fatal(err)
-				}
-				tc.run(t, nc, a)
-			})
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			nc := testkit.Connect(t, s)
+			a := New(nc, Options{EndOnClose: true})
+			w, err := a.Await(0) // subscribes
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Done(w, false)
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			tc.run(t, nc, a)
+		})
 	}
 }
 
 // Many requests at once, each answered by a responder that echoes the
-// request: every wait gets its own request's reply (Inline: whichever
-// wait reads it first).
+// request: every wait gets its own request's reply.
 func TestConcurrentRequests(t *testing.T) {
-	for _, inline := range []bool{false, true} {
-		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) { concurrentRequests(t, inline) })
-	}
-}
-
-func concurrentRequests(t *testing.T, inline bool) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
 	if _, err := nc.Subscribe("echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
 		t.Fatal(err)
 	}
-	a := New(nc, Options{EndOnClose: true, Inline: inline})
+	a := New(nc, Options{EndOnClose: true})
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for g := range 16 {
