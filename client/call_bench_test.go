@@ -21,8 +21,8 @@ import (
 // router sends it); 16 callers on two cores. BenchmarkClientCall calls
 // through client.Call; BenchmarkRawRequester sends the bytes a Client
 // sends, with nats.go's request, and reads nothing of the reply.
-// caller-µs/op is the CPU of the callers' goroutines and their
-// connection's per call, by profiler labels; cpu-µs/op the whole
+// caller-µs/op is the CPU of the callers' goroutines, their
+// connection's and its reply subscription's per call, by profiler labels; cpu-µs/op the whole
 // process's (server and fake router too); allocs/op the whole process's,
 // so the differences between the two are the SDK's.
 //
@@ -69,7 +69,14 @@ func benchRouter(b *testing.B) *server.Server {
 func BenchmarkClientCall(b *testing.B) {
 	s := benchRouter(b)
 	var c *client.Client
-	testkit.Labelled("caller", func() { c = client.New(testkit.Connect(b, s), client.Config{}) })
+	testkit.Labelled("caller", func() {
+		c = client.New(testkit.Connect(b, s), client.Config{})
+		// The first call subscribes for the replies: its goroutine (if
+		// any) is the caller's.
+		if _, err := c.Call(b.Context(), benchSession, benchBatch); err != nil {
+			b.Fatal(err)
+		}
+	})
 	b.Cleanup(func() { _ = c.Close(context.Background()) })
 	testkit.BenchCalls(b, s, benchCallers, 100, []string{"caller", "router"}, func(ctx context.Context, _ int) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -109,7 +116,14 @@ func BenchmarkRawRequester(b *testing.B) {
 	}
 	_ = sub.Unsubscribe()
 	var nc *nats.Conn
-	testkit.Labelled("caller", func() { nc = testkit.Connect(b, s) })
+	testkit.Labelled("caller", func() {
+		nc = testkit.Connect(b, s)
+		// The first request subscribes for the replies (nats.go's
+		// response mux): its goroutine is the caller's.
+		if _, err := nc.RequestMsg(&nats.Msg{Subject: sent.Subject, Header: sent.Header, Data: sent.Data}, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	})
 	testkit.BenchCalls(b, s, benchCallers, 100, []string{"caller", "router"}, func(ctx context.Context, _ int) error {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
