@@ -204,7 +204,7 @@ func (f *Facade) Handler() http.Handler {
 			writeHTTPError(w, acquireStatus(err), err.Error())
 			return
 		}
-		defer f.release(s)
+		defer f.table.release(s)
 		if !stampNotification(w, r) || s.serveOwn(w, r) {
 			return
 		}
@@ -267,7 +267,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if err != nil {
 		return err
 	}
-	defer f.release(s)
+	defer f.table.release(s)
 	// A tasks/result the filter started ends with the connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -355,9 +355,6 @@ func (f *Facade) watchListings() {
 	})
 }
 
-// release ends a request counted by acquire.
-func (f *Facade) release(s *session) { f.table.release(s) }
-
 // Sessions returns how many (session, user) MCP servers are kept.
 func (f *Facade) Sessions() int { return f.table.len() }
 
@@ -416,7 +413,6 @@ func (f *Facade) wire(s *session) {
 	s.cross = &crossing{tag: nuid.Next(), nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
-// listed reports whether the session lists the tool now.
 func (s *session) listed(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -501,8 +497,8 @@ func (s *session) refresh(ctx context.Context) error {
 	return nil
 }
 
-// list asks the routers for the session's tools in format, as user sees
-// them (docs/protocol.md 4.1).
+// list asks the routers for the session's tools as user sees them
+// (docs/protocol.md 4.1).
 func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.ToolsList, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -561,8 +557,6 @@ type laterKey struct{}
 
 func later(ctx context.Context) context.Context { return context.WithValue(ctx, laterKey{}, true) }
 
-func isLater(ctx context.Context) bool { v, _ := ctx.Value(laterKey{}).(bool); return v }
-
 // applyLocked takes a changed listing: at once, or, when ctx was made by
 // later, on the trailing edge of its burst.
 func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, order map[string]int) {
@@ -577,7 +571,7 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 		}
 		return
 	}
-	if !isLater(ctx) {
+	if later, _ := ctx.Value(laterKey{}).(bool); !later {
 		s.setLocked(now)
 		return
 	}
@@ -600,7 +594,6 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 	c.timer.Reset(time.Until(due))
 }
 
-// setLocked replaces the MCP server's tools with the pending listing.
 func (s *session) setLocked(now time.Time) {
 	c := &s.calm
 	if c.timer != nil {
@@ -621,7 +614,6 @@ func (s *session) applyPending() {
 	s.setLocked(time.Now())
 }
 
-// flush applies a pending change at once.
 func (s *session) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -644,7 +636,6 @@ type table struct {
 	sessions map[key]*session
 }
 
-// errFull: every kept MCP server is busy and MaxSessions are kept.
 var errFull = errors.New("facade: too many MCP sessions in use; retry later")
 
 func newTable(closing context.Context, idle time.Duration, max int, evicted *atomic.Int64) *table {
@@ -761,15 +752,12 @@ func (t *table) len() int {
 func (t *table) changed(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	mark := func(s *session) {
-		select {
-		case s.dirty <- struct{}{}:
-		default:
-		}
-	}
 	for _, s := range t.sessions {
 		if id == "" || s.id == id {
-			mark(s)
+			select {
+			case s.dirty <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -100,12 +100,6 @@ type taskFront struct {
 	send      func(sessionID, method string, params map[string]any) error // MCPServer.SendNotificationToSpecificClient
 }
 
-// confirmParams is the elicitation of a confirm park the task's host's
-// user is asked (under host_user only).
-func (s *taskFront) confirmParams(p bus.Parked) mcp.ElicitationParams {
-	return confirmParams(p, s.confirms.remember)
-}
-
 // answer answers m with its JSON-RPC response.
 func (s *taskFront) answer(ctx context.Context, m *rpcMessage) []byte {
 	result, rerr := s.dispatch(ctx, m)
@@ -343,7 +337,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	spawn(t, t.local, r.ID, func() {
 		onPark := func(p bus.Parked, until time.Time) {
 			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
-				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
+				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, confirmParams(p, h.confirms.remember)))
 				return
 			}
 			_, _ = t.update(ctx, r, func(r *taskRecord) {
@@ -378,10 +372,7 @@ func spawn[V any](t *taskRunners, set map[string]V, id string, fn func()) {
 		delete(set, id)
 		t.mu.Unlock()
 	}
-	if !t.loop(func(context.Context) {
-		defer done()
-		fn()
-	}) {
+	if !t.loop(func(context.Context) { defer done(); fn() }) {
 		done()
 	}
 }
@@ -612,7 +603,7 @@ type taskInput struct {
 	Park     bus.Parked      `json:"park"`
 	ReplyID  string          `json:"reply_id"`
 	Request  json.RawMessage `json:"request"`            // {"method": "elicitation/create", "params": ...}
-	Question *question       `json:"question,omitempty"` // Kind inputQuestion
+	Question *bus.Question   `json:"question,omitempty"` // Kind inputQuestion
 }
 
 // elicitRequest is an inputRequests entry for params.
