@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
 // MCP tasks are the facade's, not mcp-go's: mcp-go v1.2.1 keeps tasks in
@@ -500,51 +501,7 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 		return nil, err
 	}
 	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-ev.C:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, errors.New("facade: events ended")
-			}
-			if r, ok := resultOf(e, replyID, callID); ok {
-				return r, nil
-			}
-		}
-	}
-}
-
-// resultOf returns call callID's result of batch replyID carried by e:
-// its call.result, or the batch.done of a batch that parked nothing (no
-// call.result of its own, docs/protocol.md 3.4: a bridged tool's call
-// whose server asked runs without parking).
-func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
-	if e.ReplyID != replyID {
-		return nil, false
-	}
-	switch e.Type {
-	case bus.TypeCallResult:
-		var r bus.Result
-		if e.ToolCallID != callID || e.DataAs(&r) != nil {
-			return nil, false
-		}
-		return &r, true
-	case bus.TypeBatchDone:
-		var d bus.BatchDone
-		if e.DataAs(&d) != nil {
-			return nil, false
-		}
-		for i := range d.Results {
-			if d.Results[i].ID == callID {
-				return &d.Results[i], true
-			}
-		}
-	}
-	return nil, false
+	return bridge.AwaitResult(ctx, ev, replyID, callID)
 }
 
 // interceptStdio puts the facade's own handling in front of mcp-go's
