@@ -895,13 +895,7 @@ func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
 		return ""
 	}
-	var text []string
-	for _, b := range out {
-		if b.Type == bus.BlockText && b.Text != "" {
-			text = append(text, b.Text)
-		}
-	}
-	return tail(strings.Join(text, "\n"), maxStatusOutput)
+	return tail(blocksText(out), maxStatusOutput)
 }
 
 // tail is the last at most n bytes of s, marked with "…" when cut.
