@@ -241,10 +241,7 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 // settleDeadline gives the pending call its deadline once it first asks
 // (a call that never asks costs no listing for it).
 func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
-	c.mu.Lock()
-	set := !p.base.Deadline.IsZero()
-	c.mu.Unlock()
-	if set {
+	if !c.baseOf(p).Deadline.IsZero() {
 		return
 	}
 	callFor, _ := c.holds(ctx, req)
@@ -288,10 +285,7 @@ func hostCan(ctx context.Context, a ask) bool {
 // without the bucket only this process takes the retry; the previous
 // state is refused from now on) and returns the input_required result.
 func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
-	c.mu.Lock()
-	base := p.base
-	c.mu.Unlock()
-	state, r, res := c.newRound(ctx, base, a)
+	state, r, res := c.newRound(ctx, c.baseOf(p), a)
 	if err := c.states.putState(ctx, state, r); err != nil {
 		c.log.Warn("facade: request state kept in this process only", "err", err)
 	}
@@ -322,6 +316,12 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 	r.Expires = r.Deadline.Add(resultKept)
 	state := newID()
 	return state, &r, server.NewInputRequestBuilder(state).Elicit(key, params).ToolResult()
+}
+
+func (c *confirmer) baseOf(p *pending) stateRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.base
 }
 
 // forget deletes a request state (best effort: it expires anyway).
@@ -369,10 +369,7 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	t := time.NewTimer(hold)
 	defer t.Stop()
 	res, _, err := c.waitRound(ctx, p, req, t.C, func() *mcp.CallToolResult {
-		c.mu.Lock()
-		base := p.base
-		c.mu.Unlock()
-		return mcp.NewToolResultError(stillRunningText(base, c.session))
+		return mcp.NewToolResultError(stillRunningText(c.baseOf(p), c.session))
 	})
 	return res, err
 }
