@@ -355,9 +355,6 @@ func (f *Facade) watchListings() {
 	})
 }
 
-// Sessions returns how many (session, user) MCP servers are kept.
-func (f *Facade) Sessions() int { return f.table.len() }
-
 // newSession makes k's MCP server; acquire starts its polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -739,12 +736,6 @@ func (t *table) dropIdle(now time.Time) {
 			t.dropLocked(s)
 		}
 	}
-}
-
-func (t *table) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sessions)
 }
 
 // changed marks the listings of bus session id (every one for "") to be
