@@ -319,7 +319,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 
 // checkNames warns once about names in enable_tools or disable_tools that
 // no tool of the server has (a typo, or a tool renamed by a new version of
-// the server), and keeps them to warn only of a change.
+// the server), and keeps them for Unknown.
 func (l *link) checkNames(tools []mcp.Tool) {
 	unknown := l.s.unknownNames(tools)
 	l.mu.Lock()
@@ -329,6 +329,19 @@ func (l *link) checkNames(tools []mcp.Tool) {
 	if changed && len(unknown) > 0 {
 		l.log.Warn("bridge: enable_tools/disable_tools name tools the MCP server does not have", "names", unknown)
 	}
+}
+
+// Unknown returns the names in the server's enable_tools and disable_tools
+// that its last tools/list did not have (nil before it was listed).
+func (b *Bridge) Unknown(server string) []string {
+	for _, l := range b.links {
+		if l.s.Name == server {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return slices.Clone(l.unknown)
+		}
+	}
+	return nil
 }
 
 // graceful keeps a disconnected server's worker for the grace period, then
