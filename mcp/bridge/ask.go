@@ -354,25 +354,59 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 		settled = true
 		return reply.Results[0], nil
 	}
+	r, err := AwaitResult(ctx, ev, replyID, c.ID)
+	if err != nil {
+		return bus.Result{}, err
+	}
+	settled = true
+	return *r, nil
+}
+
+// AwaitResult waits on ev for the result of call callID of batch replyID:
+// its call.result, or the batch.done of a batch that parked nothing (no
+// call.result of its own, docs/protocol.md 3.4), until ctx or ev ends.
+func AwaitResult(ctx context.Context, ev *client.Events, replyID, callID string) (*bus.Result, error) {
 	for {
 		select {
 		case <-ctx.Done():
-			return bus.Result{}, context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		case e, ok := <-ev.C:
 			if !ok {
-				return bus.Result{}, errors.New("the session's events ended")
+				if ctx.Err() != nil {
+					return nil, context.Cause(ctx)
+				}
+				return nil, errors.New("the session's events ended")
 			}
-			if e.Type != bus.TypeCallResult || e.ReplyID != replyID || e.ToolCallID != c.ID {
-				continue
+			if r, ok := eventResult(e, replyID, callID); ok {
+				return r, nil
 			}
-			var r bus.Result
-			if err := e.DataAs(&r); err != nil {
-				return bus.Result{}, err
-			}
-			settled = true
-			return r, nil
 		}
 	}
+}
+
+func eventResult(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
+	if e.ReplyID != replyID {
+		return nil, false
+	}
+	switch e.Type {
+	case bus.TypeCallResult:
+		var r bus.Result
+		if e.ToolCallID != callID || e.DataAs(&r) != nil {
+			return nil, false
+		}
+		return &r, true
+	case bus.TypeBatchDone:
+		var d bus.BatchDone
+		if e.DataAs(&d) != nil {
+			return nil, false
+		}
+		for i := range d.Results {
+			if d.Results[i].ID == callID {
+				return &d.Results[i], true
+			}
+		}
+	}
+	return nil, false
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -109,20 +109,13 @@ func askedMany(t *testing.T, ev *client.Events, reply string) []asked {
 // resultOf waits for the result of call id.
 func resultOf(t *testing.T, ev *client.Events, reply, id string) bus.Result {
 	t.Helper()
-	timeout := time.After(2 * bound)
-	for {
-		select {
-		case m := <-ev.C:
-			if m.Type != bus.TypeCallResult || m.ReplyID != reply || m.ToolCallID != id {
-				continue
-			}
-			var r bus.Result
-			_ = m.DataAs(&r)
-			return r
-		case <-timeout:
-			t.Fatalf("no result for %s", id)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+	defer cancel()
+	r, err := AwaitResult(ctx, ev, reply, id)
+	if err != nil {
+		t.Fatalf("no result for %s: %v", id, err)
 	}
+	return *r
 }
 
 func (e *env) answer(a asked, out bus.Answer) {

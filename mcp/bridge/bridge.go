@@ -87,29 +87,15 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 	if !bus.ValidID(cfg.ID) || len(cfg.ID) > 64 {
 		return nil, fmt.Errorf("bridge: id %q must match ^[A-Za-z0-9_-]{1,64}$", cfg.ID)
 	}
-	if cfg.Ping <= 0 {
-		cfg.Ping = 5 * time.Second
-	}
-	if cfg.PingTimeout <= 0 {
-		cfg.PingTimeout = 5 * time.Second
-	}
-	if cfg.MinBackoff <= 0 {
-		cfg.MinBackoff = 100 * time.Millisecond
-	}
-	if cfg.MaxBackoff <= 0 {
-		cfg.MaxBackoff = 30 * time.Second
-	}
-	if cfg.MaxBackoff < cfg.MinBackoff {
-		cfg.MaxBackoff = cfg.MinBackoff
-	}
-	if cfg.Grace == 0 {
-		cfg.Grace = 10 * time.Second
-	}
+	orDefault(&cfg.Ping, 5*time.Second)
+	orDefault(&cfg.PingTimeout, 5*time.Second)
+	orDefault(&cfg.MinBackoff, 100*time.Millisecond)
+	orDefault(&cfg.MaxBackoff, 30*time.Second)
+	orDefault(&cfg.MaxMessage, DefaultMaxMessage)
+	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	cfg.Grace = cmp.Or(cfg.Grace, 10*time.Second) // negative: withdraw at once
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxMessage <= 0 {
-		cfg.MaxMessage = DefaultMaxMessage
 	}
 	b := &Bridge{life: life.New(life.Config{Logger: cfg.Logger})}
 	// The bridge's client asks on the servers' behalf (ask.go).
@@ -118,6 +104,12 @@ func New(nc *nats.Conn, f *File, cfg Config) (*Bridge, error) {
 		b.links = append(b.links, newLink(nc, bc, cfg, f.Groups, &f.Servers[i]))
 	}
 	return b, nil
+}
+
+func orDefault[T int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // newLink makes server s's link and wires its parts: the one place that

@@ -368,11 +368,11 @@ func TestLRUFull(t *testing.T) {
 	if rec.status != http.StatusServiceUnavailable || rec.header.Get("Retry-After") == "" {
 		t.Fatalf("HTTP %d %v", rec.status, rec.header)
 	}
-	e.f.release(a)
+	e.f.table.release(a)
 	if err := initialize(t.Context(), e.f.Handler(), "full3"); err != nil {
 		t.Fatalf("after one was released: %v", err)
 	}
-	e.f.release(b)
+	e.f.table.release(b)
 	if got := e.f.Sessions(); got != 2 {
 		t.Fatalf("%d sessions kept", got)
 	}
@@ -526,7 +526,7 @@ func TestHostUserAuthenticated(t *testing.T) {
 	}
 	sess := e.f.newSession(key{s, "alice", ConfirmHostUser, false})
 	defer sess.cancel()
-	p := sess.tasks.confirmParams(bus.Parked{Name: "deploy"})
+	p := confirmParams(bus.Parked{Name: "deploy"}, sess.tasks.confirms.remember)
 	choices := p.RequestedSchema.(map[string]any)["properties"].(map[string]any)["decision"].(map[string]any)["enum"].([]string)
 	if slices.Contains(choices, choiceAllowAlways) {
 		t.Fatalf("an authenticated host is offered %v", choices)

@@ -376,10 +376,11 @@ func kindText(kind string) string {
 	return "an answer"
 }
 
+// blocksText joins the non-empty text blocks of bs, a line each.
 func blocksText(bs []bus.Block) string {
 	var parts []string
 	for _, b := range bs {
-		if b.Type == bus.BlockText {
+		if b.Type == bus.BlockText && b.Text != "" {
 			parts = append(parts, b.Text)
 		}
 	}

@@ -93,7 +93,7 @@ type crossSub struct {
 	stop context.CancelFunc
 }
 
-// posted is what crossing reads of a POST body.
+// posted is what the facade reads of a JSON-RPC message it passes on.
 type posted struct {
 	ID     json.RawMessage `json:"id"`
 	Method string          `json:"method"`
@@ -411,10 +411,7 @@ func untagID(id json.RawMessage) (tag string, n json.RawMessage, ok bool) {
 
 // withID returns the JSON-RPC message msg with id as its id.
 func withID(msg []byte, id json.RawMessage) ([]byte, bool) {
-	if out, ok := withMember(msg, "id", func(json.RawMessage) (json.RawMessage, bool) { return id, true }); ok {
-		return out, true
-	}
-	return msg, false
+	return withMember(msg, "id", func(json.RawMessage) (json.RawMessage, bool) { return id, true })
 }
 
 // tagEvent returns the server-sent event ev with the id of the request it
@@ -434,10 +431,7 @@ func tagEvent(ev []byte, tag string) []byte {
 	if end < start || end-start > maxCrossing || !bytes.Contains(ev[start:end], []byte(`"method"`)) {
 		return ev
 	}
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
+	var m posted
 	var n int64
 	if json.Unmarshal(ev[start:end], &m) != nil || m.Method == "" || json.Unmarshal(m.ID, &n) != nil || n <= 0 {
 		return ev
@@ -511,10 +505,7 @@ func stampNotification(w http.ResponseWriter, r *http.Request) bool {
 	if !mcp.IsModernProtocol(version) {
 		return true
 	}
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
+	var msg posted
 	if json.Unmarshal(body, &msg) != nil || msg.ID != nil || !strings.HasPrefix(msg.Method, "notifications/") {
 		return true // a request, or not one JSON-RPC object (a batch, garbage): mcp-go answers it
 	}
@@ -576,9 +567,6 @@ func modernCancel(r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
+	var msg posted
 	return json.Unmarshal(body, &msg) == nil && msg.ID == nil && msg.Method == string(mcp.MethodNotificationCancelled)
 }

@@ -42,8 +42,6 @@ func elicitation(ctx context.Context) *mcp.ElicitationCapability {
 	return nil
 }
 
-// canElicitURL reports whether the client of ctx declared URL-mode
-// elicitation.
 func canElicitURL(ctx context.Context) bool {
 	e := elicitation(ctx)
 	return e != nil && e.URL != nil
@@ -84,8 +82,7 @@ type confirmer struct {
 	pending map[string]*round // request state → a call waiting for its host
 }
 
-// busy reports whether a call waits for the host user (the session's MCP
-// server is not dropped then).
+// busy: a call waits for the host user (the session is not dropped).
 func (c *confirmer) busy() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -112,15 +109,11 @@ func confirmParams(p bus.Parked, remember bool) mcp.ElicitationParams {
 				"enum": choices}}}}
 }
 
-// confirm asks the host's user about a confirm park through elicitation
-// and answers the park with the choice (decide).
+// confirm asks the host's user about a confirm park through elicitation.
 func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
-	req := mcp.ElicitationRequest{Params: confirmParams(p, c.remember)}
-	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, req)
-	if err != nil {
-		return
+	if res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: confirmParams(p, c.remember)}); err == nil {
+		c.decide(ctx, p, replyID, res)
 	}
-	c.decide(ctx, p, replyID, res)
 }
 
 // decide answers the park with the host user's choice: allow, allow and
@@ -248,10 +241,7 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 // settleDeadline gives the pending call its deadline once it first asks
 // (a call that never asks costs no listing for it).
 func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
-	c.mu.Lock()
-	set := !p.base.Deadline.IsZero()
-	c.mu.Unlock()
-	if set {
+	if !c.baseOf(p).Deadline.IsZero() {
 		return
 	}
 	callFor, _ := c.holds(ctx, req)
@@ -260,7 +250,6 @@ func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.Call
 	c.mu.Unlock()
 }
 
-// forwardAsks passes a call's confirm parks and questions on as rounds.
 func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-chan asked, asks chan<- ask) {
 	for {
 		var a ask
@@ -284,7 +273,6 @@ func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-ch
 	}
 }
 
-// hostCan reports whether the host of ctx can be asked a.
 func hostCan(ctx context.Context, a ask) bool {
 	if a.question == nil {
 		return true
@@ -297,10 +285,7 @@ func hostCan(ctx context.Context, a ask) bool {
 // without the bucket only this process takes the retry; the previous
 // state is refused from now on) and returns the input_required result.
 func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
-	c.mu.Lock()
-	base := p.base
-	c.mu.Unlock()
-	state, r, res := c.newRound(ctx, base, a)
+	state, r, res := c.newRound(ctx, c.baseOf(p), a)
 	if err := c.states.putState(ctx, state, r); err != nil {
 		c.log.Warn("facade: request state kept in this process only", "err", err)
 	}
@@ -331,6 +316,12 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 	r.Expires = r.Deadline.Add(resultKept)
 	state := newID()
 	return state, &r, server.NewInputRequestBuilder(state).Elicit(key, params).ToolResult()
+}
+
+func (c *confirmer) baseOf(p *pending) stateRecord {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return p.base
 }
 
 // forget deletes a request state (best effort: it expires anyway).
@@ -378,10 +369,7 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	t := time.NewTimer(hold)
 	defer t.Stop()
 	res, _, err := c.waitRound(ctx, p, req, t.C, func() *mcp.CallToolResult {
-		c.mu.Lock()
-		base := p.base
-		c.mu.Unlock()
-		return mcp.NewToolResultError(stillRunningText(base, c.session))
+		return mcp.NewToolResultError(stillRunningText(c.baseOf(p), c.session))
 	})
 	return res, err
 }
@@ -555,9 +543,6 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 // and approvers meanwhile; the first answer wins. A cancel, an error or a
 // host that cannot show the question leaves it to the others.
 
-// question is what the bridge's elicit call carries.
-type question = bus.Question
-
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.
 type relayer struct {
@@ -565,8 +550,8 @@ type relayer struct {
 	session   string
 	user      string
 	mayElicit func(context.Context) bool
-	take      func(p bus.Parked, prefix string) (question, bool) // session.questionFor
-	release   func(id string)                                    // a taken question is done with
+	take      func(p bus.Parked, prefix string) (bus.Question, bool) // session.questionFor
+	release   func(id string)                                        // a taken question is done with
 	log       *slog.Logger
 }
 
@@ -637,15 +622,15 @@ func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, 
 
 // questionFor is parseQuestion for the session's user, claiming the
 // question: false when a host of the session has it already.
-func (s *session) questionFor(p bus.Parked, prefix string) (question, bool) {
+func (s *session) questionFor(p bus.Parked, prefix string) (bus.Question, bool) {
 	q, ok := parseQuestion(p, prefix, s.user)
 	return q, ok && s.asked.claim(p.ID)
 }
 
 // parseQuestion reports whether p is a question of a server the call's
 // tool name starts with (mcp__<server>__), for user.
-func parseQuestion(p bus.Parked, prefix, user string) (question, bool) {
-	var q question
+func parseQuestion(p bus.Parked, prefix, user string) (bus.Question, bool) {
+	var q bus.Question
 	if p.Kind != bus.KindExternal || !strings.HasPrefix(p.Name, "mcp__") || !strings.HasSuffix(p.Name, "__elicit") ||
 		json.Unmarshal(p.Input, &q) != nil || p.Name != bridge.ElicitName(q.Server) || !strings.HasPrefix(prefix, q.Server+"__") {
 		return q, false
@@ -690,7 +675,7 @@ func (c *claims) unclaim(id string) {
 // maxAsked bounds the questions a session's hosts are asked at once.
 const maxAsked = 64
 
-func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn question) {
+func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn bus.Question) {
 	defer q.release(p.ID)
 	params, ok := questionParams(qn, canElicitURL(ctx))
 	if !ok {
@@ -706,7 +691,7 @@ func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn 
 // questionParams is the elicitation that puts qn to a host; false when the
 // host cannot show it (a URL question without URL elicitation, a
 // requested schema that is not an object).
-func questionParams(qn question, url bool) (mcp.ElicitationParams, bool) {
+func questionParams(qn bus.Question, url bool) (mcp.ElicitationParams, bool) {
 	params := mcp.ElicitationParams{Mode: qn.Mode, Message: questionText(qn), URL: qn.URL, ElicitationID: qn.ElicitationID}
 	switch {
 	case qn.Mode == mcp.ElicitationModeURL:
@@ -762,15 +747,15 @@ func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.Elicitat
 type asked struct {
 	p       bus.Parked
 	replyID string
-	q       question
+	q       bus.Question
 }
 
 // questionOf is parseQuestion for the call callID of tool: the question
 // names the call among its asking calls.
-func questionOf(p bus.Parked, tool, callID, user string) (question, bool) {
+func questionOf(p bus.Parked, tool, callID, user string) (bus.Question, bool) {
 	prefix, ok := bridgedServer(tool)
 	if !ok {
-		return question{}, false
+		return bus.Question{}, false
 	}
 	q, ok := parseQuestion(p, prefix, user)
 	return q, ok && slices.Contains(q.Calls, callID)
@@ -809,7 +794,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 }
 
 // questionText is the message the host's user reads.
-func questionText(q question) string {
+func questionText(q bus.Question) string {
 	msg := fmt.Sprintf("The MCP server %s asks: %s", q.Server, q.Message)
 	if q.Refused != "" {
 		msg += " (" + q.Refused + ")"

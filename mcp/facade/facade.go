@@ -205,7 +205,7 @@ func (f *Facade) Handler() http.Handler {
 			writeHTTPError(w, acquireStatus(err), err.Error())
 			return
 		}
-		defer f.release(s)
+		defer f.table.release(s)
 		if !stampNotification(w, r) || s.serveOwn(w, r) {
 			return
 		}
@@ -268,7 +268,7 @@ func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in inte
 	if err != nil {
 		return err
 	}
-	defer f.release(s)
+	defer f.table.release(s)
 	// A tasks/result the filter started ends with the connection.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -356,12 +356,6 @@ func (f *Facade) watchListings() {
 	})
 }
 
-// release ends a request counted by acquire.
-func (f *Facade) release(s *session) { f.table.release(s) }
-
-// Sessions returns how many (session, user) MCP servers are kept.
-func (f *Facade) Sessions() int { return f.table.len() }
-
 // newSession makes k's MCP server; acquire starts its polling.
 func (f *Facade) newSession(k key) *session {
 	ctx, cancel := context.WithCancel(f.ctx)
@@ -417,7 +411,6 @@ func (f *Facade) wire(s *session) {
 	s.cross = &crossing{tag: nuid.Next(), nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
-// listed reports whether the session lists the tool now.
 func (s *session) listed(name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -502,8 +495,8 @@ func (s *session) refresh(ctx context.Context) error {
 	return nil
 }
 
-// list asks the routers for the session's tools in format, as user sees
-// them (docs/protocol.md 4.1).
+// list asks the routers for the session's tools as user sees them
+// (docs/protocol.md 4.1).
 func (f *Facade) list(ctx context.Context, session, user, format string) (*bus.ToolsList, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -562,8 +555,6 @@ type laterKey struct{}
 
 func later(ctx context.Context) context.Context { return context.WithValue(ctx, laterKey{}, true) }
 
-func isLater(ctx context.Context) bool { v, _ := ctx.Value(laterKey{}).(bool); return v }
-
 // applyLocked takes a changed listing: at once, or, when ctx was made by
 // later, on the trailing edge of its burst.
 func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, order map[string]int) {
@@ -578,7 +569,7 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 		}
 		return
 	}
-	if !isLater(ctx) {
+	if later, _ := ctx.Value(laterKey{}).(bool); !later {
 		s.setLocked(now)
 		return
 	}
@@ -601,7 +592,6 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 	c.timer.Reset(time.Until(due))
 }
 
-// setLocked replaces the MCP server's tools with the pending listing.
 func (s *session) setLocked(now time.Time) {
 	c := &s.calm
 	if c.timer != nil {
@@ -622,7 +612,6 @@ func (s *session) applyPending() {
 	s.setLocked(time.Now())
 }
 
-// flush applies a pending change at once.
 func (s *session) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -645,7 +634,6 @@ type table struct {
 	sessions map[key]*session
 }
 
-// errFull: every kept MCP server is busy and MaxSessions are kept.
 var errFull = errors.New("facade: too many MCP sessions in use; retry later")
 
 func newTable(closing context.Context, idle time.Duration, max int, evicted *atomic.Int64) *table {
@@ -751,26 +739,17 @@ func (t *table) dropIdle(now time.Time) {
 	}
 }
 
-func (t *table) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.sessions)
-}
-
 // changed marks the listings of bus session id (every one for "") to be
 // compared with the bus at once.
 func (t *table) changed(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	mark := func(s *session) {
-		select {
-		case s.dirty <- struct{}{}:
-		default:
-		}
-	}
 	for _, s := range t.sessions {
 		if id == "" || s.id == id {
-			mark(s)
+			select {
+			case s.dirty <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

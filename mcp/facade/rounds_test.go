@@ -87,16 +87,16 @@ func TestHostAnswer(t *testing.T) {
 func TestQuestionParams(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		q    question
+		q    bus.Question
 		url  bool
 		ok   bool
 	}{
-		{"form", question{Server: "q", Mode: "form", Message: "?", RequestedSchema: json.RawMessage(`{"type":"object"}`)}, false, true},
-		{"form without a schema", question{Server: "q", Mode: "form", Message: "?"}, false, true},
-		{"a schema that is no object", question{Server: "q", Mode: "form", Message: "?", RequestedSchema: json.RawMessage(`[1]`)}, false, false},
-		{"null schema", question{Server: "q", Mode: "form", Message: "?", RequestedSchema: json.RawMessage(`null`)}, false, false},
-		{"url to a url host", question{Server: "q", Mode: "url", Message: "?", URL: "https://x"}, true, true},
-		{"url to a form host", question{Server: "q", Mode: "url", Message: "?", URL: "https://x"}, false, false},
+		{"form", bus.Question{Server: "q", Mode: "form", Message: "?", RequestedSchema: json.RawMessage(`{"type":"object"}`)}, false, true},
+		{"form without a schema", bus.Question{Server: "q", Mode: "form", Message: "?"}, false, true},
+		{"a schema that is no object", bus.Question{Server: "q", Mode: "form", Message: "?", RequestedSchema: json.RawMessage(`[1]`)}, false, false},
+		{"null schema", bus.Question{Server: "q", Mode: "form", Message: "?", RequestedSchema: json.RawMessage(`null`)}, false, false},
+		{"url to a url host", bus.Question{Server: "q", Mode: "url", Message: "?", URL: "https://x"}, true, true},
+		{"url to a form host", bus.Question{Server: "q", Mode: "url", Message: "?", URL: "https://x"}, false, false},
 	} {
 		p, ok := questionParams(tc.q, tc.url)
 		if ok != tc.ok {
@@ -424,7 +424,7 @@ func TestWaitRound(t *testing.T) {
 	}
 
 	p, asks, cancelled := newPending()
-	asks <- ask{question: &asked{q: question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}}} // this host has no URL elicitation
+	asks <- ask{question: &asked{q: bus.Question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}}} // this host has no URL elicitation
 	fire := make(chan time.Time, 1)
 	fire <- time.Now()
 	if res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, fire, late); err != nil || asked || textOf(res) != "late" {

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
 // MCP tasks are the facade's, not mcp-go's: mcp-go v1.2.1 keeps tasks in
@@ -98,12 +99,6 @@ type taskFront struct {
 	confirms  *confirmer
 	questions *relayer
 	send      func(sessionID, method string, params map[string]any) error // MCPServer.SendNotificationToSpecificClient
-}
-
-// confirmParams is the elicitation of a confirm park the task's host's
-// user is asked (under host_user only).
-func (s *taskFront) confirmParams(p bus.Parked) mcp.ElicitationParams {
-	return confirmParams(p, s.confirms.remember)
 }
 
 // answer answers m with its JSON-RPC response.
@@ -338,7 +333,7 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	spawn(t, t.local, r.ID, func() {
 		onPark := func(p bus.Parked, until time.Time) {
 			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
-				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, h.confirmParams(p)))
+				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, confirmParams(p, h.confirms.remember)))
 				return
 			}
 			_, _ = t.update(ctx, r, func(r *taskRecord) {
@@ -373,10 +368,7 @@ func spawn[V any](t *taskRunners, set map[string]V, id string, fn func()) {
 		delete(set, id)
 		t.mu.Unlock()
 	}
-	if !t.loop(func(context.Context) {
-		defer done()
-		fn()
-	}) {
+	if !t.loop(func(context.Context) { defer done(); fn() }) {
 		done()
 	}
 }
@@ -504,51 +496,7 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 		return nil, err
 	}
 	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-ev.C:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, errors.New("facade: events ended")
-			}
-			if r, ok := resultOf(e, replyID, callID); ok {
-				return r, nil
-			}
-		}
-	}
-}
-
-// resultOf returns call callID's result of batch replyID carried by e:
-// its call.result, or the batch.done of a batch that parked nothing (no
-// call.result of its own, docs/protocol.md 3.4: a bridged tool's call
-// whose server asked runs without parking).
-func resultOf(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
-	if e.ReplyID != replyID {
-		return nil, false
-	}
-	switch e.Type {
-	case bus.TypeCallResult:
-		var r bus.Result
-		if e.ToolCallID != callID || e.DataAs(&r) != nil {
-			return nil, false
-		}
-		return &r, true
-	case bus.TypeBatchDone:
-		var d bus.BatchDone
-		if e.DataAs(&d) != nil {
-			return nil, false
-		}
-		for i := range d.Results {
-			if d.Results[i].ID == callID {
-				return &d.Results[i], true
-			}
-		}
-	}
-	return nil, false
+	return bridge.AwaitResult(ctx, ev, replyID, callID)
 }
 
 // interceptStdio puts the facade's own handling in front of mcp-go's
@@ -607,7 +555,7 @@ type taskInput struct {
 	Park     bus.Parked      `json:"park"`
 	ReplyID  string          `json:"reply_id"`
 	Request  json.RawMessage `json:"request"`            // {"method": "elicitation/create", "params": ...}
-	Question *question       `json:"question,omitempty"` // Kind inputQuestion
+	Question *bus.Question   `json:"question,omitempty"` // Kind inputQuestion
 }
 
 // elicitRequest is an inputRequests entry for params.
@@ -942,13 +890,7 @@ func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
 		return ""
 	}
-	var text []string
-	for _, b := range out {
-		if b.Type == bus.BlockText && b.Text != "" {
-			text = append(text, b.Text)
-		}
-	}
-	return tail(strings.Join(text, "\n"), maxStatusOutput)
+	return tail(blocksText(out), maxStatusOutput)
 }
 
 // tail is the last at most n bytes of s, marked with "…" when cut.
