@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
@@ -26,93 +26,67 @@ type RejectObserver interface {
 	Rejected(tool, reason string)
 }
 
-// serving keeps the worker's endpoints: a queue subscription of each tool
-// it serves now, only those whose registration a router accepted
-// (docs/protocol.md 7.1), all delivering into the readers' channel
-// (readers.go), and the NATS micro discovery that lists them
-// (discovery.go). Every tool is subscribed before the first registration
-// (a router may list it as soon as it accepts it), but a request runs only
-// once its tool is accepted: one that arrives before the first
-// acknowledgement waits for it (worker.onExec). A tool's subscription
-// drains at once when an acknowledgement rejects it (what it delivered is
-// answered unserved); a rejected tool is registered again every beat with
-// the same definition, and subscribed again once a router accepts it.
+// serving keeps the worker's NATS micro service, whose endpoints are the
+// tools it serves now: only those whose registration a router accepted
+// (docs/protocol.md 7.1). Every tool is subscribed before the first
+// registration (a router may list it as soon as it accepts it), but a
+// request runs only once its tool is accepted: one that arrives before the
+// first acknowledgement waits for it (worker.onExec). A tool is
+// unsubscribed at once when an acknowledgement rejects it; since the micro
+// library cannot remove one endpoint, the service is then replaced by one
+// without it. A rejected tool is registered again every beat with the same
+// definition, and subscribed again once a router accepts it.
 type serving struct {
 	nc     *nats.Conn
+	cfg    micro.Config
 	tools  []*tool
 	subj   bus.Subjects
-	onExec func(*tool, *request) // serves every request, on a reader
+	onExec func(*tool, *request) // the handler of every endpoint
 	log    *slog.Logger
 	obs    Observer
-	disc   *discovery
-	slots  int // the worker's MaxConcurrent
-
-	bySubject map[string]*tool // by exec subject; fixed at start
-	in        *readers
 
 	mu      sync.Mutex
-	subs    map[string]*nats.Subscription // by tool: the endpoints now
+	svc     micro.Service
+	on      map[string]bool // tools with an endpoint now
 	stopped bool
 }
 
-// start starts the readers and the discovery, and subscribes every tool
-// that is not durable.
+// start creates the service with an endpoint for every tool that is not
+// durable.
 func (s *serving) start() error {
-	s.bySubject = map[string]*tool{}
-	for _, t := range s.tools {
-		s.bySubject[s.subj.Workers.Exec(t.def.Name)] = t
+	svc, err := micro.AddService(s.nc, s.cfg)
+	if err != nil {
+		return fmt.Errorf("worker: micro service: %w", err)
 	}
-	s.in = newReaders(pendingMsgs, time.Minute, readerLimit(s.slots), s.take)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.subs = map[string]*nats.Subscription{}
-	if err := s.disc.start(s.nc, s.endpoints); err != nil {
-		return err
-	}
+	s.svc, s.on = svc, map[string]bool{}
 	for _, t := range s.tools {
 		if t.def.Durable {
 			continue
 		}
-		if err := s.add(t); err != nil {
+		if err := s.add(svc, t); err != nil {
 			return err
 		}
+		s.on[t.def.Name] = true
 	}
 	return nil
 }
 
-// take serves one request a reader took off the channel.
-func (s *serving) take(m *nats.Msg) {
-	t := s.bySubject[m.Subject]
-	if t == nil {
-		return // only the tools' exec subjects deliver here
-	}
-	t.requests.Add(1)
-	s.onExec(t, &request{m: *m})
-}
-
-// add subscribes t's exec subject in its queue group, delivering into the
-// readers' channel.
-func (s *serving) add(t *tool) error {
-	sub, err := s.nc.ChanQueueSubscribe(s.subj.Workers.Exec(t.def.Name), s.subj.Workers.ExecQueue(t.def.Name), s.in.ch)
+// add subscribes t's exec subject in its queue group, as an endpoint of
+// svc.
+func (s *serving) add(svc micro.Service, t *tool) error {
+	h := micro.HandlerFunc(func(req micro.Request) {
+		s.onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
+	})
+	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(s.subj.Workers.Exec(t.def.Name)),
+		micro.WithEndpointQueueGroup(s.subj.Workers.ExecQueue(t.def.Name)),
+		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
+		micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
 	if err != nil {
 		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 	}
-	s.subs[t.def.Name] = sub
 	return nil
-}
-
-// endpoints lists the tools with an endpoint now, in the worker's order,
-// for discovery.
-func (s *serving) endpoints() []*tool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var on []*tool
-	for _, t := range s.tools {
-		if s.subs[t.def.Name] != nil {
-			on = append(on, t)
-		}
-	}
-	return on
 }
 
 // apply takes one acknowledgement: each tool it names becomes accepted or
@@ -148,35 +122,51 @@ func (s *serving) reject(t *tool, reason string) {
 }
 
 // sync makes the endpoints those of the accepted tools that are not
-// durable (a durable tool's loop reads tool.accepted itself). A rejected
-// tool's subscription drains: the requests it delivered are answered
-// unserved (worker.onExec).
+// durable (a durable tool's loop reads tool.accepted itself).
 func (s *serving) sync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || s.subs == nil {
+	if s.stopped || s.svc == nil {
 		return
 	}
-	changed := false
+	drop := false
 	for _, t := range s.tools {
-		sub := s.subs[t.def.Name]
-		switch {
-		case sub != nil && !t.accepted.Load() && t.isDecided():
-			if err := sub.Drain(); err != nil {
-				s.log.Warn("worker: endpoint drain", "tool", t.def.Name, "err", err)
-			}
-			delete(s.subs, t.def.Name)
-			changed = true
-		case sub == nil && !t.def.Durable && (t.accepted.Load() || !t.isDecided()):
-			if err := s.add(t); err != nil {
-				s.log.Error("worker: endpoint", "tool", t.def.Name, "err", err)
-				continue
-			}
-			changed = true
+		if s.on[t.def.Name] && !t.accepted.Load() && t.isDecided() {
+			drop = true
 		}
 	}
-	if changed {
-		s.flush() // the server has the subscriptions and unsubscribes before Registered closes
+	if drop {
+		// The new service joins the queue groups before the old one leaves,
+		// so the tools still accepted never lack a subscription.
+		svc, err := micro.AddService(s.nc, s.cfg)
+		if err != nil {
+			s.log.Error("worker: micro service", "err", err)
+			return
+		}
+		old := s.svc
+		s.svc, s.on = svc, map[string]bool{}
+		defer s.flush() // the server has the unsubscribes before Registered closes
+		defer func() {
+			// After the new endpoints are added below; its unsubscribes go
+			// out now, and the flush makes sure the server has them.
+			if err := old.Stop(); err != nil {
+				s.log.Warn("worker: micro service stop", "err", err)
+			}
+		}()
+	}
+	added := false
+	for _, t := range s.tools {
+		if t.def.Durable || s.on[t.def.Name] || !t.accepted.Load() && t.isDecided() {
+			continue
+		}
+		if err := s.add(s.svc, t); err != nil {
+			s.log.Error("worker: endpoint", "tool", t.def.Name, "err", err)
+			continue
+		}
+		s.on[t.def.Name], added = true, true
+	}
+	if added && !drop {
+		s.flush() // the server has the subscriptions before Registered closes
 	}
 }
 
@@ -202,48 +192,27 @@ func (t *tool) isDecided() bool {
 
 // served returns the names of the tools with an endpoint now.
 func (s *serving) served() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var names []string
-	for _, t := range s.endpoints() {
-		names = append(names, t.def.Name)
+	for _, t := range s.tools {
+		if s.on[t.def.Name] {
+			names = append(names, t.def.Name)
+		}
 	}
 	return names
 }
 
-// stop ends the discovery and drains every endpoint for good, waiting
-// until ctx ends for the server to have sent all it will; the readers
-// then serve what the endpoints delivered and exit (wait).
-func (s *serving) stop(ctx context.Context) {
+// stop stops the service (its endpoints drain) for good.
+func (s *serving) stop() error {
 	s.mu.Lock()
-	if s.stopped || s.subs == nil {
+	defer s.mu.Unlock()
+	if s.stopped || s.svc == nil {
 		s.stopped = true
-		s.mu.Unlock()
-		return
+		return nil
 	}
 	s.stopped = true
-	subs := slices.Collect(maps.Values(s.subs))
-	s.mu.Unlock()
-	s.disc.stop()
-	closed := make(chan struct{}, len(subs))
-	for _, sub := range subs {
-		done := func(string) {
-			select {
-			case closed <- struct{}{}:
-			default: // counted already
-			}
-		}
-		sub.SetClosedHandler(done)
-		if err := sub.Drain(); err != nil {
-			s.log.Warn("worker: endpoint drain", "subject", sub.Subject, "err", err)
-			done("")
-		}
-	}
-	for range subs {
-		select {
-		case <-closed:
-		case <-ctx.Done():
-		}
-	}
-	s.in.close()
+	return s.svc.Stop()
 }
 
 // registrar registers the worker with the routers: once at Start, again
