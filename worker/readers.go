@@ -40,7 +40,7 @@ type readers struct {
 
 	all atomic.Int64 // readers now, counted before each starts
 
-	parked    atomic.Int64 // readers waiting on ch: 0 or 1, but for a moment
+	parked    atomic.Int64 // readers waiting on ch: 0 or 1, only ever set from 0 (CompareAndSwap)
 	followers atomic.Int64 // readers waiting on wake
 	wake      chan struct{}
 	spawns    atomic.Int64  // readers to start (spawner)
@@ -138,8 +138,11 @@ func (r *reader) lead() bool {
 		default:
 		}
 		r.end()
-		if rs.parked.Add(1) > 1 {
-			rs.parked.Add(-1)
+		// Only a reader that takes the place from 0 waits on the channel:
+		// with Add(1) > 1, two readers could each count the other's
+		// passing increment as a reader waiting, both follow, and leave
+		// the channel unread until a beat's watchdog ended its calls.
+		if !rs.parked.CompareAndSwap(0, 1) {
 			return true
 		}
 		select {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,4 +148,39 @@ func TestReadersBounded(t *testing.T) {
 			t.Fatalf("%d calls served, want 10", n)
 		}
 	})
+}
+
+// TestReadersNeverAllFollow: bursts of requests, each burst served before
+// the next, by readers that serve quickly but for one call in 13 (so
+// that there are several readers); every burst must be served
+// while the readers idle for a minute at most, i.e. some reader always
+// comes back to wait on the channel. Before the readers took the place on
+// the channel by CompareAndSwap, two readers ending a burst together could
+// each count the other's passing increment as a reader waiting, both
+// follow, and leave the next burst unread (the cross-process bench saw
+// read-only calls ended by the watchdog after three heartbeats).
+func TestReadersNeverAllFollow(t *testing.T) {
+	var served atomic.Int64
+	rs := newReaders(1024, time.Minute, 8, func(*nats.Msg) {
+		if served.Add(1)%13 == 0 {
+			time.Sleep(2 * promoteAfter) // a longer call now and then: more readers
+		}
+	})
+	defer func() { rs.close(); rs.wait(context.Background()) }()
+	m := &nats.Msg{}
+	want := int64(0)
+	for round := range 20000 {
+		n := 1 + round%7
+		for range n {
+			rs.ch <- m
+		}
+		want += int64(n)
+		deadline := time.Now().Add(10 * time.Second)
+		for served.Load() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d requests served after 10 s: no reader waits on the channel", round, served.Load(), want)
+			}
+			runtime.Gosched()
+		}
+	}
 }
