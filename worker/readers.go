@@ -40,7 +40,7 @@ type readers struct {
 
 	all atomic.Int64 // readers now, counted before each starts
 
-	parked    atomic.Int64 // readers waiting on ch: 0 or 1, only ever set from 0 (CompareAndSwap)
+	parked    atomic.Int64 // readers waiting on ch (or just past it): 0 or 1, only ever set from 0
 	followers atomic.Int64 // readers waiting on wake
 	wake      chan struct{}
 	spawns    atomic.Int64  // readers to start (spawner)
@@ -48,6 +48,8 @@ type readers struct {
 	quit      chan struct{}
 	once      sync.Once
 	wg        sync.WaitGroup
+
+	decided func(placed bool) // tests: called as a reader ends a streak, placed if it waits on the channel
 }
 
 // maxIdle bounds the followers that wait at once.
@@ -57,14 +59,18 @@ const maxIdle = 256
 // before it promotes another.
 const promoteAfter = 100 * time.Microsecond
 
-// newReaders starts the readers of a channel of size requests, at most
-// limit of them. A reader never waits for a slot, so readers beyond the
+// newReaders makes the readers of a channel of size requests, at most
+// limit of them; start starts them. A reader never waits for a slot, so readers beyond the
 // slots and the cores would only wait: a worker's limit is its
 // MaxConcurrent, its cores and one more (readerLimit), and a burst does
 // not start a goroutine for each request it leaves in the channel.
 func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
-	rs := &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter, limit: int64(max(limit, 1)),
+	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter, limit: int64(max(limit, 1)),
 		wake: make(chan struct{}), more: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// start starts the first reader and the spawner.
+func (rs *readers) start() *readers {
 	rs.all.Store(1)
 	rs.spawn()
 	rs.wg.Add(1)
@@ -138,11 +144,17 @@ func (r *reader) lead() bool {
 		default:
 		}
 		r.end()
-		// Only a reader that takes the place from 0 waits on the channel:
-		// with Add(1) > 1, two readers could each count the other's
-		// passing increment as a reader waiting, both follow, and leave
-		// the channel unread until a beat's watchdog ended its calls.
-		if !rs.parked.CompareAndSwap(0, 1) {
+		// Only a reader that takes the place from 0 waits on the channel
+		// (TestReadersNeverAllFollow): when a reader counted itself in
+		// with Add(1) and out again if it was not alone, the reader that
+		// held the place could take a request, serve it, come back while
+		// the other's increment was still counted, and follow too,
+		// leaving the channel unread with every reader following.
+		placed := rs.parked.CompareAndSwap(0, 1)
+		if rs.decided != nil {
+			rs.decided(placed)
+		}
+		if !placed {
 			return true
 		}
 		select {
@@ -206,21 +218,30 @@ func (r *reader) fire() {
 	if rs.parked.Load() > 0 {
 		return
 	}
+	woke := false
 	for n := len(rs.ch) + 1; n > 0; n-- { // one for each request waiting, one to wait on the channel
 		select {
 		case rs.wake <- struct{}{}:
+			woke = true
 			continue
 		default:
 		}
 		if rs.all.Add(1) > rs.limit {
 			rs.all.Add(-1)
-			return
+			break
 		}
+		woke = true
 		rs.spawns.Add(1)
 		select {
 		case rs.more <- struct{}{}:
 		default: // the spawner has been told
 		}
+	}
+	// At the limit, with a follower counted but not yet waiting on wake,
+	// nobody was promoted: try again after promoteAfter, or a long call
+	// this reader takes next would hold the channel for as long as it runs.
+	if !woke && rs.followers.Load() > 0 && r.state.CompareAndSwap(promoted, busy) {
+		r.timer.Reset(rs.after)
 	}
 }
 

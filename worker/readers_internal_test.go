@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,7 +20,7 @@ func blocked(t *testing.T, limit int) (rs *readers, started *atomic.Int64, relea
 	rs = newReaders(64, time.Minute, limit, func(*nats.Msg) {
 		started.Add(1)
 		<-gate
-	})
+	}).start()
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
 	t.Cleanup(func() { // the calls return, then the readers exit
@@ -95,7 +94,7 @@ func TestReadersShareAStreak(t *testing.T) {
 			mu.Lock()
 			cur--
 			mu.Unlock()
-		})
+		}).start()
 		defer rs.wait(t.Context())
 		defer rs.close()
 		rs.ch <- &nats.Msg{}
@@ -115,7 +114,7 @@ func TestReadersShareAStreak(t *testing.T) {
 // channel holds, then every reader exits.
 func TestReadersCloseServesWhatIsLeft(t *testing.T) {
 	var served atomic.Int64
-	rs := newReaders(64, time.Minute, 64, func(*nats.Msg) { served.Add(1) })
+	rs := newReaders(64, time.Minute, 64, func(*nats.Msg) { served.Add(1) }).start()
 	for range 50 {
 		rs.ch <- &nats.Msg{}
 	}
@@ -150,37 +149,73 @@ func TestReadersBounded(t *testing.T) {
 	})
 }
 
-// TestReadersNeverAllFollow: bursts of requests, each burst served before
-// the next, by readers that serve quickly but for one call in 13 (so
-// that there are several readers); every burst must be served
-// while the readers idle for a minute at most, i.e. some reader always
-// comes back to wait on the channel. Before the readers took the place on
-// the channel by CompareAndSwap, two readers ending a burst together could
-// each count the other's passing increment as a reader waiting, both
-// follow, and leave the next burst unread (the cross-process bench saw
-// read-only calls ended by the watchdog after three heartbeats).
+// TestReadersNeverAllFollow: the reader that held the place on the
+// channel comes back from serving a request while another reader, done
+// with its own streak, is still deciding to follow: one of the two must
+// still wait on the channel. The second reader is held just past its
+// decision (rs.decided), where a reader that counted itself in with
+// Add(1) had not yet counted itself out: the first then counted that
+// increment as a reader waiting and followed too, and the next request was
+// never read (the cross-process bench saw read-only calls ended by the
+// router's watchdog after three heartbeats).
 func TestReadersNeverAllFollow(t *testing.T) {
-	var served atomic.Int64
-	rs := newReaders(1024, time.Minute, 8, func(*nats.Msg) {
-		if served.Add(1)%13 == 0 {
-			time.Sleep(2 * promoteAfter) // a longer call now and then: more readers
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		served := make(chan string, 8)
+		rs := newReaders(64, time.Hour, 8, func(m *nats.Msg) {
+			if m.Subject == "long" {
+				<-gate
+			}
+			served <- m.Subject
+		})
+		var holding atomic.Bool
+		hold, held := make(chan struct{}), make(chan bool, 8)
+		rs.decided = func(placed bool) {
+			held <- placed
+			if !placed && holding.CompareAndSwap(false, true) { // the first to follow: the reader of "long"
+				<-hold
+			}
+		}
+		rs.start()
+		t.Cleanup(func() { rs.close(); rs.wait(context.Background()) })
+		if placed := <-held; !placed { // the first reader waits on the channel
+			t.Fatal("the first reader does not wait on the channel")
+		}
+		synctest.Wait()
+		rs.ch <- &nats.Msg{Subject: "long"}
+		time.Sleep(promoteAfter) // past it: another reader starts and waits on the channel
+		if placed := <-held; !placed {
+			t.Fatal("the reader started past promoteAfter does not wait on the channel")
+		}
+		synctest.Wait()
+		if n := rs.parked.Load(); n != 1 {
+			t.Fatalf("%d readers wait on the channel while one serves long, want 1", n)
+		}
+		close(gate)
+		if <-served != "long" {
+			t.Fatal("long not served")
+		}
+		if placed := <-held; placed {
+			t.Fatal("the reader of long took the place another reader held")
+		}
+		// The first reader is held deciding; the second takes a request,
+		// serves it and decides in its turn.
+		rs.ch <- &nats.Msg{Subject: "short"}
+		if got := <-served; got != "short" {
+			t.Fatalf("served %q, want short", got)
+		}
+		synctest.Wait()
+		close(hold)
+		synctest.Wait()
+		rs.ch <- &nats.Msg{Subject: "next"}
+		synctest.Wait()
+		select {
+		case got := <-served:
+			if got != "next" {
+				t.Fatalf("served %q, want next", got)
+			}
+		default:
+			t.Fatalf("a request left unread: %d readers wait on the channel, %d follow", rs.parked.Load(), rs.followers.Load())
 		}
 	})
-	defer func() { rs.close(); rs.wait(context.Background()) }()
-	m := &nats.Msg{}
-	want := int64(0)
-	for round := range 20000 {
-		n := 1 + round%7
-		for range n {
-			rs.ch <- m
-		}
-		want += int64(n)
-		deadline := time.Now().Add(10 * time.Second)
-		for served.Load() < want {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: %d of %d requests served after 10 s: no reader waits on the channel", round, served.Load(), want)
-			}
-			runtime.Gosched()
-		}
-	}
 }
