@@ -60,10 +60,10 @@ const maxIdle = 256
 const promoteAfter = 100 * time.Microsecond
 
 // newReaders makes the readers of a channel of size requests, at most
-// limit of them; start starts them. A reader never waits for a slot, so readers beyond the
-// slots and the cores would only wait: a worker's limit is its
-// MaxConcurrent, its cores and one more (readerLimit), and a burst does
-// not start a goroutine for each request it leaves in the channel.
+// limit of them; start starts them. A reader never waits for a slot, so
+// readers beyond the slots and the cores would only wait: a worker's limit
+// is its MaxConcurrent, its cores and one more (readerLimit), and a burst
+// does not start a goroutine for each request it leaves in the channel.
 func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
 	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter, limit: int64(max(limit, 1)),
 		wake: make(chan struct{}), more: make(chan struct{}, 1), quit: make(chan struct{})}
