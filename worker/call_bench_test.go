@@ -34,13 +34,13 @@ import (
 
 const benchCallers = 16
 
-// benchExec runs the exec requests of benchCallers callers, each with its
-// own reply id (one call of each in flight at a time), to subject on nc.
-func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, check func(*nats.Msg) error) {
+// benchExec runs the exec requests of callers callers, each with its own
+// reply id (one call of each in flight at a time), to subject on nc.
+func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, callers int, check func(*nats.Msg) error) {
 	b.Helper()
 	req := bus.ExecRequest{Call: bus.Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hello"}`)},
 		User: json.RawMessage("null"), Context: json.RawMessage("null"), Attempt: 1}
-	msgs := make([]*nats.Msg, benchCallers)
+	msgs := make([]*nats.Msg, callers)
 	for i := range msgs {
 		e := bus.Head(bus.TypeExec, "toolbus/router/r1")
 		e.Data = req.AppendJSON(nil)
@@ -49,7 +49,7 @@ func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, ch
 		msgs[i] = bus.BinaryMsg(subject, &e)
 	}
 	testkit.Labelled("caller", func() {
-		testkit.BenchCalls(b, s, benchCallers, 100, []string{"responder", "caller"}, func(ctx context.Context, i int) error {
+		testkit.BenchCalls(b, s, callers, 100, []string{"responder", "caller"}, func(ctx context.Context, i int) error {
 			ctx, cancel := context.WithTimeout(ctx, bound)
 			defer cancel()
 			resp, err := nc.RequestMsgWithContext(ctx, msgs[i])
@@ -95,14 +95,23 @@ func BenchmarkRawResponder(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchExec(b, s, caller, "bench.raw.echo", func(*nats.Msg) error { return nil })
+			benchExec(b, s, caller, "bench.raw.echo", benchCallers, func(*nats.Msg) error { return nil })
 		})
 	}
 }
 
 // BenchmarkWorkerCall is one read-only call served by the worker SDK: a
 // typed echo tool, the request as a router sends it, the result checked.
-func BenchmarkWorkerCall(b *testing.B) {
+func BenchmarkWorkerCall(b *testing.B) { benchWorker(b, benchCallers, 0) }
+
+// BenchmarkWorkerSlowCall is the same tool taking 2 ms, at 64 callers and
+// the default 64 slots: what the hand-off costs calls that block (each
+// caller's latency is ns/op × 64; 2 ms / 64 = 31,250 ns/op at best).
+func BenchmarkWorkerSlowCall(b *testing.B) { benchWorker(b, 64, 2*time.Millisecond) }
+
+// benchWorker runs callers callers against a worker serving a typed echo
+// tool that takes took.
+func benchWorker(b *testing.B, callers int, took time.Duration) {
 	s := testkit.RunServer(b)
 	var caller *nats.Conn
 	testkit.Labelled("caller", func() { caller = testkit.Connect(b, s) })
@@ -124,7 +133,12 @@ func BenchmarkWorkerCall(b *testing.B) {
 		w, err = worker.New(testkit.Connect(b, s), worker.Config{ID: "w1"})
 		if err == nil {
 			err = worker.Register(w, bus.ToolDef{Name: "echo", Description: "Echo.", ReadOnly: true},
-				func(_ context.Context, _ *worker.Call, in in) (string, error) { return in.Text, nil })
+				func(_ context.Context, _ *worker.Call, in in) (string, error) {
+					if took > 0 {
+						time.Sleep(took)
+					}
+					return in.Text, nil
+				})
 		}
 		if err == nil {
 			err = w.Start(context.Background())
@@ -139,7 +153,7 @@ func BenchmarkWorkerCall(b *testing.B) {
 	case <-time.After(bound):
 		b.Fatal("worker not registered")
 	}
-	benchExec(b, s, caller, subj.Workers.Exec("echo"), func(m *nats.Msg) error {
+	benchExec(b, s, caller, subj.Workers.Exec("echo"), callers, func(m *nats.Msg) error {
 		if m.Header.Get("ce-type") != bus.TypeExecResult {
 			return fmt.Errorf("reply %q, %s", m.Header.Get("ce-type"), m.Data)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
@@ -26,67 +26,93 @@ type RejectObserver interface {
 	Rejected(tool, reason string)
 }
 
-// serving keeps the worker's NATS micro service, whose endpoints are the
-// tools it serves now: only those whose registration a router accepted
-// (docs/protocol.md 7.1). Every tool is subscribed before the first
-// registration (a router may list it as soon as it accepts it), but a
-// request runs only once its tool is accepted: one that arrives before the
-// first acknowledgement waits for it (worker.onExec). A tool is
-// unsubscribed at once when an acknowledgement rejects it; since the micro
-// library cannot remove one endpoint, the service is then replaced by one
-// without it. A rejected tool is registered again every beat with the same
-// definition, and subscribed again once a router accepts it.
+// serving keeps the worker's endpoints: a queue subscription of each tool
+// it serves now, only those whose registration a router accepted
+// (docs/protocol.md 7.1), all delivering into the readers' channel
+// (readers.go), and the NATS micro discovery that lists them
+// (discovery.go). Every tool is subscribed before the first registration
+// (a router may list it as soon as it accepts it), but a request runs only
+// once its tool is accepted: one that arrives before the first
+// acknowledgement waits for it (worker.onExec). A tool's subscription
+// drains at once when an acknowledgement rejects it (what it delivered is
+// answered unserved); a rejected tool is registered again every beat with
+// the same definition, and subscribed again once a router accepts it.
 type serving struct {
 	nc     *nats.Conn
-	cfg    micro.Config
 	tools  []*tool
 	subj   bus.Subjects
-	onExec func(*tool, *request) // the handler of every endpoint
+	onExec func(*tool, *request) // serves every request, on a reader
 	log    *slog.Logger
 	obs    Observer
+	disc   *discovery
+	slots  int // the worker's MaxConcurrent
+
+	bySubject map[string]*tool // by exec subject; fixed at start
+	in        *readers
 
 	mu      sync.Mutex
-	svc     micro.Service
-	on      map[string]bool // tools with an endpoint now
+	subs    map[string]*nats.Subscription // by tool: the endpoints now
 	stopped bool
 }
 
-// start creates the service with an endpoint for every tool that is not
-// durable.
+// start starts the readers and the discovery, and subscribes every tool
+// that is not durable.
 func (s *serving) start() error {
-	svc, err := micro.AddService(s.nc, s.cfg)
-	if err != nil {
-		return fmt.Errorf("worker: micro service: %w", err)
+	s.bySubject = map[string]*tool{}
+	for _, t := range s.tools {
+		s.bySubject[s.subj.Workers.Exec(t.def.Name)] = t
 	}
+	s.in = newReaders(pendingMsgs, time.Minute, readerLimit(s.slots), s.take).start()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.svc, s.on = svc, map[string]bool{}
+	s.subs = map[string]*nats.Subscription{}
+	if err := s.disc.start(s.nc, s.endpoints); err != nil {
+		return err
+	}
 	for _, t := range s.tools {
 		if t.def.Durable {
 			continue
 		}
-		if err := s.add(svc, t); err != nil {
+		if err := s.add(t); err != nil {
 			return err
 		}
-		s.on[t.def.Name] = true
 	}
 	return nil
 }
 
-// add subscribes t's exec subject in its queue group, as an endpoint of
-// svc.
-func (s *serving) add(svc micro.Service, t *tool) error {
-	h := micro.HandlerFunc(func(req micro.Request) {
-		s.onExec(t, &request{m: nats.Msg{Subject: req.Subject(), Reply: req.Reply(), Header: nats.Header(req.Headers()), Data: req.Data()}})
-	})
-	err := svc.AddEndpoint(t.def.Name, h, micro.WithEndpointSubject(s.subj.Workers.Exec(t.def.Name)),
-		micro.WithEndpointQueueGroup(s.subj.Workers.ExecQueue(t.def.Name)),
-		micro.WithEndpointMetadata(map[string]string{"description": t.def.Description, "read_only": fmt.Sprint(t.def.ReadOnly)}),
-		micro.WithEndpointPendingLimits(pendingMsgs, pendingBytes))
+// take serves one request a reader took off the channel.
+func (s *serving) take(m *nats.Msg) {
+	t := s.bySubject[m.Subject]
+	if t == nil {
+		return // only the tools' exec subjects deliver here
+	}
+	t.requests.Add(1)
+	s.onExec(t, &request{m: *m})
+}
+
+// add subscribes t's exec subject in its queue group, delivering into the
+// readers' channel.
+func (s *serving) add(t *tool) error {
+	sub, err := s.nc.ChanQueueSubscribe(s.subj.Workers.Exec(t.def.Name), s.subj.Workers.ExecQueue(t.def.Name), s.in.ch)
 	if err != nil {
 		return fmt.Errorf("worker: endpoint %s: %w", t.def.Name, err)
 	}
+	s.subs[t.def.Name] = sub
 	return nil
+}
+
+// endpoints lists the tools with an endpoint now, in the worker's order,
+// for discovery.
+func (s *serving) endpoints() []*tool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var on []*tool
+	for _, t := range s.tools {
+		if s.subs[t.def.Name] != nil {
+			on = append(on, t)
+		}
+	}
+	return on
 }
 
 // apply takes one acknowledgement: each tool it names becomes accepted or
@@ -122,51 +148,35 @@ func (s *serving) reject(t *tool, reason string) {
 }
 
 // sync makes the endpoints those of the accepted tools that are not
-// durable (a durable tool's loop reads tool.accepted itself).
+// durable (a durable tool's loop reads tool.accepted itself). A rejected
+// tool's subscription drains: the requests it delivered are answered
+// unserved (worker.onExec).
 func (s *serving) sync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || s.svc == nil {
+	if s.stopped || s.subs == nil {
 		return
 	}
-	drop := false
+	changed := false
 	for _, t := range s.tools {
-		if s.on[t.def.Name] && !t.accepted.Load() && t.isDecided() {
-			drop = true
-		}
-	}
-	if drop {
-		// The new service joins the queue groups before the old one leaves,
-		// so the tools still accepted never lack a subscription.
-		svc, err := micro.AddService(s.nc, s.cfg)
-		if err != nil {
-			s.log.Error("worker: micro service", "err", err)
-			return
-		}
-		old := s.svc
-		s.svc, s.on = svc, map[string]bool{}
-		defer s.flush() // the server has the unsubscribes before Registered closes
-		defer func() {
-			// After the new endpoints are added below; its unsubscribes go
-			// out now, and the flush makes sure the server has them.
-			if err := old.Stop(); err != nil {
-				s.log.Warn("worker: micro service stop", "err", err)
+		sub := s.subs[t.def.Name]
+		switch {
+		case sub != nil && !t.accepted.Load() && t.isDecided():
+			if err := sub.Drain(); err != nil {
+				s.log.Warn("worker: endpoint drain", "tool", t.def.Name, "err", err)
 			}
-		}()
-	}
-	added := false
-	for _, t := range s.tools {
-		if t.def.Durable || s.on[t.def.Name] || !t.accepted.Load() && t.isDecided() {
-			continue
+			delete(s.subs, t.def.Name)
+			changed = true
+		case sub == nil && !t.def.Durable && (t.accepted.Load() || !t.isDecided()):
+			if err := s.add(t); err != nil {
+				s.log.Error("worker: endpoint", "tool", t.def.Name, "err", err)
+				continue
+			}
+			changed = true
 		}
-		if err := s.add(s.svc, t); err != nil {
-			s.log.Error("worker: endpoint", "tool", t.def.Name, "err", err)
-			continue
-		}
-		s.on[t.def.Name], added = true, true
 	}
-	if added && !drop {
-		s.flush() // the server has the subscriptions before Registered closes
+	if changed {
+		s.flush() // the server has the subscriptions and unsubscribes before Registered closes
 	}
 }
 
@@ -192,27 +202,48 @@ func (t *tool) isDecided() bool {
 
 // served returns the names of the tools with an endpoint now.
 func (s *serving) served() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var names []string
-	for _, t := range s.tools {
-		if s.on[t.def.Name] {
-			names = append(names, t.def.Name)
-		}
+	for _, t := range s.endpoints() {
+		names = append(names, t.def.Name)
 	}
 	return names
 }
 
-// stop stops the service (its endpoints drain) for good.
-func (s *serving) stop() error {
+// stop ends the discovery and drains every endpoint for good, waiting
+// until ctx ends for the server to have sent all it will; the readers
+// then serve what the endpoints delivered and exit (wait).
+func (s *serving) stop(ctx context.Context) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.stopped || s.svc == nil {
+	if s.stopped || s.subs == nil {
 		s.stopped = true
-		return nil
+		s.mu.Unlock()
+		return
 	}
 	s.stopped = true
-	return s.svc.Stop()
+	subs := slices.Collect(maps.Values(s.subs))
+	s.mu.Unlock()
+	s.disc.stop()
+	closed := make(chan struct{}, len(subs))
+	for _, sub := range subs {
+		done := func(string) {
+			select {
+			case closed <- struct{}{}:
+			default: // counted already
+			}
+		}
+		sub.SetClosedHandler(done)
+		if err := sub.Drain(); err != nil {
+			s.log.Warn("worker: endpoint drain", "subject", sub.Subject, "err", err)
+			done("")
+		}
+	}
+	for range subs {
+		select {
+		case <-closed:
+		case <-ctx.Done():
+		}
+	}
+	s.in.close()
 }
 
 // registrar registers the worker with the routers: once at Start, again

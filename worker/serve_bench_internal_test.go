@@ -60,7 +60,7 @@ func BenchmarkServeExec(b *testing.B) {
 		w.sem <- struct{}{}
 		r.key, r.tracked = w.accept(t, &r.e, r.err)
 		r.w, r.t = w, t
-		r.Run()
+		r.run()
 	}
 	b.StopTimer()
 	if err := w.Drain(b.Context()); err != nil {

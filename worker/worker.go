@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 
 	"github.com/toolbus/toolbus/bus"
@@ -79,7 +78,7 @@ type tool struct {
 	def bus.ToolDef
 	h   Handler
 
-	calls, errors, nanos atomic.Int64 // for micro stats
+	requests, calls, errors, nanos atomic.Int64 // for micro stats (discovery.go)
 	// accepted says a router accepted the tool's registration: only then
 	// is it served (serve.go). decided is closed at the first
 	// acknowledgement that accepts or rejects it.
@@ -91,8 +90,7 @@ type tool struct {
 // decide closes t.decided once.
 func (t *tool) decide() { t.decideOnce.Do(func() { close(t.decided) }) }
 
-// toolStats is the data of a tool endpoint in `nats micro stats`: the
-// micro library times only the hand-off, so the run times are ours.
+// toolStats is the data of a tool endpoint in `nats micro stats`.
 type toolStats struct {
 	Calls        int64   `json:"calls"`
 	Errors       int64   `json:"errors"`
@@ -108,7 +106,7 @@ type Worker struct {
 	subj   bus.Subjects
 	source string
 	sem    chan struct{}
-	pool   *pool.Pool
+	pool   *pool.Pool // runs durable calls (durable.go)
 	log    *slog.Logger
 	off    *offload.Offloader
 
@@ -235,27 +233,11 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool is an endpoint of this worker's NATS micro service, so
-	// `nats micro ls/info/stats` show the workers and their tools, until a
-	// router rejects it (serve.go).
-	byName := map[string]*tool{}
-	for _, t := range tools {
-		byName[t.def.Name] = t
-	}
+	// Every tool is an endpoint, listed by NATS micro discovery, so `nats
+	// micro ls/info/stats` show the workers and their tools, until a router
+	// rejects it (serve.go, discovery.go).
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
-		cfg: micro.Config{Name: "toolbus-worker", Version: w.cfg.Version,
-			Description: "toolbus worker " + w.cfg.ID, Metadata: map[string]string{"worker": w.cfg.ID, "prefix": w.subj.Prefix},
-			StatsHandler: func(e *micro.Endpoint) any {
-				t := byName[e.Name]
-				if t == nil {
-					return nil
-				}
-				st := toolStats{Calls: t.calls.Load(), Errors: t.errors.Load()}
-				if st.Calls > 0 {
-					st.AverageRunMS = float64(t.nanos.Load()) / float64(st.Calls) / 1e6
-				}
-				return st
-			}}}
+		disc: newDiscovery(w.subj, w.cfg.ID, w.cfg.Version), slots: w.cfg.MaxConcurrent}
 	if err := w.serve.start(); err != nil {
 		return err
 	}
@@ -293,17 +275,14 @@ func (w *Worker) Served() []string {
 // four per slot, at least 1024; more are answered busy at once.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
-// Pending limits of each tool endpoint's subscription buffer. The callback
-// returns at once (a request waits for its slot in a goroutine, or is
-// answered busy), so the buffer holds only what arrives while callbacks
-// run; the limits are far above that, so that the NATS client's silent
-// slow-consumer drop (the router then waited for the call's timeout) stays
-// out of reach. A burst of 10,000 sessions on a loaded machine overflowed
-// the 1,024 messages of the previous limit.
-const (
-	pendingMsgs  = 1 << 16
-	pendingBytes = 64 << 20
-)
+// pendingMsgs is the capacity of the endpoints' channel (readers.go). A
+// reader never waits for a slot (a request waits for one in a goroutine,
+// or is answered busy), so the channel holds only what arrives while no
+// reader is free to take it; the capacity is far above that, so that the
+// NATS client's silent slow-consumer drop (the router then waited for the
+// call's timeout) stays out of reach. A burst of 10,000 sessions on a
+// loaded machine overflowed the 1,024 messages of an earlier limit.
+const pendingMsgs = 1 << 16
 
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
@@ -370,7 +349,7 @@ func (w *Worker) onExec(t *tool, r *request) {
 	default:
 	}
 	// Every slot is busy. The request waits for one in a goroutine, so
-	// that this callback returns at once and the NATS client never drops
+	// that the reader goes on reading and the NATS client never drops
 	// requests as a slow consumer (silent: the router waited for the
 	// call's timeout); past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
@@ -396,15 +375,15 @@ func (w *Worker) onExec(t *tool, r *request) {
 	}()
 }
 
-// dispatch serves one accepted exec request on the pool, in its slot:
-// the request is the pool's task (Run), so no closure is made for it.
+// dispatch serves one accepted exec request in its slot, on the goroutine
+// that took it: a reader (readers.go), or the one it waited for its slot
+// in.
 func (w *Worker) dispatch(t *tool, r *request) {
 	r.w, r.t = w, t
-	w.pool.Run(r)
+	r.run()
 }
 
-// Run serves r on a pool goroutine (dispatch).
-func (r *request) Run() {
+func (r *request) run() {
 	w := r.w
 	defer w.release(r.key, r.tracked)
 	r.reply = coreReply{w.exec, &r.m}
@@ -573,17 +552,13 @@ func (w *Worker) drain(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Drain: the micro service drains its endpoint subscriptions, so
-	// requests already delivered to this worker are still served; a flush
-	// makes sure the server has seen the unsubscribes, then we wait for the
-	// calls accepted so far.
+	// Drain: the endpoint subscriptions drain, so requests already
+	// delivered to this worker are still served (the readers take what is
+	// left), then we wait for the calls accepted so far.
 	var err error
 	if w.serve != nil {
-		if serr := w.serve.stop(); serr != nil {
-			w.log.Warn("worker: micro service stop", "err", serr)
-		}
+		w.serve.stop(ctx)
 	}
-	_ = bus.Flush(ctx, w.nc)
 	if lerr := w.life.Drain(ctx); lerr != nil {
 		w.log.Warn("worker: drain deadline passed; calls cut off", "calls", w.cutN)
 		err = fmt.Errorf("worker: drain: %d calls cut off: %w", w.cutN, ctx.Err())
@@ -593,6 +568,9 @@ func (w *Worker) drain(ctx context.Context) error {
 	}
 	// Past the deadline, calls that ignore their context end on their own.
 	_ = w.pool.Close(ctx)
+	if w.serve != nil {
+		w.serve.in.wait(ctx)
+	}
 	return err
 }
 

@@ -1,0 +1,261 @@
+package worker
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// readers are the goroutines that take the exec requests of every tool
+// endpoint off one channel (the endpoints' subscriptions deliver into it:
+// nats.Conn.ChanQueueSubscribe) and serve each where it was read, as a
+// leader and its followers (docs/worker.md, "the hand-off"):
+//
+//   - One reader at a time waits on the channel, the leader. It serves
+//     what it takes itself, then takes the next request without waiting
+//     while the channel holds one, so that the results of calls served
+//     back to back share the connection's writes, as a subscription
+//     callback's replies do.
+//   - A reader busy for longer than promoteAfter without waiting on the
+//     channel (one long call, or a run of calls) promotes other readers
+//     unless one waits on the channel: one for each request waiting and
+//     one more to wait on the channel, each a follower waiting to lead or
+//     a new goroutine. So a long call delays the requests behind it by at
+//     most promoteAfter, and a busy worker uses its cores.
+//   - Readers number at most limit: past it no goroutine is started
+//     (followers are still woken).
+//   - A reader done serving becomes a follower when another reader waits
+//     on the channel; followers idle for idle exit, and at most maxIdle
+//     wait at once.
+type readers struct {
+	ch    chan *nats.Msg
+	serve func(*nats.Msg)
+	idle  time.Duration
+	after time.Duration // promoteAfter
+	limit int64         // readers at most
+
+	all atomic.Int64 // readers now, counted before each starts
+
+	parked    atomic.Int64 // readers waiting on ch (or just past it): 0 or 1, only ever set from 0
+	followers atomic.Int64 // readers waiting on wake
+	wake      chan struct{}
+	spawns    atomic.Int64  // readers to start (spawner)
+	more      chan struct{} // wakes the spawner
+	quit      chan struct{}
+	once      sync.Once
+	wg        sync.WaitGroup
+
+	decided func(placed bool) // tests: called as a reader ends a streak, placed if it waits on the channel
+}
+
+// maxIdle bounds the followers that wait at once.
+const maxIdle = 256
+
+// promoteAfter is how long a reader serves without waiting on the channel
+// before it promotes another.
+const promoteAfter = 100 * time.Microsecond
+
+// newReaders makes the readers of a channel of size requests, at most
+// limit of them; start starts them. A reader never waits for a slot, so
+// readers beyond the slots and the cores would only wait: a worker's limit
+// is its MaxConcurrent, its cores and one more (readerLimit), and a burst
+// does not start a goroutine for each request it leaves in the channel.
+func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
+	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter, limit: int64(max(limit, 1)),
+		wake: make(chan struct{}), more: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// start starts the first reader and the spawner.
+func (rs *readers) start() *readers {
+	rs.all.Store(1)
+	rs.spawn()
+	rs.wg.Add(1)
+	go rs.spawner()
+	return rs
+}
+
+// spawner starts the readers fire asks for: from the goroutine that made
+// the readers, so that they carry its profiler labels (a timer's
+// goroutine carries none).
+func (rs *readers) spawner() {
+	defer rs.wg.Done()
+	for {
+		select {
+		case <-rs.more:
+			for n := rs.spawns.Swap(0); n > 0; n-- {
+				rs.spawn()
+			}
+		case <-rs.quit:
+			return
+		}
+	}
+}
+
+// readerLimit is the readers of a worker of maxConcurrent slots.
+func readerLimit(maxConcurrent int) int { return maxConcurrent + runtime.GOMAXPROCS(0) + 1 }
+
+// spawn starts a reader already counted in rs.all.
+func (rs *readers) spawn() {
+	rs.wg.Add(1)
+	go rs.read()
+}
+
+// reader is one reader's state: its streak of serving is busy until it
+// waits on the channel again, or promoted once its timer fired.
+type reader struct {
+	rs    *readers
+	state atomic.Int32
+	timer *time.Timer
+}
+
+const (
+	waiting  = iota // not serving
+	busy            // serving, its timer armed
+	promoted        // serving, and another reader promoted
+)
+
+func (rs *readers) read() {
+	defer rs.wg.Done()
+	defer rs.all.Add(-1)
+	r := &reader{rs: rs}
+	r.timer = time.AfterFunc(time.Hour, r.fire)
+	r.timer.Stop()
+	defer r.timer.Stop()
+	for r.lead() && r.follow() {
+	}
+}
+
+// lead serves requests until the channel is empty and another reader
+// waits on it (true: follow), or until the readers close (false).
+func (r *reader) lead() bool {
+	rs := r.rs
+	for {
+		select {
+		case m := <-rs.ch:
+			if r.state.Load() == waiting {
+				r.begin()
+			}
+			rs.serve(m)
+			continue
+		default:
+		}
+		r.end()
+		// Only a reader that takes the place from 0 waits on the channel
+		// (TestReadersNeverAllFollow): when a reader counted itself in
+		// with Add(1) and out again if it was not alone, the reader that
+		// held the place could take a request, serve it, come back while
+		// the other's increment was still counted, and follow too,
+		// leaving the channel unread with every reader following.
+		placed := rs.parked.CompareAndSwap(0, 1)
+		if rs.decided != nil {
+			rs.decided(placed)
+		}
+		if !placed {
+			return true
+		}
+		select {
+		case m := <-rs.ch:
+			rs.parked.Add(-1)
+			r.begin()
+			rs.serve(m)
+		case <-rs.quit:
+			rs.parked.Add(-1)
+			for { // what the subscriptions delivered before they closed
+				select {
+				case m := <-rs.ch:
+					rs.serve(m)
+				default:
+					return false
+				}
+			}
+		}
+	}
+}
+
+// follow waits to be promoted (true), or exits (false).
+func (r *reader) follow() bool {
+	rs := r.rs
+	if rs.followers.Add(1) > maxIdle {
+		rs.followers.Add(-1)
+		return false
+	}
+	defer rs.followers.Add(-1)
+	t := time.NewTimer(rs.idle)
+	defer t.Stop()
+	select {
+	case <-rs.wake:
+		return true
+	case <-t.C:
+		return false
+	case <-rs.quit:
+		return false
+	}
+}
+
+func (r *reader) begin() {
+	r.state.Store(busy)
+	r.timer.Reset(r.rs.after)
+}
+
+func (r *reader) end() {
+	if r.state.Load() == waiting {
+		return
+	}
+	r.timer.Stop()
+	r.state.Store(waiting)
+}
+
+// fire runs when r has served for promoteAfter without waiting.
+func (r *reader) fire() {
+	if !r.state.CompareAndSwap(busy, promoted) {
+		return
+	}
+	rs := r.rs
+	if rs.parked.Load() > 0 {
+		return
+	}
+	woke := false
+	for n := len(rs.ch) + 1; n > 0; n-- { // one for each request waiting, one to wait on the channel
+		select {
+		case rs.wake <- struct{}{}:
+			woke = true
+			continue
+		default:
+		}
+		if rs.all.Add(1) > rs.limit {
+			rs.all.Add(-1)
+			break
+		}
+		woke = true
+		rs.spawns.Add(1)
+		select {
+		case rs.more <- struct{}{}:
+		default: // the spawner has been told
+		}
+	}
+	// At the limit, with a follower counted but not yet waiting on wake,
+	// nobody was promoted: try again after promoteAfter, or a long call
+	// this reader takes next would hold the channel for as long as it runs.
+	if !woke && rs.followers.Load() > 0 && r.state.CompareAndSwap(promoted, busy) {
+		r.timer.Reset(rs.after)
+	}
+}
+
+// close makes the readers serve what the channel holds and exit; the
+// subscriptions that deliver into it must be closed first. It does not
+// wait for them (wait does).
+func (rs *readers) close() { rs.once.Do(func() { close(rs.quit) }) }
+
+// wait waits until every reader has exited, or ctx ends.
+func (rs *readers) wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { rs.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,221 @@
+package worker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// blocked starts readers, at most limit, whose every call waits for
+// release (called by the test or at its end), and counts the calls
+// started. In a synctest bubble.
+func blocked(t *testing.T, limit int) (rs *readers, started *atomic.Int64, release func()) {
+	started = new(atomic.Int64)
+	gate := make(chan struct{})
+	rs = newReaders(64, time.Minute, limit, func(*nats.Msg) {
+		started.Add(1)
+		<-gate
+	}).start()
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(func() { // the calls return, then the readers exit
+		release()
+		rs.close()
+		rs.wait(context.Background())
+	})
+	return rs, started, release
+}
+
+// TestReadersPromoteOnlyPastALongCall: a reader serves what it takes
+// itself; while it serves for less than promoteAfter the requests behind
+// it wait for it, and once it has served longer, every request waiting is
+// taken by a reader of its own, so n calls that never return hold up
+// nothing but themselves.
+func TestReadersPromoteOnlyPastALongCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rs, started, release := blocked(t, 64)
+		for range 5 {
+			rs.ch <- &nats.Msg{}
+		}
+		synctest.Wait()
+		if n := started.Load(); n != 1 {
+			t.Fatalf("%d calls started before promoteAfter, want 1", n)
+		}
+		time.Sleep(promoteAfter) // the bubble's clock: the first call has run that long
+		synctest.Wait()
+		if n := started.Load(); n != 5 {
+			t.Fatalf("%d calls started after promoteAfter, want all 5", n)
+		}
+		// One more reader waits on the channel: the next request starts at once.
+		rs.ch <- &nats.Msg{}
+		synctest.Wait()
+		if n := started.Load(); n != 6 {
+			t.Fatalf("%d calls started, want 6", n)
+		}
+		release()
+		synctest.Wait()
+		if n := rs.followers.Load() + rs.parked.Load(); n != 6 {
+			t.Fatalf("%d readers wait, want the 6", n)
+		}
+		// Idle followers exit; the leader stays.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if f, p := rs.followers.Load(), rs.parked.Load(); f != 0 || p != 1 {
+			t.Fatalf("after a minute idle: %d followers, %d waiting on the channel; want 0 and 1", f, p)
+		}
+	})
+}
+
+// TestReadersShareAStreak: requests that arrive while a reader serves are
+// served by the same reader once it is done (their results then share a
+// write), not handed to others, as long as it serves for less than
+// promoteAfter.
+func TestReadersShareAStreak(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var cur, most int
+		hold := make(chan struct{})
+		first := true
+		rs := newReaders(64, time.Minute, 64, func(*nats.Msg) {
+			mu.Lock()
+			cur++
+			most = max(most, cur)
+			wait := first
+			first = false
+			mu.Unlock()
+			if wait {
+				<-hold
+			}
+			mu.Lock()
+			cur--
+			mu.Unlock()
+		}).start()
+		defer rs.wait(t.Context())
+		defer rs.close()
+		rs.ch <- &nats.Msg{}
+		synctest.Wait()
+		for range 20 {
+			rs.ch <- &nats.Msg{}
+		}
+		close(hold) // before promoteAfter: no time has passed in the bubble
+		synctest.Wait()
+		if most != 1 || len(rs.ch) != 0 {
+			t.Fatalf("%d calls at once (%d left), want one reader serving all 21", most, len(rs.ch))
+		}
+	})
+}
+
+// TestReadersCloseServesWhatIsLeft: closing the readers serves what the
+// channel holds, then every reader exits.
+func TestReadersCloseServesWhatIsLeft(t *testing.T) {
+	var served atomic.Int64
+	rs := newReaders(64, time.Minute, 64, func(*nats.Msg) { served.Add(1) }).start()
+	for range 50 {
+		rs.ch <- &nats.Msg{}
+	}
+	rs.close()
+	rs.wait(t.Context())
+	if n := served.Load(); n != 50 {
+		t.Fatalf("served %d of 50", n)
+	}
+}
+
+// TestReadersBounded: past the readers' limit no reader is started: with
+// every reader in a call that has not returned, the requests wait in the
+// channel, and are served once a call returns.
+func TestReadersBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rs, started, release := blocked(t, 3)
+		for range 10 {
+			rs.ch <- &nats.Msg{}
+		}
+		for range 3 {
+			time.Sleep(promoteAfter)
+			synctest.Wait()
+		}
+		if n, all := started.Load(), rs.all.Load(); n != 3 || all != 3 {
+			t.Fatalf("%d calls started by %d readers, want 3 and 3", n, all)
+		}
+		release()
+		synctest.Wait()
+		if n := started.Load(); n != 10 {
+			t.Fatalf("%d calls served, want 10", n)
+		}
+	})
+}
+
+// TestReadersNeverAllFollow: the reader that held the place on the
+// channel comes back from serving a request while another reader, done
+// with its own streak, is still deciding to follow: one of the two must
+// still wait on the channel. The second reader is held just past its
+// decision (rs.decided), where a reader that counted itself in with
+// Add(1) had not yet counted itself out: the first then counted that
+// increment as a reader waiting and followed too, and the next request was
+// never read (the cross-process bench saw read-only calls ended by the
+// router's watchdog after three heartbeats).
+func TestReadersNeverAllFollow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gate := make(chan struct{})
+		served := make(chan string, 8)
+		rs := newReaders(64, time.Hour, 8, func(m *nats.Msg) {
+			if m.Subject == "long" {
+				<-gate
+			}
+			served <- m.Subject
+		})
+		var holding atomic.Bool
+		hold, held := make(chan struct{}), make(chan bool, 8)
+		rs.decided = func(placed bool) {
+			held <- placed
+			if !placed && holding.CompareAndSwap(false, true) { // the first to follow: the reader of "long"
+				<-hold
+			}
+		}
+		rs.start()
+		t.Cleanup(func() { rs.close(); rs.wait(context.Background()) })
+		if placed := <-held; !placed { // the first reader waits on the channel
+			t.Fatal("the first reader does not wait on the channel")
+		}
+		synctest.Wait()
+		rs.ch <- &nats.Msg{Subject: "long"}
+		time.Sleep(promoteAfter) // past it: another reader starts and waits on the channel
+		if placed := <-held; !placed {
+			t.Fatal("the reader started past promoteAfter does not wait on the channel")
+		}
+		synctest.Wait()
+		if n := rs.parked.Load(); n != 1 {
+			t.Fatalf("%d readers wait on the channel while one serves long, want 1", n)
+		}
+		close(gate)
+		if <-served != "long" {
+			t.Fatal("long not served")
+		}
+		if placed := <-held; placed {
+			t.Fatal("the reader of long took the place another reader held")
+		}
+		// The first reader is held deciding; the second takes a request,
+		// serves it and decides in its turn.
+		rs.ch <- &nats.Msg{Subject: "short"}
+		if got := <-served; got != "short" {
+			t.Fatalf("served %q, want short", got)
+		}
+		synctest.Wait()
+		close(hold)
+		synctest.Wait()
+		rs.ch <- &nats.Msg{Subject: "next"}
+		synctest.Wait()
+		select {
+		case got := <-served:
+			if got != "next" {
+				t.Fatalf("served %q, want next", got)
+			}
+		default:
+			t.Fatalf("a request left unread: %d readers wait on the channel, %d follow", rs.parked.Load(), rs.followers.Load())
+		}
+	})
+}
