@@ -173,25 +173,6 @@ func (n *fastNode) okArray(b []byte, i int) (int, bool) {
 	return i, ok && n.okCount(count)
 }
 
-// stringEnd returns the index just past the JSON string at b[i], -1 when
-// it does not end; plain says it has no escape and only printable ASCII,
-// so that its bytes are the decoded string (readString's plain).
-func stringEnd(b []byte, i int) (end int, plain bool) {
-	plain = true
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '\\':
-			plain = false
-			j++
-		case c == '"':
-			return j + 1, plain
-		case c < 0x20 || c > 0x7e:
-			plain = false
-		}
-	}
-	return -1, false
-}
-
 // view is b as a string without a copy, for a comparison or a lookup
 // that does not keep it: the input's bytes do not change while it is
 // checked.
