@@ -151,3 +151,25 @@ func TestWithBinaryMsgReuse(t *testing.T) {
 		})
 	}
 }
+
+func TestIsBinaryHeaders(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		h    nats.Header
+		want bool
+	}{
+		{"none", nil, false},
+		{"content-type only", nats.Header{"content-type": {bus.ContentTypeEvent}}, false},
+		{"Content-Type only", nats.Header{"Content-Type": {bus.ContentTypeEvent}}, false},
+		{"one ce- header", nats.Header{"ce-id": {"1"}}, true},
+		{"one CE- header", nats.Header{"CE-Type": {"x"}}, true},
+		{"content-type and a ce- header", nats.Header{"content-type": {bus.ContentTypeJSON}, "Ce-Source": {"s"}}, true},
+		{"ce-specversion", nats.Header{"ce-specversion": {"1.0"}, "content-type": {bus.ContentTypeJSON}}, true},
+		{"structured with trace context", nats.Header{"content-type": {bus.ContentTypeEvent}, "traceparent": {"00-x"}}, false},
+		{"a header named ce-", nats.Header{"ce-": {"x"}}, false},
+	} {
+		if got := bus.IsBinary(tt.h); got != tt.want {
+			t.Errorf("%s: IsBinary(%v) = %v, want %v", tt.name, tt.h, got, tt.want)
+		}
+	}
+}

@@ -730,11 +730,17 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 
 // IsBinary reports whether a message carries its event in CloudEvents
 // binary mode (ce- attributes), as Decode reads it. The usual structured
-// message has one content-type header, so the exact-name lookups come first
-// and the case-insensitive scan only runs on messages that need it.
+// message has one content-type header, which one lookup tells, then the
+// exact-name lookups come and the case-insensitive scan only runs on
+// messages that need it.
 func IsBinary(h nats.Header) bool {
-	if len(h) == 0 {
+	switch len(h) {
+	case 0:
 		return false
+	case 1:
+		if _, ok := h[HeaderContentType]; ok {
+			return false
+		}
 	}
 	if _, ok := h["ce-specversion"]; ok {
 		return true

@@ -43,10 +43,9 @@ type call struct {
 	resolved links    // resolve cache
 }
 
+// newCall is the call of a tool whose rule matcher reads a field of its
+// input (command or path), that field analysed.
 func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
-	if def.RuleMatcher != bus.MatcherCommand && def.RuleMatcher != bus.MatcherPath {
-		return &call{def: def}
-	}
 	value, ok := field(input, def.RuleField)
 	c := newValueCall(def, value, ok, pc.WorkDirs)
 	if def.RuleMatcher == bus.MatcherCommand && ok && !c.long {

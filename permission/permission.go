@@ -95,7 +95,12 @@ func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if !ValidMode(mode) {
 		return Decision{Behavior: Deny, Reason: fmt.Sprintf("unknown permission mode %q", pc.Mode)}
 	}
-	c := newCall(pc, def, input)
+	var c *call
+	if def.RuleMatcher == bus.MatcherCommand || def.RuleMatcher == bus.MatcherPath {
+		c = newCall(pc, def, input)
+	} else {
+		c = &call{def: def} // no rule field to read: on the stack
+	}
 	d := c.decide(pc, mode)
 	if mode == DontAsk && d.Behavior == Ask {
 		d = Decision{Behavior: Deny, Reason: "dont_ask mode denies what would ask: " + d.Reason, Safety: d.Safety}

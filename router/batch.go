@@ -53,6 +53,11 @@ type batch struct {
 	results    []byte
 	resultsBox *[]byte // the pool's pointer to results' buffer (resultsBuf)
 
+	// tracked says runningBatches holds b: set and cleared by track and
+	// untrack, which only the goroutine that runs b calls, so that the
+	// second untrack of a batch (onBatch's deferred one) takes no lock.
+	tracked bool
+
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 }
@@ -821,10 +826,12 @@ type batchRef struct{ session, replyID string }
 
 // track makes a batch reachable by cancels; untrack forgets it. It returns
 // another copy of the batch running here (nil: none), which a re-sent copy
-// is compared with (parkStep.sameAs).
+// is compared with (parkStep.sameAs). Both are called by the goroutine
+// that runs b (b.tracked).
 func (rb *runningBatches) track(b *batch) *batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
+	b.tracked = true
 	if rb.m == nil {
 		rb.m, rb.more = map[batchRef]*batch{}, map[batchRef][]*batch{}
 	}
@@ -842,14 +849,21 @@ func (rb *runningBatches) track(b *batch) *batch {
 }
 
 func (rb *runningBatches) untrack(b *batch) {
+	if !b.tracked {
+		return
+	}
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
+	b.tracked = false
 	k := batchRef{b.session, b.replyID}
 	cur, ok := rb.m[k]
 	if !ok {
 		return
 	}
-	more := rb.more[k]
+	var more []*batch
+	if len(rb.more) > 0 { // the other copies are rare: no lookup without any
+		more = rb.more[k]
+	}
 	if cur == b {
 		if len(more) == 0 {
 			delete(rb.m, k)

@@ -74,11 +74,6 @@ func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	if t.Code != "" {
 		return nil, ptr(bus.ErrorResult(c, t.Code, t.Message))
 	}
-	input, v, err := schemas.ParseInput(c.Input)
-	if err != nil {
-		d := bus.Detail{Path: "/", Message: err.Error()}
-		return nil, ptr(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, []bus.Detail{d}), d))
-	}
 	var schema *schemas.Schema
 	switch {
 	case t.Tool != nil:
@@ -86,10 +81,13 @@ func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	case t.External != nil:
 		schema = t.External.Schema
 	}
-	if schema != nil {
-		if problems := schema.Validate(v); len(problems) > 0 {
-			return nil, ptr(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, problems), problems...))
-		}
+	input, problems, err := schemas.CheckInput(c.Input, schema)
+	if err != nil {
+		d := bus.Detail{Path: "/", Message: err.Error()}
+		return nil, ptr(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, []bus.Detail{d}), d))
+	}
+	if len(problems) > 0 {
+		return nil, ptr(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, problems), problems...))
 	}
 	return input, nil
 }

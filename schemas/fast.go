@@ -147,36 +147,15 @@ func buildFast(doc any) *fastNode {
 func (n *fastNode) ok(v any) bool {
 	switch x := v.(type) {
 	case string:
-		if !n.allows(fastString) {
-			return false
-		}
-		if n.enum != nil && !slices.Contains(n.enum, x) {
-			return false
-		}
-		if n.minLen > 0 || n.maxLen >= 0 {
-			l := utf8.RuneCountInString(x)
-			if l < n.minLen || n.maxLen >= 0 && l > n.maxLen {
-				return false
-			}
-		}
-		return true
+		return n.okString(x)
 	case json.Number:
-		if n.enum != nil {
-			return false
-		}
-		if (n.min.set || n.max.set) && !n.inBounds(string(x)) {
-			return false
-		}
-		if n.types == 0 || n.types&fastNumber != 0 {
-			return true
-		}
-		return n.types&fastInteger != 0 && isPlainInteger(string(x))
+		return n.okNumber(string(x))
 	case bool:
-		return n.enum == nil && n.allows(fastBoolean)
+		return n.okLiteral(fastBoolean)
 	case nil:
-		return n.enum == nil && n.allows(fastNull)
+		return n.okLiteral(fastNull)
 	case map[string]any:
-		if n.enum != nil || !n.allows(fastObject) {
+		if !n.okContainer(fastObject) {
 			return false
 		}
 		for _, r := range n.required {
@@ -185,24 +164,14 @@ func (n *fastNode) ok(v any) bool {
 			}
 		}
 		for k, val := range x {
-			if p, ok := n.props[k]; ok {
-				if !p.ok(val) {
-					return false
-				}
-				continue
-			}
-			switch n.additional {
-			case 1:
+			sub, ok := n.member(k)
+			if !ok || sub != nil && !sub.ok(val) {
 				return false
-			case 2:
-				if !n.extra.ok(val) {
-					return false
-				}
 			}
 		}
 		return true
 	case []any:
-		if n.enum != nil || !n.allows(fastArray) || len(x) < n.minItems || n.maxItems >= 0 && len(x) > n.maxItems {
+		if !n.okContainer(fastArray) || !n.okCount(len(x)) {
 			return false
 		}
 		if n.items != nil {
@@ -215,6 +184,63 @@ func (n *fastNode) ok(v any) bool {
 		return true
 	}
 	return false
+}
+
+// okString is ok for a string.
+func (n *fastNode) okString(x string) bool {
+	if !n.allows(fastString) {
+		return false
+	}
+	if n.enum != nil && !slices.Contains(n.enum, x) {
+		return false
+	}
+	if n.minLen > 0 || n.maxLen >= 0 {
+		l := utf8.RuneCountInString(x)
+		if l < n.minLen || n.maxLen >= 0 && l > n.maxLen {
+			return false
+		}
+	}
+	return true
+}
+
+// okNumber is ok for a JSON number written as s.
+func (n *fastNode) okNumber(s string) bool {
+	if n.enum != nil {
+		return false
+	}
+	if (n.min.set || n.max.set) && !n.inBounds(s) {
+		return false
+	}
+	if n.types == 0 || n.types&fastNumber != 0 {
+		return true
+	}
+	return n.types&fastInteger != 0 && isPlainInteger(s)
+}
+
+// okLiteral is ok for true or false (fastBoolean) or null (fastNull).
+func (n *fastNode) okLiteral(kind uint8) bool { return n.enum == nil && n.allows(kind) }
+
+// okContainer is ok's first check of an object (fastObject) or an array.
+func (n *fastNode) okContainer(kind uint8) bool { return n.enum == nil && n.allows(kind) }
+
+// okCount is ok's check of an array's length.
+func (n *fastNode) okCount(items int) bool {
+	return items >= n.minItems && (n.maxItems < 0 || items <= n.maxItems)
+}
+
+// member is the node an object's member named k must satisfy: nil when
+// any value will do; ok false when the object may not have it at all.
+func (n *fastNode) member(k string) (sub *fastNode, ok bool) {
+	if p, ok := n.props[k]; ok {
+		return p, true
+	}
+	switch n.additional {
+	case 1:
+		return nil, false
+	case 2:
+		return n.extra, true
+	}
+	return nil, true
 }
 
 func (n *fastNode) allows(kind uint8) bool { return n.types == 0 || n.types&kind != 0 }

@@ -283,17 +283,12 @@ func readKey(b []byte, i int) (string, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return "", i, false
 	}
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
-		case c == '\\' || c < 0x20 || c > 0x7e:
-			v, j, ok := readString(b, i)
-			k, _ := v.(string)
-			return k, j, ok
-		}
+	if end, plain := stringEnd(b, i); plain {
+		return string(b[i+1 : end-1]), end, true
 	}
-	return "", len(b), false
+	v, j, ok := readString(b, i)
+	k, _ := v.(string)
+	return k, j, ok
 }
 
 // readString reads the string at b[i]; one with an escape or a byte
@@ -302,24 +297,35 @@ func readString(b []byte, i int) (any, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return nil, i, false
 	}
-	plain := true
+	end, plain := stringEnd(b, i)
+	switch {
+	case end < 0:
+		return nil, len(b), false
+	case plain:
+		return string(b[i+1 : end-1]), end, true
+	}
+	var s string
+	if err := fastjson.Unmarshal(b[i:end], &s); err != nil {
+		return nil, end, false
+	}
+	return s, end, true
+}
+
+// stringEnd returns the index just past the JSON string at b[i], -1 when
+// it does not end; plain says it has no escape and only printable ASCII,
+// so that its bytes are the decoded string.
+func stringEnd(b []byte, i int) (end int, plain bool) {
+	plain = true
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '\\':
 			plain = false
 			j++
 		case c == '"':
-			if plain {
-				return string(b[i+1 : j]), j + 1, true
-			}
-			var s string
-			if err := fastjson.Unmarshal(b[i:j+1], &s); err != nil {
-				return nil, j + 1, false
-			}
-			return s, j + 1, true
+			return j + 1, plain
 		case c < 0x20 || c > 0x7e:
 			plain = false
 		}
 	}
-	return nil, len(b), false
+	return -1, false
 }

@@ -2,6 +2,7 @@ package schemas_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -240,4 +241,34 @@ func decode(t *testing.T, s string) any {
 		t.Fatalf("decode %s: %v", s, err)
 	}
 	return v
+}
+
+// BenchmarkCheckInput is the router's check of a call's input, the bench
+// tool's and a larger one: CheckInput (from the bytes), and the
+// ParseInput and Validate it replaces.
+func BenchmarkCheckInput(b *testing.B) {
+	s, err := schemas.Compile(json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"},"city":{"type":"string"},"days":{"type":"integer","minimum":1},"units":{"enum":["metric","imperial"]}},"additionalProperties":false}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, in := range []string{`{"text":"hello"}`, `{"city":"Oslo","days":3,"units":"metric","text":"a longer text of some sixty bytes, as a model writes"}`} {
+		raw := json.RawMessage(in)
+		b.Run(fmt.Sprintf("%dB/CheckInput", len(in)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, d, err := schemas.CheckInput(raw, s); d != nil || err != nil {
+					b.Fatal(d, err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("%dB/ParseInput+Validate", len(in)), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_, v, err := schemas.ParseInput(raw)
+				if d := s.Validate(v); d != nil || err != nil {
+					b.Fatal(d, err)
+				}
+			}
+		})
+	}
 }

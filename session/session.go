@@ -134,9 +134,9 @@ func (s *Store) fresh() *Session {
 // has passed since its last write, so that the bucket's TTL only ever
 // removes sessions nobody uses. It is cheap when nothing is due.
 func (s *Store) Touch(ctx context.Context, id string) error {
-	s.mu.Lock()
+	s.mu.RLock() // Peek, as Session: the recency is not changed
 	sess, ok := s.lru.Peek(id)
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if !ok || time.Since(sess.Updated) < s.cfg.IdleTTL/2 {
 		return nil
 	}

@@ -255,17 +255,22 @@ func (a *Mux) deliver(m *nats.Msg) {
 // Done ends w's wait, replied when its reply was taken from C. A wait
 // whose reply may still come to its channel (deliver took it from
 // waiting, but the wait ended first) is not reused; one that ended before
-// its reply came is reused with a new inbox.
+// its reply came is reused with a new inbox. A replied wait takes no
+// lock: whatever was taken from C (a reply, or the nil of the
+// connection's end) was sent by deliver or endOn, which took w out of
+// waiting first.
 func (a *Mux) Done(w *Wait, replied bool) {
+	if replied {
+		a.free.Put(w)
+		return
+	}
 	a.mu.Lock()
 	_, waiting := a.waiting[w.inbox]
 	delete(a.waiting, w.inbox)
 	a.settle()
 	a.mu.Unlock()
-	if waiting || replied {
-		if !replied {
-			w.inbox = ""
-		}
+	if waiting {
+		w.inbox = ""
 		a.free.Put(w)
 	}
 }

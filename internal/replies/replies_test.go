@@ -369,3 +369,36 @@ func BenchmarkRequest(b *testing.B) {
 		}
 	})
 }
+
+// A replied wait's Done takes no lock and touches no wait but its own: the
+// reply's delivery took it out of waiting, and another wait that holds the
+// map meanwhile stays awaited; Flush returns once that one is done too.
+func TestDoneReplied(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		a := New(nil, Options{KeepInbox: keep}) // no subscription: deliver is called by hand
+		w, _ := a.Await(0)
+		other, _ := a.Await(0)
+		inbox := w.inbox
+		a.deliver(&nats.Msg{Subject: inbox})
+		if m := <-w.C(); m == nil || m.Subject != inbox {
+			t.Fatalf("keep %v: the reply is %v", keep, m)
+		}
+		a.mu.Lock() // held: Done(w, true) must not need it
+		a.Done(w, true)
+		_, waiting := a.waiting[other.inbox]
+		n := len(a.waiting)
+		a.mu.Unlock()
+		if !waiting || n != 1 {
+			t.Fatalf("keep %v: after Done(w, true) the other wait is waiting %v, %d waits", keep, waiting, n)
+		}
+		if keep && w.inbox != inbox {
+			t.Fatalf("keep %v: a replied wait lost its inbox: %q", keep, w.inbox)
+		}
+		flushed := make(chan error, 1)
+		go func() { flushed <- a.Flush(t.Context()) }()
+		a.Done(other, false)
+		if err := <-flushed; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
