@@ -23,6 +23,9 @@ import (
 // call: 6 of 6 shell calls run on the first router's (issue 26, item 3).
 // --shell-as-root: the temporary directories are root's alone when the
 // tests run as root (as nobody, the shell could not enter them).
+// --heartbeat 2s: a worker stays live for three beats, so a beat late on a
+// loaded machine does not leave the shell unserved for a moment (at 500ms
+// CI at load 25 saw "no live worker" on call 4).
 func TestSecondRouterOtherShellServesNothing(t *testing.T) {
 	w1, w2 := t.TempDir(), t.TempDir()
 	for dir, who := range map[string]string{w1: "first", w2: "second"} {
@@ -31,10 +34,10 @@ func TestSecondRouterOtherShellServesNothing(t *testing.T) {
 		}
 	}
 	serving := regexp.MustCompile(`serving prefix "toolbus" on (\S+)`)
-	m, _ := startRun(t, []string{"--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"), "--heartbeat", "500ms",
+	m, _ := startRun(t, []string{"--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"), "--heartbeat", "2s",
 		"--workdir", w1, "--shell-allow", "cat", "--shell-as-root"}, serving)
 	url := m[1]
-	_, stderr := startRun(t, []string{"--nats", url, "--heartbeat", "500ms", "--workdir", w2, "--shell-allow", "cat,ls", "--shell-as-root"}, serving)
+	_, stderr := startRun(t, []string{"--nats", url, "--heartbeat", "2s", "--workdir", w2, "--shell-allow", "cat,ls", "--shell-as-root"}, serving)
 	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		s := stderr.String()
 		if strings.Contains(s, "tool rejected by the routers") && strings.Contains(s, "tool=shell") &&
