@@ -80,8 +80,12 @@ func TestDurableCall(t *testing.T) {
 // TestDurableRedeliveredAfterWorkerKilled kills the worker that runs a
 // durable call: once its progress reports stop, JetStream delivers the call
 // to another worker, which runs it to completion; the agent gets one result.
+//
+// WorkAckWait 3 s (30 s by default): the second worker's progress reports go
+// every second, so only a stall of three seconds delivers the call to it a
+// second time while it runs it (at 1 s, CI at load 20 saw it run twice).
 func TestDurableRedeliveredAfterWorkerKilled(t *testing.T) {
-	e := startEnv(t, 1, onCluster(t), router.Config{Logger: testLogger(), Store: store.Config{WorkAckWait: time.Second}})
+	e := startEnv(t, 1, onCluster(t), router.Config{Logger: testLogger(), Store: store.Config{WorkAckWait: 3 * time.Second}})
 	started := make(chan struct{})
 	release := make(chan struct{}) // lets the dead worker's handler end before the deployment closes
 	t.Cleanup(func() { close(release) })
