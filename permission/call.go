@@ -56,13 +56,9 @@ func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
 	return c
 }
 
-// MaxCommand bounds the command of a rule_matcher "command" call that is
-// analysed (parsed for its writes and programs, split for allow rules):
-// a longer one asks, whatever the mode and the allow rules, unless a deny
-// or ask rule matches its first MaxCommand bytes (docs/protocol.md 6.4,
-// 1.13). Analysing costs the router about 1 µs and some hundred bytes
-// per byte of command; past this an agent's long commands would cost it
-// far more than they cost to send (docs/security.md).
+// MaxCommand bounds the command that is analysed; a longer one asks unless a
+// deny or ask rule matches its first MaxCommand bytes (docs/protocol.md 6.4).
+// Analysis costs about 1 µs per byte (docs/security.md).
 const MaxCommand = 64 << 10
 
 // newValueCall is newCall with the rule field read: value, and ok when
@@ -104,10 +100,8 @@ func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *c
 	return c
 }
 
-// real is the path the tool will touch: the input path made absolute
-// against the tool's base and resolved through symlinks. Allow rules,
-// accept_edits and suggestions judge it (docs/protocol.md 6.4); deny and
-// ask rules, and the safety checks, match the written form too.
+// real is the absolute, symlink-resolved path the tool will touch, which
+// allow rules judge; deny, ask and safety checks see the written form too.
 func (c *call) real() string { return c.paths[len(c.paths)-1] }
 
 // field returns the string at name in input: a top-level key, or a JSON
@@ -325,10 +319,7 @@ func bases(workDirs []string) []string {
 	return out
 }
 
-// WriteTool is the tool whose rules and dangerous-path check judge the
-// files a command writes (redirections, sed -i, cp ...): each write of a
-// rule_matcher "command" call is decided as a call of write_file on its
-// target, relative to the command tool's path_base.
+// WriteTool's rules judge each file a command writes, as a call on its target.
 const WriteTool = "write_file"
 
 // commandPieces holds what the rules match of a command's text, cut on
@@ -360,12 +351,9 @@ func (p *commandPieces) loosePieces(text string) []string {
 	return p.loose
 }
 
-// readWrites finds the command's writes, and with programs its programs
-// in the same walk (a deny or ask rule with a pattern will read them); a
-// command that parses in neither grammar has none that can be seen (and
-// no allow pattern covers it either, as its parts are not trusted). A
-// write seen again (same target, same writer: in both grammars' trees, or
-// repeated) is judged once, which decides the same.
+// readWrites finds the command's writes (each distinct one once), and with
+// programs its programs in the same walk. An unparsable command has none,
+// and no allow pattern covers it.
 func (c *call) readWrites(workDirs []string, programs bool) {
 	c.progs.parse(c.value)
 	c.deep = c.progs.deep
@@ -403,10 +391,8 @@ func (c *call) writeMatches(r bus.Rule) bool {
 	return slices.ContainsFunc(c.writes, func(w *call) bool { return w.matches(r) })
 }
 
-// writesGranted reports whether every write of the command is one that
-// write_file would be allowed to make without asking: by an allow rule of
-// WriteTool, or in accept_edits inside the working directories; a
-// computed target never is. It names the first write that is not.
+// writesGranted reports whether WriteTool may make every write without
+// asking (a computed target never may), naming the first that may not.
 func (c *call) writesGranted(pc Context, mode string) (string, bool) {
 	if len(c.unseen) > 0 {
 		return fmt.Sprintf("its write to %s is computed when it runs, so no rule can allow it", c.unseen[0]), false
@@ -550,11 +536,9 @@ func glob(p, s string) bool {
 	return true
 }
 
-// splitCommand splits a shell command into its simple commands at &&, ||,
-// &, ;, | and newlines outside quotes, each normalized. ok is false when
-// the command cannot be trusted to be what its parts say: command or process
-// substitution ($(, `, <(, >(), ANSI-C quoting ($'), or an unterminated
-// quote. Redirections like 2>&1 and &> do not split.
+// splitCommand splits a command into normalized simple commands at
+// separators outside quotes. ok is false for substitutions, ANSI-C quoting or
+// an unterminated quote: its parts cannot be trusted.
 func splitCommand(s string) (parts []string, ok bool) {
 	// A part is every byte between two separators: cut from s, not copied.
 	parts = make([]string, 0, 1+strings.Count(s, ";")+strings.Count(s, "\n")+strings.Count(s, "|")+strings.Count(s, "&"))
@@ -627,12 +611,9 @@ func splitCommand(s string) (parts []string, ok bool) {
 	return parts, true
 }
 
-// looseParts returns what deny and ask rules are matched against: the whole
-// command, then every piece between any separator or grouping character,
-// quoted or not, and each of those with quotes and backslashes removed
-// (when that changes it). It errs towards more candidates, since a deny
-// rule that matches too much is safer than one that matches too little.
-// The pieces are cut from s, not copied, when they need no normalizing.
+// looseParts returns what deny and ask rules match: the command, every piece
+// between separators (quoted or not), and those unquoted. It errs towards
+// more candidates: a deny rule matching too much is the safe error.
 func looseParts(s string) []string {
 	out := make([]string, 1, 4+2*strings.Count(s, ";"))
 	out[0] = normalize(s)
@@ -724,10 +705,8 @@ func (l links) resolve(p string) string {
 	return r
 }
 
-// Resolve returns the absolute path p with every symlink on it followed,
-// component by component, so that a dangling link (whose target a write
-// would create) is followed too and ".." applies to what a link points at.
-// Components that do not exist are appended as they are.
+// Resolve follows every symlink on absolute p component by component
+// (dangling ones too, ".." after the link); missing components stay as they are.
 func Resolve(p string) string {
 	sep := string(filepath.Separator)
 	vol := filepath.VolumeName(p)
@@ -766,10 +745,8 @@ func Resolve(p string) string {
 	return done
 }
 
-// patternForms returns the absolute forms of a path pattern: relative ones
-// joined to each base, each also with the symlinks of its literal leading
-// directories resolved (so that "/tmp/x/**" still matches when /tmp is a
-// link).
+// patternForms returns a path pattern's absolute forms, against each base,
+// also with its literal leading directories resolved.
 func (c *call) patternForms(pattern string) []string {
 	var abs []string
 	if filepath.IsAbs(pattern) {
@@ -811,11 +788,8 @@ func matchPath(pattern, name string) bool {
 	return MatchSegments(strings.Split(filepath.ToSlash(pattern), "/"), strings.Split(filepath.ToSlash(name), "/"))
 }
 
-// MatchSegments matches the segments of a path against those of a
-// pattern: each as path.Match (a malformed one matches nothing), "**" as
-// any number of whole segments. It fills a table over (pattern segment,
-// path segment) from the end, so its cost is at most len(ps) × len(ns)
-// segment matches, whatever the pattern: no backtracking.
+// MatchSegments matches path segments against pattern segments (path.Match;
+// "**" any number of segments) by a table, at most len(ps) × len(ns) matches.
 func MatchSegments(ps, ns []string) bool {
 	// next[j]: ps[i+1:] matches ns[j:]; cur[j] the same for ps[i:].
 	next := make([]bool, len(ns)+1)
