@@ -1,20 +1,8 @@
-// Package limits enforces quotas and rate limits on tool calls for every
-// router of a deployment at once, with all state in JetStream:
-//
-//   - rates (calls per interval with a burst) are a GCRA (generic cell
-//     rate algorithm) whose one value per key, the theoretical arrival
-//     time, lives in the P_limits KV bucket and changes only by
-//     compare-and-set, so two routers never both take the last slot;
-//   - budgets (calls or cost units per UTC day) are JetStream counters
-//     (Nats-Incr on a stream with allow_msg_counter, nats-server 2.12+):
-//     one increment per call, whose acknowledged total says whether the
-//     call fits, and a refused increment is taken back.
-//
-// A Rule names the calls it counts (tools, write tools only) and what it
-// counts per (tool, user, session, tenant: any combination, none for one
-// global count). Check either admits a call, having counted it against
-// every rule it matches, or refuses it with the rule and when to retry;
-// a refused call has counted against nothing. See docs/guardrails.md.
+// Package limits enforces quotas and rate limits for every router at once,
+// with all state in JetStream: rates as a GCRA value per key in P_limits
+// (compare-and-set), budgets as JetStream counters (Nats-Incr). Check admits
+// a call having counted it against every matching rule, or refuses it having
+// counted nothing. See docs/guardrails.md.
 package limits
 
 import (
@@ -179,11 +167,8 @@ func (l *Limiter) budgetSubject(key string, now time.Time) string {
 // undo takes back what an admitted rule counted.
 type undo func(context.Context)
 
-// Check counts call c against every rule it matches, in order. When one
-// refuses it, what the earlier ones counted is taken back and the refusal
-// is returned; a nil Refusal means the call may run. An error means the
-// counts could not be reached: the caller must not run the call (fail
-// closed).
+// Check counts c against every matching rule; a refusal takes back what was
+// counted. nil, nil: the call may run; an error: it must not (fail closed).
 func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 	var undos []undo
 	rollback := func() {
@@ -274,10 +259,9 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}, nil
 }
 
-// budget adds the call's cost to rule r's counter for key and today; past
-// the budget, the cost is taken back and the call refused until the next
-// UTC day. Each increment's acknowledged total is unique, so exactly the
-// calls that fit are admitted, whichever router counts them.
+// budget adds the call's cost to today's counter; past the budget it is taken
+// back and refused. Acknowledged totals are unique, so exactly the calls
+// that fit are admitted.
 func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
 	subject := l.budgetSubject(key, now)
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
