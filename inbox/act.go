@@ -200,10 +200,8 @@ func validKey(key string) bool {
 	return len(parts) == 3 && bus.ValidID(parts[0]) && bus.ValidID(parts[1]) && bus.ValidID(parts[2])
 }
 
-// checkOutput checks an external answer against the tool's output_schema
-// when its definition declares one: the answer must then be JSON that the
-// schema accepts. A definition the inbox cannot read is not checked (the
-// router takes the answer either way).
+// checkOutput checks an external answer against the tool's output_schema,
+// if any (an unreadable definition is not checked: the router decides).
 func (s *Server) checkOutput(ctx context.Context, tool string, a Act) error {
 	if s.tools == nil {
 		return nil
