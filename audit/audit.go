@@ -47,9 +47,7 @@ const (
 	Invalid    = "invalid"    // the input did not validate
 	Unresolved = "unresolved" // unknown, inactive or unavailable tool
 	Builtin    = "builtin"    // reset_tools, search_tools, the skill loader, request-scoped tools
-	// Refused: a batch or tools query the router refused whole before
-	// any call ran (bad_event, bad_request, a denied user claim); the
-	// record has no call id, Decision.Rule says why.
+	// Refused: a batch or query refused whole; no call id, Decision.Rule says why.
 	Refused = "refused"
 )
 
@@ -106,10 +104,8 @@ type Config struct {
 	// Redact names input members (at any depth, case-insensitive) whose
 	// values are replaced by "[redacted]" before a record is written.
 	Redact []string `json:"redact,omitempty"`
-	// MaxWait bounds how long a reply waits for its calls' records to be
-	// stored, retries included; past it a record is counted lost (and
-	// logged) and the reply goes out. Zero means DefaultMaxWait, which
-	// rides out a leader election (a few seconds).
+	// MaxWait bounds a reply's wait for its records to be stored, then they
+	// count as lost; zero means DefaultMaxWait (rides out an election).
 	MaxWait time.Duration `json:"max_wait,omitempty"`
 	// Replicas and Memory size the stream (from the store's config).
 	Replicas int  `json:"-"`
@@ -123,9 +119,8 @@ type Trail struct {
 	cfg  Config
 }
 
-// New creates (or updates) the audit stream. Records are published
-// asynchronously through a store.Publisher of the Trail's own on nc (its
-// default bounds: 4096 records in flight, acknowledgements awaited 5 s).
+// New creates (or updates) the audit stream; records go through a
+// store.Publisher of the Trail's own on nc.
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
@@ -189,9 +184,7 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	return t.publish(rec, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
 }
 
-// WriteRefusal publishes rec, the record of a refused batch or query
-// (Decision.Behavior Refused), as Write does a call's, with a message id
-// of its own: refusals repeat, and each is a record.
+// WriteRefusal is Write for a refusal, with a fresh message id: each counts.
 func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
 	return t.publish(rec, "refused."+rec.Router+"."+nuid.Next())
 }
@@ -222,9 +215,8 @@ func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
 // ends (the asynchronous publishes only: Stored is what retries).
 func (t *Trail) Flush(ctx context.Context) error { return t.pub.Flush(ctx) }
 
-// Redact returns input with the values of members named in names (at any
-// depth, case-insensitive) replaced by "[redacted]". An input that is not
-// JSON is replaced as a whole: it cannot be checked.
+// Redact replaces the values of members named in names (any depth, any case)
+// by "[redacted]"; input that is not JSON is replaced whole.
 func Redact(input json.RawMessage, names []string) json.RawMessage {
 	if len(names) == 0 {
 		return input

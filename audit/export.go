@@ -14,9 +14,7 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// exportRetries bounds how often Export asks again while nothing comes: no
-// leader answered, or the replica it reads lags the leader (about 5 s in
-// all, counted afresh after each record that comes).
+// exportRetries bounds Export's retries while nothing comes (about 5 s).
 const exportRetries = 10
 
 // exportBatch is how many records one fetch asks for.
@@ -96,9 +94,7 @@ func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error 
 		case err != nil && !store.IsTransient(err):
 			return err
 		}
-		// Nothing came: the replica lags the leader, or the consumer's
-		// server is not answering yet (a cluster under load, a leader
-		// moving). Ask again after a moment.
+		// Nothing came: a lagging replica or a busy server. Ask again.
 		if retries++; retries > exportRetries {
 			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
 		}

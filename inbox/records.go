@@ -34,9 +34,8 @@ type records struct {
 	changed chan struct{} // closed and replaced on every change
 }
 
-// reading is a call's record as one read or delivery found it: the item
-// when the call waits, and the record's revision (0: no record, the key
-// is absent or deleted).
+// reading is a call's record as read: the item if waiting, and its revision
+// (0: no record).
 type reading struct {
 	it    Item
 	waits bool
@@ -61,9 +60,8 @@ func (s *records) apply(e jetstream.KeyValueEntry) {
 	s.set(e.Key(), reading{it: it, waits: ok, rev: e.Revision()})
 }
 
-// set applies r to call key unless the inbox holds a newer revision of it,
-// or saw it end at a revision at least as new; a reading of no record (rev
-// 0) changes nothing.
+// set applies r to call key unless something as new is held or ended; rev 0
+// changes nothing.
 func (s *records) set(key string, r reading) {
 	if r.rev == 0 {
 		return

@@ -140,9 +140,8 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
-// key is the part of a count's name that tells what it counts per: a
-// digest of the call's values of the rule's dimensions, so any user or
-// tool name makes a valid subject token and KV key.
+// key digests the call's values of the rule's dimensions: a valid KV key
+// whatever the names.
 func (l *Limiter) key(r *Rule, c Call) string {
 	h := sha256.New()
 	for _, p := range r.Per {
@@ -204,9 +203,8 @@ func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 	return nil, nil
 }
 
-// gcra is a rates bucket value: the theoretical arrival time (unix ns) and
-// a nonce, so that a write whose acknowledgement was lost is recognised as
-// this writer's own and no other's (store.Update compares values).
+// gcra is a rates value: the theoretical arrival time (unix ns) and a nonce
+// recognising this writer's own write after a lost acknowledgement.
 type gcra struct {
 	TAT   int64  `json:"tat"`
 	Nonce string `json:"n"`
@@ -447,19 +445,15 @@ var dimensions = []string{PerTool, PerUser, PerSession, PerTenant}
 // MaxRules bounds the rules of one deployment: Check looks at each.
 const MaxRules = 256
 
-// MaxRateSpan bounds a rate's interval per call times its burst: the
-// longest a GCRA value can matter, and the TTL of the rates bucket. A
-// longer horizon is a budget.
+// MaxRateSpan bounds a rate's interval times burst: the rates bucket's TTL.
 const MaxRateSpan = 24 * time.Hour
 
 // Policy is the limits block of the router configuration.
 type Policy struct {
 	// Rules are checked in order; a call is refused by the first it is over.
 	Rules []Rule `json:"rules,omitempty"`
-	// Tenants maps toolbus users to their tenant. A user not named here
-	// counts in the tenant "" (all such users share it), so a per-tenant
-	// limit cannot be escaped by claiming a tenant: the tenant never comes
-	// from the batch.
+	// Tenants maps users to tenants (others share ""); it never comes from
+	// the batch, so it cannot be claimed.
 	Tenants map[string]string `json:"tenants,omitempty"`
 }
 
@@ -480,9 +474,7 @@ type Rule struct {
 	Rate *Rate `json:"rate,omitempty"`
 	// Budget, when set, bounds units per UTC day.
 	Budget *Budget `json:"budget,omitempty"`
-	// CacheHits, when true, counts calls the result cache answers too.
-	// By default a hit runs nothing and costs nothing, so no rule counts
-	// it (docs/guardrails.md "When a call counts").
+	// CacheHits counts result cache hits too (docs/guardrails.md).
 	CacheHits bool `json:"cache_hits,omitempty"`
 }
 

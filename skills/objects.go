@@ -119,9 +119,7 @@ func objectSource(ctx context.Context, os jetstream.ObjectStore, obj string) str
 	return "bus:" + obj
 }
 
-// Pack returns files as a gzipped tar, the form of a skill in the object
-// store: regular files only, in path order, with fixed times and modes
-// (executable for files under scripts/), so equal skills pack equally.
+// Pack returns files as a deterministic gzipped tar (scripts/ executable).
 func Pack(files map[string][]byte) ([]byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -154,9 +152,8 @@ func Pack(files map[string][]byte) ([]byte, error) {
 
 func isScript(p string) bool { return len(p) > len("scripts/") && p[:len("scripts/")] == "scripts/" }
 
-// Unpack reads a gzipped tar made by Pack. It refuses anything but regular
-// files and directories, paths that are not clean and relative, and
-// archives beyond the limits of a skill.
+// Unpack reads Pack's tar, refusing other entry types, unclean paths and
+// archives past a skill's limits.
 func Unpack(data []byte) (map[string][]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {

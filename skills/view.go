@@ -76,9 +76,7 @@ func (v *View) Names() []string {
 const loaderDescription = "Load an agent skill: its SKILL.md (instructions to read before following the skill) " +
 	"or one of its resource files (scripts, references, assets) by path."
 
-// LoaderDef returns the definition of load_skill_through_path for the
-// view; false when no skill is visible. It is read-only and, since a load
-// activates groups that change what later calls see, not concurrency-safe.
+// LoaderDef defines load_skill_through_path; false when no skill is visible.
 func (v *View) LoaderDef() (bus.ToolDef, bool) {
 	enum, _ := json.Marshal(v.Names())
 	schema := fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
@@ -200,9 +198,7 @@ const viewerDescription = "Retrieve a skill within the conversation. When users 
 
 const viewerSchema = `{"type":"object","properties":{"skill":{"type":"string","description":"The exact name of the skill to view. "}},"required":["skill"]}`
 
-// ViewerDef returns the definition of the Skill viewer for the view; false
-// when no skill is visible. Like the loader it is read-only, never asked
-// about and, since a view activates groups, not concurrency-safe.
+// ViewerDef defines the Skill viewer; false when no skill is visible.
 func (v *View) ViewerDef() (bus.ToolDef, bool) {
 	return v.toolDef(ViewerName, viewerDescription, viewerSchema)
 }
