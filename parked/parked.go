@@ -747,20 +747,9 @@ func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, erro
 	return b, nil
 }
 
-// Phase is where the continuation of a parked batch stands; each change
-// is one compare-and-set of a Store verb, so racing routers agree on who
-// has the batch (docs/parked.md):
-//
-//	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
-//	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
-//	Resume:   parked ─(last result)─▶ resumed (lease held), or stays when nothing is left (no write: Finish deletes it after batch.done)
-//	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
-//	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
-//	Finish:   running|resumed ─▶ (deleted)  batch.done was published
-//
-// A new batch whose only wait is its last call is carried in that call's
-// record instead (Record.Batch, docs/protocol.md 6.1), and resumed with no
-// write of its own.
+// Phase is where a continuation stands; each change is one compare-and-set
+// of a Store verb (the table in docs/parked.md). A batch whose only wait is
+// its last call is carried in that call's record instead (Record.Batch).
 type Phase string
 
 const (
