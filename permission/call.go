@@ -223,9 +223,7 @@ func (c *call) covers(pattern, target string) bool {
 	return slices.ContainsFunc(c.patternForms(pattern), func(f string) bool { return matchPath(f, target) })
 }
 
-// maxSuggested bounds the suggested rules of one ask: a command needing
-// more (a script of many programs) gets none, since no smaller set
-// would allow it next time.
+// maxSuggested bounds an ask's suggested rules; a command needing more gets none.
 const maxSuggested = 32
 
 // suggest returns allow rules that would allow the call next time: none
@@ -322,9 +320,7 @@ func bases(workDirs []string) []string {
 // WriteTool's rules judge each file a command writes, as a call on its target.
 const WriteTool = "write_file"
 
-// commandPieces holds what the rules match of a command's text, cut on
-// first use: a call with no allow pattern never splits it, one with no
-// deny or ask pattern never cuts its pieces.
+// commandPieces holds what the rules match of a command's text, cut on first use.
 type commandPieces struct {
 	parts     []string // the command split into simple commands, for allow rules
 	split     bool     // parts can be trusted: no substitution, quotes closed
@@ -341,9 +337,7 @@ func (p *commandPieces) splitParts(cmd string) ([]string, bool) {
 	return p.parts, p.split
 }
 
-// loosePieces returns what deny and ask rules match of text besides its
-// programs (looseParts: of the command, or of its first MaxCommand bytes
-// when it is longer).
+// loosePieces is looseParts of text's first MaxCommand bytes.
 func (p *commandPieces) loosePieces(text string) []string {
 	if p.loose == nil {
 		p.loose = looseParts(text)
@@ -475,9 +469,8 @@ func (m commandPattern) match(s string, exact bool) bool {
 	return strings.Contains(s, m.p)
 }
 
-// normalize trims s and collapses runs of white space into one space:
-// a view of s when, trimmed, it has no other white space than single
-// inner spaces.
+// normalize trims s and collapses white space runs to one space (no copy
+// when already so).
 func normalize(s string) string {
 	if t := strings.TrimSpace(s); normalized(t) {
 		return t
@@ -647,9 +640,8 @@ func looseParts(s string) []string {
 	return out
 }
 
-// dangerous reports whether the call's path, as written or resolved, is a
-// dangerous file or lies in a dangerous directory, and says which: the
-// names an allow-listed shell refuses to write (shellcmd.Protected).
+// dangerous reports which shellcmd.Protected name the call's path, written
+// or resolved, hits.
 func (c *call) dangerous() (string, bool) {
 	if c.def.RuleMatcher == bus.MatcherCommand && c.ok {
 		return c.dangerousWrite()
@@ -670,9 +662,7 @@ func (c *call) dangerous() (string, bool) {
 	return "", false
 }
 
-// dangerousWrite is dangerous for a command: one of its writes (a
-// redirection, sed -i, cp ...) reaches a dangerous path as write_file
-// would, or a computed target's text names one.
+// dangerousWrite is dangerous for a command's writes, computed ones' text included.
 func (c *call) dangerousWrite() (string, bool) {
 	for _, w := range c.writes {
 		if reason, ok := w.dangerous(); ok {
@@ -781,9 +771,7 @@ func (c *call) patternForms(pattern string) []string {
 	return out
 }
 
-// matchPath matches the absolute path name against the absolute pattern:
-// segments as path.Match, and a "**" segment for any number of directories.
-// A malformed pattern matches nothing.
+// matchPath matches absolute name against absolute pattern (MatchSegments).
 func matchPath(pattern, name string) bool {
 	return MatchSegments(strings.Split(filepath.ToSlash(pattern), "/"), strings.Split(filepath.ToSlash(name), "/"))
 }

@@ -37,8 +37,7 @@ type Context struct {
 	// Mode is one of the modes; "" means Default. Decide denies every call
 	// in an unknown mode.
 	Mode string
-	// Rules are checked by behavior (deny, then ask, then allow), not in
-	// order; a rule's Behavior "" means allow. Rules should pass CheckRule:
+	// Rules are checked deny, ask, then allow ("" is allow), not in order;
 	// a pattern that does not parse matches nothing.
 	Rules []bus.Rule
 	// WorkDirs are the working directories; the first is the base of
@@ -63,8 +62,7 @@ type Decision struct {
 	// which allow rules, the tool's own check and bypass cannot override.
 	Safety bool
 	// SuggestedRules are, with Ask, allow rules that would allow this call
-	// next time. There are none when no allow rule could (safety asks, ask
-	// rules, tools that ask themselves).
+	// next time, when any could.
 	SuggestedRules []bus.Rule
 }
 
@@ -97,9 +95,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 		}
 	}
 	if c.long || c.deep {
-		// Not analysed (MaxCommand, shellcmd.ErrTooDeep): its writes and
-		// programs are not seen, so no mode, tool or rule may allow it;
-		// only a person may.
+		// Not analysed (MaxCommand, ErrTooDeep): only a person may allow it.
 		if mode == Explore && !c.def.ReadOnly {
 			return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
 		}
@@ -141,9 +137,8 @@ func (c *call) decide(pc Context, mode string) Decision {
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s has an unknown permission check %q", c.def.Name, c.def.Permission)}
 	}
 	if reason, ok := c.allowed(pc.Rules); ok {
-		// A rule for a program never grants a write that write_file
-		// would ask for; a rule without a pattern trusts the tool with
-		// anything.
+		// A program rule never grants a write write_file would ask for; a
+		// rule without a pattern trusts the tool with anything.
 		toolWide := slices.ContainsFunc(pc.Rules, func(r bus.Rule) bool {
 			return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, c.def)
 		})

@@ -86,9 +86,7 @@ func (p *commandPrograms) parse(cmd string) {
 	}
 }
 
-// get returns the programs of cmd and the computed one, reading them on
-// first use (and parsing cmd if that was not done for its writes: the
-// start of a command longer than MaxCommand).
+// get returns cmd's programs and the computed one, read on first use.
 func (p *commandPrograms) get(cmd string) ([]string, string) {
 	if !p.read {
 		p.parse(cmd)

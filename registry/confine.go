@@ -46,9 +46,7 @@ func Confine(tool string, reg bus.Register) (bus.Register, []bus.Rejection) {
 	return out, rejected
 }
 
-// ConfineGroup keeps of reg what may travel on group's registration
-// subject, P.register.group.<group> (docs/protocol.md 7.1): its definition
-// of group. Every other group and every tool is returned as a rejection.
+// ConfineGroup is Confine for P.register.group.<group>: its definition only.
 func ConfineGroup(group string, reg bus.Register) ([]bus.Group, []bus.Rejection) {
 	var (
 		keep     []bus.Group

@@ -61,9 +61,8 @@ func (o *readOrder) leave(worker string, tools []string) uint64 {
 	return o.last
 }
 
-// reading returns the tools of worker's registrations being applied: their
-// beats may be stored after a leave's writes are sent, when the worker's
-// first beat for a tool, with nothing to overwrite yet.
+// reading returns the tools of worker's registrations being applied, whose
+// beats may land after a leave.
 func (o *readOrder) reading(worker string) []string {
 	var tools []string
 	for _, rd := range o.open {
@@ -124,9 +123,7 @@ type seenBeat struct {
 	left bool   // it said the worker left, or this router read its leave
 }
 
-// overtaken reports whether the worker left after rd was read: this router
-// read its leave since, or the cache learnt it since (another router's).
-// The caller holds l.mu.
+// overtaken reports whether the worker left after rd was read. l.mu is held.
 func (rd *reading) overtaken(l *liveness, tool string) bool {
 	if l.order.leftAfter(tool, rd.worker, rd.seq) {
 		return true

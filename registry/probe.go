@@ -25,9 +25,8 @@ type probeRun struct {
 	next *probeRun // shared by whoever comes while this one runs
 }
 
-// do runs fn for key, or shares a run of it that starts after do was
-// called, and returns its error, or ctx's when ctx ends first. fn gets a
-// context that outlives a caller who gives up, bounded by probeBound.
+// do runs fn for key, or shares a run that starts after the call; fn's
+// context outlives callers, bounded by probeBound.
 func (p *probes) do(ctx context.Context, key string, fn func(context.Context) error) error {
 	p.mu.Lock()
 	if p.runs == nil {

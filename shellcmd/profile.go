@@ -7,17 +7,13 @@ import (
 	"strings"
 )
 
-// Profile is what toolbus knows of a program's command line: which
-// options run other programs or write files in ways a check cannot follow
-// (refused), and which arguments name the files it writes.
+// Profile is what toolbus knows of a program's command line: refused
+// options, and the arguments naming files it writes.
 type Profile struct {
-	// Plain says that the program's arguments must be written out
-	// plainly (no expansion, no glob): its options decide what it runs or
-	// writes. Programs that only read need not.
+	// Plain: the arguments must be plain (no expansion, no glob).
 	Plain bool
-	// Check returns the files args (the plain arguments after the
-	// program's name) make the program write, or an error saying which
-	// option is refused and why.
+	// Check returns the files args make the program write, or why an
+	// option is refused.
 	Check func(args []string) ([]Write, error)
 }
 
@@ -57,9 +53,7 @@ var profiles = func() map[string]Profile {
 	// PROG on each file (issue 26, held-out attack).
 	m["split"] = Profile{Plain: true, Check: refuseLong("split", "--filter", "", m["split"].Check)}
 	m["install"] = Profile{Plain: true, Check: refuseLong("install", "--strip-program", "--strip", m["install"].Check)}
-	// cd and pushd move where relative writes land: their directory is
-	// checked like a write, so it must be plain (a for loop's variable
-	// could otherwise hold .git).
+	// cd and pushd move relative writes: their plain directory is checked.
 	for _, d := range []string{"cd", "pushd"} {
 		m[d] = Profile{Plain: true, Check: everyArg(d)}
 	}
@@ -189,11 +183,9 @@ func suffixValues(args []string) []string {
 	return out
 }
 
-// getopt splits args into options and operands the way GNU getopt_long
-// does (options anywhere, "--" ends them): short lists the letters that
-// take a value (a letter followed by '?' takes one only when attached, as
-// sed's -i[SUFFIX]), long the long options that do (a unique prefix of one
-// counts as it, as GNU accepts abbreviations).
+// getopt splits args as GNU getopt_long does (abbreviations included):
+// short lists the letters taking a value ("?" after one: only attached),
+// long the long options that do.
 type option struct {
 	name  string // "-x" or "--long" as written (before "=")
 	value string
@@ -442,9 +434,7 @@ func checkTar(args []string) ([]Write, error) {
 		}
 		out = append(out, Write{Path: o.value, By: "tar " + o.name})
 	}
-	// A cluster holding x, I or F is refused whatever takes it as a value
-	// (an old-style "tar 0C -x" reads -x as C's directory; an error of this
-	// reading must not let extraction through).
+	// A cluster holding x, I or F is refused whatever takes it as a value.
 	for i, a := range args {
 		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
 			return nil, fmt.Errorf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)

@@ -22,9 +22,8 @@ var grammars = []struct {
 	opt  syntax.ParserOption
 }{{"sh", syntax.Variant(syntax.LangPOSIX)}, {"bash", syntax.Variant(syntax.LangBash)}}
 
-// Parse parses cmd as POSIX sh and as bash: the trees of those that parse,
-// and the first error, named by its grammar. The allow-list check wants
-// both trees (err nil); Writes takes what parses.
+// Parse parses cmd as POSIX sh and as bash: the trees that parse and the
+// first error, named by its grammar.
 func Parse(cmd string) (files []*syntax.File, err error) {
 	for _, g := range grammars {
 		f, perr := parse(g.opt, cmd)
@@ -179,9 +178,8 @@ func Static(w *syntax.Word) (Word, bool) {
 	return out, true
 }
 
-// unescape removes the shell's backslashes from a literal (inside double
-// quotes only before $ ` " \ and newline) and says whether an unescaped
-// glob, brace or tilde character is left.
+// unescape removes a literal's backslashes and says whether an unescaped
+// glob, brace or tilde is left.
 func unescape(s string, quoted bool) (string, bool) {
 	var b strings.Builder
 	glob := false
@@ -208,9 +206,7 @@ func unescape(s string, quoted bool) (string, bool) {
 // Write is a file a command writes (or, for cd, a directory its relative
 // writes then land in).
 type Write struct {
-	// Path is the target as written; "" when it is computed at run time
-	// (an expansion, a glob) or cannot be seen (a sed script in a file,
-	// tar's extraction).
+	// Path is the target as written; "" when computed or unseen.
 	Path string
 	// By says what writes it: "redirection", "cp", "sed -i", ...
 	By string
@@ -222,9 +218,8 @@ type Write struct {
 // devices are redirection targets that are not files of the base directory.
 var devices = []string{"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero", "/dev/full"}
 
-// RedirectWrite returns the file a redirection writes: >, >>, >|, <>, &>,
-// &>>, and >& with a target that is not a descriptor number or "-". ok is
-// false for reads, here-documents, descriptor copies and the devices above.
+// RedirectWrite returns the file a redirection writes; ok is false for
+// reads, here-documents, descriptor copies and harmless devices.
 func RedirectWrite(r *syntax.Redirect) (Write, bool) {
 	if r.Word == nil {
 		return Write{}, false
@@ -261,9 +256,8 @@ func Writes(cmd string) ([]Write, error) {
 	return WritesOf(cmd, files, nil), nil
 }
 
-// WritesOf is Writes of cmd's trees files (from Parse). each, when not
-// nil, is called with every simple command the walk meets, in its order:
-// a caller that reads the trees for more than writes walks them once.
+// WritesOf is Writes of Parse's trees; each, when set, sees every simple
+// command of the walk.
 func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []Write {
 	text := func(from, to syntax.Pos) string {
 		a, b := int(from.Offset()), int(to.Offset())
