@@ -222,8 +222,10 @@ func (a *Mux) deliver(m *nats.Msg) {
 	}
 }
 
-// Done ends w's wait (replied: its reply was taken from C); see the package
-// comment for reuse.
+// Done ends w's wait, replied when its reply was taken from C. A wait
+// whose reply may still come to its channel (deliver took it from
+// waiting, but the wait ended first) is not reused; one that ended before
+// its reply came is reused with a new inbox.
 func (a *Mux) Done(w *Wait, replied bool) {
 	a.mu.Lock()
 	_, waiting := a.waiting[w.inbox]
