@@ -1,11 +1,6 @@
-// Package audit is the audit trail of tool calls: one record per call —
-// who (toolbus user, session, the agent's NATS user), what (tool, input
-// digest, the input where the policy allows, with the configured secret
-// fields redacted), the decision (behavior, rule or reason, mode, approver
-// and when), outcome and timing — in a stream of its own, P_AUDIT, on
-// subjects P.audit.<session>.<tool>, so any NATS consumer (a SIEM shipper)
-// reads it with a subject filter. See docs/guardrails.md and
-// docs/operations.md "Audit to a SIEM".
+// Package audit is the audit trail: one record per tool call (who, what,
+// decision, outcome, timing) in the P_AUDIT stream on P.audit.<session>.<tool>.
+// See docs/guardrails.md and docs/operations.md "Audit to a SIEM".
 package audit
 
 import (
@@ -52,9 +47,7 @@ const (
 	Invalid    = "invalid"    // the input did not validate
 	Unresolved = "unresolved" // unknown, inactive or unavailable tool
 	Builtin    = "builtin"    // reset_tools, search_tools, the skill loader, request-scoped tools
-	// Refused: a batch or tools query the router refused whole before
-	// any call ran (bad_event, bad_request, a denied user claim); the
-	// record has no call id, Decision.Rule says why.
+	// Refused: a batch or query refused whole; no call id, Decision.Rule says why.
 	Refused = "refused"
 )
 
@@ -111,10 +104,8 @@ type Config struct {
 	// Redact names input members (at any depth, case-insensitive) whose
 	// values are replaced by "[redacted]" before a record is written.
 	Redact []string `json:"redact,omitempty"`
-	// MaxWait bounds how long a reply waits for its calls' records to be
-	// stored, retries included; past it a record is counted lost (and
-	// logged) and the reply goes out. Zero means DefaultMaxWait, which
-	// rides out a leader election (a few seconds).
+	// MaxWait bounds a reply's wait for its records to be stored, then they
+	// count as lost; zero means DefaultMaxWait (rides out an election).
 	MaxWait time.Duration `json:"max_wait,omitempty"`
 	// Replicas and Memory size the stream (from the store's config).
 	Replicas int  `json:"-"`
@@ -128,9 +119,8 @@ type Trail struct {
 	cfg  Config
 }
 
-// New creates (or updates) the audit stream. Records are published
-// asynchronously through a store.Publisher of the Trail's own on nc (its
-// default bounds: 4096 records in flight, acknowledgements awaited 5 s).
+// New creates (or updates) the audit stream; records go through a
+// store.Publisher of the Trail's own on nc.
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
@@ -176,12 +166,9 @@ func Subject(s bus.Subjects, session, tool string) string {
 	return s.Prefix + "." + kind + "." + session + "." + tool
 }
 
-// Write publishes rec, with input as the policy allows, without waiting
-// for the stream's acknowledgement: Stored waits for it. The call key is
-// the message id, so a call recorded twice (a re-sent batch, a publish
-// retried after a lost acknowledgement) is stored once. An error means the
-// record could not be encoded; a publish that fails at once is retried by
-// Stored.
+// Write publishes rec, with input as the policy allows, without awaiting the
+// acknowledgement (Stored does). The call key as message id stores a call
+// once. An error means rec could not be encoded.
 func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`) // what the tool gets for no input
@@ -197,9 +184,7 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	return t.publish(rec, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
 }
 
-// WriteRefusal publishes rec, the record of a refused batch or query
-// (Decision.Behavior Refused), as Write does a call's, with a message id
-// of its own: refusals repeat, and each is a record.
+// WriteRefusal is Write for a refusal, with a fresh message id: each counts.
 func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
 	return t.publish(rec, "refused."+rec.Router+"."+nuid.Next())
 }
@@ -219,12 +204,9 @@ func (t *Trail) publish(rec *Record, id string) (*Pending, error) {
 // Pending is a record on its way to the stream: its ID is its call key.
 type Pending = store.Pending
 
-// Stored waits until the stream holds every record of ps, publishing again
-// those whose publish failed or whose acknowledgement did not come within
-// the publisher's ack wait, until ctx ends or Config.MaxWait has passed — but not through a
-// full store, as the batch's events are (store.Publisher.Stored). It
-// returns the records it could not store, each with its Err: none when
-// every one is stored.
+// Stored waits until every record of ps is stored, republishing as needed,
+// up to ctx or Config.MaxWait (not through a full store), and returns those
+// it could not store, each with its Err.
 func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
 	return t.pub.Stored(ctx, ps)
 }
@@ -233,9 +215,8 @@ func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
 // ends (the asynchronous publishes only: Stored is what retries).
 func (t *Trail) Flush(ctx context.Context) error { return t.pub.Flush(ctx) }
 
-// Redact returns input with the values of members named in names (at any
-// depth, case-insensitive) replaced by "[redacted]". An input that is not
-// JSON is replaced as a whole: it cannot be checked.
+// Redact replaces the values of members named in names (any depth, any case)
+// by "[redacted]"; input that is not JSON is replaced whole.
 func Redact(input json.RawMessage, names []string) json.RawMessage {
 	if len(names) == 0 {
 		return input

@@ -14,9 +14,7 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// exportRetries bounds how often Export asks again while nothing comes: no
-// leader answered, or the replica it reads lags the leader (about 5 s in
-// all, counted afresh after each record that comes).
+// exportRetries bounds Export's retries while nothing comes (about 5 s).
 const exportRetries = 10
 
 // exportBatch is how many records one fetch asks for.
@@ -29,15 +27,9 @@ type Filter struct {
 	Tool    string
 }
 
-// Export calls fn with every stored record that f selects, oldest first,
-// and returns once it has seen all that were stored when it started: up to
-// the last selected record the stream's leader held then. The records come
-// through an ordered consumer, which on a cluster reads the replica it was
-// placed on, and a replica may not have applied the newest records yet (a
-// record is acknowledged once a majority holds it, and the reply follows
-// that); so Export reads on until the replica delivers the leader's last.
-// The stream's info is no bound: in a new stream's first seconds the
-// member first preferred as leader answers it too, from its own state.
+// Export calls fn with every record f selects, oldest first, up to the last
+// one the stream's leader held when it started: the ordered consumer's
+// replica may lag, so it reads on until that one comes.
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
 	name := s.Stream(Stream)
 	stream, err := js.Stream(ctx, name)
@@ -67,10 +59,8 @@ type export struct {
 	seen uint64 // the sequence of the last record read
 }
 
-// leaderLast asks the stream's leader for the sequence and time of its last
-// record on filter (0 when there is none), asking again for a while when
-// no leader answers (the stream electing one). The audit stream allows no
-// direct gets, so the stream's message get is the leader's.
+// leaderLast asks the stream's leader for its last record on filter (0: none),
+// retrying while no leader answers.
 func leaderLast(ctx context.Context, stream jetstream.Stream, filter string) (uint64, time.Time, error) {
 	for retries := 1; ; retries++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -104,9 +94,7 @@ func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error 
 		case err != nil && !store.IsTransient(err):
 			return err
 		}
-		// Nothing came: the replica lags the leader, or the consumer's
-		// server is not answering yet (a cluster under load, a leader
-		// moving). Ask again after a moment.
+		// Nothing came: a lagging replica or a busy server. Ask again.
 		if retries++; retries > exportRetries {
 			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
 		}

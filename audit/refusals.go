@@ -6,16 +6,13 @@ import (
 	"time"
 )
 
-// Refusal records are bounded per caller, so that a flood of refused
-// batches cannot fill the trail: each caller gets at most RefusalBurst
-// records per RefusalWindow; the refusals past that are counted, and the
-// caller's next record carries the count (Record.Suppressed).
+// Refusal records are bounded per caller (RefusalBurst per RefusalWindow);
+// the next record counts those left out (Record.Suppressed).
 const (
 	RefusalBurst  = 10
 	RefusalWindow = time.Minute
-	// maxCallers bounds the callers followed at once; past it, windows
-	// that ended are dropped first, then the whole table (their counts of
-	// suppressed records are lost, never a record beyond the burst).
+	// maxCallers bounds the callers followed; past it ended windows, then
+	// all, are dropped (losing counts, never exceeding a burst).
 	maxCallers = 4096
 )
 

@@ -1,7 +1,5 @@
-// Package embedded starts nats-server with JetStream inside this process: one
-// node for a laptop's router, or a cluster of nodes on loopback ports for
-// tests of replicated buckets and streams, where a node can be stopped and
-// started again.
+// Package embedded starts nats-server with JetStream in this process: one
+// node, or a loopback cluster whose nodes can be stopped and restarted.
 package embedded
 
 import (
@@ -28,9 +26,7 @@ type Config struct {
 	// StoreDir is the JetStream store directory; "" means a temporary one
 	// chosen by the server.
 	StoreDir string
-	// ConfigFile, when set, is a nats-server configuration file (users,
-	// permissions, TLS) whose settings are loaded before Listen and StoreDir
-	// are applied.
+	// ConfigFile is a nats-server configuration applied before Listen and StoreDir.
 	ConfigFile string
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// zero means 10 s.
@@ -123,10 +119,8 @@ const (
 	clusterReady = 30 * time.Second
 )
 
-// Cluster is a JetStream cluster of nats-servers on loopback ports, for
-// tests of replicated buckets and streams. A node can be stopped and started
-// again on the same ports with the same store, as an operator's restart
-// would. Its methods are safe for concurrent use.
+// Cluster is a JetStream cluster on loopback ports whose nodes restart on
+// the same ports and stores. Safe for concurrent use.
 type Cluster struct {
 	cfg     ClusterConfig
 	mu      sync.Mutex
@@ -142,9 +136,7 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("embedded: a cluster needs a store directory")
 	}
-	// A port found free may be taken by another process before its node
-	// listens on it (tests run in parallel): then the cluster starts again
-	// on other ports.
+	// A free port may be taken before a node listens: start again elsewhere.
 	var err error
 	dir := cfg.Dir
 	for try := range 3 {
@@ -227,9 +219,7 @@ func (c *Cluster) Start(i int) error {
 	return err
 }
 
-// Stop ends every node that runs, waiting for their shutdown until ctx
-// ends (then it returns ctx's error; the nodes still shut down). It is safe
-// to call twice.
+// Stop ends every node, waiting until ctx ends (then its error); safe twice.
 func (c *Cluster) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
@@ -288,9 +278,7 @@ func (c *Cluster) URLs(first int) string {
 	return strings.Join(urls, ",")
 }
 
-// WaitReady waits until every running node is current with a JetStream
-// meta leader that counts every running node as an online peer (before
-// that, creating a replicated stream can fail for want of peers).
+// WaitReady waits until a meta leader counts every running node as a peer.
 func (c *Cluster) WaitReady(timeout time.Duration) error {
 	if !waitFor(timeout, c.ready) {
 		return fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", timeout)
@@ -315,14 +303,9 @@ func (c *Cluster) ready() bool {
 	return peers == running && current
 }
 
-// WaitHealthy waits until every node runs and reports itself healthy as
-// nats-server's /healthz does: JetStream current with its meta leader, and
-// every stream and consumer replica the node holds current with its
-// leader (a node just started is still catching up: until it is, one more
-// node stopped leaves its streams without a quorum, though two of three
-// run). Tests that stop nodes one after another wait for it in between,
-// as an operator's rolling restart waits for /healthz. The error names
-// what was not healthy last.
+// WaitHealthy waits until every node runs and is healthy as /healthz says
+// (every replica current), as a rolling restart must between nodes. The
+// error names what was not healthy last.
 func (c *Cluster) WaitHealthy(timeout time.Duration) error {
 	var why string
 	if !waitFor(timeout, func() bool { why = c.unhealthy(); return why == "" }) {

@@ -22,10 +22,7 @@ type group struct {
 	rev   uint64
 }
 
-// definitions is the group definitions of P_groups: a watch-fed cache
-// (with the tombstones of deleted groups), the registration order every
-// router lists them in, and the writes (Put, Delete). Safe for concurrent
-// use.
+// definitions is P_groups' watch-fed cache, its order and its writes.
 type definitions struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger

@@ -1,11 +1,6 @@
-// Package groups owns tool groups and per-session state: group definitions
-// in P_groups (served from a watch-fed cache), sessions in P_sessions
-// (activated groups, permission context, todos, agent state; read from KV
-// where it matters and kept in a bounded cache of recently used sessions),
-// both updated only by compare-and-set; the built-in reset_tools; and the view of the tools a
-// session's model sees, composed per request from the registry, the
-// session's activation and the request-scoped tools, never by mutating
-// the registry.
+// Package groups owns tool groups (P_groups), session state (P_sessions),
+// reset_tools and search_tools, and composes per request the view of the
+// tools a session's model sees (docs/groups.md).
 package groups
 
 import (
@@ -25,10 +20,7 @@ type Config struct {
 	// Session configures the sessions (package session); its
 	// ActiveByDefault is set here, to the groups defined active_by_default.
 	Session session.Config
-	// Search offers the search_tools meta tool beside reset_tools
-	// (docs/protocol.md 4.2) and makes basic (the tools without a group) a
-	// meta group, off in a new session unless pinned; off, listings are as
-	// before.
+	// Search offers search_tools and makes basic a meta group (docs/protocol.md 4.2).
 	Search bool
 	// Pinned tools and groups are visible to every session (search.go).
 	Pinned Pins
@@ -48,18 +40,9 @@ type Session = session.Session
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = session.ErrAbort
 
-// Store is the owner of the groups and sessions of one router: it holds
-// the parts below, each with one responsibility, and embeds them so that
-// its callers keep one handle (and their call sites):
-//
-//   - definitions: the watch-fed cache of P_groups and its writes (defs.go);
-//   - session.Store: the bounded cache of P_sessions and its
-//     compare-and-set writes (package session);
-//   - activation: reset_tools and the one path that switches a session's
-//     meta groups (search.go).
-//
-// The Store itself starts and stops them and composes views (view.go) and
-// the tool search (search.go). It is safe for concurrent use.
+// Store owns one router's groups and sessions, embedding definitions,
+// session.Store and activation behind one handle, and composes views. Safe
+// for concurrent use.
 type Store struct {
 	*definitions
 	*session.Store
@@ -96,10 +79,8 @@ func sessionConfig(cfg Config, defs *definitions) session.Config {
 	return sc
 }
 
-// Start loads the group cache and keeps it fed until ctx ends or Stop.
-// Sessions are not watched: a deployment may hold far more sessions than a
-// router should keep in memory, and each batch reads its session from KV
-// anyway (Refresh).
+// Start loads the group cache and feeds it until ctx ends or Stop. Sessions
+// are not watched: there may be too many, and batches read them anyway.
 func (s *Store) Start(ctx context.Context) error { return s.definitions.start(ctx) }
 
 // Stop ends the watches, waiting for them until ctx ends; safe to call
@@ -119,14 +100,9 @@ func CheckGroup(g *bus.Group) error {
 	return nil
 }
 
-// Unknown names the configuration's references that match nothing now
-// (docs/protocol.md 9, status): pinned tools and quota rules' tools that
-// no worker registered, pinned groups that are not defined (basic always
-// is), and groups named by registered tools that are not defined (such a
-// tool is never visible, 4.2). Each entry is one line an operator can act
-// on, in a stable order; nil when every name is known. A tool may be
-// registered later: the router's start-up warning says so, and status
-// shows the names as they are at the time asked.
+// Unknown lists, one actionable line each in a stable order, the
+// configuration's names that match nothing now (docs/protocol.md 9): unknown
+// pinned or quota tools, undefined pinned groups and tools' undefined groups.
 func (s *Store) Unknown(reg *registry.Registry) []string {
 	defined := func(g string) bool {
 		_, ok := s.Group(g)

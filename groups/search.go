@@ -27,10 +27,8 @@ const (
 	MaxSearchQuery     = 1000 // bytes
 )
 
-// Pins are tools and groups every session sees whatever its activation:
-// a pinned group counts as active, a pinned tool as visible (it still needs
-// a live worker). Without search a model is shown all it may call; with
-// it, the pinned few plus what it finds.
+// Pins are tools and groups every session sees whatever its activation (a
+// tool still needs a live worker).
 type Pins struct {
 	Tools  []string `json:"tools,omitempty"`
 	Groups []string `json:"groups,omitempty"`
@@ -75,10 +73,8 @@ type SearchInput struct {
 	Activate bool   `json:"activate,omitempty"`
 }
 
-// ParseSearch decodes and checks search_tools' input: an object with a
-// non-empty query, an optional limit in [1, 50] and an optional boolean
-// activate, nothing else. Errors are invalid_input with a text the model
-// can act on.
+// ParseSearch checks search_tools' input (query, limit in [1, 50], activate);
+// errors are invalid_input for the model.
 func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	var in SearchInput
 	dec := json.NewDecoder(bytes.NewReader(input))
@@ -155,12 +151,8 @@ func newToolIndex() *toolIndex {
 	return &toolIndex{ix: search.New(nil), ids: map[string]int{}}
 }
 
-// sync brings the index to tools and groups gs: a tool not indexed yet is
-// added, one whose definition changed (another *registry.Tool) or one of
-// whose groups changed is indexed again, one no longer registered is
-// removed; the others are not touched. Listing the registry (a sort) is
-// the caller's, once per registry version; sync keeps tools, which must
-// not change afterwards (Registry.Tools returns a new slice each time).
+// sync brings the index to tools and gs, re-indexing only what changed. It
+// keeps tools, which must not change afterwards.
 func (ti *toolIndex) sync(tools []*registry.Tool, ver uint64, gs []bus.Group) {
 	changed := changedGroups(ti.groups, gs)
 	ti.syncs++
@@ -256,10 +248,8 @@ type match struct {
 	activate         string // the meta group that makes it visible; "" when visible or none can
 }
 
-// reach says whether a tool can be found by this view's session, and how:
-// visible now, or through a meta group the model may activate. Tools of
-// external-scope groups that are inactive, of undefined groups, without a
-// live worker, or hidden by the request, are never found.
+// reach says whether the session can find t: visible now, or via a meta
+// group it may activate.
 func (v *View) reach(t *registry.Tool) (visible bool, via string, ok bool) {
 	if v.req.Mode == bus.MergeExternalOnly || v.req.external(t.Def.Name) != nil || !v.reg.Live(t) {
 		return false, "", false
@@ -291,11 +281,9 @@ func (v *View) skillReach(sk SkillDoc) (visible bool, via string, ok bool) {
 	return viaMeta(v.store.Groups(), sk.Groups)
 }
 
-// Search runs search_tools for the view's session (id session): it ranks
-// every tool and skill the session could reach, and with activate switches
-// on the groups of the matches through the same path as reset_tools, the
-// other active groups staying active. It returns the text the model reads,
-// or an invalid_input *bus.Error; nothing changes on an error.
+// Search runs search_tools: it ranks what the session could reach and with
+// activate switches the matches' groups on (as reset_tools does). Errors are
+// invalid_input *bus.Error and change nothing.
 func (v *View) Search(ctx context.Context, session string, input json.RawMessage, skills []SkillDoc) (string, error) {
 	in, err := ParseSearch(input)
 	if err != nil {
@@ -397,10 +385,8 @@ type activation struct {
 	pinned   []string // the groups pinned visible (Config.Pinned)
 }
 
-// Reset runs reset_tools for a session: input is the final set of meta
-// groups. Validation comes first and changes nothing on failure. It
-// returns the result text, or an invalid_input *bus.Error whose message is
-// the text the model reads.
+// Reset runs reset_tools (input: the final set of meta groups); an invalid
+// input is an invalid_input *bus.Error and changes nothing.
 func (a *activation) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
 	keys, vals, err := orderedObject(input)
 	if err != nil {
@@ -432,12 +418,8 @@ func (a *activation) Reset(ctx context.Context, session string, input json.RawMe
 	return a.activate(ctx, session, func([]string) []string { return on })
 }
 
-// activate is the one path that changes a session's meta groups, for
-// reset_tools and search_tools alike: final gets the meta groups active in
-// the latest stored session and returns the meta groups active afterwards
-// (names that are not meta groups are dropped); one compare-and-set
-// replaces the meta part of the session's active set and leaves the rest.
-// It returns the text reset_tools answers with.
+// activate is the one path changing a session's meta groups: one
+// compare-and-set sets them to final(current). It returns reset_tools' text.
 func (a *activation) activate(ctx context.Context, session string, final func(cur []string) []string) (string, error) {
 	meta := a.defs.metaGroups()
 	isMeta := metaIn(meta)

@@ -57,12 +57,8 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %q is listed twice", t.Name)
 		}
 		seen[t.Name] = true
-		// Compiled once per router for as long as the compile cache keeps
-		// it (schemas.CacheEntries): re-sent in every batch, it costs a
-		// digest. The request's schemas count together against
-		// schemas.MaxSubschemas (docs/protocol.md 4.3, 13): the walk stops at
-		// the first past it, so one request compiles at most about two
-		// schemas' worth at the limit.
+		// Cached by the compile cache; the request's schemas count together
+		// against schemas.MaxSubschemas (docs/protocol.md 4.3, 13).
 		s, err := schemas.Compile(t.InputSchema)
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %s: %v", t.Name, err)
@@ -130,10 +126,7 @@ func notFound(name string) Resolved {
 	return Resolved{Code: bus.CodeUnknownTool, Message: fmt.Sprintf("ToolNotFoundError: The tool named '%s' doesn't exist.", name)}
 }
 
-// Resolve finds what a call named name runs, in the order of docs/protocol.md
-// 4.3 (merge modes):
-// request-scoped external tools first, then reset_tools, then the registry
-// filtered by active groups and live workers.
+// Resolve finds what a call named name runs (docs/protocol.md 4.3).
 func (v *View) Resolve(name string) Resolved {
 	if t := v.req.external(name); t != nil {
 		return Resolved{External: t}
@@ -205,10 +198,8 @@ func (v *View) active(g string) bool {
 	return defined
 }
 
-// Tools returns the definitions the model sees, in order: tools of basic
-// and of the active groups with a live worker (external tools need none),
-// then reset_tools when a meta group exists, then the request's external
-// tools; a request-scoped tool replaces a backend tool of the same name.
+// Tools returns the definitions the model sees: active tools with a live
+// worker, reset_tools, then the request's tools, which replace namesakes.
 func (v *View) Tools() []bus.ToolDef {
 	var out []bus.ToolDef
 	if v.req.Mode != bus.MergeExternalOnly {
@@ -249,13 +240,9 @@ func (v *View) Groups() []bus.GroupInfo {
 	return out
 }
 
-// Deferred returns, for a listing with deferred tools (docs/protocol.md
-// 4.1), each inactive meta group the model could activate with its tools
-// that are not visible now, in registration order: the tools search_tools
-// could activate (reach), each under the first of its meta groups. Tools of
-// external-scope groups that are inactive, of undefined groups, without a
-// live worker, or hidden by the request are never deferred. It also
-// returns each deferred tool's group by name.
+// Deferred returns, for a deferred listing (docs/protocol.md 4.1), each
+// inactive meta group with the tools reach could activate, and each
+// deferred tool's group.
 func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
 	byGroup := map[string][]bus.ToolDef{}
 	of := map[string]string{}

@@ -46,9 +46,8 @@ type Outcome struct {
 	Code string `json:"code,omitempty"`
 }
 
-// isJSON reports whether a Content-Type is application/json, with
-// parameters or not (charset=utf-8), and nothing else: application/jsonx
-// or a text/plain a form can send without a preflight are refused.
+// isJSON reports whether a Content-Type is application/json (parameters
+// allowed): a form's text/plain must not pass without a preflight.
 func isJSON(contentType string) bool {
 	mt, _, err := mime.ParseMediaType(contentType)
 	return err == nil && mt == "application/json"
@@ -148,9 +147,8 @@ func answerOf(it Item, a Act) (bus.Answer, error) {
 	return bus.Answer{}, fmt.Errorf("action must be allow, deny or answer, got %q", a.Action)
 }
 
-// outputOf is an external answer's output: text as one text block; JSON
-// checked, and as one text block of the compact JSON (an array of blocks
-// is taken as the blocks).
+// outputOf is an external answer's output: a text block of the text or of
+// compact JSON, or the array of blocks given.
 func outputOf(format, s string) ([]bus.Block, error) {
 	if !utf8.ValidString(s) {
 		return nil, errors.New("the output is not UTF-8 text")
@@ -200,10 +198,8 @@ func validKey(key string) bool {
 	return len(parts) == 3 && bus.ValidID(parts[0]) && bus.ValidID(parts[1]) && bus.ValidID(parts[2])
 }
 
-// checkOutput checks an external answer against the tool's output_schema
-// when its definition declares one: the answer must then be JSON that the
-// schema accepts. A definition the inbox cannot read is not checked (the
-// router takes the answer either way).
+// checkOutput checks an external answer against the tool's output_schema,
+// if any (an unreadable definition is not checked: the router decides).
 func (s *Server) checkOutput(ctx context.Context, tool string, a Act) error {
 	if s.tools == nil {
 		return nil

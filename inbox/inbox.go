@@ -1,13 +1,6 @@
-// Package inbox serves the approval inbox: a web page that lists the calls
-// waiting for a person across every session (confirmations and external
-// calls), live, and lets that person allow, allow and remember, deny with
-// a reason, or answer an external call. The page is plain HTML, CSS and
-// JavaScript embedded in the binary; the list comes from a watch of the
-// parked records (docs/protocol.md 6.1) and every answer goes through
-// client.Parked().Confirm or client.Parked().Answer (6.3), bound to the exact call: the
-// page sends the input digest and the record's revision it showed.
-//
-// docs/inbox.md describes the choices and the access model.
+// Package inbox serves the approval inbox, a web page listing live the calls
+// waiting for a person in every session, to allow, deny or answer through
+// the client, bound to the exact call shown (docs/inbox.md).
 package inbox
 
 import (
@@ -46,11 +39,8 @@ type Config struct {
 	// Source is the CloudEvents source of the answers the inbox sends
 	// (who answered, as the router records it); "" means "toolbus/inbox".
 	Source string
-	// Approver says the connection is the approver role: it answers
-	// confirmations only (external calls are listed, not answerable), and
-	// it may not create consumers nor use the JetStream API, so the inbox
-	// polls P.admin.parked.list every second, and lists a call's session
-	// before it answers, instead of watching and reading the bucket.
+	// Approver: the approver role answers confirmations only and has no
+	// JetStream API, so the inbox polls P.admin.parked.list instead.
 	Approver bool
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
@@ -80,10 +70,8 @@ type Item struct {
 	Note string `json:"note,omitempty"`
 }
 
-// Server is the inbox. It owns records, the waiting calls it keeps in
-// memory (records.go, embedded), and checks every request with a gate over
-// its token (serve.go); it declares the lifecycle, the page and its API
-// (serve*, act, the approver's polling). It is safe for concurrent use.
+// Server is the inbox: the waiting calls (records) and the token-gated page
+// and API. Safe for concurrent use.
 type Server struct {
 	*records
 
@@ -119,12 +107,8 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, records: newRecords(maxItems, cfg.Approver, cfg.Logger)}, nil
 }
 
-// Start watches the parked records (the call records only, keys
-// <session>.<replyid>.<callid>, never the batches' continuations), or
-// polls them as the approver, and returns once the current ones are
-// loaded. The reads that decide an answer come from the bucket's stream
-// leader: through store.KV (message gets) with a login that may use the
-// JetStream API, through a router's parked.list as the approver
+// Start watches (or as the approver polls) the call records, returning once
+// they are loaded. Reads deciding an answer come from the stream leader
 // (docs/inbox.md).
 func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.Approver {
@@ -164,10 +148,8 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// leaderReads reads a call's record from kv, which reads a replicated
-// bucket from its stream leader: a follower's direct get may not have the
-// record a moment after it was written, and the answer would be refused
-// as gone.
+// leaderReads reads a call's record from the stream leader: a follower may
+// not have it yet.
 func leaderReads(kv *store.KV, s *records) func(context.Context, string) (reading, error) {
 	return func(ctx context.Context, key string) (reading, error) {
 		e, err := kv.Get(ctx, key)
@@ -309,11 +291,8 @@ func (s *Server) startPolling(ctx context.Context, rr routerReads) error {
 	return nil
 }
 
-// routerReads reads the parked calls as the approver may, which uses no
-// JetStream API: through a router's parked.list, which the router answers
-// once its cache holds every write the bucket's leader had when asked
-// (router ParkedNow), with each call's revision and user (1.14). The
-// polling and the read before an answer share it.
+// routerReads reads the parked calls through a router's parked.list, up to
+// date with the leader (ParkedNow), for the approver's polling and answers.
 type routerReads struct {
 	cl *client.Client
 	*records

@@ -16,17 +16,10 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// records is the waiting calls as the inbox keeps them in memory: one
-// Item per parked call record (P_parked keys <session>.<replyid>.<callid>),
-// fed by the watch or the approver's polling and by a fresh read before
-// every answer (refresh), and the channel closed at every change that the
-// event streams wait on. Safe for concurrent use.
-//
-// Every change is guarded by the record's revision: a read or delivery
-// older than what the inbox holds, or than the revision at which a record
-// said the call ended (a tombstone, kept for tombAge), changes nothing, so
-// a late answer to a fresh read never brings back an answered call, and a
-// drop never removes a call that a newer read found waiting.
+// records is the waiting calls in memory, one Item per call record, fed by
+// the watch or polling and a fresh read before every answer, with a channel
+// closed at every change. A read older than what is held, or than a
+// tombstone (tombAge), changes nothing. Safe for concurrent use.
 type records struct {
 	fetch    func(context.Context, string) (reading, error) // set by Start
 	maxItems int
@@ -41,9 +34,8 @@ type records struct {
 	changed chan struct{} // closed and replaced on every change
 }
 
-// reading is a call's record as one read or delivery found it: the item
-// when the call waits, and the record's revision (0: no record, the key
-// is absent or deleted).
+// reading is a call's record as read: the item if waiting, and its revision
+// (0: no record).
 type reading struct {
 	it    Item
 	waits bool
@@ -68,9 +60,8 @@ func (s *records) apply(e jetstream.KeyValueEntry) {
 	s.set(e.Key(), reading{it: it, waits: ok, rev: e.Revision()})
 }
 
-// set applies r to call key unless the inbox holds a newer revision of it,
-// or saw it end at a revision at least as new; a reading of no record (rev
-// 0) changes nothing.
+// set applies r to call key unless something as new is held or ended; rev 0
+// changes nothing.
 func (s *records) set(key string, r reading) {
 	if r.rev == 0 {
 		return
@@ -100,11 +91,8 @@ func (s *records) set(key string, r reading) {
 	s.changedLocked()
 }
 
-// gone drops call key if the inbox still holds revision rev of it (a read
-// begun while it held rev found no record). It keeps no tombstone: the
-// read gives no revision, and a late delivery of rev (or older) is
-// followed by the watch's delivery of the write that ended the call, as a
-// poll's list that still has it is by the next poll.
+// gone drops call key if still held at rev (a read found no record); no
+// tombstone: the write that ended the call follows any late delivery.
 func (s *records) gone(key string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -124,11 +112,8 @@ func (s *records) mark() uint64 {
 	return s.step
 }
 
-// prune drops the calls held since before step mark that a poll did not
-// list (seen): a call a fresh read found after the poll's list was made
-// stays. No tombstone either: a list a router made from a cache that lags
-// (it waited 2 s for the leader's last write in vain) may leave out a call
-// that still waits, which the next poll then lists again.
+// prune drops calls held since before mark that a poll did not list; no
+// tombstone: a lagging list may miss a call the next poll lists.
 func (s *records) prune(seen map[string]bool, mark uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -194,10 +179,8 @@ func (s *records) lookup(key string) (Item, bool) {
 	return it, ok
 }
 
-// refresh reads the record of call key afresh (from the bucket's leader:
-// Server.Start) and applies it. A record that is gone is dropped if the
-// inbox still holds the revision it held before the read (a newer one set
-// meanwhile stays); one that cannot be read is kept as it was.
+// refresh rereads call key from the leader and applies it (gone: dropped
+// unless newer meanwhile; unreadable: kept).
 func (s *records) refresh(ctx context.Context, key string) {
 	held, _ := s.lookup(key)
 	r, err := s.fetch(ctx, key)

@@ -97,12 +97,9 @@ func (r *Running) Token() string { return r.s.cfg.Token }
 // TokenFile is the file SaveToken writes in its directory.
 const TokenFile = "inbox.token"
 
-// SaveToken writes token to dir/inbox.token, mode 0600, and returns the
-// file's path: a router keeps a generated token there rather than in its
-// log. dir must be private (0700 or tighter, owned by this process's
-// user, not a symlink); "" means toolbus/ under the user's cache directory,
-// made 0700. The file is replaced through a rename, so a link planted at
-// its name is replaced, never followed.
+// SaveToken writes token to dir/inbox.token (0600, by rename: a planted link
+// is replaced, not followed) and returns its path. dir must be private; ""
+// is toolbus/ under the user cache directory.
 func SaveToken(dir, token string) (string, error) {
 	if dir == "" {
 		cache, err := os.UserCacheDir()
@@ -130,9 +127,8 @@ func (r *Running) BannerSaved(file string) string {
 	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/?token=<the token in %s> (generated now; --inbox-token-file keeps one)", r.Addr, r.Addr, file)
 }
 
-// Names of the token's carriers: the cookie the page's first visit sets,
-// and the header every POST must carry (a cross-site form or fetch cannot
-// set it without a CORS preflight, which the inbox never grants).
+// The token's cookie, and the header every POST carries (cross-site, it
+// needs a preflight the inbox never grants).
 const (
 	CookieName  = "toolbus_inbox"
 	TokenHeader = "X-Toolbus-Token"
@@ -169,9 +165,8 @@ func Token(token, tokenFile string) (tok string, generated bool, err error) {
 	return tok, false, nil
 }
 
-// CheckListen refuses to serve a non-loopback address with a token the
-// user did not choose (generated): a page that answers confirmations on a
-// public address is opened only on purpose.
+// CheckListen refuses a non-loopback address with a generated token: a
+// public approval page is opened only on purpose.
 func CheckListen(addr string, generated bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {

@@ -1,20 +1,8 @@
-// Package limits enforces quotas and rate limits on tool calls for every
-// router of a deployment at once, with all state in JetStream:
-//
-//   - rates (calls per interval with a burst) are a GCRA (generic cell
-//     rate algorithm) whose one value per key, the theoretical arrival
-//     time, lives in the P_limits KV bucket and changes only by
-//     compare-and-set, so two routers never both take the last slot;
-//   - budgets (calls or cost units per UTC day) are JetStream counters
-//     (Nats-Incr on a stream with allow_msg_counter, nats-server 2.12+):
-//     one increment per call, whose acknowledged total says whether the
-//     call fits, and a refused increment is taken back.
-//
-// A Rule names the calls it counts (tools, write tools only) and what it
-// counts per (tool, user, session, tenant: any combination, none for one
-// global count). Check either admits a call, having counted it against
-// every rule it matches, or refuses it with the rule and when to retry;
-// a refused call has counted against nothing. See docs/guardrails.md.
+// Package limits enforces quotas and rate limits for every router at once,
+// with all state in JetStream: rates as a GCRA value per key in P_limits
+// (compare-and-set), budgets as JetStream counters (Nats-Incr). Check admits
+// a call having counted it against every matching rule, or refuses it having
+// counted nothing. See docs/guardrails.md.
 package limits
 
 import (
@@ -152,9 +140,8 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
-// key is the part of a count's name that tells what it counts per: a
-// digest of the call's values of the rule's dimensions, so any user or
-// tool name makes a valid subject token and KV key.
+// key digests the call's values of the rule's dimensions: a valid KV key
+// whatever the names.
 func (l *Limiter) key(r *Rule, c Call) string {
 	h := sha256.New()
 	for _, p := range r.Per {
@@ -179,11 +166,8 @@ func (l *Limiter) budgetSubject(key string, now time.Time) string {
 // undo takes back what an admitted rule counted.
 type undo func(context.Context)
 
-// Check counts call c against every rule it matches, in order. When one
-// refuses it, what the earlier ones counted is taken back and the refusal
-// is returned; a nil Refusal means the call may run. An error means the
-// counts could not be reached: the caller must not run the call (fail
-// closed).
+// Check counts c against every matching rule; a refusal takes back what was
+// counted. nil, nil: the call may run; an error: it must not (fail closed).
 func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 	var undos []undo
 	rollback := func() {
@@ -219,9 +203,8 @@ func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 	return nil, nil
 }
 
-// gcra is a rates bucket value: the theoretical arrival time (unix ns) and
-// a nonce, so that a write whose acknowledgement was lost is recognised as
-// this writer's own and no other's (store.Update compares values).
+// gcra is a rates value: the theoretical arrival time (unix ns) and a nonce
+// recognising this writer's own write after a lost acknowledgement.
 type gcra struct {
 	TAT   int64  `json:"tat"`
 	Nonce string `json:"n"`
@@ -274,10 +257,9 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}, nil
 }
 
-// budget adds the call's cost to rule r's counter for key and today; past
-// the budget, the cost is taken back and the call refused until the next
-// UTC day. Each increment's acknowledged total is unique, so exactly the
-// calls that fit are admitted, whichever router counts them.
+// budget adds the call's cost to today's counter; past the budget it is taken
+// back and refused. Acknowledged totals are unique, so exactly the calls
+// that fit are admitted.
 func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
 	subject := l.budgetSubject(key, now)
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
@@ -463,19 +445,15 @@ var dimensions = []string{PerTool, PerUser, PerSession, PerTenant}
 // MaxRules bounds the rules of one deployment: Check looks at each.
 const MaxRules = 256
 
-// MaxRateSpan bounds a rate's interval per call times its burst: the
-// longest a GCRA value can matter, and the TTL of the rates bucket. A
-// longer horizon is a budget.
+// MaxRateSpan bounds a rate's interval times burst: the rates bucket's TTL.
 const MaxRateSpan = 24 * time.Hour
 
 // Policy is the limits block of the router configuration.
 type Policy struct {
 	// Rules are checked in order; a call is refused by the first it is over.
 	Rules []Rule `json:"rules,omitempty"`
-	// Tenants maps toolbus users to their tenant. A user not named here
-	// counts in the tenant "" (all such users share it), so a per-tenant
-	// limit cannot be escaped by claiming a tenant: the tenant never comes
-	// from the batch.
+	// Tenants maps users to tenants (others share ""); it never comes from
+	// the batch, so it cannot be claimed.
 	Tenants map[string]string `json:"tenants,omitempty"`
 }
 
@@ -496,9 +474,7 @@ type Rule struct {
 	Rate *Rate `json:"rate,omitempty"`
 	// Budget, when set, bounds units per UTC day.
 	Budget *Budget `json:"budget,omitempty"`
-	// CacheHits, when true, counts calls the result cache answers too.
-	// By default a hit runs nothing and costs nothing, so no rule counts
-	// it (docs/guardrails.md "When a call counts").
+	// CacheHits counts result cache hits too (docs/guardrails.md).
 	CacheHits bool `json:"cache_hits,omitempty"`
 }
 

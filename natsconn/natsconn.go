@@ -1,9 +1,6 @@
-// Package natsconn is how every toolbus command and library connects to
-// NATS: the server URLs and the credentials (a creds file, an nkey seed
-// file, a user and password, a token) and TLS settings, read from the same
-// environment variables the nats CLI reads and from flags that override
-// them. It depends on nats.go only, so the client and worker packages may
-// use it.
+// Package natsconn connects to NATS with the URLs, credentials and TLS of the
+// nats CLI's environment variables, overridden by flags. It depends on
+// nats.go only.
 //
 //	cfg := natsconn.FromEnv()
 //	cfg.RegisterFlags(fs) // --nats --creds --nkey --user --password --token --tls-ca --tls-cert --tls-key --inbox-prefix
@@ -247,11 +244,8 @@ func (c Config) Connect(name string, extra ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// ConnectWait is Connect for a long-running process that may start before
-// its servers (a compose file or systemd units starting both at once): while
-// no server answers it logs once that it waits, then retries with a growing
-// pause (at most 2 s) until one does or ctx ends. Any other failure (a
-// refused login, bad TLS, bad flags) returns at once.
+// ConnectWait is Connect retrying (logged once, pauses up to 2 s) while no
+// server answers, until ctx ends; other failures return at once.
 func (c Config) ConnectWait(ctx context.Context, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, error) {
 	pause := 100 * time.Millisecond
 	for logged := false; ; {

@@ -1,11 +1,7 @@
-// Package parked is the one machine of calls that wait for someone outside
-// the bus — a person's confirmation, or an external tool — and of the
-// batches they belong to (docs/protocol.md 6, docs/parked.md). Only this
-// package writes or decodes its records in P_parked: a call's record (key
-// <session>.<replyid>.<callid>) and its batch's continuation (key
-// <session>.<replyid>). The router drives it with verbs that return typed
-// outcomes; every transition is one compare-and-set, so racing routers
-// agree on one winner.
+// Package parked is the one machine of calls waiting for someone outside the
+// bus and of their batches (docs/protocol.md 6, docs/parked.md). Only it
+// reads or writes P_parked; every transition is one compare-and-set, so
+// racing routers agree on one winner.
 package parked
 
 import (
@@ -141,27 +137,21 @@ type Run struct {
 
 // Parking is what Park did.
 type Parking struct {
-	// Before: an earlier copy of the batch parked first and Batch is that
-	// copy's continuation (nil: unreadable); of the run's calls it waits
-	// for, Parked has the records as stored, those the earlier copy had
-	// not written yet written now (Store.join).
+	// Before: an earlier copy of the batch parked first; Batch is its
+	// continuation (nil: unreadable) and Parked its records (Store.join).
 	Before bool
 	Batch  *Batch
 	Parked []*Record
 	Failed map[string]error // by call id: the calls that could not park
-	// Differs, with Before: the earlier copy holds other calls than this
-	// one (bus.SameCalls: ids, names, inputs), and this copy is refused
-	// with it: nothing of it parked, none of its records was written
-	// (docs/protocol.md 3.1, 1.12).
+	// Differs, with Before: the earlier copy holds other calls
+	// (bus.SameCalls); this copy is refused, nothing written.
 	Differs error
 }
 
-// Park records the run's continuation, then its calls' records, then
-// publishes their live handoff requests (docs/protocol.md 6.1, 6.2). A
-// batch whose only wait is its last call carries its continuation in that
-// call's record: one write. An error means nothing parked, but ErrNotOwner:
-// the batch is another router's (it took the continuation over, or moved on
-// a lone run whose calls did not all park), and this copy stops.
+// Park records the run's continuation, its calls' records, then their live
+// handoff requests (docs/protocol.md 6.1, 6.2); a lone last wait is carried in
+// its call's record. An error means nothing parked, but ErrNotOwner: the
+// batch is another router's and this copy stops.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
@@ -215,16 +205,10 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 					return Parking{Before: true, Batch: first, Differs: differs}, nil
 				}
 			case forestalled(prev):
-				// A cancel ended the call before it parked (Cancels.Forestall,
-				// docs/protocol.md 3.5): it did not park, and settles with
-				// its result as any call that could not park.
+				// A cancel ended the call before it parked (Cancels.Forestall).
 				err = errCancelledFirst
 			default:
-				// Another copy of this batch, which found this one's
-				// continuation, parked the call first (join): it is parked,
-				// and may be answered or ended since (its result joins the
-				// continuation as any parked call's does; the last one may
-				// have removed it already).
+				// Another copy of this batch parked the call first (join).
 				out.Parked = append(out.Parked, prev)
 				continue
 			}
@@ -242,13 +226,8 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	s.calls.announce(run, out.Parked, created)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
-		// running, and settles with that call's result as any run does.
-		// Only while the continuation still waits, without a result, for
-		// every call that failed: otherwise another router moved it on
-		// since it was written (a mend added a forestalled call's result
-		// and resumed it, or finished it and removed it), and the batch is
-		// that router's. Then nothing is written, and the run stops as one
-		// whose continuation was taken over (ErrNotOwner).
+		// running, but only while the continuation still waits for every
+		// failed call; else another router moved it on (ErrNotOwner).
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
 			for id := range out.Failed {
 				if !b.lacks(id) {
@@ -270,10 +249,7 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	return out, nil
 }
 
-// forestalled reports whether r is the record Cancels.Forestall writes
-// (kind queued, ended with its result): a call a cancel ended before it
-// parked. A record a copy parked has the kind it parked as, whatever it
-// became since.
+// forestalled reports whether r is a record Cancels.Forestall wrote.
 func forestalled(r *Record) bool {
 	return r.Kind == bus.KindQueued && r.Status != bus.ParkParked && r.Result != nil
 }
@@ -323,16 +299,10 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
-// join parks, for a copy of a batch that found cont written by an earlier
-// copy, the calls of run that cont waits for and that have no record yet:
-// the earlier copy is still writing them, or died before it did. A reply
-// or call.parked lists a call as parked only once its record exists
-// (docs/protocol.md 6.1: an answer sent the moment it is listed finds the
-// call parked); whichever copy's create lands first is the record. It
-// returns the records of run's calls that cont waits for, as stored. With
-// no cont (it is gone: the batch finished after this copy's create
-// conflicted, or it could not be read) it writes nothing and returns the
-// records of run's calls that exist, which say how each ended.
+// join parks, for a copy of a batch that found an earlier copy's cont, the
+// awaited calls that have no record yet (a call is listed only once its
+// record exists: docs/protocol.md 6.1), and returns the awaited records as
+// stored. With no cont it writes nothing and returns the records that exist.
 func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	var out, created []*Record
 	for _, r := range run.Calls {
@@ -356,12 +326,9 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	return out
 }
 
-// sameRecorded checks, for a copy of a batch whose continuation is gone
-// (the batch finished) or unreadable, the calls of run that have records:
-// each record's call must be the copy's call of that id (bus.SameCalls on
-// the one call). The copy's other calls cannot be checked: the calls of
-// the batch are no longer held anywhere but in the records of those that
-// parked (docs/protocol.md 3.1).
+// sameRecorded checks, for a copy whose continuation is gone or unreadable,
+// that each recorded call is the copy's call of that id: the records are all
+// that is left of the batch (docs/protocol.md 3.1).
 func sameRecorded(run Run, recs []*Record) error {
 	for _, rec := range recs {
 		for _, c := range run.Batch.Data.Calls {
@@ -375,9 +342,8 @@ func sameRecorded(run Run, recs []*Record) error {
 	return nil
 }
 
-// unpark removes records that a copy refused (Parking.Differs) wrote
-// before it found the batch it is not a copy of; they were not announced.
-// A function, not a method: calls keeps to 15 methods (TestMethodsPerType).
+// unpark removes the unannounced records of a refused copy (Parking.Differs).
+// A function: calls keeps to 15 methods (TestMethodsPerType).
 func unpark(ctx context.Context, c *calls, recs []*Record) {
 	for _, r := range recs {
 		if _, err := store.Delete(ctx, c.kv, r.Key(), store.Bounded); err != nil {
@@ -387,8 +353,7 @@ func unpark(ctx context.Context, c *calls, recs []*Record) {
 }
 
 // announce hands run's parked records to run.Announce, then publishes the
-// live handoff requests of those this router created (a record another
-// copy of the batch created has its request from that copy).
+// live requests of those this router created.
 func (c *calls) announce(run Run, parked, created []*Record) {
 	if run.Announce != nil {
 		run.Announce(parked)
@@ -424,14 +389,9 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 }
 
 // Settle ends the run that parked calls: its results join the continuation,
-// and the batch waits for its answers, or, when every answer came in during
-// the run, this router resumes it (true, the lease held).
-//
-// A run whose continuation another router took over meanwhile (this
-// router's lease lapsed while it ran: docs/protocol.md 6.1) adds its results
-// and changes nothing else: the batch is that router's, which settles it
-// after its repair. Were the phase set here too, both routers could find
-// the batch ready and both resume it.
+// and the batch waits, or is resumed here when every answer came in (true).
+// A continuation taken over meanwhile only gets the results: setting the
+// phase too could let both routers resume it.
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
@@ -476,15 +436,11 @@ type Answered struct {
 	Answer  *bus.Answer // the winning answer, as decide left it
 }
 
-// Resume records a call's result in its batch: in the call's record when it
-// was answered and ran here (answered → done), then report runs with the
-// continuation as read (nil: unreadable), then the result joins the
-// continuation. The completion that finds every awaited call done resumes
-// the batch (true): with nothing left to run, and for a carried batch, with
-// no write (Finish removes the continuation once batch.done is out, so a
-// router that stops before leaves it to the mends: docs/protocol.md 1.13),
-// else the result is added under this router's lease. report is skipped
-// when another router closed the answered call (docs/parked.md).
+// Resume records a call's result in its record (answered → done), runs
+// report with the continuation as read (nil: unreadable; skipped when another
+// router closed the call), then adds the result to the continuation. The
+// last awaited result resumes the batch (true); with nothing left to run it
+// writes nothing, Finish removing the continuation after batch.done.
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -507,12 +463,8 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	}
 	report(cont)
-	// A carried batch waited for this call alone, and a continuation that
-	// waits for this result last has nothing left to run: nothing to write
-	// now. The continuation stays until its batch.done is out (Finish
-	// removes it then), so that, should this router stop before, the
-	// mends of the others find it parked without this result and publish
-	// that batch.done (docs/protocol.md 6.1, 1.13).
+	// Nothing to write when nothing is left to run: the continuation stays
+	// until batch.done so the others' mends cover a stop (protocol 1.13).
 	if err == nil && (cont.gone || cont.last(rec.Call.ID)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
@@ -521,20 +473,13 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
 }
 
-// Mends completes the batches whose router ended a call and stopped before
-// the call's result joined the batch's continuation (docs/protocol.md 6.1,
-// 1.11): Stranded finds them, Mend completes each. Its zero value is not
-// usable: it is Store.Mends.
+// Mends completes batches whose router ended a call and stopped before its
+// result joined the continuation (docs/protocol.md 6.1, 1.11). Use Store.Mends.
 type Mends struct{ s *Store }
 
-// Stranded returns the records of calls that this router saw end (done,
-// expired, cancelled) before cutoff, and whose batch's continuation, as
-// the cache has it, still waits for answers without their result: the
-// router that ended each stopped before its Resume (docs/protocol.md 6.1,
-// 1.11). Mend completes them. It reads each such record from the store;
-// a call whose result joined its batch costs no read or write, only the
-// note the watch of records made when the call ended, dropped here. A
-// record returned is looked at again a lease later, when Mend failed.
+// Stranded returns the records of calls seen ending before cutoff whose
+// continuation, as cached, still lacks their result. The normal case costs
+// no I/O; a record returned is looked at again a lease later.
 func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	s := m.s
 	var out []*Record
@@ -558,19 +503,11 @@ func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	return out
 }
 
-// Mend adds the result of rec, a call that another router ended and that
-// stopped before its result joined the batch (Mends.Stranded), to the batch's
-// continuation, as that router's Resume would have: report runs first,
-// with the continuation as read (the call.result event, whose id
-// ResultID derives, so the stopped router's event, if it got out, and this
-// one are stored once), then one compare-and-set adds res if the
-// continuation still waits for answers without it. Of Mend and the call's
-// own Resume, or Mends on several routers, one adds it; the one whose
-// write makes the batch ready resumes it (true, the lease held), under a
-// lease as any resumed batch: Finish removes the continuation. A call
-// whose result joined meanwhile, or whose batch moved on or finished,
-// gets nil, false and no error, and report is not run when that is known
-// before.
+// Mend does, for a stranded rec, what its router's Resume would have:
+// report (the call.result event, deduplicated by ResultID), then one
+// compare-and-set adding res while the continuation lacks it; the write that
+// makes the batch ready resumes it (true). A result that joined meanwhile,
+// or a batch that moved on, gets nil, false, nil.
 func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	s := m.s
 	if !endsInBatch(rec) {
@@ -611,15 +548,10 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 // waits for it.
 var errMended = errors.New("parked: the result joined its batch")
 
-// Lone returns the records of calls that carried their batch (docs/protocol.md
-// 6.1, 1.6), that this router saw end, and whose router, named by the
-// write that ended them, is gone without having outlived that moment by a
-// lease (presence.Judge): it may have died before its batch.done. Redo
-// publishes their call.result and batch.done again, with the ids the
-// router used, so the events stream stores each once (docs/protocol.md
-// 1.13). A note whose router outlived the end is dropped with no I/O (the
-// normal path); one whose router may still be finishing is looked at again
-// at the next call. Only a record returned is read from the store.
+// Lone returns the records of carried calls seen ending whose router is gone
+// without outliving the end by a lease (presence.Judge): it may have died
+// before batch.done, which Redo publishes again (docs/protocol.md 1.13).
+// The normal path costs no I/O.
 func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	s := m.s
 	if s.cfg.Presence == nil {
@@ -651,12 +583,9 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	return out
 }
 
-// Redo completes again, for a router that is gone (Mends.Lone), the batch
-// that rec carried: report runs with the batch (the call.result event, by
-// its id ResultID), and the batch, with rec's result res, is returned
-// resumed by this router (true) with nothing left to run, so that the
-// router publishes its batch.done by its id (Batch.DoneID). It writes
-// nothing: a call that carried its batch has nothing else to record.
+// Redo completes again the batch rec carried for a gone router (Mends.Lone):
+// report runs, and the batch with res returns resumed (true) with nothing
+// left to run, for its batch.done. It writes nothing.
 func (m Mends) Redo(_ context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	cont := carried(rec)
 	if cont == nil || !endsCarried(rec) {
@@ -675,15 +604,9 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 }
 
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
-// the continuation so queued calls never run and ends the parked ones as
-// interrupted. It returns the calls this router ended.
-//
-// It marks the continuation whenever this router has a parked call of the
-// reply or knows its continuation (the watch-fed cache, and this router's
-// own writes): also when no call of the batch is parked any more, because
-// the last one was just answered and a router is resuming the batch
-// (docs/protocol.md 3.5). That router reads the marks that landed after its
-// resume with Reads.Marks. A reply this router knows nothing of costs no read.
+// the continuation, when known, so queued calls never run (a resuming router
+// reads late marks with Reads.Marks), and ends the parked ones. It returns
+// the calls this router ended; an unknown reply costs no read.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
@@ -699,16 +622,10 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 // it is Store.Cancels.
 type Cancels struct{ s *Store }
 
-// Forestall records the result of c, a call of the batch of session and
-// reply id that a cancel ended before it started (docs/protocol.md 3.5) and
-// that a re-sent copy of the batch might park (an external tool, a tool that
-// may ask), in a record of its own: status cancelled, kind queued, with res.
-// A copy that would park the call reads that record first (as it reads the
-// record of any call it parks, router parkStep.reuse) and gets res, so
-// nobody is asked again; also after batch.done, when the continuation and
-// its cancel marks are gone. The record is never parked: the handoff, the
-// listings and expiry pass it by. A record the call has already (a copy
-// parked it; the cancel reaches that one) is left as it is.
+// Forestall records res for c, a call a cancel ended before it started
+// (docs/protocol.md 3.5), in a cancelled record of kind queued, so a re-sent
+// copy that would park it gets res instead, even after batch.done. An
+// existing record is left as it is.
 func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
 	s, now := f.s, time.Now().UTC()
 	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res,
@@ -723,13 +640,9 @@ func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.C
 	return nil
 }
 
-// Marks adds to b, a continuation this router resumed or took over, the
-// cancel marks of its batch that this router knows of and b lacks: those
-// written after b was read, by this router's Cancel or seen by its watch.
-// The router calls it once the batch is reachable by cancels (tracked as
-// running): a cancel this router handles from then on reaches the running
-// batch, and one it handled before wrote its marks here first, so either
-// way the calls it names never start (docs/protocol.md 3.5).
+// Marks adds to b, once it is tracked as running, the cancel marks this
+// router knows and b lacks, so a cancel before or after never misses
+// (docs/protocol.md 3.5).
 func (s Reads) Marks(b *Batch) {
 	if b.gone {
 		return // carried: nothing of it is left to run
@@ -777,12 +690,8 @@ func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 // id when given, oldest first, from the cache.
 func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
-// ParkedNow is Parked once the cache holds every write to the call records
-// of session ("" for all) that the bucket's leader had when it was called,
-// whichever router wrote it (docs/protocol.md 3.4: a reply's parked calls
-// are in parked.list by the time the reply is sent, and any router may
-// answer parked.list). When ctx ends first, or the leader cannot be asked,
-// it lists the cache as it is, with the error.
+// ParkedNow is Parked once the cache caught up with the bucket's leader
+// (docs/protocol.md 3.4); when it cannot, the cache as it is, with the error.
 func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error) {
 	filter := "*.*.*"
 	if session != "" {
@@ -795,11 +704,8 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 	return s.Parked(session, ""), err
 }
 
-// Held returns the record of the first of calls, of the batch of session
-// and reply id, that the cache holds parked; nil when none (the normal
-// path of a new batch: one lookup per call, no allocation). A router
-// compares a batch that finds one with the batch parked under its reply
-// id before it runs any of its calls (docs/protocol.md 3.1, 1.12).
+// Held returns the cached parked record of the first of calls, nil when none
+// (one lookup per call, no allocation; docs/protocol.md 3.1).
 func (s Reads) Held(session, replyID string, calls []bus.Call) *Record {
 	var buf [192]byte
 	s.calls.mu.RLock()
@@ -841,20 +747,9 @@ func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, erro
 	return b, nil
 }
 
-// Phase is where the continuation of a parked batch stands; each change
-// is one compare-and-set of a Store verb, so racing routers agree on who
-// has the batch (docs/parked.md):
-//
-//	Park:     (new) ─▶ running (lease held), or ─▶ parked when nothing else of the run runs
-//	Settle:   running ─▶ parked, or ─▶ resumed when every answer came in during the run
-//	Resume:   parked ─(last result)─▶ resumed (lease held), or stays when nothing is left (no write: Finish deletes it after batch.done)
-//	Park:     resumed ─▶ running | parked   the rest of the batch parks more calls
-//	TakeOver: running|resumed, lease stale ─▶ resumed (another router holds it)
-//	Finish:   running|resumed ─▶ (deleted)  batch.done was published
-//
-// A new batch whose only wait is its last call is carried in that call's
-// record instead (Record.Batch, docs/protocol.md 6.1), and resumed with no
-// write of its own.
+// Phase is where a continuation stands; each change is one compare-and-set
+// of a Store verb (the table in docs/parked.md). A batch whose only wait is
+// its last call is carried in that call's record instead (Record.Batch).
 type Phase string
 
 const (
@@ -912,26 +807,17 @@ func (b *Batch) lacks(id string) bool {
 	return b.Phase == PhaseParked && !has && slices.Contains(b.Waiting, id)
 }
 
-// DoneID is the id of the batch's batch.done event, and so its
-// Nats-Msg-Id: derived from the session and reply id, so that every router
-// that finishes the batch (the one that resumed it, and one that took its
-// lapsed lease over, docs/parked.md) sends the same id and the events
-// stream, which de-duplicates by it within the dedupe window, stores one
-// batch.done (docs/protocol.md 3.4, 6.1). Within that window a reply id
-// names one batch (3.1). 22 characters, as a NUID.
+// DoneID is the batch.done event's id (and Nats-Msg-Id), derived from session
+// and reply id so every router finishing the batch sends the same one
+// (docs/protocol.md 3.4, 6.1). 22 characters, as a NUID.
 func (b *Batch) DoneID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
-// ResultID is the id of the io.toolbus.call.result of a parked call, and
-// so its Nats-Msg-Id: derived from the session, reply id and call id, so
-// that the router that ended the call and one that mends its batch after
-// that router stopped (Mends.Mend), or a re-sent copy of the batch that
-// reads the call's record, send the same id, and the events stream stores
-// the event once within its dedupe window (docs/protocol.md 3.4, 6.1).
-// 22 characters, as a NUID.
+// ResultID is a parked call's call.result id, derived like DoneID so the
+// router, a mend and a re-sent copy send the same one. 22 characters.
 func ResultID(session, replyID, callID string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
@@ -966,11 +852,8 @@ type conts struct {
 	mu     sync.RWMutex
 	active map[string]*Batch  // continuations running or resumed, for lease takeovers
 	leases leaseSet[batchKey] // continuations this router works on and renews
-	// known is every continuation this router knows to exist, in brief
-	// (openBatch): fed by the watch and by this router's own writes, a
-	// tombstone per key removed (kept goneMemory). Cancel marks a
-	// continuation only when it is known here, Marks reads the marks a
-	// resumed batch lacks, and Mends.Stranded what it still waits for.
+	// known is every continuation known to exist, in brief, fed by the
+	// watch and own writes (for Cancel, Marks and Mends.Stranded).
 	known *store.Cache[openBatch]
 	watch *store.Watch
 }
@@ -1019,11 +902,9 @@ var errCancelledFirst = errors.New("parked: the call was cancelled before it par
 // errParkedBefore: an earlier copy of the batch parked first.
 var errParkedBefore = errors.New("parked: this batch parked before")
 
-// parkBatch records that the batch parks calls: its results so far, the
-// calls it waits for and the index after its current run. While the run
-// goes on this router holds the lease (running); a settled run waits for
-// its answers at once (parked). A new batch is created (errParkedBefore: a
-// copy parked first); a resumed one is updated while this router owns it.
+// parkBatch records the batch's results so far, awaited calls and next
+// index, running (lease held) or parked when settled. A new batch is created
+// (errParkedBefore: a copy parked first), a resumed one updated if owned.
 func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
 	phase := func(b *Batch) {
 		claim(b, s.cfg.Owner, PhaseRunning, "")
@@ -1141,10 +1022,7 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	return out
 }
 
-// remove deletes b, read at its revision: a re-sent copy's continuation
-// that found the first copy's batch carried in a record (parkCalls). A
-// delete whose outcome is unknown (a lost acknowledgement, a leader
-// change) landed when the key is gone; false when b changed meanwhile.
+// remove deletes b at its revision; false when b changed meanwhile.
 func (s *conts) remove(ctx context.Context, b *Batch) bool {
 	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
 		if s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev)) == nil {
@@ -1168,10 +1046,9 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 
 var errChanged = errors.New("parked: the continuation changed")
 
-// update applies fn (which may run more than once; its error writes
-// nothing) to the latest continuation with compare-and-set, retried until
-// it lands or ctx ends: it records results that end calls. It returns an
-// error satisfying store.IsNotFound when there is no continuation.
+// update applies fn (maybe more than once; its error writes nothing) to the
+// latest continuation by compare-and-set until it lands; store.IsNotFound
+// when there is none.
 func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
@@ -1294,10 +1171,8 @@ type shared struct {
 	cfg Config
 }
 
-// calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// their transitions, live handoff requests, and the watch-fed cache of the
-// records in status parked and in status answered (whose lease another
-// router may take over), with this router's own writes noted.
+// calls holds the call records (<session>.<replyid>.<callid>): transitions,
+// live requests, and the watch-fed cache of parked and answered ones.
 type calls struct {
 	shared
 	subj   bus.Subjects
@@ -1339,9 +1214,7 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
-	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
-	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
-	// from the tool; an open router still takes it on the old subject.
+	// P.answer.<tool> for every kind: clients derive P.approve (protocol 6.1).
 	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -1409,11 +1282,10 @@ func wrongStatus(r *Record, from bus.ParkStatus) error {
 	return bus.Errorf(bus.CodeNotParked, "call %s is %s, not %s", r.Call.ID, r.Status, from)
 }
 
-// Answer takes an answer to the parked call key of tool in one
-// compare-and-set: the first valid answer wins. decide validates it against
-// the record, may rewrite it, and gives the verdict; its error changes
-// nothing. An answer for another tool's call, or a call not parked, is
-// bus.ErrNotParked; one after the winner is bus.ErrAlreadyAnswered.
+// Answer takes an answer in one compare-and-set: the first valid one wins.
+// decide validates and may rewrite it; its error changes nothing. Another
+// tool's call or one not parked is bus.ErrNotParked; a late one
+// bus.ErrAlreadyAnswered.
 func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
 	s := st.calls
 	var out Answered
@@ -1464,10 +1336,7 @@ var answerPolicy = store.Policy{}
 // expired or cancelled without one; one racing router wins.
 func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
 	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
-		// The write that ends the call names the router that ended it:
-		// when the call carries its batch, that router publishes
-		// batch.done, and the others judge by its presence whether it
-		// could (Mends.Lone, docs/protocol.md 6.1, 1.13).
+		// Named for Mends.Lone: that router publishes a carried batch.done.
 		r.Status, r.Result, r.Owner = to, &res, s.cfg.Owner
 		return nil
 	})
@@ -1505,10 +1374,8 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 	return r, nil
 }
 
-// takeOverAnswers claims the answered calls whose router has not renewed
-// its lease since cutoff (it died before making the call's result); the
-// records returned are this router's to settle again (through the ledger,
-// so a side effect is not repeated).
+// takeOverAnswers claims answered calls whose lease lapsed before cutoff,
+// to settle again through the ledger.
 func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
 	var out []*Record
 	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
@@ -1528,17 +1395,11 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 	return out
 }
 
-// The record is the handoff (docs/protocol.md 6.2, 1.6): a follower reads
-// the parked records of its kind and tool from P_parked's stream through a
-// router, which turns each into the request event (Request); live
-// subscribers get it on P.external.<tool> / P.confirm.<tool> (core NATS).
-// Nothing is written for the handoff: the record's next revision replaces
-// the parked one in the stream.
+// The record is the handoff (docs/protocol.md 6.2): followers read it from
+// P_parked's stream (Request); live subscribers get it on core NATS.
 
-// live publishes r's request on P.external.<tool> or P.confirm.<tool>
-// (Config.Publish; none when nil), unless the caller executes the tool
-// itself (request-scoped). A lost publish loses nothing: followers read
-// the record.
+// live publishes r's request (not for request-scoped tools); a lost publish
+// loses nothing: followers read the record.
 func (s *calls) live(r *Record) {
 	if s.cfg.Publish == nil || r.RequestScoped {
 		return
@@ -1582,10 +1443,8 @@ func requestMsg(r *Record, source string, subj bus.Subjects) (*nats.Msg, error) 
 	return e.Msg(subject)
 }
 
-// A Want is what a follower of the handoff may see: the records parked
-// for kind (bus.KindExternal or bus.KindConfirm) of tool ("" for every
-// tool). It is the trust boundary of the follow relay (docs/security.md):
-// a handler of one tool never gets another tool's or kind's requests.
+// A Want is what a follower may see: the records of kind for tool ("" every
+// tool). It is the follow relay's trust boundary (docs/security.md).
 type Want struct {
 	Kind, Tool string
 }
@@ -1679,10 +1538,8 @@ func (e *endings) note(key string, r *Record) {
 	}
 }
 
-// noteLone notes when r, the record of key, ended a call that carried its
-// batch (docs/protocol.md 6.1, 1.6), and the router its write names; a
-// record that did not, or names no router (a router of 1.12 wrote it), is
-// not noted. Past max notes, new ones are dropped (logged by Mends.Lone).
+// noteLone notes when r ended a call that carried its batch, and the router
+// named; past max notes new ones are dropped (logged by Mends.Lone).
 func (e *endings) noteLone(key string, r *Record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -1852,10 +1709,8 @@ func (l *leaseSet[K]) held() []K {
 	return out
 }
 
-// renewOwned renews, with compare-and-set, the lease of every record of l
-// that this router still owns (touch renews it and reports whether it
-// does); one that moved on (errNotOwner, or gone) is let go. It returns
-// the last other error.
+// renewOwned renews by compare-and-set the leases of l still owned (touch),
+// letting go of the others, and returns the last other error.
 func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) (failed error) {
 	for _, key := range l.held() {
 		_, _, err := cas(ctx, kv, string(key), p, errNotOwner, func(v *T) error {
@@ -1877,9 +1732,6 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 
 var errNotOwner = errors.New("parked: not the owner")
 
-// ErrNotOwner is (errors.Is) the error of Park on a continuation that
-// another router holds: it took the batch over once this router's lease
-// lapsed (docs/protocol.md 6.1), or, for a lone run some of whose calls did
-// not park, it resumed or finished the batch meanwhile; so this router's
-// copy of the batch stops.
+// ErrNotOwner is Park's error when another router holds the continuation
+// (docs/protocol.md 6.1): this copy of the batch stops.
 var ErrNotOwner = errNotOwner

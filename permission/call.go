@@ -55,13 +55,9 @@ func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
 	return c
 }
 
-// MaxCommand bounds the command of a rule_matcher "command" call that is
-// analysed (parsed for its writes and programs, split for allow rules):
-// a longer one asks, whatever the mode and the allow rules, unless a deny
-// or ask rule matches its first MaxCommand bytes (docs/protocol.md 6.4,
-// 1.13). Analysing costs the router about 1 µs and some hundred bytes
-// per byte of command; past this an agent's long commands would cost it
-// far more than they cost to send (docs/security.md).
+// MaxCommand bounds the command that is analysed; a longer one asks unless a
+// deny or ask rule matches its first MaxCommand bytes (docs/protocol.md 6.4).
+// Analysis costs about 1 µs per byte (docs/security.md).
 const MaxCommand = 64 << 10
 
 // newValueCall is newCall with the rule field read: value, and ok when
@@ -103,10 +99,8 @@ func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *c
 	return c
 }
 
-// real is the path the tool will touch: the input path made absolute
-// against the tool's base and resolved through symlinks. Allow rules,
-// accept_edits and suggestions judge it (docs/protocol.md 6.4); deny and
-// ask rules, and the safety checks, match the written form too.
+// real is the absolute, symlink-resolved path the tool will touch, which
+// allow rules judge; deny, ask and safety checks see the written form too.
 func (c *call) real() string { return c.paths[len(c.paths)-1] }
 
 // field returns the string at name in input: a top-level key, or a JSON
@@ -228,9 +222,7 @@ func (c *call) covers(pattern, target string) bool {
 	return slices.ContainsFunc(c.patternForms(pattern), func(f string) bool { return matchPath(f, target) })
 }
 
-// maxSuggested bounds the suggested rules of one ask: a command needing
-// more (a script of many programs) gets none, since no smaller set
-// would allow it next time.
+// maxSuggested bounds an ask's suggested rules; a command needing more gets none.
 const maxSuggested = 32
 
 // suggest returns allow rules that would allow the call next time: none
@@ -324,15 +316,10 @@ func bases(workDirs []string) []string {
 	return out
 }
 
-// WriteTool is the tool whose rules and dangerous-path check judge the
-// files a command writes (redirections, sed -i, cp ...): each write of a
-// rule_matcher "command" call is decided as a call of write_file on its
-// target, relative to the command tool's path_base.
+// WriteTool's rules judge each file a command writes, as a call on its target.
 const WriteTool = "write_file"
 
-// commandPieces holds what the rules match of a command's text, cut on
-// first use: a call with no allow pattern never splits it, one with no
-// deny or ask pattern never cuts its pieces.
+// commandPieces holds what the rules match of a command's text, cut on first use.
 type commandPieces struct {
 	parts     []string // the command split into simple commands, for allow rules
 	split     bool     // parts can be trusted: no substitution, quotes closed
@@ -349,9 +336,7 @@ func (p *commandPieces) splitParts(cmd string) ([]string, bool) {
 	return p.parts, p.split
 }
 
-// loosePieces returns what deny and ask rules match of text besides its
-// programs (looseParts: of the command, or of its first MaxCommand bytes
-// when it is longer).
+// loosePieces is looseParts of text's first MaxCommand bytes.
 func (p *commandPieces) loosePieces(text string) []string {
 	if p.loose == nil {
 		p.loose = looseParts(text)
@@ -359,12 +344,9 @@ func (p *commandPieces) loosePieces(text string) []string {
 	return p.loose
 }
 
-// readWrites finds the command's writes, and with programs its programs
-// in the same walk (a deny or ask rule with a pattern will read them); a
-// command that parses in neither grammar has none that can be seen (and
-// no allow pattern covers it either, as its parts are not trusted). A
-// write seen again (same target, same writer: in both grammars' trees, or
-// repeated) is judged once, which decides the same.
+// readWrites finds the command's writes (each distinct one once), and with
+// programs its programs in the same walk. An unparsable command has none,
+// and no allow pattern covers it.
 func (c *call) readWrites(workDirs []string, programs bool) {
 	c.progs.parse(c.value)
 	c.deep = c.progs.deep
@@ -402,10 +384,8 @@ func (c *call) writeMatches(r bus.Rule) bool {
 	return slices.ContainsFunc(c.writes, func(w *call) bool { return w.matches(r) })
 }
 
-// writesGranted reports whether every write of the command is one that
-// write_file would be allowed to make without asking: by an allow rule of
-// WriteTool, or in accept_edits inside the working directories; a
-// computed target never is. It names the first write that is not.
+// writesGranted reports whether WriteTool may make every write without
+// asking (a computed target never may), naming the first that may not.
 func (c *call) writesGranted(pc Context, mode string) (string, bool) {
 	if len(c.unseen) > 0 {
 		return fmt.Sprintf("its write to %s is computed when it runs, so no rule can allow it", c.unseen[0]), false
@@ -488,9 +468,8 @@ func (m commandPattern) match(s string, exact bool) bool {
 	return strings.Contains(s, m.p)
 }
 
-// normalize trims s and collapses runs of white space into one space:
-// a view of s when, trimmed, it has no other white space than single
-// inner spaces.
+// normalize trims s and collapses white space runs to one space (no copy
+// when already so).
 func normalize(s string) string {
 	if t := strings.TrimSpace(s); normalized(t) {
 		return t
@@ -549,11 +528,9 @@ func glob(p, s string) bool {
 	return true
 }
 
-// splitCommand splits a shell command into its simple commands at &&, ||,
-// &, ;, | and newlines outside quotes, each normalized. ok is false when
-// the command cannot be trusted to be what its parts say: command or process
-// substitution ($(, `, <(, >(), ANSI-C quoting ($'), or an unterminated
-// quote. Redirections like 2>&1 and &> do not split.
+// splitCommand splits a command into normalized simple commands at
+// separators outside quotes. ok is false for substitutions, ANSI-C quoting or
+// an unterminated quote: its parts cannot be trusted.
 func splitCommand(s string) (parts []string, ok bool) {
 	// A part is every byte between two separators: cut from s, not copied.
 	parts = make([]string, 0, 1+strings.Count(s, ";")+strings.Count(s, "\n")+strings.Count(s, "|")+strings.Count(s, "&"))
@@ -626,12 +603,9 @@ func splitCommand(s string) (parts []string, ok bool) {
 	return parts, true
 }
 
-// looseParts returns what deny and ask rules are matched against: the whole
-// command, then every piece between any separator or grouping character,
-// quoted or not, and each of those with quotes and backslashes removed
-// (when that changes it). It errs towards more candidates, since a deny
-// rule that matches too much is safer than one that matches too little.
-// The pieces are cut from s, not copied, when they need no normalizing.
+// looseParts returns what deny and ask rules match: the command, every piece
+// between separators (quoted or not), and those unquoted. It errs towards
+// more candidates: a deny rule matching too much is the safe error.
 func looseParts(s string) []string {
 	out := make([]string, 1, 4+2*strings.Count(s, ";"))
 	out[0] = normalize(s)
@@ -665,9 +639,8 @@ func looseParts(s string) []string {
 	return out
 }
 
-// dangerous reports whether the call's path, as written or resolved, is a
-// dangerous file or lies in a dangerous directory, and says which: the
-// names an allow-listed shell refuses to write (shellcmd.Protected).
+// dangerous reports which shellcmd.Protected name the call's path, written
+// or resolved, hits.
 func (c *call) dangerous() (string, bool) {
 	if c.def.RuleMatcher == bus.MatcherCommand && c.ok {
 		return c.dangerousWrite()
@@ -688,9 +661,7 @@ func (c *call) dangerous() (string, bool) {
 	return "", false
 }
 
-// dangerousWrite is dangerous for a command: one of its writes (a
-// redirection, sed -i, cp ...) reaches a dangerous path as write_file
-// would, or a computed target's text names one.
+// dangerousWrite is dangerous for a command's writes, computed ones' text included.
 func (c *call) dangerousWrite() (string, bool) {
 	for _, w := range c.writes {
 		if reason, ok := w.dangerous(); ok {
@@ -723,10 +694,8 @@ func (l links) resolve(p string) string {
 	return r
 }
 
-// Resolve returns the absolute path p with every symlink on it followed,
-// component by component, so that a dangling link (whose target a write
-// would create) is followed too and ".." applies to what a link points at.
-// Components that do not exist are appended as they are.
+// Resolve follows every symlink on absolute p component by component
+// (dangling ones too, ".." after the link); missing components stay as they are.
 func Resolve(p string) string {
 	sep := string(filepath.Separator)
 	vol := filepath.VolumeName(p)
@@ -765,10 +734,8 @@ func Resolve(p string) string {
 	return done
 }
 
-// patternForms returns the absolute forms of a path pattern: relative ones
-// joined to each base, each also with the symlinks of its literal leading
-// directories resolved (so that "/tmp/x/**" still matches when /tmp is a
-// link).
+// patternForms returns a path pattern's absolute forms, against each base,
+// also with its literal leading directories resolved.
 func (c *call) patternForms(pattern string) []string {
 	var abs []string
 	if filepath.IsAbs(pattern) {
@@ -803,18 +770,13 @@ func (c *call) patternForms(pattern string) []string {
 	return out
 }
 
-// matchPath matches the absolute path name against the absolute pattern:
-// segments as path.Match, and a "**" segment for any number of directories.
-// A malformed pattern matches nothing.
+// matchPath matches absolute name against absolute pattern (MatchSegments).
 func matchPath(pattern, name string) bool {
 	return MatchSegments(strings.Split(filepath.ToSlash(pattern), "/"), strings.Split(filepath.ToSlash(name), "/"))
 }
 
-// MatchSegments matches the segments of a path against those of a
-// pattern: each as path.Match (a malformed one matches nothing), "**" as
-// any number of whole segments. It fills a table over (pattern segment,
-// path segment) from the end, so its cost is at most len(ps) × len(ns)
-// segment matches, whatever the pattern: no backtracking.
+// MatchSegments matches path segments against pattern segments (path.Match;
+// "**" any number of segments) by a table, at most len(ps) × len(ns) matches.
 func MatchSegments(ps, ns []string) bool {
 	// next[j]: ps[i+1:] matches ns[j:]; cur[j] the same for ps[i:].
 	next := make([]bool, len(ns)+1)

@@ -1,17 +1,7 @@
-// Package permission decides whether a tool call may run, must be confirmed,
-// or is refused, from a session's permission context: a mode, allow, deny and
-// ask rules, and working directories (docs/protocol.md 6.4, docs/permission.md).
-//
-// Decide applies the checks in a fixed order: deny rules, ask rules,
-// read-only tools, the dangerous-path safety check, then the mode (the tool's
-// own check, allow rules, accept_edits working directories). Rules match the
-// tool name alone, or a pattern that the tool's rule matcher applies to one
-// input field: a command (prefix "git:*", glob "npm run *", exact or
-// substring) or a path glob ("src/**/*.go", relative to each working
-// directory). Path checks resolve symlinks on the local file system.
-//
-// Everything here is a pure function of its arguments and the file system;
-// all functions are safe for concurrent use.
+// Package permission decides whether a tool call runs, asks or is refused,
+// from a session's permission context (docs/protocol.md 6.4,
+// docs/permission.md). Everything is a pure function of its arguments and the
+// file system, safe for concurrent use.
 package permission
 
 import (
@@ -47,14 +37,11 @@ type Context struct {
 	// Mode is one of the modes; "" means Default. Decide denies every call
 	// in an unknown mode.
 	Mode string
-	// Rules are checked by behavior (deny, then ask, then allow), not in
-	// order; a rule's Behavior "" means allow. Rules should pass CheckRule:
+	// Rules are checked deny, ask, then allow ("" is allow), not in order;
 	// a pattern that does not parse matches nothing.
 	Rules []bus.Rule
-	// WorkDirs are the session's working directories. The first one is the
-	// base of relative input paths (the process working directory when there
-	// is none); relative path patterns are tried against each of them;
-	// accept_edits allows path tools inside any of them.
+	// WorkDirs are the working directories; the first is the base of
+	// relative paths (default: the process's).
 	WorkDirs []string
 }
 
@@ -75,18 +62,13 @@ type Decision struct {
 	// which allow rules, the tool's own check and bypass cannot override.
 	Safety bool
 	// SuggestedRules are, with Ask, allow rules that would allow this call
-	// next time. There are none when no allow rule could (safety asks, ask
-	// rules, tools that ask themselves).
+	// next time, when any could.
 	SuggestedRules []bus.Rule
 }
 
-// Decide decides one call of def with input, the call's validated input
-// object (a JSON string holding an object is accepted too). A nil def is
-// denied. Order: deny rules, ask rules, read-only tools, explore mode, the
-// dangerous-path safety ask, then the mode; dont_ask turns every ask into a
-// deny at the end. A command longer than MaxCommand is not analysed: deny
-// and ask rules see its first MaxCommand bytes, and otherwise it asks with
-// Safety (explore mode: denied).
+// Decide decides one call of def (nil is denied) with its validated input.
+// Order: deny rules, ask rules, read-only tools, explore mode, the safety
+// ask, then the mode; dont_ask turns asks into denies. See MaxCommand.
 func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if def == nil {
 		return Decision{Behavior: Deny, Reason: "the tool has no definition"}
@@ -118,9 +100,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 		}
 	}
 	if c.long || c.deep {
-		// Not analysed (MaxCommand, shellcmd.ErrTooDeep): its writes and
-		// programs are not seen, so no mode, tool or rule may allow it;
-		// only a person may.
+		// Not analysed (MaxCommand, ErrTooDeep): only a person may allow it.
 		if mode == Explore && !c.def.ReadOnly {
 			return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
 		}
@@ -162,9 +142,8 @@ func (c *call) decide(pc Context, mode string) Decision {
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s has an unknown permission check %q", c.def.Name, c.def.Permission)}
 	}
 	if reason, ok := c.allowed(pc.Rules); ok {
-		// A rule for a program never grants a write that write_file
-		// would ask for; a rule without a pattern trusts the tool with
-		// anything.
+		// A program rule never grants a write write_file would ask for; a
+		// rule without a pattern trusts the tool with anything.
 		toolWide := slices.ContainsFunc(pc.Rules, func(r bus.Rule) bool {
 			return behavior(r) == Allow && r.Pattern == "" && toolMatches(r, c.def)
 		})
@@ -183,12 +162,8 @@ func (c *call) decide(pc Context, mode string) Decision {
 // maxPattern bounds a rule pattern.
 const maxPattern = 4096
 
-// CheckRule reports why r is not a valid rule: its tool must be "*" or a
-// tool name (bus.ValidName), its behavior allow, deny, ask or "" (allow), and
-// its pattern either empty, a prefix rule "<command>:*" whose command has no
-// "*", or a pattern whose "/"-separated segments are valid path.Match globs
-// (a command pattern is checked that way too, since the tool's matcher is not
-// known here).
+// CheckRule reports why r is not a valid rule: tool "*" or a name, behavior
+// allow/deny/ask/"", pattern empty, "<command>:*", or path.Match segments.
 func CheckRule(r bus.Rule) error {
 	if r.Tool != "*" && !bus.ValidName(r.Tool) {
 		return fmt.Errorf("permission: rule tool %q must be \"*\" or a tool name matching ^[A-Za-z0-9_-]{1,64}$", r.Tool)
@@ -237,11 +212,9 @@ func checkPattern(p string) error {
 	return nil
 }
 
-// unjudged returns a deny or ask rule with a pattern for c's command tool
-// when the command runs a program that no pattern can judge (programs),
-// and the command's text that shows it: the call asks rather than run past
-// the rule (session 18, red team: TestAttackDenyRuleBypass). Without such
-// rules nothing changes.
+// unjudged returns a patterned deny or ask rule of c's tool, and the text,
+// when the command runs a program no pattern can judge: the call asks
+// (TestAttackDenyRuleBypass).
 func unjudged(c *call, rules []bus.Rule) (bus.Rule, string, bool) {
 	if c.def.RuleMatcher != bus.MatcherCommand || !c.ok {
 		return bus.Rule{}, "", false

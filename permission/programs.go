@@ -9,11 +9,8 @@ import (
 	"github.com/toolbus/toolbus/shellcmd"
 )
 
-// wrappers run the rest of their command line as a program of its own
-// (after options and, for env, assignments): a deny rule for the program
-// must see it. Each suffix of a wrapper's arguments is a candidate, so
-// their options need not be read (a deny rule matching too much is the
-// safe error).
+// wrappers run the rest of their command line as a program, which deny rules
+// must see: each suffix of their arguments is a candidate.
 var wrappers = map[string]bool{
 	"command": true, "builtin": true, "exec": true, "env": true, "nice": true, "nohup": true,
 	"setsid": true, "stdbuf": true, "timeout": true, "time": true, "sudo": true, "doas": true,
@@ -27,11 +24,8 @@ var wrappers = map[string]bool{
 var shells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true,
 	"mksh": true, "ash": true, "busybox": true, "su": true, "script": true, "fish": true}
 
-// launches reports whether the simple command part starts with an
-// assignment or runs a program that runs its arguments as a command (a
-// wrapper, a shell, eval, source): the rule "<first word>:*" would allow
-// every program, so it is never suggested
-// (session 18, red team: TestAttackLauncherRuleSuggested).
+// launches reports whether part starts with an assignment or a launcher,
+// whose "<word>:*" rule would allow anything (TestAttackLauncherRuleSuggested).
 func launches(part string) bool {
 	if part == "" {
 		return false
@@ -71,10 +65,8 @@ const (
 	maxParses  = 64
 )
 
-// commandPrograms holds a command's syntax trees (shellcmd.ParseReadings,
-// read once for its writes too) and its programs for deny and ask rules:
-// read in the walk that finds the writes when such a rule could need them
-// (call.readWrites), else on first use.
+// commandPrograms holds a command's syntax trees and its programs for deny
+// and ask rules, read with the writes or on first use.
 type commandPrograms struct {
 	trees    []*syntax.File
 	parsed   bool
@@ -94,9 +86,7 @@ func (p *commandPrograms) parse(cmd string) {
 	}
 }
 
-// get returns the programs of cmd and the computed one, reading them on
-// first use (and parsing cmd if that was not done for its writes: the
-// start of a command longer than MaxCommand).
+// get returns cmd's programs and the computed one, read on first use.
 func (p *commandPrograms) get(cmd string) ([]string, string) {
 	if !p.read {
 		p.parse(cmd)
@@ -115,24 +105,13 @@ func (p *commandPrograms) get(cmd string) ([]string, string) {
 	return p.list, p.computed
 }
 
-// readPrograms reads what deny and ask rules are matched against besides
-// the command's text (looseParts) from cmd's syntax trees (POSIX sh and
-// bash, shellcmd.Parse): visit reads one simple command of them, in the
-// order of a walk; done returns what was read. That is every simple
-// command anywhere in it (inside if, while, functions, subshells,
-// substitutions, pipelines) as the program that runs, its name without a
-// directory ("/bin/rm x" is "rm x") and its words without quotes; the
-// program a wrapper runs ("command rm x", "env X=1 rm x", "xargs rm"); the
-// commands of a shell's -c argument, of eval's arguments and of find's
-// -exec. computed is the text (cut) of the first simple command whose
-// program is known only at run time ("$(echo rm) x", "${RM:-rm} x",
-// "r$'m'"), or of an alias definition, which renames programs for later
-// lines: no deny rule can judge those (session 18, red team); "" when
-// there is none. The candidates together hold at most 8 times the
-// command's bytes (a wrapper's suffixes could make a quadratic amount),
-// and the arguments parsed again (-c, eval) twice, in at most maxParses
-// parses: past either the command counts as computed too and nothing more
-// is read (TestAttackDenyRuleCost).
+// readPrograms reads, besides looseParts, every simple command of the trees
+// as the program that runs (base name, unquoted words), what wrappers run,
+// and the commands of sh -c, eval and find -exec (docs/permission.md).
+// computed is the first command whose program is known only at run time, or
+// an alias definition: no deny rule can judge it. Past 8 times the command's
+// bytes or maxParses parses the command counts as computed
+// (TestAttackDenyRuleCost).
 func readPrograms(top string) (visit func(*syntax.CallExpr), done func() (out []string, computed string)) {
 	var out []string
 	var computed string

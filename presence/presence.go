@@ -1,10 +1,6 @@
 // Package presence keeps which routers are alive (docs/protocol.md 8,
-// 1.13; docs/parked.md): every router puts one key, its id, in P_routers
-// when it starts and every heartbeat after, and deletes it when it stops
-// cleanly; every router watches the bucket and judges, by the time it last
-// saw a router's key renewed on its own clock, whether that router outlived
-// a moment or is gone. The cost is one write per router and heartbeat,
-// nothing per call. Only routers may write the bucket (docs/security.md).
+// docs/parked.md): each renews its key in P_routers every heartbeat and
+// deletes it on a clean stop; the others judge by their own clock.
 package presence
 
 import (
@@ -27,10 +23,8 @@ import (
 // router counts as gone: a lease, as the leases of continuations.
 const Beats = 3
 
-// MaxRouters bounds the routers a Presence keeps: keys past it are not
-// kept (their routers count as gone, which costs a publish that the events
-// stream de-duplicates, never a lost event). The bucket's own bound is
-// MaxBytes (store.Setup).
+// MaxRouters bounds the routers kept; others count as gone (a deduplicated
+// publish, never a lost event).
 const MaxRouters = 4096
 
 // Config configures a Presence.
@@ -189,12 +183,9 @@ func (p *Presence) Judge(router string, ended, now time.Time) Verdict {
 	return judge(pr, ok, ended, now, Beats*p.cfg.Heartbeat)
 }
 
-// judge is the staleness rule: a router is gone when its key was deleted,
-// was last renewed more than lease before now, belongs to an instance first
-// seen after ended, or was never seen for a lease after ended (a router
-// that keeps no presence, protocol 1.12, or one whose first renewal this
-// router has yet to see); it outlived ended when the same instance renewed
-// its key at least lease after ended; else unsure.
+// judge: gone when deleted, stale by lease, an instance first seen after
+// ended, or unseen a lease after ended; outlived when the same instance
+// renewed at least lease after ended; else unsure.
 func judge(p peer, seen bool, ended, now time.Time, lease time.Duration) Verdict {
 	switch {
 	case !seen && now.Sub(ended) <= lease:

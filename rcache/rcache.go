@@ -1,8 +1,5 @@
-// Package rcache is the result cache of read-only and idempotent tools: a
-// tool definition with cache_ttl_ms lets the router answer a repeated call
-// (same tool definition, same input, same scope) from a KV bucket with a
-// TTL per key, without running the tool, and marks the answer in its
-// metadata (docs/protocol.md 3.3, 7.2). See docs/guardrails.md.
+// Package rcache is the result cache of tools with cache_ttl_ms: a repeated
+// call is answered from KV (docs/protocol.md 3.3, 7.2, docs/guardrails.md).
 package rcache
 
 import (
@@ -99,11 +96,9 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return c, nil
 }
 
-// Key is the cache key of a call of the tool d by session and user with
-// input, and whether the call is cacheable at all. The key holds a digest
-// of the whole definition, so a re-registration with another definition
-// can never match an entry made under the old one (they expire with their
-// TTL). A user-scoped tool called without a user is cached per session.
+// Key is a call's cache key, digesting the whole definition so a changed
+// one never matches, and whether it is cacheable. A user-scoped tool
+// without a user is cached per session.
 func Key(d *bus.ToolDef, session, user string, input json.RawMessage) (string, bool) {
 	if d.CacheTTLMS <= 0 || CheckDef(d) != "" {
 		return "", false
@@ -147,10 +142,8 @@ func (c *Cache) Get(ctx context.Context, key string) (bus.Result, bool) {
 	return res, true
 }
 
-// Put stores a successful result of a call with key for ttl. Results that
-// failed, refer to stored outputs (session-scoped objects) or are larger
-// than MaxEntry are not stored. The first result stored for a key stays
-// until it expires. Errors are ignored: the cache is an optimisation.
+// Put stores a successful result for ttl unless it refers to stored outputs
+// or exceeds MaxEntry; the first one stays. Errors are ignored.
 func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool {
 	if res.State != bus.StateSuccess ||
 		slices.ContainsFunc(res.Output, func(b bus.Block) bool { return strings.HasPrefix(b.URL, "nats-object:") }) {
@@ -179,9 +172,8 @@ func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.
 	return err == nil
 }
 
-// mark adds {"toolbus_cache": {"hit": true, "stored_at": ..., "age_ms": ...}}
-// to a result's metadata object (a new object when there was none; left
-// as it is when the worker's metadata is not an object).
+// mark adds {"toolbus_cache": {"hit": true, ...}} to an object (or absent)
+// metadata.
 func mark(meta json.RawMessage, stored, age int64) json.RawMessage {
 	m := map[string]json.RawMessage{}
 	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil {

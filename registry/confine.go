@@ -6,19 +6,13 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Shared is the registration subject of protocol 1.11 for Register: the
-// one subject P.register, on which a registration may define any tool and
-// any group. Since 1.12 each tool registers on its own subject, so that
-// NATS permissions confine which tools a worker login may define
-// (docs/protocol.md 7.1, docs/security.md).
+// Shared is protocol 1.11's one registration subject P.register for Register;
+// since 1.12 each tool has its own (docs/protocol.md 7.1).
 const Shared = ""
 
-// Confine keeps of reg what may travel on tool's registration subject,
-// P.register.<tool> (docs/protocol.md 7.1): its definition of tool, the
-// calls of tool it lists in flight, and nothing of any other tool or
-// group. Every definition named otherwise, and every group, is returned as
-// a rejection: whoever may publish on tool's subject may define tool, and
-// only it (NATS permissions say who may; docs/security.md).
+// Confine keeps of reg what may travel on P.register.<tool>: tool's
+// definition and calls in flight. Every other definition and every group is
+// rejected: that subject's publishers may define tool only (docs/security.md).
 func Confine(tool string, reg bus.Register) (bus.Register, []bus.Rejection) {
 	var rejected []bus.Rejection
 	out := reg
@@ -52,9 +46,7 @@ func Confine(tool string, reg bus.Register) (bus.Register, []bus.Rejection) {
 	return out, rejected
 }
 
-// ConfineGroup keeps of reg what may travel on group's registration
-// subject, P.register.group.<group> (docs/protocol.md 7.1): its definition
-// of group. Every other group and every tool is returned as a rejection.
+// ConfineGroup is Confine for P.register.group.<group>: its definition only.
 func ConfineGroup(group string, reg bus.Register) ([]bus.Group, []bus.Rejection) {
 	var (
 		keep     []bus.Group

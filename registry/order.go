@@ -11,22 +11,13 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// A beat counts as soon as a router reads it (liveness.read), but is
-// stored in P_workers later, one write per tool, which takes a while on a
-// loaded server; meanwhile the worker may send its leave, and a router
-// may apply the leave first. A leave must win over every beat read before
-// it: this file orders them. On one router, readOrder numbers
-// registrations and leaves as they are read; across routers, the beat's
-// write is compare-and-set on the revision the cache held when it was
-// read (putBeat), so it cannot overwrite a leave stored since.
+// A leave must win over every beat read before it, though beats are stored
+// later: readOrder orders them on one router, and putBeat's compare-and-set
+// across routers.
 
-// readOrder numbers the registrations and leaves a router reads, and keeps
-// each liveness key's latest leave (a worker's leave of one tool, <tool>.<worker>
-// as in P_workers) while a registration read before it is still being
-// applied, or its own writes are. Since protocol 1.12 a leave names one tool
-// (it came on that tool's registration subject); a leave on the shared
-// subject of 1.11 is one leave of each tool of the worker. Guarded by
-// liveness.mu.
+// readOrder numbers the registrations and leaves read, keeping each
+// <tool>.<worker> key's latest leave while earlier registrations are still
+// being applied. Guarded by liveness.mu.
 type readOrder struct {
 	last   uint64
 	open   map[uint64]*reading  // registrations being applied, by number
@@ -70,9 +61,8 @@ func (o *readOrder) leave(worker string, tools []string) uint64 {
 	return o.last
 }
 
-// reading returns the tools of worker's registrations being applied: their
-// beats may be stored after a leave's writes are sent, when the worker's
-// first beat for a tool, with nothing to overwrite yet.
+// reading returns the tools of worker's registrations being applied, whose
+// beats may land after a leave.
 func (o *readOrder) reading(worker string) []string {
 	var tools []string
 	for _, rd := range o.open {
@@ -133,9 +123,7 @@ type seenBeat struct {
 	left bool   // it said the worker left, or this router read its leave
 }
 
-// overtaken reports whether the worker left after rd was read: this router
-// read its leave since, or the cache learnt it since (another router's).
-// The caller holds l.mu.
+// overtaken reports whether the worker left after rd was read. l.mu is held.
 func (rd *reading) overtaken(l *liveness, tool string) bool {
 	if l.order.leftAfter(tool, rd.worker, rd.seq) {
 		return true
@@ -156,11 +144,9 @@ var errBeaten = errors.New("registry: another beat was stored first")
 // the same worker (on another router, or read before it on this one).
 const beatAttempts = 4
 
-// putBeat stores value, a beat, at key with compare-and-set on rev, the
-// revision the beat was read against (0: none), and returns the new
-// revision. When another write got in first, it stores nothing and
-// returns the key's revision now, with errLeft when it says the worker
-// left, errBeaten when it is another beat.
+// putBeat stores a beat at key by compare-and-set on rev (0: none). When
+// another write got in first it returns that revision with errLeft or
+// errBeaten.
 func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
 	var (
 		n   uint64

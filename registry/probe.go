@@ -10,18 +10,9 @@ import (
 // it runs for its callers, whichever of them gives up first.
 const probeBound = 5 * time.Second
 
-// probes coalesces the probes of one tool's workers (liveness.probe):
-// every call that finds a tool without a live worker asks for one, and a
-// burst of such calls (a hostile agent calling a tool whose workers are
-// gone) would otherwise cost the store one read each. A call that comes
-// while a probe of its tool runs waits for it to end and shares the next,
-// which starts only then: so every caller gets a probe that began after
-// it came, and a registration acknowledged before the call counts, as the
-// probe promises, while at most one probe per tool runs and one waits.
-//
-// Rejected: x/sync/singleflight, whose callers share a probe already
-// under way, which may have read the bucket before their registration was
-// stored.
+// probes coalesces the probes of one tool's workers, so a burst of calls to a
+// dead tool costs the store one read, yet every caller gets a probe that
+// began after it came. (singleflight would share one already under way.)
 type probes struct {
 	mu   sync.Mutex
 	runs map[string]*probeRun // tool → the probe running now
@@ -34,9 +25,8 @@ type probeRun struct {
 	next *probeRun // shared by whoever comes while this one runs
 }
 
-// do runs fn for key, or shares a run of it that starts after do was
-// called, and returns its error, or ctx's when ctx ends first. fn gets a
-// context that outlives a caller who gives up, bounded by probeBound.
+// do runs fn for key, or shares a run that starts after the call; fn's
+// context outlives callers, bounded by probeBound.
 func (p *probes) do(ctx context.Context, key string, fn func(context.Context) error) error {
 	p.mu.Lock()
 	if p.runs == nil {

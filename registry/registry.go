@@ -1,9 +1,6 @@
 // Package registry keeps tool definitions (P_tools) and worker liveness
-// (P_workers) in JetStream KV and serves them from a watch-fed cache, so the
-// router's hot path never reads KV. It also decides on registrations: a
-// definition is accepted when its name is valid, its schema compiles as an
-// object schema with no external $ref, and it does not conflict with a
-// different definition that live workers still serve.
+// (P_workers) in KV behind a watch-fed cache, and decides on registrations
+// (docs/registry.md).
 package registry
 
 import (
@@ -48,12 +45,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Registry is the cache of tools and workers of one deployment, and the
-// decisions on registrations. It is the owner of two parts, embedded so
-// that its callers keep one handle: catalog, the definitions of P_tools
-// (Lookup, Tools, Delete), and liveness, the workers' beats in P_workers
-// (Live, Workers, MayHold, BinaryExec, Troubled), both below.
-// It declares the lifecycle, Refresh and Register itself. It is safe for
+// Registry is one deployment's tools (catalog) and workers (liveness),
+// embedded behind one handle, and decides registrations. Safe for
 // concurrent use.
 type Registry struct {
 	*catalog
@@ -119,11 +112,8 @@ func (r *Registry) Stop(ctx context.Context) error { return store.StopAll(ctx, r
 // what they derived from the cache.
 func (r *Registry) Version() uint64 { return r.version.Load() }
 
-// Refresh reads tool name, and the liveness of its workers when the cache
-// has none live, from KV into the cache. Routers call it for a call that the
-// cache resolves to an unknown or unavailable tool: a registration
-// acknowledged through another router a moment ago may not have reached
-// this router's watch yet.
+// Refresh reads tool name, and its workers when none is live, from KV: a
+// registration acknowledged elsewhere may not have reached the watch yet.
 func (r *Registry) Refresh(ctx context.Context, name string) error {
 	e, err := r.catalog.kv.Get(ctx, name)
 	if store.IsNotFound(err) {
@@ -144,14 +134,8 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 	return nil
 }
 
-// awaitFirstBeat waits, in the first two heartbeats after Start, until a
-// worker of t beats (or those heartbeats pass, or ctx ends). While no
-// router served, the workers' beats found nobody to store them, and the
-// workers bucket forgets a beat three heartbeats after it was stored
-// (its TTL): a router started after an outage longer than that sees
-// every worker gone until its next beat, which comes within a heartbeat
-// of the router serving (docs/registry.md). Later, an unavailable tool
-// is answered at once. A caller's ctx that ends first ends the wait.
+// awaitFirstBeat waits, within two heartbeats of Start, for a worker of t to
+// beat: after an outage the bucket's beats have expired (docs/registry.md).
 func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 	until := r.started.Add(2 * r.cfg.Heartbeat)
 	if r.Live(t) || !r.cfg.Now().Before(until) {
@@ -168,16 +152,11 @@ func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 	}
 }
 
-// Register applies one registration or heartbeat that came on the
-// registration subject of tool on, P.register.<on>, or on the shared
-// subject of protocol 1.11 when on is Shared (docs/protocol.md 7.1). On a
-// tool's subject only its definition counts (Confine): any other is
-// rejected, and a leave or the calls in flight touch only its liveness.
-// Each definition is checked and stored (only when it changed, with
-// compare-and-set), then the worker's liveness is refreshed for the
-// accepted tools. A leaving worker's liveness is removed at once. Errors
-// reaching KV are returned; rejections are in the ack. Groups are not the
-// registry's: the caller stores those of a registration on Shared.
+// Register applies a registration or heartbeat that came on P.register.<on>
+// (Confine) or on Shared (docs/protocol.md 7.1): definitions are checked and
+// stored when changed, by compare-and-set, then liveness refreshed; a leave
+// applies at once. KV errors are returned, rejections are in the ack; groups
+// are the caller's.
 func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
@@ -235,10 +214,8 @@ func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (b
 	return ack, nil
 }
 
-// repeated returns, for every tool of reg, its beat when the registration
-// repeats the definition the catalog holds (a heartbeat: it is accepted
-// without a write), and nil when it is new or changed, external, or
-// invalid: such a beat counts only once the registration is decided.
+// repeated returns each tool's beat when reg repeats the cached definition
+// (a heartbeat, accepted without a write), else nil.
 func (r *Registry) repeated(reg bus.Register) map[string]*bus.WorkerBeat {
 	out := make(map[string]*bus.WorkerBeat, len(reg.Tools))
 	for i := range reg.Tools {
@@ -365,9 +342,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	return "", nil
 }
 
-// defDiff names the members of two tool definitions that differ, as
-// encoded ("description", "input_schema", ...), so that a rejection says
-// what two routers or workers disagree on.
+// defDiff names the differing members of two definitions, for rejections.
 func defDiff(a, b *bus.ToolDef) []string {
 	var ma, mb map[string]json.RawMessage
 	ja, _ := json.Marshal(a)
@@ -392,10 +367,7 @@ func defDiff(a, b *bus.ToolDef) []string {
 	return diff
 }
 
-// catalog is the tool definitions of P_tools: a watch-fed cache, with the
-// tombstones of deleted tools, listed in registration order, and the admin
-// delete. Registrations are decided by the Registry (store), which caches
-// what it wrote with put. Safe for concurrent use.
+// catalog is P_tools' watch-fed cache in registration order, and the admin delete.
 type catalog struct {
 	kv    jetstream.KeyValue
 	log   *slog.Logger
@@ -423,9 +395,8 @@ func (c *catalog) applyTool(e jetstream.KeyValueEntry) {
 // put caches t, unless a newer revision of it, or its delete, is cached.
 func (c *catalog) put(t *Tool) { c.tools.Put(t.Def.Name, t.rev, t) }
 
-// A P_tools value is the definition's JSON with one more key, "registered":
-// when the tool was first registered (unix ns). Every router orders the
-// listing by it, whenever it started and however often the tool changed.
+// A P_tools value is the definition with "registered" (first registration,
+// unix ns), which orders every router's listing.
 const registeredKey = `"registered"`
 
 // encodeRecord returns the stored value of d.
@@ -470,11 +441,8 @@ func (c *catalog) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-// liveness is what a router knows of the workers of P_workers: one beat
-// per <tool>.<worker>, by the local clock (docs/registry.md), fed by the
-// watch, by the beats this router stores or could not store, and by a
-// probe of the bucket for a tool it finds without a live worker. Safe for
-// concurrent use.
+// liveness is one beat per <tool>.<worker> by the local clock, fed by the
+// watch, own writes and probes (docs/registry.md).
 type liveness struct {
 	kv        jetstream.KeyValue
 	heartbeat time.Duration
@@ -517,20 +485,16 @@ func (l *liveness) applyWorker(e jetstream.KeyValueEntry) {
 	l.setBeat(tool, worker, beat{at: l.now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, binary: v.Binary}, false)
 }
 
-// Troubled reports whether a liveness write failed within the last four
-// heartbeats: the workers bucket could not take beats (a leader election, a
-// node down), so beats that look missed may never have been stored, and
-// nobody should be declared gone for them.
+// Troubled reports whether a liveness write failed within four heartbeats:
+// missed beats may never have been stored, so nobody is declared gone.
 func (l *liveness) Troubled(now time.Time) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return !l.trouble.IsZero() && now.Sub(l.trouble) < 4*l.heartbeat
 }
 
-// MayHold reports whether a live worker of the tool may be running the call
-// key (bus.CallKey): one said so in its latest beat, or one does not report
-// its calls in flight at all (a worker written from docs/protocol.md alone), so
-// nobody can tell.
+// MayHold reports whether a live worker of tool may run call key: one lists
+// it in flight, or one does not report its calls.
 func (l *liveness) MayHold(tool, key string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -543,10 +507,8 @@ func (l *liveness) MayHold(tool, key string) bool {
 	return false
 }
 
-// BinaryExec reports whether every live worker of the tool takes
-// io.toolbus.exec in CloudEvents binary mode (docs/protocol.md 5.1): one
-// of the previous revision in the queue group, or none live, means
-// structured mode.
+// BinaryExec reports whether every live worker of tool (at least one) takes
+// binary-mode exec (docs/protocol.md 5.1).
 func (l *liveness) BinaryExec(tool string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -563,13 +525,8 @@ func (l *liveness) BinaryExec(tool string) bool {
 	return n > 0
 }
 
-// read counts the beats of a registration of worker as soon as it is
-// read, before any write: beats maps each of its tools to its beat, nil
-// for one that counts only once stored (record). A beat does not count
-// here for a worker that left: its cached beat says so, or this router
-// read its leave (it comes back once a beat is stored). It returns what
-// record needs to keep a leave read later from being undone, and done,
-// to call once the registration is applied.
+// read counts worker's beats as soon as read (nil: only once stored), unless
+// it left; it returns what record needs and done, called once applied.
 func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*reading, func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -593,13 +550,9 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 	}
 }
 
-// record stores one beat of rd's worker for tool and records it. A beat the
-// bucket refused still counts here (docs/registry.md): the worker is live
-// in this router's cache whatever the bucket took, and a full store is
-// not an error (the router reports it in its status). A beat read before
-// the worker's leave is dropped: the write is compare-and-set on the
-// revision the cache held when the beat was read, so neither a leave this
-// router read since nor one another router stored is overwritten.
+// record stores one beat of rd's worker for tool. A refused beat still counts
+// here and a full store is no error (docs/registry.md); a beat read before a
+// leave is dropped (compare-and-set on the revision read).
 func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, rd *reading) error {
 	worker := rd.worker
 	l.mu.RLock()
@@ -627,11 +580,7 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 	}
 	full := l.health.Note(err)
 	if err != nil {
-		// This router saw the beat: the worker is live whatever the
-		// bucket took. The cache keeps it so (at the revision it
-		// holds), so that a store that refuses writes does not make
-		// every tool look dead here; the other routers see the worker
-		// again when the bucket takes beats again.
+		// Seen here, so live here: a refusing store must not kill every tool.
 		l.mu.Lock()
 		l.trouble = l.now()
 		l.mu.Unlock()
@@ -645,10 +594,8 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 	return nil
 }
 
-// sawBeat records a beat that this router took but could not store: the
-// worker is live from now, at the revision the cache holds, unless rd, the
-// registration read (nil: none), was overtaken by a leave or by a beat
-// read later.
+// sawBeat records a beat taken but not stored, unless rd was overtaken by a
+// leave or a later beat.
 func (l *liveness) sawBeat(tool, worker string, inflight []string, binary bool, rd *reading) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -675,10 +622,7 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	}
 	if old, ok := m[worker]; ok && !b.left && !remove && !old.left && old.read > b.read &&
 		(b.read != 0 || l.order.open[old.read] != nil) {
-		// A beat that this router read later counts already (read),
-		// and is not stored yet or is stored after this one: what it
-		// says is newer. (Calls listed in flight only grow between two
-		// beats, but for calls answered three beats ago.)
+		// A beat read later counts already and is newer.
 		b.at, b.inflight, b.binary, b.read = old.at, old.inflight, old.binary, old.read
 	}
 	if remove {
@@ -739,17 +683,10 @@ func (l *liveness) Workers() map[string]int {
 	return out
 }
 
-// leave marks a worker gone at once: in the cache as soon as it is read,
-// then in KV, where its liveness entries, and those of the tools of its
-// registrations still being applied, are overwritten with a "left" value
-// (not deleted, so that a heartbeat still in flight, with an older
-// revision, cannot bring it back in any router's cache). Until those
-// writes are stored, no beat brings the worker back in this cache, and a
-// registration read before the leave stores no beat after it (record).
-// only, when not "", confines the leave to that tool: a leave that came
-// on P.register.<only> (docs/protocol.md 7.1) touches no other tool's
-// liveness, and is written even when this router has not seen the
-// worker's beat for it yet (another router stored it a moment ago).
+// leave marks a worker gone in the cache, then overwrites its liveness
+// entries in KV with "left" (not deleted: a late older beat must not revive
+// it). only, when not "", confines the leave to that tool (P.register.<only>)
+// and writes it even before its beat was seen here.
 func (l *liveness) leave(ctx context.Context, worker, only string) error {
 	l.mu.Lock()
 	var tools []string
@@ -789,10 +726,7 @@ func (l *liveness) leave(ctx context.Context, worker, only string) error {
 	return nil
 }
 
-// probe reads the beats of tool's workers from KV into the cache. It
-// runs for every call that the cache finds without a live worker: a
-// registration acknowledged a moment ago through another router must count
-// at once, however recent the previous probe.
+// probe reads tool's beats from KV, for a call finding no live worker.
 func (l *liveness) probe(ctx context.Context, tool string) error {
 	if kv, ok := l.kv.(leaderLister); ok {
 		// A key listing is an ephemeral consumer, which may sit on a

@@ -11,32 +11,12 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
 
-// The validator evaluates a schema at an input value by evaluating, at the
-// same value, its in-place subschemas ($ref and the dynamic references,
-// allOf, anyOf, oneOf, not, if/then/else, dependentSchemas), and, at the
-// value's members, its member subschemas (properties, patternProperties,
-// additionalProperties, propertyNames, items, prefixItems, additionalItems,
-// contains, unevaluated*). It caches nothing: a subschema reached twice is
-// evaluated twice, so references can multiply the work (anyOf of two $refs
-// to a schema that does the same, nested) far beyond the sizes of the schema
-// and the input.
-//
-// The cost model bounds that work before the validator runs: mult[d] is an
-// upper bound on the evaluations at any one value of depth d (the root is 0)
-// when the root schema is evaluated once. It is F(root, d) with
+// The cost model (docs/schemas.md, "The cost model"): the validator caches
+// nothing, so references can multiply its work far beyond the sizes of schema
+// and input. mult[d] bounds the evaluations at one value of depth d:
 //
 //	F(s, k) = own(s, k) + Σ F(c, k) over the in-place subschemas c of s
-//	own(s, 0) = 1
-//	own(s, k) = max(object part, array part), from F(·, k-1) of the member
-//	            subschemas: a member gets at most one of properties (or the
-//	            additional/unevaluated ones) and every patternProperties and
-//	            propertyNames; an item one of prefixItems (or the rest) and
-//	            contains and unevaluatedItems
-//
-// Validating an input whose depth d holds n[d] values costs at most about
-// Σ n[d]·mult[d] evaluations (each evaluation at an object also visits its
-// members once, counted by the members' own depth), each weighted by its
-// depth (see checks).
+//	own(s, 0) = 1; own(s, k) = max(object part, array part) of the members' F(·, k-1)
 
 // evalCap is where the estimates saturate.
 const evalCap = math.MaxInt64 / 4
@@ -63,10 +43,8 @@ type graph struct {
 	order []int
 }
 
-// buildGraph collects the nodes reachable from root. It refuses more
-// nodes than the walk of checkRefs allows for (with a margin) and a cycle of
-// in-place edges (a reference that comes back to the same value without
-// descending into it: the validator would loop on every input).
+// buildGraph collects the nodes reachable from root, refusing too many and a
+// cycle of in-place edges (the validator would loop on every input).
 func buildGraph(root *jsonschema.Schema) (*graph, error) {
 	g := &graph{index: map[*jsonschema.Schema]int{}}
 	var anchors []*jsonschema.Schema // nodes with a dynamic or recursive anchor
@@ -99,9 +77,7 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 			}
 		}
 	}
-	// A dynamic reference may resolve, at run time, to any schema with the
-	// same dynamic anchor (a recursive one to any recursive anchor): an edge
-	// to each.
+	// A dynamic reference may resolve to any schema with its anchor: an edge to each.
 	for i, s := range g.nodes {
 		for _, a := range anchors {
 			if s.DynamicRef != nil && s.DynamicRef.DynamicAnchor != "" && a.DynamicAnchor == s.DynamicRef.DynamicAnchor && a != s.DynamicRef ||
@@ -243,11 +219,8 @@ func satMul(a, b int64) int64 {
 	return int64(lo)
 }
 
-// checks estimates the cost of validating an input whose depth d holds
-// counts[d] values: Σ counts[d]·mult[d]·(1 + d/4), the weight standing for
-// the location strings, as long as the depth, that the validator builds at
-// each check (measured: a failing check at depth 64 costs about 14 times
-// one at depth 1).
+// checks estimates Σ counts[d]·mult[d]·(1 + d/4): the weight is for the
+// location strings the validator builds at each check.
 func checks(mult []int64, counts []int) int64 {
 	var total int64
 	for d, n := range counts {
@@ -264,34 +237,16 @@ func budget(values int) int64 { return EvalBase + EvalFactor*int64(values) }
 // Limits of protocol version 1 section 13: they keep the cost of compiling
 // a schema and of validating one input in proportion to their sizes.
 const (
-	// MaxSchemaDepth bounds the nesting of a schema document: objects and
-	// arrays, counted in JSON (a "properties" level is two: the properties
-	// object and the property's schema), the top-level object being 1.
-	MaxSchemaDepth = 64
-	// MaxInputDepth bounds the nesting of a call's input the same way (the
-	// input object itself is 1).
-	MaxInputDepth = 128
-	// MaxSubschemas bounds the subschemas of one schema (objects and
-	// booleans in schema positions, the schema itself included): the
-	// compiler's cost grows with their square (about 150 ms at the limit).
-	MaxSubschemas = 1000
-	// MaxChecksPerValue bounds the subschemas one input value may be
-	// checked against, at any depth up to MaxInputDepth, as the cost model
-	// of cost.go estimates it: references can multiply them without bound.
-	MaxChecksPerValue = 250
-	// The estimated cost of validating one input (cost.go: checks, each
-	// weighted 1 + depth/4, for the location strings the validator builds)
-	// may be at most EvalBase plus EvalFactor per value of the input.
-	EvalBase   = 1_000
-	EvalFactor = 16
-	// MaxDetails bounds the problems one invalid_input result lists; the
-	// last says how many more there were.
-	MaxDetails = 100
+	MaxSchemaDepth    = 64   // nesting of objects and arrays in a schema (the top object is 1)
+	MaxInputDepth     = 128  // the same for a call's input
+	MaxSubschemas     = 1000 // per schema: compiling costs their square
+	MaxChecksPerValue = 250  // subschemas one input value may be checked against (cost model)
+	EvalBase          = 1_000
+	EvalFactor        = 16  // estimated checks per input value, beyond EvalBase
+	MaxDetails        = 100 // problems one invalid_input result lists
 )
 
-// jsonDepth returns the deepest nesting of objects and arrays in b, which
-// must be valid JSON (a scalar is 0), stopping as soon as it passes limit;
-// one pass, no recursion.
+// jsonDepth returns the deepest nesting in valid JSON b, stopping past limit.
 func jsonDepth(b []byte, limit int) int {
 	depth, deepest := 0, 0
 	for i := 0; i < len(b); i++ {
@@ -323,9 +278,8 @@ func depthError() error {
 	return fmt.Errorf("input nests deeper than %d levels of objects and arrays", MaxInputDepth)
 }
 
-// levels counts the values of a decoded instance at each depth (the root at
-// 0, its members at 1, ...); ok is false when the instance nests deeper than
-// MaxInputDepth. It walks with an explicit stack: no recursion.
+// levels counts the values of an instance at each depth (root 0), without
+// recursion; ok is false deeper than MaxInputDepth.
 func levels(v any) (counts []int, ok bool) {
 	type item struct {
 		v any

@@ -38,11 +38,8 @@ type (
 		named
 		InputSchema json.RawMessage `json:"input_schema"`
 	}
-	// geminiFunction is a Gemini FunctionDeclaration with the schema in
-	// parametersJsonSchema, which takes JSON Schema as it is (with
-	// additionalProperties, $ref, anyOf ...); its "parameters" takes only
-	// an OpenAPI 3.0 subset, and Gemini answers 400 to a keyword outside
-	// it (docs/schemas.md).
+	// geminiFunction uses parametersJsonSchema: "parameters" takes only an
+	// OpenAPI subset (docs/schemas.md).
 	geminiFunction struct {
 		named
 		ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`
@@ -73,25 +70,11 @@ type (
 // grouping draft (SEP-2084, extension io.modelcontextprotocol/grouping).
 const GroupsMetaKey = "io.modelcontextprotocol/groups"
 
-// Export renders tool definitions in a listing format of docs/protocol.md 4.1, one
-// element per definition, in order:
-//
-//	"toolbus" (or ""): the bus.ToolDef itself
-//	"openai": {"type":"function","function":{"name","description","parameters"}}
-//	"openai-responses": {"type":"function","name","description","parameters","strict":false}
-//	"anthropic": {"name","description","input_schema"}
-//	"gemini": {"name","description","parametersJsonSchema"}
-//	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"},
-//	        "_meta":{"io.modelcontextprotocol/groups":[groups]} when the definition has groups}
-//
-// with destructiveHint = !read_only, unless the definition is a bridged MCP
-// tool whose server gave destructiveHint (mcp.annotations, docs/protocol.md 7.2):
-// then the server's value, and its openWorldHint; "title" when the
-// definition has one. The input schema is passed through
-// unchanged (compacted, without HTML escaping); an empty, absent or null one becomes
-// {"type":"object","properties":{}}, in every format. An unknown format is an
-// error; so is a definition whose schema is not valid JSON. The result is
-// never nil.
+// Export renders tool definitions, in order, in a listing format of
+// docs/protocol.md 4.1 ("toolbus" or "", "openai", "openai-responses",
+// "anthropic", "gemini", "mcp"). A missing schema becomes an empty object
+// schema. An unknown format or a schema that is not JSON is an error; the
+// result is never nil.
 func Export(format string, defs []bus.ToolDef) ([]json.RawMessage, error) {
 	if !slices.Contains(formats, format) {
 		return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)
@@ -108,8 +91,7 @@ func Export(format string, defs []bus.ToolDef) ([]json.RawMessage, error) {
 	return out, nil
 }
 
-// inputSchema is d's input schema, or {"type":"object","properties":{}}
-// when it is empty, absent or null.
+// inputSchema is d's input schema, or an empty object schema.
 func inputSchema(d *bus.ToolDef) json.RawMessage {
 	if t := bytes.TrimSpace(d.InputSchema); len(t) == 0 || string(t) == "null" {
 		return emptySchema
@@ -117,8 +99,7 @@ func inputSchema(d *bus.ToolDef) json.RawMessage {
 	return d.InputSchema
 }
 
-// marshal encodes v compactly, without HTML escaping ("a < b" stays as
-// written).
+// marshal encodes v compactly, without HTML escaping.
 func marshal(v any) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -158,9 +139,7 @@ func exported(format string, d *bus.ToolDef, schema json.RawMessage) any {
 	return &c
 }
 
-// mcpHints are the MCP annotations of d: read_only and idempotent, and
-// destructiveHint and openWorldHint as a bridged tool's server gave them
-// (else destructiveHint = !read_only).
+// mcpHints are d's MCP annotations; a bridged tool's server hints win.
 func mcpHints(d *bus.ToolDef) mcpAnnotations {
 	h := mcpAnnotations{ReadOnlyHint: d.ReadOnly, DestructiveHint: !d.ReadOnly, IdempotentHint: d.Idempotent}
 	if d.MCP == nil || d.MCP.Annotations == nil {
@@ -204,17 +183,10 @@ type responsesNamespace struct {
 	Tools       []json.RawMessage `json:"tools"`
 }
 
-// ExportDeferred renders defs as Export does, then the namespaces' tools
-// marked deferred and the provider's tool search tool:
-//
-//	"openai-responses": one {"type":"namespace","name","description","tools":[...]}
-//	    per namespace, each tool a function with "defer_loading": true, then
-//	    {"type":"tool_search"};
-//	"anthropic": each namespace's tools with "defer_loading": true, in
-//	    namespace order, then {"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"}.
-//
-// Namespaces without tools are left out; without any, the result is
-// Export's. Other formats are an error: their APIs have no deferred tools.
+// ExportDeferred renders defs as Export does, then the namespaces' tools with
+// "defer_loading" and the provider's tool search tool ("openai-responses",
+// "anthropic" only; docs/schemas.md, "Deferred tools"). Empty namespaces are
+// left out.
 func ExportDeferred(format string, defs []bus.ToolDef, ns []Namespace) ([]json.RawMessage, error) {
 	if format != bus.FormatOpenAIResponses && format != bus.FormatAnthropic {
 		return nil, fmt.Errorf("schemas: deferred tools are listed in the openai-responses and anthropic formats only, not %q", format)

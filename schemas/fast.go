@@ -7,13 +7,9 @@ import (
 	"unicode/utf8"
 )
 
-// fastNode is a schema in the small subset that tool schemas almost always
-// use (type, properties, required, additionalProperties, items, string enums,
-// length and item-count bounds, annotations). Validate asks it first: when it
-// accepts an instance the instance is valid and the full validator never
-// runs; when it does not, or when the schema is outside the subset (no
-// fastNode at all), the full validator decides and explains. It is built
-// once at Compile; a differential test holds it to the full validator.
+// fastNode is a schema in the subset tool schemas almost always use. Validate
+// asks it first: its yes is final, its no goes to the full validator, which
+// explains. A differential test holds the two together.
 type fastNode struct {
 	types      uint8 // bit set of fast* kinds; 0 means any
 	props      map[string]*fastNode
@@ -262,9 +258,8 @@ func stringList(v any) ([]string, bool) {
 	return out, true
 }
 
-// isPlainInteger reports whether a JSON number is written as an integer
-// (digits, optional minus). Other spellings of integers (1.0, 1e3) go to the
-// full validator.
+// isPlainInteger reports whether a JSON number is written as digits with an
+// optional minus.
 func isPlainInteger(s string) bool {
 	if len(s) > 0 && s[0] == '-' {
 		s = s[1:]

@@ -11,18 +11,11 @@ import (
 	"github.com/invopop/jsonschema"
 )
 
-// For derives the input schema of Go type T, a struct or a pointer to one,
-// with github.com/invopop/jsonschema: "type": "object", properties from the
-// json tags in field order, "required" from the fields without omitempty or
-// omitzero (or with jsonschema:"required"), descriptions from
-// jsonschema:"description=...", jsonschema_description:"..." or
-// description:"..." tags, and "additionalProperties": false on every struct.
-// Everything is inlined: the result has no $schema, $id, $ref, $defs or
-// "title" keys. Fields tagged json:"-" never appear.
-//
-// It returns an error when T is not a struct, is recursive (it cannot be
-// inlined), holds a type JSON cannot represent (chan, func, complex), or
-// yields a schema that Compile rejects.
+// For derives the input schema of struct type T (or a pointer to one) with
+// invopop/jsonschema: json tags name properties, fields without omitempty or
+// omitzero are required, description tags describe, every struct is closed,
+// and everything is inlined (docs/schemas.md). It fails for a non-struct, a
+// recursive type, a type JSON cannot hold, or a schema Compile rejects.
 func For[T any]() (json.RawMessage, error) {
 	t := reflect.TypeFor[T]()
 	if t.Kind() == reflect.Pointer {
@@ -77,10 +70,8 @@ func descriptionTag(t reflect.Type, name string) string {
 	return ""
 }
 
-// strip removes $schema, $id and titles from s and its subschemas, and fails
-// on references that survived inlining (from a type's own JSONSchema method
-// or oneof_ref tags). It writes only non-empty fields, so the shared
-// true/false schemas of invopop are never written.
+// strip removes $schema, $id and titles, failing on references that survived
+// inlining. It writes only non-empty fields: invopop shares true/false schemas.
 func strip(s *jsonschema.Schema) error {
 	if s == nil {
 		return nil
@@ -135,10 +126,8 @@ var (
 	aliasSchemaType  = reflect.TypeFor[interface{ JSONSchemaAlias() any }]()
 )
 
-// checkRecursion fails when t refers to itself through the fields invopop
-// reflects: with DoNotReference invopop would recurse without end, and a
-// stack overflow cannot be recovered. onPath holds the types being visited,
-// done those already known to be finite.
+// checkRecursion fails when t refers to itself: invopop would overflow the
+// stack, which cannot be recovered.
 func checkRecursion(t reflect.Type, onPath, done map[reflect.Type]bool) error {
 	if done[t] {
 		return nil

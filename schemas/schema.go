@@ -1,20 +1,8 @@
-// Package schemas handles the JSON schemas of tool inputs: it compiles a
-// definition's input_schema once ([Compile]), validates call inputs against it
-// with problems a model can act on ([Schema.Validate], [InvalidInputMessage]),
-// accepts a call's input in the forms models send it ([ParseInput]), derives a
-// schema from a Go type for typed tools ([For]) and renders tool definitions in
-// the listing formats of the providers ([Export]).
-//
-// Compilation fails closed. A schema that is not a JSON object, is not an
-// object schema, does not compile, refers to anything but a same-document
-// "#..." fragment, or is larger than [MaxSchemaBytes] is an error, and nothing
-// is ever fetched: meta-schemas come from the validator's built-in copies and
-// every other URL is refused.
-//
-// Validation uses github.com/santhosh-tekuri/jsonschema/v5 (draft 2020-12 by
-// default, earlier drafts when "$schema" names them); schemas of Go types are
-// derived with github.com/invopop/jsonschema, inlined and stripped of $schema,
-// $id and titles. See docs/schemas.md for the reasons.
+// Package schemas compiles tool input schemas ([Compile], fail closed, nothing
+// fetched), validates inputs with problems a model can act on
+// ([Schema.Validate]), parses inputs as models send them ([ParseInput]),
+// derives schemas from Go types ([For]) and renders provider listings
+// ([Export]). See docs/schemas.md.
 package schemas
 
 import (
@@ -66,17 +54,9 @@ func (e *refusedError) Error() string { return "schemas: refusing to load " + e.
 
 func refuse(url string) (io.ReadCloser, error) { return nil, &refusedError{url: url} }
 
-// Compile compiles raw as a tool input schema. Fail closed: returns an error
-// (message readable, prefixed "schemas: ") when raw is not valid JSON, not a
-// JSON object, does not compile (draft 2020-12 default; draft-07 etc. allowed
-// when $schema says so; meta-schemas come from the library's built-ins, never
-// the network), is not an object schema (top-level "type" must be "object"),
-// refers to any external $ref (anything other than a same-document "#..."
-// fragment; a loader that refuses every URL is installed so nothing is ever
-// fetched), or is larger than MaxSchemaBytes (64 KiB, counted on the compact
-// form).
-//
-// The returned Schema is safe for concurrent use.
+// Compile compiles raw as a tool input schema, failing closed ("schemas: ..."
+// errors) on invalid JSON, a non-object schema, a compile error, an external
+// $ref, or more than MaxSchemaBytes compact. Nothing is ever fetched.
 func Compile(raw json.RawMessage) (*Schema, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -167,20 +147,10 @@ func count(n int64) string {
 // Raw returns the schema as given, in compact JSON. The caller must not modify it.
 func (s *Schema) Raw() json.RawMessage { return s.raw }
 
-// Validate validates an already-decoded instance (decoded with
-// json.Decoder.UseNumber, as ParseInput does) and returns the problems, nil
-// when valid. Each Detail has Path = the JSON pointer of the instance location
-// ("/city", "/items/0/name"; "/" for the root) and a short Message:
-//
-//	expected string, but got number
-//	missing property 'city'                  (Path: the object that lacks it)
-//	additional property 'x' is not allowed   (Path: the object that has it)
-//	value must be one of "a", "b"
-//
-// and the validator's own texts for the other keywords ("length must be >= 3,
-// but got 1", "does not match pattern '^a'", ...). Causes of allOf, anyOf,
-// oneOf and $ref are flattened to their leaves; details are sorted by path
-// then message, without duplicates. Validate is safe for concurrent use.
+// Validate validates an instance decoded with UseNumber and returns its
+// problems (nil when valid): leaf causes, each with the JSON pointer of the
+// instance ("/" for the root) and a short message ("missing property 'city'"),
+// sorted, without duplicates. Safe for concurrent use.
 func (s *Schema) Validate(v any) (details []bus.Detail) {
 	defer func() {
 		if r := recover(); r != nil { // fail closed on a validator bug
@@ -265,9 +235,7 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 	return append(out, bus.Detail{Path: path, Message: ve.Message})
 }
 
-// lookup returns the value at the absolute keyword location loc of the
-// schema; false when loc is not in this document (a subschema with its own
-// $id, or the meta-schema).
+// lookup returns the value at keyword location loc; false outside this document.
 func (s *Schema) lookup(loc string) (any, bool) {
 	url, frag, ok := strings.Cut(loc, "#")
 	if !ok || url != s.base {
@@ -389,9 +357,8 @@ func quote(s string) string {
 	return "'" + q[1:len(q)-1] + "'"
 }
 
-// Keywords whose value is a schema, a map of schemas or a list of schemas, in
-// the drafts the validator knows. checkRefs walks only these, so a "$ref" key
-// inside "default", "enum" or "const" data is not mistaken for a reference.
+// Keywords holding schemas: checkRefs walks only these, so "$ref" inside
+// "default", "enum" or "const" data is not taken for a reference.
 var (
 	refKeywords = []string{"$ref", "$dynamicRef", "$recursiveRef"}
 	subKeywords = []string{
@@ -402,11 +369,9 @@ var (
 	mapKeywords = []string{"$defs", "definitions", "dependencies", "dependentSchemas", "patternProperties", "properties"}
 )
 
-// checkRefs returns an error for the first reference, in a fixed walk order,
-// that is not a same-document fragment ("#", "#/$defs/x", "#anchor"), and
-// counts the subschemas in *nodes, refusing more than MaxSubschemas (the
-// compiler's cost grows with their square). It recurses at most
-// MaxSchemaDepth levels: the caller checked the depth.
+// checkRefs refuses the first reference that is not a same-document fragment
+// and more than MaxSubschemas subschemas (counted in *nodes). The caller
+// checked the depth.
 func checkRefs(v any, nodes *int) error {
 	switch x := v.(type) {
 	case []any:
@@ -480,9 +445,7 @@ func compileError(doc map[string]any, err error) error {
 	return fmt.Errorf("schemas: invalid schema: %s", msg)
 }
 
-// tooCostly returns the problem of an input the full validator must not
-// run on: one nested deeper than MaxInputDepth, or one whose estimated
-// checks (cost.go) exceed its budget.
+// tooCostly returns the problem of an input too deep or too costly (cost.go) to validate.
 func (s *Schema) tooCostly(v any) *bus.Detail {
 	counts, ok := levels(v)
 	if !ok {
@@ -499,17 +462,11 @@ func (s *Schema) tooCostly(v any) *bus.Detail {
 	return nil
 }
 
-// The compile cache: Compile keys every schema by the SHA-256 of its compact
-// form and keeps the last results (compiled schemas and refusals alike), so
-// the same schema (a request-scoped tool sent again in every batch, tools
-// sharing a schema, a worker re-registering) is compiled once per process.
-// A Schema is immutable, so one value is shared by every holder.
+// The compile cache, keyed by the SHA-256 of the compact schema, keeps
+// results and refusals alike so a schema is compiled once per process.
 const (
-	// CacheEntries bounds the schemas the cache keeps.
-	CacheEntries = 512
-	// CacheBytes bounds the compact bytes of the schemas it keeps (the
-	// compiled form is a small multiple of them).
-	CacheBytes = 8 << 20
+	CacheEntries = 512     // schemas kept
+	CacheBytes   = 8 << 20 // compact bytes kept
 )
 
 type cacheKey [sha256.Size]byte
@@ -520,8 +477,7 @@ type cacheEntry struct {
 	size int
 }
 
-// compileCache is an LRU bounded by entries (simplelru) and by bytes
-// (evicting the oldest until the sum fits).
+// compileCache is an LRU bounded by entries and by bytes.
 type compileCache struct {
 	mu           sync.Mutex
 	lru          *simplelru.LRU[cacheKey, cacheEntry]
@@ -562,8 +518,7 @@ func (c *compileCache) put(k cacheKey, s *Schema, err error, size int) {
 	}
 }
 
-// CacheStats reports the compile cache's hits and misses since the process
-// started, and the schemas it holds now.
+// CacheStats reports the compile cache's hits and misses, and the schemas held.
 func CacheStats() (hits, misses uint64, held int) {
 	cache.mu.Lock()
 	held = cache.lru.Len()

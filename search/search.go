@@ -1,13 +1,6 @@
-// Package search ranks documents against a query of words with BM25: the
-// index behind the search_tools meta tool (docs/protocol.md 4.2). It is pure
-// and small: a document is a few weighted fields of text; an index is built
-// for a set of documents, changed one document at a time (Add, Remove,
-// Replace: each touches only that document's postings and the length
-// statistics), and read by any number of goroutines.
-//
-// Every statistic is an integer (weighted term counts, document lengths,
-// their total), so an index changed incrementally scores, and ranks, every
-// document exactly as one rebuilt from the same documents.
+// Package search is the BM25 index behind search_tools (docs/protocol.md
+// 4.2), changed one document at a time. Its statistics are integers, so an
+// incrementally changed index ranks exactly as a rebuilt one.
 package search
 
 import (
@@ -38,9 +31,7 @@ type Field struct {
 // Doc is one searchable document.
 type Doc struct {
 	Fields []Field
-	// Key orders documents of equal score (then their ids): give each a
-	// unique key (a tool's name) and the ranking does not depend on the
-	// ids, so an index built in another order ranks the same.
+	// Key breaks ties; unique keys make ranking independent of ids.
 	Key string
 }
 
@@ -157,9 +148,7 @@ func (ix *Index) remove(id int) bool {
 		if i < 0 {
 			continue // cannot happen: every term of a slot has its posting
 		}
-		// The order of a term's postings does not matter: scores are summed
-		// per document over the query's terms in order, and hits are
-		// ordered by score, key and id.
+		// Postings' order does not matter: hits are sorted.
 		ps[i] = ps[len(ps)-1]
 		if ps = ps[:len(ps)-1]; len(ps) == 0 {
 			delete(ix.postings, t)
@@ -180,10 +169,8 @@ func (ix *Index) Len() int {
 	return ix.live
 }
 
-// Search scores every document that holds a word of query and returns
-// those keep accepts, best first (ties by key, then id), at most k of
-// them. keep nil accepts all; it is called with the index read-locked, so
-// it must not change the index.
+// Search returns at most k documents keep accepts (nil: all) best first;
+// keep runs read-locked and must not change the index.
 func (ix *Index) Search(query string, k int, keep func(doc int) bool) []Hit {
 	if k <= 0 {
 		return nil
@@ -233,11 +220,9 @@ func (ix *Index) Search(query string, k int, keep func(doc int) bool) []Hit {
 	return hits
 }
 
-// Tokens splits text into lower-case words: at every character that is not
-// a letter or digit, between a lower-case letter and an upper-case one
-// (camelCase), so "mcp__github__createIssue" is mcp, github, create,
-// issue. A trailing "s" of a word longer than three letters is dropped, so
-// plurals match.
+// Tokens splits text into lower-case words at non-alphanumerics and
+// camelCase ("createIssue": create, issue), dropping a plural "s" after
+// three letters.
 func Tokens(text string) []string {
 	var out []string
 	var cur []rune

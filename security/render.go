@@ -123,11 +123,9 @@ func SeedFile(dir, user string) string { return filepath.Join(dir, user+".nk") }
 // before running a toolbus command or the nats CLI as that user.
 func EnvFile(dir, user string) string { return filepath.Join(dir, user+".env") }
 
-// Generate makes a fresh nkey for every user of spec and writes, into dir
-// (created, mode 0700): <user>.nk (the seed, mode 0600), <user>.env,
-// nats-server.conf (the authorization block with the public keys) and
-// users.json and spec.json (for AddAgent). url, when set, goes into the env files. It refuses a dir
-// that already holds a nats-server.conf, so no secret is overwritten.
+// Generate writes into a new 0700 dir a fresh seed (0600) and .env per user
+// of spec (with url when set), nats-server.conf, users.json and spec.json.
+// A dir already holding a nats-server.conf is refused.
 func Generate(dir, url string, spec Spec) ([]User, error) {
 	users, err := Users(spec)
 	if err != nil {

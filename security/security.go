@@ -1,12 +1,6 @@
-// Package security builds the NATS permissions of toolbus' roles from the
-// deployment's subjects (bus.Subjects), so the shipped authorization never
-// drifts from the wire: router, worker, agent (all sessions, or one
-// session), external handler (its own tools), approver and operator.
-// ServerConfig renders them as a nats-server authorization block, NSC as
-// the nsc commands of a decentralised (JWT) deployment, and Generate
-// writes nkey seeds and a server configuration for `router --secure`.
-//
-// docs/security.md explains each role and what NATS cannot separate.
+// Package security builds the NATS permissions of toolbus' roles from
+// bus.Subjects, so the authorization never drifts from the wire, and renders
+// them for nats-server, nsc or `router --secure` (docs/security.md).
 package security
 
 import (
@@ -26,14 +20,10 @@ const (
 	RoleHandler  = "handler"
 	RoleApprover = "approver"
 	RoleOperator = "operator"
-	// RoleFacade is the MCP facade's login (router --mcp-listen, toolbus
-	// mcp): it calls, lists, cancels and watches events in every session
-	// on behalf of the hosts it authenticated, and answers the
-	// confirmations their users give through elicitation (and the bridged
-	// servers' questions of Spec.FacadeAnswers). It follows the writes
-	// that change a session's listing (subscriptions, no consumers).
-	// Nothing more: no JetStream administration, no consumer, no exec, no
-	// registration, no admin verbs, no writes to any bucket but its own.
+	// RoleFacade is the MCP facade's login: it acts in every session for
+	// its authenticated hosts and answers their confirmations (and
+	// Spec.FacadeAnswers), with no JetStream administration, exec,
+	// registration or admin verbs.
 	RoleFacade = "facade"
 )
 
@@ -45,10 +35,7 @@ type Permissions struct {
 	// received (once, within NATS' default two minutes) even where
 	// Publish does not name the reply subject.
 	AllowResponses bool `json:"allow_responses,omitempty"`
-	// PublishDeny and SubscribeDeny take subjects out of the allow lists
-	// (the shared agent's view of the sessions that have their own agent
-	// user); nats-server checks a wildcard subscription's deliveries
-	// against them.
+	// PublishDeny and SubscribeDeny take subjects out of the allow lists.
 	PublishDeny   []string `json:"publish_deny,omitempty"`
 	SubscribeDeny []string `json:"subscribe_deny,omitempty"`
 }
@@ -94,35 +81,25 @@ type Spec struct {
 	Bind map[string]string `json:"bind,omitempty"`
 	// Handlers adds one user per external handler.
 	Handlers []Handler `json:"handlers,omitempty"`
-	// WorkerTools, when set, confines the worker user to these tools'
-	// exec and registration subjects (P.exec.<t>, P.register.<t>): it may
-	// serve and define these tools only. Empty serves and defines every
-	// tool.
+	// WorkerTools, when set, confines the worker user to these tools.
 	WorkerTools []string `json:"worker_tools,omitempty"`
 	// WorkerGroups are the groups a worker confined by WorkerTools may
 	// define (P.register.group.<g>); empty means none. A worker of every
 	// tool defines every group.
 	WorkerGroups []string `json:"worker_groups,omitempty"`
-	// WorkerSharedRegister also lets the worker user publish on P.register,
-	// the one registration subject of protocol 1.11, where any definition
-	// goes: for the window of a rolling update of workers to 1.12 only
-	// (docs/protocol.md 14, 1.12). It reopens the gap the per-tool
-	// subjects close; a router under --secure then serves the subject.
+	// WorkerSharedRegister lets workers publish on 1.11's shared P.register
+	// during a rolling update only (docs/protocol.md 14, 1.12): it reopens
+	// the gap per-tool subjects close.
 	WorkerSharedRegister bool `json:"worker_shared_register,omitempty"`
 	// ApproverTools, when set, confines the approver to these tools'
 	// confirmations; empty means every tool.
 	ApproverTools []string `json:"approver_tools,omitempty"`
-	// AgentAnswers are the tools whose parked calls the agent users may
-	// answer themselves: the request-scoped external tools (section 4.3
-	// of docs/protocol.md). NATS cannot tell one session's answer from
-	// another's on P.answer.<tool>, so keep this to tools that are only
-	// ever request-scoped, never a registered external tool or one that
-	// asks for confirmation. Empty means agents answer nothing.
+	// AgentAnswers are the request-scoped tools agents may answer
+	// (docs/protocol.md 4.3). NATS cannot tell sessions apart on
+	// P.answer.<tool>: never list a registered or confirmed tool.
 	AgentAnswers []string `json:"agent_answers,omitempty"`
-	// FacadeAnswers are the bridged servers' question tools
-	// (mcp__<server>__elicit, docs/mcp.md) whose parks the facade may
-	// answer with its host user's reply; nothing else. Empty means the
-	// facade answers no question (they wait for toolbus answer).
+	// FacadeAnswers are the bridged question tools (mcp__<server>__elicit)
+	// the facade may answer.
 	FacadeAnswers []string `json:"facade_answers,omitempty"`
 }
 
@@ -140,10 +117,8 @@ func Users(spec Spec) ([]User, error) {
 	shared := agent(s, "", spec.AgentAnswers)
 	var sessions []User
 	for _, id := range spec.Sessions {
-		// The session has its own agent user: the shared agent may not
-		// publish in it (calls, tools, cancels, replay requests), and a
-		// wildcard subscription of its gets none of its events
-		// (nats-server checks each delivery against the deny list).
+		// The session has its own agent user: the shared agent may neither
+		// publish in it nor receive its events.
 		p := &shared.Permissions
 		p.PublishDeny = append(p.PublishDeny, s.Call(id), s.Tools(id), s.Cancel(id), s.Replay(id), s.Outputs(id), s.Tasks(id))
 		p.SubscribeDeny = append(p.SubscribeDeny, s.Events(id))
@@ -240,10 +215,8 @@ func each(tools []string, f func(string) string) []string {
 	return out
 }
 
-// followHandoff allows asking a router for a consumer of the handoff
-// requests of kind for tools (every tool when empty) and pulling from it
-// through the router (P.handoff.<kind>[.<tool>], docs/protocol.md 6.2): no
-// JetStream API at all, so no consumer with a deliver subject.
+// followHandoff allows following kind's handoff for tools through a router
+// (docs/protocol.md 6.2), with no JetStream API.
 func followHandoff(s bus.Subjects, kind string, tools []string) []string {
 	if len(tools) == 0 {
 		return []string{s.Handoffs.Follow(kind, ""), s.Handoffs.Follow(kind, "*")}
@@ -263,16 +236,9 @@ func router(s bus.Subjects) User {
 }
 
 func worker(s bus.Subjects, tools, groups []string, shared bool) User {
-	// A worker receives exec requests and cancels, registers and beats,
-	// publishes progress, and sends its results to the routers' inboxes
-	// (the exec requests' reply subjects). NATS' allow_responses alone
-	// would not do for results: it forgets a request after two minutes,
-	// shorter than a tool's default timeout. It serves the micro service's
-	// discovery replies.
-	//
-	// Durable tools' calls come from their work consumers (fetch, look up,
-	// acknowledge and report progress) and their results go to the routers
-	// on P.result.<tool>.
+	// Results go to the routers' inboxes (allow_responses forgets a request
+	// after two minutes, less than a tool's timeout); durable calls come
+	// from work consumers, their results on P.result.<tool>.
 	sub := each(tools, s.Workers.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
 	if len(tools) == 0 {
@@ -288,12 +254,7 @@ func worker(s bus.Subjects, tools, groups []string, shared bool) User {
 		}
 		return s.Workers.WorkConsumer(t)
 	}
-	// It registers, beats and leaves on its tools' registration subjects
-	// only (P.register.<t>, docs/protocol.md 7.1): a login confined to some
-	// tools can define no other (an external tool, which has no live worker
-	// to keep its definition, included), nor touch their workers'
-	// liveness. Not the shared P.register of protocol 1.11, where any
-	// definition goes.
+	// Registration on its tools' subjects only (docs/protocol.md 7.1).
 	pub := each(tools, s.Workers.Register)
 	if len(tools) == 0 {
 		pub = append(pub, s.Workers.RegisterGroup("*"))
@@ -317,11 +278,9 @@ func worker(s bus.Subjects, tools, groups []string, shared bool) User {
 	}}
 }
 
-// outputsWrite allows storing large outputs (protocol 5.9): publishing
-// object chunks and metadata to the outputs store, nothing else. No
-// JetStream API at all: a writer can neither read an object (its own
-// included) nor list the store's subjects (STREAM.INFO's subjects_filter
-// would name every object), so it can target only names it was given.
+// outputsWrite allows publishing object chunks and metadata to the outputs
+// store (protocol 5.9), with no JetStream API: a writer can neither read
+// nor list objects.
 func outputsWrite(s bus.Subjects) []string {
 	b := s.ObjectStore(bus.ObjectOutputs)
 	return []string{"$O." + b + ".C.>", "$O." + b + ".M.>"}
@@ -332,12 +291,8 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	if session != "" {
 		name, role, tok = "session-"+session, RoleSession, session
 	}
-	// Replay: a router makes the consumer, relays the agent's pulls and
-	// stops it, all on P.replay.<s>, after checking that the consumer is
-	// that session's. An agent uses no JetStream API at all: nats-server
-	// checks neither a push consumer's deliver_subject against its
-	// creator's permissions nor durability, and a consumer name in an API
-	// subject cannot be confined to a session (docs/security.md).
+	// Replay goes through a router on P.replay.<s>: an agent has no
+	// JetStream API, which cannot be confined to a session (docs/security.md).
 	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok), s.Tasks(tok)}
 	for _, t := range answers {
 		pub = append(pub, s.Handoffs.Answer(t))
@@ -369,19 +324,11 @@ func handler(s bus.Subjects, h Handler) User {
 }
 
 func approver(s bus.Subjects, tools []string) User {
-	// Confirmations only, on their own subject: the router refuses an
-	// edited input or an unsuggested rule from it, and the approver
-	// cannot answer external calls (P.answer.<tool>) at all.
-	// The stored confirmation requests through a router (P.handoff.confirm,
-	// no consumer of its own, so no deliver subject).
+	// Confirmations only, on their own subject, and their handoff through a router.
 	pub := each(tools, s.Handoffs.Approve)
 	pub = append(pub, followHandoff(s, "confirm", tools)...)
-	// The approval inbox (docs/inbox.md) reads the waiting calls, with
-	// their revision and user, through a router's parked.list (1.14), which
-	// reads the bucket's leader: no JetStream API. A direct get may come
-	// from a follower that lacks the latest write, and the leader's
-	// message get (STREAM.MSG.GET) takes any sequence or subject in its
-	// body, the batches' continuations (other calls' results) included.
+	// The inbox reads through a router's parked.list (docs/inbox.md): a
+	// message get would reach any subject, other calls' results included.
 	pub = append(pub, s.Admin("parked.list"))
 	sub := append(each(tools, s.Handoffs.Confirm), inbox(RoleApprover)+".>")
 	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
@@ -396,10 +343,8 @@ func operator(s bus.Subjects) User {
 			s.All("tasks"), s.All("handoff"), "$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
 			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
-		// The routers' presence is the routers' alone (docs/protocol.md 8,
-		// 1.13): a router's key deleted or purged makes the others take it
-		// for gone and publish its lone batches' events again. Writing a
-		// key needs $KV.<bucket>, which no role but the router has.
+		// Presence is the routers' alone (docs/protocol.md 8): a deleted key
+		// makes the others take a router for gone.
 		PublishDeny: presenceAdmin(s),
 	}}
 }

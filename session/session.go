@@ -1,8 +1,6 @@
-// Package session holds the session record of P_sessions (docs/protocol.md
-// 4.2, 8), the bounded cache of recently used sessions with its
-// compare-and-set writes (Store), and the router's revision view over the
-// bucket's watch (Revisions): when a batch's session must be read again,
-// and which revision a reply echoes.
+// Package session holds the P_sessions record (docs/protocol.md 4.2, 8), its
+// bounded cache and compare-and-set writes (Store), and the revision view
+// deciding when a batch must read it again (Revisions).
 package session
 
 import (
@@ -107,10 +105,8 @@ func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
 	return &Store{kv: kv, cfg: cfg, lru: lru}
 }
 
-// Session returns the session's state as this router last read or wrote
-// it, or a fresh one (the defaults and each group's active_by_default).
-// Reads that must see other routers' writes use Refresh. The returned value
-// must not be modified.
+// Session returns the cached session, or a fresh one; not to be modified.
+// Reads that must see other routers' writes use Refresh.
 func (s *Store) Session(id string) *Session {
 	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
 	sess, ok := s.lru.Peek(id)
@@ -130,9 +126,7 @@ func (s *Store) fresh() *Session {
 	return sess
 }
 
-// Touch rewrites a stored session that is in use when half of its idle TTL
-// has passed since its last write, so that the bucket's TTL only ever
-// removes sessions nobody uses. It is cheap when nothing is due.
+// Touch rewrites a session in use past half its idle TTL, so only idle ones expire.
 func (s *Store) Touch(ctx context.Context, id string) error {
 	s.mu.RLock() // Peek, as Session: the recency is not changed
 	sess, ok := s.lru.Peek(id)
@@ -166,10 +160,8 @@ func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 	return sess, nil
 }
 
-// Refresh reads a session from KV, updates the cache with it, and returns
-// it; on a KV error it falls back to the cache. Routers use it where a stale
-// cache would give a wrong answer that a user sees: once per run of a batch,
-// a listing, session.get.
+// Refresh reads a session from KV into the cache (on error: the cache), for
+// answers a stale cache would get wrong.
 func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	sess, _ := s.Read(ctx, id)
 	return sess
@@ -228,10 +220,8 @@ func (s *Store) Stored(id string) bool {
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = errors.New("groups: update aborted")
 
-// Update changes a session with compare-and-set: fn edits a private copy of
-// the latest stored state (or a fresh session), and may run more than once
-// when another router wrote in between. When fn returns an error nothing is
-// written and the error is returned.
+// Update changes a session by compare-and-set; fn edits a copy of the latest
+// (maybe more than once) and its error writes nothing.
 func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
 	var next *Session
 	var fnErr error
@@ -287,11 +277,8 @@ func (s *Store) Sessions() int {
 	return s.lru.Len()
 }
 
-// Revisions decides, per run of a batch, whether the session must be read
-// from KV (docs/protocol.md 4.2): a batch that echoes the revision of an
-// earlier reply (sessionrev) skips the read when the cached session (Store's
-// LRU) is at least that revision and the sessions watch (updates only, no
-// values) has seen no newer write of it; any other batch is read.
+// Revisions decides per batch run whether the session is read from KV
+// (docs/protocol.md 4.2): only a sessionrev the cache and watch cover skips it.
 type Revisions struct {
 	groups *Store
 	kv     jetstream.KeyValue // P_sessions; nil: no watch, every batch is read
@@ -370,10 +357,8 @@ func (s *Revisions) current(id string, have uint64) bool {
 // batch is read). s.mu is held.
 func (s *Revisions) running() bool { return s.ready && (s.watch == nil || !s.watch.Ended()) }
 
-// Snapshot makes the router's view of session id current for a batch run:
-// a read from KV, unless rev (the batch's sessionrev, 0 when absent) allows
-// the cached session (canSkip) or the cached miss of a session never
-// written (missCurrent).
+// Snapshot makes session id current for a batch run: a KV read, unless rev
+// (sessionrev) allows the cache (canSkip, missCurrent).
 func (s *Revisions) Snapshot(ctx context.Context, id string, rev uint64) *Session {
 	cur := s.groups.Session(id)
 	if canSkip(rev, cur.Revision(), s.current(id, cur.Revision())) || cur.Revision() == 0 && s.missCurrent(id, rev) {
@@ -402,11 +387,8 @@ func (s *Revisions) miss(id string, at uint64) {
 	s.missed[id] = at
 }
 
-// missCurrent reports whether a batch that sent revision asked may be
-// served the defaults of session id, never written (docs/protocol.md 4.2):
-// this router read it absent once its watch ran, the watch has delivered
-// every write up to asked (so every write the agent was told of), and no
-// write of id since that read.
+// missCurrent reports whether a batch at revision asked may get the defaults
+// of never-written id: read absent, the watch past asked, no write since.
 func (s *Revisions) missCurrent(id string, asked uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -425,10 +407,8 @@ func canSkip(asked, have uint64, current bool) bool {
 	return asked > 0 && have >= asked && current
 }
 
-// Revision is the session's KV revision as this router knows it; for a
-// session never written that this router read absent and whose miss still
-// holds, the revision of the miss: the newest revision of the bucket the
-// watch has delivered (docs/protocol.md 4.2). 0 when none is known.
+// Revision is the session's known KV revision; for a standing miss, the
+// watch's newest (docs/protocol.md 4.2); 0 when none is known.
 func (s *Revisions) Revision(id string) uint64 {
 	if rev := s.groups.Session(id).Revision(); rev > 0 {
 		return rev

@@ -7,17 +7,13 @@ import (
 	"strings"
 )
 
-// Profile is what toolbus knows of a program's command line: which
-// options run other programs or write files in ways a check cannot follow
-// (refused), and which arguments name the files it writes.
+// Profile is what toolbus knows of a program's command line: refused
+// options, and the arguments naming files it writes.
 type Profile struct {
-	// Plain says that the program's arguments must be written out
-	// plainly (no expansion, no glob): its options decide what it runs or
-	// writes. Programs that only read need not.
+	// Plain: the arguments must be plain (no expansion, no glob).
 	Plain bool
-	// Check returns the files args (the plain arguments after the
-	// program's name) make the program write, or an error saying which
-	// option is refused and why.
+	// Check returns the files args make the program write, or why an
+	// option is refused.
 	Check func(args []string) ([]Write, error)
 }
 
@@ -57,9 +53,7 @@ var profiles = func() map[string]Profile {
 	// PROG on each file (issue 26, held-out attack).
 	m["split"] = Profile{Plain: true, Check: refuseLong("split", "--filter", "", m["split"].Check)}
 	m["install"] = Profile{Plain: true, Check: refuseLong("install", "--strip-program", "--strip", m["install"].Check)}
-	// cd and pushd move where relative writes land: their directory is
-	// checked like a write, so it must be plain (a for loop's variable
-	// could otherwise hold .git).
+	// cd and pushd move relative writes: their plain directory is checked.
 	for _, d := range []string{"cd", "pushd"} {
 		m[d] = Profile{Plain: true, Check: everyArg(d)}
 	}
@@ -125,12 +119,9 @@ func refuseLong(prog, full, exact string, check func([]string) ([]Write, error))
 // writes .bashrc.
 var compressors = []string{"bunzip2", "bzip2", "gzip", "unxz", "xz"}
 
-// derived adds the names a writer makes from its operands (issue 26,
-// held-out attack): with a suffix (-S rc, --suffix=rc) a compressor writes
-// operand+suffix or strips it (gzip -d -S zz .mcp.jsonzz writes
-// .mcp.json), and cp, mv, ln and install back up to operand+suffix
-// (mv -b -S rc x .bash writes .bashrc); a compressor also strips its
-// default extension. Each such name is checked as a write, as written.
+// derived adds the names a writer makes from its operands (issue 26): a
+// suffix added or stripped by a compressor, or a backup suffix of cp, mv, ln
+// and install ("mv -b -S rc x .bash" writes .bashrc).
 func derived(prog string, check func([]string) ([]Write, error)) func([]string) ([]Write, error) {
 	return func(args []string) ([]Write, error) {
 		out, err := check(args)
@@ -159,12 +150,8 @@ func derived(prog string, check func([]string) ([]Write, error)) func([]string) 
 // the last dot (which derived strips).
 var gzipSuffixes = []string{"-gz", "-z", "_z"}
 
-// GzipHidden returns the names gzip -d writes that no word holds and that
-// the profile does not derive: an operand less -gz, -z or _z
-// (".bashrc-gz" decompresses to .bashrc). It refuses -N/--name, which
-// restores the name stored in the archive's header (any bytes, printf's
-// included, make a header naming .git). The allow-list check runs it
-// besides gzip's profile.
+// GzipHidden returns the names gzip -d writes that no word holds (operand
+// less -gz, -z or _z) and refuses -N, which takes a name from the archive.
 func GzipHidden(args []string) ([]Write, error) {
 	opts, ops := getopt(args, "S", nil)
 	for _, o := range opts {
@@ -196,11 +183,9 @@ func suffixValues(args []string) []string {
 	return out
 }
 
-// getopt splits args into options and operands the way GNU getopt_long
-// does (options anywhere, "--" ends them): short lists the letters that
-// take a value (a letter followed by '?' takes one only when attached, as
-// sed's -i[SUFFIX]), long the long options that do (a unique prefix of one
-// counts as it, as GNU accepts abbreviations).
+// getopt splits args as GNU getopt_long does (abbreviations included):
+// short lists the letters taking a value ("?" after one: only attached),
+// long the long options that do.
 type option struct {
 	name  string // "-x" or "--long" as written (before "=")
 	value string
@@ -328,12 +313,8 @@ func refuseOpt(prog, short string, long []string, letter, full, why string) func
 // directories they write.
 var gitPathWriters = []string{"checkout", "checkout-index", "clone", "init", "mv", "restore", "worktree"}
 
-// checkGit returns the files git's arguments name for writing: the
-// operands of the subcommands above, and the values of --output, -o of
-// format-patch and archive, --output-directory and --prefix. What git
-// writes from a repository's content (a checkout of a commit that holds
-// .bashrc) cannot be seen. The allow-list's own git check
-// (builtin) refuses the options that run programs.
+// checkGit returns the files git's arguments name for writing. What git
+// writes from a repository's content cannot be seen.
 func checkGit(args []string) ([]Write, error) {
 	i := 0
 	for ; i < len(args) && strings.HasPrefix(args[i], "-"); i++ {
@@ -407,10 +388,8 @@ var tarLongValued = []string{"--file", "--listed-incremental", "--index-file", "
 	"--exclude", "--record-size", "--strip-components", "--use-compress-program", "--to-command",
 	"--checkpoint-action", "--info-script", "--new-volume-script", "--rsh-command", "--rmt-command", "--suffix"}
 
-// checkTar refuses tar's options that run programs (-I, -F, --to-command,
-// --checkpoint-action=exec ...), extraction (-x), and a remote archive
-// (host:file runs rsh); the archive (-f), the incremental snapshot (-g)
-// and -C are files or places it writes.
+// checkTar refuses tar's options that run programs, extraction and remote
+// archives; -f, -g and -C are places it writes.
 func checkTar(args []string) ([]Write, error) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		// Old style: "tar czf out.tgz dir": letters first, their values
@@ -455,9 +434,7 @@ func checkTar(args []string) ([]Write, error) {
 		}
 		out = append(out, Write{Path: o.value, By: "tar " + o.name})
 	}
-	// A cluster holding x, I or F is refused whatever takes it as a value
-	// (an old-style "tar 0C -x" reads -x as C's directory; an error of this
-	// reading must not let extraction through).
+	// A cluster holding x, I or F is refused whatever takes it as a value.
 	for i, a := range args {
 		if (i == 0 || strings.HasPrefix(a, "-")) && !strings.HasPrefix(a, "--") && strings.ContainsAny(a, "xIF") {
 			return nil, fmt.Errorf("tar %s: -x writes whatever file names the archive holds, -I and -F run a program of the caller's choosing; with an allow-list tar may create, list and compare", a)

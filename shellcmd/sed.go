@@ -5,10 +5,8 @@ import (
 	"strings"
 )
 
-// checkSed refuses sed's ways to run programs and to write files other
-// than its operands: the e command, the s command's e and w flags, the w
-// and W commands, and a script read from a file (-f), which cannot be
-// checked. With -i (--in-place) every file operand is written.
+// checkSed refuses sed's ways to run programs or write other files (e, s///e,
+// s///w, w, W, -f); with -i every file operand is written.
 func checkSed(args []string) ([]Write, error) {
 	var scripts []string
 	inPlace, haveE, follow := false, false, false
@@ -54,11 +52,8 @@ func checkSed(args []string) ([]Write, error) {
 	return out, nil
 }
 
-// sedBackup is where GNU sed -iSUFFIX moves the original of file: file
-// followed by SUFFIX, or, when SUFFIX holds a '*', SUFFIX with each '*'
-// replaced by file as written (so -i'r3/.git/hooks/*' moves pre-commit
-// to r3/.git/hooks/pre-commit: issue 26's held-out attack). "" for no
-// backup.
+// sedBackup is where sed -iSUFFIX moves file: file+SUFFIX, or SUFFIX with
+// each '*' replaced by file (issue 26); "" for no backup.
 func sedBackup(file, suffix string) string {
 	switch {
 	case suffix == "" || suffix == "*":

@@ -1,9 +1,5 @@
-// Package shellcmd reads a shell command's syntax tree (mvdan.cc/sh) for
-// what it writes and for the options of its programs that run other
-// programs or write files: the per-program profiles of docs/builtin.md.
-// The built-in shell's allow-list check refuses what a profile refuses and
-// every write into a protected path; the permission package treats every
-// write it finds as a write_file call on its target.
+// Package shellcmd reads a shell command's syntax tree (mvdan.cc/sh) for what
+// it writes and for options that run programs: the profiles of docs/builtin.md.
 package shellcmd
 
 import (
@@ -26,9 +22,8 @@ var grammars = []struct {
 	opt  syntax.ParserOption
 }{{"sh", syntax.Variant(syntax.LangPOSIX)}, {"bash", syntax.Variant(syntax.LangBash)}}
 
-// Parse parses cmd as POSIX sh and as bash: the trees of those that parse,
-// and the first error, named by its grammar. The allow-list check wants
-// both trees (err nil); Writes takes what parses.
+// Parse parses cmd as POSIX sh and as bash: the trees that parse and the
+// first error, named by its grammar.
 func Parse(cmd string) (files []*syntax.File, err error) {
 	for _, g := range grammars {
 		f, perr := parse(g.opt, cmd)
@@ -44,15 +39,9 @@ func Parse(cmd string) (files []*syntax.File, err error) {
 	return files, err
 }
 
-// ParseReadings returns the distinct trees of Parse: one when the two
-// grammars cannot read cmd differently. When cmd holds none of the text
-// on which mvdan.cc/sh's POSIX and bash grammars part (sameReading), the
-// POSIX parse walks the same lexer and parser paths as the bash one and
-// gives an equal tree, or fails where only POSIX refuses a construct
-// (then Parse too gives the bash tree alone); so cmd is parsed once. A
-// caller that reads the trees for what they run or write sees the same
-// things, each once (TestParseReadings, FuzzParseReadings). err is set
-// when no grammar parses cmd.
+// ParseReadings returns the distinct trees of Parse, parsing once when cmd
+// holds no text on which the POSIX and bash grammars part (sameReading;
+// FuzzParseReadings). err is set when no grammar parses cmd.
 func ParseReadings(cmd string) ([]*syntax.File, error) {
 	if !sameReading(cmd) {
 		files, err := Parse(cmd)
@@ -68,22 +57,12 @@ func ParseReadings(cmd string) ([]*syntax.File, error) {
 	return []*syntax.File{f}, nil
 }
 
-// ErrTooDeep is Parse's error for a command that nests deeper than the
-// parser may recurse (maxFrames): mvdan.cc/sh's parser recurses once or
-// more per level of parentheses, braces, substitutions, && and |
-// chains and arithmetic operators, and 64 KiB of "(" took it 5 s and
-// 256 MB of stack, 256 KiB a fatal stack overflow (session 19). Such a
-// command cannot be read; a caller must not treat it as one that merely
-// does not parse (bash may run it).
+// ErrTooDeep is Parse's error past maxFrames (256 KiB of "(" overflowed the
+// stack). Such a command is unread, not unparsable: bash may run it.
 var ErrTooDeep = errors.New("the command nests too deep to be read")
 
-// maxFrames bounds the parser's stack, in calls: about 200 levels of
-// "(" (subshells in POSIX sh, arithmetic in bash, some 23 calls each),
-// 600 of "$(" and 800 of "{ ". The stack is checked at each read of the
-// parser (readChunk bytes), so a level of nesting past maxFrames is
-// refused within the next readChunk bytes: the stack stays under about
-// 3 MB. A check costs a walk of the stack, some microseconds for an
-// ordinary command and at most about a millisecond at the bound.
+// maxFrames bounds the parser's stack in calls (about 200 levels of "("),
+// checked at each readChunk read: the stack stays under about 3 MB.
 const maxFrames = 5000
 
 // readChunk is the most one read gives the parser (its buffer's size).
@@ -114,15 +93,8 @@ func parse(opt syntax.ParserOption, cmd string) (*syntax.File, error) {
 	return syntax.NewParser(opt).Parse(&depthReader{s: cmd}, "")
 }
 
-// bashOnly is the text at which mvdan.cc/sh's lexer or parser (v3.14)
-// takes a bash-only path that POSIX sh reads successfully otherwise:
-// tokens (|& $' $" $[ (( ;& <( >( &> <<<), array and index syntax (any
-// [ or ]), parameter expansions (${), a+=, a=( and extended globs
-// (@( !( +( *( ?( ), and a backslash before a line end (which can join a
-// keyword). bashWords are the words that start a bash clause (let,
-// declare ...; [[ is covered by "["). Where the lexer only refuses a
-// construct in POSIX mode (checkLang), the POSIX parse fails and adds
-// nothing, so it needs no entry; these are kept anyway when cheap.
+// bashOnly is the text at which mvdan.cc/sh (v3.14) takes a bash-only path
+// that POSIX sh would read otherwise; bashWords start a bash clause.
 var (
 	bashOnly  = []string{"[", "]", "|&", "$'", `$"`, "${", "((", ";&", "<(", ">(", "&>", "<<<", "+=", "=(", "@(", "!(", "+(", "*(", "?(", "\\\n", "\\\r"}
 	bashWords = []string{"let", "function", "declare", "local", "export", "readonly", "typeset", "nameref", "time", "coproc", "select"}
@@ -206,9 +178,8 @@ func Static(w *syntax.Word) (Word, bool) {
 	return out, true
 }
 
-// unescape removes the shell's backslashes from a literal (inside double
-// quotes only before $ ` " \ and newline) and says whether an unescaped
-// glob, brace or tilde character is left.
+// unescape removes a literal's backslashes and says whether an unescaped
+// glob, brace or tilde is left.
 func unescape(s string, quoted bool) (string, bool) {
 	var b strings.Builder
 	glob := false
@@ -235,9 +206,7 @@ func unescape(s string, quoted bool) (string, bool) {
 // Write is a file a command writes (or, for cd, a directory its relative
 // writes then land in).
 type Write struct {
-	// Path is the target as written; "" when it is computed at run time
-	// (an expansion, a glob) or cannot be seen (a sed script in a file,
-	// tar's extraction).
+	// Path is the target as written; "" when computed or unseen.
 	Path string
 	// By says what writes it: "redirection", "cp", "sed -i", ...
 	By string
@@ -249,9 +218,8 @@ type Write struct {
 // devices are redirection targets that are not files of the base directory.
 var devices = []string{"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero", "/dev/full"}
 
-// RedirectWrite returns the file a redirection writes: >, >>, >|, <>, &>,
-// &>>, and >& with a target that is not a descriptor number or "-". ok is
-// false for reads, here-documents, descriptor copies and the devices above.
+// RedirectWrite returns the file a redirection writes; ok is false for
+// reads, here-documents, descriptor copies and harmless devices.
 func RedirectWrite(r *syntax.Redirect) (Write, bool) {
 	if r.Word == nil {
 		return Write{}, false
@@ -277,14 +245,9 @@ func RedirectWrite(r *syntax.Redirect) (Write, bool) {
 
 func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
-// Writes returns every write of cmd it can see, in each parse (POSIX sh
-// and bash; one that fails is skipped): redirection targets, and the
-// write operands of the programs that have a profile (a refused or
-// computed use of one is a write with Path ""). Relative paths are
-// relative to the directory the command starts in; when the command
-// changes directory (cd, pushd, popd), every relative target becomes a
-// computed one. A program with no profile adds nothing: its writes cannot
-// be seen. err is set when neither grammar parses cmd.
+// Writes returns every write of cmd it can see in each parse: redirections
+// and the write operands of profiled programs (Path "" when refused or
+// computed, as are relative ones after a cd). err: neither grammar parses.
 func Writes(cmd string) ([]Write, error) {
 	files, err := Parse(cmd)
 	if len(files) == 0 {
@@ -293,9 +256,8 @@ func Writes(cmd string) ([]Write, error) {
 	return WritesOf(cmd, files, nil), nil
 }
 
-// WritesOf is Writes of cmd's trees files (from Parse). each, when not
-// nil, is called with every simple command the walk meets, in its order:
-// a caller that reads the trees for more than writes walks them once.
+// WritesOf is Writes of Parse's trees; each, when set, sees every simple
+// command of the walk.
 func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []Write {
 	text := func(from, to syntax.Pos) string {
 		a, b := int(from.Offset()), int(to.Offset())
@@ -380,11 +342,8 @@ func callWrites(n *syntax.CallExpr) ([]Write, bool) {
 	return targets, cd
 }
 
-// Protected names, compared case-insensitively: files by base name that a
-// shell, git or another tool reads as configuration that can run programs
-// or holds credentials, and directories anywhere in a path. The
-// permission package parks a write_file call on them (a safety ask), and
-// an allow-listed shell writes none of them.
+// Protected names, case-insensitive: configuration that can run programs or
+// holds credentials, by base name, and directories anywhere in a path.
 var (
 	protectedFiles = []string{".env", ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".zshrc",
 		".zshenv", ".zprofile", ".zlogin", ".kshrc", ".profile", ".gitconfig", ".gitmodules", ".netrc",
@@ -393,10 +352,8 @@ var (
 	protectedDirs = []string{".git", ".ssh", ".vscode", ".idea", ".aws", ".gnupg", ".claude"}
 )
 
-// Protected reports whether p names a protected file (by base name, also
-// .env.*) or lies in a protected directory, and returns the name that
-// makes it so. p is taken as written: resolve symlinks first to judge the
-// file a write reaches.
+// Protected reports whether p, as written, names a protected file or lies in
+// a protected directory, and which name makes it so.
 func Protected(p string) (string, bool) {
 	segs := strings.Split(filepath.ToSlash(p), "/")
 	for _, s := range segs {
@@ -412,10 +369,8 @@ func Protected(p string) (string, bool) {
 	return "", false
 }
 
-// ProtectedArg is Protected for any word of a writing program's command
-// line: the word itself, the value after "=" of a long option, and every
-// tail of a short-option cluster (so that "-t.git/" is caught whichever
-// letter takes the attached value).
+// ProtectedArg is Protected for a word, a long option's value and every tail
+// of a short-option cluster ("-t.git/").
 func ProtectedArg(a string) (string, bool) {
 	if n, ok := Protected(a); ok {
 		return n, true

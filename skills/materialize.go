@@ -14,12 +14,9 @@ import (
 	"github.com/toolbus/toolbus/internal/private"
 )
 
-// Materializer puts skills' files on disk for tools that run their
-// scripts: each version goes to its own directory under its root, named by its
-// digest, so a script that is running keeps its files when a new version
-// arrives. Concurrent first uses of a version share one write; a directory
-// is removed once no call holds it and it is no longer the current version
-// of any skill. It is safe for concurrent use.
+// Materializer puts skills' files on disk, a directory per version named by
+// its digest, so a running script keeps its files; one is removed once
+// unheld and no longer current. Safe for concurrent use.
 type Materializer struct {
 	cat  *Catalogue
 	root string
@@ -36,12 +33,8 @@ type materialized struct {
 	err   error
 }
 
-// NewMaterializer returns a Materializer of the catalogue's skills under
-// root. A missing root is created with mode 0700; an existing one must be
-// a directory (not a symlink) owned by this process's user that nobody
-// else may write or enter (CheckPrivate), or it is refused. Directories it
-// finds there from an earlier run are removed. Use PrivateDir for a fresh
-// root.
+// NewMaterializer returns a Materializer under root, created 0700 or passing
+// CheckPrivate; leftovers of an earlier run are removed.
 func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 	// Cleaned, so that a trailing slash does not make Lstat follow a link.
 	root = filepath.Clean(root)
@@ -60,12 +53,9 @@ func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 // Close removes the root and everything in it; Acquire fails after it.
 func (m *Materializer) Close() error { return os.RemoveAll(m.root) }
 
-// PrivateDir creates a fresh directory for a Materializer: parent (made
-// with mode 0700 when missing, else checked like CheckPrivate) holds a new
-// directory from os.MkdirTemp, mode 0700. With gid >= 0 the new directory
-// belongs to that group and has mode 0750, so a --shell-user of that group
-// can read the skills' files and nobody else can. parent "" is the user
-// cache directory's toolbus/skills.
+// PrivateDir makes a fresh 0700 directory in parent (private; "" is the user
+// cache's toolbus/skills); with gid >= 0 it is 0750 of that group, for a
+// --shell-user.
 func PrivateDir(parent, pattern string, gid int) (string, error) {
 	if parent == "" {
 		cache, err := os.UserCacheDir()
@@ -97,18 +87,14 @@ func PrivateDir(parent, pattern string, gid int) (string, error) {
 	return dir, nil
 }
 
-// CheckPrivate refuses dir unless it is a directory (not a symlink) owned
-// by this process's user that no other user may write, and only its group
-// may read or enter: another user who created it first (in a shared
-// temporary directory, say) could change the scripts the shell runs.
+// CheckPrivate refuses dir unless it is a real directory of this user that
+// only its group may enter: another owner could change the scripts.
 func CheckPrivate(dir string) error {
 	return private.Check(dir, 0o027, "skills' files")
 }
 
-// Acquire returns the directory holding the files of the skill called name
-// as user sees it (a user-scoped skill wins), writing it on first use, and
-// a release to call when the files are no longer needed. The error says
-// when there is no such skill.
+// Acquire returns the directory of skill name as user sees it, written on
+// first use, and its release.
 func (m *Materializer) Acquire(ctx context.Context, name, user string) (string, func(), error) {
 	visible := m.cat.Skills(user)
 	i := slices.IndexFunc(visible, func(c *Skill) bool { return c.Name == name })
@@ -195,10 +181,8 @@ func (m *Materializer) release(e *materialized) {
 	}
 }
 
-// ReadFolder reads the skill folder dir. Files are read through symlinks
-// that stay inside the folder; a symlink that leaves it (or that dangles,
-// or names a directory) is left out of the skill's files and reported in
-// refused, so the loader refuses it like any other missing path.
+// ReadFolder reads the skill folder dir, following symlinks only inside it;
+// the others are listed in refused.
 func ReadFolder(dir string) (files map[string][]byte, refused []string, err error) {
 	root, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -282,10 +266,8 @@ func LoadFolder(dir string) (*Skill, error) {
 	return newSkill(filepath.Base(abs), filepath.ToSlash(dir), "dir:"+abs, files)
 }
 
-// LoadDir loads the skills of dir: dir itself when it holds a SKILL.md,
-// else each of its sub-folders that holds one, in name order. A skill that
-// breaks a rule is left out and its error returned in errs; the others
-// load. err is set only when dir itself cannot be read.
+// LoadDir loads dir as a skill, or else its sub-folders in name order; a bad
+// skill's error goes to errs, err only when dir cannot be read.
 func LoadDir(dir string) (out []*Skill, errs []error, err error) {
 	if _, err := os.Stat(filepath.Join(dir, File)); err == nil {
 		s, err := LoadFolder(dir)

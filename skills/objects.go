@@ -43,10 +43,8 @@ func parseObjectName(obj string) (name, user string, ok bool) {
 	return obj, "", CheckName(obj) == nil
 }
 
-// Push checks the skill folder dir and stores it in the object store as
-// one object, replacing the previous version atomically; user scopes it
-// ("" for everyone). Nothing is stored when the skill breaks a rule (the
-// error is an *Error). It returns the stored skill.
+// Push checks skill folder dir and stores it as one object, for user ("" for
+// everyone); a bad skill stores nothing (*Error).
 func Push(ctx context.Context, os jetstream.ObjectStore, dir, user string) (*Skill, error) {
 	s, err := LoadFolder(dir)
 	if err != nil {
@@ -121,9 +119,7 @@ func objectSource(ctx context.Context, os jetstream.ObjectStore, obj string) str
 	return "bus:" + obj
 }
 
-// Pack returns files as a gzipped tar, the form of a skill in the object
-// store: regular files only, in path order, with fixed times and modes
-// (executable for files under scripts/), so equal skills pack equally.
+// Pack returns files as a deterministic gzipped tar (scripts/ executable).
 func Pack(files map[string][]byte) ([]byte, error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
@@ -156,9 +152,8 @@ func Pack(files map[string][]byte) ([]byte, error) {
 
 func isScript(p string) bool { return len(p) > len("scripts/") && p[:len("scripts/")] == "scripts/" }
 
-// Unpack reads a gzipped tar made by Pack. It refuses anything but regular
-// files and directories, paths that are not clean and relative, and
-// archives beyond the limits of a skill.
+// Unpack reads Pack's tar, refusing other entry types, unclean paths and
+// archives past a skill's limits.
 func Unpack(data []byte) (map[string][]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {

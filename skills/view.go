@@ -23,10 +23,8 @@ type View struct {
 	skills []*Skill // sorted by name
 }
 
-// NewView keeps the candidates (Catalogue.Skills of the user) that are
-// visible in a session: a skill that no group lists in its skills is
-// always visible; one that groups list is visible while any of them is
-// active.
+// NewView keeps the candidates visible in a session: those no group lists,
+// and those of an active group.
 func NewView(candidates []*Skill, groups []bus.Group, active func(group string) bool) *View {
 	v := &View{}
 	for _, s := range candidates {
@@ -78,9 +76,7 @@ func (v *View) Names() []string {
 const loaderDescription = "Load an agent skill: its SKILL.md (instructions to read before following the skill) " +
 	"or one of its resource files (scripts, references, assets) by path."
 
-// LoaderDef returns the definition of load_skill_through_path for the
-// view; false when no skill is visible. It is read-only and, since a load
-// activates groups that change what later calls see, not concurrency-safe.
+// LoaderDef defines load_skill_through_path; false when no skill is visible.
 func (v *View) LoaderDef() (bus.ToolDef, bool) {
 	enum, _ := json.Marshal(v.Names())
 	schema := fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
@@ -89,10 +85,7 @@ func (v *View) LoaderDef() (bus.ToolDef, bool) {
 	return v.toolDef(LoaderName, loaderDescription, schema)
 }
 
-// toolDef is the definition of one of the view's tools (the loader, the
-// viewer) with its input schema; false when no skill is
-// visible. Each is read-only, never asked about and, since it activates
-// groups, not concurrency-safe.
+// toolDef defines one of the view's tools; false when no skill is visible.
 func (v *View) toolDef(name, description, schema string) (bus.ToolDef, bool) {
 	if v.Empty() {
 		return bus.ToolDef{}, false
@@ -205,9 +198,7 @@ const viewerDescription = "Retrieve a skill within the conversation. When users 
 
 const viewerSchema = `{"type":"object","properties":{"skill":{"type":"string","description":"The exact name of the skill to view. "}},"required":["skill"]}`
 
-// ViewerDef returns the definition of the Skill viewer for the view; false
-// when no skill is visible. Like the loader it is read-only, never asked
-// about and, since a view activates groups, not concurrency-safe.
+// ViewerDef defines the Skill viewer; false when no skill is visible.
 func (v *View) ViewerDef() (bus.ToolDef, bool) {
 	return v.toolDef(ViewerName, viewerDescription, viewerSchema)
 }

@@ -1,14 +1,8 @@
-// Package tasks owns background tasks (docs/protocol.md 5.10): the record
-// of a call that went on past its timeout, who runs it (an owner router
-// and its lease), the bounds per session and per user, and the verbs that
-// follow it: Get, List, Wait, Cancel and Output. Records live in the
-// P_tasks bucket, so a task outlives the router that started it.
-//
-// Keys: t.<session>.<id> is a task, its id derived from its call (ID), so
-// that every copy of the call finds it; s.<session> and u.<user key> are the
-// running tasks counted against the session's and the user's bound. A
-// task is always read under the caller's session: another session's task
-// is unknown.
+// Package tasks owns background tasks (docs/protocol.md 5.10, docs/tasks.md):
+// calls that went on past their timeout, their owner's lease, the bounds per
+// session and user, and Get, List, Wait, Cancel and Output. Keys in P_tasks:
+// t.<session>.<id> a task, s.<session> and u.<user key> the bounds' counts.
+// A task is read under the caller's session only.
 package tasks
 
 import (
@@ -144,21 +138,14 @@ func UserKey(user json.RawMessage) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// SharedKey is the bound's key of the tasks of the sessions bound to no
-// user on a router with identities: the shared agent's, which may open
-// any number of sessions, so that its tasks count as one user's
-// (MaxPerUser) over them all. A user's key (UserKey) is 24 hex digits, so
-// never this one.
+// SharedKey is the bound's key of the shared agent, whose tasks in all its
+// sessions count as one user's (a UserKey is 24 hex digits, never this).
 const SharedKey = "shared-agent"
 
 func taskKey(session, id string) string { return "t." + session + "." + id }
 
-// ID is the task id of call callID of session's batch replyID: a digest
-// of the call's key (bus.CallKey), 128 bits of SHA-256 in hex. Every copy
-// of a call (a re-sent batch's, on any router) has the same id, so the
-// task's key is where the copies meet (Admit); calls of other batches or
-// sessions have other ids, so the user's bound, which counts ids over
-// sessions, counts each task once.
+// ID is the task id of a call: 128 bits of SHA-256 of its bus.CallKey, the
+// same for every copy of the call, so copies meet at the task's key (Admit).
 func ID(session, replyID, callID string) string {
 	sum := sha256.Sum256([]byte("toolbus task " + bus.CallKey(session, replyID, callID)))
 	return hex.EncodeToString(sum[:16])
@@ -168,14 +155,10 @@ func ID(session, replyID, callID string) string {
 // count lapses (the task's deadline).
 type index map[string]time.Time
 
-// Admit stores rec as a new running task, counted against its session's
-// and its user's bound, and returns it with created true. When the
-// session has a task of rec's id already (another copy of the call, whose
-// id is the same: ID) it stores no task, leaves the counts as that task
-// has them, and returns it, running or ended, with created false: of
-// copies that race, exactly one creates the task, and the bounds count it
-// once. ErrLimit (wrapped) when either bound is full and no such task
-// exists.
+// Admit stores rec as a new running task counted against its session's and
+// user's bounds (created true), or returns the task another copy of the call
+// stored (created false): racing copies create and count it once. ErrLimit
+// (wrapped) when a bound is full.
 func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bool, err error) {
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
@@ -420,14 +403,9 @@ type latest interface {
 	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
 }
 
-// entries calls f with each entry under filter that still exists. On
-// Setup's bucket it reads them with message gets (store.KV.Latest), which
-// see every key however they are written meanwhile: a key listing
-// (ListKeysFiltered) ends at nats.go's end-of-initial-values mark, and a
-// task's record is rewritten every heartbeat (its lease), so a listing
-// left out a task rewritten while it ran (17 of 500 lists while two tasks
-// were renewed in a loop; TestListWhileRenewed). A bucket of another type
-// is listed by keys.
+// entries calls f with each existing entry under filter, read by message
+// gets: a key listing misses keys rewritten meanwhile, as leases are
+// (TestListWhileRenewed). Another bucket type is listed by keys.
 func (s *Store) entries(ctx context.Context, filter string, f func(key string, value []byte)) error {
 	if l, ok := s.kv.(latest); ok {
 		es, err := l.Latest(ctx, filter)
@@ -448,11 +426,9 @@ func (s *Store) entries(ctx context.Context, filter string, f func(key string, v
 	return nil
 }
 
-// Wait returns session's tasks ids once all of them (any: one of them)
-// ended, or at ctx's end with their state then. An unknown id is an
-// error, before any wait. ctx's deadline ends the waiting, not the reading:
-// a wait whose deadline passes before its watch starts (a short wait on a
-// busy server, or a wait of 0) still answers, as a poll.
+// Wait returns tasks ids once all (any: one) ended, or at ctx's end as they
+// are then (an expired ctx still answers, as a poll). An unknown id is an
+// error before any wait.
 func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool) ([]*Record, error) {
 	if !bus.ValidID(session) {
 		return nil, unknown(strings.Join(ids, ","))

@@ -1,13 +1,7 @@
-// Package offload keeps large outputs instead of dropping them: the blocks
-// that would make a message larger than the inline limit (or than the NATS
-// payload limit) are stored in the deployment's outputs object store,
-// P_outputs, and replaced by data blocks that refer to them (protocol
-// 5.9). The worker package uses it for tool results and progress, the
-// client package for an external handler's answer; routers use Store to
-// seal a result's references to the call (Seal) and to serve reads on
-// P.outputs.<session> (Server), and the client reads back through that
-// verb (or, as an operator, directly: Open). It depends on nats.go's
-// jetstream and on package store (its leader read, store.MsgGet).
+// Package offload stores the blocks that would make a message too large in
+// the P_outputs object store and replaces them by references (protocol 5.9,
+// docs/offload.md): Offloader writes, Store seals and reads, Server serves
+// P.outputs.<session>.
 package offload
 
 import (
@@ -78,10 +72,8 @@ type Limits struct {
 	Max int64
 }
 
-// Offloader stores the large blocks of outputs in one outputs bucket. It is
-// safe for concurrent use. It only publishes to the bucket's subjects
-// (put, below): no JetStream API call, so a writer needs no read permission
-// on the store (routers create it, store.Setup).
+// Offloader stores large blocks in one outputs bucket by publishing only, so
+// a writer needs no JetStream API permission. Safe for concurrent use.
 type Offloader struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -162,17 +154,11 @@ func blockSize(b bus.Block, dup bool) int64 {
 	return n
 }
 
-// Fit returns out unchanged when it may go inline in a message with extra
-// bytes of its own; otherwise a copy in which the largest blocks, one by
-// one until it fits, are stored under names that start with key (the
-// call's bus.CallKey, also written in the objects' Toolbus-Session and
-// Toolbus-Call headers) and replaced by references that carry their
-// digest: a text block by a
-// preview of its beginning followed by the reference, a base64 data block
-// by the reference to its decoded bytes. dup is true for results whose text
-// the router repeats (error and interrupted). An output above the ceiling
-// is a *TooLargeError; a store that fails is an error too: nothing is then
-// sent, and the caller reports it.
+// Fit returns out unchanged when it fits inline beside extra bytes; else a
+// copy whose largest blocks, until it fits, are stored under names starting
+// with the call key and replaced by digest-carrying references (a text keeps
+// a preview). dup marks results whose text the router repeats. Past the
+// ceiling: *TooLargeError; a failed store is an error too.
 func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra int, dup bool) ([]bus.Block, error) {
 	limit := int64(o.Inline(extra))
 	if b := Bound(out, dup); b <= limit && b <= o.lim.Max {
@@ -268,10 +254,8 @@ func (o *Offloader) spill(ctx context.Context, w writer, name string, b bus.Bloc
 	return []bus.Block{ref}, nil
 }
 
-// headTail is what stays inline of a stored text: its beginning and its
-// end (together at most keep bytes: three quarters and one quarter, cut
-// at runes), and a note with its size, digest and reference, and how to
-// read any part of it (docs/protocol.md 11, read_output).
+// headTail is what stays inline of a stored text: its head and tail (3/4 and
+// 1/4 of keep) and a note on how to read the rest (read_output).
 func headTail(s string, keep int, ref bus.Block) string {
 	r, _ := ParseRef(ref.URL)
 	keep = max(keep-len(ref.URL)-320, min(keep, 64)) // the note's room
@@ -348,10 +332,7 @@ func (r Ref) Session() string {
 	return s
 }
 
-// ParseRef parses a reference and refuses anything else with a readable
-// error: another scheme, a bad bucket, an empty or badly escaped name, a
-// fragment other than #sha256=<64 lower-case hex digits>, more than
-// MaxRefLen bytes.
+// ParseRef parses a reference, refusing anything else with a readable error.
 func ParseRef(ref string) (Ref, error) {
 	if len(ref) > MaxRefLen {
 		return Ref{}, fmt.Errorf("reference %q is longer than %d bytes", short(ref), MaxRefLen)
@@ -424,11 +405,7 @@ func hexDigest(meta string) string {
 
 func sumHex(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
 
-// The headers that bind a stored output to its call (protocol 5.9): the
-// session and the call key (<session>.<replyid>.<callid>). A router
-// accepts a result's reference only when they name that call, and serves
-// an object on P.outputs.<session> only when Toolbus-Session names that
-// session.
+// The headers binding a stored output to its session and call (protocol 5.9).
 const (
 	HeaderSession = "Toolbus-Session"
 	HeaderCall    = "Toolbus-Call"
@@ -456,13 +433,9 @@ type writer struct {
 	session, key string
 }
 
-// put stores data under name, by publishing its chunks then its metadata
-// to the bucket's subjects, and returns its reference block (with the
-// digest). It makes no JetStream API request: a writer needs only publish
-// permission on $O.<bucket>.C.> and $O.<bucket>.M.>. The metadata is
-// published with Nats-Expected-Last-Subject-Sequence 0, so an honest
-// writer never replaces an existing object, and it is the first message
-// on its subject, the one Store.Info reads.
+// put publishes data's chunks then its metadata (expecting subject sequence
+// 0: never replacing an object, and first on its subject, which Info reads)
+// and returns its reference block.
 func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.Block, error) {
 	o := w.o
 	token := randomToken()

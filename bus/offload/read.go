@@ -18,12 +18,9 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Store reads the outputs bucket from its stream's leader: metadata and
-// chunks through $JS.API.STREAM.MSG.GET, which only the leader answers,
-// never through DIRECT.GET, which any replica answers (a follower that
-// has not yet applied a just-acknowledged object would answer "not
-// found": the R3 race of protocol 5.9). It is what routers and operators
-// use; agents, workers and handlers have no read access to the bucket.
+// Store reads the outputs bucket from its stream's leader (MSG.GET: a
+// follower could answer "not found", protocol 5.9). Routers and operators
+// only.
 type Store struct {
 	nc     *nats.Conn
 	bucket string
@@ -107,12 +104,8 @@ func (s *Store) get(ctx context.Context, req store.MsgGetRequest) (*store.Stream
 	return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, apiErr.Description, apiErr.ErrorCode)
 }
 
-// chunkAt reads a chunk by sequence (or the next one on subj from seq)
-// with DIRECT.GET, which returns its bytes raw (no base64 in JSON, several
-// times faster than MSG.GET) and may be answered by any replica. That is
-// safe for a chunk: replicas hold the same log, so a message found is the
-// right one; a replica behind the leader answers "not found", and then the
-// leader is asked.
+// chunkAt reads a chunk with DIRECT.GET (raw bytes, much faster): any
+// replica's find is right, and on "not found" the leader is asked.
 func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.StreamMsg, error) {
 	body, _ := json.Marshal(req)
 	rctx, cancel := bounded(ctx)
@@ -130,14 +123,9 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 	return s.get(ctx, req) // not found here, or no direct get: the leader
 }
 
-// Info reads the metadata of object name from the leader, retrying "not
-// found" for up to NotFoundRetry; ErrNotFound (wrapped) when it is not
-// there, or deleted. It reads the first metadata message on the name's
-// subject, not the last: toolbus writes a name once (writer.put), so the
-// first is the writer's. Where the store refuses rollups (deny_purge), a
-// later publish on the subject cannot remove it and an overwrite has no
-// effect at all; where it allows them, a rollup leaves the forgery first,
-// and the digest check refuses it.
+// Info reads name's first metadata message (the writer's: a later forgery
+// is ignored or fails the digest check) from the leader, retrying "not
+// found" for NotFoundRetry; else ErrNotFound.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	var m *store.StreamMsg
 	var err error
@@ -173,10 +161,8 @@ type chunk struct {
 	n   int
 }
 
-// walk reads every chunk of the object info describes, in order, and
-// returns where each is, checking the count, the size and the SHA-256
-// against want (hex). A mismatch is errTampered; a missing chunk
-// ErrNotFound. It reads the whole object once.
+// walk reads every chunk in order, checking count, size and SHA-256 against
+// want: errTampered on a mismatch, ErrNotFound on a missing chunk.
 func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, error) {
 	var chunks []chunk
 	obj := NewObject(int64(info.Size), "", want, s.chunkReader(ctx, info, func(m *store.StreamMsg, off int64) {
@@ -282,10 +268,8 @@ func (o *Object) Close() error {
 	return nil
 }
 
-// Open opens the object a reference names by reading the bucket itself
-// (an operator's read: `toolbus fetch --direct`), from the stream leader,
-// retrying "not found" briefly (NotFoundRetry). A reference with a digest
-// must match the object's; the bytes are checked at the end of the read.
+// Open opens the object ref names from the leader (`toolbus fetch
+// --direct`); a digest in ref is checked at the end of the read.
 func (s *Store) Open(ctx context.Context, ref string) (*Object, error) {
 	r, err := ParseRef(ref)
 	if err != nil {

@@ -19,40 +19,8 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// fileConfig is the router's --config file, YAML or JSON:
-//
-//	groups:
-//	  - name: ops
-//	    description: Deploy and roll back services.
-//	    instructions: Always deploy to staging first.
-//	    scope: meta            # or external
-//	    active_by_default: false
-//	permissions:
-//	  mode: default            # accept_edits, explore, bypass, dont_ask
-//	  rules: [{tool: shell, pattern: "git:*", behavior: allow}]
-//	  work_dirs: [/srv/work]
-//	park_ttl: 24h
-//	limits:
-//	  events_max_age: 24h      # P_EVENTS retention
-//	  events_max_bytes: 1GiB   # default: no bound but the age
-//	  outputs_ttl: 24h         # P_outputs: stored large outputs
-//	  outputs_max_bytes: 4GiB  # default: no bound but the TTL
-//	  inline_output: 1MiB      # the built-in tools' outputs above it are stored
-//	  max_output: 64MiB        # the built-in tools' outputs above it are refused
-//	quotas:                    # rate limits and budgets (docs/guardrails.md)
-//	  tenants: {alice: acme}
-//	  rules: [{name: paid, tools: [web_search], per: [user], budget: {units: 1000}}]
-//	cache: {enabled: true}     # result cache of tools with cache_ttl_ms
-//	audit:                     # one record per call in P_AUDIT (docs/operations.md)
-//	  max_age: 720h
-//	  max_wait: 30s            # a reply waits at most this for its records
-//	  inputs: true             # record inputs, with these members redacted:
-//	  redact: [password, token, api_key]
-//	search:                    # search_tools (docs/protocol.md 4.2)
-//	  enabled: true
-//	  pinned: {tools: [whoami], groups: [core]}
-//
-// The limits flags (--events-max-age ...) override the file.
+// fileConfig is the router's --config file, YAML or JSON (docs/operations.md,
+// "The router's config file"). The limits flags override the file.
 type fileConfig struct {
 	Groups      []bus.Group `json:"groups"`
 	Permissions struct {

@@ -191,11 +191,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var w *worker.Worker
 	if *withBuiltin {
-		// The built-in worker has a connection of its own: the router
-		// answers no reply subject under its own inbox prefix (a sender
-		// could have it act for itself), so a worker sharing that prefix
-		// never had its registrations acknowledged, and a worker serves
-		// nothing before the first acknowledgement.
+		// The built-in worker needs its own connection: the router answers
+		// no reply subject under its own inbox prefix.
 		bnc, err := builtinConn(conn)
 		if err == nil {
 			defer bnc.Close()
@@ -302,12 +299,9 @@ func sharedRegister(dir string) bool {
 // identitiesPoll is how often the router rereads its identities file.
 const identitiesPoll = time.Second
 
-// watchIdentities rereads file every poll until ctx ends; when it changed,
-// it reloads the embedded server's configuration first (reload, under
-// --secure: the users `toolbus security agent` added, and the shared
-// agent's new deny entries), then the bindings. In that order a session is
-// never bound while the shared agent may still publish in it. A reload
-// that fails is logged and tried again at the next poll.
+// watchIdentities rereads file every poll; on a change it reloads the
+// server's configuration, then the bindings, so a session is never bound
+// while the shared agent may still publish in it. Failures retry.
 func watchIdentities(ctx context.Context, file string, b *security.Bindings, reload func() error, poll time.Duration, log *slog.Logger) {
 	last, _ := os.ReadFile(file)
 	life.Every(ctx, poll, func(time.Time) {
@@ -353,15 +347,9 @@ func reloadServer(s *server.Server, cfgFile, listen, storeDir string) error {
 // storeWhat names the store in the private package's errors.
 const storeWhat = "the JetStream store (give --data DIR, or remove it)"
 
-// storeDir returns the embedded server's JetStream store directory and
-// makes it. data "" is the default: DIR/toolbus/data-<listen> under the
-// user's cache directory ($XDG_CACHE_HOME, else ~/.cache), one per listen
-// address so two routers on one machine never share a store by accident;
-// it and toolbus/ are made with mode 0700 and refused unless they are
-// directories, not links, of this user that nobody else may reach
-// (docs/security.md). A --data directory is made 0700 when missing; an
-// existing one (links resolved) is refused when another user owns it or
-// may write it.
+// storeDir makes and returns the JetStream store directory: data, or
+// toolbus/data-<listen> under the user cache directory, private
+// (docs/security.md); one another user owns or may write is refused.
 func storeDir(data, listen string) (string, error) {
 	if data != "" {
 		return explicitStore(data)
@@ -406,11 +394,8 @@ func explicitStore(data string) (string, error) {
 	return data, nil
 }
 
-// secureMode makes the --secure directory private: a missing one is made
-// with mode 0700; an existing one that is a link, belongs to another user
-// or that others may write is refused (they could have put a server
-// configuration or a seed there); one that others may only read or enter
-// is set to 0700, and the router says so on out.
+// secureMode makes the --secure directory 0700, refusing a link, another
+// user's or a writable one; a readable one is tightened, said on out.
 func secureMode(dir string, out io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("--secure %s: %w", dir, err)

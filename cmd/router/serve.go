@@ -73,12 +73,9 @@ func (o *mcpOptions) conn(router natsconn.Config, secureDir string) (natsconn.Co
 		"--mcp-listen: the facade must not act with the router's credentials; give it its own login (--mcp-nkey or --mcp-creds: the facade user of `toolbus security config`), or use --secure")
 }
 
-// ownLogin is the login of what the router serves beside it (the MCP
-// facade, the approval inbox), never the router's: under --secure the
-// seed of role in secureDir (noSeed, with the directory and the seed, when
-// it has none), else nkey or creds when given, else on open NATS the
-// router's settings on a connection of its own; a router with credentials
-// of its own and nothing else given is refused with shared.
+// ownLogin is the login of the facade or inbox, never the router's: role's
+// seed under --secure (else noSeed), nkey or creds, or on open NATS the
+// router's settings; a router's own credentials are refused with shared.
 func ownLogin(router natsconn.Config, secureDir, role, nkey, creds, noSeed, shared string) (natsconn.Config, error) {
 	c := router
 	c.Creds, c.NKey, c.User, c.Password, c.Token, c.InboxPrefix = "", "", "", "", "", ""
@@ -145,10 +142,8 @@ func (o *mcpOptions) policy(authenticated bool) (facade.Confirm, error) {
 	return facade.ConfirmHostUser, nil
 }
 
-// serve serves the bus as an MCP server over streamable HTTP at
-// /mcp/<session> on --mcp-listen, on a connection of the facade's own
-// login (conn); stop shuts it down and closes the connection. Without
-// --mcp-listen it serves nothing and stop is nil.
+// serve serves MCP at /mcp/<session> on --mcp-listen with the facade's own
+// login; without it, nothing (stop nil).
 func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDir, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
 	if o.listen == "" {
 		return nil, nil

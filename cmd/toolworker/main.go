@@ -165,10 +165,8 @@ func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id, workdir s
 	}, nil
 }
 
-// registerBuiltin adds the built-in tools to w. With a workdir, shell runs
-// skills' scripts from the P_skills object store, materialized in a fresh
-// private directory under the user cache directory; stop ends the object
-// store's watch and removes that directory.
+// registerBuiltin adds the built-in tools to w; with a workdir, skills'
+// scripts are materialized privately, and stop removes them.
 func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefix, id, workdir string, cfg builtin.Config) (stop func(), err error) {
 	cfg.WorkDir = workdir
 	stop = func() {}
@@ -206,10 +204,8 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 // tools only when $TOOLWORKER_EFFECTS_FILE names their record file.
 var toolNames = append([]string{"word_count", "slow_echo", "append_note", "big_text"}, effectToolNames()...)
 
-// Effect tools: demo tools with a side effect that can be counted, for
-// toolbus soak. Each execution appends one JSON line to the file named by
-// $TOOLWORKER_EFFECTS_FILE (opened for appending, shared by every worker of
-// a soak); without it they are not served.
+// Effect tools, for toolbus soak: each run appends a JSON line to
+// $TOOLWORKER_EFFECTS_FILE; without it they are not served.
 const (
 	effectsEnv          = "TOOLWORKER_EFFECTS_FILE"
 	recordEffect        = "record_effect"         // runs at once (permission allow)
@@ -244,11 +240,9 @@ type EffectRecord struct {
 	At     string `json:"at"`
 }
 
-// effects appends EffectRecords to a file, one write per record, so that
-// records of several processes appending to the same file do not mix.
-// The durable tool's effect is a marker file per call key in dir, created
-// exclusively: that makes it idempotent, as protocol.md 5.8 asks of a
-// durable tool that must not repeat its side effect.
+// effects appends EffectRecords to a file, one write each so processes do not
+// mix; the durable tool's effect is an exclusive marker file per call key
+// (idempotent, protocol.md 5.8).
 type effects struct {
 	f   *os.File
 	dir string
@@ -351,9 +345,8 @@ type BigTextIn struct {
 	KiB int `json:"kib" jsonschema:"minimum=1,maximum=16384,description=Size of the text in KiB (1024 bytes)"`
 }
 
-// bigText is kib KiB of numbered lines: an output large enough
-// to be stored in the object store (above 1 MiB) and handed back as a
-// nats-object:// reference, to try toolbus fetch without writing a tool.
+// bigText is kib KiB of numbered lines, large enough to be offloaded (to try
+// toolbus fetch).
 func bigText(_ context.Context, _ *worker.Call, in BigTextIn) (string, error) {
 	if in.KiB < 1 || in.KiB > 16384 {
 		return "", fmt.Errorf("kib must be 1..16384, got %d", in.KiB)
@@ -402,9 +395,7 @@ func (ns *notes) add(n string) int {
 // register adds the example tools to w; append_note stores into ns and,
 // when notesGroup is set, belongs to that group instead of basic.
 func register(w *worker.Worker, ns *notes, notesGroup string) error {
-	// append_note writes, so a re-sent batch must not run it twice; its own
-	// permission check allows it (the note list is harmless), so that it runs
-	// without a confirmation in the default permission mode.
+	// append_note writes (never run twice) but allows itself: it is harmless.
 	var groups []string
 	if notesGroup != "" {
 		groups = []string{notesGroup}

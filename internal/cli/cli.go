@@ -231,12 +231,9 @@ func SplitList(v string) []string {
 	return out
 }
 
-// Helpers finds the executables names (other commands of this module, as
-// "router" or "toolbus-bench") in dir when set, else next to this
-// executable, else on $PATH, and else builds them (go build ./cmd/<name>)
-// into tmp when the current directory is inside the toolbus module (go run
-// ./cmd/toolbus ...). It returns their paths, in order, and where they came
-// from.
+// Helpers finds this module's commands names in dir, beside this
+// executable, on $PATH, or builds them into tmp inside the module; it
+// returns their paths and where they came from.
 func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), names ...string) (paths []string, from string, err error) {
 	// find returns the path look gives each name, unless it finds one not.
 	find := func(look func(name string) (string, error)) ([]string, bool) {
@@ -314,11 +311,8 @@ func isExecutable(p string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// setupTracing installs a global tracer provider exporting to endpoint
-// (host:port) over OTLP/HTTP, plain HTTP when insecure, for the service
-// name. It returns a shutdown function that flushes pending spans. With an
-// empty endpoint it does nothing and tracing stays off. The exporter lives
-// here, in the commands, so that the library packages link none.
+// setupTracing exports spans over OTLP/HTTP to endpoint ("" : off) and
+// returns the flushing shutdown; the exporter lives here so libraries link none.
 func setupTracing(ctx context.Context, endpoint string, insecure bool, service string) (func(context.Context) error, error) {
 	if endpoint == "" {
 		return func(context.Context) error { return nil }, nil

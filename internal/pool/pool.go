@@ -1,9 +1,6 @@
-// Package pool runs short tasks on reused goroutines. A NATS handler that
-// starts a fresh goroutine per message pays for growing its stack again on
-// every message (JSON and schema validation need a few KiB); a goroutine
-// that stays alive keeps its grown stack. Idle goroutines exit after a while,
-// at most MaxIdle of them stay idle at once (so a burst's thousands of
-// goroutines and their stacks do not outlive it), and Close ends them all.
+// Package pool runs short tasks on reused goroutines, which keep their grown
+// stacks. Idle ones exit after a while, at most MaxIdle stay, and Close ends
+// them all.
 package pool
 
 import (
@@ -59,10 +56,8 @@ func (p *Pool) Run(t Task) {
 	}
 }
 
-// work runs f, then the tasks it is handed, until it has been idle for
-// between p.idle and twice that. Its timer is not reset per task (a reset
-// per task was the pool's whole cost besides the hand-off): when it fires
-// after work, it is started again for another p.idle.
+// work runs f and the tasks handed to it until idle for p.idle to twice
+// that; its timer is not reset per task (that was the pool's main cost).
 func (p *Pool) work(f Task) {
 	defer p.wg.Done()
 	f.Run()

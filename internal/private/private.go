@@ -1,8 +1,5 @@
-// Package private checks and makes directories that only this process's
-// user may use: the skills' files the shell runs (skills) and the router's
-// JetStream store (cmd/router). Another local user who created such a
-// directory first, in a shared place, or who can swap it, could otherwise
-// change what the router runs or reads.
+// Package private checks and makes directories only this user may use, so
+// another local user cannot change what the router runs or reads.
 package private
 
 import (
@@ -59,12 +56,9 @@ func Owned(fi fs.FileInfo) bool {
 	return !ok || uid == os.Geteuid()
 }
 
-// Ancestors refuses dir when a directory above it (links resolved) lets
-// another user rename dir away and put one of their own in its place
-// while the process runs, which reads files there by path (the router
-// rereads --secure DIR's users.json and nats-server.conf every second):
-// one owned by a user other than this one and root, or one the group or
-// others may write without the sticky bit (issue 26, held-out attack).
+// Ancestors refuses dir when a directory above it lets another user swap it
+// (another owner than this user and root, or writable without the sticky
+// bit: issue 26).
 func Ancestors(dir, what string) error {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
@@ -90,10 +84,8 @@ func Ancestors(dir, what string) error {
 	}
 }
 
-// WriteFile writes r to path, mode 0600, through a temporary file beside
-// it and a rename: a reader sees the old file or the new one, a failed
-// write leaves nothing behind, and a link planted at path is replaced,
-// never followed. It returns the bytes written.
+// WriteFile writes r to path, 0600, by a temporary file and rename (a
+// planted link is replaced, never followed), returning the bytes written.
 func WriteFile(path string, r io.Reader) (int64, error) {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 	if err != nil {

@@ -1,22 +1,9 @@
-// Package replies waits for replies on one subscription of its own: each
-// request a process sends gets a reply inbox under that subscription's
-// wildcard, and the subscription's callback hands each reply to the wait
-// that registered its inbox (a map lookup and a send on a pooled channel,
-// inline in the callback: no goroutine per reply). It is what a KV's
-// compare-and-set writes and a publisher's acknowledgements wait on
-// (package store), the router's exec requests (router/exec.go) and a
-// client's (client/inbox.go).
-//
-// Against nats.go's own request (one shared response subscription too),
-// a wait here takes no channel of its own (pooled), no registration under
-// the connection's lock, and no timer when the caller's context bounds it;
-// a Mux with KeepInbox reuses a replied wait's inbox, so the reply subjects
-// repeat and nats-server's subject cache matches them.
-//
-// A late reply is never taken for another request's: a wait that ended
-// before its reply came takes a new inbox when it is reused (the late reply
-// then goes to no wait and is dropped), and a wait whose reply was on its
-// way when it ended is not reused at all (its channel may hold that reply).
+// Package replies waits for replies on one wildcard subscription of its own,
+// handing each reply inline to the wait that registered its inbox. Unlike
+// nats.go's request it pools channels and timers and can reuse inboxes
+// (KeepInbox). A late reply is never taken for another request's: a wait
+// that ended unreplied gets a new inbox, one whose reply was in flight is
+// not reused.
 package replies
 
 import (
@@ -52,24 +39,17 @@ type Mux struct {
 
 // Options say how a Mux's waits end besides their reply.
 type Options struct {
-	// Reset: a reconnect ends every wait with a nil reply, as it fails
-	// jetstream's asynchronous publishes (the replies of the old
-	// connection may never come). Without it a wait waits out its bound,
-	// as a nats.go request does.
+	// Reset: a reconnect ends every wait with a nil reply.
 	Reset bool
 	// EndOnClose: the connection's close ends every wait with a nil
 	// reply, and Await fails with nats.ErrConnectionClosed from then on,
 	// as nats.go's requests fail.
 	EndOnClose bool
-	// KeepInbox: a wait whose reply came keeps its inbox for its next
-	// use. Only for replies that come once per request from a replier
-	// that is trusted (JetStream's acknowledgements): a second reply to a
-	// reused inbox would be taken for the next request's.
+	// KeepInbox: a replied wait keeps its inbox; only for trusted repliers
+	// that answer once (JetStream acknowledgements).
 	KeepInbox bool
-	// Unguessable: each inbox's last token is random (64 bits of
-	// math/rand/v2's ChaCha8), not a sequence number, for replies from
-	// repliers that may publish to any inbox under the prefix (workers:
-	// docs/security.md): one could otherwise answer the next request.
+	// Unguessable: inboxes end in 64 random bits, for untrusted repliers
+	// (workers, docs/security.md) who could otherwise answer the next one.
 	Unguessable bool
 }
 
@@ -128,21 +108,14 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	return w, nil
 }
 
-// Request sends a request with send, which publishes it with the reply
-// subject inbox, and waits for its reply until ctx ends, as
-// nats.Conn.RequestMsgWithContext does, with its errors: ctx's,
-// nats.ErrNoResponders for the server's 503, nats.ErrConnectionClosed when
-// the connection closes under it (EndOnClose). Nothing is sent once ctx
-// has ended.
+// Request publishes with send(inbox) and waits for the reply until ctx ends,
+// with nats.Conn.RequestMsgWithContext's errors.
 func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats.Msg, error) {
 	return a.RequestUntil(ctx, time.Time{}, send)
 }
 
-// RequestUntil is Request that also ends at deadline (zero: none), with
-// context.DeadlineExceeded, as Request under a context with that deadline
-// would: a deadline of the caller's own without a context made for it
-// (its allocations, its timer and its place among the parent's children);
-// the wait's timer is a pooled one.
+// RequestUntil is Request also ending at deadline (zero: none) with
+// context.DeadlineExceeded, on a pooled timer instead of a new context.
 func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -217,11 +190,8 @@ func (a *Mux) subscribe() {
 	}
 }
 
-// Unsubscribe unsubscribes the Mux and ends its watch of the connection's
-// status (what a Client let go without Close leaves behind); Await then
-// fails with nats.ErrConnectionClosed, and the waits under way end at once
-// with a nil reply, as on a close (their replies could no longer come: a
-// request must not wait out its bound for nothing).
+// Unsubscribe unsubscribes the Mux and ends the waits under way with a nil
+// reply; Await then fails with nats.ErrConnectionClosed.
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.mu.Lock()
@@ -303,11 +273,8 @@ func (a *Mux) Flush(ctx context.Context) error {
 	}
 }
 
-// endOn ends every wait with a nil reply each time the connection starts
-// to reconnect (Reset), and when it closes (EndOnClose); it returns once
-// the connection is closed. A wait ended by a reconnect takes a new inbox
-// (its message may yet be sent, from nats.go's reconnect buffer, and
-// answered): its waiter calls Forget.
+// endOn ends every wait with a nil reply on reconnect (Reset) and close
+// (EndOnClose), until closed; such a wait's waiter calls Forget.
 func (a *Mux) endOn(status <-chan nats.Status) {
 	for s := range status {
 		closed := s == nats.CLOSED

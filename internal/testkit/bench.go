@@ -11,33 +11,21 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// The per-call benchmarks of the SDKs against raw NATS (worker's
-// BenchmarkWorkerCall and BenchmarkRawResponder, client's
-// BenchmarkClientCall and BenchmarkRawRequester) share this: callers
-// running calls in parallel, and the process's CPU per call split by a
-// profiler label between the side measured and the rest.
+// The SDKs' per-call benchmarks against raw NATS share this, with CPU per call
+// split by profiler label.
 
 // PartLabel is the profiler label that names the part of a benchmark a
 // goroutine belongs to ("caller", "responder").
 const PartLabel = "part"
 
-// Labelled runs f with the profiler label part: the goroutines it starts
-// (a connection's read loop and flusher, a subscription's, a worker's)
-// carry it too.
+// Labelled runs f, and the goroutines it starts, with profiler label part.
 func Labelled(part string, f func()) {
 	pprof.Do(context.Background(), pprof.Labels(PartLabel, part), func(context.Context) { f() })
 }
 
-// BenchCalls runs b.N calls of call from callers goroutines (each given
-// its index, and labelled "caller") after warm calls of index 0 first,
-// and reports besides b's allocations: msgs/op, the messages the server s
-// received per call (every publish of every client), writes/op, the
-// process's write system calls per call (Linux: the server's and every
-// connection's flusher's), cpu-µs/op, the process's CPU (getrusage) per
-// call, and, unless the run is under -cpuprofile (which
-// takes the profiler), <part>-µs/op for each label in parts: the CPU
-// samples of the goroutines so labelled, per call. A sample is 10 ms, so
-// a figure per part wants 20,000 calls or more.
+// BenchCalls runs b.N calls from callers goroutines after warm ones and
+// reports msgs/op (received by s), writes/op, cpu-µs/op and, unless under
+// -cpuprofile, <part>-µs/op per label (10 ms samples: want 20,000 calls).
 func BenchCalls(b *testing.B, s *server.Server, callers, warm int, parts []string, call func(ctx context.Context, i int) error) {
 	b.Helper()
 	ctx := pprof.WithLabels(context.Background(), pprof.Labels(PartLabel, "caller"))

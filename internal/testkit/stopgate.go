@@ -7,10 +7,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// StopGate is a KV bucket whose watches' stops wait at a gate until Open:
-// the stand-in for a stop whose consumer delete is slow (a cluster whose
-// JetStream meta leader moves), so that a test can tell whether a caller
-// waits for its watch's stop. Every other method is the bucket's.
+// StopGate is a KV bucket whose watches' stops wait until Open: a slow
+// consumer delete, so a test can tell whether a caller waits for it.
 type StopGate struct {
 	jetstream.KeyValue
 	// Stopping receives a value when a stop reaches the gate (buffered:

@@ -1,9 +1,6 @@
-// Package testkit is toolbus's test kit. This package starts real
-// in-process nats-servers with JetStream for tests, and offers bounded
-// polling in place of sleeps and a buffer for the output of commands run in
-// the background; xtest, below it, starts a whole deployment (routers and
-// workers) on them. They are two packages because xtest imports the router
-// and the worker, whose own tests use this one (docs/router.md "Layout").
+// Package testkit starts in-process nats-servers with JetStream for tests and
+// offers bounded polling; xtest, apart because it imports the router and
+// worker, starts whole deployments (docs/router.md "Layout").
 package testkit
 
 import (
@@ -95,10 +92,7 @@ func RunCluster(t testing.TB) *embedded.Cluster {
 // StopWait bounds a stop run when a test ends.
 const StopWait = 30 * time.Second
 
-// Stop registers stop to run when the test ends, with a context that
-// carries the test's values but not its cancellation (t.Context is
-// cancelled before cleanups run), bounded by StopWait; an error it returns
-// is logged.
+// Stop runs stop at the test's end under StopContext, logging its error.
 func Stop(t testing.TB, stop func(ctx context.Context) error) {
 	t.Helper()
 	t.Cleanup(func() {
@@ -108,9 +102,7 @@ func Stop(t testing.TB, stop func(ctx context.Context) error) {
 	})
 }
 
-// StopContext is the context of a stop that ends a test: t's values
-// without its cancellation, bounded by StopWait. It may be called from a
-// cleanup.
+// StopContext is t's values without its cancellation, bounded by StopWait.
 func StopContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), StopWait)
 	t.Cleanup(cancel)

@@ -24,16 +24,13 @@ type soakKind struct {
 	// input returns a call's input and the text its successful result must
 	// have (callID is the call's id).
 	input func(r *rand.Rand, callID string) (input json.RawMessage, want string)
-	// once: the call is not read-only, so the ledger (or its parked
-	// record) must give the agent one result however often it re-sends;
-	// two different results are a duplicate.
+	// once: not read-only, so two different results are a duplicate.
 	once bool
 	// effect: each execution appends a line to the effects file
 	// (toolworker's record_effect tools), so executions are counted.
 	effect bool
-	// durable: the tool is durable (protocol.md 5.8): unknown_outcome is a
-	// wrong result, and an effect line marked repeat is a redelivered run,
-	// not a second effect.
+	// durable (protocol.md 5.8): unknown_outcome is wrong, and a repeat
+	// effect line is a redelivery, not a second effect.
 	durable bool
 	// park is "" or the kind of park the call goes through first
 	// (external, confirm); the soak's approver answers it.
@@ -52,9 +49,7 @@ var soakKinds = []soakKind{
 		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
 			return mustJSON(map[string]any{"tag": "slow", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
 		}},
-	// A durable call runs through the work queue: a killed worker's call is
-	// delivered to another, so it never ends unknown_outcome; the tool is
-	// idempotent by call key, so a redelivery after the effect only answers.
+	// Durable: a killed worker's call goes to another; idempotent by call key.
 	{name: "durable", tool: "record_effect_durable", weight: 2, once: true, effect: true, durable: true,
 		input: func(r *rand.Rand, id string) (json.RawMessage, string) {
 			return mustJSON(map[string]any{"tag": "durable", "before_ms": r.IntN(800), "after_ms": r.IntN(800)}), "recorded " + id
@@ -114,16 +109,12 @@ func pickKind(r *rand.Rand) *soakKind {
 
 const (
 	// soakRequest bounds one send of a batch; an agent re-sends after it.
-	// It exceeds a re-send's wait for a dead router's claim (the tool's
-	// 10 s timeout plus the ledger's 30 s grace) only loosely: a re-send
-	// that times out is simply sent again.
 	soakRequest = 20 * time.Second
 	// soakStatusEvery is how long an agent waits for the events of a parked
 	// batch before it re-sends it (with the same reply id) to ask.
 	soakStatusEvery = 10 * time.Second
-	// soakHandoffWait is how long the approver waits for a parked call's
-	// handoff request before it answers from the agent's reply instead (and
-	// counts a missed handoff).
+	// soakHandoffWait is how long the approver waits for a handoff request
+	// before answering from the reply (a missed handoff).
 	soakHandoffWait = 20 * time.Second
 	// soakAnswerFor bounds the approver's tries to answer one call.
 	soakAnswerFor = 2 * time.Minute
@@ -329,11 +320,9 @@ func (l *soakLoad) batch(stop context.Context, a *soakAgent) {
 	l.runBatch(stop, a.cl, b)
 }
 
-// runBatch sends b and re-sends it with the same reply id, as an agent
-// must: after a time-out or a refusal for want of a router, after an
-// unavailable result, and while parked calls are not done (a status
-// check). unknown_outcome is final: the agent tells the model it may or
-// may not have happened, and never runs the call again.
+// runBatch sends b and re-sends it with the same reply id as an agent must
+// (time-out, no router, unavailable, parked calls pending);
+// unknown_outcome is final.
 func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatch) {
 	calls := make([]bus.Call, len(b.calls))
 	for i, c := range b.calls {
@@ -446,9 +435,8 @@ func (l *soakLoad) events(ctx context.Context, cl *client.Client) error {
 	return nil
 }
 
-// soakApprover is the simulated external handler and approver: it reads
-// the handoff stream as a handler started for these tools would, and
-// answers every request after a short think time.
+// soakApprover is the simulated external handler and approver, answering
+// every handoff request after a short think time.
 type soakApprover struct {
 	l   *soakLoad
 	cl  *client.Client
@@ -487,9 +475,8 @@ func (a *soakApprover) request(e *bus.Event) {
 	}
 }
 
-// expect notes a parked call from an agent's reply: when its handoff
-// request has not come within soakHandoffWait, it is answered anyway (as an
-// operator would from toolbus parked) and counted as a missed handoff.
+// expect notes a parked call from a reply, answered anyway (a missed
+// handoff) if no request comes within soakHandoffWait.
 func (a *soakApprover) expect(c *soakCall) {
 	time.AfterFunc(soakHandoffWait, func() {
 		a.l.t.mu.Lock()

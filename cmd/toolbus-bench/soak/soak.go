@@ -508,9 +508,8 @@ func (r *Report) WriteTable(w io.Writer) {
 	}
 }
 
-// The soak's deployment: NATS (a 3-node cluster in this process, or the
-// --nats URL), 2 router and 3 toolworker processes, each restarted after it
-// is killed. Faults are injected one at a time.
+// The soak's deployment: NATS, 2 routers and 3 toolworkers, each restarted
+// after it is killed; one fault at a time.
 
 const (
 	soakRouters = 2
@@ -651,11 +650,8 @@ func startSoakDeploy(ctx context.Context, o *Options, routerBin, workerBin strin
 	return d, nil
 }
 
-// childEnv is the environment of the routers and workers: this process's
-// without the nats CLI's variables, which on the soak's own (unsecured)
-// cluster could only get in the way; joining --nats, the credentials and
-// TLS settings of the soak's flags are given to them through those
-// variables (not the inbox prefix: routers use their own).
+// childEnv is this process's environment without the nats CLI's variables;
+// joining --nats, the soak's credentials and TLS flags go through them.
 func childEnv(o *Options, joining bool) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -747,9 +743,7 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		d.cluster.StopNode(node)
 		_ = bus.Sleep(ctx, 2*down)
 		if err = d.cluster.Start(node); err == nil {
-			// As an operator restarts nodes (docs/operations.md,
-			// "Restarting nodes"): the next fault only once every node
-			// is healthy, so no stream is left one current replica.
+			// The next fault once every node is healthy (docs/operations.md).
 			err = d.cluster.WaitHealthy(60 * time.Second)
 		}
 	}

@@ -1,26 +1,8 @@
-// Package xtest starts a whole toolbus deployment in process, for the
-// integration tests (test/embedded, test/conformance, the command tests)
-// and for the benchmark (bench): a real nats-server with JetStream (one
-// node, or a 3-node cluster with every bucket and stream replicated three
-// times), N routers, and workers with their tools. It is internal because
-// it links the router and must not become public API.
-//
-// Readiness is seen through the protocol only, as an operator would see
-// it, never through router internals: WaitLive and WaitGone ask every
-// router for its P.admin.status until each one that serves reports the
-// tools live (or gone), and EveryRouter does the same for any request
-// (a P.tools.<session> listing, a P.admin.session.get).
-//
-//	d, err := xtest.Start(ctx, xtest.Config{Routers: 2})
-//	defer d.Close()
-//	w, err := d.AddWorker(ctx, xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
-//		return worker.Register(w, def, handler)
-//	}})
-//	err = d.WaitLive(ctx, "echo")
-//
-// Tests use Run, which fails the test on error and closes the deployment
-// when the test ends. Every method returns errors instead of failing a
-// test, so that the benchmark (a command, not a test) can use them too.
+// Package xtest starts a whole deployment in process (nats-server or a
+// 3-node cluster, routers, workers) for integration tests and the bench.
+// Readiness is seen through the protocol only (WaitLive, WaitGone,
+// EveryRouter). Methods return errors so the bench can use them; tests use
+// Run, which fails the test and closes the deployment at its end.
 package xtest
 
 import (
@@ -91,12 +73,8 @@ type Config struct {
 	Around func(ctx context.Context, role string, fn func(context.Context))
 }
 
-// Deployment is a running deployment, in three parts it embeds: the Net
-// (servers and connections), the Fleet (routers and workers) and the
-// Readiness (the waits). Its fields are for reading; tests that stop or
-// kill a router themselves (Stop, Drain, closing its connection) need not
-// tell the deployment: routers that are closed or have lost their
-// connection are skipped by the waits.
+// Deployment embeds its Net, Fleet and Readiness; fields are for reading.
+// Routers a test stops itself are skipped by the waits.
 type Deployment struct {
 	*Net
 	*Fleet
@@ -170,10 +148,8 @@ func (cfg Config) withDefaults() Config {
 // drain.
 const StopTimeout = 10 * time.Second
 
-// Close stops everything the deployment started, in reverse order: the
-// workers, then the routers (each set draining at once), the connections,
-// the servers, and the temporary store directory. It is safe to call
-// after a test stopped some of them itself.
+// Close stops everything the deployment started, in reverse order, also
+// after a test stopped some of it.
 func (d *Deployment) Close() {
 	workers, routers := d.Fleet.take()
 	d.Readiness.forget()
@@ -422,10 +398,8 @@ func (n *Net) Connect(ctx context.Context, role string) (*nats.Conn, error) {
 	return n.connectNode(ctx, role, node)
 }
 
-// connectTimeout bounds a connection's dial and handshake (INFO, CONNECT,
-// PING/PONG with the in-process server). nats.go's default, 2 s, is too
-// short for a race-built test process and server on a loaded 2-core
-// machine: "connect: read tcp ...: i/o timeout" (TestWorkerVanishesMidCall).
+// connectTimeout bounds a connection's handshake: nats.go's 2 s is too short
+// under -race on a loaded machine (TestWorkerVanishesMidCall).
 const connectTimeout = 30 * time.Second
 
 func (n *Net) connectNode(ctx context.Context, role string, node int) (*nats.Conn, error) {
@@ -475,10 +449,8 @@ func (n *Net) shutdown(conns []*nats.Conn) {
 	}
 }
 
-// Readiness is how a deployment waits, through the protocol only: it asks
-// the routers of the Fleet, from one connection of the Net per node,
-// until each one that serves gives the answer wanted. A Deployment
-// embeds it.
+// Readiness waits through the protocol only, asking from every node until
+// each serving router gives the answer wanted.
 type Readiness struct {
 	net   *Net
 	fleet *Fleet
@@ -523,13 +495,9 @@ func (r *Readiness) forget() {
 // poll is how often the waits ask again.
 const poll = 5 * time.Millisecond
 
-// EveryRouter sends the request that msg builds (anything routers answer in
-// queue group P-router: P.admin.<verb>, P.tools.<session>) again and again,
-// from every node, until each router that serves has answered it with an
-// event that check accepts; a router's answers are told apart by their
-// source. An error event is handed to check like any other. It returns the
-// last check error when the bound or ctx ends first. A router that is
-// draining (unsubscribed, not closed yet) never answers: do not wait on one.
+// EveryRouter sends msg's request from every node until each serving router
+// (told apart by source) answered with an event check accepts, else the last
+// check error. A draining router never answers: do not wait on one.
 func (r *Readiness) EveryRouter(ctx context.Context, msg func() (*nats.Msg, error), check func(*bus.Event) error) error {
 	ctx, cancel := context.WithTimeout(ctx, r.bound)
 	defer cancel()
