@@ -323,12 +323,9 @@ func announceParked(e *bus.Event, id string, notify func(string)) bool {
 	return false
 }
 
-// interruptOnEnd reports whether a call whose context ended is
-// interrupted on the bus: always, but for a kept call (a task's) when the
-// facade closes, which stays parked for another process to learn its end.
-// Every way run sees its context end asks it (ctx.Done, client.Call or
-// the watch ending with ctx: the last two used to interrupt a task's call
-// as its facade closed).
+// interruptOnEnd reports whether a call whose context ended is interrupted
+// on the bus: always, but for a kept call (a task's) when the facade closes,
+// which stays parked for another process to learn its end.
 func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
@@ -497,18 +494,11 @@ func stillParkedText(callID, tool, kind, subject, replyID, session string) strin
 		"what is waiting, and carry on with what does not depend on it.", callID, tool, kindText(kind), subject, replyID, session)
 }
 
-// structurer makes the result of a tool listed with an outputSchema carry
-// structuredContent, which MCP (2025-06-18 and later) asks of its
-// successful results, and the TypeScript SDK and the Inspector check.
-//
-//   - A result whose only content is one text block holding a JSON object
-//     (a toolbus worker's typed output) gets that object (issue 18).
-//   - An offloaded result (docs/offload.md) is read back from the store, at
-//     most max bytes, and a JSON object there is returned inline; the
-//     links and previews stay in the content (issue 29, F1).
-//   - An offloaded result whose JSON is larger, or not an object, is
-//     returned as an isError result (which hosts do not check against the
-//     schema) saying why and where the output is.
+// structurer gives the result of a tool listed with an outputSchema its
+// structuredContent (docs/mcp.md, "a tool listed with an outputSchema returns
+// structured content"): a lone text block's JSON object, or an offloaded
+// output's object read back up to max bytes; a larger or non-object output
+// becomes an isError result saying where the output is.
 type structurer struct {
 	session string
 	fetch   outputFetcher
@@ -601,24 +591,9 @@ func structureText(res *mcp.CallToolResult) {
 	res.StructuredContent = json.RawMessage(raw)
 }
 
-// Revision downgrade (docs/mcp.md "Revision downgrade"): a host gets only
-// the members and content types its MCP revision defines. The table below
-// is read from the revisions' schema.json / schema.ts
-// (modelcontextprotocol/modelcontextprotocol, schema/<revision>/):
-//
-//	member                                      since
-//	text, image, embedded resource content      2024-11-05
-//	content annotations audience, priority      2024-11-05
-//	audio content                               2025-03-26
-//	tool annotations (title and the hints)      2025-03-26
-//	resource_link content                       2025-06-18
-//	annotations.lastModified                    2025-06-18
-//	tool title, outputSchema; structuredContent 2025-06-18
-//	resource and template title                 2025-06-18
-//	tool execution (taskSupport), icons         2025-11-25
-//	the tasks server capability                 2025-11-25
-//
-// Later revisions (2026-07-28) know everything above.
+// Revision downgrade (docs/mcp.md "Revision downgrade", whose table says
+// which member each revision added): a host gets only the members and
+// content types its MCP revision defines.
 
 // revision orders the MCP revisions; an unknown or empty version is taken
 // as the newest (mcp-go negotiates only the ones it knows).

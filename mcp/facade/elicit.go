@@ -140,16 +140,10 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 	}
 }
 
-// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
-// "Bridged servers' questions reach the host"): that revision has no
-// server-initiated requests, so what a call needs of its host's user (a
-// confirmation, or its bridged server's question) ends the request with
-// an input_required result carrying one elicitation input request and a
-// request state, while the bus call goes on. The retry brings the answer,
-// which is published on the bus (P.confirm or P.answer), and waits again
-// for the call: its result, or the next round. A request state is stored
-// in the facade's bucket under the retry's own session and user
-// (stateRecord), so any facade process serves the retry.
+// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and "Bridged
+// servers' questions reach the host"): an input_required result with a
+// request state stored in the facade's bucket (stateRecord), so any facade
+// process serves the retry that brings the answer.
 
 // Input request keys of the two kinds of rounds.
 const (
@@ -535,13 +529,9 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 }
 
 // A bridged server's question put to the host (docs/mcp.md "Bridged
-// servers' questions"): while a host that declared elicitation calls a
-// bridged tool under the host_user policy, a question that server parks
-// in the session (a call of mcp__<server>__elicit, docs/protocol.md 12)
-// for the host's own user is put to the host through elicitation, and its
-// answer answers the park. The park stays answerable by `toolbus answer`
-// and approvers meanwhile; the first answer wins. A cancel, an error or a
-// host that cannot show the question leaves it to the others.
+// servers' questions"): under host_user the question a bridged tool parks
+// for the host's own user is asked through elicitation; the first answer
+// from anywhere wins, and a host that cannot show it leaves it to others.
 
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.

@@ -1,13 +1,8 @@
-// Package facade serves a toolbus deployment as an MCP server, one MCP
-// endpoint per bus session: tools/list is the session's visible tools in
-// mcp format, in the same order, and tools/call runs a one-call batch
-// through the routers, so groups, validation, permissions and parking
-// apply (docs/protocol.md 12).
-//
-// Each bus session and user gets its own mcp-go MCPServer whose tools are
-// replaced whenever that listing changes; mcp-go then tells its clients,
-// and only them, notifications/tools/list_changed. A tool that is not
-// listed is not registered, so it cannot be called.
+// Package facade serves a toolbus deployment as an MCP server, one endpoint
+// per bus session: tools/list is the session's visible tools and tools/call
+// runs a one-call batch through the routers (docs/protocol.md 12,
+// docs/mcp.md). Each (session, user) has its own mcp-go MCPServer; a tool
+// that is not listed is not registered, so it cannot be called.
 package facade
 
 import (
@@ -165,15 +160,11 @@ type ctxKey int
 
 const contextKey ctxKey = 0
 
-// Handler serves streamable HTTP at /mcp/<session> (sessionOf); another
-// path or an invalid session id gets HTTP 404. Every request is
-// authenticated first (Config.Auth; 401 with a WWW-Authenticate
-// challenge), then checked against its identity: a session it may not
-// use, or a user header that is not its user, gets 403 and nothing is
-// published. With an OAuth Auth the RFC 9728 metadata is served at
-// /.well-known/oauth-protected-resource and below. Every revision mcp-go
-// serves works, 2026-07-28 too (no MCP sessions): the bus session comes
-// from the path.
+// Handler serves streamable HTTP at /mcp/<session> (sessionOf; else 404).
+// Every request is authenticated (Config.Auth; 401 with a challenge), then
+// checked against its identity: a session it may not use, or a user header
+// that is not its own, gets 403 and nothing is published. With OAuth the
+// RFC 9728 metadata is served at /.well-known/oauth-protected-resource.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
@@ -526,12 +517,9 @@ func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	return downgradeTools(revisionFrom(ctx), out)
 }
 
-// Calm lists (docs/mcp.md "Calm lists"): a change of a session's listing
-// that a watch or the poll found is applied (SetTools, which notifies the
-// server's clients) on the trailing edge: Calm after the last change and
-// after the previous notification, at most MaxCalm after the burst began.
-// A host's own tools/list (and a new session's first listing) applies a
-// pending change at once: the host never reads a stale list.
+// Calm lists (docs/mcp.md "Calm lists"): a listing change is applied on the
+// trailing edge, Calm after the last change, at most MaxCalm after the burst
+// began; a host's own tools/list applies a pending change at once.
 
 // Calm and MaxCalm bound the coalescing of list changes.
 const (

@@ -22,18 +22,10 @@ import (
 	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
-// MCP tasks are the facade's, not mcp-go's: mcp-go v1.2.1 keeps tasks in
-// the memory of one MCPServer and has no pluggable store, and its stdio
-// transport ends a task with the request that made it. So the facade
-// answers tasks/get, tasks/result, tasks/cancel, tasks/list and every
-// task-augmented tools/call itself, on both transports, before mcp-go
-// reads the message; mcp-go only advertises the capability. A task is a
-// record in the facade's bucket (tasks_store.go), written before the
-// CreateTaskResult is returned; the process that created it runs the call
-// and writes its end; any other process answers from the record and, for
-// a task still working there, learns the end from the bus (the call's
-// call.result through a router's replay, docs/protocol.md 3.4) and writes
-// it. tasks/cancel anywhere cancels the bus call (P.cancel).
+// MCP tasks are the facade's, not mcp-go's (docs/mcp.md "MCP tasks are the
+// facade's, stored in KV"): a task is a record in the facade's bucket
+// (tasks_store.go), answered by any facade process; the one that created it
+// runs the call, others learn its end from the bus.
 
 // rpcMessage is one JSON-RPC request as the facade reads it.
 type rpcMessage struct {
@@ -256,12 +248,9 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 	return out, nil
 }
 
-// cancelTask records the task cancelled, then cancels its call on the
-// bus: its bus task when it went on as one (followBus), else the
-// batch's call (P.cancel). The record is written first: the run learns
-// its call's interrupted end at once and would otherwise write that end
-// first (the first end written wins). A runner that names the bus task
-// after this write finds the record ended and cancels the bus task.
+// cancelTask records the task cancelled, then cancels its call on the bus
+// (its bus task when it went on as one, else P.cancel). The record goes
+// first so the run's interrupted end does not win the first-end race.
 func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
 	r, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
@@ -540,12 +529,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// The tasks extension's input (2026-07-28, "Task Update Requests"): while
-// a task's call waits for its host (a confirm park under host_user, or its
-// bridged server's question) the task is input_required, tasks/get shows
-// the elicitation under inputRequests, and tasks/update answers it with
-// inputResponses keyed the same. The record holds what each key answers,
-// so any facade process answers it.
+// The tasks extension's input (2026-07-28, docs/mcp.md "Tasks: input"): a
+// task waiting for its host is input_required with inputRequests, and
+// tasks/update answers by key; the record holds the answers.
 
 const methodTasksUpdate = "tasks/update"
 

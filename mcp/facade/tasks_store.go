@@ -402,12 +402,10 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	return nil, ctx.Err()
 }
 
-// follow calls seen with every write of the (session, user)'s task records
-// (changes, watchChanges'), and with each of ids() read again every
-// listenReread, until seen returns false or ctx or changes end: the
-// subscription drops a burst beyond its buffer, and a read may come from a
-// replica behind the leader, where an end written before the subscription
-// shows only a moment later (TestTasksTwoFacades).
+// follow calls seen with every write of the (session, user)'s task records,
+// and with each of ids() read again every listenReread, until seen returns
+// false or ctx or changes end: the subscription drops bursts and a replica
+// may lag (TestTasksTwoFacades).
 func (st *kvStore) follow(ctx context.Context, session, user string, changes <-chan taskChange, ids func() []string,
 	seen func(id string, r *taskRecord) bool) {
 	again := time.NewTicker(listenReread)
@@ -475,15 +473,9 @@ func kvDeleted(m *nats.Msg) bool {
 	return op == "DEL" || op == "PURGE"
 }
 
-// Task status notifications at 2026-07-28 (the Tasks extension): a
-// client sends subscriptions/listen with params.notifications.taskIds;
-// the server acknowledges the ids it agreed to, then sends
-// notifications/tasks on that request's stream whenever one changes.
-// mcp-go v1.2.1 drops taskIds, so a listen naming task ids is the
-// facade's, whole, on both transports (its acknowledgement names only the
-// task ids; other kinds take another listen, which mcp-go serves), and
-// the changes come from the records' KV subjects, so any facade process
-// serves it.
+// Task status notifications at 2026-07-28 (docs/mcp.md "Task notifications
+// on subscriptions/listen"): mcp-go drops taskIds, so a listen naming task
+// ids is served whole here, from the records' KV subjects.
 
 const (
 	methodSubscriptionsListen = string(mcp.MethodSubscriptionsListen)
