@@ -43,13 +43,10 @@ type Config struct {
 	MaxOutput int64
 }
 
-// Client talks to the routers of one deployment. It is safe for concurrent use.
-//
-// Its exported methods are the agent's verbs of the protocol, one each;
-// the verbs of parked calls, stored outputs and background tasks are on
-// the handles Parked, Outputs and Tasks return (docs/client.md says why).
-// What they share, making and sending an event and reading the reply, is
-// the requester's (request.go).
+// Client talks to the routers of one deployment; its methods are the
+// agent's verbs, one each, and the verbs of parked calls, stored outputs and
+// background tasks are on Parked, Outputs and Tasks (docs/client.md). It is
+// safe for concurrent use.
 type Client struct {
 	nc    *nats.Conn
 	subj  bus.Subjects
@@ -276,11 +273,9 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 }
 
 // Replay streams the session's events kept by the events stream, from the
-// first one still kept, then live ones: through the pull consumer a router
-// makes for the session on request (P.replay.<session>, docs/protocol.md
-// 3.4), pulled through the router (io.toolbus.consumer.next) and made again
-// from the next sequence when it is lost (a node's restart); or, for every
-// session ("*", the operator's), an ordered consumer of its own.
+// first one still kept, then live ones, through a router-made consumer
+// (P.replay.<session>, docs/protocol.md 3.4) made again when lost; for every
+// session ("*") through an ordered consumer of its own.
 func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	if bus.ValidID(session) {
 		f := &follower{c: c, subject: c.subj.Replay(session), session: session, create: bus.TypeReplay, ready: bus.TypeReplayReady}
@@ -333,23 +328,19 @@ func Input(v any) json.RawMessage {
 	return b
 }
 
-// Parked is the side of docs/protocol.md section 6 that answers parked
-// calls: a handler or approver follows the handoff requests (Follow, 6.2)
-// and answers them (Answer on P.answer.<tool>, Confirm on
-// P.approve.<tool>, 6.3); an agent answers its own questions the same
-// way. Client.Parked returns it; it is a value, cheap to make and safe
-// for concurrent use.
+// Parked answers parked calls (docs/protocol.md 6): Follow the handoff
+// requests, Answer on P.answer.<tool>, Confirm on P.approve.<tool>. It is a
+// value, cheap to make and safe for concurrent use.
 type Parked struct{ c *Client }
 
 // Parked returns the Client's handle on parked calls.
 func (c *Client) Parked() Parked { return Parked{c} }
 
 // Answer answers a parked call of tool: an external call's result, or a
-// confirmation. It returns nil when the answer was accepted, else a
-// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output
-// above Config.InlineLimit (or the payload limit) is stored in the outputs
-// object store and sent as references; one above Config.MaxOutput is
-// refused with a *offload.TooLargeError-wrapping error and nothing is sent.
+// confirmation. It returns nil when accepted, else a *bus.Error
+// (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output above
+// Config.InlineLimit is stored and sent as references; one above
+// Config.MaxOutput is refused (*offload.TooLargeError) and nothing is sent.
 func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
 	c := p.c
 	if len(a.Output) > 0 {
@@ -365,12 +356,10 @@ func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID strin
 	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Answer(tool), session, replyID, callID, a, "answer")
 }
 
-// Confirm answers a call parked for a confirmation on P.approve.<tool>,
-// the approver's subject (docs/protocol.md 6.3): a.Confirmed, the parked
-// input's a.InputDigest (from the confirm request or parked.list; the
-// router refuses another with "input changed") and optionally a.Rules
-// among the call's suggested_rules. An edited a.Input is refused there; an
-// open router still takes one through Answer on P.answer.<tool>.
+// Confirm answers a confirm park on the approvers' subject P.approve.<tool>
+// (docs/protocol.md 6.3) with a.Confirmed, the parked input's a.InputDigest
+// ("input changed" otherwise) and optionally a.Rules among the call's
+// suggested_rules; an edited a.Input is refused there.
 func (p Parked) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
 	c := p.c
 	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Approve(tool), session, replyID, callID, a, "confirmation")
@@ -465,13 +454,10 @@ type Outputs struct{ c *Client }
 func (c *Client) Outputs() Outputs { return Outputs{c} }
 
 // Fetch opens the stored output a data block's url refers to
-// (nats-object://<bucket>/<name>#sha256=<digest>, exactly as the result
-// has it), reading it through the routers on P.outputs.<session>, where
-// session is the name's first token (toolbus names start with the
-// session; FetchSession names another). The router serves only that
-// session's objects, and only their recorded bytes: an unknown, expired,
-// other session's or overwritten output is an error that says so. Later
-// reads use ctx too.
+// (nats-object://<bucket>/<name>#sha256=<digest>), read through the routers on
+// P.outputs.<session>, session being the name's first token (FetchSession
+// names another). An unknown, expired, other session's or overwritten output
+// is an error that says so. Later reads use ctx too.
 func (o Outputs) Fetch(ctx context.Context, ref string) (*Output, error) {
 	r, err := offload.ParseRef(ref)
 	if err != nil {
@@ -542,13 +528,10 @@ func (o Outputs) FetchBytes(ctx context.Context, ref string) ([]byte, error) {
 	return b, nil
 }
 
-// Follow streams the handoff requests (docs/protocol.md 6.2) of
-// kind "external" or "confirm" for tool ("" for every tool): the calls
-// still parked, oldest first, then new ones, through a pull consumer of
-// P_parked's stream a router makes on request (P.handoff.<kind>[.<tool>])
-// and reads for it, asked for again from the next sequence when it is
-// lost. A handler or approver needs no JetStream permission
-// for it.
+// Follow streams the handoff requests (docs/protocol.md 6.2) of kind
+// "external" or "confirm" for tool ("" for every tool), oldest first, then new
+// ones, through a router-made consumer of P_parked's stream
+// (P.handoff.<kind>[.<tool>]); no JetStream permission is needed.
 func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) {
 	c := p.c
 	if kind != "external" && kind != "confirm" {

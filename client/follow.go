@@ -23,13 +23,9 @@ const (
 	followGrace = 10 * time.Second
 )
 
-// Heartbeats (docs/protocol.md 3.4, 1.9): a pull asks for one every
-// followBeat while it waits. A pull that brings nothing at all (no
-// message, heartbeat or status) within followQuiet was lost on its way
-// (a relayed pull nobody received answers no one) and is sent again on
-// the same consumer; after followSilences such pulls in a row the consumer
-// is asked for again. So a lost pull costs about followQuiet, not
-// followWait+followGrace.
+// Heartbeats (docs/protocol.md 3.4): a pull asks for one every followBeat;
+// a pull that brings nothing within followQuiet was lost and is sent again,
+// and after followSilences of them the consumer is asked for again.
 const (
 	followBeat     = time.Second
 	followQuiet    = 2 * followBeat
@@ -37,19 +33,11 @@ const (
 )
 
 // follower reads a router-made consumer (docs/protocol.md 3.4, 6.2) through
-// its router's verbs on one subject: it asks for the consumer, pulls from
-// it with io.toolbus.consumer.next (the router relays each pull to
-// JetStream with this follower's reply subject, so the messages come from
-// the server itself), asks for another one from the next sequence when it
-// is lost, and stops it at the end. The follower needs no JetStream
-// permission at all.
-//
-// Every pull on a consumer has its own reply subject, <inbox>.<n>, under
-// one subscription on <inbox>.*: a pull sent again after a silence may
-// leave the earlier one alive (a slow router), and whatever it delivers
-// still arrives (the consumer acks none, so each message comes once, to
-// one pull), while its closing status, told apart by its subject, does not
-// end the pull sent after it.
+// its router's verbs, asking for another from the next sequence when it is
+// lost, so it needs no JetStream permission. Each pull has its own reply
+// subject <inbox>.<n> under one subscription, so an earlier pull still alive
+// after a resend delivers its messages without its closing status ending
+// the newer pull.
 type follower struct {
 	c        *Client
 	subject  string // P.replay.<session> or P.handoff.<kind>[.<tool>]

@@ -232,12 +232,10 @@ func (c *requester) window(ctx context.Context, session, ref string, off int64) 
 // the memory starts afresh (a batch without a revision is read as before).
 const maxRevs = 4096
 
-// sessionRevs remembers, per session, the session revision of the last
-// reply or listing (docs/protocol.md 4.2), which Call and Publish send
-// back as the batch's sessionrev so that a router whose cached session is
-// at least as new skips reading it. A write this Client makes to the
-// session by other means (an admin verb, an answer, which may add a rule)
-// forgets it, so the next batch is read again and sees that write at once.
+// sessionRevs remembers each session's revision of the last reply or
+// listing, sent back as the batch's sessionrev (docs/protocol.md 4.2); a
+// write this Client makes by other means forgets it, so the next batch
+// reads the session again.
 type sessionRevs struct {
 	mu  sync.Mutex
 	rev map[string]uint64
@@ -272,19 +270,10 @@ func (s *sessionRevs) forget(session string) {
 }
 
 // replies sends the Client's requests and waits for their replies on one
-// reply subscription of its own (internal/replies, as the router's exec
-// requests do): each request a new inbox under it, so a reply that comes
-// after its request gave up (its context ended) goes to no wait and is
-// dropped. Against nats.go's request multiplexer, a wait takes no channel
-// of its own (pooled) and no timer when the context bounds it.
-//
-// A Client that is let go without Close (one made by New on a connection
-// that lives on) has the subscription unsubscribed once the collector
-// finds it and its requests under way gone: the cleanup (New's
-// runtime.AddCleanup calls close) is on the requester, which each request
-// holds until its reply came (send). On the Client, it unsubscribed under
-// a request whose caller had let the Client go at the call, and that
-// request then waited out its context for a reply that was dropped.
+// reply subscription of its own (internal/replies); a late reply is dropped.
+// Its cleanup (New's runtime.AddCleanup) is on the requester, which each
+// request holds until its reply, so a Client let go without Close is not
+// unsubscribed under a request still waiting.
 type replies struct{ mux *waits.Mux }
 
 func newReplies(nc *nats.Conn) *replies {

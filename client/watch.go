@@ -17,22 +17,12 @@ import (
 // or leaving, a skill.
 const AllSessions = ""
 
-// ListingWatch tells its caller that the tool listing of a session may
-// have changed, from the writes that change one (docs/mcp.md
-// "Structure"): a session's record (its session id: activation, mode,
-// rules), and for every session (AllSessions) the tool definitions, the
-// groups, workers arriving or leaving (not their heartbeats), and the
-// skills' metadata. It says "list again", never what changed: the caller
-// lists the session and compares.
-//
-// It follows the subjects the writes are published on with plain
-// subscriptions, not JetStream watches: it creates no consumer, so a login
-// that may subscribe to those subjects (security.RoleFacade) is enough,
-// and a bucket that does not exist yet is followed from its first write.
-// What a subscription misses (a reconnection) is not reported: the caller
-// lists again on a timer as well. A record that does not decode (a
-// worker's liveness, a definition that is not JSON, a session key that is
-// not a session id) reports nothing.
+// ListingWatch tells its caller that a session's tool listing may have
+// changed ("list again", never what): a write to the session's record, or
+// for every session (AllSessions) to definitions, groups, workers' arrivals
+// and leaves, and skills. It uses plain subscriptions, not JetStream watches,
+// so security.RoleFacade suffices; what it misses (a reconnection) the caller
+// catches by listing on a timer too. Records that do not decode are ignored.
 type ListingWatch struct {
 	nc      *nats.Conn
 	changed func(session string)
@@ -49,13 +39,10 @@ type ListingWatch struct {
 	done chan struct{} // the retrying goroutine has returned
 }
 
-// WatchListings subscribes to the writes of c's deployment that may change
-// a session's tool listing and calls changed with the session's id, or
-// AllSessions, for each (from one goroutine per kind of write; changed
-// must not block). It returns once the first attempt to subscribe has
-// ended, bounded by ctx: a write made after it returns is reported. What
-// could not be subscribed then (no connection, a timeout) is tried again
-// every retry (zero means 2s) until Stop.
+// WatchListings calls changed with a session id, or AllSessions, for each
+// write that may change a listing (from one goroutine per kind; changed must
+// not block). It returns once the first attempt to subscribe ended, bounded
+// by ctx; what failed is tried again every retry (zero means 2s) until Stop.
 func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed func(session string)) *ListingWatch {
 	if retry <= 0 {
 		retry = 2 * time.Second

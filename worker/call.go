@@ -201,17 +201,11 @@ func toResult(out any) (*bus.ExecResult, error) {
 	return &bus.ExecResult{Output: bus.Text(string(b))}, nil
 }
 
-// callCtx is a call's context: parent's child with the request's expiry
-// as deadline (none when it has none), cancelled by stop. The context
-// itself (context.WithDeadline's, with its timer and its place among the
-// parent's children) is made only when something asks more of it than its
-// deadline: Done, Err, Value (context.Cause asks Value) or a child
-// context. A handler that never looks at its context, the usual small
-// tool, costs neither the allocations nor the timer; one that does sees
-// what it would have seen had the context been made at the start: the
-// same deadline, ended by a stop, by its parent's end (with its cause) or
-// by a deadline that passed, whichever came first. It lives in the call's
-// request (worker.go), so it takes no allocation of its own.
+// callCtx is a call's context: parent's child with the request's expiry as
+// deadline, cancelled by stop. The context.WithDeadline it stands for is made
+// only when a handler asks for more than the deadline (Done, Err, Value, a
+// child), so a handler that ignores its context costs no timer; either way it
+// ends the same way. It lives in the call's request, no allocation of its own.
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time // zero: none

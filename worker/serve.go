@@ -27,15 +27,10 @@ type RejectObserver interface {
 }
 
 // serving keeps the worker's NATS micro service, whose endpoints are the
-// tools it serves now: only those whose registration a router accepted
-// (docs/protocol.md 7.1). Every tool is subscribed before the first
-// registration (a router may list it as soon as it accepts it), but a
-// request runs only once its tool is accepted: one that arrives before the
-// first acknowledgement waits for it (worker.onExec). A tool is
-// unsubscribed at once when an acknowledgement rejects it; since the micro
-// library cannot remove one endpoint, the service is then replaced by one
-// without it. A rejected tool is registered again every beat with the same
-// definition, and subscribed again once a router accepts it.
+// tools a router accepted (docs/protocol.md 7.1); a request before the first
+// acknowledgement waits for it. A rejected tool is unsubscribed at once (by
+// replacing the service: micro cannot remove one endpoint) and registered
+// again every beat.
 type serving struct {
 	nc     *nats.Conn
 	cfg    micro.Config
@@ -215,16 +210,10 @@ func (s *serving) stop() error {
 	return s.svc.Stop()
 }
 
-// registrar registers the worker with the routers: once at Start, again
-// every heartbeat, and the leave of a drain (docs/protocol.md 7.1). what
-// is the registration to send, made fresh for each beat. Since protocol
-// 1.12 it travels as one request per group, on P.register.group.<group>,
-// and one per tool, on P.register.<tool>, with that tool's definition and
-// calls in flight: NATS permissions confine which tools a worker login may
-// define. The requests of one beat are sent at once and waited for
-// together, so a beat takes one round trip, not one per tool; those of the
-// first registration go one after another, so that the routers store the
-// tools in the worker's order (listings keep it).
+// registrar registers the worker: at Start, every heartbeat, and the leave
+// of a drain (docs/protocol.md 7.1, one request per tool and group). A beat's
+// requests go at once; the first registration's in order, so listings keep
+// the worker's tool order.
 type registrar struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
@@ -249,12 +238,9 @@ func (r *registrar) heartbeat(ctx context.Context) {
 }
 
 // register sends one registration and logs its outcome. Until one is
-// acknowledged, it waits up to firstRegisterWait for the replies, not one
-// beat: a router stores each new definition in turn (a worker of a hundred
-// tools took seconds on a loaded machine), and a worker that gave up after
-// a beat sent the same registration again every beat, each one stored
-// again beside the others, and was never acknowledged. With no router at
-// all the requests fail at once (no responders), so Start does not wait.
+// acknowledged it waits up to firstRegisterWait, not a beat: a router stores
+// many definitions slowly, and resending every beat was never acknowledged.
+// With no router the requests fail at once, so Start does not wait.
 func (r *registrar) register(ctx context.Context) {
 	wait := r.every
 	if !r.answered.Load() {
@@ -276,13 +262,9 @@ func (r *registrar) register(ctx context.Context) {
 // firstRegisterWait bounds the wait for the first acknowledgement.
 const firstRegisterWait = 10 * time.Second
 
-// send sends reg, a registration or a leave, as the requests of protocol
-// 1.12 (docs/protocol.md 7.1): a leave and each tool's definition on the
-// tool's subject, each group on the group's, all at once (in order until
-// the first registration is acknowledged: ordered), and returns the
-// acknowledgements of the tools merged, waiting for them at most wait. A
-// group's rejection is logged here. err is the first request that failed
-// (ack then holds the others'), nil when every one was acknowledged.
+// send sends reg, a registration or a leave, as protocol 1.12's requests
+// (ordered: one after another) and returns the tools' acknowledgements
+// merged, waiting at most wait; err is the first request that failed.
 func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Duration) (*bus.RegisterAck, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

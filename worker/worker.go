@@ -214,12 +214,9 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
 // Start subscribes the cancel subject and every tool in its queue group,
-// registers with the routers, and keeps registering every heartbeat until
-// Stop. A tool runs calls only once a router accepted it (a request before
-// the first acknowledgement waits for it); a tool a router rejects is
-// unsubscribed at once, logged as an error and counted (RejectObserver),
-// and registered again, with the same definition, at every beat. A
-// registration that no router answers is retried at the next beat.
+// registers with the routers and again every heartbeat until Stop. A tool
+// runs calls once a router accepted it; a rejected tool is unsubscribed,
+// logged, counted (RejectObserver) and registered again at every beat.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -293,13 +290,9 @@ func (w *Worker) Served() []string {
 // four per slot, at least 1024; more are answered busy at once.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
-// Pending limits of each tool endpoint's subscription buffer. The callback
-// returns at once (a request waits for its slot in a goroutine, or is
-// answered busy), so the buffer holds only what arrives while callbacks
-// run; the limits are far above that, so that the NATS client's silent
-// slow-consumer drop (the router then waited for the call's timeout) stays
-// out of reach. A burst of 10,000 sessions on a loaded machine overflowed
-// the 1,024 messages of the previous limit.
+// Pending limits of each tool endpoint's subscription buffer, far above what
+// arrives while callbacks run, so the client's silent slow-consumer drop is
+// out of reach (10,000 sessions overflowed the former 1,024).
 const (
 	pendingMsgs  = 1 << 16
 	pendingBytes = 64 << 20
@@ -508,13 +501,10 @@ const StopTimeout = 5 * time.Second
 // whose context was just cancelled to return.
 const drainCleanup = time.Second
 
-// Drain stops the worker: it tells the routers it is leaving, stops taking
-// calls at once, and lets the calls in flight finish until ctx ends. Then
-// it cancels the calls still running (they send no result: the routers see
-// them vanish, as from a worker that stopped) and returns after at most a
-// short cleanup, with an error that wraps ctx's and counts the calls cut
-// off. It is safe to call twice and concurrently; later calls wait for the
-// first and return its result.
+// Drain tells the routers the worker leaves, stops taking calls, and lets
+// those in flight finish until ctx ends; then it cancels the rest (they send
+// no result) and returns an error wrapping ctx's that counts them. It is
+// safe to call twice and concurrently.
 func (w *Worker) Drain(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopErr = w.drain(ctx)

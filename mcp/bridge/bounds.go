@@ -121,13 +121,10 @@ func (g *progressGate) close() {
 	}
 }
 
-// lineLimiter reads a stdio server's output, one JSON-RPC message a line,
-// and cuts a line longer than limit while it streams: what was passed of
-// it is ended (mcp-go drops a line that does not parse), the rest is read
-// and thrown away, and for a response an error response to the same id
-// takes its place, so that one call fails with a clear error and the
-// connection stays. A cut notification or server request is dropped. A cut
-// line whose kind cannot be told from its first bytes ends the stream.
+// lineLimiter cuts a stdio server's output line (one JSON-RPC message)
+// longer than limit while it streams: a cut response is replaced by an error
+// response to its id, a cut notification or request is dropped, and a line
+// whose kind cannot be told ends the stream.
 type lineLimiter struct {
 	r     io.Reader
 	limit int64

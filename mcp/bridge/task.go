@@ -16,11 +16,8 @@ import (
 )
 
 // A tool whose server says taskSupport "required" runs as an MCP task:
-// tools/call with params.task, then tasks/get every poll interval with
-// each new status as a progress event, then tasks/result once the task is
-// done or needs input (where a server delivers the requests it queued for
-// the task). The bus call stays one call; cancelling it sends
-// tasks/cancel.
+// tools/call with params.task, tasks/get polled (each status a progress
+// event), then tasks/result; cancelling the bus call sends tasks/cancel.
 
 // taskPoll is how often tasks/get is sent when the server names no interval.
 const taskPoll = 500 * time.Millisecond
