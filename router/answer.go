@@ -129,11 +129,9 @@ func (r *answers) answer(m *nats.Msg, via string) {
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
-// the subject kind it came on (via); a bad answer is a bad_request. A
-// confirmation on P.approve.<tool> must name the parked input's digest (on
-// a secured router), may not edit the input, and may remember only
-// suggested rules; on P.answer.<tool> one is taken only by an open router,
-// an edited input validated against the tool's schema.
+// the subject it came on (via); a bad one is a bad_request. docs/security.md
+// has the rules: a confirmation on P.approve.<tool> names the input's digest
+// and edits nothing; on P.answer.<tool> only an open router takes one.
 func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)

@@ -90,11 +90,8 @@ func mayBackground(j *job) bool {
 
 // run runs j with the task's long deadline and waits up to j's own; past
 // that the call goes on as a task and its handle is the result. Copies of
-// the call (a re-sent batch's) meet at the task: one that finds it stored
-// runs nothing and answers its handle; one that arrives while this router
-// runs the call before its handoff waits for that run's outcome (join); of
-// copies on two routers that both reach the handoff, the task's create
-// decides (tasks.Store.Admit) and the other answers the same handle.
+// the call (a re-sent batch's) meet at the task: stored, or running here
+// (join), or decided by the task's create (tasks.Store.Admit).
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
@@ -219,13 +216,10 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 	return b.handle(j.call, rec, timeout)
 }
 
-// drop ends this router's part in a run whose call another copy's task
-// follows. A call outside the ledger (read-only, not durable) is abandoned
-// here: the router stops waiting for it (its worker is not told: a cancel
-// names the call, and would stop the task's run too). A call through the
-// ledger runs once however many copies: this router's run may be the one
-// the ledger's claim holds, whose result the task's router reads there, so
-// it goes on to its end and its result is dropped here.
+// drop ends this router's part in a run another copy's task follows. A call
+// outside the ledger is abandoned (its worker is not told: a cancel would
+// stop the task's run too); one through the ledger runs on to its end, since
+// the task's router may read its result there.
 func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelFunc) {
 	b.log.Debug("router: another copy of the call made its task first", "call", j.key())
 	if d := &j.tool.Def; d.ReadOnly && !d.Durable {
@@ -258,13 +252,10 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 }
 
 // userKey is the key of the bound j's task counts against beside its
-// session's: its user's; on a router with identities ids, a session without
-// an agent login of its own (the shared agent's, which may open any number
-// of sessions; sharedAgents) counts with every other such session under
-// tasks.SharedKey, and one with a login of its own but no user against its
-// session's bound only; on an open
-// router a batch without a user counts against its session's bound only
-// (its claim of a user is taken on trust anyway, docs/tasks.md).
+// session's: its user's; with identities, a shared-agent session's
+// (sharedAgents) is tasks.SharedKey, and a session with a login but no user,
+// like a batch without a user on an open router, has only its session's
+// bound (docs/tasks.md).
 func userKey(ids Identities, j *job) string {
 	if k := tasks.UserKey(j.user); k != "" {
 		return k

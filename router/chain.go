@@ -177,17 +177,12 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, nil
 }
 
-// quotas is the middleware of the quotas and the result cache: each
-// looks a call up once. A call of a tool with cache_ttl_ms whose key has a
-// stored result within its TTL is answered with it (docs/protocol.md 3.3),
-// and nothing runs; otherwise the call runs and its result is stored. A
-// registry tool's call over one of its limits (docs/guardrails.md "When a
-// call counts") ends limit_exceeded with retry_after_ms, and nothing runs;
-// a cache hit is checked as one (limits.Call.CacheHit). A call of a
-// re-sent batch that the ledger or a parked record will answer is not
-// counted again. When the counts cannot be reached the call does not run
-// (fail closed). Calls are counted in call order (job.admit); a call that
-// parks is counted by admitPark when it parks.
+// quotas is the middleware of the quotas and the result cache, each looking
+// a call up once (docs/guardrails.md "When a call counts"): a cache hit
+// within cache_ttl_ms answers without running (docs/protocol.md 3.3), a
+// call over a limit ends limit_exceeded with retry_after_ms, unreachable
+// counts fail closed, and a re-sent call the ledger or a park answers is not
+// counted again. Parks are counted by admitPark.
 type quotas struct {
 	lim     limiter                // nil: no limits (the cache alone)
 	cache   resultStore            // nil: no result cache
@@ -476,14 +471,10 @@ const unboundCaller = "unbound"
 // refusedWait bounds the wait for a refusal's record to be stored.
 const refusedWait = 5 * time.Second
 
-// refused records a batch or tools query of session refused whole before
-// any call ran (docs/guardrails.md "Audit trail"): a denied user claim,
-// bad_request, bad_event. The caller is who may publish in the session:
-// its bound agent user, or every unbound session's callers together. At
-// most audit.RefusalBurst records per caller and minute; the refusals past
-// that are counted, in toolbus_audit_refusals_suppressed_total and in the
-// caller's next record (suppressed). Refusals that are not the caller's
-// doing (busy, unavailable, internal) are not recorded here.
+// refused records a batch or tools query refused whole before any call ran
+// (docs/guardrails.md "Audit trail"): at most audit.RefusalBurst a minute per
+// caller (its bound agent user, or the unbound sessions together), the rest
+// counted as suppressed. Refusals not the caller's doing are not recorded.
 func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string, err error) {
 	if a == nil {
 		return

@@ -340,13 +340,10 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	}
 }
 
-// sameAs refuses, before any of its calls runs, a batch re-sent under the
-// reply id of a batch this router holds with other calls (bus.SameCalls,
-// docs/protocol.md 3.1): other, a copy running here (nil: none), or the
-// batch of a call of it that the cache of parked records holds. A new
-// batch costs a lookup per call and no read; only a batch that finds a
-// parked record of its reply id reads that batch's continuation (unless
-// the record carries it). What this router has not seen yet is checked
+// sameAs refuses, before any call runs, a batch re-sent under the reply id
+// of a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): other,
+// a copy running here, or a parked call's batch from the cache, whose
+// continuation is read only then. What this router has not seen is checked
 // where the copy parks (parked.Parking.Differs) or meets a record (reuse).
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
@@ -409,13 +406,10 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from got, the continuation an earlier copy of this
-// batch left (nil: gone, or unreadable) and the records of this copy's calls
-// that it waits for, written by this copy when the earlier one had not yet
-// (parked.Store.join: the reply lists a call as parked once its record
-// exists, docs/protocol.md 6.1). Other awaited calls are read from KV, not
-// the cache; one with no record (the store failed) is described as this
-// copy decided it (spec).
+// adopt fills the batch from got, the continuation an earlier copy left (nil:
+// gone or unreadable), and the records of this copy's awaited calls
+// (parked.Store.join, docs/protocol.md 6.1); others are read from KV, and one
+// with no record is described as this copy decided it (spec).
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
 	stored := make(map[string]*parked.Record, len(got.Parked))
 	for _, rec := range got.Parked {

@@ -278,14 +278,9 @@ type Identities interface {
 }
 
 // sharedAgents reports whether session is the shared agent's on a router
-// with identities ids (docs/security.md): it has no agent login of its
-// own, so any agent login may act in it, the shared agent under any
-// number of sessions. Their batches share one pool of slots (shares.go),
-// their tasks one user's bound (userKey), their replays a part of the
-// events stream's consumers, and their refusals one record budget
-// (unboundCaller). A session with a login of its own, bound to a user or
-// not, is an identity of its own in each. False on an open router (ids
-// nil).
+// with identities ids (docs/security.md): it has no agent login of its own.
+// Such sessions share one pool of slots, one user's task bound, part of the
+// replay consumers and one refusal budget. False on an open router.
 func sharedAgents(ids Identities, session string) bool {
 	if ids == nil {
 		return false
@@ -295,11 +290,9 @@ func sharedAgents(ids Identities, session string) bool {
 }
 
 // identify returns the user a batch or tools.query of session runs as
-// (docs/protocol.md 3.1), by the session's credentials (ids, from
-// Config.Identities). Open (ids nil), the claim stands. A bound session runs as
-// its bound user (no claim or the same one; another is refused); an
-// unbound session runs as no user, and a claim there is refused, since no
-// credential backs it. A refusal is a denied *bus.Error.
+// (docs/protocol.md 3.1): open (ids nil), the claim; a bound session, its
+// user (another claim is refused); an unbound one, no user (any claim is
+// refused). A refusal is a denied *bus.Error.
 func identify(ids Identities, session string, claimed json.RawMessage) (json.RawMessage, error) {
 	if ids == nil {
 		return claimed, nil

@@ -1,13 +1,8 @@
-// Package router is the stateless router of toolbus: it receives batches of
-// tool calls, checks them, resolves and validates each call, fans the calls
-// out to worker queue groups in the order docs/protocol.md 5.5 prescribes, and
-// reports results, events and the batch reply. Every piece of shared state
-// lives in JetStream, read on the hot path from watch-fed caches, so any
-// number of routers serve one deployment interchangeably.
-//
-// Router itself is a thin shell (docs/router.md): it builds the subsystems
-// once, subscribes, and dispatches each message to the handler type of its
-// subject; internal/life owns the lifecycle.
+// Package router is the stateless router of toolbus: it checks batches of
+// tool calls, resolves and validates each, runs them on worker queue groups
+// in the order of docs/protocol.md 5.5, and reports results and events. All
+// shared state lives in JetStream, read through watch-fed caches, so routers
+// are interchangeable. Router is a thin shell (docs/router.md).
 package router
 
 import (
@@ -60,11 +55,8 @@ type Config struct {
 	// subscription (admission, below).
 	MaxInflight int
 	// MaxSessionInflight bounds the slots one session's batches and tools
-	// queries hold at once (shares.go); past it they are answered busy at
-	// once while other sessions' run. Zero means
-	// DefaultSessionShare(MaxInflight), an eighth but at least 16;
-	// negative means no share. With Identities, the sessions bound to no
-	// user also hold at most three quarters of the slots together.
+	// queries hold at once (shares.go); zero means
+	// DefaultSessionShare(MaxInflight), negative no share.
 	MaxSessionInflight int
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
@@ -94,12 +86,9 @@ type Config struct {
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
-	// RefuseSharedRegister refuses registrations on the shared subject
-	// P.register of protocol 1.11 (bad_request, saying why) instead of
-	// serving them: set it where NATS permissions confine workers to their
-	// tools' registration subjects (docs/security.md), so a credential
-	// written by hand that still allows P.register defines nothing. Off,
-	// the router serves 1.11 workers as before: any definition on P.register.
+	// RefuseSharedRegister refuses registrations on 1.11's shared
+	// P.register (bad_request) where NATS permissions confine workers to
+	// their tools' subjects (docs/security.md).
 	RefuseSharedRegister bool
 	// Identities, when set, binds sessions to users by their credentials
 	// (docs/security.md): a batch's user comes from them, not the claim,
@@ -522,16 +511,11 @@ func (r *wire) isRegistration(subject string) bool {
 	return ok && (rest == "" || rest[0] == '.')
 }
 
-// replyAllowed reports whether the router may answer on reply: an inbox,
-// never a subject that starts with "$" (the JetStream API, buckets, object
-// stores, the system account's subjects), the deployment's own subjects
-// (P.>), nor the router connection's own inbox prefix when it has one
-// (where workers send results). A router publishes with the widest
-// permissions of the deployment; a reply subject is chosen by the sender.
-// A registration may be answered on the router's own inbox: only workers
-// and routers may publish on P.register and the subjects under it, and
-// both may already publish there (a router's in-process worker shares its
-// connection, so its registrations wait on that inbox).
+// replyAllowed reports whether the router may answer on reply, a subject
+// the sender chose while the router publishes with the widest permissions:
+// never "$..." (JetStream API, buckets, system subjects), P.> or the router's
+// own inbox prefix, except a registration's, since only workers and routers
+// may publish on P.register.
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
 	if r.isRegistration(subject) {
@@ -606,18 +590,12 @@ func (r *Router) Stop(ctx context.Context) error {
 // Closed is closed once Drain (or Stop) has returned.
 func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 
-// Drain stops the router: it stops taking messages at once (other routers
-// of the queue group get them), lets the work in flight finish until ctx
-// ends, then cancels what is left and returns after at most a short
-// cleanup (internal/life), then stops its caches. Results already given to
-// agents are still recorded in the ledger within that cleanup. A batch cut
-// off by the deadline gets no reply, no further events and no batch.done: a
-// call it was running is recorded unknown_outcome in the ledger when it is
-// not read-only, so a re-sent batch gets that on any router, and runs again
-// when it is. Drain returns nil when nothing was cut off, else an error
-// that wraps ctx's and counts the calls cut off (also logged). It is safe
-// to call twice and concurrently; later calls wait for the first and
-// return its result.
+// Drain stops taking messages, lets the work in flight finish until ctx
+// ends, then cancels what is left (internal/life) and stops its caches. A
+// batch cut off gets no reply and no batch.done; a write call it ran is
+// recorded unknown_outcome in the ledger, so a re-send learns it. It returns an
+// error wrapping ctx's that counts the calls cut off, and is safe to call
+// twice and concurrently.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
@@ -842,15 +820,10 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 	return e, nil
 }
 
-// Admission (docs/protocol.md 1, busy): a message is handled in one of
-// MaxInflight slots. When every slot is taken, a batch or tools query with
-// a reply subject waits for one, at most QueueWait and with at most
-// MaxQueued others; past either it is answered busy at once, from the
-// subscription's callback, so the callback never blocks and the NATS
-// client's pending buffer never fills and drops. Other messages (worker
-// results and registrations, answers, cancels, and batches published
-// without a reply subject, which have nobody to tell) wait for a slot in
-// the callback: back-pressure, as before.
+// Admission (docs/protocol.md 1, busy): a message takes one of MaxInflight
+// slots. A batch or tools query with a reply subject waits at most QueueWait
+// behind at most MaxQueued others, else is answered busy from the callback,
+// so the pending buffer never fills; other messages wait in the callback.
 
 // DefaultQueueWait is Config.QueueWait's default.
 const DefaultQueueWait = 2 * time.Second
@@ -933,12 +906,9 @@ func (a *admission) refuse(m *nats.Msg) {
 	a.life.Leave()
 }
 
-// overShare answers m busy because its session (or the sessions bound to
-// no user) hold their share of the slots (shares.go): why is the message.
-// A batch published without a reply subject has nobody to tell: it is
-// dropped and counted (docs/protocol.md 1), never waited for in the
-// subscription's callback, where it would hold every other session's
-// messages behind it.
+// overShare answers m busy because its session (or the unbound sessions)
+// hold their share of the slots (shares.go). A batch without a reply subject
+// is dropped and counted, never waited for in the callback.
 func (a *admission) overShare(m *nats.Msg, why string) {
 	a.m.Rejected.WithLabelValues(shareRefused).Inc()
 	if m.Reply == "" {
