@@ -7,12 +7,9 @@ import (
 	"strconv"
 )
 
-// AppendJSON appends r as JSON, the bytes json.Marshal would give up to
-// insignificant whitespace inside the raw members (which it copies as they
-// are: the router has checked every one) and HTML characters (which it
-// does not escape). The exec request is sent once per call attempt: this
-// writes it without reflection and with a flat stack, so a router
-// goroutine whose stack the collector shrank need not grow it again.
+// AppendJSON appends r as json.Marshal would give it, but for whitespace in
+// the raw members (copied as the router checked them) and unescaped HTML:
+// without reflection and with a flat stack, since it runs per call attempt.
 func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	b = appendField(b, `{"call":{"id":`, r.Call.ID)
 	b = appendField(b, `,"name":`, r.Call.Name)

@@ -5,13 +5,9 @@ import (
 	"unsafe"
 )
 
-// FromEvent reads the event's data, an io.toolbus.call.batch's, into d, as
-// DataAs does. The plain form the SDKs write — calls with an id, a name,
-// an input object and a background flag, user and context as objects,
-// arrays or strings, events and sessionrev, every string plain ASCII
-// without escapes, no request — is read by a small scanner: the calls one
-// allocation, their strings and the raw members one more. Anything else goes
-// to DataAs (FuzzBatchFlat holds the scanner to it).
+// FromEvent reads an io.toolbus.call.batch's data into d as DataAs does; the
+// plain form the SDKs write is read by a small scanner in two allocations,
+// anything else by DataAs (FuzzBatchFlat holds the two to one result).
 func (d *Batch) FromEvent(e *Event) error { return d.FromEventInto(e, nil) }
 
 // FromEventInto is FromEvent whose calls, read in the plain form, are

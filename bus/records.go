@@ -171,12 +171,9 @@ type HandoffRequest struct {
 	Expires        time.Time       `json:"expires"`
 }
 
-// Question is a bridged MCP server's question (its elicitation/create)
-// as a parked call of the request-scoped external tool
-// mcp__<server>__elicit shows it: the call's input (docs/mcp.md "Bridge
-// mapping"). The bridge writes it (mcp/bridge); the MCP facade reads it
-// to put the question to the calling host (mcp/facade). One record, so
-// the two cannot drift apart.
+// Question is a bridged MCP server's question as the input of a parked call
+// of mcp__<server>__elicit (docs/mcp.md "Bridge mapping"): written by the
+// bridge, read by the facade, one record so the two cannot drift.
 type Question struct {
 	// Server is the bridged server's name (the middle of its tools' names).
 	Server string `json:"server"`

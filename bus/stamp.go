@@ -49,14 +49,9 @@ func FormatExpiry(t time.Time) string {
 	return s
 }
 
-// idGen makes event ids of nuid's form: 22 characters of [0-9A-Za-z], 12
-// of a prefix from crypto/rand and 10 of a sequence that starts at a
-// random point and grows by a random step of 33 to 332 per id, with a new
-// prefix once it overflows. As nuid's, the ids are unique (one generator
-// per P, each with a prefix of its own: 71 random bits) but not secret:
-// the next id of a generator is near its last, and nothing relies on
-// guessing one being hard (docs/security.md: whoever may publish events
-// may forge any).
+// idGen makes event ids of nuid's form (22 characters: a crypto/rand prefix
+// per P and a sequence with random steps): unique, not secret, and nothing
+// relies on them being hard to guess (docs/security.md).
 type idGen struct {
 	pre      [preLen]byte
 	seq, inc uint64

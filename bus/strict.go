@@ -12,13 +12,9 @@ import (
 )
 
 // Strict decoding (docs/protocol.md 7): tool definitions, groups, the
-// request-scoped configuration and answers are decoded so that a member the
-// protocol does not name is refused with its name, because a misspelt
-// input_schema or external_tools must not silently turn into "no schema" or
-// "no request tools". Objects nested in them (output blocks, rules, mcp) are
-// strict too; JSON schemas are values and are never looked into. Everything
-// else (CloudEvent attributes, the top level of a batch, a query or a
-// register) stays lenient.
+// request-scoped configuration and answers refuse a member the protocol does
+// not name, so a misspelt input_schema cannot become "no schema". JSON
+// schemas inside are values, never looked into; everything else is lenient.
 
 // DecodeStrict decodes the JSON object b into v, refusing unknown members
 // (the strict decoding of docs/protocol.md 7.4, which offload's

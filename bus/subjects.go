@@ -9,15 +9,9 @@ import (
 const DefaultPrefix = "toolbus"
 
 // Subjects builds the subjects, queue groups, bucket and stream names of one
-// deployment. The zero value is not usable; call NewSubjects.
-//
-// Its own methods are the agent's and the router's names: the call path,
-// administration, and the JetStream names of section 8. The names only
-// workers use (registering, exec, durable work) are Workers', and those of
-// parked calls' handoffs and answers (section 6) are Handoffs': each a
-// small type built on the same prefix, so a name is read where its users
-// are, and the one table of docs/protocol.md section 2 stays in this file,
-// in its order.
+// deployment (docs/protocol.md section 2, in its order). The zero value is not
+// usable; call NewSubjects. Names only workers use are Workers', those of
+// handoffs and answers Handoffs'.
 type Subjects struct {
 	Prefix string
 	p      string // Prefix + "."

@@ -1,13 +1,9 @@
-// Package offload keeps large outputs instead of dropping them: the blocks
-// that would make a message larger than the inline limit (or than the NATS
-// payload limit) are stored in the deployment's outputs object store,
-// P_outputs, and replaced by data blocks that refer to them (protocol
-// 5.9). The worker package uses it for tool results and progress, the
-// client package for an external handler's answer; routers use Store to
-// seal a result's references to the call (Seal) and to serve reads on
-// P.outputs.<session> (Server), and the client reads back through that
-// verb (or, as an operator, directly: Open). It depends on nats.go's
-// jetstream and on package store (its leader read, store.MsgGet).
+// Package offload keeps large outputs instead of dropping them: blocks that
+// would take a message past the inline or payload limit are stored in the
+// outputs object store P_outputs and replaced by references (docs/protocol.md
+// 5.9, docs/offload.md). Workers and handlers write through it, routers seal
+// references (Seal) and serve reads on P.outputs.<session> (Server), and
+// operators read directly (Open).
 package offload
 
 import (
@@ -162,17 +158,13 @@ func blockSize(b bus.Block, dup bool) int64 {
 	return n
 }
 
-// Fit returns out unchanged when it may go inline in a message with extra
-// bytes of its own; otherwise a copy in which the largest blocks, one by
-// one until it fits, are stored under names that start with key (the
-// call's bus.CallKey, also written in the objects' Toolbus-Session and
-// Toolbus-Call headers) and replaced by references that carry their
-// digest: a text block by a
-// preview of its beginning followed by the reference, a base64 data block
-// by the reference to its decoded bytes. dup is true for results whose text
-// the router repeats (error and interrupted). An output above the ceiling
-// is a *TooLargeError; a store that fails is an error too: nothing is then
-// sent, and the caller reports it.
+// Fit returns out unchanged when it fits inline with extra bytes of its own;
+// otherwise a copy whose largest blocks, until it fits, are stored under
+// names starting with key (the call's bus.CallKey, also in the objects'
+// Toolbus-Session and Toolbus-Call headers) and replaced by references with
+// their digest (a text block after a preview of its start). dup marks results
+// whose text the router repeats. Past the ceiling it is a *TooLargeError; a
+// failed store is an error too, and nothing is sent.
 func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra int, dup bool) ([]bus.Block, error) {
 	limit := int64(o.Inline(extra))
 	if b := Bound(out, dup); b <= limit && b <= o.lim.Max {
@@ -456,13 +448,11 @@ type writer struct {
 	session, key string
 }
 
-// put stores data under name, by publishing its chunks then its metadata
-// to the bucket's subjects, and returns its reference block (with the
-// digest). It makes no JetStream API request: a writer needs only publish
-// permission on $O.<bucket>.C.> and $O.<bucket>.M.>. The metadata is
-// published with Nats-Expected-Last-Subject-Sequence 0, so an honest
-// writer never replaces an existing object, and it is the first message
-// on its subject, the one Store.Info reads.
+// put stores data under name by publishing its chunks then its metadata, and
+// returns its reference block. It needs only publish permission on the
+// bucket's subjects, no JetStream API; the metadata, published with
+// Nats-Expected-Last-Subject-Sequence 0, never replaces an object and is the
+// first message on its subject, the one Store.Info reads.
 func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.Block, error) {
 	o := w.o
 	token := randomToken()

@@ -18,12 +18,10 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Store reads the outputs bucket from its stream's leader: metadata and
-// chunks through $JS.API.STREAM.MSG.GET, which only the leader answers,
-// never through DIRECT.GET, which any replica answers (a follower that
-// has not yet applied a just-acknowledged object would answer "not
-// found": the R3 race of protocol 5.9). It is what routers and operators
-// use; agents, workers and handlers have no read access to the bucket.
+// Store reads the outputs bucket from its stream's leader ($JS.API.STREAM.MSG.GET),
+// never DIRECT.GET, where a replica behind the leader answers "not found" for a
+// just-acknowledged object (protocol 5.9's R3 race). Routers and operators use
+// it; agents, workers and handlers cannot read the bucket.
 type Store struct {
 	nc     *nats.Conn
 	bucket string
@@ -107,12 +105,9 @@ func (s *Store) get(ctx context.Context, req store.MsgGetRequest) (*store.Stream
 	return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, apiErr.Description, apiErr.ErrorCode)
 }
 
-// chunkAt reads a chunk by sequence (or the next one on subj from seq)
-// with DIRECT.GET, which returns its bytes raw (no base64 in JSON, several
-// times faster than MSG.GET) and may be answered by any replica. That is
-// safe for a chunk: replicas hold the same log, so a message found is the
-// right one; a replica behind the leader answers "not found", and then the
-// leader is asked.
+// chunkAt reads a chunk by sequence with DIRECT.GET (raw bytes, several times
+// faster than MSG.GET): replicas hold the same log, so a chunk found is the
+// right one, and on "not found" the leader is asked.
 func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.StreamMsg, error) {
 	body, _ := json.Marshal(req)
 	rctx, cancel := bounded(ctx)
@@ -130,14 +125,11 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 	return s.get(ctx, req) // not found here, or no direct get: the leader
 }
 
-// Info reads the metadata of object name from the leader, retrying "not
-// found" for up to NotFoundRetry; ErrNotFound (wrapped) when it is not
-// there, or deleted. It reads the first metadata message on the name's
-// subject, not the last: toolbus writes a name once (writer.put), so the
-// first is the writer's. Where the store refuses rollups (deny_purge), a
-// later publish on the subject cannot remove it and an overwrite has no
-// effect at all; where it allows them, a rollup leaves the forgery first,
-// and the digest check refuses it.
+// Info reads object name's metadata from the leader, retrying "not found"
+// for up to NotFoundRetry; ErrNotFound (wrapped) when absent or deleted. It
+// reads the name's first metadata message, the writer's (toolbus writes a
+// name once); a later forgery cannot remove it, and the digest check refuses
+// what a rollup put first.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	var m *store.StreamMsg
 	var err error

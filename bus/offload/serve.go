@@ -66,14 +66,12 @@ func DecodeGet(data []byte) (Get, error) {
 	return g, nil
 }
 
-// Seal checks the stored outputs a result (or an answer) of call key
-// (<session>.<replyid>.<callid>) refers to, and returns out with each
-// reference carrying the object's digest. A reference is accepted only
-// when it names an object of this store whose name starts with "<key>."
-// and whose Toolbus-Session and Toolbus-Call headers name this session and
-// call, and whose digest is the one the reference carries, if any; the
-// error says which block failed and why. Blocks without a nats-object url
-// are left alone; out is not modified.
+// Seal checks the stored outputs a result (or answer) of call key refers to,
+// and returns out with each reference carrying its object's digest. A
+// reference is accepted only for an object of this store named "<key>.*"
+// whose Toolbus-Session and Toolbus-Call headers name this call and whose
+// digest matches any the reference carries; the error names the block and
+// why. Other blocks are left alone; out is not modified.
 func (s *Store) Seal(ctx context.Context, key string, out []bus.Block) ([]bus.Block, error) {
 	var res []bus.Block
 	for i, b := range out {
@@ -145,13 +143,10 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 	return b, nil
 }
 
-// Server answers the read verb for one outputs bucket. The first time it
-// serves an object (a name and the digest its reference records) it reads
-// the object whole and checks its bytes against the digest, and remembers
-// where its chunks are: stream messages never change, so later windows
-// are read by sequence, with no further metadata read, and always give the
-// verified bytes (an overwrite after that changes nothing here). It is
-// safe for concurrent use.
+// Server answers the read verb for one outputs bucket. The first read of an
+// object reads it whole, checks it against its digest and remembers its
+// chunks' sequences, so later windows give the verified bytes whatever is
+// written after. It is safe for concurrent use.
 type Server struct {
 	st     *Store
 	window int
@@ -176,12 +171,11 @@ func NewServer(st *Store, window int) *Server {
 	return &Server{st: st, window: max(window, 1), known: map[string]*verified{}}
 }
 
-// Serve answers one read of session's output: a *bus.Error refusal, or
-// the window of bytes from g.Offset. An object is served only when its
-// name starts with "<session>.", its Toolbus-Session header names
-// session, and its bytes hash to the reference's digest (which is
-// required); an object of another session is "no such output" exactly as
-// a missing one.
+// Serve answers one read of session's output: a *bus.Error refusal or the
+// window from g.Offset. Only an object named "<session>.*", whose
+// Toolbus-Session header names session and whose bytes hash to the
+// reference's (required) digest is served; another session's is "no such
+// output", as a missing one.
 func (sv *Server) Serve(ctx context.Context, session string, g Get) (*Chunk, error) {
 	r, err := ParseRef(g.URL)
 	if err != nil {
