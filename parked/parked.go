@@ -1,10 +1,7 @@
 // Package parked is the one machine of calls that wait for someone outside
-// the bus — a person's confirmation, or an external tool — and of the
-// batches they belong to (docs/protocol.md 6, docs/parked.md). Only this
-// package writes or decodes its records in P_parked: a call's record (key
-// <session>.<replyid>.<callid>) and its batch's continuation (key
-// <session>.<replyid>). The router drives it with verbs that return typed
-// outcomes; every transition is one compare-and-set, so racing routers
+// the bus and of their batches (docs/protocol.md 6, docs/parked.md). Only it
+// writes or decodes its records in P_parked: a call's record and its batch's
+// continuation. Every transition is one compare-and-set, so racing routers
 // agree on one winner.
 package parked
 
@@ -157,11 +154,10 @@ type Parking struct {
 }
 
 // Park records the run's continuation, then its calls' records, then
-// publishes their live handoff requests (docs/protocol.md 6.1, 6.2). A
-// batch whose only wait is its last call carries its continuation in that
-// call's record: one write. An error means nothing parked, but ErrNotOwner:
-// the batch is another router's (it took the continuation over, or moved on
-// a lone run whose calls did not all park), and this copy stops.
+// publishes their handoff requests (docs/protocol.md 6.1, 6.2); a batch
+// waiting only for its last call carries the continuation in that record.
+// An error means nothing parked; ErrNotOwner means the batch is another
+// router's and this copy stops.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
@@ -242,13 +238,9 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	s.calls.announce(run, out.Parked, created)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
-		// running, and settles with that call's result as any run does.
-		// Only while the continuation still waits, without a result, for
-		// every call that failed: otherwise another router moved it on
-		// since it was written (a mend added a forestalled call's result
-		// and resumed it, or finished it and removed it), and the batch is
-		// that router's. Then nothing is written, and the run stops as one
-		// whose continuation was taken over (ErrNotOwner).
+		// running, but only while the continuation still waits for every
+		// failed call without a result; else another router moved it on and
+		// the run stops as taken over (ErrNotOwner).
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
 			for id := range out.Failed {
 				if !b.lacks(id) {
@@ -324,15 +316,10 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 }
 
 // join parks, for a copy of a batch that found cont written by an earlier
-// copy, the calls of run that cont waits for and that have no record yet:
-// the earlier copy is still writing them, or died before it did. A reply
-// or call.parked lists a call as parked only once its record exists
-// (docs/protocol.md 6.1: an answer sent the moment it is listed finds the
-// call parked); whichever copy's create lands first is the record. It
-// returns the records of run's calls that cont waits for, as stored. With
-// no cont (it is gone: the batch finished after this copy's create
-// conflicted, or it could not be read) it writes nothing and returns the
-// records of run's calls that exist, which say how each ended.
+// copy, the calls cont waits for that have no record yet (a reply lists a
+// call as parked only once its record exists, docs/protocol.md 6.1); the
+// first create wins. It returns the records of the calls cont waits for; with
+// no cont, it writes nothing and returns the records that exist.
 func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	var out, created []*Record
 	for _, r := range run.Calls {
@@ -356,12 +343,9 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	return out
 }
 
-// sameRecorded checks, for a copy of a batch whose continuation is gone
-// (the batch finished) or unreadable, the calls of run that have records:
-// each record's call must be the copy's call of that id (bus.SameCalls on
-// the one call). The copy's other calls cannot be checked: the calls of
-// the batch are no longer held anywhere but in the records of those that
-// parked (docs/protocol.md 3.1).
+// sameRecorded checks, for a copy whose continuation is gone or unreadable,
+// that each recorded call is the copy's call of that id (bus.SameCalls); its
+// other calls are held nowhere and cannot be checked (docs/protocol.md 3.1).
 func sameRecorded(run Run, recs []*Record) error {
 	for _, rec := range recs {
 		for _, c := range run.Batch.Data.Calls {
@@ -424,14 +408,10 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 }
 
 // Settle ends the run that parked calls: its results join the continuation,
-// and the batch waits for its answers, or, when every answer came in during
-// the run, this router resumes it (true, the lease held).
-//
-// A run whose continuation another router took over meanwhile (this
-// router's lease lapsed while it ran: docs/protocol.md 6.1) adds its results
-// and changes nothing else: the batch is that router's, which settles it
-// after its repair. Were the phase set here too, both routers could find
-// the batch ready and both resume it.
+// and the batch waits for its answers, or this router resumes it (true, the
+// lease held) when all came in during the run. A run whose continuation was
+// taken over meanwhile only adds its results, so two routers never both
+// resume.
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
@@ -476,15 +456,12 @@ type Answered struct {
 	Answer  *bus.Answer // the winning answer, as decide left it
 }
 
-// Resume records a call's result in its batch: in the call's record when it
-// was answered and ran here (answered → done), then report runs with the
-// continuation as read (nil: unreadable), then the result joins the
-// continuation. The completion that finds every awaited call done resumes
-// the batch (true): with nothing left to run, and for a carried batch, with
-// no write (Finish removes the continuation once batch.done is out, so a
-// router that stops before leaves it to the mends: docs/protocol.md 1.13),
-// else the result is added under this router's lease. report is skipped
-// when another router closed the answered call (docs/parked.md).
+// Resume records a call's result in its batch (docs/parked.md): in the
+// call's record when it ran here, then report runs with the continuation
+// (nil: unreadable), then the result joins it. The completion that finds
+// every awaited call done resumes the batch (true); one with nothing left to
+// run writes nothing (Finish removes it after batch.done). report is skipped
+// when another router closed the call.
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -507,12 +484,9 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
 	}
 	report(cont)
-	// A carried batch waited for this call alone, and a continuation that
-	// waits for this result last has nothing left to run: nothing to write
-	// now. The continuation stays until its batch.done is out (Finish
-	// removes it then), so that, should this router stop before, the
-	// mends of the others find it parked without this result and publish
-	// that batch.done (docs/protocol.md 6.1, 1.13).
+	// Nothing left to run: no write now. The continuation stays until
+	// Finish, so the others' mends still find it if this router stops
+	// before batch.done (docs/protocol.md 6.1, 1.13).
 	if err == nil && (cont.gone || cont.last(rec.Call.ID)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
@@ -527,14 +501,11 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 // usable: it is Store.Mends.
 type Mends struct{ s *Store }
 
-// Stranded returns the records of calls that this router saw end (done,
-// expired, cancelled) before cutoff, and whose batch's continuation, as
-// the cache has it, still waits for answers without their result: the
-// router that ended each stopped before its Resume (docs/protocol.md 6.1,
-// 1.11). Mend completes them. It reads each such record from the store;
-// a call whose result joined its batch costs no read or write, only the
-// note the watch of records made when the call ended, dropped here. A
-// record returned is looked at again a lease later, when Mend failed.
+// Stranded returns the records of calls this router saw end before cutoff
+// whose batch's continuation, as cached, still lacks their result: their
+// router stopped before Resume (docs/protocol.md 6.1, 1.11). Mend completes
+// them; a result that joined costs no I/O, and one Mend failed on is
+// returned again a lease later.
 func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	s := m.s
 	var out []*Record
@@ -558,19 +529,12 @@ func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	return out
 }
 
-// Mend adds the result of rec, a call that another router ended and that
-// stopped before its result joined the batch (Mends.Stranded), to the batch's
-// continuation, as that router's Resume would have: report runs first,
-// with the continuation as read (the call.result event, whose id
-// ResultID derives, so the stopped router's event, if it got out, and this
-// one are stored once), then one compare-and-set adds res if the
-// continuation still waits for answers without it. Of Mend and the call's
-// own Resume, or Mends on several routers, one adds it; the one whose
-// write makes the batch ready resumes it (true, the lease held), under a
-// lease as any resumed batch: Finish removes the continuation. A call
-// whose result joined meanwhile, or whose batch moved on or finished,
-// gets nil, false and no error, and report is not run when that is known
-// before.
+// Mend adds the result of rec, a call another router ended but stopped
+// before its Resume (Mends.Stranded), as that Resume would have: report runs
+// first (the call.result by ResultID, stored once), then one compare-and-set
+// adds res if still missing. Of all who try, one adds it, and the one that
+// makes the batch ready resumes it (true, the lease held). A result already
+// joined, or a batch moved on, gets nil, false and no error.
 func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	s := m.s
 	if !endsInBatch(rec) {
@@ -611,15 +575,11 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 // waits for it.
 var errMended = errors.New("parked: the result joined its batch")
 
-// Lone returns the records of calls that carried their batch (docs/protocol.md
-// 6.1, 1.6), that this router saw end, and whose router, named by the
-// write that ended them, is gone without having outlived that moment by a
-// lease (presence.Judge): it may have died before its batch.done. Redo
-// publishes their call.result and batch.done again, with the ids the
-// router used, so the events stream stores each once (docs/protocol.md
-// 1.13). A note whose router outlived the end is dropped with no I/O (the
-// normal path); one whose router may still be finishing is looked at again
-// at the next call. Only a record returned is read from the store.
+// Lone returns the records of calls that carried their batch
+// (docs/protocol.md 6.1, 1.6), that this router saw end, and whose router is
+// gone without outliving that end by a lease (presence.Judge): Redo
+// publishes their events again with the same ids (1.13). Only a record
+// returned is read from the store.
 func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	s := m.s
 	if s.cfg.Presence == nil {
@@ -651,12 +611,10 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	return out
 }
 
-// Redo completes again, for a router that is gone (Mends.Lone), the batch
-// that rec carried: report runs with the batch (the call.result event, by
-// its id ResultID), and the batch, with rec's result res, is returned
-// resumed by this router (true) with nothing left to run, so that the
-// router publishes its batch.done by its id (Batch.DoneID). It writes
-// nothing: a call that carried its batch has nothing else to record.
+// Redo completes again, for a gone router (Mends.Lone), the batch rec carried:
+// report runs with it, and it is returned resumed (true) with nothing left
+// to run, so the router publishes its batch.done (Batch.DoneID). It writes
+// nothing.
 func (m Mends) Redo(_ context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	cont := carried(rec)
 	if cont == nil || !endsCarried(rec) {
@@ -676,14 +634,9 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
 // the continuation so queued calls never run and ends the parked ones as
-// interrupted. It returns the calls this router ended.
-//
-// It marks the continuation whenever this router has a parked call of the
-// reply or knows its continuation (the watch-fed cache, and this router's
-// own writes): also when no call of the batch is parked any more, because
-// the last one was just answered and a router is resuming the batch
-// (docs/protocol.md 3.5). That router reads the marks that landed after its
-// resume with Reads.Marks. A reply this router knows nothing of costs no read.
+// interrupted, returning those this router ended. It marks whenever this
+// router knows the continuation, also while another router resumes it
+// (docs/protocol.md 3.5; Reads.Marks). An unknown reply costs no read.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
@@ -699,16 +652,11 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 // it is Store.Cancels.
 type Cancels struct{ s *Store }
 
-// Forestall records the result of c, a call of the batch of session and
-// reply id that a cancel ended before it started (docs/protocol.md 3.5) and
-// that a re-sent copy of the batch might park (an external tool, a tool that
-// may ask), in a record of its own: status cancelled, kind queued, with res.
-// A copy that would park the call reads that record first (as it reads the
-// record of any call it parks, router parkStep.reuse) and gets res, so
-// nobody is asked again; also after batch.done, when the continuation and
-// its cancel marks are gone. The record is never parked: the handoff, the
-// listings and expiry pass it by. A record the call has already (a copy
-// parked it; the cancel reaches that one) is left as it is.
+// Forestall records the result of c, a call a cancel ended before it started
+// and that a re-sent copy might park (docs/protocol.md 3.5), in a record of
+// its own (cancelled, kind queued, never parked), so a copy that would park
+// it gets res, even after batch.done. A record the call already has is left
+// as it is.
 func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
 	s, now := f.s, time.Now().UTC()
 	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res,
@@ -724,12 +672,8 @@ func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.C
 }
 
 // Marks adds to b, a continuation this router resumed or took over, the
-// cancel marks of its batch that this router knows of and b lacks: those
-// written after b was read, by this router's Cancel or seen by its watch.
-// The router calls it once the batch is reachable by cancels (tracked as
-// running): a cancel this router handles from then on reaches the running
-// batch, and one it handled before wrote its marks here first, so either
-// way the calls it names never start (docs/protocol.md 3.5).
+// cancel marks it knows and b lacks. Called once the batch is tracked as
+// running, so a cancel before or after reaches it (docs/protocol.md 3.5).
 func (s Reads) Marks(b *Batch) {
 	if b.gone {
 		return // carried: nothing of it is left to run
@@ -777,12 +721,10 @@ func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 // id when given, oldest first, from the cache.
 func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
-// ParkedNow is Parked once the cache holds every write to the call records
-// of session ("" for all) that the bucket's leader had when it was called,
-// whichever router wrote it (docs/protocol.md 3.4: a reply's parked calls
-// are in parked.list by the time the reply is sent, and any router may
-// answer parked.list). When ctx ends first, or the leader cannot be asked,
-// it lists the cache as it is, with the error.
+// ParkedNow is Parked once the cache holds every write to session's call
+// records ("" for all) the bucket's leader had when called (docs/protocol.md
+// 3.4). When ctx ends first or the leader cannot be asked, it lists the cache
+// as it is, with the error.
 func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error) {
 	filter := "*.*.*"
 	if session != "" {
@@ -912,26 +854,19 @@ func (b *Batch) lacks(id string) bool {
 	return b.Phase == PhaseParked && !has && slices.Contains(b.Waiting, id)
 }
 
-// DoneID is the id of the batch's batch.done event, and so its
-// Nats-Msg-Id: derived from the session and reply id, so that every router
-// that finishes the batch (the one that resumed it, and one that took its
-// lapsed lease over, docs/parked.md) sends the same id and the events
-// stream, which de-duplicates by it within the dedupe window, stores one
-// batch.done (docs/protocol.md 3.4, 6.1). Within that window a reply id
-// names one batch (3.1). 22 characters, as a NUID.
+// DoneID is the id, and Nats-Msg-Id, of the batch's batch.done: derived from
+// session and reply id, so every router finishing the batch sends the same
+// id and the events stream stores one (docs/protocol.md 3.4, 6.1).
 func (b *Batch) DoneID() string {
 	h := sha256.New()
 	fmt.Fprintf(h, "io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
-// ResultID is the id of the io.toolbus.call.result of a parked call, and
-// so its Nats-Msg-Id: derived from the session, reply id and call id, so
-// that the router that ended the call and one that mends its batch after
-// that router stopped (Mends.Mend), or a re-sent copy of the batch that
-// reads the call's record, send the same id, and the events stream stores
-// the event once within its dedupe window (docs/protocol.md 3.4, 6.1).
-// 22 characters, as a NUID.
+// ResultID is the id, and Nats-Msg-Id, of a parked call's call.result:
+// derived from session, reply id and call id, so every router that sends it
+// (the ender, a mender, a re-sent copy) sends the same id and the events
+// stream stores one (docs/protocol.md 3.4, 6.1).
 func ResultID(session, replyID, callID string) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
@@ -1528,12 +1463,9 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 	return out
 }
 
-// The record is the handoff (docs/protocol.md 6.2, 1.6): a follower reads
-// the parked records of its kind and tool from P_parked's stream through a
-// router, which turns each into the request event (Request); live
-// subscribers get it on P.external.<tool> / P.confirm.<tool> (core NATS).
-// Nothing is written for the handoff: the record's next revision replaces
-// the parked one in the stream.
+// The record is the handoff (docs/protocol.md 6.2, 1.6): followers read the
+// parked records through a router, which turns each into its request event
+// (Request); live subscribers get it on P.external.<tool> / P.confirm.<tool>.
 
 // live publishes r's request on P.external.<tool> or P.confirm.<tool>
 // (Config.Publish; none when nil), unless the caller executes the tool
