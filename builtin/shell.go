@@ -418,12 +418,10 @@ func checkEnvNames(names []string) error {
 	return nil
 }
 
-// gitHardening is configuration that git reads from the environment with
-// command-line precedence (GIT_CONFIG_COUNT, over any repository's own
-// config, which the agent may manage to write): no hooks, no fsmonitor,
-// pager or editor programs, plain ssh and gpg, no proxy command or
-// credential helper, no ext:: or local transport (whose upload-pack runs
-// here), no implicit bare repositories. Set when an allow-list is.
+// gitHardening is configuration git reads from the environment with
+// command-line precedence (GIT_CONFIG_COUNT), over any repository config the
+// agent may write: no hooks, helpers, pagers, editors, proxies, ext:: or
+// local transports, nor implicit bare repositories. Set with an allow-list.
 var gitHardening = [][2]string{
 	{"core.hooksPath", "/dev/null"},
 	{"core.fsmonitor", "false"},
@@ -505,11 +503,8 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 }
 
 // The programs an allow-listed command may execute (docs/builtin.md, "The
-// kernel runs nothing else"): with Landlock, the sandbox grants the
-// execute right on these files only (and on git's exec-path directory),
-// and the command is interpreted in-process instead of by /bin/sh, so no
-// configuration, attribute or option of an allowed program can start a
-// program outside the list: the kernel refuses the exec.
+// kernel runs nothing else"): Landlock grants execute on these files only
+// (and git's exec-path), and the command is interpreted in-process.
 
 // execList resolves the allow-listed and trusted names on path (a name
 // the interpreter runs as a builtin, such as cd or echo, may be missing)
@@ -603,16 +598,11 @@ func gitExecPath(git string) string {
 	return d
 }
 
-// The sandbox launcher (docs/builtin.md, "The sandbox"). On Linux the
-// shell does not start /bin/sh itself: it re-executes its own binary
-// (/proc/self/exe) with argv[0] "toolbus-sandbox". That launcher is a
-// child subreaper, so every process the command starts stays its
-// descendant, whatever setsid or & do; it starts the command (through a
-// second re-execution, "toolbus-sandbox-exec", which applies Landlock,
-// drops to --shell-user and execs /bin/sh -c) and, when the command ends,
-// when it is told to stop (SIGTERM) or when the router dies (the pipe on
-// fd 3 reads EOF, or the parent-death signal), kills every descendant it
-// has before it exits. The router itself is never restricted.
+// The sandbox launcher (docs/builtin.md, "The sandbox"): on Linux the shell
+// re-executes its own binary as "toolbus-sandbox", a child subreaper that
+// starts the command (through "toolbus-sandbox-exec", which applies Landlock,
+// drops to --shell-user and execs /bin/sh -c) and kills every descendant
+// when the command ends, on SIGTERM, or when the router dies.
 
 // Argv[0] markers of the two stages.
 const (
@@ -644,12 +634,9 @@ type sandboxSpec struct {
 var hooked atomic.Bool
 
 // RunSandboxChild must be the first thing main (and a test binary's
-// TestMain) calls in a program that serves the shell tool. In the
-// program's own process it only records that the hook is in place and
-// returns; in a process the shell started as its sandbox launcher it runs
-// the launcher and never returns. A program that does not call it still
-// runs shell commands, without the launcher: no kernel sandbox and no
-// subreaper (the shell logs so at start).
+// TestMain) calls in a program that serves the shell tool: in a sandbox
+// launcher process it runs the launcher and never returns. Without it the
+// shell runs commands without kernel sandbox or subreaper (and logs so).
 func RunSandboxChild() {
 	runSandboxChild()
 	hooked.Store(true)
