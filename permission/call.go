@@ -57,12 +57,9 @@ func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
 }
 
 // MaxCommand bounds the command of a rule_matcher "command" call that is
-// analysed (parsed for its writes and programs, split for allow rules):
-// a longer one asks, whatever the mode and the allow rules, unless a deny
-// or ask rule matches its first MaxCommand bytes (docs/protocol.md 6.4,
-// 1.13). Analysing costs the router about 1 µs and some hundred bytes
-// per byte of command; past this an agent's long commands would cost it
-// far more than they cost to send (docs/security.md).
+// analysed: a longer one asks, unless a deny or ask rule matches its first
+// MaxCommand bytes (docs/protocol.md 6.4, 1.13), since analysis costs the
+// router far more per byte than sending does (docs/security.md).
 const MaxCommand = 64 << 10
 
 // newValueCall is newCall with the rule field read: value, and ok when
@@ -360,12 +357,9 @@ func (p *commandPieces) loosePieces(text string) []string {
 	return p.loose
 }
 
-// readWrites finds the command's writes, and with programs its programs
-// in the same walk (a deny or ask rule with a pattern will read them); a
-// command that parses in neither grammar has none that can be seen (and
-// no allow pattern covers it either, as its parts are not trusted). A
-// write seen again (same target, same writer: in both grammars' trees, or
-// repeated) is judged once, which decides the same.
+// readWrites finds the command's writes, and with programs its programs, in
+// one walk; a command that parses in neither grammar has none that can be
+// seen (and no allow pattern covers it). A write seen again is judged once.
 func (c *call) readWrites(workDirs []string, programs bool) {
 	c.progs.parse(c.value)
 	c.deep = c.progs.deep
@@ -627,12 +621,10 @@ func splitCommand(s string) (parts []string, ok bool) {
 	return parts, true
 }
 
-// looseParts returns what deny and ask rules are matched against: the whole
-// command, then every piece between any separator or grouping character,
-// quoted or not, and each of those with quotes and backslashes removed
-// (when that changes it). It errs towards more candidates, since a deny
-// rule that matches too much is safer than one that matches too little.
-// The pieces are cut from s, not copied, when they need no normalizing.
+// looseParts returns what deny and ask rules are matched against: the
+// command, every piece between separators or grouping characters, and each
+// of those unquoted. It errs towards more candidates: a deny rule matching
+// too much is safer than too little. Pieces are slices of s where possible.
 func looseParts(s string) []string {
 	out := make([]string, 1, 4+2*strings.Count(s, ";"))
 	out[0] = normalize(s)

@@ -1,17 +1,8 @@
 // Package permission decides whether a tool call may run, must be confirmed,
 // or is refused, from a session's permission context: a mode, allow, deny and
-// ask rules, and working directories (docs/protocol.md 6.4, docs/permission.md).
-//
-// Decide applies the checks in a fixed order: deny rules, ask rules,
-// read-only tools, the dangerous-path safety check, then the mode (the tool's
-// own check, allow rules, accept_edits working directories). Rules match the
-// tool name alone, or a pattern that the tool's rule matcher applies to one
-// input field: a command (prefix "git:*", glob "npm run *", exact or
-// substring) or a path glob ("src/**/*.go", relative to each working
-// directory). Path checks resolve symlinks on the local file system.
-//
-// Everything here is a pure function of its arguments and the file system;
-// all functions are safe for concurrent use.
+// ask rules, and working directories (docs/protocol.md 6.4,
+// docs/permission.md). Everything is a pure function of its arguments and
+// the file system, safe for concurrent use.
 package permission
 
 import (
@@ -81,12 +72,10 @@ type Decision struct {
 }
 
 // Decide decides one call of def with input, the call's validated input
-// object (a JSON string holding an object is accepted too). A nil def is
-// denied. Order: deny rules, ask rules, read-only tools, explore mode, the
-// dangerous-path safety ask, then the mode; dont_ask turns every ask into a
-// deny at the end. A command longer than MaxCommand is not analysed: deny
-// and ask rules see its first MaxCommand bytes, and otherwise it asks with
-// Safety (explore mode: denied).
+// object (or a string holding one); a nil def is denied. Order: deny rules,
+// ask rules, read-only tools, explore mode, the dangerous-path ask, then the
+// mode; dont_ask turns an ask into a deny. A command past MaxCommand asks
+// with Safety unless a rule matches its start (explore: denied).
 func Decide(pc Context, def *bus.ToolDef, input json.RawMessage) Decision {
 	if def == nil {
 		return Decision{Behavior: Deny, Reason: "the tool has no definition"}
@@ -179,11 +168,9 @@ func (c *call) decide(pc Context, mode string) Decision {
 const maxPattern = 4096
 
 // CheckRule reports why r is not a valid rule: its tool must be "*" or a
-// tool name (bus.ValidName), its behavior allow, deny, ask or "" (allow), and
-// its pattern either empty, a prefix rule "<command>:*" whose command has no
-// "*", or a pattern whose "/"-separated segments are valid path.Match globs
-// (a command pattern is checked that way too, since the tool's matcher is not
-// known here).
+// valid name, its behavior allow, deny, ask or "", and its pattern empty, a
+// prefix rule "<command>:*" without another "*", or "/"-separated
+// path.Match globs.
 func CheckRule(r bus.Rule) error {
 	if r.Tool != "*" && !bus.ValidName(r.Tool) {
 		return fmt.Errorf("permission: rule tool %q must be \"*\" or a tool name matching ^[A-Za-z0-9_-]{1,64}$", r.Tool)

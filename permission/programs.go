@@ -115,24 +115,15 @@ func (p *commandPrograms) get(cmd string) ([]string, string) {
 	return p.list, p.computed
 }
 
-// readPrograms reads what deny and ask rules are matched against besides
-// the command's text (looseParts) from cmd's syntax trees (POSIX sh and
-// bash, shellcmd.Parse): visit reads one simple command of them, in the
-// order of a walk; done returns what was read. That is every simple
-// command anywhere in it (inside if, while, functions, subshells,
-// substitutions, pipelines) as the program that runs, its name without a
-// directory ("/bin/rm x" is "rm x") and its words without quotes; the
-// program a wrapper runs ("command rm x", "env X=1 rm x", "xargs rm"); the
-// commands of a shell's -c argument, of eval's arguments and of find's
-// -exec. computed is the text (cut) of the first simple command whose
-// program is known only at run time ("$(echo rm) x", "${RM:-rm} x",
-// "r$'m'"), or of an alias definition, which renames programs for later
-// lines: no deny rule can judge those (session 18, red team); "" when
-// there is none. The candidates together hold at most 8 times the
-// command's bytes (a wrapper's suffixes could make a quadratic amount),
-// and the arguments parsed again (-c, eval) twice, in at most maxParses
-// parses: past either the command counts as computed too and nothing more
-// is read (TestAttackDenyRuleCost).
+// readPrograms reads, besides looseParts, what deny and ask rules are
+// matched against from cmd's syntax trees (docs/permission.md): every simple
+// command anywhere as the program that runs (no directory, no quotes), the
+// program a wrapper runs (command, env, xargs), and the commands of sh -c,
+// eval and find -exec. computed is the first simple command whose program is
+// known only at run time, or an alias definition: no deny rule can judge
+// those; "" when none. Candidates are bounded to 8 times the command and
+// re-parses to maxParses; past either the command counts as computed
+// (TestAttackDenyRuleCost).
 func readPrograms(top string) (visit func(*syntax.CallExpr), done func() (out []string, computed string)) {
 	var out []string
 	var computed string
