@@ -13,12 +13,10 @@ import (
 // (docs/protocol.md 7.1, docs/security.md).
 const Shared = ""
 
-// Confine keeps of reg what may travel on tool's registration subject,
-// P.register.<tool> (docs/protocol.md 7.1): its definition of tool, the
-// calls of tool it lists in flight, and nothing of any other tool or
-// group. Every definition named otherwise, and every group, is returned as
-// a rejection: whoever may publish on tool's subject may define tool, and
-// only it (NATS permissions say who may; docs/security.md).
+// Confine keeps of reg what may travel on P.register.<tool>
+// (docs/protocol.md 7.1): tool's definition and its calls in flight. Every
+// other definition and every group is returned as a rejection, so who may
+// publish there (NATS permissions, docs/security.md) may define tool only.
 func Confine(tool string, reg bus.Register) (bus.Register, []bus.Rejection) {
 	var rejected []bus.Rejection
 	out := reg

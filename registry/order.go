@@ -11,22 +11,16 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// A beat counts as soon as a router reads it (liveness.read), but is
-// stored in P_workers later, one write per tool, which takes a while on a
-// loaded server; meanwhile the worker may send its leave, and a router
-// may apply the leave first. A leave must win over every beat read before
-// it: this file orders them. On one router, readOrder numbers
-// registrations and leaves as they are read; across routers, the beat's
-// write is compare-and-set on the revision the cache held when it was
-// read (putBeat), so it cannot overwrite a leave stored since.
+// A beat counts as soon as a router reads it but is stored in P_workers
+// later, so a worker's leave may be applied first; a leave must win over
+// every beat read before it. On one router readOrder numbers them as read;
+// across routers the beat's write is compare-and-set on the revision the
+// cache held when it was read (putBeat).
 
-// readOrder numbers the registrations and leaves a router reads, and keeps
-// each liveness key's latest leave (a worker's leave of one tool, <tool>.<worker>
-// as in P_workers) while a registration read before it is still being
-// applied, or its own writes are. Since protocol 1.12 a leave names one tool
-// (it came on that tool's registration subject); a leave on the shared
-// subject of 1.11 is one leave of each tool of the worker. Guarded by
-// liveness.mu.
+// readOrder numbers the registrations and leaves a router reads and keeps
+// each liveness key's latest leave (<tool>.<worker>) while a registration
+// read before it is still being applied. A leave on 1.11's shared subject is
+// one leave per tool of the worker. Guarded by liveness.mu.
 type readOrder struct {
 	last   uint64
 	open   map[uint64]*reading  // registrations being applied, by number

@@ -10,18 +10,11 @@ import (
 // it runs for its callers, whichever of them gives up first.
 const probeBound = 5 * time.Second
 
-// probes coalesces the probes of one tool's workers (liveness.probe):
-// every call that finds a tool without a live worker asks for one, and a
-// burst of such calls (a hostile agent calling a tool whose workers are
-// gone) would otherwise cost the store one read each. A call that comes
-// while a probe of its tool runs waits for it to end and shares the next,
-// which starts only then: so every caller gets a probe that began after
-// it came, and a registration acknowledged before the call counts, as the
-// probe promises, while at most one probe per tool runs and one waits.
-//
-// Rejected: x/sync/singleflight, whose callers share a probe already
-// under way, which may have read the bucket before their registration was
-// stored.
+// probes coalesces the probes of one tool's workers (liveness.probe), so a
+// burst of calls to a tool without live workers costs one store read: a
+// call that comes during a probe waits and shares the next, so every caller
+// gets a probe that began after it came. Rejected: x/sync/singleflight,
+// whose shared probe may have read before the caller's registration.
 type probes struct {
 	mu   sync.Mutex
 	runs map[string]*probeRun // tool → the probe running now

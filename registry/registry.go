@@ -1,9 +1,6 @@
 // Package registry keeps tool definitions (P_tools) and worker liveness
-// (P_workers) in JetStream KV and serves them from a watch-fed cache, so the
-// router's hot path never reads KV. It also decides on registrations: a
-// definition is accepted when its name is valid, its schema compiles as an
-// object schema with no external $ref, and it does not conflict with a
-// different definition that live workers still serve.
+// (P_workers) in JetStream KV, served from a watch-fed cache, and decides on
+// registrations (docs/registry.md).
 package registry
 
 import (
@@ -48,12 +45,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Registry is the cache of tools and workers of one deployment, and the
-// decisions on registrations. It is the owner of two parts, embedded so
-// that its callers keep one handle: catalog, the definitions of P_tools
-// (Lookup, Tools, Delete), and liveness, the workers' beats in P_workers
-// (Live, Workers, MayHold, BinaryExec, Troubled), both below.
-// It declares the lifecycle, Refresh and Register itself. It is safe for
+// Registry is the cache of tools and workers of one deployment and the
+// decisions on registrations: catalog (the definitions of P_tools) and
+// liveness (the beats in P_workers) are embedded below. It is safe for
 // concurrent use.
 type Registry struct {
 	*catalog
@@ -145,13 +139,9 @@ func (r *Registry) Refresh(ctx context.Context, name string) error {
 }
 
 // awaitFirstBeat waits, in the first two heartbeats after Start, until a
-// worker of t beats (or those heartbeats pass, or ctx ends). While no
-// router served, the workers' beats found nobody to store them, and the
-// workers bucket forgets a beat three heartbeats after it was stored
-// (its TTL): a router started after an outage longer than that sees
-// every worker gone until its next beat, which comes within a heartbeat
-// of the router serving (docs/registry.md). Later, an unavailable tool
-// is answered at once. A caller's ctx that ends first ends the wait.
+// worker of t beats (or ctx ends): after an outage longer than the workers
+// bucket's TTL every worker looks gone until its next beat
+// (docs/registry.md). Later an unavailable tool is answered at once.
 func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 	until := r.started.Add(2 * r.cfg.Heartbeat)
 	if r.Live(t) || !r.cfg.Now().Before(until) {
@@ -168,16 +158,12 @@ func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 	}
 }
 
-// Register applies one registration or heartbeat that came on the
-// registration subject of tool on, P.register.<on>, or on the shared
-// subject of protocol 1.11 when on is Shared (docs/protocol.md 7.1). On a
-// tool's subject only its definition counts (Confine): any other is
-// rejected, and a leave or the calls in flight touch only its liveness.
-// Each definition is checked and stored (only when it changed, with
-// compare-and-set), then the worker's liveness is refreshed for the
-// accepted tools. A leaving worker's liveness is removed at once. Errors
-// reaching KV are returned; rejections are in the ack. Groups are not the
-// registry's: the caller stores those of a registration on Shared.
+// Register applies one registration or heartbeat that came on
+// P.register.<on>, or on 1.11's shared subject when on is Shared
+// (docs/protocol.md 7.1; Confine). Each changed definition is checked and
+// stored with compare-and-set, then the accepted tools' liveness refreshed;
+// a leave is applied at once. KV errors are returned, rejections are in the
+// ack. Groups are the caller's.
 func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
@@ -563,13 +549,10 @@ func (l *liveness) BinaryExec(tool string) bool {
 	return n > 0
 }
 
-// read counts the beats of a registration of worker as soon as it is
-// read, before any write: beats maps each of its tools to its beat, nil
-// for one that counts only once stored (record). A beat does not count
-// here for a worker that left: its cached beat says so, or this router
-// read its leave (it comes back once a beat is stored). It returns what
-// record needs to keep a leave read later from being undone, and done,
-// to call once the registration is applied.
+// read counts the beats of worker's registration as soon as it is read
+// (nil for a tool that counts only once stored), but not for a worker that
+// left. It returns what record needs to keep a later leave from being
+// undone, and done, to call once the registration is applied.
 func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*reading, func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -593,13 +576,10 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 	}
 }
 
-// record stores one beat of rd's worker for tool and records it. A beat the
-// bucket refused still counts here (docs/registry.md): the worker is live
-// in this router's cache whatever the bucket took, and a full store is
-// not an error (the router reports it in its status). A beat read before
-// the worker's leave is dropped: the write is compare-and-set on the
-// revision the cache held when the beat was read, so neither a leave this
-// router read since nor one another router stored is overwritten.
+// record stores one beat of rd's worker for tool. A beat the bucket refused
+// still counts here (docs/registry.md). A beat read before the worker's leave
+// is dropped: the write is compare-and-set on the revision held when it was
+// read, so no leave stored since is overwritten.
 func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, rd *reading) error {
 	worker := rd.worker
 	l.mu.RLock()
@@ -739,17 +719,11 @@ func (l *liveness) Workers() map[string]int {
 	return out
 }
 
-// leave marks a worker gone at once: in the cache as soon as it is read,
-// then in KV, where its liveness entries, and those of the tools of its
-// registrations still being applied, are overwritten with a "left" value
-// (not deleted, so that a heartbeat still in flight, with an older
-// revision, cannot bring it back in any router's cache). Until those
-// writes are stored, no beat brings the worker back in this cache, and a
-// registration read before the leave stores no beat after it (record).
-// only, when not "", confines the leave to that tool: a leave that came
-// on P.register.<only> (docs/protocol.md 7.1) touches no other tool's
-// liveness, and is written even when this router has not seen the
-// worker's beat for it yet (another router stored it a moment ago).
+// leave marks a worker gone: in the cache at once, then in KV, where its
+// liveness entries (and those of registrations still being applied) get a
+// "left" value, not a delete, so an older in-flight beat cannot revive it.
+// only, when not "", confines the leave to that tool (a leave on
+// P.register.<only>), written even before this router saw its beat.
 func (l *liveness) leave(ctx context.Context, worker, only string) error {
 	l.mu.Lock()
 	var tools []string
