@@ -73,25 +73,13 @@ type (
 // grouping draft (SEP-2084, extension io.modelcontextprotocol/grouping).
 const GroupsMetaKey = "io.modelcontextprotocol/groups"
 
-// Export renders tool definitions in a listing format of docs/protocol.md 4.1, one
-// element per definition, in order:
-//
-//	"toolbus" (or ""): the bus.ToolDef itself
-//	"openai": {"type":"function","function":{"name","description","parameters"}}
-//	"openai-responses": {"type":"function","name","description","parameters","strict":false}
-//	"anthropic": {"name","description","input_schema"}
-//	"gemini": {"name","description","parametersJsonSchema"}
-//	"mcp": {"name","description","inputSchema","annotations":{"readOnlyHint","destructiveHint","idempotentHint"},
-//	        "_meta":{"io.modelcontextprotocol/groups":[groups]} when the definition has groups}
-//
-// with destructiveHint = !read_only, unless the definition is a bridged MCP
-// tool whose server gave destructiveHint (mcp.annotations, docs/protocol.md 7.2):
-// then the server's value, and its openWorldHint; "title" when the
-// definition has one. The input schema is passed through
-// unchanged (compacted, without HTML escaping); an empty, absent or null one becomes
-// {"type":"object","properties":{}}, in every format. An unknown format is an
-// error; so is a definition whose schema is not valid JSON. The result is
-// never nil.
+// Export renders tool definitions in a listing format of docs/protocol.md
+// 4.1 ("toolbus" or "", "openai", "openai-responses", "anthropic", "gemini",
+// "mcp"), one element per definition, in order. The input schema is passed
+// through compacted; an empty or null one becomes
+// {"type":"object","properties":{}}. mcp's destructiveHint is !read_only
+// unless a bridged tool's server gave one (docs/protocol.md 7.2). An unknown
+// format, or a schema that is not JSON, is an error. The result is never nil.
 func Export(format string, defs []bus.ToolDef) ([]json.RawMessage, error) {
 	if !slices.Contains(formats, format) {
 		return nil, fmt.Errorf("schemas: unknown format %q (want toolbus, openai, openai-responses, anthropic, gemini or mcp)", format)
@@ -205,16 +193,9 @@ type responsesNamespace struct {
 }
 
 // ExportDeferred renders defs as Export does, then the namespaces' tools
-// marked deferred and the provider's tool search tool:
-//
-//	"openai-responses": one {"type":"namespace","name","description","tools":[...]}
-//	    per namespace, each tool a function with "defer_loading": true, then
-//	    {"type":"tool_search"};
-//	"anthropic": each namespace's tools with "defer_loading": true, in
-//	    namespace order, then {"type":"tool_search_tool_bm25_20251119","name":"tool_search_tool_bm25"}.
-//
-// Namespaces without tools are left out; without any, the result is
-// Export's. Other formats are an error: their APIs have no deferred tools.
+// marked defer_loading (openai-responses: as namespaces) and the provider's
+// tool search tool. Namespaces without tools are left out; with none it is
+// Export. Formats other than openai-responses and anthropic are an error.
 func ExportDeferred(format string, defs []bus.ToolDef, ns []Namespace) ([]json.RawMessage, error) {
 	if format != bus.FormatOpenAIResponses && format != bus.FormatAnthropic {
 		return nil, fmt.Errorf("schemas: deferred tools are listed in the openai-responses and anthropic formats only, not %q", format)

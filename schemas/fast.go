@@ -7,13 +7,10 @@ import (
 	"unicode/utf8"
 )
 
-// fastNode is a schema in the small subset that tool schemas almost always
-// use (type, properties, required, additionalProperties, items, string enums,
-// length and item-count bounds, annotations). Validate asks it first: when it
-// accepts an instance the instance is valid and the full validator never
-// runs; when it does not, or when the schema is outside the subset (no
-// fastNode at all), the full validator decides and explains. It is built
-// once at Compile; a differential test holds it to the full validator.
+// fastNode is a schema in the small subset tool schemas almost always use.
+// Validate asks it first: when it accepts, the instance is valid; otherwise,
+// or outside the subset, the full validator decides and explains. A
+// differential test holds it to the full validator.
 type fastNode struct {
 	types      uint8 // bit set of fast* kinds; 0 means any
 	props      map[string]*fastNode

@@ -12,21 +12,12 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// ParseInput accepts a call's input: a JSON object, or a JSON string that
-// holds a JSON object (as OpenAI returns arguments). An absent input means
-// {}; anything else, null and "" included, is refused (docs/protocol.md 3.1: the
-// input is an object or a string holding one). It returns the compact
-// object bytes and the decoded value (numbers as json.Number), ready for
-// Schema.Validate.
-//
-// Anything else is an error whose message is written for the model and has no
-// package prefix, e.g.
-//
-//	input must be a JSON object or a string holding one, got array
-//	input must be a JSON object or a string holding one, got string holding number
-//	input is not valid JSON: invalid character 'x' looking for beginning of value
-//
-// The returned bytes may share memory with raw.
+// ParseInput accepts a call's input: a JSON object, or a JSON string holding
+// one (as OpenAI sends arguments); absent means {}; anything else is refused
+// (docs/protocol.md 3.1) with a message for the model, e.g. "input must be a
+// JSON object or a string holding one, got array". It returns the compact
+// bytes (which may share raw's memory) and the decoded value, numbers as
+// json.Number.
 func ParseInput(raw json.RawMessage) (json.RawMessage, any, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
@@ -160,13 +151,9 @@ func decodeInput(b []byte) (any, error) {
 	return v, nil
 }
 
-// decodeValid decodes b, valid JSON holding one value (json.Valid and the
-// depth bound checked before), into what decodeInput makes of it: objects
-// as map[string]any, arrays as []any, numbers as json.Number. It is a small
-// recursive reader, which costs a call one allocation per value instead of
-// a decoder, a stream and a reader besides; a string with an escape or a
-// byte outside ASCII is left to goccy, the one judge of how such strings
-// decode. FuzzDecodeValid holds it to decodeInput.
+// decodeValid decodes b, valid JSON within the depth bound, as decodeInput
+// would, with one allocation per value; a string with an escape or non-ASCII
+// byte is left to goccy (FuzzDecodeValid holds the two to one result).
 func decodeValid(b []byte) (any, bool) {
 	v, i, ok := readValue(b, skipWS(b, 0))
 	return v, ok && skipWS(b, i) == len(b)

@@ -11,18 +11,13 @@ import (
 	"github.com/invopop/jsonschema"
 )
 
-// For derives the input schema of Go type T, a struct or a pointer to one,
-// with github.com/invopop/jsonschema: "type": "object", properties from the
-// json tags in field order, "required" from the fields without omitempty or
-// omitzero (or with jsonschema:"required"), descriptions from
-// jsonschema:"description=...", jsonschema_description:"..." or
-// description:"..." tags, and "additionalProperties": false on every struct.
-// Everything is inlined: the result has no $schema, $id, $ref, $defs or
-// "title" keys. Fields tagged json:"-" never appear.
-//
-// It returns an error when T is not a struct, is recursive (it cannot be
-// inlined), holds a type JSON cannot represent (chan, func, complex), or
-// yields a schema that Compile rejects.
+// For derives the input schema of Go type T, a struct or pointer to one,
+// with github.com/invopop/jsonschema: an object schema from the json tags in
+// field order, "required" from fields without omitempty or omitzero,
+// descriptions from jsonschema tags, "additionalProperties": false, all
+// inlined (no $ref, $defs, $schema, $id or title). It errs when T is not a
+// struct, is recursive, holds a type JSON cannot represent, or gives a schema
+// Compile rejects.
 func For[T any]() (json.RawMessage, error) {
 	t := reflect.TypeFor[T]()
 	if t.Kind() == reflect.Pointer {

@@ -1,20 +1,7 @@
-// Package schemas handles the JSON schemas of tool inputs: it compiles a
-// definition's input_schema once ([Compile]), validates call inputs against it
-// with problems a model can act on ([Schema.Validate], [InvalidInputMessage]),
-// accepts a call's input in the forms models send it ([ParseInput]), derives a
-// schema from a Go type for typed tools ([For]) and renders tool definitions in
-// the listing formats of the providers ([Export]).
-//
-// Compilation fails closed. A schema that is not a JSON object, is not an
-// object schema, does not compile, refers to anything but a same-document
-// "#..." fragment, or is larger than [MaxSchemaBytes] is an error, and nothing
-// is ever fetched: meta-schemas come from the validator's built-in copies and
-// every other URL is refused.
-//
-// Validation uses github.com/santhosh-tekuri/jsonschema/v5 (draft 2020-12 by
-// default, earlier drafts when "$schema" names them); schemas of Go types are
-// derived with github.com/invopop/jsonschema, inlined and stripped of $schema,
-// $id and titles. See docs/schemas.md for the reasons.
+// Package schemas handles the JSON schemas of tool inputs: Compile, Validate
+// with problems a model can act on, ParseInput, For (schemas of Go types) and
+// Export (the providers' listing formats). Compilation fails closed and
+// nothing is ever fetched. docs/schemas.md gives the reasons.
 package schemas
 
 import (
@@ -66,16 +53,10 @@ func (e *refusedError) Error() string { return "schemas: refusing to load " + e.
 
 func refuse(url string) (io.ReadCloser, error) { return nil, &refusedError{url: url} }
 
-// Compile compiles raw as a tool input schema. Fail closed: returns an error
-// (message readable, prefixed "schemas: ") when raw is not valid JSON, not a
-// JSON object, does not compile (draft 2020-12 default; draft-07 etc. allowed
-// when $schema says so; meta-schemas come from the library's built-ins, never
-// the network), is not an object schema (top-level "type" must be "object"),
-// refers to any external $ref (anything other than a same-document "#..."
-// fragment; a loader that refuses every URL is installed so nothing is ever
-// fetched), or is larger than MaxSchemaBytes (64 KiB, counted on the compact
-// form).
-//
+// Compile compiles raw as a tool input schema, failing closed: an error
+// (prefixed "schemas: ") when raw is not a JSON object, does not compile,
+// is not an object schema, refers to anything but a same-document "#..."
+// fragment (nothing is fetched), or is larger than MaxSchemaBytes compacted.
 // The returned Schema is safe for concurrent use.
 func Compile(raw json.RawMessage) (*Schema, error) {
 	raw = bytes.TrimSpace(raw)
@@ -167,20 +148,12 @@ func count(n int64) string {
 // Raw returns the schema as given, in compact JSON. The caller must not modify it.
 func (s *Schema) Raw() json.RawMessage { return s.raw }
 
-// Validate validates an already-decoded instance (decoded with
-// json.Decoder.UseNumber, as ParseInput does) and returns the problems, nil
-// when valid. Each Detail has Path = the JSON pointer of the instance location
-// ("/city", "/items/0/name"; "/" for the root) and a short Message:
-//
-//	expected string, but got number
-//	missing property 'city'                  (Path: the object that lacks it)
-//	additional property 'x' is not allowed   (Path: the object that has it)
-//	value must be one of "a", "b"
-//
-// and the validator's own texts for the other keywords ("length must be >= 3,
-// but got 1", "does not match pattern '^a'", ...). Causes of allOf, anyOf,
-// oneOf and $ref are flattened to their leaves; details are sorted by path
-// then message, without duplicates. Validate is safe for concurrent use.
+// Validate validates an instance decoded with UseNumber (as ParseInput does)
+// and returns the problems, nil when valid: Path is the JSON pointer of the
+// location ("/" for the root) and Message short ("expected string, but got
+// number", "missing property 'city'"). Causes of allOf, anyOf, oneOf and $ref
+// are flattened to their leaves, sorted by path then message, deduplicated.
+// Safe for concurrent use.
 func (s *Schema) Validate(v any) (details []bus.Detail) {
 	defer func() {
 		if r := recover(); r != nil { // fail closed on a validator bug
