@@ -30,15 +30,11 @@ type Agent struct {
 	Created bool   // false when the user existed already (and may have been bound now)
 }
 
-// AddAgent adds the agent user session-<session> to dir (written by
-// Generate or by `router --secure`), bound to the toolbus user user when
-// user is not empty: a fresh nkey seed and .env for it, and dir's
-// nats-server.conf, users.json and spec.json rewritten with it (each
-// replaced whole by a rename, users.json last: a router polling it then
-// finds the configuration in place). The shared agent user gets the
-// session's deny entries. An existing session user keeps its key; binding
-// it to a user, or to another one, is allowed, and an unbind is not (remove
-// the directory's user by regenerating).
+// AddAgent adds the agent user session-<session> to dir (from Generate or
+// `router --secure`), bound to user when not empty: a fresh seed and .env,
+// and nats-server.conf, users.json and spec.json each replaced by a rename,
+// users.json last. An existing session user keeps its key and may be bound,
+// or rebound, but not unbound.
 func AddAgent(dir, session, user string) (Agent, error) {
 	spec, err := LoadSpec(dir)
 	if err != nil {
@@ -252,12 +248,8 @@ func newSeed(dir, abs, url string, u User) (string, error) {
 }
 
 // Bindings is the session → user bindings a router runs with
-// (router.Identities): the session users' User in a users.json, or an
-// identities file {"sessions": {"s1": "alice"}, "agents": ["s2"]} for a
-// deployment whose NATS users are made elsewhere; and which sessions have
-// an agent user of their own (in a users.json every session user, bound or
-// not; in an identities file the bound sessions and those "agents" lists,
-// 1.13). It is safe for concurrent use; Load replaces the bindings whole.
+// (router.Identities), and which sessions have an agent user of their own
+// (ParseIdentities). It is safe for concurrent use; Load replaces them whole.
 type Bindings struct {
 	mu  sync.RWMutex
 	m   map[string]string
@@ -297,12 +289,10 @@ func ParseBindings(data []byte) (map[string]string, error) {
 	return m, err
 }
 
-// ParseIdentities reads a users.json (an array of users) or an identities
-// file ({"sessions": {"<session>": "<user>"}, "agents": ["<session>"]}):
-// the bindings, and the sessions with an agent user of their own (1.13):
-// in a users.json every session user's, bound or not; in an identities
-// file every bound session's and those "agents" lists (logins made
-// elsewhere, bound to no user).
+// ParseIdentities reads a users.json or an identities file ({"sessions":
+// {"<session>": "<user>"}, "agents": ["<session>"]}): the bindings, and the
+// sessions with an agent user of their own (1.13): every session user of a
+// users.json; the bound and "agents" sessions of an identities file.
 func ParseIdentities(data []byte) (bind map[string]string, own map[string]bool, err error) {
 	data = bytes.TrimSpace(data)
 	bind, own = map[string]string{}, map[string]bool{}
@@ -362,12 +352,10 @@ func (b *Bindings) OwnAgent(session string) bool {
 	return b.own[session]
 }
 
-// Refresh rewrites dir's nats-server.conf and users.json from its spec
-// when the users this version makes from it differ from the users.json
-// there (a directory written by an older version, whose permissions may
-// hold what this one closed), keeping every user's key. It reports
-// whether it rewrote them. A running server must then reload (router
-// --secure starts after it, and polls users.json).
+// Refresh rewrites dir's nats-server.conf and users.json from its spec,
+// keeping every key, when the users this version makes differ from those
+// there (an older version may have allowed what this one closed), and
+// reports whether it did. A running server must then reload.
 func Refresh(dir string) (bool, error) {
 	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
 	if errors.Is(err, os.ErrNotExist) {

@@ -1,12 +1,8 @@
 // Package security builds the NATS permissions of toolbus' roles from the
-// deployment's subjects (bus.Subjects), so the shipped authorization never
-// drifts from the wire: router, worker, agent (all sessions, or one
-// session), external handler (its own tools), approver and operator.
-// ServerConfig renders them as a nats-server authorization block, NSC as
-// the nsc commands of a decentralised (JWT) deployment, and Generate
-// writes nkey seeds and a server configuration for `router --secure`.
-//
-// docs/security.md explains each role and what NATS cannot separate.
+// deployment's subjects (bus.Subjects), so the authorization never drifts
+// from the wire: ServerConfig renders a nats-server block, NSC nsc commands,
+// and Generate seeds and a configuration for `router --secure`.
+// docs/security.md explains each role.
 package security
 
 import (
@@ -26,14 +22,11 @@ const (
 	RoleHandler  = "handler"
 	RoleApprover = "approver"
 	RoleOperator = "operator"
-	// RoleFacade is the MCP facade's login (router --mcp-listen, toolbus
-	// mcp): it calls, lists, cancels and watches events in every session
-	// on behalf of the hosts it authenticated, and answers the
-	// confirmations their users give through elicitation (and the bridged
-	// servers' questions of Spec.FacadeAnswers). It follows the writes
-	// that change a session's listing (subscriptions, no consumers).
-	// Nothing more: no JetStream administration, no consumer, no exec, no
-	// registration, no admin verbs, no writes to any bucket but its own.
+	// RoleFacade is the MCP facade's login: it calls, lists, cancels,
+	// watches events and answers its hosts' confirmations (and
+	// Spec.FacadeAnswers) in every session, and follows listing writes.
+	// No JetStream administration, consumers, exec, registration, admin
+	// verbs, nor writes to any bucket but its own.
 	RoleFacade = "facade"
 )
 
@@ -112,12 +105,10 @@ type Spec struct {
 	// ApproverTools, when set, confines the approver to these tools'
 	// confirmations; empty means every tool.
 	ApproverTools []string `json:"approver_tools,omitempty"`
-	// AgentAnswers are the tools whose parked calls the agent users may
-	// answer themselves: the request-scoped external tools (section 4.3
-	// of docs/protocol.md). NATS cannot tell one session's answer from
-	// another's on P.answer.<tool>, so keep this to tools that are only
-	// ever request-scoped, never a registered external tool or one that
-	// asks for confirmation. Empty means agents answer nothing.
+	// AgentAnswers are the request-scoped external tools whose parked
+	// calls agent users may answer (docs/protocol.md 4.3). NATS cannot tell
+	// sessions' answers apart on P.answer.<tool>, so list only tools that
+	// are never registered nor confirmed. Empty: agents answer nothing.
 	AgentAnswers []string `json:"agent_answers,omitempty"`
 	// FacadeAnswers are the bridged servers' question tools
 	// (mcp__<server>__elicit, docs/mcp.md) whose parks the facade may
@@ -263,16 +254,11 @@ func router(s bus.Subjects) User {
 }
 
 func worker(s bus.Subjects, tools, groups []string, shared bool) User {
-	// A worker receives exec requests and cancels, registers and beats,
-	// publishes progress, and sends its results to the routers' inboxes
-	// (the exec requests' reply subjects). NATS' allow_responses alone
-	// would not do for results: it forgets a request after two minutes,
-	// shorter than a tool's default timeout. It serves the micro service's
-	// discovery replies.
-	//
-	// Durable tools' calls come from their work consumers (fetch, look up,
-	// acknowledge and report progress) and their results go to the routers
-	// on P.result.<tool>.
+	// A worker receives exec requests and cancels, registers, beats,
+	// publishes progress and sends results to the routers' inboxes
+	// (allow_responses forgets a request after two minutes, shorter than a
+	// tool's default timeout); durable tools' calls come from their work
+	// consumers and results go on P.result.<tool>.
 	sub := each(tools, s.Workers.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
 	if len(tools) == 0 {
@@ -288,12 +274,9 @@ func worker(s bus.Subjects, tools, groups []string, shared bool) User {
 		}
 		return s.Workers.WorkConsumer(t)
 	}
-	// It registers, beats and leaves on its tools' registration subjects
-	// only (P.register.<t>, docs/protocol.md 7.1): a login confined to some
-	// tools can define no other (an external tool, which has no live worker
-	// to keep its definition, included), nor touch their workers'
-	// liveness. Not the shared P.register of protocol 1.11, where any
-	// definition goes.
+	// It registers, beats and leaves on its tools' subjects only
+	// (P.register.<t>, docs/protocol.md 7.1), never 1.11's shared
+	// P.register, so it can define no other tool.
 	pub := each(tools, s.Workers.Register)
 	if len(tools) == 0 {
 		pub = append(pub, s.Workers.RegisterGroup("*"))
@@ -332,12 +315,10 @@ func agent(s bus.Subjects, session string, answers []string) User {
 	if session != "" {
 		name, role, tok = "session-"+session, RoleSession, session
 	}
-	// Replay: a router makes the consumer, relays the agent's pulls and
-	// stops it, all on P.replay.<s>, after checking that the consumer is
-	// that session's. An agent uses no JetStream API at all: nats-server
-	// checks neither a push consumer's deliver_subject against its
-	// creator's permissions nor durability, and a consumer name in an API
-	// subject cannot be confined to a session (docs/security.md).
+	// Replay: a router makes, relays and stops the consumer on
+	// P.replay.<s> after checking it is the session's. Agents get no
+	// JetStream API: a push consumer's deliver_subject is not checked
+	// against permissions (docs/security.md).
 	pub := []string{s.Call(tok), s.Tools(tok), s.Cancel(tok), s.Replay(tok), s.Tasks(tok)}
 	for _, t := range answers {
 		pub = append(pub, s.Handoffs.Answer(t))
@@ -376,12 +357,9 @@ func approver(s bus.Subjects, tools []string) User {
 	// no consumer of its own, so no deliver subject).
 	pub := each(tools, s.Handoffs.Approve)
 	pub = append(pub, followHandoff(s, "confirm", tools)...)
-	// The approval inbox (docs/inbox.md) reads the waiting calls, with
-	// their revision and user, through a router's parked.list (1.14), which
-	// reads the bucket's leader: no JetStream API. A direct get may come
-	// from a follower that lacks the latest write, and the leader's
-	// message get (STREAM.MSG.GET) takes any sequence or subject in its
-	// body, the batches' continuations (other calls' results) included.
+	// The approval inbox (docs/inbox.md) reads waiting calls through a
+	// router's parked.list (1.14), from the leader: a direct get may lag
+	// and a message get reaches other calls' continuations.
 	pub = append(pub, s.Admin("parked.list"))
 	sub := append(each(tools, s.Handoffs.Confirm), inbox(RoleApprover)+".>")
 	return User{Name: RoleApprover, Role: RoleApprover, Tools: tools, InboxPrefix: inbox(RoleApprover), Permissions: Permissions{Publish: pub, Subscribe: sub}}
