@@ -1,11 +1,7 @@
-// Package audit is the audit trail of tool calls: one record per call —
-// who (toolbus user, session, the agent's NATS user), what (tool, input
-// digest, the input where the policy allows, with the configured secret
-// fields redacted), the decision (behavior, rule or reason, mode, approver
-// and when), outcome and timing — in a stream of its own, P_AUDIT, on
-// subjects P.audit.<session>.<tool>, so any NATS consumer (a SIEM shipper)
-// reads it with a subject filter. See docs/guardrails.md and
-// docs/operations.md "Audit to a SIEM".
+// Package audit is the audit trail of tool calls: one record per call (who,
+// what, the decision, outcome and timing, inputs redacted as configured) in
+// the stream P_AUDIT on P.audit.<session>.<tool>, so any NATS consumer reads
+// it (docs/guardrails.md, docs/operations.md "Audit to a SIEM").
 package audit
 
 import (
@@ -176,12 +172,10 @@ func Subject(s bus.Subjects, session, tool string) string {
 	return s.Prefix + "." + kind + "." + session + "." + tool
 }
 
-// Write publishes rec, with input as the policy allows, without waiting
-// for the stream's acknowledgement: Stored waits for it. The call key is
-// the message id, so a call recorded twice (a re-sent batch, a publish
-// retried after a lost acknowledgement) is stored once. An error means the
-// record could not be encoded; a publish that fails at once is retried by
-// Stored.
+// Write publishes rec, with input as the policy allows, without waiting for
+// the acknowledgement (Stored waits). The call key is the message id, so a
+// call recorded twice is stored once. An error means rec could not be
+// encoded; a failed publish is retried by Stored.
 func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`) // what the tool gets for no input
@@ -220,11 +214,9 @@ func (t *Trail) publish(rec *Record, id string) (*Pending, error) {
 type Pending = store.Pending
 
 // Stored waits until the stream holds every record of ps, publishing again
-// those whose publish failed or whose acknowledgement did not come within
-// the publisher's ack wait, until ctx ends or Config.MaxWait has passed — but not through a
-// full store, as the batch's events are (store.Publisher.Stored). It
-// returns the records it could not store, each with its Err: none when
-// every one is stored.
+// those not acknowledged within the ack wait, until ctx ends or
+// Config.MaxWait passes (not through a full store, unlike events). It
+// returns the records it could not store, each with its Err.
 func (t *Trail) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
 	return t.pub.Stored(ctx, ps)
 }

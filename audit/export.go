@@ -29,15 +29,11 @@ type Filter struct {
 	Tool    string
 }
 
-// Export calls fn with every stored record that f selects, oldest first,
-// and returns once it has seen all that were stored when it started: up to
-// the last selected record the stream's leader held then. The records come
-// through an ordered consumer, which on a cluster reads the replica it was
-// placed on, and a replica may not have applied the newest records yet (a
-// record is acknowledged once a majority holds it, and the reply follows
-// that); so Export reads on until the replica delivers the leader's last.
-// The stream's info is no bound: in a new stream's first seconds the
-// member first preferred as leader answers it too, from its own state.
+// Export calls fn with every stored record f selects, oldest first, up to
+// the last selected record the stream's leader held when it started. The
+// ordered consumer may read a replica that lags, so Export reads on until it
+// delivers the leader's last; the stream's info is no bound (a new stream's
+// preferred leader answers it from its own state).
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
 	name := s.Stream(Stream)
 	stream, err := js.Stream(ctx, name)
