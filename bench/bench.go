@@ -1,22 +1,11 @@
-// Package bench measures toolbus against the physical limit of its design:
-// raw core NATS request/reply (one_hop, and relay: requester → forwarder in
-// a queue group → responder, the reply relayed back, the same four messages
-// a routed call needs), the full agent → router → worker → agent path with
-// a read-only and a non-read-only tool, and mcp-go's streamable HTTP server
-// for comparison. One deployment description (deploy) runs every part in
-// this process or each in a process of its own, and one loop (measure)
-// measures either.
-//
-// Run measures it all in this process, on one embedded nats-server, and
-// adds scaling of an I/O-bound tool with worker copies, the parked path
-// and router memory with many sessions; process-wide figures (CPU, heap
-// allocations, memory) include nats-server, the client and the workers,
-// and the router's own share is estimated twice: from CPU profile samples
-// of goroutines labelled as the router's, and by subtracting a run in
-// which a byte-forwarding stand-in replaces the router (the "bare" path).
-// RunCross runs the parts as processes, several times on fresh ones, and
-// reads each process's own CPU and allocations. WriteTable prints a report
-// and json.Marshal gives the machine-readable form.
+// Package bench measures toolbus against the physical limit of its design,
+// raw core NATS request/reply (one_hop, and relay: the four messages a
+// routed call needs), and against mcp-go's streamable HTTP server
+// (docs/performance.md). One deployment description (deploy) runs every part
+// in this process (Run) or each in a process of its own (RunCross), and one
+// loop (measure) measures either. In process the router's share is estimated
+// from labelled CPU profile samples and by a byte-forwarding stand-in
+// ("bare"); cross-process each process reads its own CPU and allocations.
 package bench
 
 import (
@@ -154,14 +143,10 @@ func nearest(xs []int, want int) int {
 }
 
 // Run deploys everything in this process on an embedded nats-server, runs
-// every measurement, stops it all and returns the report. It fails when a
-// call fails.
-//
-// The machine may be shared, so each latency and throughput measurement is
-// split into Options.Rounds slices, interleaved across the paths compared
-// (raw, toolbus, bare, mcp-go), and the best slice of each path counts: the
-// lowest p50 for latency, the highest throughput (with its CPU time and
-// allocations) for load.
+// every measurement and returns the report; it fails when a call fails.
+// Each measurement is split into Options.Rounds slices interleaved across
+// the paths compared, and each path's best slice counts (the machine may be
+// shared).
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.defaults(false)
 	start := time.Now()
@@ -270,12 +255,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// RunCross runs the cross-process comparison Options.Runs times, each on
-// fresh processes: one caller's latency and the throughput at each caller
-// count of the raw relay, of read-only and write calls through the router
-// and of mcp-go, with each process's CPU and allocations per call; then,
-// on the last run's processes, the optional CPU profiles and the router
-// process's memory with Sessions sessions in KV.
+// RunCross runs the cross-process comparison Options.Runs times on fresh
+// processes (latency and throughput of the relay, read-only and write calls
+// and mcp-go, with each process's CPU and allocations per call); then, on
+// the last run's, the optional profiles and the router's memory.
 func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 	opts.defaults(true)
 	// Every part re-executes this binary, whose main calls RunChild first.
@@ -478,12 +461,9 @@ func parkAndAnswer(ctx context.Context, d *deployment, ev *client.Events, sessio
 	}
 }
 
-// measureSessions writes n sessions with the bench group active straight
-// into the sessions bucket (as other routers would), lists the tools of
-// each through the router (which reads and caches it, up to the cache's
-// bound), waits for the router's status to count them, and reads the
-// router's memory (in process: the whole process's) before and after,
-// after a GC that returns freed memory to the OS, and its peak.
+// measureSessions writes n sessions straight into the sessions bucket, lists
+// each through the router, waits for its status to count them, and reads the
+// router's memory (in process: the process's) before and after, and its peak.
 func measureSessions(ctx context.Context, d *deployment, n int) (*CrossSessions, error) {
 	out := &CrossSessions{Memory: Memory{Count: n}}
 	before, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})

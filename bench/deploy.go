@@ -304,13 +304,11 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 	return d.waitLive(ctx, toolSleep)
 }
 
-// startBare starts the bare forwarder: it serves the bare client's batches
-// by sending a prepared exec request to the real worker and, when the worker
-// answers, publishing the one event a router publishes (batch.done, into
-// the events stream: docs/protocol.md 3.4) and a prepared reply; the exec
-// goes in binary mode, as a router sends it to the worker SDK (5.1). It does what the
-// router's messages cost the client, the worker and the server, and no
-// router work, so toolbus minus bare estimates the router's own share.
+// startBare starts the bare forwarder: for each bare batch it sends a
+// prepared exec request (binary mode) to the real worker and, on its answer,
+// publishes batch.done and a prepared reply, so it costs the client, worker
+// and server what a router's messages do with no router work; toolbus minus
+// bare estimates the router's share.
 func (d *deployment) startBare(ctx context.Context) error {
 	exec, err := bus.NewEvent(bus.TypeExec, "bench/bare", bus.ExecRequest{
 		Call: bus.Call{ID: "c1", Name: toolRead, Input: benchInput}, Attempt: 1})

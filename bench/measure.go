@@ -81,12 +81,9 @@ type Load struct {
 	Wall    time.Duration // from start until the last call ended
 }
 
-// Throughput is calls per second.
-//
-// It is the calls finished inside the window per second of the window, or,
-// when calls last longer than a (short) window allows, every call per
-// second of wall time, whichever is larger: a queue that drains only after
-// the window closes still shows its rate.
+// Throughput is calls per second: those finished inside the window per
+// second of it, or every call per second of wall time when larger (a queue
+// that drains after the window closes still shows its rate).
 func (l Load) Throughput() float64 {
 	rate := float64(l.Counted) / l.Window.Seconds()
 	if l.Wall > 0 {
