@@ -303,11 +303,9 @@ func sharedRegister(dir string) bool {
 const identitiesPoll = time.Second
 
 // watchIdentities rereads file every poll until ctx ends; when it changed,
-// it reloads the embedded server's configuration first (reload, under
-// --secure: the users `toolbus security agent` added, and the shared
-// agent's new deny entries), then the bindings. In that order a session is
-// never bound while the shared agent may still publish in it. A reload
-// that fails is logged and tried again at the next poll.
+// it reloads the embedded server's configuration first, then the bindings,
+// so a session is never bound while the shared agent may still publish in
+// it. A failed reload is logged and tried again at the next poll.
 func watchIdentities(ctx context.Context, file string, b *security.Bindings, reload func() error, poll time.Duration, log *slog.Logger) {
 	last, _ := os.ReadFile(file)
 	life.Every(ctx, poll, func(time.Time) {
@@ -353,15 +351,11 @@ func reloadServer(s *server.Server, cfgFile, listen, storeDir string) error {
 // storeWhat names the store in the private package's errors.
 const storeWhat = "the JetStream store (give --data DIR, or remove it)"
 
-// storeDir returns the embedded server's JetStream store directory and
-// makes it. data "" is the default: DIR/toolbus/data-<listen> under the
-// user's cache directory ($XDG_CACHE_HOME, else ~/.cache), one per listen
-// address so two routers on one machine never share a store by accident;
-// it and toolbus/ are made with mode 0700 and refused unless they are
-// directories, not links, of this user that nobody else may reach
-// (docs/security.md). A --data directory is made 0700 when missing; an
-// existing one (links resolved) is refused when another user owns it or
-// may write it.
+// storeDir returns the embedded server's JetStream store directory, made
+// if missing. data "" means toolbus/data-<listen> under the user's cache
+// directory, one per listen address, made 0700 and refused unless private
+// to this user (docs/security.md); a given --data directory is made 0700
+// when missing, refused when another user owns it or may write it.
 func storeDir(data, listen string) (string, error) {
 	if data != "" {
 		return explicitStore(data)

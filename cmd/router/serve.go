@@ -74,11 +74,10 @@ func (o *mcpOptions) conn(router natsconn.Config, secureDir string) (natsconn.Co
 }
 
 // ownLogin is the login of what the router serves beside it (the MCP
-// facade, the approval inbox), never the router's: under --secure the
-// seed of role in secureDir (noSeed, with the directory and the seed, when
-// it has none), else nkey or creds when given, else on open NATS the
-// router's settings on a connection of its own; a router with credentials
-// of its own and nothing else given is refused with shared.
+// facade, the approval inbox), never the router's: under --secure role's
+// seed in secureDir (else the error noSeed), else nkey or creds, else on
+// open NATS the router's settings; a router with credentials and nothing
+// else given is refused with shared.
 func ownLogin(router natsconn.Config, secureDir, role, nkey, creds, noSeed, shared string) (natsconn.Config, error) {
 	c := router
 	c.Creds, c.NKey, c.User, c.Password, c.Token, c.InboxPrefix = "", "", "", "", "", ""
