@@ -316,13 +316,9 @@ func (c *Cluster) ready() bool {
 }
 
 // WaitHealthy waits until every node runs and reports itself healthy as
-// nats-server's /healthz does: JetStream current with its meta leader, and
-// every stream and consumer replica the node holds current with its
-// leader (a node just started is still catching up: until it is, one more
-// node stopped leaves its streams without a quorum, though two of three
-// run). Tests that stop nodes one after another wait for it in between,
-// as an operator's rolling restart waits for /healthz. The error names
-// what was not healthy last.
+// /healthz does (JetStream and every replica it holds current), as a
+// rolling restart must before stopping the next node. The error names what
+// was not healthy last.
 func (c *Cluster) WaitHealthy(timeout time.Duration) error {
 	var why string
 	if !waitFor(timeout, func() bool { why = c.unhealthy(); return why == "" }) {
