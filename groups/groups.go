@@ -1,11 +1,7 @@
-// Package groups owns tool groups and per-session state: group definitions
-// in P_groups (served from a watch-fed cache), sessions in P_sessions
-// (activated groups, permission context, todos, agent state; read from KV
-// where it matters and kept in a bounded cache of recently used sessions),
-// both updated only by compare-and-set; the built-in reset_tools; and the view of the tools a
-// session's model sees, composed per request from the registry, the
-// session's activation and the request-scoped tools, never by mutating
-// the registry.
+// Package groups owns tool groups (P_groups, watch-fed) and sessions'
+// activation of them, the built-in reset_tools, and the per-request view of
+// the tools a session's model sees, composed from the registry, the
+// session and the request-scoped tools (docs/groups.md).
 package groups
 
 import (
@@ -48,18 +44,10 @@ type Session = session.Session
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = session.ErrAbort
 
-// Store is the owner of the groups and sessions of one router: it holds
-// the parts below, each with one responsibility, and embeds them so that
-// its callers keep one handle (and their call sites):
-//
-//   - definitions: the watch-fed cache of P_groups and its writes (defs.go);
-//   - session.Store: the bounded cache of P_sessions and its
-//     compare-and-set writes (package session);
-//   - activation: reset_tools and the one path that switches a session's
-//     meta groups (search.go).
-//
-// The Store itself starts and stops them and composes views (view.go) and
-// the tool search (search.go). It is safe for concurrent use.
+// Store is the owner of the groups and sessions of one router, embedding its
+// parts: definitions (defs.go), session.Store (package session) and
+// activation (search.go); it starts and stops them and composes views
+// (view.go) and the tool search. It is safe for concurrent use.
 type Store struct {
 	*definitions
 	*session.Store
@@ -120,13 +108,9 @@ func CheckGroup(g *bus.Group) error {
 }
 
 // Unknown names the configuration's references that match nothing now
-// (docs/protocol.md 9, status): pinned tools and quota rules' tools that
-// no worker registered, pinned groups that are not defined (basic always
-// is), and groups named by registered tools that are not defined (such a
-// tool is never visible, 4.2). Each entry is one line an operator can act
-// on, in a stable order; nil when every name is known. A tool may be
-// registered later: the router's start-up warning says so, and status
-// shows the names as they are at the time asked.
+// (docs/protocol.md 9, status): pinned or quota-ruled tools no worker
+// registered, and pinned or tool-named groups that are not defined. One
+// line each, in a stable order; nil when every name is known.
 func (s *Store) Unknown(reg *registry.Registry) []string {
 	defined := func(g string) bool {
 		_, ok := s.Group(g)

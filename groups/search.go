@@ -155,12 +155,9 @@ func newToolIndex() *toolIndex {
 	return &toolIndex{ix: search.New(nil), ids: map[string]int{}}
 }
 
-// sync brings the index to tools and groups gs: a tool not indexed yet is
-// added, one whose definition changed (another *registry.Tool) or one of
-// whose groups changed is indexed again, one no longer registered is
-// removed; the others are not touched. Listing the registry (a sort) is
-// the caller's, once per registry version; sync keeps tools, which must
-// not change afterwards (Registry.Tools returns a new slice each time).
+// sync brings the index to tools and groups gs, re-indexing only tools
+// added, changed (another *registry.Tool) or whose groups changed, and
+// removing those gone. tools must not change afterwards.
 func (ti *toolIndex) sync(tools []*registry.Tool, ver uint64, gs []bus.Group) {
 	changed := changedGroups(ti.groups, gs)
 	ti.syncs++
@@ -432,12 +429,10 @@ func (a *activation) Reset(ctx context.Context, session string, input json.RawMe
 	return a.activate(ctx, session, func([]string) []string { return on })
 }
 
-// activate is the one path that changes a session's meta groups, for
-// reset_tools and search_tools alike: final gets the meta groups active in
-// the latest stored session and returns the meta groups active afterwards
-// (names that are not meta groups are dropped); one compare-and-set
-// replaces the meta part of the session's active set and leaves the rest.
-// It returns the text reset_tools answers with.
+// activate is the one path that changes a session's meta groups (reset_tools
+// and search_tools): final maps the active meta groups to the new ones, and
+// one compare-and-set replaces the meta part of the active set. It returns
+// the text reset_tools answers with.
 func (a *activation) activate(ctx context.Context, session string, final func(cur []string) []string) (string, error) {
 	meta := a.defs.metaGroups()
 	isMeta := metaIn(meta)

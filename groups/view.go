@@ -57,12 +57,9 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %q is listed twice", t.Name)
 		}
 		seen[t.Name] = true
-		// Compiled once per router for as long as the compile cache keeps
-		// it (schemas.CacheEntries): re-sent in every batch, it costs a
-		// digest. The request's schemas count together against
-		// schemas.MaxSubschemas (docs/protocol.md 4.3, 13): the walk stops at
-		// the first past it, so one request compiles at most about two
-		// schemas' worth at the limit.
+		// Compiled once per router while the compile cache keeps it. The
+		// request's schemas count together against schemas.MaxSubschemas
+		// (docs/protocol.md 4.3, 13).
 		s, err := schemas.Compile(t.InputSchema)
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %s: %v", t.Name, err)
@@ -249,13 +246,11 @@ func (v *View) Groups() []bus.GroupInfo {
 	return out
 }
 
-// Deferred returns, for a listing with deferred tools (docs/protocol.md
-// 4.1), each inactive meta group the model could activate with its tools
-// that are not visible now, in registration order: the tools search_tools
-// could activate (reach), each under the first of its meta groups. Tools of
-// external-scope groups that are inactive, of undefined groups, without a
-// live worker, or hidden by the request are never deferred. It also
-// returns each deferred tool's group by name.
+// Deferred returns, for a listing with deferred tools (docs/protocol.md 4.1),
+// each inactive meta group with its tools that search_tools could activate,
+// in registration order, and each deferred tool's group. Inactive external
+// groups, undefined groups, tools without live workers or hidden by the
+// request are never deferred.
 func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
 	byGroup := map[string][]bus.ToolDef{}
 	of := map[string]string{}
