@@ -1,13 +1,8 @@
-// Package inbox serves the approval inbox: a web page that lists the calls
-// waiting for a person across every session (confirmations and external
-// calls), live, and lets that person allow, allow and remember, deny with
-// a reason, or answer an external call. The page is plain HTML, CSS and
-// JavaScript embedded in the binary; the list comes from a watch of the
-// parked records (docs/protocol.md 6.1) and every answer goes through
-// client.Parked().Confirm or client.Parked().Answer (6.3), bound to the exact call: the
-// page sends the input digest and the record's revision it showed.
-//
-// docs/inbox.md describes the choices and the access model.
+// Package inbox serves the approval inbox: a web page listing the calls that
+// wait for a person across every session, live, to allow, deny or answer.
+// Each answer goes through client.Parked bound to the exact call (its input
+// digest and record revision). docs/inbox.md describes the choices and the
+// access model.
 package inbox
 
 import (
@@ -119,13 +114,9 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, records: newRecords(maxItems, cfg.Approver, cfg.Logger)}, nil
 }
 
-// Start watches the parked records (the call records only, keys
-// <session>.<replyid>.<callid>, never the batches' continuations), or
-// polls them as the approver, and returns once the current ones are
-// loaded. The reads that decide an answer come from the bucket's stream
-// leader: through store.KV (message gets) with a login that may use the
-// JetStream API, through a router's parked.list as the approver
-// (docs/inbox.md).
+// Start watches (or, as the approver, polls) the parked call records and
+// returns once the current ones are loaded. Reads that decide an answer come
+// from the stream's leader (docs/inbox.md).
 func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.Approver {
 		rr := routerReads{cl: s.cl, records: s.records}

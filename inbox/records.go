@@ -16,17 +16,12 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// records is the waiting calls as the inbox keeps them in memory: one
-// Item per parked call record (P_parked keys <session>.<replyid>.<callid>),
-// fed by the watch or the approver's polling and by a fresh read before
-// every answer (refresh), and the channel closed at every change that the
-// event streams wait on. Safe for concurrent use.
-//
-// Every change is guarded by the record's revision: a read or delivery
-// older than what the inbox holds, or than the revision at which a record
-// said the call ended (a tombstone, kept for tombAge), changes nothing, so
-// a late answer to a fresh read never brings back an answered call, and a
-// drop never removes a call that a newer read found waiting.
+// records is the waiting calls in memory: one Item per parked call record,
+// fed by the watch or polling and by a fresh read before every answer, with
+// a channel closed at every change. Every change is guarded by the record's
+// revision (and an ended call's tombstone, kept tombAge), so a late read
+// never brings back an answered call nor drops a newer one. Safe for
+// concurrent use.
 type records struct {
 	fetch    func(context.Context, string) (reading, error) // set by Start
 	maxItems int

@@ -97,12 +97,9 @@ func (r *Running) Token() string { return r.s.cfg.Token }
 // TokenFile is the file SaveToken writes in its directory.
 const TokenFile = "inbox.token"
 
-// SaveToken writes token to dir/inbox.token, mode 0600, and returns the
-// file's path: a router keeps a generated token there rather than in its
-// log. dir must be private (0700 or tighter, owned by this process's
-// user, not a symlink); "" means toolbus/ under the user's cache directory,
-// made 0700. The file is replaced through a rename, so a link planted at
-// its name is replaced, never followed.
+// SaveToken writes token to dir/inbox.token, mode 0600, through a rename (a
+// planted link is replaced, not followed), and returns its path. dir must be
+// private; "" means toolbus/ under the user's cache directory, made 0700.
 func SaveToken(dir, token string) (string, error) {
 	if dir == "" {
 		cache, err := os.UserCacheDir()
