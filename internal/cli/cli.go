@@ -231,12 +231,9 @@ func SplitList(v string) []string {
 	return out
 }
 
-// Helpers finds the executables names (other commands of this module, as
-// "router" or "toolbus-bench") in dir when set, else next to this
-// executable, else on $PATH, and else builds them (go build ./cmd/<name>)
-// into tmp when the current directory is inside the toolbus module (go run
-// ./cmd/toolbus ...). It returns their paths, in order, and where they came
-// from.
+// Helpers finds the executables names (as "router") in dir when set, else
+// next to this executable, else on $PATH, else builds them into tmp when
+// inside the toolbus module. It returns their paths and where they came from.
 func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), names ...string) (paths []string, from string, err error) {
 	// find returns the path look gives each name, unless it finds one not.
 	find := func(look func(name string) (string, error)) ([]string, bool) {
