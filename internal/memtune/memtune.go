@@ -1,18 +1,7 @@
-// Package memtune sets the garbage collector of a toolbus service process
-// (the router): a higher GOGC than Go's 100 and a soft memory limit.
-//
-// A router's live heap is small and bounded (the session cache, the
-// registry, calls in flight: about 40 MiB with 100,000 sessions listed),
-// and it allocates a few KiB per call. At GOGC=100 it collects every time
-// it has allocated its live heap again, and the collector's marking, its
-// assists and the stacks it shrinks (and the calls then grow again) were a
-// third of the router's CPU per call (docs/performance.md). GOGC=400 with
-// a soft limit trades that for a bounded amount of memory: the heap may
-// grow to five times the live heap, never past the limit, where the
-// collector runs as often as it must.
-//
-// The environment wins: a GOGC or GOMEMLIMIT an operator sets is left as
-// it is (docs/operations.md).
+// Package memtune sets the garbage collector of a router process: GOGC=400
+// and a soft memory limit, since at GOGC=100 collection was a third of the
+// router's CPU per call with its small live heap (docs/performance.md). A
+// GOGC or GOMEMLIMIT set in the environment wins (docs/operations.md).
 package memtune
 
 import (
