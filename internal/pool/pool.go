@@ -1,9 +1,6 @@
-// Package pool runs short tasks on reused goroutines. A NATS handler that
-// starts a fresh goroutine per message pays for growing its stack again on
-// every message (JSON and schema validation need a few KiB); a goroutine
-// that stays alive keeps its grown stack. Idle goroutines exit after a while,
-// at most MaxIdle of them stay idle at once (so a burst's thousands of
-// goroutines and their stacks do not outlive it), and Close ends them all.
+// Package pool runs short tasks on reused goroutines, which keep their grown
+// stacks; idle ones exit after a while, at most MaxIdle stay idle, and Close
+// ends them all.
 package pool
 
 import (
