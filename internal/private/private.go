@@ -60,11 +60,9 @@ func Owned(fi fs.FileInfo) bool {
 }
 
 // Ancestors refuses dir when a directory above it (links resolved) lets
-// another user rename dir away and put one of their own in its place
-// while the process runs, which reads files there by path (the router
-// rereads --secure DIR's users.json and nats-server.conf every second):
-// one owned by a user other than this one and root, or one the group or
-// others may write without the sticky bit (issue 26, held-out attack).
+// another user swap dir while the process reads files there by path: one
+// owned by another user than this one and root, or writable by group or
+// others without the sticky bit (issue 26).
 func Ancestors(dir, what string) error {
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
