@@ -1,22 +1,10 @@
 // Package replies waits for replies on one subscription of its own: each
-// request a process sends gets a reply inbox under that subscription's
-// wildcard, and the subscription's callback hands each reply to the wait
-// that registered its inbox (a map lookup and a send on a pooled channel,
-// inline in the callback: no goroutine per reply). It is what a KV's
-// compare-and-set writes and a publisher's acknowledgements wait on
-// (package store), the router's exec requests (router/exec.go) and a
-// client's (client/inbox.go).
-//
-// Against nats.go's own request (one shared response subscription too),
-// a wait here takes no channel of its own (pooled), no registration under
-// the connection's lock, and no timer when the caller's context bounds it;
-// a Mux with KeepInbox reuses a replied wait's inbox, so the reply subjects
-// repeat and nats-server's subject cache matches them.
-//
-// A late reply is never taken for another request's: a wait that ended
-// before its reply came takes a new inbox when it is reused (the late reply
-// then goes to no wait and is dropped), and a wait whose reply was on its
-// way when it ended is not reused at all (its channel may hold that reply).
+// request gets an inbox under its wildcard, and the callback hands the reply
+// to the wait of that inbox inline (no goroutine, a pooled channel, no timer
+// when the context bounds the wait). KV writes, publisher acknowledgements,
+// the router's exec requests and the client use it. A late reply is never
+// taken for another request's: a wait that ended takes a new inbox when
+// reused, and one whose reply was on its way is not reused.
 package replies
 
 import (
@@ -128,12 +116,9 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	return w, nil
 }
 
-// Request sends a request with send, which publishes it with the reply
-// subject inbox, and waits for its reply until ctx ends, as
-// nats.Conn.RequestMsgWithContext does, with its errors: ctx's,
-// nats.ErrNoResponders for the server's 503, nats.ErrConnectionClosed when
-// the connection closes under it (EndOnClose). Nothing is sent once ctx
-// has ended.
+// Request sends a request with send (publishing with reply subject inbox)
+// and waits for its reply until ctx ends, with the errors of
+// nats.Conn.RequestMsgWithContext. Nothing is sent once ctx has ended.
 func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats.Msg, error) {
 	return a.RequestUntil(ctx, time.Time{}, send)
 }
