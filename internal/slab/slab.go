@@ -1,13 +1,7 @@
-// Package slab carves short strings out of shared blocks: one allocation
-// per block instead of one per string. The bus's event ids and times and
-// the reply inboxes are made per message, and each was one small
-// allocation of its own (docs/performance.md, session 15).
-//
-// A carved string is immutable like any other: its bytes are written once,
-// by the fill function that makes it, before the string exists, and no
-// later carve touches them. The cost is memory held: a string keeps its
-// whole block (at most BlockSize bytes) alive, so a caller that keeps many
-// carved strings for long should copy them (strings.Clone).
+// Package slab carves short strings out of shared blocks: one allocation per
+// block instead of per string (docs/performance.md, session 15). A string
+// keeps its whole block alive, so a caller that keeps many for long should
+// copy them (strings.Clone).
 package slab
 
 import (
