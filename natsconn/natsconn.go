@@ -1,14 +1,7 @@
 // Package natsconn is how every toolbus command and library connects to
-// NATS: the server URLs and the credentials (a creds file, an nkey seed
-// file, a user and password, a token) and TLS settings, read from the same
-// environment variables the nats CLI reads and from flags that override
-// them. It depends on nats.go only, so the client and worker packages may
-// use it.
-//
-//	cfg := natsconn.FromEnv()
-//	cfg.RegisterFlags(fs) // --nats --creds --nkey --user --password --token --tls-ca --tls-cert --tls-key --inbox-prefix
-//	fs.Parse(args)
-//	nc, err := cfg.Connect("my-agent")
+// NATS: URLs, credentials and TLS from the nats CLI's environment variables
+// and from flags (RegisterFlags) that override them. It depends on nats.go
+// only.
 package natsconn
 
 import (
