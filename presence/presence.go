@@ -1,10 +1,7 @@
-// Package presence keeps which routers are alive (docs/protocol.md 8,
-// 1.13; docs/parked.md): every router puts one key, its id, in P_routers
-// when it starts and every heartbeat after, and deletes it when it stops
-// cleanly; every router watches the bucket and judges, by the time it last
-// saw a router's key renewed on its own clock, whether that router outlived
-// a moment or is gone. The cost is one write per router and heartbeat,
-// nothing per call. Only routers may write the bucket (docs/security.md).
+// Package presence keeps which routers are alive (docs/protocol.md 8, 1.13;
+// docs/parked.md): each router renews its key in P_routers every heartbeat
+// and deletes it when it stops; the others judge by their own clock whether
+// a router outlived a moment or is gone.
 package presence
 
 import (
@@ -190,11 +187,9 @@ func (p *Presence) Judge(router string, ended, now time.Time) Verdict {
 }
 
 // judge is the staleness rule: a router is gone when its key was deleted,
-// was last renewed more than lease before now, belongs to an instance first
-// seen after ended, or was never seen for a lease after ended (a router
-// that keeps no presence, protocol 1.12, or one whose first renewal this
-// router has yet to see); it outlived ended when the same instance renewed
-// its key at least lease after ended; else unsure.
+// not renewed for a lease, belongs to an instance first seen after ended, or
+// was never seen for a lease after ended; it outlived ended when the same
+// instance renewed at least lease after it; else unsure.
 func judge(p peer, seen bool, ended, now time.Time, lease time.Duration) Verdict {
 	switch {
 	case !seen && now.Sub(ended) <= lease:
