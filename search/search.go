@@ -1,13 +1,7 @@
-// Package search ranks documents against a query of words with BM25: the
-// index behind the search_tools meta tool (docs/protocol.md 4.2). It is pure
-// and small: a document is a few weighted fields of text; an index is built
-// for a set of documents, changed one document at a time (Add, Remove,
-// Replace: each touches only that document's postings and the length
-// statistics), and read by any number of goroutines.
-//
-// Every statistic is an integer (weighted term counts, document lengths,
-// their total), so an index changed incrementally scores, and ranks, every
-// document exactly as one rebuilt from the same documents.
+// Package search ranks documents against a query of words with BM25, for
+// search_tools (docs/protocol.md 4.2). An index changes one document at a
+// time and is read by any number of goroutines; its statistics are integers,
+// so it ranks exactly as one rebuilt from the same documents.
 package search
 
 import (
