@@ -125,12 +125,10 @@ func refuseLong(prog, full, exact string, check func([]string) ([]Write, error))
 // writes .bashrc.
 var compressors = []string{"bunzip2", "bzip2", "gzip", "unxz", "xz"}
 
-// derived adds the names a writer makes from its operands (issue 26,
-// held-out attack): with a suffix (-S rc, --suffix=rc) a compressor writes
-// operand+suffix or strips it (gzip -d -S zz .mcp.jsonzz writes
-// .mcp.json), and cp, mv, ln and install back up to operand+suffix
-// (mv -b -S rc x .bash writes .bashrc); a compressor also strips its
-// default extension. Each such name is checked as a write, as written.
+// derived adds the names a writer makes from its operands (issue 26): a
+// compressor's -S suffix added or stripped, or its default extension
+// stripped, and cp, mv, ln and install backups (mv -b -S rc x .bash writes
+// .bashrc). Each is checked as a write.
 func derived(prog string, check func([]string) ([]Write, error)) func([]string) ([]Write, error) {
 	return func(args []string) ([]Write, error) {
 		out, err := check(args)
@@ -159,12 +157,9 @@ func derived(prog string, check func([]string) ([]Write, error)) func([]string) 
 // the last dot (which derived strips).
 var gzipSuffixes = []string{"-gz", "-z", "_z"}
 
-// GzipHidden returns the names gzip -d writes that no word holds and that
-// the profile does not derive: an operand less -gz, -z or _z
-// (".bashrc-gz" decompresses to .bashrc). It refuses -N/--name, which
-// restores the name stored in the archive's header (any bytes, printf's
-// included, make a header naming .git). The allow-list check runs it
-// besides gzip's profile.
+// GzipHidden returns the names gzip -d writes that no word holds and the
+// profile does not derive (".bashrc-gz" gives .bashrc), and refuses
+// -N/--name, which restores any name from the archive's header.
 func GzipHidden(args []string) ([]Write, error) {
 	opts, ops := getopt(args, "S", nil)
 	for _, o := range opts {
@@ -328,12 +323,9 @@ func refuseOpt(prog, short string, long []string, letter, full, why string) func
 // directories they write.
 var gitPathWriters = []string{"checkout", "checkout-index", "clone", "init", "mv", "restore", "worktree"}
 
-// checkGit returns the files git's arguments name for writing: the
-// operands of the subcommands above, and the values of --output, -o of
-// format-patch and archive, --output-directory and --prefix. What git
-// writes from a repository's content (a checkout of a commit that holds
-// .bashrc) cannot be seen. The allow-list's own git check
-// (builtin) refuses the options that run programs.
+// checkGit returns the files git's arguments name for writing (the operands
+// of the subcommands above, --output, -o, --output-directory, --prefix);
+// what git writes from a repository's content cannot be seen.
 func checkGit(args []string) ([]Write, error) {
 	i := 0
 	for ; i < len(args) && strings.HasPrefix(args[i], "-"); i++ {

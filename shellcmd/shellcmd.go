@@ -1,9 +1,7 @@
 // Package shellcmd reads a shell command's syntax tree (mvdan.cc/sh) for
-// what it writes and for the options of its programs that run other
-// programs or write files: the per-program profiles of docs/builtin.md.
-// The built-in shell's allow-list check refuses what a profile refuses and
-// every write into a protected path; the permission package treats every
-// write it finds as a write_file call on its target.
+// what it writes and for program options that run programs or write files
+// (docs/builtin.md's profiles), for the shell's allow-list and the
+// permission package.
 package shellcmd
 
 import (
@@ -44,15 +42,11 @@ func Parse(cmd string) (files []*syntax.File, err error) {
 	return files, err
 }
 
-// ParseReadings returns the distinct trees of Parse: one when the two
-// grammars cannot read cmd differently. When cmd holds none of the text
-// on which mvdan.cc/sh's POSIX and bash grammars part (sameReading), the
-// POSIX parse walks the same lexer and parser paths as the bash one and
-// gives an equal tree, or fails where only POSIX refuses a construct
-// (then Parse too gives the bash tree alone); so cmd is parsed once. A
-// caller that reads the trees for what they run or write sees the same
-// things, each once (TestParseReadings, FuzzParseReadings). err is set
-// when no grammar parses cmd.
+// ParseReadings returns the distinct trees of Parse: cmd is parsed once when
+// it holds none of the text where the POSIX and bash grammars part
+// (sameReading), since both would give an equal tree
+// (TestParseReadings, FuzzParseReadings). err is set when no grammar parses
+// cmd.
 func ParseReadings(cmd string) ([]*syntax.File, error) {
 	if !sameReading(cmd) {
 		files, err := Parse(cmd)
@@ -68,22 +62,14 @@ func ParseReadings(cmd string) ([]*syntax.File, error) {
 	return []*syntax.File{f}, nil
 }
 
-// ErrTooDeep is Parse's error for a command that nests deeper than the
-// parser may recurse (maxFrames): mvdan.cc/sh's parser recurses once or
-// more per level of parentheses, braces, substitutions, && and |
-// chains and arithmetic operators, and 64 KiB of "(" took it 5 s and
-// 256 MB of stack, 256 KiB a fatal stack overflow (session 19). Such a
-// command cannot be read; a caller must not treat it as one that merely
-// does not parse (bash may run it).
+// ErrTooDeep is Parse's error for a command nesting deeper than the parser
+// may recurse (maxFrames; 64 KiB of "(" took 5 s and 256 MB of stack). Such
+// a command is unreadable, not merely unparsable: bash may run it.
 var ErrTooDeep = errors.New("the command nests too deep to be read")
 
-// maxFrames bounds the parser's stack, in calls: about 200 levels of
-// "(" (subshells in POSIX sh, arithmetic in bash, some 23 calls each),
-// 600 of "$(" and 800 of "{ ". The stack is checked at each read of the
-// parser (readChunk bytes), so a level of nesting past maxFrames is
-// refused within the next readChunk bytes: the stack stays under about
-// 3 MB. A check costs a walk of the stack, some microseconds for an
-// ordinary command and at most about a millisecond at the bound.
+// maxFrames bounds the parser's stack, in calls (about 200 levels of "(",
+// 600 of "$("), checked every readChunk bytes so it stays under about 3 MB;
+// a check costs some microseconds.
 const maxFrames = 5000
 
 // readChunk is the most one read gives the parser (its buffer's size).
@@ -114,15 +100,9 @@ func parse(opt syntax.ParserOption, cmd string) (*syntax.File, error) {
 	return syntax.NewParser(opt).Parse(&depthReader{s: cmd}, "")
 }
 
-// bashOnly is the text at which mvdan.cc/sh's lexer or parser (v3.14)
-// takes a bash-only path that POSIX sh reads successfully otherwise:
-// tokens (|& $' $" $[ (( ;& <( >( &> <<<), array and index syntax (any
-// [ or ]), parameter expansions (${), a+=, a=( and extended globs
-// (@( !( +( *( ?( ), and a backslash before a line end (which can join a
-// keyword). bashWords are the words that start a bash clause (let,
-// declare ...; [[ is covered by "["). Where the lexer only refuses a
-// construct in POSIX mode (checkLang), the POSIX parse fails and adds
-// nothing, so it needs no entry; these are kept anyway when cheap.
+// bashOnly is the text at which mvdan.cc/sh (v3.14) takes a bash-only path
+// that POSIX sh otherwise reads; bashWords start a bash clause. Constructs
+// the POSIX lexer refuses outright need no entry.
 var (
 	bashOnly  = []string{"[", "]", "|&", "$'", `$"`, "${", "((", ";&", "<(", ">(", "&>", "<<<", "+=", "=(", "@(", "!(", "+(", "*(", "?(", "\\\n", "\\\r"}
 	bashWords = []string{"let", "function", "declare", "local", "export", "readonly", "typeset", "nameref", "time", "coproc", "select"}
