@@ -14,12 +14,10 @@ import (
 	"github.com/toolbus/toolbus/internal/private"
 )
 
-// Materializer puts skills' files on disk for tools that run their
-// scripts: each version goes to its own directory under its root, named by its
-// digest, so a script that is running keeps its files when a new version
-// arrives. Concurrent first uses of a version share one write; a directory
-// is removed once no call holds it and it is no longer the current version
-// of any skill. It is safe for concurrent use.
+// Materializer puts skills' files on disk, each version in its own directory
+// named by its digest, so a running script keeps its files; concurrent
+// first uses share one write, and a directory no call holds that is no
+// longer current is removed. It is safe for concurrent use.
 type Materializer struct {
 	cat  *Catalogue
 	root string
@@ -36,12 +34,9 @@ type materialized struct {
 	err   error
 }
 
-// NewMaterializer returns a Materializer of the catalogue's skills under
-// root. A missing root is created with mode 0700; an existing one must be
-// a directory (not a symlink) owned by this process's user that nobody
-// else may write or enter (CheckPrivate), or it is refused. Directories it
-// finds there from an earlier run are removed. Use PrivateDir for a fresh
-// root.
+// NewMaterializer returns a Materializer of cat's skills under root: made
+// 0700 when missing, else it must be private (CheckPrivate). Directories
+// of an earlier run are removed. PrivateDir makes a fresh root.
 func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 	// Cleaned, so that a trailing slash does not make Lstat follow a link.
 	root = filepath.Clean(root)
@@ -60,12 +55,10 @@ func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 // Close removes the root and everything in it; Acquire fails after it.
 func (m *Materializer) Close() error { return os.RemoveAll(m.root) }
 
-// PrivateDir creates a fresh directory for a Materializer: parent (made
-// with mode 0700 when missing, else checked like CheckPrivate) holds a new
-// directory from os.MkdirTemp, mode 0700. With gid >= 0 the new directory
-// belongs to that group and has mode 0750, so a --shell-user of that group
-// can read the skills' files and nobody else can. parent "" is the user
-// cache directory's toolbus/skills.
+// PrivateDir creates a fresh 0700 directory (os.MkdirTemp) in parent (made
+// 0700 or checked like CheckPrivate; "" is the user cache directory's
+// toolbus/skills). With gid >= 0 it is 0750 and that group's, for a
+// --shell-user of the group.
 func PrivateDir(parent, pattern string, gid int) (string, error) {
 	if parent == "" {
 		cache, err := os.UserCacheDir()
