@@ -1,14 +1,8 @@
-// Package tasks owns background tasks (docs/protocol.md 5.10): the record
-// of a call that went on past its timeout, who runs it (an owner router
-// and its lease), the bounds per session and per user, and the verbs that
-// follow it: Get, List, Wait, Cancel and Output. Records live in the
-// P_tasks bucket, so a task outlives the router that started it.
-//
-// Keys: t.<session>.<id> is a task, its id derived from its call (ID), so
-// that every copy of the call finds it; s.<session> and u.<user key> are the
-// running tasks counted against the session's and the user's bound. A
-// task is always read under the caller's session: another session's task
-// is unknown.
+// Package tasks owns background tasks (docs/protocol.md 5.10, docs/tasks.md):
+// records in P_tasks (t.<session>.<id>, the id derived from the call) with
+// an owner router's lease, bounds per session and user (s.<session>,
+// u.<user key>), and the verbs Get, List, Wait, Cancel and Output. A task is
+// read under the caller's session only.
 package tasks
 
 import (
@@ -153,12 +147,9 @@ const SharedKey = "shared-agent"
 
 func taskKey(session, id string) string { return "t." + session + "." + id }
 
-// ID is the task id of call callID of session's batch replyID: a digest
-// of the call's key (bus.CallKey), 128 bits of SHA-256 in hex. Every copy
-// of a call (a re-sent batch's, on any router) has the same id, so the
-// task's key is where the copies meet (Admit); calls of other batches or
-// sessions have other ids, so the user's bound, which counts ids over
-// sessions, counts each task once.
+// ID is the task id of call callID of session's batch replyID: 128 bits of
+// SHA-256 of bus.CallKey in hex, the same for every copy of the call, so the
+// copies meet at the task (Admit) and bounds count it once.
 func ID(session, replyID, callID string) string {
 	sum := sha256.Sum256([]byte("toolbus task " + bus.CallKey(session, replyID, callID)))
 	return hex.EncodeToString(sum[:16])
@@ -168,14 +159,11 @@ func ID(session, replyID, callID string) string {
 // count lapses (the task's deadline).
 type index map[string]time.Time
 
-// Admit stores rec as a new running task, counted against its session's
-// and its user's bound, and returns it with created true. When the
-// session has a task of rec's id already (another copy of the call, whose
-// id is the same: ID) it stores no task, leaves the counts as that task
-// has them, and returns it, running or ended, with created false: of
-// copies that race, exactly one creates the task, and the bounds count it
-// once. ErrLimit (wrapped) when either bound is full and no such task
-// exists.
+// Admit stores rec as a new running task, counted against its session's and
+// user's bounds (created true). When the session has a task of its id (a
+// copy of the call) it returns that, counts unchanged, with created false:
+// of racing copies exactly one creates it. ErrLimit (wrapped) when a bound
+// is full.
 func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bool, err error) {
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
@@ -420,14 +408,10 @@ type latest interface {
 	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
 }
 
-// entries calls f with each entry under filter that still exists. On
-// Setup's bucket it reads them with message gets (store.KV.Latest), which
-// see every key however they are written meanwhile: a key listing
-// (ListKeysFiltered) ends at nats.go's end-of-initial-values mark, and a
-// task's record is rewritten every heartbeat (its lease), so a listing
-// left out a task rewritten while it ran (17 of 500 lists while two tasks
-// were renewed in a loop; TestListWhileRenewed). A bucket of another type
-// is listed by keys.
+// entries calls f with each entry under filter that still exists, read with
+// message gets (store.KV.Latest): a key listing ends at nats.go's
+// initial-values mark and missed tasks whose lease was being renewed
+// (TestListWhileRenewed). A bucket of another type is listed by keys.
 func (s *Store) entries(ctx context.Context, filter string, f func(key string, value []byte)) error {
 	if l, ok := s.kv.(latest); ok {
 		es, err := l.Latest(ctx, filter)
