@@ -1,12 +1,7 @@
-// Package tracing carries OpenTelemetry spans across the bus: the W3C
-// traceparent/tracestate travel as CloudEvent extension attributes (and NATS
-// headers), and each hop that does work (the router executing a call, the
-// worker running it) starts a span named after the OpenTelemetry GenAI
-// conventions, "execute_tool <name>". Tracing is off until Enable installs
-// a provider (the commands do it in internal/cli, with an OTLP exporter);
-// until then the global no-op provider makes spans free. The package holds
-// only the OpenTelemetry API, so the worker SDK that imports it links no
-// OpenTelemetry SDK, exporter or gRPC.
+// Package tracing carries OpenTelemetry spans across the bus: traceparent
+// and tracestate travel as CloudEvent attributes, and the router and worker
+// start "execute_tool <name>" spans. Off until Enable (internal/cli does it);
+// only the OpenTelemetry API is linked, so the worker SDK links no exporter.
 package tracing
 
 import (
