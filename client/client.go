@@ -34,9 +34,8 @@ type Config struct {
 	// 10 minutes for calls and 10 seconds for everything else.
 	Timeout time.Duration
 	// InlineLimit is the encoded size of an answer's output above which its
-	// largest blocks are stored in the outputs object store and sent as
-	// references (docs/protocol.md 5.9); zero means 1 MiB, and the payload
-	// limit (less 64 KiB) caps it.
+	// largest blocks are stored as references (docs/protocol.md 5.9); zero
+	// means 1 MiB, capped by the payload limit less 64 KiB.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
 	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
@@ -65,11 +64,8 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	rep := newReplies(nc)
 	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
 		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
-	// A Client let go on a connection that lives on leaves no reply
-	// subscription behind. The cleanup is the requester's, not the
-	// Client's: a request under way holds the requester to its end (send),
-	// while its caller may have let the Client go at the call (a Client
-	// made for one request, or one last used there).
+	// The reply subscription's cleanup is the requester's, which a request
+	// under way holds, not the Client's, which its caller may drop mid-call.
 	runtime.AddCleanup(c.rq, (*replies).close, rep)
 	return c
 }
@@ -366,9 +362,8 @@ func (p Parked) Confirm(ctx context.Context, tool, session, replyID, callID stri
 }
 
 // Tasks is the agent's handle on a session's background tasks
-// (docs/protocol.md 5.10): one verb each on P.tasks.<session>, through the
-// Client it came from. Client.Tasks returns it; it is a value, cheap to
-// make and safe for concurrent use.
+// (docs/protocol.md 5.10) on P.tasks.<session>: a value, cheap to make and
+// safe for concurrent use.
 type Tasks struct{ c *Client }
 
 // Tasks returns the Client's handle on background tasks.
@@ -501,10 +496,9 @@ func (o Outputs) FetchSession(ctx context.Context, session, ref string) (*Output
 	}), nil
 }
 
-// FetchDirect opens a stored output by reading the outputs object store
-// itself, from its stream's leader (an operator's read: agents have no
-// access to the store). A digest in ref must be the object's, and the
-// bytes are checked against it at the end.
+// FetchDirect opens a stored output by reading the outputs object store from
+// its stream's leader (an operator's read; agents have no access), checking
+// the bytes against ref's digest, if any, at the end.
 func (o Outputs) FetchDirect(ctx context.Context, ref string) (*Output, error) {
 	c := o.c
 	out, err := offload.NewStore(c.nc, c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)

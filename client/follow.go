@@ -13,10 +13,9 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Bounds of the follower's relayed pulls: how many messages one pull asks
-// for, how long it waits on the server for new ones, and how much longer
-// the follower waits for the server's closing status before it takes the
-// consumer for lost when its router sends no heartbeats (1.8 and older).
+// Bounds of the follower's relayed pulls: messages per pull, its wait on
+// the server, and the grace for the closing status when the router sends no
+// heartbeats (1.8 and older).
 const (
 	followBatch = 256
 	followWait  = 5 * time.Second

@@ -547,10 +547,9 @@ func (t *ModelTurn) geminiContent(rs []bus.Result) any {
 	return map[string]any{"role": "user", "parts": parts}
 }
 
-// This file follows the provider's own tool search (docs/protocol.md 4.1,
-// "deferred"): when a model response shows that the provider loaded
-// deferred tools, Turn activates their groups on the bus with a reset_tools
-// call ahead of the model's calls, so the router's rules stay as they are.
+// This file follows the provider's own tool search (docs/protocol.md 4.1):
+// deferred tools it loaded have their groups activated by a reset_tools call
+// ahead of the model's calls.
 
 // load is one thing a provider's tool search loaded: a group (an OpenAI
 // namespace) or a tool, or both for a call of a namespaced function.
@@ -656,9 +655,8 @@ func ResetInput(groups []string) json.RawMessage {
 }
 
 // loadCall returns the reset_tools call that activates the groups of t's
-// loads, and the groups it adds; nil when t loaded nothing new. list is
-// the session's listing with deferred tools: it names the active groups
-// and which group each deferred tool is in.
+// loads (nil when nothing is new) and the groups it adds; list is the
+// session's listing with deferred tools.
 func (t *ModelTurn) loadCall(list *bus.ToolsList) (*bus.Call, []string) {
 	final, added := loadGroups(list, t.loads)
 	if len(added) == 0 {

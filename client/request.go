@@ -17,10 +17,9 @@ import (
 	waits "github.com/toolbus/toolbus/internal/replies"
 )
 
-// requester is what the Client's verbs share: it makes an event of the
-// agent's source for a session, sends it as a request (retrying a busy
-// reply), and reads the reply of the type wanted, or the router's error;
-// and it keeps the sessions' revisions that batches echo (below).
+// requester is what the Client's verbs share: it sends an event of the
+// agent's source as a request (retrying busy), reads the reply of the type
+// wanted or the router's error, and keeps the sessions' revisions.
 type requester struct {
 	nc      *nats.Conn
 	subj    bus.Subjects
@@ -110,11 +109,9 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 	return c.exchange(ctx, subject, e, false, want, out, def)
 }
 
-// exchange sends e to subject and decodes a reply of type want into out;
-// an io.toolbus.error reply becomes a *bus.Error. trusted says that e's
-// data is the client's own encoding, valid JSON (Call's batch,
-// bus.Batch.AppendJSON's), which is then not scanned again before it is
-// sent.
+// exchange sends e to subject and decodes a reply of type want into out; an
+// io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
+// client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
 	// Without a deadline of the caller's, the exchange ends after def: a
 	// deadline the wait keeps itself (replies.Mux.RequestUntil), not a
@@ -159,10 +156,9 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	return re.DataAs(out)
 }
 
-// send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
-// retried with the same event after a short, growing, jittered backoff
-// until ctx ends or until (when set) passes, when the last reply is
-// returned.
+// send sends e as a request, retrying a busy reply (docs/protocol.md 1:
+// nothing ran) with a growing, jittered backoff until ctx ends or until
+// passes, when the last reply is returned.
 func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	// c owns the reply subscription (New's runtime.AddCleanup): it stays
 	// reachable until the reply came, whatever the caller still holds.
@@ -284,10 +280,9 @@ func newReplies(nc *nats.Conn) *replies {
 
 func (r *replies) close() { r.mux.Unsubscribe() }
 
-// request sends e to subject and waits for the reply until ctx ends, as
-// nats.Conn.RequestMsgWithContext does (the same errors: ctx's,
-// nats.ErrNoResponders, nats.ErrConnectionClosed). e's data is checked
-// to be JSON unless trusted (bus.SendTrusted).
+// request sends e to subject and waits for the reply until ctx ends, with
+// nats.Conn.RequestMsgWithContext's errors. e's data is checked to be JSON
+// unless trusted.
 func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	return r.requestUntil(ctx, time.Time{}, subject, e, trusted)
 }

@@ -132,10 +132,9 @@ func allIfRecord(_ *ListingWatch, m *nats.Msg) (string, bool) {
 	return AllSessions, kvDeleted(m) || json.Valid(m.Data)
 }
 
-// workerChanged reports every session when a worker arrives (a key not
-// seen live before), leaves or is deleted; a heartbeat rewrites a live key
-// and changes nothing. A value is read as the registry reads it
-// (bus.DecodeWorkerBeat: one that is not a beat is a live worker).
+// workerChanged reports every session when a worker arrives, leaves or is
+// deleted, not on a heartbeat; values are read as bus.DecodeWorkerBeat reads
+// them.
 func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 	gone := kvDeleted(m) || bus.DecodeWorkerBeat(m.Data).Left
 	w.wmu.Lock()
