@@ -26,9 +26,8 @@ const taskPoll = 500 * time.Millisecond
 func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
 	req.Params.Task = &mcp.TaskParams{}
 	// mcp-go's CallTool cannot read a CreateTaskResult, so tools/call goes
-	// through the transport with an id of the bridge's own. The creation
-	// is not cut short by the call's cancellation: a task the server made
-	// must be known, to be cancelled.
+	// through the transport; not cut short by cancellation, so the task
+	// made is known and can be cancelled.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cr.s.setupTimeout())
 	resp, err := cl.GetTransport().SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
 		ID: mcp.NewRequestId("toolbus-task-" + nuid.Next()), Method: string(mcp.MethodToolsCall), Params: req.Params})
