@@ -35,9 +35,8 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 }
 
 // caller runs a session's tools/call on the bus: the one-call batch, the
-// wait for a parked call with its progress notices, and P.cancel when the
-// MCP request ends first. The confirmations it meets are the confirmer's
-// (elicit.go).
+// wait for a parked call with its progress, and P.cancel when the MCP
+// request ends first.
 type caller struct {
 	bus           callBus
 	session, user string
@@ -111,11 +110,10 @@ type runOpts struct {
 	onBackground func(bus.TaskHandle) // the call went on as a bus task (tasks.go)
 }
 
-// run runs the call and waits for its result: a call that parks is
-// waited for on the session's events until it has a result or its
-// deadline passes (parkFor). Progress events become progress
-// notifications when the client sent a token, and so does the wait,
-// every ProgressEvery.
+// run runs the call and waits for its result, a parked call on the
+// session's events until its deadline (parkFor), sending progress
+// notifications (every ProgressEvery while parked) when the client sent a
+// token.
 func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) {
 	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
@@ -330,10 +328,8 @@ func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
 
-// interrupt cancels the bus call of reply id replyID (docs/protocol.md
-// 5.4) with cancel (P.cancel) for a call whose MCP request ended: the
-// client cancelled it, went away, or cancelled the task. It uses a
-// context of its own, since ctx has ended.
+// interrupt cancels the bus call of replyID (P.cancel, docs/protocol.md 5.4)
+// whose MCP request ended, with a context of its own since ctx has ended.
 func interrupt(ctx context.Context, cancel func(ctx context.Context, session, replyID string, calls ...string) error, session, replyID string) {
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()

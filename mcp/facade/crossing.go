@@ -30,10 +30,9 @@ import (
 // where it landed.
 const maxCrossing = 64 << 10
 
-// crossRecord is a message of a 2025-11-25 MCP session carried to the
-// facade process it belongs to, under x.<session>.<user digest>.<MCP
-// session digest>.<nuid> in the facade's bucket: the put publishes it to
-// that key's subscribers, and it is deleted at once.
+// crossRecord is a message carried to the facade process it belongs to,
+// under x.<session>.<user digest>.<MCP session digest>.<nuid>: put, delivered
+// to the key's subscribers, and deleted at once.
 type crossRecord struct {
 	MCPSession string          `json:"mcp_session"`
 	Version    string          `json:"version,omitempty"`

@@ -47,10 +47,9 @@ func canElicitURL(ctx context.Context) bool {
 	return e != nil && e.URL != nil
 }
 
-// mayElicit reports whether a confirm park of a call of this session is
-// put to the host's user: only under ConfirmHostUser, when the client
-// declared elicitation. The host's user then confirms only the call its
-// own request started, as its own user: never another user's call.
+// mayElicit reports whether a confirm park of this session's call is put to
+// the host's user: under ConfirmHostUser, when the client declared
+// elicitation, for the call its own request started only.
 func (c *confirmer) mayElicit(ctx context.Context) bool {
 	return c.policy == ConfirmHostUser && elicitation(ctx) != nil
 }
@@ -62,10 +61,9 @@ type confirmer struct {
 	bus           client.Parked
 	session, user string
 	policy        Confirm
-	// remember: the host's user may choose "allow and remember". A rule
-	// is the session's, for every user of it, so only an unauthenticated
-	// facade (stdio, insecure loopback: one desktop user) offers it; an
-	// authenticated host user confirms one call at a time.
+	// remember offers "allow and remember": a rule is the session's, for
+	// all its users, so only an unauthenticated (one desktop user) facade
+	// offers it.
 	remember bool
 	closing  context.Context                                                                            // ends when the facade closes
 	loop     func(func(context.Context)) bool                                                           // life.Loop
@@ -117,9 +115,8 @@ func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
 }
 
 // decide answers the park with the host user's choice: allow, allow and
-// remember (a rule allowing the tool in this session), or deny; a
-// decline, a cancel or an unknown choice leaves it to the others. The
-// first answer from anywhere wins.
+// remember, or deny; anything else leaves it to the others. The first answer
+// from anywhere wins.
 func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) {
 	if res.Action != mcp.ElicitationResponseActionAccept {
 		return
@@ -408,10 +405,9 @@ const resultKept = time.Minute
 const kindQuestion = "question"
 
 // stateRecord is the request state of a 2026-07-28 call waiting for its
-// host's user, stored under r.<session>.<user digest>.<state>
-// in the facade's bucket, so any facade process takes the retry. The key
-// is made from the retry's own session and user, so a state of another
-// session or user, a forged or an expired one, finds nothing.
+// host's user, under r.<session>.<user digest>.<state>: keyed by the retry's
+// own session and user, so another's, a forged or an expired state finds
+// nothing.
 type stateRecord struct {
 	Session string     `json:"session"`
 	User    string     `json:"user"`
@@ -449,10 +445,9 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 	return &r, nil
 }
 
-// resumeStored is the retry of a call another facade process (or this
-// one, before a restart) asked its host about: the answer is published,
-// and the call is waited for on the bus until its deadline: its result,
-// or its bridged server's next question, the next round.
+// resumeStored serves the retry of a call any facade process asked its host
+// about: the answer is published and the call waited for until its
+// deadline, its result or the next question.
 func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
 	if errors.Is(err, errNotFound) {

@@ -46,10 +46,9 @@ type Config struct {
 	// open; a call waits up to its tool's timeout_ms, or this when longer.
 	// Zero means no minimum.
 	ParkWait time.Duration
-	// QuietHold is the longest a parked call holds the tools/call of a
-	// host that sent no progress token and runs no task (such hosts give
-	// up on their own: 60 s in the TypeScript SDK); the call is then
-	// answered that it is still parked, and stays parked; zero means 45s.
+	// QuietHold is the longest a parked call holds the tools/call of a host
+	// with no progress token nor task (which gives up on its own), then
+	// answers that it is still parked; zero means 45s.
 	QuietHold time.Duration
 	// ProgressEvery is how often a parked call sends a progress
 	// notification while it waits; zero means 10s.
@@ -113,10 +112,8 @@ type key struct {
 	stdio         bool
 }
 
-// New returns a Facade over the deployment cl talks to. Every call,
-// listing and answer is published on cl's connection: give the facade its
-// own, logged in as the facade's NATS user (security.RoleFacade), never
-// the router's.
+// New returns a Facade over the deployment cl talks to. Give it a connection
+// of its own logged in as security.RoleFacade, never the router's.
 func New(cl *client.Client, cfg Config) *Facade {
 	cfg.UserHeader = cmp.Or(cfg.UserHeader, "X-Toolbus-User")
 	cfg.ContextHeader = cmp.Or(cfg.ContextHeader, "X-Toolbus-Context")
@@ -211,10 +208,8 @@ func (f *Facade) Handler() http.Handler {
 	})
 }
 
-// acquireStatus is the HTTP status of a session the facade could not
-// serve: 403 when the router refused the identity (denied: on a secured
-// router the session is bound to another user, docs/security.md), else
-// 503 (full, closing, no router).
+// acquireStatus is the HTTP status of a session the facade could not serve:
+// 403 when the router denied the identity, else 503.
 func acquireStatus(err error) int {
 	var be *bus.Error
 	if errors.As(err, &be) && be.Code == bus.CodeDenied {
@@ -246,9 +241,8 @@ func sessionOf(r *http.Request) (id string, ok bool) {
 }
 
 // ServeStdio serves the session over stdio as user until ctx ends or in
-// closes, with Config.Confirm as its policy. Stdio has no authentication
-// of its own: it is for a desktop host whose user owns the facade's NATS
-// credentials.
+// closes, with Config.Confirm. Stdio has no authentication: it is for a
+// desktop host whose user owns the facade's credentials.
 func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in interface {
 	Read([]byte) (int, error)
 }, out interface{ Write([]byte) (int, error) }) error {
@@ -608,10 +602,9 @@ func (s *session) flush() {
 	}
 }
 
-// table is the (session, user) MCP servers a facade keeps, bounded by
-// MaxSessions (the least recently used idle one makes room) and swept of
-// those idle for longer than Idle (docs/mcp.md "Idle eviction"). At most
-// MaxSessions: a scan of them all costs less than keeping an order.
+// table is the (session, user) MCP servers a facade keeps: at most
+// MaxSessions (the least recently used idle one makes room; a scan costs
+// less than an order), swept of those idle longer than Idle.
 type table struct {
 	closing context.Context // the facade's: nothing is added once it ends
 	idle    time.Duration
@@ -639,10 +632,9 @@ func (t *table) use(k key) *session {
 	return s
 }
 
-// add keeps s as k's MCP server, counts a request on it and calls start
-// (its polling), all under the lock; it returns the one made meanwhile by
-// another request instead, counted the same, and errFull when max are
-// kept and all are busy.
+// add keeps s as k's MCP server, counts a request on it and calls start,
+// under the lock; it returns one made meanwhile instead, and errFull when
+// max are kept and all are busy.
 func (t *table) add(k key, s *session, start func()) (*session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -794,10 +786,8 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	}
 }
 
-// serveOwn answers over HTTP what the facade answers itself (take);
-// false leaves the request, body intact, to the next handler. A task
-// message of an MCP session carries its id, for the task's status
-// notifications.
+// serveOwn answers over HTTP what the facade answers itself (take); false
+// leaves the request, body intact, to the next handler.
 func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := postedBody(r)
 	if !ok {

@@ -76,10 +76,9 @@ const (
 // may use.
 const ScopeSessionPrefix = "toolbus:session:"
 
-// OAuth authenticates bearer JWTs (an Authenticator) and describes the
-// protected resource (RFC 9728): its metadata is served at
-// /.well-known/oauth-protected-resource (and every path below it), and
-// 401 answers name it (metaURL). It is safe for concurrent use.
+// OAuth authenticates bearer JWTs and serves the RFC 9728 metadata at
+// /.well-known/oauth-protected-resource, which 401 answers name. It is safe
+// for concurrent use.
 type OAuth struct {
 	cfg     OAuthConfig
 	metaURL string
@@ -144,11 +143,10 @@ func (o *OAuth) Metadata() server.ProtectedResourceMetadataConfig {
 		BearerMethodsSupported: []string{"header"}, ResourceName: "toolbus"}
 }
 
-// Authenticate implements Authenticator: the token must parse as a JWS
-// signed with one of Algorithms by a key of the JWKS (by kid; a token
-// without kid is tried against every key of a matching type), with the
-// configured issuer, an audience containing the resource, an exp in the
-// future and nbf/iat not in the future (within Leeway), and a user.
+// Authenticate checks the token: a JWS signed with one of Algorithms by a
+// JWKS key (by kid, else every key of its type), with the issuer, an
+// audience holding the resource, exp ahead, nbf/iat not ahead (within
+// Leeway), and a user.
 func (o *OAuth) Authenticate(r *http.Request) (Identity, error) {
 	raw, err := bearer(r)
 	if err != nil {

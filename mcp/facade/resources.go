@@ -26,10 +26,8 @@ import (
 )
 
 // Resources of a session (docs/mcp.md "Facade mapping: resources"): the
-// resources and templates of the bridged servers whose tools the session
-// lists, read through P.resources.<server> (docs/protocol.md 12), and the
-// session's stored outputs (nats-object:// references of its results),
-// read through P.outputs.<session> (docs/protocol.md 5.9).
+// bridged servers' resources, through P.resources.<server>, and the
+// session's stored outputs, through P.outputs.<session>.
 
 // DefaultMaxResource bounds what one resources/read of a stored output
 // returns (Config.MaxResource).

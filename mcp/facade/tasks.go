@@ -310,10 +310,8 @@ type taskRunners struct {
 	outputs  map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
-// run runs the task's call until it ends (then writes its end) or the
-// facade closes (the call goes on, and another process learns its end).
-// The call's context is the facade's, never the request's, so neither an
-// HTTP response nor a stdio request ends it.
+// run runs the task's call until it ends (then writes its end) or the facade
+// closes; its context is the facade's, never the request's.
 func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, h *taskFront, notify func(*taskRecord)) {
 	t.mu.Lock()
 	t.local[r.ID] = notify
@@ -488,10 +486,9 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 	return bridge.AwaitResult(ctx, ev, replyID, callID)
 }
 
-// interceptStdio puts the facade's own handling in front of mcp-go's
-// stdio server: lines take takes (session.take) are answered here, each
-// in its own goroutine (tasks/result waits); the others go on to mcp-go.
-// Both write through one lock, one message per write.
+// interceptStdio answers in front of mcp-go's stdio server the lines take
+// takes, each in its own goroutine, passing the others on; both write
+// through one lock.
 func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (*rpcMessage, func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
@@ -570,11 +567,9 @@ func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingIn
 	})
 }
 
-// taskView is a task as tasks/get (and notifications/tasks) show it: the
-// Task, with the extension's inlined members — inputRequests while
-// input_required; at 2026-07-28 the result of a completed task, the error
-// of a failed one, and ttlMs and pollIntervalMs beside 2025-11-25's ttl
-// and pollInterval, which mcp-go's clients read.
+// taskView is a task as tasks/get and notifications/tasks show it, with
+// the extension's members: inputRequests, the result or error at
+// 2026-07-28, and ttlMs and pollIntervalMs beside ttl and pollInterval.
 type taskView struct {
 	mcp.Task
 	TTLMs          *int64                     `json:"ttlMs,omitempty"`
@@ -677,11 +672,9 @@ func questionInput(a asked) pendingInput {
 // session its client is told of the task's changes on.
 type notifySessionKey struct{}
 
-// notifier returns how the client of ctx's task message is told of a
-// task's change (notifications/tasks/status, 2025-11-25) through its MCP
-// session; nil when it has none (2026-07-28: listen, tasks_store.go). mcp-go
-// drops the notice when the session has no stream here: tasks/get still
-// answers.
+// notifier returns how ctx's MCP session is told of a task's change
+// (notifications/tasks/status, 2025-11-25); nil when it has none
+// (2026-07-28 uses listen).
 func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
 	sid, _ := ctx.Value(notifySessionKey{}).(string)
 	if sid == "" {
@@ -708,11 +701,9 @@ func (t *taskRunners) notify(r *taskRecord) {
 	}
 }
 
-// An MCP task whose call goes on in the background (docs/protocol.md
-// 5.10: a result in state "background" with a task handle) follows that
-// bus task to its end: its record names the bus task (BusTask), tasks/get
-// on any process follows it (P.tasks.<session>, wait), and tasks/cancel
-// cancels it instead of the batch, which ended at the handoff.
+// An MCP task whose call goes on as a bus task (docs/protocol.md 5.10)
+// follows it: the record names it (BusTask), any process waits for it, and
+// tasks/cancel cancels it.
 
 // busTasks is what following bus tasks needs (client.Tasks).
 type busTasks interface {
@@ -731,10 +722,9 @@ const (
 	busRetryMax = 5 * time.Second
 )
 
-// awaitBusTask waits until session's bus task id (or ctx) ends and
-// returns its result. A wait no router answered is asked again (with a
-// growing pause); a refusal ends it, and so does a task that is not the
-// call callID of batch replyID.
+// awaitBusTask waits until session's bus task id (or ctx) ends and returns
+// its result, asking again with a growing pause when no router answered; a
+// refusal, or a task not of call callID of replyID, ends it.
 func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID string) (*bus.Result, error) {
 	pause := 100 * time.Millisecond
 	for {
@@ -822,11 +812,9 @@ func handleWithoutSchema(res *mcp.CallToolResult) bool {
 	return true
 }
 
-// maxStatusOutput bounds the output so far that tasks/get shows in a
-// task's status message (its last bytes). A bus task's output read serves
-// the tasks/get of outputEvery (the output verb reads the session's
-// stored events: hosts polling every 500 ms must not each cost one);
-// maxOutputCache bounds the reads a process keeps.
+// maxStatusOutput bounds the output so far (its last bytes) in a task's
+// status message; one output read serves outputEvery, so polling hosts do
+// not each cost one, and maxOutputCache bounds the reads kept.
 const (
 	maxStatusOutput = 1024
 	outputEvery     = 2 * time.Second
@@ -894,10 +882,9 @@ func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
 	return *r.Task, true
 }
 
-// followBus records that task r's call goes on as bus task id and waits
-// for its end (within the record's TTL). live is false when the record
-// had ended already (a tasks/cancel before the bus task was recorded: it
-// is cancelled here) or this process has no bus tasks to follow.
+// followBus records that task r's call goes on as bus task id and waits for
+// its end within the record's TTL; live is false when the record had ended
+// (the bus task is then cancelled) or no bus tasks can be followed.
 func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, live bool, err error) {
 	if t.tasks == nil {
 		return nil, false, nil
