@@ -266,10 +266,9 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	return x.sessionView(e.SessionID, sess), nil
 }
 
-// parkedList lists the calls parked in a session (all when ""), every one
-// parked before the request included, whichever router parked it: the
-// cache is brought up to the bucket's last write first, for at most
-// parkedListWait (then it lists what it has).
+// parkedList lists the calls parked in a session (all when ""), whichever
+// router parked them, after bringing the cache up to the bucket's last write
+// (for at most parkedListWait).
 func (x *adminVerbs) parkedList(ctx context.Context, session string) map[string]any {
 	ctx, cancel := context.WithTimeout(ctx, parkedListWait)
 	defer cancel()

@@ -18,10 +18,9 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// answers takes answers to parked calls on P.answer.<tool> and
-// P.approve.<tool> (docs/protocol.md 6.3): it validates each, gives package
-// parked its verdict (decideAnswer), then reports the call's result; the
-// batch resumes when the call was the last one awaited.
+// answers takes answers on P.answer.<tool> and P.approve.<tool>
+// (docs/protocol.md 6.3): validated, decided (decideAnswer), then the call's
+// result reported; the batch resumes after its last awaited call.
 type answers struct {
 	*wire
 	parked  parkedCalls
@@ -373,16 +372,12 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 // batch when it was the last one awaited.
 func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, res, r.parked.Resume) }
 
-// mend completes, as its router would have, a call that router ended and
-// stopped before its result joined the batch (parked.Mends.Stranded,
-// docs/protocol.md 6.1): the same call.result event, by its id, then the
-// result joins the continuation unless it did meanwhile.
+// mend completes, as its stopped router would have, a call whose result
+// never joined the batch (parked.Mends.Stranded, docs/protocol.md 6.1).
 func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }
 
-// redo publishes again, as its router would have, the call.result and the
-// batch.done of a lone parked call whose router ended it and is gone
-// (parked.Mends.Lone, docs/protocol.md 6.1, 1.13), both by their ids, so
-// the events stream stores each once.
+// redo publishes again, by their ids, the call.result and batch.done of a
+// lone parked call whose router is gone (parked.Mends.Lone, 1.13).
 func (r *answers) redo(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Redo) }
 
 // record reports rec's result res, has join add it to the batch (Resume,
@@ -390,11 +385,9 @@ func (r *answers) redo(rec *parked.Record) { r.record(rec, *rec.Result, r.parked
 func (r *answers) record(rec *parked.Record, res bus.Result, join func(context.Context, *parked.Record, bus.Result, func(*parked.Batch)) (*parked.Batch, bool, error)) {
 	ctx, cancel := r.landing()
 	defer cancel()
-	// The call.result event goes out before the continuation records the
-	// result, on the connection that records it: whichever router then
-	// publishes batch.done does so after this event was delivered. Its id
-	// is the call's (docs/protocol.md 3.4): a router that mends the batch
-	// after this one stopped sends it again, and the stream stores it once.
+	// The call.result goes out before the continuation records the result,
+	// on the same connection, so any batch.done follows it; its id is the
+	// call's, so a mender's copy is stored once (docs/protocol.md 3.4).
 	report := func(cont *parked.Batch) {
 		var trace [2]string
 		if cont != nil {

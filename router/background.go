@@ -118,10 +118,9 @@ type flight struct {
 	res  bus.Result
 }
 
-// wait is the result of copy c of the call f runs: f's outcome, without a
-// run of its own. A cancel of c's batch (ctx) ends the wait (the first run
-// goes on); ctx's deadline does not, since the outcome comes at the first
-// run's, which is earlier.
+// wait is the result of copy c of the call f runs, without a run of its own.
+// A cancel of c's batch (ctx) ends the wait; ctx's deadline does not, the
+// first run's being earlier.
 func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 	select {
 	case <-f.done:

@@ -299,11 +299,9 @@ func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus
 	return &res
 }
 
-// auditTrail is the audit middleware (docs/guardrails.md "Audit trail"):
-// one record per call that ends without parking, awaited before the reply
-// (audited); parked calls are recorded when they end (recordParked),
-// refused batches by refused. The permission decision comes with the call
-// (callState.rule).
+// auditTrail is the audit middleware (docs/guardrails.md "Audit trail"): one
+// record per call that ends without parking, awaited before the reply;
+// parked calls are recorded when they end, refused batches by refused.
 type auditTrail struct {
 	tr       trail
 	id       string // the router's
@@ -334,10 +332,8 @@ func (a *auditTrail) wrap(next Executor) Executor {
 	})
 }
 
-// record publishes the audit record of call c of batch b without
-// waiting; audited waits for it before the reply. A call recorded twice
-// (a cancel racing its end) is stored once: the call key is the record's
-// message id.
+// record publishes the audit record of call c of batch b without waiting
+// (audited waits); its message id is the call key, so it is stored once.
 func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	rec := a.callRecord(b.session, b.replyID, c.call, b.data.User, res, audit.Allow)
 	if !b.start.IsZero() {
@@ -375,11 +371,9 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	b.mu.Unlock()
 }
 
-// audited waits until P_AUDIT holds the audit records of b's calls so far,
-// beside the wait for the batch's events, so the reply follows every record
-// of the calls it carries. A record not stored within the trail's max_wait
-// is counted and logged in full (lose), and the reply goes out: the calls
-// ran. A nil trail (audit off) waits for nothing.
+// audited waits until P_AUDIT holds the records of b's calls so far, so the
+// reply follows them; one not stored within max_wait is counted and logged in
+// full, and the reply goes out. A nil trail waits for nothing.
 func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	if a == nil {
 		return
@@ -439,10 +433,9 @@ func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pendi
 	}
 }
 
-// natsUser is the NATS user whose credentials alone may publish in
-// session: its own agent user, bound to a user or not (docs/security.md;
-// 1.13, before only a bound one); "" when the router is open or the
-// session is the shared agent's (then any agent or operator may have).
+// natsUser is the NATS user whose credentials alone may publish in session,
+// its own agent user (docs/security.md, 1.13); "" on an open router or for
+// the shared agent's sessions.
 func (a *auditTrail) natsUser(session string) string {
 	if a.ids == nil || !bus.ValidID(session) || sharedAgents(a.ids, session) {
 		return ""
@@ -462,10 +455,8 @@ func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.R
 	return rec
 }
 
-// unboundCaller is the one caller every unbound session's refusals count
-// against: any agent, the facade or the operator may publish there, and a
-// session id is the sender's to vary, so one bound for all of them keeps a
-// flood from filling the trail.
+// unboundCaller is the one caller all unbound sessions' refusals count
+// against, since their session ids are the sender's to vary.
 const unboundCaller = "unbound"
 
 // refusedWait bounds the wait for a refusal's record to be stored.
@@ -480,10 +471,8 @@ func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string,
 		return
 	}
 	if !bus.ValidID(session) {
-		// The shared agent may publish on any token (P.call.x%y): such a
-		// refusal is recorded under no session, the token quoted (issue
-		// 26, held-out attack: it escaped the trail), and counted with
-		// every unbound session's.
+		// The shared agent may publish on any token: such a refusal is
+		// recorded under no session, the token quoted (issue 26).
 		if len(session) > 128 {
 			session = session[:128]
 		}

@@ -67,11 +67,9 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	got, err := s.conts.Park(ctx, run)
 	if errors.Is(err, parked.ErrNotOwner) {
-		// Another router took this continuation over (this router's lease
-		// lapsed while it ran, docs/protocol.md 6.1): the batch is its, and
-		// it parks these calls. This copy stops here; ending them internal
-		// would publish call.result events (and at last a batch.done, with
-		// the id that router's will have) for calls that are parked.
+		// Another router took this continuation over (docs/protocol.md 6.1)
+		// and parks these calls; ending them here would publish events for
+		// parked calls, so this copy stops.
 		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
 		return false
 	}
@@ -373,11 +371,10 @@ func sameCall(b *batch, rec *parked.Record) error {
 	return nil
 }
 
-// Dedupe: a batch re-sent with the same (session, reply id) must not run
-// anything twice and must answer what the first copy got. A call that is
-// not read-only has its P_ledger entry (once); a batch that parked, its
-// continuation (parkStep.adopt); a parked call that settled since, its
-// P_parked record (parkStep.reuse). Read-only calls run again.
+// Dedupe (docs/protocol.md 3.1): a re-sent batch runs nothing twice and
+// answers what the first copy got, from P_ledger for write calls, the
+// continuation (adopt) or the call records (reuse). Read-only calls run
+// again.
 
 // reuse finishes, with the result an earlier copy of this batch recorded,
 // each call that copy parked and that has settled since. It returns the

@@ -213,10 +213,8 @@ type jsPull struct {
 }
 
 // pullOf checks q's bounds (docs/protocol.md 3.4), fills in its default
-// batch and returns the JetStream pull it asks for. A heartbeat must leave
-// room for two in the wait (nats-server refuses more) and be no shorter
-// than bus.MinConsumerHeartbeatMS, so that a pull costs at most 60 of them
-// (docs/security.md).
+// batch and returns its JetStream pull; a heartbeat must fit twice in the
+// wait and be at least bus.MinConsumerHeartbeatMS (docs/security.md).
 func pullOf(q *bus.ConsumerNext) (jsPull, error) {
 	if q.Batch == 0 {
 		q.Batch = defaultBatch
@@ -448,11 +446,9 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 	return parked.Want{Kind: kind, Tool: tool}, true
 }
 
-// relayHandoff reads one pull of consumer c and sends, on m's reply
-// subject, the request of every record want grants (header Nats-Sequence:
-// its stream sequence) as JetStream would: up to the pull's batch, then a
-// closing Status 404 (no wait: nothing more), 408 (the wait ended) or 409
-// (the consumer is gone).
+// relayHandoff reads one pull of consumer c and sends on m's reply subject
+// the request of every record want grants, as JetStream would (header
+// Nats-Sequence), then a closing status 404, 408 or 409.
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
 	select {
 	case r.pulls <- struct{}{}:

@@ -262,18 +262,14 @@ func newTurn(session, replyID string, trace [2]string, expiry string, data bus.B
 }
 
 // Identities binds sessions to the toolbus users whose credentials alone
-// may publish in them (docs/security.md "Identities"): NATS permissions
-// let only the session's own agent user (and the operator) publish on
-// P.call.<s> and P.tools.<s>, so a batch there comes from that user.
+// may publish in them (docs/security.md "Identities").
 // security.Bindings implements it.
 type Identities interface {
 	// UserOf returns the toolbus user session is bound to, and whether
 	// it is bound at all.
 	UserOf(session string) (user string, bound bool)
 	// OwnAgent reports whether session has an agent login of its own
-	// (session-<s>), bound to a user or not (1.13): only that login may
-	// act in it, so its batches are that login's, not the shared agent's.
-	// A bound session has one.
+	// (session-<s>, 1.13), whose batches are then not the shared agent's.
 	OwnAgent(session string) bool
 }
 

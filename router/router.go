@@ -49,10 +49,7 @@ type Config struct {
 	// Store sizes the JetStream resources the router creates at start.
 	Store store.Config
 	// MaxInflight bounds the messages the router handles at once; zero
-	// means 4096. Beyond it a batch or tools query with a reply subject
-	// waits for a slot (at most MaxQueued of them, each at most QueueWait)
-	// and is otherwise answered busy at once; other messages wait in the
-	// subscription (admission, below).
+	// means 4096 (admission, below).
 	MaxInflight int
 	// MaxSessionInflight bounds the slots one session's batches and tools
 	// queries hold at once (shares.go); zero means
@@ -91,14 +88,11 @@ type Config struct {
 	// their tools' subjects (docs/security.md).
 	RefuseSharedRegister bool
 	// Identities, when set, binds sessions to users by their credentials
-	// (docs/security.md): a batch's user comes from them, not the claim,
-	// and confirmations go to P.approve.<tool> only. nil runs the router
-	// open, as before.
+	// (docs/security.md); nil runs the router open.
 	Identities Identities
-	// Lease is how long a router's claim on work (a running ledger claim,
-	// a parked batch it runs, an answer it settles) lives without being
-	// renewed; renewals come every Store.Heartbeat. Past it, another router
-	// (a re-sent batch) takes the work over. Zero means three heartbeats.
+	// Lease is how long a router's claim on work lives unrenewed (renewals
+	// every Store.Heartbeat) before another router takes it over; zero
+	// means three heartbeats.
 	Lease time.Duration
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
@@ -473,11 +467,9 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		return
 	}
 	if r.isRegistration(m.Subject) {
-		// Slots of their own (docs/security.md): an agent can hold every
-		// MaxInflight slot for minutes (task waits, copies of a batch
-		// waiting for its running call), and a worker whose beats waited
-		// behind them was taken for vanished, its calls ended
-		// unknown_outcome. Back-pressure past maxBeats, as before.
+		// Slots of their own (docs/security.md): agents can hold every slot
+		// for minutes, and beats waiting behind them made live workers look
+		// vanished.
 		r.beats <- struct{}{}
 		r.handle(r.beats, h, m, share{})
 		return
@@ -599,10 +591,8 @@ func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
-		// Registrations stay served until the work is done: heartbeats
-		// are not new work, and without them (with no other router to
-		// record them) the watchdog would take the workers of the calls
-		// still running for vanished. The unwind drains them first.
+		// Registrations stay served until the work is done, or the watchdog
+		// would take the running calls' workers for vanished.
 		r.life.Defer(func(ctx context.Context) error {
 			for _, s := range register {
 				_ = s.Drain()
@@ -634,9 +624,7 @@ func (x *subscriptions) all() []*nats.Subscription {
 }
 
 // drain stops the micro service and drains every subscription but those
-// whose subject keep takes (the registrations'), which it returns:
-// unsubscribed on the server at once, messages already delivered are still
-// handled.
+// keep takes, which it returns.
 func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep func(subject string) bool) (kept []*nats.Subscription) {
 	x.mu.Lock()
 	subs, svc := x.list, x.svc
@@ -865,9 +853,8 @@ func (a *admission) admit(m *nats.Msg, shed bool) bool {
 }
 
 // wait queues m for a slot, at most queueWait and behind at most maxQueued
-// others, and runs run once it has one; else m is answered busy, and
-// undone called. The caller's Enter on the life is matched here when run
-// does not run.
+// others, and runs run once it has one; else answers busy and calls undone.
+// The caller's life Enter is matched here when run does not run.
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)

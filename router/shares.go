@@ -20,9 +20,7 @@ func DefaultSessionShare(maxInflight int) int {
 }
 
 // sharedPool is the slots the shared agent's sessions may hold together
-// on a router with identities: three quarters, so the sessions with agent
-// logins of their own keep a quarter (as replays keep 256 of the events stream's 1,024 consumers
-// for them, docs/security.md).
+// with identities: three quarters, the rest kept for own logins.
 func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
 
 // shares counts the slots held per session. The zero value counts
