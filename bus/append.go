@@ -40,10 +40,8 @@ func appendRaw(b []byte, raw json.RawMessage) []byte {
 }
 
 // appendCompact appends raw without insignificant whitespace, as
-// json.Marshal writes a json.RawMessage: a worker sees an agent's user and
-// context as the router would have written them. JSON without whitespace
-// bytes is copied as it is; raw that is not JSON is copied too (the
-// callers that take raw from outside check it first).
+// json.Marshal writes a json.RawMessage; raw that is not JSON is copied as
+// it is (callers check outside input first).
 func appendCompact(b []byte, raw []byte) []byte {
 	if !hasSpace(raw) {
 		return append(b, raw...)

@@ -62,10 +62,8 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	if !ok || !p.end() || seen&1 == 0 {
 		return false
 	}
-	// The strings and the raw members in one buffer: each raw member a
-	// slice of it whose capacity ends where it does (an append to one
-	// reallocates it), each string made of bytes written once, before it
-	// is, and never again (as strings.Builder makes its strings).
+	// The strings and raw members share one buffer; each raw member's
+	// capacity ends where it does, so an append reallocates it.
 	n := len(events) + len(user) + len(context)
 	for _, c := range calls {
 		n += len(c.id) + len(c.name) + len(c.input)

@@ -150,9 +150,8 @@ type ParkRecord struct {
 func (r *ParkRecord) Key() string { return CallKey(r.Session, r.ReplyID, r.Call.ID) }
 
 // An event published with HeaderLiveOnly set to LiveOnly reaches live
-// subscribers of its subject and is not stored: the stream that captures
-// the subject refuses a message that expects another stream
-// (docs/protocol.md 3.4, call.parked).
+// subscribers only: the capturing stream refuses a message expecting another
+// stream (docs/protocol.md 3.4).
 const (
 	HeaderLiveOnly = "Nats-Expected-Stream"
 	LiveOnly       = "toolbus-live-only"

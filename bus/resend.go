@@ -87,10 +87,8 @@ func CallDigest(name string, input json.RawMessage) string {
 	return d
 }
 
-// CompactCallDigest is CallDigest of 1.12: the input compacted, not
-// canonical, so two inputs whose members come in another order differ.
-// The ledger keeps it too (its `call` member), for the routers of 1.12
-// that compare only it, until none runs.
+// CompactCallDigest is 1.12's CallDigest (the input compacted, not
+// canonical), kept in the ledger's `call` member for 1.12 routers.
 func CompactCallDigest(name string, input json.RawMessage) string {
 	var buf [512]byte
 	b := append(append(buf[:0], name...), 0)

@@ -9,11 +9,9 @@ import (
 	"github.com/toolbus/toolbus/internal/slab"
 )
 
-// An event's id and time are carved out of shared blocks (internal/slab):
-// Head made three small strings per event before (nuid's id, the time and
-// the cached time's stamp), and the router sends three events per call.
-// Each P keeps its own id generator and cached time beside its block, so
-// none of them takes a lock.
+// An event's id and time are carved out of shared blocks (internal/slab),
+// each P with its own id generator and cached time: no lock, one allocation
+// for many events.
 type local struct {
 	slab.Carver
 	id   idGen
@@ -94,10 +92,8 @@ func (g *idGen) append(b []byte) []byte {
 	return append(b, s[:]...)
 }
 
-// EventsMsg is Events(session) carved out of a shared block, for the
-// subject of a message that is sent and let go (the router names one per
-// call for its events): no allocation of its own. A subject that is kept
-// (a subscription's, a record's) is Events', which holds no block.
+// EventsMsg is Events(session) carved out of a shared block, for the subject
+// of a message sent and let go; a subject that is kept is Events'.
 func (s Subjects) EventsMsg(session string) string {
 	l := locals.Get().(*local)
 	subj := l.Make(len(s.p)+len("events.")+len(session), func(b []byte) []byte {

@@ -17,10 +17,8 @@ import (
 // schemas inside are values, never looked into; everything else is lenient.
 
 // DecodeStrict decodes the JSON object b into v, refusing unknown members
-// (the strict decoding of docs/protocol.md 7.4, which offload's
-// output.get shares).
-// The error is a bad_request *Error: "<noun> must be a JSON object" for
-// another value, else a message that starts with what and names the member.
+// (docs/protocol.md 7.4). The error is a bad_request *Error: "<noun> must be
+// a JSON object", or one starting with what and naming the member.
 func DecodeStrict(b []byte, v any, noun, what string) error {
 	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeBadRequest, "%s must be a JSON object", noun)
@@ -147,10 +145,9 @@ func (a *Answer) CheckKind(kind string) error {
 	return nil
 }
 
-// UnmarshalJSON decodes a registration. Its top level is lenient; each
-// group is decoded strictly and a bad one fails the whole registration (a
-// bad_request *Error); each tool definition is decoded strictly, and one
-// that fails is left out of Tools and listed in Refused with the reason.
+// UnmarshalJSON decodes a registration leniently at the top: a bad group
+// fails it whole (bad_request), a bad tool definition is left out of Tools
+// and listed in Refused.
 func (r *Register) UnmarshalJSON(b []byte) error {
 	type plain Register
 	var p struct {

@@ -74,10 +74,9 @@ type Limits struct {
 	Max int64
 }
 
-// Offloader stores the large blocks of outputs in one outputs bucket. It is
-// safe for concurrent use. It only publishes to the bucket's subjects
-// (put, below): no JetStream API call, so a writer needs no read permission
-// on the store (routers create it, store.Setup).
+// Offloader stores the large blocks of outputs in one outputs bucket, by
+// publishing only (put), so a writer needs no read permission. It is safe
+// for concurrent use.
 type Offloader struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -260,10 +259,9 @@ func (o *Offloader) spill(ctx context.Context, w writer, name string, b bus.Bloc
 	return []bus.Block{ref}, nil
 }
 
-// headTail is what stays inline of a stored text: its beginning and its
-// end (together at most keep bytes: three quarters and one quarter, cut
-// at runes), and a note with its size, digest and reference, and how to
-// read any part of it (docs/protocol.md 11, read_output).
+// headTail is what stays inline of a stored text: its beginning and end
+// (three quarters and a quarter of keep bytes, cut at runes) and a note on
+// its size, digest, reference and how to read it (read_output).
 func headTail(s string, keep int, ref bus.Block) string {
 	r, _ := ParseRef(ref.URL)
 	keep = max(keep-len(ref.URL)-320, min(keep, 64)) // the note's room
@@ -416,11 +414,9 @@ func hexDigest(meta string) string {
 
 func sumHex(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
 
-// The headers that bind a stored output to its call (protocol 5.9): the
-// session and the call key (<session>.<replyid>.<callid>). A router
-// accepts a result's reference only when they name that call, and serves
-// an object on P.outputs.<session> only when Toolbus-Session names that
-// session.
+// The headers that bind a stored output to its call (protocol 5.9): a
+// router accepts a reference only when they name that call, and serves an
+// object on P.outputs.<session> only when Toolbus-Session names the session.
 const (
 	HeaderSession = "Toolbus-Session"
 	HeaderCall    = "Toolbus-Call"

@@ -165,10 +165,9 @@ type chunk struct {
 	n   int
 }
 
-// walk reads every chunk of the object info describes, in order, and
-// returns where each is, checking the count, the size and the SHA-256
-// against want (hex). A mismatch is errTampered; a missing chunk
-// ErrNotFound. It reads the whole object once.
+// walk reads every chunk of the object info describes, in order, checking
+// count, size and SHA-256 against want (errTampered; a missing chunk
+// ErrNotFound), and returns where each is.
 func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, error) {
 	var chunks []chunk
 	obj := NewObject(int64(info.Size), "", want, s.chunkReader(ctx, info, func(m *store.StreamMsg, off int64) {
@@ -274,10 +273,9 @@ func (o *Object) Close() error {
 	return nil
 }
 
-// Open opens the object a reference names by reading the bucket itself
-// (an operator's read: `toolbus fetch --direct`), from the stream leader,
-// retrying "not found" briefly (NotFoundRetry). A reference with a digest
-// must match the object's; the bytes are checked at the end of the read.
+// Open opens the object ref names from the stream leader (an operator's
+// read: `toolbus fetch --direct`), retrying "not found" briefly; a digest in
+// ref must match, and the bytes are checked at the end.
 func (s *Store) Open(ctx context.Context, ref string) (*Object, error) {
 	r, err := ParseRef(ref)
 	if err != nil {
