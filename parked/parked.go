@@ -138,17 +138,15 @@ type Run struct {
 
 // Parking is what Park did.
 type Parking struct {
-	// Before: an earlier copy of the batch parked first and Batch is that
-	// copy's continuation (nil: unreadable); of the run's calls it waits
-	// for, Parked has the records as stored, those the earlier copy had
+	// Before: an earlier copy parked first and Batch is its continuation
+	// (nil: unreadable); Parked has the records it waits for, those it had
 	// not written yet written now (Store.join).
 	Before bool
 	Batch  *Batch
 	Parked []*Record
 	Failed map[string]error // by call id: the calls that could not park
-	// Differs, with Before: the earlier copy holds other calls than this
-	// one (bus.SameCalls: ids, names, inputs), and this copy is refused
-	// with it: nothing of it parked, none of its records was written
+	// Differs, with Before: the earlier copy holds other calls
+	// (bus.SameCalls), and this copy is refused with it, nothing written
 	// (docs/protocol.md 3.1, 1.12).
 	Differs error
 }
@@ -216,11 +214,8 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 				// its result as any call that could not park.
 				err = errCancelledFirst
 			default:
-				// Another copy of this batch, which found this one's
-				// continuation, parked the call first (join): it is parked,
-				// and may be answered or ended since (its result joins the
-				// continuation as any parked call's does; the last one may
-				// have removed it already).
+				// Another copy, which found this one's continuation, parked
+				// the call first (join); it may have been answered since.
 				out.Parked = append(out.Parked, prev)
 				continue
 			}
@@ -1076,10 +1071,9 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	return out
 }
 
-// remove deletes b, read at its revision: a re-sent copy's continuation
-// that found the first copy's batch carried in a record (parkCalls). A
-// delete whose outcome is unknown (a lost acknowledgement, a leader
-// change) landed when the key is gone; false when b changed meanwhile.
+// remove deletes b at its revision (a re-sent copy's continuation whose
+// first copy was carried in a record); an unknown outcome landed when the
+// key is gone. False when b changed meanwhile.
 func (s *conts) remove(ctx context.Context, b *Batch) bool {
 	err := store.Retry(ctx, store.UntilLanded, func(ctx context.Context) error {
 		if s.kv.Delete(ctx, b.Key(), jetstream.LastRevision(b.rev)) == nil {
@@ -1103,10 +1097,9 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 
 var errChanged = errors.New("parked: the continuation changed")
 
-// update applies fn (which may run more than once; its error writes
-// nothing) to the latest continuation with compare-and-set, retried until
-// it lands or ctx ends: it records results that end calls. It returns an
-// error satisfying store.IsNotFound when there is no continuation.
+// update applies fn (perhaps more than once; its error writes nothing) to the
+// latest continuation with compare-and-set until it lands or ctx ends; no
+// continuation is an error satisfying store.IsNotFound.
 func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
@@ -1229,10 +1222,9 @@ type shared struct {
 	cfg Config
 }
 
-// calls holds the parked call records (keys <session>.<replyid>.<callid>):
-// their transitions, live handoff requests, and the watch-fed cache of the
-// records in status parked and in status answered (whose lease another
-// router may take over), with this router's own writes noted.
+// calls holds the parked call records: their transitions, live handoff
+// requests, and the watch-fed cache of the parked and answered records,
+// with this router's own writes noted.
 type calls struct {
 	shared
 	subj   bus.Subjects
@@ -1399,10 +1391,9 @@ var answerPolicy = store.Policy{}
 // expired or cancelled without one; one racing router wins.
 func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
 	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
-		// The write that ends the call names the router that ended it:
-		// when the call carries its batch, that router publishes
-		// batch.done, and the others judge by its presence whether it
-		// could (Mends.Lone, docs/protocol.md 6.1, 1.13).
+		// The ending write names its router: when the call carries its batch
+		// that router publishes batch.done, and others judge by its presence
+		// (Mends.Lone, docs/protocol.md 6.1, 1.13).
 		r.Status, r.Result, r.Owner = to, &res, s.cfg.Owner
 		return nil
 	})
@@ -1440,10 +1431,8 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 	return r, nil
 }
 
-// takeOverAnswers claims the answered calls whose router has not renewed
-// its lease since cutoff (it died before making the call's result); the
-// records returned are this router's to settle again (through the ledger,
-// so a side effect is not repeated).
+// takeOverAnswers claims the answered calls whose router has not renewed its
+// lease since cutoff; this router settles them again, through the ledger.
 func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
 	var out []*Record
 	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
@@ -1467,10 +1456,9 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 // parked records through a router, which turns each into its request event
 // (Request); live subscribers get it on P.external.<tool> / P.confirm.<tool>.
 
-// live publishes r's request on P.external.<tool> or P.confirm.<tool>
-// (Config.Publish; none when nil), unless the caller executes the tool
-// itself (request-scoped). A lost publish loses nothing: followers read
-// the record.
+// live publishes r's request on P.external.<tool> or P.confirm.<tool> unless
+// the caller runs the tool itself; a lost publish loses nothing (followers
+// read the record).
 func (s *calls) live(r *Record) {
 	if s.cfg.Publish == nil || r.RequestScoped {
 		return
@@ -1611,10 +1599,8 @@ func (e *endings) note(key string, r *Record) {
 	}
 }
 
-// noteLone notes when r, the record of key, ended a call that carried its
-// batch (docs/protocol.md 6.1, 1.6), and the router its write names; a
-// record that did not, or names no router (a router of 1.12 wrote it), is
-// not noted. Past max notes, new ones are dropped (logged by Mends.Lone).
+// noteLone notes when r ended a call that carried its batch, and the router
+// its write names (none from 1.12 routers); past max, notes are dropped.
 func (e *endings) noteLone(key string, r *Record) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -1784,10 +1770,9 @@ func (l *leaseSet[K]) held() []K {
 	return out
 }
 
-// renewOwned renews, with compare-and-set, the lease of every record of l
-// that this router still owns (touch renews it and reports whether it
-// does); one that moved on (errNotOwner, or gone) is let go. It returns
-// the last other error.
+// renewOwned renews with compare-and-set the lease of every record of l this
+// router still owns (touch); one that moved on is let go. It returns the
+// last other error.
 func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) (failed error) {
 	for _, key := range l.held() {
 		_, _, err := cas(ctx, kv, string(key), p, errNotOwner, func(v *T) error {
@@ -1809,9 +1794,6 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 
 var errNotOwner = errors.New("parked: not the owner")
 
-// ErrNotOwner is (errors.Is) the error of Park on a continuation that
-// another router holds: it took the batch over once this router's lease
-// lapsed (docs/protocol.md 6.1), or, for a lone run some of whose calls did
-// not park, it resumed or finished the batch meanwhile; so this router's
-// copy of the batch stops.
+// ErrNotOwner is (errors.Is) Park's error on a continuation another router
+// holds (it took the batch over, or moved a lone run on): this copy stops.
 var ErrNotOwner = errNotOwner
