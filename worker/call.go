@@ -93,10 +93,9 @@ func (c *Call) ContextValue(key string, v any) (bool, error) {
 	return true, json.Unmarshal(raw, v)
 }
 
-// Progress publishes an io.toolbus.call.progress event with the blocks on
-// the session's events subject. It never becomes part of the result. Large
-// blocks are stored as for results (Config.InlineLimit); blocks above
-// Config.MaxOutput are an error and nothing is published.
+// Progress publishes an io.toolbus.call.progress event with the blocks,
+// never part of the result; large blocks are stored as results' are, and
+// blocks above Config.MaxOutput are an error, nothing published.
 func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
@@ -272,11 +271,9 @@ func (c *callCtx) stop() {
 	}
 }
 
-// cause is context.Cause of the context, without making it. Unmade, it
-// is its parent's, or the stop's when that came first; a deadline that
-// passed before the parent ended is not told apart (only the drain's
-// check asks, after the call returned: such a call is then not answered,
-// and its router answered it timeout already).
+// cause is context.Cause of the context without making it: its parent's, or
+// the stop's when first; an expired deadline is not told apart (the router
+// answered timeout already).
 func (c *callCtx) cause() error {
 	if c.made.Load() {
 		return context.Cause(c.ctx)

@@ -228,11 +228,8 @@ type registrar struct {
 	answered   atomic.Bool // a router acknowledged a request of this worker
 }
 
-// heartbeat registers every beat until ctx ends. A registration already
-// sent is not abandoned when ctx ends: it is waited for until a router
-// answers it or a beat passes, so that Drain, which waits for this loop,
-// sends its leave after it and a router cannot apply the heartbeat after
-// the leave (which kept the worker's tools listed for three more beats).
+// heartbeat registers every beat until ctx ends, waiting for a registration
+// already sent so Drain's leave cannot be overtaken by it.
 func (r *registrar) heartbeat(ctx context.Context) {
 	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
 }
@@ -297,10 +294,8 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 		parts = append(parts, &part{subject: r.subj.Workers.Register(d.Name), reg: one})
 	}
 	if r.ordered() {
-		// Until every request was acknowledged once, one after another:
-		// routers list tools and groups in the order of their first
-		// registration (docs/protocol.md 7.4), and requests sent at once
-		// are stored in any order.
+		// One after another until each was acknowledged once: routers list
+		// in first-registration order (docs/protocol.md 7.4).
 		for _, p := range parts {
 			p.ack, p.err = r.request(ctx, p.subject, p.reg)
 		}
@@ -341,10 +336,8 @@ func (r *registrar) ordered() bool {
 }
 
 // request sends one registration on subject and returns its
-// acknowledgement. A request the NATS server refused (the login may not
-// publish there: its credentials do not let it define that tool or group,
-// docs/security.md) times out; the connection's last error says why, and
-// so does the error returned.
+// acknowledgement. One the server refused (no permission for that tool,
+// docs/security.md) times out, and the error says why.
 func (r *registrar) request(ctx context.Context, subject string, reg bus.Register) (*bus.RegisterAck, error) {
 	e, err := bus.NewEvent(bus.TypeRegister, r.source, reg)
 	if err != nil {

@@ -56,11 +56,9 @@ type Config struct {
 	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
-	// InlineLimit is the encoded size of an output (its "output" array as
-	// JSON) above which its largest blocks are stored in the outputs object
-	// store and replaced by references (docs/protocol.md 5.9); zero means
-	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
-	// less 64 KiB for the envelope, caps it in any case.
+	// InlineLimit is the encoded size of an output above which its largest
+	// blocks are stored as references (docs/protocol.md 5.9); zero means
+	// offload.DefaultInlineLimit, capped by the payload limit less 64 KiB.
 	InlineLimit int
 	// MaxOutput is the encoded output size above which a result is refused,
 	// even by the object store: the call ends as a tool error that says so.
@@ -362,10 +360,9 @@ func (w *Worker) onExec(t *tool, r *request) {
 		return
 	default:
 	}
-	// Every slot is busy. The request waits for one in a goroutine, so
-	// that this callback returns at once and the NATS client never drops
-	// requests as a slow consumer (silent: the router waited for the
-	// call's timeout); past maxWaiting it is answered busy at once.
+	// Every slot is busy: the request waits in a goroutine, so the
+	// callback returns and the client never drops it as a slow consumer;
+	// past maxWaiting it is answered busy.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
 		w.waiting.Add(-1)
 		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
@@ -563,10 +560,8 @@ func (w *Worker) drain(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Drain: the micro service drains its endpoint subscriptions, so
-	// requests already delivered to this worker are still served; a flush
-	// makes sure the server has seen the unsubscribes, then we wait for the
-	// calls accepted so far.
+	// Drain the endpoints (delivered requests are still served), flush so
+	// the server saw the unsubscribes, then wait for the accepted calls.
 	var err error
 	if w.serve != nil {
 		if serr := w.serve.stop(); serr != nil {
@@ -594,11 +589,9 @@ func absentIfNull(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// Observer is told what a worker does, for metrics; metrics.NewWorker
-// returns one that keeps Prometheus metrics. The worker package defines the
-// hook and imports no metrics library: a tool author who wants none links
-// none. Its methods are called from many goroutines at once and must return
-// quickly.
+// Observer is told what a worker does, for metrics (metrics.NewWorker), so
+// the worker links no metrics library. Its methods are called concurrently
+// and must return quickly.
 type Observer interface {
 	// Waiting is called with +1 when a request starts waiting for a free
 	// slot (Config.MaxConcurrent) and with -1 when it gets one.
