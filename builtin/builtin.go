@@ -173,11 +173,9 @@ func checkNames(n string) error {
 	return fmt.Errorf("builtin: unknown names profile %q (use %s or %s)", n, NamesToolbus, NamesAgentScope)
 }
 
-// AgentScope's inputs hold the fields of its tools that the built-ins
-// implement (Read, Write and Edit share toolbus's input types, the path
-// as FilePath); the schemas refuse the others (additionalProperties
-// false), so a model that asks for an option these tools lack (Read's
-// pages, Grep's -A) learns it at once instead of being silently ignored.
+// AgentScope's inputs hold the fields of its tools the built-ins implement;
+// the schemas refuse the others, so a model asking for a missing option
+// (Read's pages, Grep's -A) learns it at once.
 
 // AsBashIn is Bash's input; description is a label for people, unused.
 type AsBashIn struct {

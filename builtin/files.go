@@ -41,11 +41,9 @@ const (
 // between is refused, not followed (docs/builtin.md "Paths").
 type Files struct{ tree }
 
-// tree is the base directory as the file tools see it: where their paths
-// resolve (resolveIn: symlinks followed as the permission rules follow
-// them) and how the results are opened (open, stat, mkdirs, readDir:
-// following no symlink on Linux, beneath_linux.go; through the os.Root
-// elsewhere).
+// tree is the base directory as the file tools see it: where paths resolve
+// (resolveIn) and how results are opened without following symlinks
+// (beneath_linux.go; an os.Root elsewhere).
 type tree struct {
 	base string   // absolute, symlinks resolved
 	root *os.Root // the base directory: Lstat, and every open but on Linux
@@ -772,10 +770,8 @@ func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef 
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
-// registerFiles registers f's operations as a worker's tools under the
-// names profile names (Config.Names): toolbus's, or AgentScope's, whose
-// Read, Write and Edit take the path as file_path. Files itself is the
-// sandboxed file system, usable without a worker.
+// registerFiles registers f's operations as a worker's tools under the names
+// profile names (Config.Names): toolbus's or AgentScope's.
 func registerFiles(w *worker.Worker, f *Files, names string) error {
 	as := names == NamesAgentScope
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."

@@ -35,10 +35,8 @@ const (
 	MaxStreamChars = 30000
 )
 
-// SkillFiles puts a skill's files on disk for the shell tool: Acquire
-// returns the directory that holds them and a release to call once the
-// command has ended (the directory stays until then, even when a newer
-// version of the skill arrives).
+// SkillFiles puts a skill's files on disk for the shell tool: Acquire returns
+// their directory and a release to call once the command ended.
 type SkillFiles interface {
 	Acquire(ctx context.Context, name, user string) (dir string, release func(), err error)
 }
@@ -134,10 +132,9 @@ func NewShell(cfg Config) (*Shell, error) {
 // exist).
 const DefaultShellUser = "nobody"
 
-// ShellUserFor returns the user shell commands run as for the flags
-// --shell-user user and --shell-as-root asRoot: user when set, else
-// DefaultShellUser when this process is root and asRoot is false, else ""
-// (this process's own user).
+// ShellUserFor returns the user shell commands run as for --shell-user and
+// --shell-as-root: user when set, else DefaultShellUser for a root process
+// without asRoot, else "" (this process's user).
 func ShellUserFor(user string, asRoot bool) string {
 	switch {
 	case user != "":
@@ -369,10 +366,9 @@ func (c *capped) text() string {
 	return s
 }
 
-// SkillsMaterializer puts the skills of cat, for the shell of cfg, in a
-// fresh private directory <prefix>... under parent (the user cache
-// directory when ""), readable by the group of the shell's user when
-// there is one (ShellUserFor).
+// SkillsMaterializer puts cat's skills, for the shell of cfg, in a fresh
+// private directory under parent (the user cache directory when ""),
+// readable by the shell user's group when there is one.
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
 	gid := -1
 	if u := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {

@@ -322,10 +322,9 @@ func bases(workDirs []string) []string {
 	return out
 }
 
-// WriteTool is the tool whose rules and dangerous-path check judge the
-// files a command writes (redirections, sed -i, cp ...): each write of a
-// rule_matcher "command" call is decided as a call of write_file on its
-// target, relative to the command tool's path_base.
+// WriteTool is the tool whose rules and dangerous-path check judge each file
+// a command writes, as a write_file call on its target relative to the
+// command tool's path_base.
 const WriteTool = "write_file"
 
 // commandPieces holds what the rules match of a command's text, cut on

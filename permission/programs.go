@@ -71,10 +71,9 @@ const (
 	maxParses  = 64
 )
 
-// commandPrograms holds a command's syntax trees (shellcmd.ParseReadings,
-// read once for its writes too) and its programs for deny and ask rules:
-// read in the walk that finds the writes when such a rule could need them
-// (call.readWrites), else on first use.
+// commandPrograms holds a command's syntax trees (shellcmd.ParseReadings)
+// and its programs for deny and ask rules, read with the writes when a rule
+// could need them, else on first use.
 type commandPrograms struct {
 	trees    []*syntax.File
 	parsed   bool

@@ -6,11 +6,9 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Shared is the registration subject of protocol 1.11 for Register: the
-// one subject P.register, on which a registration may define any tool and
-// any group. Since 1.12 each tool registers on its own subject, so that
-// NATS permissions confine which tools a worker login may define
-// (docs/protocol.md 7.1, docs/security.md).
+// Shared is 1.11's one registration subject P.register, where any tool and
+// group may be defined; since 1.12 each tool has its own, for NATS
+// permissions (docs/protocol.md 7.1).
 const Shared = ""
 
 // Confine keeps of reg what may travel on P.register.<tool>

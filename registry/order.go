@@ -150,11 +150,10 @@ var errBeaten = errors.New("registry: another beat was stored first")
 // the same worker (on another router, or read before it on this one).
 const beatAttempts = 4
 
-// putBeat stores value, a beat, at key with compare-and-set on rev, the
-// revision the beat was read against (0: none), and returns the new
-// revision. When another write got in first, it stores nothing and
-// returns the key's revision now, with errLeft when it says the worker
-// left, errBeaten when it is another beat.
+// putBeat stores a beat at key with compare-and-set on rev (the revision it
+// was read against) and returns the new revision; when another write got in
+// first it stores nothing and returns the current revision with errLeft
+// (the worker left) or errBeaten (another beat).
 func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
 	var (
 		n   uint64
