@@ -39,10 +39,9 @@ type Options struct {
 	// Rounds slices); zero means 3 s.
 	Duration time.Duration
 	// Callers are the concurrent caller counts of the throughput
-	// measurements; nil means 1, 16, 256. CPU time and allocations per call
-	// in process, and the SDKs' CPU across processes, are taken from the
-	// count nearest 16, and mcp-go is measured with that many callers; the
-	// router's CPU targets across processes are judged at the most.
+	// measurements; nil means 1, 16, 256. Per-call costs (and mcp-go's
+	// callers) are taken at the count nearest 16, the cross-process router
+	// targets at the most.
 	Callers []int
 	// Sessions is how many sessions the memory measurement creates; zero
 	// means 100,000 (see Quick); negative skips it (RunCross only).
@@ -59,10 +58,9 @@ type Options struct {
 	// slices, interleaved across the paths compared; the best slice counts.
 	// Zero means 3.
 	Rounds int
-	// ProfileWindow is the length of each CPU profile: in process, of each
-	// path's (the CPU by part), zero meaning Duration and never less than
-	// 2 s; across processes, of the router's, zero meaning three Durations,
-	// and at least 10 s.
+	// ProfileWindow is the length of each CPU profile: in process each
+	// path's (zero: Duration, at least 2 s); across processes the router's
+	// (zero: three Durations, at least 10 s).
 	ProfileWindow time.Duration
 
 	// RunCross only.
@@ -72,19 +70,15 @@ type Options struct {
 	Runs int
 	// CPUProfile, when set, is the file the router process writes a CPU
 	// profile of read-only calls at the most callers to, after the last
-	// run, over ProfileWindow; the write calls' profile goes next to it
-	// (".write" before the extension), the worker process's meanwhile
-	// (".worker").
+	// run; ".write" and ".worker" before the extension name the others.
 	CPUProfile string
 }
 
 // ioCallers is the caller count of the I/O-bound tool measurement.
 const ioCallers = 64
 
-// minProfile is the shortest CPU profile of a path in process, minCrossProfile
-// the router process's (at 100 samples a second, enough samples to rank
-// the costs), and profileSample the CPU time one profile sample stands
-// for (pprof's 100 Hz).
+// minProfile and minCrossProfile are the shortest CPU profiles in process
+// and of the router process; profileSample is one sample's CPU (100 Hz).
 const (
 	minProfile      = 2 * time.Second
 	minCrossProfile = 10 * time.Second
@@ -184,10 +178,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.MCPHTTP16, rep.MCPHTTPP50US = mcp.loads[k].Throughput(), us(mcp.lat.Quantile(0.5))
 	rep.MCPHTTPCallers, rep.MCPProtocol = mid, d.mcp.protocol
 
-	// CPU by part, from goroutine labels in a CPU profile. The profiler
-	// samples every 10 ms: a part's figure moves in steps of 10 ms over the
-	// calls profiled, so the window is never short (a 300 ms one gave a
-	// part 2 to 5 samples, and figures from 9 to 61 µs).
+	// CPU by part, from goroutine labels in a CPU profile; at 10 ms a
+	// sample, a short window gives few samples (300 ms: 9 to 61 µs).
 	rep.CPUMethod = "profile-labels"
 	rep.ProfileSampleUS = map[string]float64{}
 	for _, a := range []struct {
