@@ -12,11 +12,10 @@ import (
 	"github.com/toolbus/toolbus/internal/private"
 )
 
-// lockStore takes an exclusive lock on the JetStream store directory dir
-// (made by storeDir), so a second router cannot open a store a running one
-// uses; unlock releases it. The lock is the kernel's (flock), so it goes
-// with the process, however it ends. The lock file is opened without
-// following a link, and must be a regular file of this process's user.
+// lockStore takes an exclusive flock on the store directory dir, so a second
+// router cannot open a running one's store; unlock releases it (so does the
+// process's end). The lock file is opened without following a link and must
+// be this user's regular file.
 func lockStore(dir string) (unlock func(), err error) {
 	path := filepath.Join(dir, "toolbus-router.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)

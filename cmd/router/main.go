@@ -192,10 +192,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var w *worker.Worker
 	if *withBuiltin {
 		// The built-in worker has a connection of its own: the router
-		// answers no reply subject under its own inbox prefix (a sender
-		// could have it act for itself), so a worker sharing that prefix
-		// never had its registrations acknowledged, and a worker serves
-		// nothing before the first acknowledgement.
+		// answers no reply subject under its own inbox prefix, so a shared
+		// one never had its registrations acknowledged.
 		bnc, err := builtinConn(conn)
 		if err == nil {
 			defer bnc.Close()
@@ -400,11 +398,9 @@ func explicitStore(data string) (string, error) {
 	return data, nil
 }
 
-// secureMode makes the --secure directory private: a missing one is made
-// with mode 0700; an existing one that is a link, belongs to another user
-// or that others may write is refused (they could have put a server
-// configuration or a seed there); one that others may only read or enter
-// is set to 0700, and the router says so on out.
+// secureMode makes the --secure directory private: made 0700 when missing;
+// a link, another user's, or one others may write is refused; one others
+// may only read or enter is set to 0700, said on out.
 func secureMode(dir string, out io.Writer) error {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return fmt.Errorf("--secure %s: %w", dir, err)

@@ -144,10 +144,9 @@ func (o *mcpOptions) policy(authenticated bool) (facade.Confirm, error) {
 	return facade.ConfirmHostUser, nil
 }
 
-// serve serves the bus as an MCP server over streamable HTTP at
-// /mcp/<session> on --mcp-listen, on a connection of the facade's own
-// login (conn); stop shuts it down and closes the connection. Without
-// --mcp-listen it serves nothing and stop is nil.
+// serve serves MCP over streamable HTTP at /mcp/<session> on --mcp-listen,
+// on the facade's own login; stop shuts it down. Without --mcp-listen it
+// serves nothing and stop is nil.
 func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDir, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
 	if o.listen == "" {
 		return nil, nil
