@@ -109,11 +109,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return replyError(reply)
 }
 
-// callBatch builds the batch: one call from the positional arguments
-// (tool and input; the input may be '-' for stdin or '@FILE'), or the
-// calls of --batch. A call without an id gets one made from the reply id,
-// so every CLI call has its own and a re-send with --reply-id is the same
-// call.
+// callBatch builds the batch: one call from the positional tool and input
+// ('-' for stdin, '@FILE'), or --batch's calls. A call without an id gets one
+// made from the reply id, so a re-send with --reply-id is the same call.
 func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.Batch, error) {
 	var b bus.Batch
 	if batchFile != "" {
@@ -434,11 +432,9 @@ func awaitInterrupted(ctx context.Context, events *client.Events, replyID string
 	}
 }
 
-// runFetch prints (or with -o saves) a stored output: the object a data
-// block's nats-object:// url refers to (protocol 5.9), read through the
-// routers on P.outputs.<session> (the session is the name's first token
-// unless --session says otherwise), or with --direct from the object store
-// itself (operators).
+// runFetch prints (or with -o saves) the stored output a nats-object:// url
+// refers to (protocol 5.9), read through the routers, or with --direct from
+// the object store (operators).
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("fetch", stderr)
 	outPath := fs.String("o", "", "write the output to this file instead of stdout")

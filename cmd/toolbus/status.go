@@ -381,10 +381,8 @@ func securityFlagSet(name, head string, stderr io.Writer) *flag.FlagSet {
 }
 
 // runSecurityAgent is `toolbus security agent --session S [--user U]
-// [--dir DIR]`: a per-session agent user made on demand in a directory of
-// `router --secure` (or `toolbus security config --out`), bound to a
-// toolbus user when --user is given. A router started with --secure DIR
-// (or --identities DIR/users.json) picks it up without a restart.
+// [--dir DIR]`: a per-session agent user in a --secure directory, which a
+// router picks up without a restart.
 func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := securityFlagSet("security agent", "usage: toolbus security agent --session S [--user U] [--dir DIR]\n\n"+
 		"Add the agent user session-S to DIR, confined to session S and bound to user U: its nkey seed, .env,\n"+
