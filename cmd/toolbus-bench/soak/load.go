@@ -113,10 +113,7 @@ func pickKind(r *rand.Rand) *soakKind {
 // an approver that answers parked calls, and a record of every call.
 
 const (
-	// soakRequest bounds one send of a batch; an agent re-sends after it.
-	// It exceeds a re-send's wait for a dead router's claim (the tool's
-	// 10 s timeout plus the ledger's 30 s grace) only loosely: a re-send
-	// that times out is simply sent again.
+	// soakRequest bounds one send of a batch, then the agent re-sends.
 	soakRequest = 20 * time.Second
 	// soakStatusEvery is how long an agent waits for the events of a parked
 	// batch before it re-sends it (with the same reply id) to ask.
@@ -329,11 +326,9 @@ func (l *soakLoad) batch(stop context.Context, a *soakAgent) {
 	l.runBatch(stop, a.cl, b)
 }
 
-// runBatch sends b and re-sends it with the same reply id, as an agent
-// must: after a time-out or a refusal for want of a router, after an
-// unavailable result, and while parked calls are not done (a status
-// check). unknown_outcome is final: the agent tells the model it may or
-// may not have happened, and never runs the call again.
+// runBatch sends b and re-sends it with the same reply id, as an agent must,
+// after a time-out, no router, an unavailable result, or while calls stay
+// parked. unknown_outcome is final.
 func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatch) {
 	calls := make([]bus.Call, len(b.calls))
 	for i, c := range b.calls {

@@ -651,11 +651,9 @@ func startSoakDeploy(ctx context.Context, o *Options, routerBin, workerBin strin
 	return d, nil
 }
 
-// childEnv is the environment of the routers and workers: this process's
-// without the nats CLI's variables, which on the soak's own (unsecured)
-// cluster could only get in the way; joining --nats, the credentials and
-// TLS settings of the soak's flags are given to them through those
-// variables (not the inbox prefix: routers use their own).
+// childEnv is the routers' and workers' environment: this process's without
+// the nats CLI's variables, except, joining --nats, the credentials and TLS
+// of the soak's flags.
 func childEnv(o *Options, joining bool) []string {
 	var env []string
 	for _, kv := range os.Environ() {
