@@ -165,10 +165,9 @@ func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id, workdir s
 	}, nil
 }
 
-// registerBuiltin adds the built-in tools to w. With a workdir, shell runs
-// skills' scripts from the P_skills object store, materialized in a fresh
-// private directory under the user cache directory; stop ends the object
-// store's watch and removes that directory.
+// registerBuiltin adds the built-in tools to w; with a workdir, shell runs
+// skills' scripts materialized in a fresh private directory, which stop
+// removes.
 func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefix, id, workdir string, cfg builtin.Config) (stop func(), err error) {
 	cfg.WorkDir = workdir
 	stop = func() {}
@@ -206,10 +205,9 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 // tools only when $TOOLWORKER_EFFECTS_FILE names their record file.
 var toolNames = append([]string{"word_count", "slow_echo", "append_note", "big_text"}, effectToolNames()...)
 
-// Effect tools: demo tools with a side effect that can be counted, for
-// toolbus soak. Each execution appends one JSON line to the file named by
-// $TOOLWORKER_EFFECTS_FILE (opened for appending, shared by every worker of
-// a soak); without it they are not served.
+// Effect tools: demo tools with a countable side effect, for toolbus soak:
+// each run appends a JSON line to $TOOLWORKER_EFFECTS_FILE (unset: not
+// served).
 const (
 	effectsEnv          = "TOOLWORKER_EFFECTS_FILE"
 	recordEffect        = "record_effect"         // runs at once (permission allow)
@@ -244,11 +242,9 @@ type EffectRecord struct {
 	At     string `json:"at"`
 }
 
-// effects appends EffectRecords to a file, one write per record, so that
-// records of several processes appending to the same file do not mix.
-// The durable tool's effect is a marker file per call key in dir, created
-// exclusively: that makes it idempotent, as protocol.md 5.8 asks of a
-// durable tool that must not repeat its side effect.
+// effects appends EffectRecords to a file, one write each so processes'
+// records do not mix; the durable tool's effect is an exclusively created
+// marker file per call key, idempotent as protocol 5.8 asks.
 type effects struct {
 	f   *os.File
 	dir string
