@@ -123,10 +123,9 @@ const (
 	clusterReady = 30 * time.Second
 )
 
-// Cluster is a JetStream cluster of nats-servers on loopback ports, for
-// tests of replicated buckets and streams. A node can be stopped and started
-// again on the same ports with the same store, as an operator's restart
-// would. Its methods are safe for concurrent use.
+// Cluster is a JetStream cluster of nats-servers on loopback ports; a node
+// can be stopped and started again on the same ports and store. Safe for
+// concurrent use.
 type Cluster struct {
 	cfg     ClusterConfig
 	mu      sync.Mutex
