@@ -41,11 +41,9 @@ type Config struct {
 	// Source is the CloudEvents source of the answers the inbox sends
 	// (who answered, as the router records it); "" means "toolbus/inbox".
 	Source string
-	// Approver says the connection is the approver role: it answers
-	// confirmations only (external calls are listed, not answerable), and
-	// it may not create consumers nor use the JetStream API, so the inbox
-	// polls P.admin.parked.list every second, and lists a call's session
-	// before it answers, instead of watching and reading the bucket.
+	// Approver says the connection is the approver role: confirmations
+	// only, no JetStream API, so the inbox polls P.admin.parked.list every
+	// second instead of watching the bucket.
 	Approver bool
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
@@ -75,10 +73,8 @@ type Item struct {
 	Note string `json:"note,omitempty"`
 }
 
-// Server is the inbox. It owns records, the waiting calls it keeps in
-// memory (records.go, embedded), and checks every request with a gate over
-// its token (serve.go); it declares the lifecycle, the page and its API
-// (serve*, act, the approver's polling). It is safe for concurrent use.
+// Server is the inbox: the waiting calls in memory (records), a gate over
+// its token (serve.go), the page and its API. Safe for concurrent use.
 type Server struct {
 	*records
 
@@ -155,10 +151,8 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// leaderReads reads a call's record from kv, which reads a replicated
-// bucket from its stream leader: a follower's direct get may not have the
-// record a moment after it was written, and the answer would be refused
-// as gone.
+// leaderReads reads a call's record from the bucket's stream leader: a
+// follower may lack a just-written record, and the answer would be refused.
 func leaderReads(kv *store.KV, s *records) func(context.Context, string) (reading, error) {
 	return func(ctx context.Context, key string) (reading, error) {
 		e, err := kv.Get(ctx, key)
@@ -300,11 +294,9 @@ func (s *Server) startPolling(ctx context.Context, rr routerReads) error {
 	return nil
 }
 
-// routerReads reads the parked calls as the approver may, which uses no
-// JetStream API: through a router's parked.list, which the router answers
-// once its cache holds every write the bucket's leader had when asked
-// (router ParkedNow), with each call's revision and user (1.14). The
-// polling and the read before an answer share it.
+// routerReads reads the parked calls as the approver may, through a
+// router's parked.list (1.14), current to the leader's last write, with
+// each call's revision and user.
 type routerReads struct {
 	cl *client.Client
 	*records

@@ -95,11 +95,9 @@ func (s *records) set(key string, r reading) {
 	s.changedLocked()
 }
 
-// gone drops call key if the inbox still holds revision rev of it (a read
-// begun while it held rev found no record). It keeps no tombstone: the
-// read gives no revision, and a late delivery of rev (or older) is
-// followed by the watch's delivery of the write that ended the call, as a
-// poll's list that still has it is by the next poll.
+// gone drops call key if the inbox still holds revision rev of it. No
+// tombstone: the read gives no revision, and the write that ended the call
+// follows any late delivery.
 func (s *records) gone(key string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,11 +117,9 @@ func (s *records) mark() uint64 {
 	return s.step
 }
 
-// prune drops the calls held since before step mark that a poll did not
-// list (seen): a call a fresh read found after the poll's list was made
-// stays. No tombstone either: a list a router made from a cache that lags
-// (it waited 2 s for the leader's last write in vain) may leave out a call
-// that still waits, which the next poll then lists again.
+// prune drops the calls held since before step mark that a poll did not list
+// (seen). No tombstone: a lagging router's list may leave out a call that
+// the next poll lists again.
 func (s *records) prune(seen map[string]bool, mark uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -189,10 +185,9 @@ func (s *records) lookup(key string) (Item, bool) {
 	return it, ok
 }
 
-// refresh reads the record of call key afresh (from the bucket's leader:
-// Server.Start) and applies it. A record that is gone is dropped if the
-// inbox still holds the revision it held before the read (a newer one set
-// meanwhile stays); one that cannot be read is kept as it was.
+// refresh reads call key's record afresh from the leader and applies it: a
+// gone record is dropped if its revision is unchanged; an unreadable one is
+// kept.
 func (s *records) refresh(ctx context.Context, key string) {
 	held, _ := s.lookup(key)
 	r, err := s.fetch(ctx, key)
