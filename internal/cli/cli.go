@@ -311,11 +311,9 @@ func isExecutable(p string) bool {
 	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
 }
 
-// setupTracing installs a global tracer provider exporting to endpoint
-// (host:port) over OTLP/HTTP, plain HTTP when insecure, for the service
-// name. It returns a shutdown function that flushes pending spans. With an
-// empty endpoint it does nothing and tracing stays off. The exporter lives
-// here, in the commands, so that the library packages link none.
+// setupTracing installs a global tracer provider exporting over OTLP/HTTP to
+// endpoint (none: tracing stays off) and returns its flushing shutdown. The
+// exporter lives in the commands, so library packages link none.
 func setupTracing(ctx context.Context, endpoint string, insecure bool, service string) (func(context.Context) error, error) {
 	if endpoint == "" {
 		return func(context.Context) error { return nil }, nil
