@@ -1,25 +1,11 @@
-// Package life is the one lifecycle of toolbus's long-running components
-// (router, worker, MCP bridge and facade, skills catalogue): the same verbs
-// everywhere, bounded by the drain's context.
-//
-//   - Context is the parent of every piece of work: a drain whose deadline
-//     passes cancels it with ErrDeadline as the cause, and the end of the
-//     drain with ErrStopped.
-//   - Go (or Enter and Leave, for work run on a pool of the caller's) runs
-//     tracked work; once a drain has begun it refuses new work.
-//   - Landing gives the context of a write that must land (a recorded
-//     result, an answer): Drain waits for it too, and cuts it off only at
-//     the end of the cleanup window.
-//   - Loop runs a background loop, stopped once the work is done.
-//   - Defer registers an unwind step; a failed Start and a drain run the
-//     same steps, in reverse order, once, bounded by a cleanup window of
-//     their own.
-//   - Drain(ctx) stops taking work, waits until ctx ends, then cancels what
-//     is left and returns after at most Config.Cleanup; Closed is closed
-//     once it has returned. Both are safe to call twice and concurrently.
-//
-// Commands drain on the first SIGINT or SIGTERM and exit at once on a
-// second one (internal/cli.Main).
+// Package life is the one lifecycle of toolbus's long-running components:
+// Context is the parent of all work (cancelled with ErrDeadline when a
+// drain's deadline passes); Go, or Enter and Leave, track work and refuse it
+// once a drain began; Landing bounds a write that must land; Loop runs
+// background loops; Defer registers unwind steps run once, in reverse, on a
+// failed Start or a drain; Drain(ctx) waits, cancels what is left and
+// returns within Config.Cleanup, after which Closed is closed. Both are safe
+// to call twice and concurrently.
 package life
 
 import (
@@ -217,11 +203,8 @@ func (l *Life) drain(ctx context.Context) error {
 	l.mu.Lock()
 	l.draining = true
 	l.mu.Unlock()
-	// The window that starts when ctx ends: one for all the waits below.
-	// It is a channel closed when it ends, not a timer's, whose one tick
-	// the first wait that ends on it takes: the waits after it then had no
-	// bound (a batch stuck in a landing write held a drain for the
-	// write's whole budget, two minutes).
+	// One window for all the waits below, a closed channel rather than a
+	// timer whose single tick only the first wait would take.
 	var (
 		cleanup chan struct{}
 		timer   *time.Timer
