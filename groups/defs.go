@@ -22,9 +22,8 @@ type group struct {
 	rev   uint64
 }
 
-// definitions is the group definitions of P_groups: a watch-fed cache
-// (with the tombstones of deleted groups), the registration order every
-// router lists them in, and the writes (Put, Delete). Safe for concurrent
+// definitions is the group definitions of P_groups: a watch-fed cache with
+// tombstones, the registration order, and the writes. Safe for concurrent
 // use.
 type definitions struct {
 	kv  jetstream.KeyValue

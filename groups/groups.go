@@ -21,10 +21,8 @@ type Config struct {
 	// Session configures the sessions (package session); its
 	// ActiveByDefault is set here, to the groups defined active_by_default.
 	Session session.Config
-	// Search offers the search_tools meta tool beside reset_tools
-	// (docs/protocol.md 4.2) and makes basic (the tools without a group) a
-	// meta group, off in a new session unless pinned; off, listings are as
-	// before.
+	// Search offers search_tools beside reset_tools (docs/protocol.md 4.2)
+	// and makes basic a meta group, off in a new session unless pinned.
 	Search bool
 	// Pinned tools and groups are visible to every session (search.go).
 	Pinned Pins
@@ -85,9 +83,8 @@ func sessionConfig(cfg Config, defs *definitions) session.Config {
 }
 
 // Start loads the group cache and keeps it fed until ctx ends or Stop.
-// Sessions are not watched: a deployment may hold far more sessions than a
-// router should keep in memory, and each batch reads its session from KV
-// anyway (Refresh).
+// Sessions are not watched (there may be far too many); each batch reads
+// its own (Refresh).
 func (s *Store) Start(ctx context.Context) error { return s.definitions.start(ctx) }
 
 // Stop ends the watches, waiting for them until ctx ends; safe to call

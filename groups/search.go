@@ -27,10 +27,9 @@ const (
 	MaxSearchQuery     = 1000 // bytes
 )
 
-// Pins are tools and groups every session sees whatever its activation:
-// a pinned group counts as active, a pinned tool as visible (it still needs
-// a live worker). Without search a model is shown all it may call; with
-// it, the pinned few plus what it finds.
+// Pins are tools and groups every session sees whatever its activation: a
+// pinned group counts as active, a pinned tool as visible (with a live
+// worker).
 type Pins struct {
 	Tools  []string `json:"tools,omitempty"`
 	Groups []string `json:"groups,omitempty"`
@@ -75,10 +74,9 @@ type SearchInput struct {
 	Activate bool   `json:"activate,omitempty"`
 }
 
-// ParseSearch decodes and checks search_tools' input: an object with a
-// non-empty query, an optional limit in [1, 50] and an optional boolean
-// activate, nothing else. Errors are invalid_input with a text the model
-// can act on.
+// ParseSearch decodes and checks search_tools' input (a non-empty query, a
+// limit in [1, 50], activate, nothing else); errors are invalid_input for
+// the model.
 func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	var in SearchInput
 	dec := json.NewDecoder(bytes.NewReader(input))
@@ -253,10 +251,9 @@ type match struct {
 	activate         string // the meta group that makes it visible; "" when visible or none can
 }
 
-// reach says whether a tool can be found by this view's session, and how:
-// visible now, or through a meta group the model may activate. Tools of
-// external-scope groups that are inactive, of undefined groups, without a
-// live worker, or hidden by the request, are never found.
+// reach says whether this view's session can find a tool, and how: visible
+// now, or through a meta group it may activate; never through an inactive
+// external group, an undefined group, no live worker or the request hiding it.
 func (v *View) reach(t *registry.Tool) (visible bool, via string, ok bool) {
 	if v.req.Mode == bus.MergeExternalOnly || v.req.external(t.Def.Name) != nil || !v.reg.Live(t) {
 		return false, "", false
@@ -288,11 +285,10 @@ func (v *View) skillReach(sk SkillDoc) (visible bool, via string, ok bool) {
 	return viaMeta(v.store.Groups(), sk.Groups)
 }
 
-// Search runs search_tools for the view's session (id session): it ranks
-// every tool and skill the session could reach, and with activate switches
-// on the groups of the matches through the same path as reset_tools, the
-// other active groups staying active. It returns the text the model reads,
-// or an invalid_input *bus.Error; nothing changes on an error.
+// Search runs search_tools for session: it ranks every tool and skill the
+// session could reach and, with activate, switches on the matches' groups as
+// reset_tools does. It returns the model's text, or an invalid_input
+// *bus.Error with nothing changed.
 func (v *View) Search(ctx context.Context, session string, input json.RawMessage, skills []SkillDoc) (string, error) {
 	in, err := ParseSearch(input)
 	if err != nil {
@@ -394,10 +390,9 @@ type activation struct {
 	pinned   []string // the groups pinned visible (Config.Pinned)
 }
 
-// Reset runs reset_tools for a session: input is the final set of meta
-// groups. Validation comes first and changes nothing on failure. It
-// returns the result text, or an invalid_input *bus.Error whose message is
-// the text the model reads.
+// Reset runs reset_tools for a session (input: the final meta groups),
+// validating first; it returns the result text, or an invalid_input
+// *bus.Error whose message the model reads.
 func (a *activation) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
 	keys, vals, err := orderedObject(input)
 	if err != nil {

@@ -127,10 +127,9 @@ func notFound(name string) Resolved {
 	return Resolved{Code: bus.CodeUnknownTool, Message: fmt.Sprintf("ToolNotFoundError: The tool named '%s' doesn't exist.", name)}
 }
 
-// Resolve finds what a call named name runs, in the order of docs/protocol.md
-// 4.3 (merge modes):
-// request-scoped external tools first, then reset_tools, then the registry
-// filtered by active groups and live workers.
+// Resolve finds what a call named name runs (docs/protocol.md 4.3):
+// request-scoped external tools, reset_tools, then the registry filtered by
+// active groups and live workers.
 func (v *View) Resolve(name string) Resolved {
 	if t := v.req.external(name); t != nil {
 		return Resolved{External: t}
@@ -202,10 +201,10 @@ func (v *View) active(g string) bool {
 	return defined
 }
 
-// Tools returns the definitions the model sees, in order: tools of basic
-// and of the active groups with a live worker (external tools need none),
-// then reset_tools when a meta group exists, then the request's external
-// tools; a request-scoped tool replaces a backend tool of the same name.
+// Tools returns the definitions the model sees, in order: basic's and the
+// active groups' tools with a live worker (external tools need none),
+// reset_tools when a meta group exists, then the request's tools, which
+// replace backend tools of the same name.
 func (v *View) Tools() []bus.ToolDef {
 	var out []bus.ToolDef
 	if v.req.Mode != bus.MergeExternalOnly {
