@@ -169,11 +169,9 @@ func (l *Limiter) budgetSubject(key string, now time.Time) string {
 // undo takes back what an admitted rule counted.
 type undo func(context.Context)
 
-// Check counts call c against every rule it matches, in order. When one
-// refuses it, what the earlier ones counted is taken back and the refusal
-// is returned; a nil Refusal means the call may run. An error means the
-// counts could not be reached: the caller must not run the call (fail
-// closed).
+// Check counts call c against every rule it matches, in order; a refusal
+// takes back what earlier rules counted and is returned (nil: it may run).
+// An error means the counts could not be reached: fail closed.
 func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 	var undos []undo
 	rollback := func() {
@@ -265,9 +263,8 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 }
 
 // budget adds the call's cost to rule r's counter for key and today; past
-// the budget, the cost is taken back and the call refused until the next
-// UTC day. Each increment's acknowledged total is unique, so exactly the
-// calls that fit are admitted, whichever router counts them.
+// the budget the cost is taken back and the call refused until the next UTC
+// day. Acknowledged totals are unique, so exactly the calls that fit pass.
 func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
 	subject := l.budgetSubject(key, now)
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
@@ -462,10 +459,8 @@ const MaxRateSpan = 24 * time.Hour
 type Policy struct {
 	// Rules are checked in order; a call is refused by the first it is over.
 	Rules []Rule `json:"rules,omitempty"`
-	// Tenants maps toolbus users to their tenant. A user not named here
-	// counts in the tenant "" (all such users share it), so a per-tenant
-	// limit cannot be escaped by claiming a tenant: the tenant never comes
-	// from the batch.
+	// Tenants maps toolbus users to their tenant; others share tenant "",
+	// so a limit per tenant cannot be escaped: it never comes from the batch.
 	Tenants map[string]string `json:"tenants,omitempty"`
 }
 
