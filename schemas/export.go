@@ -38,11 +38,9 @@ type (
 		named
 		InputSchema json.RawMessage `json:"input_schema"`
 	}
-	// geminiFunction is a Gemini FunctionDeclaration with the schema in
-	// parametersJsonSchema, which takes JSON Schema as it is (with
-	// additionalProperties, $ref, anyOf ...); its "parameters" takes only
-	// an OpenAPI 3.0 subset, and Gemini answers 400 to a keyword outside
-	// it (docs/schemas.md).
+	// geminiFunction puts the schema in parametersJsonSchema, which takes
+	// JSON Schema as it is; "parameters" takes an OpenAPI 3.0 subset only
+	// (docs/schemas.md).
 	geminiFunction struct {
 		named
 		ParametersJSONSchema json.RawMessage `json:"parametersJsonSchema"`

@@ -72,10 +72,9 @@ func descriptionTag(t reflect.Type, name string) string {
 	return ""
 }
 
-// strip removes $schema, $id and titles from s and its subschemas, and fails
-// on references that survived inlining (from a type's own JSONSchema method
-// or oneof_ref tags). It writes only non-empty fields, so the shared
-// true/false schemas of invopop are never written.
+// strip removes $schema, $id and titles from s and its subschemas, failing
+// on references that survived inlining; it writes only non-empty fields, so
+// invopop's shared true/false schemas are never written.
 func strip(s *jsonschema.Schema) error {
 	if s == nil {
 		return nil

@@ -472,11 +472,9 @@ func (s *Schema) tooCostly(v any) *bus.Detail {
 	return nil
 }
 
-// The compile cache: Compile keys every schema by the SHA-256 of its compact
-// form and keeps the last results (compiled schemas and refusals alike), so
-// the same schema (a request-scoped tool sent again in every batch, tools
-// sharing a schema, a worker re-registering) is compiled once per process.
-// A Schema is immutable, so one value is shared by every holder.
+// The compile cache: Compile keys every schema by the SHA-256 of its
+// compact form and keeps the last results, refusals too, so a schema sent
+// again is compiled once per process; a Schema is immutable and shared.
 const (
 	// CacheEntries bounds the schemas the cache keeps.
 	CacheEntries = 512
