@@ -189,18 +189,14 @@ func publicKey(file string) (string, error) {
 	return kp.PublicKey()
 }
 
-// exportLine is one line of a .env file: `export NAME=VALUE`, the value
-// single-quoted unless it is plain, so that `source FILE` sets and exports
-// the variable in bash, zsh and fish alike (a bare NAME=VALUE would set a
-// shell variable only, and the commands started after it would not see it).
+// exportLine is `export NAME=VALUE` for a .env file, the value quoted unless
+// plain, so `source FILE` exports it in bash, zsh and fish alike.
 func exportLine(name, value string) string {
 	return "export " + name + "=" + envQuote(value) + "\n"
 }
 
-// envQuote quotes v for bash, zsh and fish: as it is when it holds only
-// characters none of them treats specially, else as shellQuote does (single
-// quotes, each quote inside written as close, escaped quote, reopen, which
-// all three read as one quote).
+// envQuote quotes v for bash, zsh and fish: as it is when plain, else as
+// shellQuote does.
 func envQuote(v string) string {
 	plain := v != "" && strings.IndexFunc(v, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-./:@,+=%", r))

@@ -123,11 +123,10 @@ func SeedFile(dir, user string) string { return filepath.Join(dir, user+".nk") }
 // before running a toolbus command or the nats CLI as that user.
 func EnvFile(dir, user string) string { return filepath.Join(dir, user+".env") }
 
-// Generate makes a fresh nkey for every user of spec and writes, into dir
-// (created, mode 0700): <user>.nk (the seed, mode 0600), <user>.env,
-// nats-server.conf (the authorization block with the public keys) and
-// users.json and spec.json (for AddAgent). url, when set, goes into the env files. It refuses a dir
-// that already holds a nats-server.conf, so no secret is overwritten.
+// Generate makes a fresh nkey for every user of spec and writes into dir
+// (created 0700) <user>.nk (0600), <user>.env, nats-server.conf, users.json
+// and spec.json; url goes into the env files. It refuses a dir that holds a
+// nats-server.conf already, so no secret is overwritten.
 func Generate(dir, url string, spec Spec) ([]User, error) {
 	users, err := Users(spec)
 	if err != nil {

@@ -87,20 +87,16 @@ type Spec struct {
 	Bind map[string]string `json:"bind,omitempty"`
 	// Handlers adds one user per external handler.
 	Handlers []Handler `json:"handlers,omitempty"`
-	// WorkerTools, when set, confines the worker user to these tools'
-	// exec and registration subjects (P.exec.<t>, P.register.<t>): it may
-	// serve and define these tools only. Empty serves and defines every
-	// tool.
+	// WorkerTools, when set, confines the worker user to these tools' exec
+	// and registration subjects; empty serves and defines every tool.
 	WorkerTools []string `json:"worker_tools,omitempty"`
 	// WorkerGroups are the groups a worker confined by WorkerTools may
 	// define (P.register.group.<g>); empty means none. A worker of every
 	// tool defines every group.
 	WorkerGroups []string `json:"worker_groups,omitempty"`
-	// WorkerSharedRegister also lets the worker user publish on P.register,
-	// the one registration subject of protocol 1.11, where any definition
-	// goes: for the window of a rolling update of workers to 1.12 only
-	// (docs/protocol.md 14, 1.12). It reopens the gap the per-tool
-	// subjects close; a router under --secure then serves the subject.
+	// WorkerSharedRegister lets the worker publish on 1.11's P.register,
+	// where any definition goes, for a rolling update to 1.12 only
+	// (docs/protocol.md 14): it reopens the gap the per-tool subjects close.
 	WorkerSharedRegister bool `json:"worker_shared_register,omitempty"`
 	// ApproverTools, when set, confines the approver to these tools'
 	// confirmations; empty means every tool.
@@ -111,9 +107,8 @@ type Spec struct {
 	// are never registered nor confirmed. Empty: agents answer nothing.
 	AgentAnswers []string `json:"agent_answers,omitempty"`
 	// FacadeAnswers are the bridged servers' question tools
-	// (mcp__<server>__elicit, docs/mcp.md) whose parks the facade may
-	// answer with its host user's reply; nothing else. Empty means the
-	// facade answers no question (they wait for toolbus answer).
+	// (mcp__<server>__elicit) the facade may answer for its host users;
+	// empty: none.
 	FacadeAnswers []string `json:"facade_answers,omitempty"`
 }
 
@@ -243,10 +238,9 @@ func followHandoff(s bus.Subjects, kind string, tools []string) []string {
 }
 
 func router(s bus.Subjects) User {
-	// The router is the deployment's trusted component: it creates the
-	// buckets and streams, writes every record and answers every request
-	// (replies go to the requesters' inboxes). Its own inbox prefix is the
-	// one workers may send results to, so a router must use it.
+	// The router is the trusted component: it creates every bucket and
+	// stream, writes every record, answers every request; workers send
+	// results to its inbox prefix, so it must use it.
 	return User{Name: RoleRouter, Role: RoleRouter, InboxPrefix: inbox(RoleRouter), Permissions: Permissions{
 		Publish:   []string{s.Prefix + ".>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>", "$SRV.>"},
 		Subscribe: []string{s.Prefix + ".>", "_INBOX.>", "$SRV.>"},
@@ -350,11 +344,9 @@ func handler(s bus.Subjects, h Handler) User {
 }
 
 func approver(s bus.Subjects, tools []string) User {
-	// Confirmations only, on their own subject: the router refuses an
-	// edited input or an unsuggested rule from it, and the approver
-	// cannot answer external calls (P.answer.<tool>) at all.
-	// The stored confirmation requests through a router (P.handoff.confirm,
-	// no consumer of its own, so no deliver subject).
+	// Confirmations only, on their own subject (the router refuses edits
+	// and unsuggested rules there; no P.answer.<tool>), and the stored
+	// requests through a router (P.handoff.confirm, no consumer of its own).
 	pub := each(tools, s.Handoffs.Approve)
 	pub = append(pub, followHandoff(s, "confirm", tools)...)
 	// The approval inbox (docs/inbox.md) reads waiting calls through a
@@ -374,10 +366,8 @@ func operator(s bus.Subjects) User {
 			s.All("tasks"), s.All("handoff"), "$JS.API.>", "$O." + s.ObjectStore(bus.ObjectSkills) + ".>", "$O." + s.ObjectStore(bus.ObjectOutputs) + ".>", "$SRV.>",
 			"$JS.FC.OBJ_" + s.ObjectStore(bus.ObjectOutputs) + ".>"}, // flow control of `nats object get`'s ordered consumer
 		Subscribe: []string{s.All("events"), s.All("external"), s.All("confirm"), inbox(RoleOperator) + ".>"},
-		// The routers' presence is the routers' alone (docs/protocol.md 8,
-		// 1.13): a router's key deleted or purged makes the others take it
-		// for gone and publish its lone batches' events again. Writing a
-		// key needs $KV.<bucket>, which no role but the router has.
+		// The routers' presence is theirs alone (docs/protocol.md 8, 1.13):
+		// a deleted key makes others take that router for gone.
 		PublishDeny: presenceAdmin(s),
 	}}
 }
