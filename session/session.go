@@ -107,9 +107,8 @@ func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
 	return &Store{kv: kv, cfg: cfg, lru: lru}
 }
 
-// Session returns the session's state as this router last read or wrote
-// it, or a fresh one (the defaults and each group's active_by_default).
-// Reads that must see other routers' writes use Refresh. The returned value
+// Session returns the session's state as this router last read or wrote it,
+// or a fresh one; reads that must see other routers' writes use Refresh. It
 // must not be modified.
 func (s *Store) Session(id string) *Session {
 	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
@@ -166,10 +165,9 @@ func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 	return sess, nil
 }
 
-// Refresh reads a session from KV, updates the cache with it, and returns
-// it; on a KV error it falls back to the cache. Routers use it where a stale
-// cache would give a wrong answer that a user sees: once per run of a batch,
-// a listing, session.get.
+// Refresh reads a session from KV into the cache and returns it, falling
+// back to the cache on a KV error; for where a stale read would show (once
+// per batch run, a listing, session.get).
 func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	sess, _ := s.Read(ctx, id)
 	return sess
@@ -229,9 +227,8 @@ func (s *Store) Stored(id string) bool {
 var ErrAbort = errors.New("groups: update aborted")
 
 // Update changes a session with compare-and-set: fn edits a private copy of
-// the latest stored state (or a fresh session), and may run more than once
-// when another router wrote in between. When fn returns an error nothing is
-// written and the error is returned.
+// the latest state (perhaps more than once); its error writes nothing and
+// is returned.
 func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
 	var next *Session
 	var fnErr error
@@ -287,11 +284,10 @@ func (s *Store) Sessions() int {
 	return s.lru.Len()
 }
 
-// Revisions decides, per run of a batch, whether the session must be read
-// from KV (docs/protocol.md 4.2): a batch that echoes the revision of an
-// earlier reply (sessionrev) skips the read when the cached session (Store's
-// LRU) is at least that revision and the sessions watch (updates only, no
-// values) has seen no newer write of it; any other batch is read.
+// Revisions decides, per batch run, whether the session must be read from
+// KV (docs/protocol.md 4.2): a batch echoing a sessionrev skips the read
+// when the cached session is at least that revision and the watch saw no
+// newer write.
 type Revisions struct {
 	groups *Store
 	kv     jetstream.KeyValue // P_sessions; nil: no watch, every batch is read
