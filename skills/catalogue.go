@@ -57,10 +57,9 @@ func NewCatalogue(cfg Config) *Catalogue {
 		errs: map[string]error{}, ready: make(chan struct{}), life: life.New(life.Config{Logger: cfg.Logger})}
 }
 
-// Start reads the folders and starts watching the object store; it returns
-// once the object store's current skills are loaded. A skill that breaks a
-// rule is logged and left out (see Errors); a folder that cannot be read
-// is an error.
+// Start reads the folders and starts watching the object store, returning
+// once its skills are loaded; a skill that breaks a rule is logged and left
+// out (Errors), an unreadable folder is an error.
 func (c *Catalogue) Start(ctx context.Context) error {
 	c.started = true
 	for _, dir := range c.cfg.Dirs {
@@ -196,10 +195,9 @@ func (c *Catalogue) Drain(ctx context.Context) error {
 // Closed is closed once Drain has returned.
 func (c *Catalogue) Closed() <-chan struct{} { return c.life.Closed() }
 
-// Skills returns the skills user sees before group visibility, one per
-// name, sorted by name: local folders (the later one winning), then the
-// object store's shared skills, then those scoped to user, each source
-// winning over the ones before it.
+// Skills returns the skills user sees before group visibility, one per name,
+// sorted: local folders (later ones winning), then the store's shared, then
+// user's, each source winning over those before.
 func (c *Catalogue) Skills(user string) []*Skill {
 	c.mu.RLock()
 	defer c.mu.RUnlock()

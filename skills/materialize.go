@@ -98,10 +98,9 @@ func CheckPrivate(dir string) error {
 	return private.Check(dir, 0o027, "skills' files")
 }
 
-// Acquire returns the directory holding the files of the skill called name
-// as user sees it (a user-scoped skill wins), writing it on first use, and
-// a release to call when the files are no longer needed. The error says
-// when there is no such skill.
+// Acquire returns the directory of the files of skill name as user sees it,
+// written on first use, and a release to call once they are no longer
+// needed; an unknown skill is an error.
 func (m *Materializer) Acquire(ctx context.Context, name, user string) (string, func(), error) {
 	visible := m.cat.Skills(user)
 	i := slices.IndexFunc(visible, func(c *Skill) bool { return c.Name == name })
@@ -275,10 +274,9 @@ func LoadFolder(dir string) (*Skill, error) {
 	return newSkill(filepath.Base(abs), filepath.ToSlash(dir), "dir:"+abs, files)
 }
 
-// LoadDir loads the skills of dir: dir itself when it holds a SKILL.md,
-// else each of its sub-folders that holds one, in name order. A skill that
-// breaks a rule is left out and its error returned in errs; the others
-// load. err is set only when dir itself cannot be read.
+// LoadDir loads dir as a skill when it holds a SKILL.md, else each
+// sub-folder that does, in name order; a broken skill is left out, its error
+// in errs. err is set only when dir cannot be read.
 func LoadDir(dir string) (out []*Skill, errs []error, err error) {
 	if _, err := os.Stat(filepath.Join(dir, File)); err == nil {
 		s, err := LoadFolder(dir)

@@ -43,10 +43,9 @@ func parseObjectName(obj string) (name, user string, ok bool) {
 	return obj, "", CheckName(obj) == nil
 }
 
-// Push checks the skill folder dir and stores it in the object store as
-// one object, replacing the previous version atomically; user scopes it
-// ("" for everyone). Nothing is stored when the skill breaks a rule (the
-// error is an *Error). It returns the stored skill.
+// Push checks the skill folder dir and stores it as one object, replacing the
+// previous version atomically; user scopes it ("" for everyone). A broken
+// skill stores nothing (*Error).
 func Push(ctx context.Context, os jetstream.ObjectStore, dir, user string) (*Skill, error) {
 	s, err := LoadFolder(dir)
 	if err != nil {

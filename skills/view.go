@@ -23,10 +23,8 @@ type View struct {
 	skills []*Skill // sorted by name
 }
 
-// NewView keeps the candidates (Catalogue.Skills of the user) that are
-// visible in a session: a skill that no group lists in its skills is
-// always visible; one that groups list is visible while any of them is
-// active.
+// NewView keeps the candidates visible in a session: a skill no group lists
+// always, one that groups list while any of them is active.
 func NewView(candidates []*Skill, groups []bus.Group, active func(group string) bool) *View {
 	v := &View{}
 	for _, s := range candidates {
@@ -89,10 +87,9 @@ func (v *View) LoaderDef() (bus.ToolDef, bool) {
 	return v.toolDef(LoaderName, loaderDescription, schema)
 }
 
-// toolDef is the definition of one of the view's tools (the loader, the
-// viewer) with its input schema; false when no skill is
-// visible. Each is read-only, never asked about and, since it activates
-// groups, not concurrency-safe.
+// toolDef is the definition of a view tool (loader, viewer): read-only,
+// never asked about, not concurrency-safe (it activates groups); false when
+// no skill is visible.
 func (v *View) toolDef(name, description, schema string) (bus.ToolDef, bool) {
 	if v.Empty() {
 		return bus.ToolDef{}, false
