@@ -138,11 +138,9 @@ func UserKey(user json.RawMessage) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// SharedKey is the bound's key of the tasks of the sessions bound to no
-// user on a router with identities: the shared agent's, which may open
-// any number of sessions, so that its tasks count as one user's
-// (MaxPerUser) over them all. A user's key (UserKey) is 24 hex digits, so
-// never this one.
+// SharedKey is the bound's key of the tasks of sessions bound to no user on
+// a router with identities (the shared agent's), counted as one user's; a
+// UserKey is 24 hex digits, never this.
 const SharedKey = "shared-agent"
 
 func taskKey(session, id string) string { return "t." + session + "." + id }
@@ -432,11 +430,9 @@ func (s *Store) entries(ctx context.Context, filter string, f func(key string, v
 	return nil
 }
 
-// Wait returns session's tasks ids once all of them (any: one of them)
-// ended, or at ctx's end with their state then. An unknown id is an
-// error, before any wait. ctx's deadline ends the waiting, not the reading:
-// a wait whose deadline passes before its watch starts (a short wait on a
-// busy server, or a wait of 0) still answers, as a poll.
+// Wait returns session's tasks ids once all (any: one) ended, or at ctx's
+// end as they are; an unknown id is an error before any wait. A deadline
+// that passes before the watch starts still answers, as a poll.
 func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool) ([]*Record, error) {
 	if !bus.ValidID(session) {
 		return nil, unknown(strings.Join(ids, ","))
