@@ -248,9 +248,8 @@ func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool 
 	return true
 }
 
-// CheckListen checks an HTTP facade's address against its authentication:
-// without an Authenticator it serves only with insecure set and only on a
-// loopback address.
+// CheckListen checks an HTTP facade's address: without an Authenticator it
+// serves only with insecure set, on a loopback address.
 func CheckListen(addr string, authenticated, insecure bool) error {
 	if authenticated {
 		if insecure {

@@ -21,9 +21,8 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// call runs a tools/call as a one-call batch of the session (caller.run),
-// or a 2026-07-28 call that may ask its host, or the retry of one
-// (elicit.go).
+// call runs a tools/call as a one-call batch (caller.run), or a 2026-07-28
+// call that may ask its host, or its retry (elicit.go).
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req.Params.RequestState != "" {
 		return s.confirms.resume(ctx, req)
@@ -34,9 +33,8 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	return s.calls.run(ctx, req, runOpts{})
 }
 
-// caller runs a session's tools/call on the bus: the one-call batch, the
-// wait for a parked call with its progress, and P.cancel when the MCP
-// request ends first.
+// caller runs a session's tools/call on the bus: the batch, the wait for a
+// parked call with progress, and P.cancel when the MCP request ends first.
 type caller struct {
 	bus           callBus
 	session, user string
@@ -96,9 +94,8 @@ func (c callConfig) parkFor(timeout time.Duration, quiet bool) time.Duration {
 
 // runOpts are the variations of run.
 type runOpts struct {
-	// confirm, when set, receives a confirm park (the caller puts it to
-	// the host's user); otherwise it is put to the host's user through
-	// elicitation when the client declared it.
+	// confirm, when set, receives a confirm park; otherwise one is put to
+	// the host's user through elicitation when the client declared it.
 	confirm chan<- confirmPark
 	// callID and replyID, when set, are the bus call's (a task's record
 	// names them before the call is sent).
@@ -195,8 +192,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 		case <-done:
 			done = nil
 			if callErr != nil && ctx.Err() != nil {
-				// client.Call ended because ctx did, and this case won the
-				// select over ctx.Done: the bus call still runs
+				// client.Call ended because ctx did: the bus call still runs
 				// (TestCancelInterruptsBusCall).
 				return ended()
 			}
@@ -402,9 +398,8 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			}
 			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
 		case isStructured(b) && res.StructuredContent == nil:
-			// The tool's structured output, and its JSON as text when
-			// the result has none, for hosts that do not read
-			// structuredContent.
+			// The tool's structured output, and its JSON as text when the
+			// result has none, for hosts that ignore structuredContent.
 			raw, _ := base64.StdEncoding.DecodeString(b.Data)
 			res.StructuredContent = json.RawMessage(raw)
 			if !hasText {
@@ -512,9 +507,8 @@ func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	}
 }
 
-// restore sets res.StructuredContent from a stored output it links to;
-// when none serves, a result with stored links becomes an isError result
-// saying why.
+// restore sets res.StructuredContent from a stored output it links to; when
+// none serves, a result with stored links becomes an isError saying why.
 func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
 	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
 		return

@@ -25,9 +25,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// maxCrossing bounds a message carried to another facade process (an
-// elicitation answer or a cancel is small); a larger one is answered
-// where it landed.
+// maxCrossing bounds a message carried to another facade process; a larger
+// one is answered where it landed.
 const maxCrossing = 64 << 10
 
 // crossRecord is a message carried to the facade process it belongs to,
@@ -39,9 +38,8 @@ type crossRecord struct {
 	Message    json.RawMessage `json:"message"`
 }
 
-// clientRecord is what a 2025-11-25 client declared in its initialize,
-// under m.<session>.<user digest>.<MCP session digest>, for the
-// processes that serve its later requests (adopt).
+// clientRecord is what a 2025-11-25 client declared in its initialize, under
+// m.<session>.<user digest>.<MCP session digest>, for adopt.
 type clientRecord struct {
 	Version      string                 `json:"version"`
 	Capabilities mcp.ClientCapabilities `json:"capabilities"`
@@ -241,9 +239,8 @@ func (x *crossing) markKnown(sid string) {
 	x.known[sid] = true
 }
 
-// inject serves a message of MCP session sid to this process's mcp-go,
-// as if posted to it (adopting: the initialize that adopts sid), and
-// returns the HTTP status.
+// inject serves a message of MCP session sid to this process's mcp-go as if
+// posted to it (adopting: the initialize), returning the HTTP status.
 func (x *crossing) inject(sid, version string, body []byte, adopting bool) int {
 	req, err := http.NewRequest(http.MethodPost, "/mcp/"+x.session, bytes.NewReader(body))
 	if err != nil {

@@ -55,8 +55,7 @@ func (c *confirmer) mayElicit(ctx context.Context) bool {
 }
 
 // confirmer owns a session's confirmations put to the host's user
-// (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
-// 2026-07-28 multi round trip (below).
+// (docs/mcp.md "Who confirms"), by elicitation or the multi round trip.
 type confirmer struct {
 	bus           client.Parked
 	session, user string
@@ -154,9 +153,8 @@ type ask struct {
 	question *asked
 }
 
-// pending is a call of a 2026-07-28 client that asked its host and goes
-// on meanwhile, until it ends (its result kept for the retry a while) or
-// the facade closes.
+// pending is a call of a 2026-07-28 client that asked its host and goes on,
+// until it ends (its result kept a while for the retry) or the facade closes.
 type pending struct {
 	base   stateRecord // the call: session, user, tool, ids, start, deadline
 	asks   <-chan ask  // the next rounds, as the call meets them
@@ -365,9 +363,8 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return res, err
 }
 
-// answer publishes the host's response to round a (P.confirm or
-// P.answer); a response missing, malformed or cancelling publishes
-// nothing.
+// answer publishes the host's response to round a (P.confirm or P.answer);
+// a missing, malformed or cancelling response publishes nothing.
 func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	key := inputConfirm
 	if a.question != nil {
@@ -693,9 +690,8 @@ func questionParams(qn bus.Question, url bool) (mcp.ElicitationParams, bool) {
 	return params, true
 }
 
-// hostAnswer is the answer text of the park for the host's response;
-// false for a cancel (or anything else), which leaves the question to the
-// others.
+// hostAnswer is the park's answer text for the host's response; false for a
+// cancel or anything else, which leaves the question to the others.
 func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
 	if res == nil {
 		return "", false

@@ -38,13 +38,11 @@ type Config struct {
 	// ContextHeader is the HTTP header holding the batch's runtime context
 	// as a JSON object; "" means X-Toolbus-Context.
 	ContextHeader string
-	// Poll is how often a used session's listing is compared with the
-	// bus, besides the watches that trigger a listing at once; zero means
-	// 2s.
+	// Poll is how often a used session's listing is compared with the bus,
+	// besides the watches; zero means 2s.
 	Poll time.Duration
 	// ParkWait is the least a parked call holds its tools/call (or task)
-	// open; a call waits up to its tool's timeout_ms, or this when longer.
-	// Zero means no minimum.
+	// open beside its tool's timeout_ms; zero means no minimum.
 	ParkWait time.Duration
 	// QuietHold is the longest a parked call holds the tools/call of a host
 	// with no progress token nor task (which gives up on its own), then
@@ -56,9 +54,8 @@ type Config struct {
 	// Auth authenticates every HTTP request (Tokens, OAuth); nil serves
 	// HTTP only when Insecure is set.
 	Auth Authenticator
-	// Insecure serves HTTP without authentication: the user comes from
-	// UserHeader, every session may be used. For a desktop on a loopback
-	// address only (CheckListen).
+	// Insecure serves HTTP without authentication (the user from
+	// UserHeader, every session): a loopback desktop only (CheckListen).
 	Insecure bool
 	// Confirm is the confirm policy of identities that name none, and of
 	// stdio and insecure HTTP; "" means ConfirmApprovers.
@@ -404,13 +401,11 @@ func (s *session) listed(name string) bool {
 }
 
 // settle are the delays after a watched change at which the session is
-// listed again: the first listing may come before the router's cache has
-// the change.
+// listed again, since the router's cache may lag the change.
 var settle = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
 
-// poll lists the session again when a watch saw a change (at once and
-// after each settle delay), and every Poll for what no watch sees (a
-// worker whose liveness key expired).
+// poll lists the session again when a watch saw a change (at once and after
+// each settle delay), and every Poll for what no watch sees.
 func (s *session) poll() {
 	t := time.NewTicker(s.f.cfg.Poll)
 	defer t.Stop()
@@ -665,9 +660,8 @@ func (t *table) touchLocked(s *session, delta int) {
 	s.last = time.Now()
 }
 
-// busyLocked reports whether s serves a request or holds a call waiting
-// for its host user: it is not dropped then (tasks are the facade's, and
-// survive it).
+// busyLocked reports whether s serves a request or holds a call waiting for
+// its host user; it is not dropped then.
 func (t *table) busyLocked(s *session) bool {
 	return s.active > 0 || s.confirms.busy()
 }
@@ -734,9 +728,8 @@ func (t *table) changed(id string) {
 	}
 }
 
-// The MCP grouping draft (SEP-2084, extension
-// io.modelcontextprotocol/grouping) served from the session's groups
-// (docs/mcp.md "Groups as MCP groups").
+// The MCP grouping draft (SEP-2084, io.modelcontextprotocol/grouping) served
+// from the session's groups (docs/mcp.md "Groups as MCP groups").
 const (
 	groupingExtension = "io.modelcontextprotocol/grouping"
 	methodGroupsList  = "groups/list"
@@ -829,9 +822,8 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	return response(m.ID, map[string]any{"groups": groupsOf(list.Groups)}, nil)
 }
 
-// take takes a message the facade answers itself (a grouping request, or
-// a task message when the session offers tasks) and returns how it is
-// answered; false passes it on to mcp-go.
+// take takes a message the facade answers itself (grouping, or tasks when
+// offered) and returns how it is answered; false passes it to mcp-go.
 func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
 	m, ok := parseRequest(line)
 	switch {

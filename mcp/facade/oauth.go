@@ -60,9 +60,8 @@ type OAuthConfig struct {
 	Now func() time.Time
 }
 
-// Algorithms are the JWS algorithms an access token may be signed with:
-// asymmetric only (never "none" nor an HMAC, whose key would be the
-// public one).
+// Algorithms are the JWS algorithms an access token may use: asymmetric only
+// (never "none" nor HMAC, whose key would be the public one).
 var Algorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512,
 	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA}
 

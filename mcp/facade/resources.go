@@ -89,9 +89,8 @@ func (s *resources) knowsResource(uri string) bool {
 	return ok
 }
 
-// syncResources lists the resources of the session's bridged servers and
-// registers them (and the stored-outputs template) with the MCP server;
-// a server that fails is left out.
+// syncResources registers the session's bridged servers' resources (and the
+// stored-outputs template) with the MCP server; a failing server is left out.
 func (s *resources) syncResources(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 	defer cancel()

@@ -61,9 +61,8 @@ func isTaskMessage(m *rpcMessage) bool {
 	return false
 }
 
-// modern reports whether the request states the 2026-07-28 revision in
-// its _meta (a tasks/* request without it is answered all the same:
-// mcp-go's client leaves it out).
+// modern reports whether the request states the 2026-07-28 revision in its
+// _meta (tasks/* are answered without it: mcp-go's client omits it).
 func (m *rpcMessage) modern() bool {
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
@@ -77,9 +76,8 @@ func (m *rpcMessage) modern() bool {
 
 type rpcError = mcp.JSONRPCErrorDetails
 
-// taskFront answers a session's task messages (isTaskMessage) on both
-// transports, from the records in the facade's bucket (store) and the
-// tasks this process runs or follows (runners).
+// taskFront answers a session's task messages on both transports, from the
+// bucket's records (store) and this process's tasks (runners).
 type taskFront struct {
 	session, user string
 	store         *kvStore // tasks_store.go
@@ -191,8 +189,7 @@ func storeError(err error) *rpcError {
 }
 
 // start stores the task's record, starts its call and returns the
-// CreateTaskResult; a tool that is not listed, or a store that cannot be
-// written, is an error and nothing is published.
+// CreateTaskResult; an unlisted tool or a failed store publishes nothing.
 func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
 	if !s.listed(req.Params.Name) {
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found", req.Params.Name)}
@@ -283,9 +280,8 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	return &out, nil
 }
 
-// maxFollowers bounds the tasks one facade process follows for others
-// (and the failures it remembers); a failed follow is not tried again
-// for followRetry.
+// maxFollowers bounds the tasks one process follows for others (and the
+// failures remembered); a failed follow waits followRetry.
 const (
 	maxFollowers = 1000
 	followRetry  = 5 * time.Second
@@ -426,9 +422,8 @@ func (t *taskRunners) follow(r *taskRecord) {
 	})
 }
 
-// learnEnd waits for the end of task r's call on the bus: its bus task's
-// when the call went on as one, else its result. A nil result: the record
-// ended meanwhile.
+// learnEnd waits for the end of task r's call on the bus (its bus task's, or
+// its result); a nil result: the record ended meanwhile.
 func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToolResult, error) {
 	if r.BusTask != "" && t.tasks != nil {
 		res, _, err := t.followBus(ctx, r, r.BusTask)
@@ -547,9 +542,8 @@ func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
 	return raw
 }
 
-// pendingInput is an input a task starts waiting for, with its key
-// (unique over the task's life: a park id is never reused) and the
-// task's status message meanwhile.
+// pendingInput is an input a task starts waiting for, with its key (a park
+// id, never reused) and the task's status message meanwhile.
 type pendingInput struct {
 	key     string
 	in      taskInput
@@ -601,9 +595,8 @@ func (r *taskRecord) detailed(modern bool) *taskView {
 	return v
 }
 
-// update answers tasks/update: each response whose key the task waits
-// for is the host's answer; other keys are ignored, as the extension
-// says. The task is working again once nothing is outstanding.
+// update answers tasks/update: responses to keys the task waits for are the
+// host's answers, others ignored; it works again once none is outstanding.
 func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *rpcError) {
 	var p struct {
 		TaskID         string                     `json:"taskId"`
@@ -757,9 +750,8 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID
 	}
 }
 
-// checkBusTask checks that bus task id is task r's call before the
-// record names it (three tries): a handle naming another call of the
-// session is never followed nor cancelled.
+// checkBusTask checks (three tries) that bus task id is task r's call before
+// the record names it, so another call's handle is never followed.
 func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
 	var err error
 	for try := range 3 {
