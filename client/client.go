@@ -125,9 +125,8 @@ func WithExpiry(t time.Time) CallOption {
 // WithTraceParent sets the W3C traceparent of the batch.
 func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.TraceParent = tp } }
 
-// Call sends one model turn's calls and waits for the reply: finished
-// results and parked calls. A rejected batch returns a *bus.Error
-// (errors.Is(err, bus.ErrBadRequest) etc).
+// Call sends one model turn's calls and waits for the reply (finished
+// results and parked calls); a rejected batch is a *bus.Error.
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
 	buf := batchBufs.Get().(*[]byte)
 	defer func() {
@@ -239,9 +238,8 @@ func (s *Events) end() {
 	close(s.done)
 }
 
-// Stop ends the stream and waits until C is closed, or until ctx ends
-// (then it returns ctx's error; C is still closed soon). It is safe to
-// call twice.
+// Stop ends the stream and waits until C is closed or ctx ends (then C is
+// still closed soon). It is safe to call twice.
 func (s *Events) Stop(ctx context.Context) error {
 	s.stop()
 	select {
@@ -252,9 +250,8 @@ func (s *Events) Stop(ctx context.Context) error {
 	}
 }
 
-// Watch streams the session's events as they are published (session "*"
-// streams every session's). The stream is live from the moment Watch
-// returns; use Replay to read what was published before.
+// Watch streams the session's events ("*": every session's) live from its
+// return; Replay reads what was published before.
 func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	if session != "*" && !bus.ValidID(session) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
@@ -440,9 +437,8 @@ func (t Tasks) Output(ctx context.Context, session, id string) (bus.Task, []bus.
 // the end; Size, MediaType and Digest describe it. Close it when done.
 type Output = offload.Object
 
-// Outputs reads stored outputs (docs/protocol.md 5.9) through the Client
-// it came from: Client.Outputs returns it; it is a value, cheap to make
-// and safe for concurrent use.
+// Outputs reads stored outputs (docs/protocol.md 5.9) through its Client: a
+// value, cheap to make and safe for concurrent use.
 type Outputs struct{ c *Client }
 
 // Outputs returns the Client's reader of stored outputs.

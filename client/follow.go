@@ -97,9 +97,8 @@ var (
 	errSilent = errors.New("client: consumer does not answer")
 )
 
-// pull relays one pull and delivers what comes, until its closing status,
-// a full batch, its silence or ctx's end. It returns errLost or errSilent
-// when the consumer must be asked for again.
+// pull relays one pull and delivers what comes until its closing status, a
+// full batch, silence or ctx's end; errLost or errSilent ask for a new one.
 func (f *follower) pull(ctx context.Context) error {
 	f.pulls++
 	reply := f.inbox + "." + strconv.Itoa(f.pulls)
@@ -164,9 +163,8 @@ func (f *follower) recv(ctx context.Context, deadline time.Time) (*nats.Msg, err
 	return f.sub.NextMsgWithContext(ctx)
 }
 
-// quiet is what a pull that brought nothing within its bound means: with
-// heartbeats, it was lost on its way and is sent again, up to
-// followSilences in a row; without, the consumer is lost.
+// quiet is what a pull that brought nothing means: with heartbeats, lost on
+// its way and sent again, up to followSilences; without, the consumer lost.
 func (f *follower) quiet() error {
 	if !f.beats {
 		return errLost

@@ -107,9 +107,8 @@ func listOf[T, W any](raw []byte, pick func(*W) []T) ([]T, error) {
 	return pick(&w), nil
 }
 
-// argumentsInput returns an OpenAI arguments string as a call input: the
-// string itself, which the router parses (docs/protocol.md 3.1); "" means
-// no arguments.
+// argumentsInput returns an OpenAI arguments string as a call input, the
+// string itself, which the router parses; "" means none.
 func argumentsInput(args string) json.RawMessage {
 	if strings.TrimSpace(args) == "" {
 		return json.RawMessage(`{}`)
@@ -270,18 +269,16 @@ type ModelReply struct {
 	// openai, function_call_output items for openai-responses. Empty when
 	// every call is parked.
 	Messages []json.RawMessage
-	// Parked are the calls that wait for an answer (docs/protocol.md
-	// 3.2); their results come later, as call.result events or a
-	// batch.done. An agent loop may wait for them or go on without them.
+	// Parked are the calls that wait for an answer (docs/protocol.md 3.2);
+	// their results come later as call.result events or a batch.done.
 	Parked []bus.Parked
 	// Activated are the groups Turn activated because the provider's tool
 	// search loaded their tools (docs/protocol.md 4.1, "deferred").
 	Activated []string
 }
 
-// Reply turns a batch reply (or the results of a batch.done, with no
-// parked calls) into t's API's tool-result messages. Results of calls
-// that are not in t are left out.
+// Reply turns a batch reply (or a batch.done's results) into t's API's
+// tool-result messages, leaving out results of calls not in t.
 func (t *ModelTurn) Reply(results []bus.Result, parked []bus.Parked) (*ModelReply, error) {
 	byID := make(map[string]bus.Result, len(results))
 	for _, r := range results {
@@ -366,9 +363,8 @@ func (c *Client) Turn(ctx context.Context, session, format string, message []byt
 	return out, nil
 }
 
-// resultText is what the model reads of a result: its text blocks and a
-// line for each block a text cannot hold inline (a stored output, a
-// linked file).
+// resultText is what the model reads of a result: its text blocks and a line
+// for each block a text cannot hold inline.
 func resultText(r bus.Result) string {
 	var parts []string
 	for _, b := range r.Output {
@@ -636,9 +632,8 @@ func loadGroups(list *bus.ToolsList, loads []load) (final, added []string) {
 	return final, added
 }
 
-// ResetInput is the input of reset_tools that activates exactly groups,
-// in their order: {"g1": true, ...}, or {} to deactivate every meta group
-// (docs/protocol.md 4.2).
+// ResetInput is the reset_tools input that activates exactly groups, in
+// order: {"g1": true, ...}, or {} for none (docs/protocol.md 4.2).
 func ResetInput(groups []string) json.RawMessage {
 	var b bytes.Buffer
 	b.WriteByte('{')

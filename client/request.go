@@ -37,9 +37,8 @@ func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (
 	return &e, nil
 }
 
-// batchIn is batchEvent with the batch's data appended to buf, the event
-// by value: Call's batch, sent and let go, stays off the heap (an option
-// given works on a copy of its own).
+// batchIn is batchEvent with the data appended to buf and the event by
+// value, so Call's batch stays off the heap.
 func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf []byte) (bus.Event, error) {
 	if b.SessionRev == 0 {
 		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
@@ -113,9 +112,8 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 // io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
 // client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
-	// Without a deadline of the caller's, the exchange ends after def: a
-	// deadline the wait keeps itself (replies.Mux.RequestUntil), not a
-	// context made for it per request.
+	// Without a caller's deadline the exchange ends after def, a deadline
+	// the wait keeps itself, not a context per request.
 	var until time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -194,9 +192,8 @@ func isBusy(resp *nats.Msg) bool {
 	return re.DataAs(&be) == nil && be.Code == bus.CodeBusy
 }
 
-// sendAnswer sends an answer or a confirmation (what) to subject and
-// waits for the router's acknowledgement. Either may add a rule to the
-// session, so its revision is forgotten around it (docs/protocol.md 4.2).
+// sendAnswer sends an answer or confirmation (what) to subject and waits for
+// the acknowledgement, forgetting the session's revision around it.
 func (c *requester) sendAnswer(ctx context.Context, subject, session, replyID, callID string, a bus.Answer, what string) error {
 	c.revs.forget(session)
 	defer c.revs.forget(session)

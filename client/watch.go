@@ -13,8 +13,7 @@ import (
 )
 
 // AllSessions is what a ListingWatch reports for a change that may touch
-// every session's listing: a tool definition, a group, a worker arriving
-// or leaving, a skill.
+// every listing (a definition, group, worker or skill).
 const AllSessions = ""
 
 // ListingWatch tells its caller that a session's tool listing may have
@@ -66,9 +65,8 @@ func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed 
 	return w
 }
 
-// Stop ends the watch: changed is not called once it returns (a call in
-// progress is waited for). It waits for the retrying to end until ctx
-// ends. It is safe to call twice.
+// Stop ends the watch, waiting for a call of changed in progress and the
+// retrying, until ctx ends. It is safe to call twice.
 func (w *ListingWatch) Stop(ctx context.Context) error {
 	w.stop()
 	w.mu.Lock()
@@ -126,8 +124,7 @@ func listingSubjects(s bus.Subjects) []listingFollow {
 }
 
 // allIfRecord reports every session for a deletion or a JSON record; a
-// value that is not JSON is ignored by every router (it changes no
-// listing).
+// non-JSON value changes no listing.
 func allIfRecord(_ *ListingWatch, m *nats.Msg) (string, bool) {
 	return AllSessions, kvDeleted(m) || json.Valid(m.Data)
 }
@@ -156,9 +153,8 @@ func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 // maxWorkerKeys bounds the live workers' keys a ListingWatch keeps.
 const maxWorkerKeys = 1 << 16
 
-// subscribe subscribes to each of follows and flushes once, bounded by
-// ctx; it returns those it could not subscribe (all of them when the flush
-// failed: they are unsubscribed, to be tried again).
+// subscribe subscribes to follows and flushes once, bounded by ctx; it
+// returns those it could not subscribe (all, unsubscribed, if the flush failed).
 func (w *ListingWatch) subscribe(ctx context.Context, follows []listingFollow) (left []listingFollow) {
 	var made []*nats.Subscription
 	for _, f := range follows {
