@@ -98,9 +98,8 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	}
 	ctx, cancel := r.landing()
 	defer cancel()
-	// The one registry lookup of this answer: the record's tool is the
-	// subject's (Answer refuses another), and check, settle and the run
-	// of a confirmed call all use it.
+	// The one registry lookup of this answer (Answer refuses a record of
+	// another tool), shared by check, settle and a confirmed call's run.
 	t, _ := r.reg.Lookup(tool)
 	decide := func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
 		if err := r.checkAnswer(rec, a, via, t); err != nil {
@@ -149,8 +148,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 			return bus.Errorf(bus.CodeBadRequest, "a confirmation's reason goes with \"confirmed\": false only, at most %d bytes", bus.MaxDenyReason)
 		}
 		// Required on the approver's subject of a secured router; an open
-		// router takes a confirmation without it, as before, from clients
-		// that send where the record's subject says.
+		// router takes a confirmation without it, as before.
 		if err := checkDigest(rec, a, via == viaApprove && r.secured); err != nil {
 			return err
 		}
@@ -343,9 +341,8 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 	return r.runTool(ctx, j)
 }
 
-// confirmCovered confirms the batch's other calls waiting for a
-// confirmation that the session's rules now allow: a person who said "yes,
-// and remember" is not asked twice.
+// confirmCovered confirms the batch's other confirm parks the session's
+// rules now allow: "yes, and remember" is not asked twice.
 func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {

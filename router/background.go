@@ -110,9 +110,8 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	return f.res
 }
 
-// flight is a call this router runs as a possible task until it has its
-// outcome (its result, or the task's handle), for the copies that arrive
-// meanwhile.
+// flight is a call this router runs as a possible task until its outcome
+// (result or handle), for the copies that arrive meanwhile.
 type flight struct {
 	done chan struct{} // closed once res is set
 	res  bus.Result
@@ -162,9 +161,8 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 		b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
 	}
 	runCtx, cancel := b.runContext()
-	// A cancel of the batch ends the run, until the handoff. ctx's own
-	// deadline (the call's, with its grace) does not: past the timer below
-	// the call goes on as a task, however late this goroutine gets there.
+	// A cancel of the batch ends the run until the handoff; ctx's deadline
+	// does not: past the timer below the call goes on as a task.
 	cancelled := make(chan bool, 1)
 	unlink := context.AfterFunc(ctx, func() {
 		by := errors.Is(ctx.Err(), context.Canceled)
@@ -232,9 +230,8 @@ func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelF
 	}
 }
 
-// runContext is the context of a task's run: cancelled by the task's
-// cancel, and by the router's stop with the drain deadline's cause, so the
-// executors leave the call for the router that takes the task over.
+// runContext is a task's run context: cancelled by the task's cancel and by
+// the router's stop, leaving the call to the router that takes it over.
 func (b *background) runContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(b.r.base))
 	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
@@ -389,8 +386,7 @@ func (b *background) tick(now time.Time) {
 }
 
 // resume follows a task taken over: a durable call's result lands in the
-// ledger, a read-only or idempotent call runs again, any other's outcome
-// is unknown.
+// ledger, a read-only or idempotent call runs again, others end unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
 	ctx, cancel := b.runContext()

@@ -96,9 +96,8 @@ func (g guardrails) middlewares() []Middleware {
 	return mws
 }
 
-// newGuardrails sets up the guardrails the config turns on, with their
-// JetStream resources and metrics; counted tells the quotas whether an
-// earlier copy of a batch already counted a call.
+// newGuardrails sets up the guardrails the config turns on; counted tells
+// the quotas whether an earlier copy of a batch counted a call.
 func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, subj bus.Subjects, cfg Config, log *slog.Logger, sessions *groups.Store, counted countedPort) (guardrails, error) {
 	var g guardrails
 	if ac := cfg.Guard.Audit; ac != nil {
@@ -232,9 +231,8 @@ func (q *quotas) wrap(next Executor) Executor {
 	})
 }
 
-// lookup looks j's call (its input validated) up in the result cache, and
-// counts the lookup: key is "" for a call the cache does not serve, hit
-// the stored result, renamed for this call.
+// lookup looks j's call up in the result cache and counts the lookup: key ""
+// when the cache does not serve it; hit the stored result, renamed.
 func (q *quotas) lookup(ctx context.Context, j *job) (key string, hit *bus.Result) {
 	if q.cache == nil {
 		return "", nil
@@ -280,9 +278,8 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 }
 
-// check counts call (c's) against the limits: the result of a call they
-// refuse, or that could not be checked; nil when it may go on. The
-// refusing rule travels with the call, for its audit record.
+// check counts c's call against the limits: the result of a refused or
+// uncheckable call (its rule kept for the audit), nil when it may go on.
 func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
 	ref, err := q.lim.Check(ctx, call)
 	if err != nil {
@@ -401,9 +398,8 @@ func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 	a.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
 }
 
-// recordParked writes the audit record of a parked call that ended (asked
-// or external) and waits until P_AUDIT holds it or ctx ends. A nil trail
-// records nothing.
+// recordParked writes the audit record of a parked call that ended and waits
+// until P_AUDIT holds it or ctx ends; a nil trail records nothing.
 func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res bus.Result) {
 	if a == nil {
 		return
@@ -415,9 +411,8 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
 	r.DurationMS = time.Since(rec.Created).Milliseconds()
 	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
-	// Stored before the call's result is recorded and its batch goes on
-	// (answers.complete): a parked call ends at a person's pace, so the
-	// round trip is not worth overlapping.
+	// Stored before the call's result is recorded: a parked call ends at a
+	// person's pace, so the round trip is not worth overlapping.
 	p, err := a.tr.Write(r, rec.Call.Input)
 	a.land(ctx, r, p, err)
 }
