@@ -210,8 +210,7 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 				}
 			case forestalled(prev):
 				// A cancel ended the call before it parked (Cancels.Forestall,
-				// docs/protocol.md 3.5): it did not park, and settles with
-				// its result as any call that could not park.
+				// docs/protocol.md 3.5): it settles as a call that could not park.
 				err = errCancelledFirst
 			default:
 				// Another copy, which found this one's continuation, parked
@@ -365,9 +364,8 @@ func unpark(ctx context.Context, c *calls, recs []*Record) {
 	}
 }
 
-// announce hands run's parked records to run.Announce, then publishes the
-// live handoff requests of those this router created (a record another
-// copy of the batch created has its request from that copy).
+// announce hands run's parked records to run.Announce and publishes the live
+// requests of those this router created (others' have theirs).
 func (c *calls) announce(run Run, parked, created []*Record) {
 	if run.Announce != nil {
 		run.Announce(parked)
@@ -642,9 +640,8 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
 }
 
-// Cancels records the calls that a cancel ended before they started (a
-// type of its own: Store keeps to 15 methods). Its zero value is not usable:
-// it is Store.Cancels.
+// Cancels records the calls a cancel ended before they started (its own
+// type: Store keeps to 15 methods); it is Store.Cancels.
 type Cancels struct{ s *Store }
 
 // Forestall records the result of c, a call a cancel ended before it started
@@ -1165,9 +1162,8 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation in brief, as Cancel, Marks and Stranded
-// need it: its phase, the awaited calls without a result, and its cancel
-// marks.
+// openBatch is a continuation in brief, as Cancel, Marks and Stranded need
+// it: phase, awaited calls without a result, cancel marks.
 type openBatch struct {
 	phase     Phase
 	missing   []string
@@ -1260,15 +1256,13 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 	}
 }
 
-// create stores a new parked record. It comes before the request
-// (docs/protocol.md 6.1): a handler that answers the moment the request
-// arrives finds the call parked.
+// create stores a new parked record before its request (docs/protocol.md
+// 6.1), so an answer the moment the request arrives finds it parked.
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
 	// The subject stays P.answer.<tool> for every kind (docs/protocol.md
-	// 6.1): a confirmation goes to P.approve.<tool>, which clients derive
-	// from the tool; an open router still takes it on the old subject.
+	// 6.1); clients send confirmations to P.approve.<tool>.
 	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
 	if err != nil {
@@ -1532,9 +1526,8 @@ func (c *calls) start(ctx context.Context) (err error) {
 	return err
 }
 
-// goneMemory is how long the tombstone of a record that left the parked
-// status is kept, so that a late delivery of an older revision cannot list
-// it as parked again.
+// goneMemory is how long a record that left the parked status keeps its
+// tombstone, so a late older revision cannot list it as parked again.
 const goneMemory = time.Minute
 
 func (c *calls) apply(e jetstream.KeyValueEntry) {
@@ -1576,9 +1569,8 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-// endings is the calls of batches with a continuation of their own that
-// this router saw end, and when, by record key: what Mends.Stranded looks
-// at. Safe for concurrent use.
+// endings is the calls of batches with their own continuation this router
+// saw end, and when, by record key (Mends.Stranded). Safe for concurrent use.
 type endings struct {
 	mu      sync.Mutex
 	m       map[string]endedCall
@@ -1743,8 +1735,7 @@ func (c *calls) answeredBefore(cutoff time.Time) []string {
 }
 
 // callKey and batchKey are the two kinds of P_parked key whose leases a
-// router renews (an answered call, a continuation), so nothing tells them
-// apart by counting dots.
+// router renews, typed so nothing counts dots.
 type (
 	callKey  string
 	batchKey string
