@@ -127,9 +127,8 @@ type seenBeat struct {
 	left bool   // it said the worker left, or this router read its leave
 }
 
-// overtaken reports whether the worker left after rd was read: this router
-// read its leave since, or the cache learnt it since (another router's).
-// The caller holds l.mu.
+// overtaken reports whether the worker left after rd was read (its leave
+// read here, or learnt by the cache since). The caller holds l.mu.
 func (rd *reading) overtaken(l *liveness, tool string) bool {
 	if l.order.leftAfter(tool, rd.worker, rd.seq) {
 		return true

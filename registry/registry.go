@@ -351,9 +351,8 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	return "", nil
 }
 
-// defDiff names the members of two tool definitions that differ, as
-// encoded ("description", "input_schema", ...), so that a rejection says
-// what two routers or workers disagree on.
+// defDiff names the members of two tool definitions that differ, as encoded,
+// so a rejection says what two routers or workers disagree on.
 func defDiff(a, b *bus.ToolDef) []string {
 	var ma, mb map[string]json.RawMessage
 	ja, _ := json.Marshal(a)
@@ -409,9 +408,8 @@ func (c *catalog) applyTool(e jetstream.KeyValueEntry) {
 // put caches t, unless a newer revision of it, or its delete, is cached.
 func (c *catalog) put(t *Tool) { c.tools.Put(t.Def.Name, t.rev, t) }
 
-// A P_tools value is the definition's JSON with one more key, "registered":
-// when the tool was first registered (unix ns). Every router orders the
-// listing by it, whenever it started and however often the tool changed.
+// A P_tools value is the definition's JSON plus "registered" (unix ns of the
+// first registration), by which every router orders the listing.
 const registeredKey = `"registered"`
 
 // encodeRecord returns the stored value of d.
