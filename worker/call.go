@@ -108,9 +108,8 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	// Encoded as a result is (executor.serve): in a pooled buffer, into
-	// an event on the stack, sent without a second scan on a carved
-	// subject; nats.go has copied it when SendTrusted returns.
+	// Encoded as a result is (executor.serve), pooled and sent without a
+	// second scan; nats.go has copied it when SendTrusted returns.
 	buf := results.Get().(*[]byte)
 	defer func() {
 		if cap(*buf) <= maxPooledResult {
@@ -129,9 +128,8 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	return bus.SendTrusted(c.w.subj.EventsMsg(c.SessionID), &e, "", c.w.nc.PublishMsg)
 }
 
-// PatchState sets the JSON merge patch (RFC 7386) that the router applies to
-// the session's agent state when the call succeeds. Only state_injected
-// tools may use it.
+// PatchState sets the JSON merge patch (RFC 7386) the router applies to the
+// session's agent state when the call succeeds; state_injected tools only.
 func (c *Call) PatchState(patch any) error {
 	b, err := json.Marshal(patch)
 	if err != nil {
@@ -162,9 +160,8 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
 		var in In
 		if len(c.Input) > 0 {
-			// UnmarshalOf decodes into a reused value and copies it to in,
-			// which stays on the stack (Unmarshal's any made it escape: an
-			// allocation per call).
+			// UnmarshalOf decodes into a reused value copied to in, which
+			// stays on the stack (Unmarshal's any made it escape).
 			if err := fastjson.UnmarshalOf(c.Input, &in); err != nil {
 				return nil, fmt.Errorf("input does not decode: %w", err)
 			}
@@ -235,9 +232,8 @@ func (c *callCtx) real() context.Context {
 		defer c.mu.Unlock()
 		parent := c.parent
 		if c.stopFirst {
-			// Not its parent's child: its parent may have ended since,
-			// and the child of an ended parent is born with the parent's
-			// cause. The values are its parent's all the same.
+			// Not its parent's child: a child of an ended parent is born
+			// with its cause. The values are its parent's all the same.
 			parent = context.WithoutCancel(parent)
 		}
 		var ctx context.Context

@@ -167,9 +167,8 @@ func (ct *callTable) end(key string, c *Call) {
 	}
 }
 
-// onCancel takes a cancel of P.cancel.<session>: it cancels the named
-// calls running (all of the reply's without names) and remembers the
-// cancel for cancelMemory, so a request still on its way never starts.
+// onCancel takes a cancel of P.cancel.<session>: it cancels the named calls
+// (all of the reply's without names) and remembers it for cancelMemory.
 func (ct *callTable) onCancel(m *nats.Msg) {
 	session, ok := ct.subj.Token(m.Subject, "cancel")
 	if !ok {

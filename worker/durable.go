@@ -11,9 +11,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// workQueue serves a durable tool t of w: its calls wait in the P_WORK
-// work queue (docs/protocol.md 5.8), taken from the tool's work consumer
-// rather than P.exec.<tool>.
+// workQueue serves a durable tool t of w from its work consumer on the P_WORK
+// work queue (docs/protocol.md 5.8), not P.exec.<tool>.
 type workQueue struct {
 	w *Worker
 	t *tool

@@ -30,18 +30,16 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call as c (zero, the caller's
-// allocation) and answers through rp; key is the call key the worker
-// listed it under ("" when none).
+// serve checks one exec request, runs the call as c (zeroed, the caller's)
+// and answers through rp; key is the call's listed key ("" when none).
 func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
 	var req bus.ExecRequest
 	if err == nil {
-		// The call id and the tool name are the event's and the tool's
-		// strings when they spell them; input, user and context are
-		// slices of the message's data, which the call owns.
+		// Id and name are the event's and the tool's strings when they
+		// spell them; the raw members are slices of the call's message.
 		err = req.FromEvent(e, e.ToolCallID, t.def.Name)
 	}
 	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {

@@ -19,9 +19,8 @@ import (
 	"github.com/toolbus/toolbus/internal/life"
 )
 
-// RejectObserver is an Observer that is also told when a router rejects a
-// tool's registration, so the worker stops serving it (metrics.Worker
-// counts them). An Observer without this method is simply not told.
+// RejectObserver is an Observer also told when a router rejects a tool's
+// registration (metrics.Worker counts them).
 type RejectObserver interface {
 	Rejected(tool, reason string)
 }

@@ -60,9 +60,8 @@ type Config struct {
 	// blocks are stored as references (docs/protocol.md 5.9); zero means
 	// offload.DefaultInlineLimit, capped by the payload limit less 64 KiB.
 	InlineLimit int
-	// MaxOutput is the encoded output size above which a result is refused,
-	// even by the object store: the call ends as a tool error that says so.
-	// Zero means offload.DefaultMaxOutput (64 MiB).
+	// MaxOutput is the encoded output size above which a result is refused
+	// as a tool error; zero means offload.DefaultMaxOutput (64 MiB).
 	MaxOutput int64
 }
 
@@ -78,9 +77,8 @@ type tool struct {
 	h   Handler
 
 	calls, errors, nanos atomic.Int64 // for micro stats
-	// accepted says a router accepted the tool's registration: only then
-	// is it served (serve.go). decided is closed at the first
-	// acknowledgement that accepts or rejects it.
+	// accepted: a router accepted the registration, so it is served;
+	// decided is closed at the first acknowledgement either way.
 	accepted   atomic.Bool
 	decided    chan struct{}
 	decideOnce sync.Once
@@ -110,9 +108,8 @@ type Worker struct {
 	log    *slog.Logger
 	off    *offload.Offloader
 
-	// The parts: the table of calls accepted, running and cancelled
-	// (calls.go), the registrations and heartbeats (serve.go), and the
-	// executor that runs one call and makes its result (exec.go).
+	// The parts: the call table (calls.go), the registrar (serve.go) and
+	// the executor (exec.go).
 	calls *callTable
 	reg   *registrar
 	exec  *executor
@@ -230,9 +227,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool is an endpoint of this worker's NATS micro service, so
-	// `nats micro ls/info/stats` show the workers and their tools, until a
-	// router rejects it (serve.go).
+	// Every tool is an endpoint of the worker's micro service (`nats micro
+	// ls/info/stats`) until a router rejects it (serve.go).
 	byName := map[string]*tool{}
 	for _, t := range tools {
 		byName[t.def.Name] = t
