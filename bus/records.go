@@ -9,9 +9,8 @@ import (
 // This file holds the records more than one package reads or writes, so
 // that each has one encoder and one decoder (docs/router.md "Layout").
 
-// WorkerBeat is a P_workers value (docs/protocol.md 8): a worker's
-// liveness for one tool, keyed <tool>.<worker>. The registry writes it;
-// the registry and the MCP facade's watch read it.
+// WorkerBeat is a P_workers value (docs/protocol.md 8): a worker's liveness
+// for one tool, keyed <tool>.<worker>, written by the registry.
 type WorkerBeat struct {
 	// Left says the worker is leaving; the value then expires with the
 	// bucket's TTL like any beat.
@@ -91,9 +90,8 @@ func NoWorkerResult(c Call) Result {
 	return ErrorResult(c, CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
 }
 
-// ParkStatus is where a parked call record stands (docs/protocol.md 6.1).
-// Only package parked writes the record; the inbox and the operator CLI
-// read it through this type.
+// ParkStatus is where a parked call record stands (docs/protocol.md 6.1);
+// only package parked writes the record.
 type ParkStatus string
 
 // Statuses of a parked record.
@@ -111,9 +109,8 @@ type ParkRecord struct {
 	Session string `json:"session"`
 	ReplyID string `json:"reply_id"`
 	Call    Call   `json:"call"`
-	// InputDigest is InputDigest(Call.Input): a confirmation must name it
-	// (docs/protocol.md 6.3), so the approver confirms exactly the input
-	// it saw.
+	// InputDigest is InputDigest(Call.Input), which a confirmation must
+	// name (docs/protocol.md 6.3): the approver confirms the input it saw.
 	InputDigest    string          `json:"input_digest,omitempty"`
 	Kind           string          `json:"kind"`
 	Subject        string          `json:"subject"`
@@ -125,18 +122,16 @@ type ParkRecord struct {
 	Status         ParkStatus      `json:"status"`
 	Answer         *Answer         `json:"answer,omitempty"`
 	Result         *Result         `json:"result,omitempty"`
-	// Batch is the batch's continuation when this call is the batch's
-	// only wait and nothing of it is left to run (docs/protocol.md 6.1,
-	// 1.6): package parked's, opaque to readers.
+	// Batch is the continuation when this call is the batch's only wait
+	// (docs/protocol.md 6.1, 1.6), opaque to all but package parked.
 	Batch json.RawMessage `json:"batch,omitempty"`
 	// AnsweredBy and AnsweredAt say who answered (the answer's
 	// CloudEvents source, a claim; "<source> via P.approve" when it came
 	// on the approver's subject) and when (docs/protocol.md 6.1).
 	AnsweredBy string    `json:"answered_by,omitempty"`
 	AnsweredAt time.Time `json:"answered_at,omitzero"`
-	// Owner and Touched are the lease of an answered call: the router
-	// that took the answer runs the confirmed call and renews Touched
-	// meanwhile; once it is stale another router takes the answer over.
+	// Owner and Touched are an answered call's lease: its router renews
+	// Touched while it runs the call; once stale another takes it over.
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched,omitzero"`
 	Created time.Time `json:"created"`

@@ -7,9 +7,8 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Publisher is the part of *nats.Conn that sending events needs. An
-// implementation must not modify the message's header, which may be shared
-// between messages.
+// Publisher is the part of *nats.Conn that sending events needs; it must not
+// modify the message's header, which may be shared.
 type Publisher interface {
 	PublishMsg(m *nats.Msg) error
 }

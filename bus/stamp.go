@@ -36,9 +36,8 @@ func stamp() (id, at string) {
 	return id, at
 }
 
-// FormatExpiry formats t as the expirytime attribute: in UTC, RFC 3339
-// with as many fractional digits as t needs (time.RFC3339Nano), what
-// Event.Expiry parses. The router formats a deadline per exec request.
+// FormatExpiry formats t as the expirytime attribute: UTC RFC 3339 with the
+// fraction t needs (time.RFC3339Nano), what Event.Expiry parses.
 func FormatExpiry(t time.Time) string {
 	t = t.UTC()
 	l := locals.Get().(*local)

@@ -63,9 +63,8 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// DecodeToolDef decodes one tool definition strictly: an unknown member or
-// a missing (or null) input_schema is an error (a bad_request *Error naming
-// it). Defaults are applied as by UnmarshalJSON.
+// DecodeToolDef decodes one tool definition strictly: an unknown member or a
+// missing input_schema is a bad_request *Error naming it.
 func DecodeToolDef(b []byte) (ToolDef, error) {
 	type plain ToolDef
 	p := plain{ConcurrencySafe: true}
