@@ -23,8 +23,7 @@ type group struct {
 }
 
 // definitions is the group definitions of P_groups: a watch-fed cache with
-// tombstones, the registration order, and the writes. Safe for concurrent
-// use.
+// tombstones, the registration order and the writes. Safe for concurrent use.
 type definitions struct {
 	kv  jetstream.KeyValue
 	log *slog.Logger
