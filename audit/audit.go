@@ -48,9 +48,8 @@ const (
 	Invalid    = "invalid"    // the input did not validate
 	Unresolved = "unresolved" // unknown, inactive or unavailable tool
 	Builtin    = "builtin"    // reset_tools, search_tools, the skill loader, request-scoped tools
-	// Refused: a batch or tools query the router refused whole before
-	// any call ran (bad_event, bad_request, a denied user claim); the
-	// record has no call id, Decision.Rule says why.
+	// Refused: a batch or tools query refused whole before any call ran;
+	// no call id, and Decision.Rule says why.
 	Refused = "refused"
 )
 
@@ -124,9 +123,8 @@ type Trail struct {
 	cfg  Config
 }
 
-// New creates (or updates) the audit stream. Records are published
-// asynchronously through a store.Publisher of the Trail's own on nc (its
-// default bounds: 4096 records in flight, acknowledgements awaited 5 s).
+// New creates (or updates) the audit stream; records go through a
+// store.Publisher of the Trail's own (4096 in flight, acks awaited 5 s).
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
@@ -191,9 +189,8 @@ func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	return t.publish(rec, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
 }
 
-// WriteRefusal publishes rec, the record of a refused batch or query
-// (Decision.Behavior Refused), as Write does a call's, with a message id
-// of its own: refusals repeat, and each is a record.
+// WriteRefusal publishes rec, a refused batch's or query's record, as Write
+// does, with a message id of its own: refusals repeat.
 func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
 	return t.publish(rec, "refused."+rec.Router+"."+nuid.Next())
 }

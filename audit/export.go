@@ -100,9 +100,8 @@ func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error 
 		case err != nil && !store.IsTransient(err):
 			return err
 		}
-		// Nothing came: the replica lags the leader, or the consumer's
-		// server is not answering yet (a cluster under load, a leader
-		// moving). Ask again after a moment.
+		// Nothing came: the replica lags or the consumer's server is not
+		// answering yet; ask again after a moment.
 		if retries++; retries > exportRetries {
 			return cmp.Or(err, fmt.Errorf("audit: records up to sequence %d not delivered", e.last))
 		}
