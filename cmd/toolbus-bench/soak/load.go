@@ -24,9 +24,8 @@ type soakKind struct {
 	// input returns a call's input and the text its successful result must
 	// have (callID is the call's id).
 	input func(r *rand.Rand, callID string) (input json.RawMessage, want string)
-	// once: the call is not read-only, so the ledger (or its parked
-	// record) must give the agent one result however often it re-sends;
-	// two different results are a duplicate.
+	// once: the call is not read-only, so the agent must get one result
+	// however often it re-sends; two different results are a duplicate.
 	once bool
 	// effect: each execution appends a line to the effects file
 	// (toolworker's record_effect tools), so executions are counted.
@@ -118,9 +117,8 @@ const (
 	// soakStatusEvery is how long an agent waits for the events of a parked
 	// batch before it re-sends it (with the same reply id) to ask.
 	soakStatusEvery = 10 * time.Second
-	// soakHandoffWait is how long the approver waits for a parked call's
-	// handoff request before it answers from the agent's reply instead (and
-	// counts a missed handoff).
+	// soakHandoffWait is how long the approver waits for a handoff request
+	// before it answers from the agent's reply (a missed handoff).
 	soakHandoffWait = 20 * time.Second
 	// soakAnswerFor bounds the approver's tries to answer one call.
 	soakAnswerFor = 2 * time.Minute
@@ -441,9 +439,8 @@ func (l *soakLoad) events(ctx context.Context, cl *client.Client) error {
 	return nil
 }
 
-// soakApprover is the simulated external handler and approver: it reads
-// the handoff stream as a handler started for these tools would, and
-// answers every request after a short think time.
+// soakApprover is the simulated external handler and approver: it reads the
+// handoff stream and answers every request after a short think time.
 type soakApprover struct {
 	l   *soakLoad
 	cl  *client.Client

@@ -745,9 +745,8 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		d.cluster.StopNode(node)
 		_ = bus.Sleep(ctx, 2*down)
 		if err = d.cluster.Start(node); err == nil {
-			// As an operator restarts nodes (docs/operations.md,
-			// "Restarting nodes"): the next fault only once every node
-			// is healthy, so no stream is left one current replica.
+			// As operators restart nodes (docs/operations.md): the next fault
+			// only once every node is healthy.
 			err = d.cluster.WaitHealthy(60 * time.Second)
 		}
 	}
