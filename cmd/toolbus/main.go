@@ -272,9 +272,8 @@ func parseList(fs *flag.FlagSet, args []string, need string, valid func(string) 
 	return pos, nil
 }
 
-// parse parses args with fs, allowing flags after positional arguments
-// ("call echo '{}' --json"); everything after "--" is positional. It
-// returns the positional arguments.
+// parse parses args with fs, allowing flags after positional arguments;
+// everything after "--" is positional. It returns the positional arguments.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	if !cli.WantsHelp(args) {
 		// A mistake gets one usage line, not every flag: the error stays
@@ -486,9 +485,8 @@ func eventTime(e *bus.Event) string {
 
 func orDash(s string) string { return cmp.Or(s, "-") }
 
-// eventSummary summarises an event's data: the state and first text of a
-// result, the sequence number and text of progress, the parked calls, the
-// states of a finished batch.
+// eventSummary summarises an event's data: a result's state and first text,
+// progress's sequence and text, the parked calls, a batch's states.
 func eventSummary(e *bus.Event) string {
 	switch e.Type {
 	case bus.TypeCallResult:

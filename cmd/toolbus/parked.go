@@ -95,9 +95,8 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// showParked prints the parked calls with call id id (one, unless the id
-// is used in several replies), each with the command that answers it; none
-// is a not_parked error.
+// showParked prints the parked calls with call id id, each with the command
+// that answers it; none is a not_parked error.
 func showParked(stdout io.Writer, calls []bus.ParkedCall, id, session string, asJSON bool) error {
 	found, err := matching(calls, session, id, "", "")
 	if err != nil {
@@ -334,9 +333,8 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// parseOutput reads the output of an answer: a JSON array of blocks (each
-// an object with a "type" and only block fields), else one text block
-// holding s as it is.
+// parseOutput reads an answer's output: a JSON array of blocks, else one
+// text block holding s as it is.
 func parseOutput(s string) []bus.Block {
 	if t := strings.TrimSpace(s); !strings.HasPrefix(t, "[") {
 		return bus.Text(s)

@@ -157,9 +157,8 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	}
 }
 
-// runLimits is `toolbus limits`: the routers' admin verb limits (what each
-// rule that counts the tool has used and left for the user and session),
-// or limits.reset.
+// runLimits is `toolbus limits`: what each rule counting the tool has used
+// and left for the user and session (admin verb limits), or limits.reset.
 func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("limits", stderr)
 	tool := fs.String("tool", "", "the tool (none: every rule)")
