@@ -45,9 +45,8 @@ type Options struct {
 	// connection may never come). Without it a wait waits out its bound,
 	// as a nats.go request does.
 	Reset bool
-	// EndOnClose: the connection's close ends every wait with a nil
-	// reply, and Await fails with nats.ErrConnectionClosed from then on,
-	// as nats.go's requests fail.
+	// EndOnClose: the connection's close ends every wait with a nil reply,
+	// and Await fails with nats.ErrConnectionClosed from then on.
 	EndOnClose bool
 	// KeepInbox: a wait whose reply came keeps its inbox for its next
 	// use. Only for replies that come once per request from a replier
