@@ -180,8 +180,7 @@ func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.
 }
 
 // mark adds {"toolbus_cache": {"hit": true, "stored_at": ..., "age_ms": ...}}
-// to a result's metadata object (a new object when there was none; left
-// as it is when the worker's metadata is not an object).
+// to a result's metadata object (made when absent; kept if not an object).
 func mark(meta json.RawMessage, stored, age int64) json.RawMessage {
 	m := map[string]json.RawMessage{}
 	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil {
