@@ -99,9 +99,8 @@ func buildGraph(root *jsonschema.Schema) (*graph, error) {
 			}
 		}
 	}
-	// A dynamic reference may resolve, at run time, to any schema with the
-	// same dynamic anchor (a recursive one to any recursive anchor): an edge
-	// to each.
+	// A dynamic reference may resolve at run time to any schema with the
+	// same dynamic anchor: an edge to each.
 	for i, s := range g.nodes {
 		for _, a := range anchors {
 			if s.DynamicRef != nil && s.DynamicRef.DynamicAnchor != "" && a.DynamicAnchor == s.DynamicRef.DynamicAnchor && a != s.DynamicRef ||
@@ -289,9 +288,8 @@ const (
 	MaxDetails = 100
 )
 
-// jsonDepth returns the deepest nesting of objects and arrays in b, which
-// must be valid JSON (a scalar is 0), stopping as soon as it passes limit;
-// one pass, no recursion.
+// jsonDepth returns the deepest nesting of objects and arrays in valid JSON
+// b (a scalar is 0), stopping once past limit; one pass, no recursion.
 func jsonDepth(b []byte, limit int) int {
 	depth, deepest := 0, 0
 	for i := 0; i < len(b); i++ {

@@ -144,9 +144,8 @@ func exported(format string, d *bus.ToolDef, schema json.RawMessage) any {
 	return &c
 }
 
-// mcpHints are the MCP annotations of d: read_only and idempotent, and
-// destructiveHint and openWorldHint as a bridged tool's server gave them
-// (else destructiveHint = !read_only).
+// mcpHints are the MCP annotations of d: read_only, idempotent, and a bridged
+// server's destructiveHint and openWorldHint (else destructiveHint = !read_only).
 func mcpHints(d *bus.ToolDef) mcpAnnotations {
 	h := mcpAnnotations{ReadOnlyHint: d.ReadOnly, DestructiveHint: !d.ReadOnly, IdempotentHint: d.Idempotent}
 	if d.MCP == nil || d.MCP.Annotations == nil {

@@ -233,9 +233,8 @@ func stringList(v any) ([]string, bool) {
 	return out, true
 }
 
-// isPlainInteger reports whether a JSON number is written as an integer
-// (digits, optional minus). Other spellings of integers (1.0, 1e3) go to the
-// full validator.
+// isPlainInteger reports whether a JSON number is written as an integer;
+// other spellings (1.0, 1e3) go to the full validator.
 func isPlainInteger(s string) bool {
 	if len(s) > 0 && s[0] == '-' {
 		s = s[1:]

@@ -238,9 +238,8 @@ func (s *Schema) leaves(ve *jsonschema.ValidationError, out []bus.Detail) []bus.
 	return append(out, bus.Detail{Path: path, Message: ve.Message})
 }
 
-// lookup returns the value at the absolute keyword location loc of the
-// schema; false when loc is not in this document (a subschema with its own
-// $id, or the meta-schema).
+// lookup returns the value at the absolute keyword location loc; false when
+// loc is outside this document (a subschema with its own $id, a meta-schema).
 func (s *Schema) lookup(loc string) (any, bool) {
 	url, frag, ok := strings.Cut(loc, "#")
 	if !ok || url != s.base {
@@ -453,9 +452,8 @@ func compileError(doc map[string]any, err error) error {
 	return fmt.Errorf("schemas: invalid schema: %s", msg)
 }
 
-// tooCostly returns the problem of an input the full validator must not
-// run on: one nested deeper than MaxInputDepth, or one whose estimated
-// checks (cost.go) exceed its budget.
+// tooCostly returns the problem of an input the validator must not run on:
+// nested past MaxInputDepth, or over its estimated checks' budget (cost.go).
 func (s *Schema) tooCostly(v any) *bus.Detail {
 	counts, ok := levels(v)
 	if !ok {
