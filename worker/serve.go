@@ -19,17 +19,23 @@ import (
 	"github.com/toolbus/toolbus/internal/life"
 )
 
-// RejectObserver is an Observer also told when a router rejects a tool's
-// registration (metrics.Worker counts them).
+// RejectObserver is an Observer that is also told when a router rejects a
+// tool's registration, so the worker stops serving it (metrics.Worker
+// counts them). An Observer without this method is simply not told.
 type RejectObserver interface {
 	Rejected(tool, reason string)
 }
 
 // serving keeps the worker's NATS micro service, whose endpoints are the
-// tools a router accepted (docs/protocol.md 7.1); a request before the first
-// acknowledgement waits for it. A rejected tool is unsubscribed at once (by
-// replacing the service: micro cannot remove one endpoint) and registered
-// again every beat.
+// tools it serves now: only those whose registration a router accepted
+// (docs/protocol.md 7.1). Every tool is subscribed before the first
+// registration (a router may list it as soon as it accepts it), but a
+// request runs only once its tool is accepted: one that arrives before the
+// first acknowledgement waits for it (worker.onExec). A tool is
+// unsubscribed at once when an acknowledgement rejects it; since the micro
+// library cannot remove one endpoint, the service is then replaced by one
+// without it. A rejected tool is registered again every beat with the same
+// definition, and subscribed again once a router accepts it.
 type serving struct {
 	nc     *nats.Conn
 	cfg    micro.Config
@@ -209,10 +215,16 @@ func (s *serving) stop() error {
 	return s.svc.Stop()
 }
 
-// registrar registers the worker: at Start, every heartbeat, and the leave
-// of a drain (docs/protocol.md 7.1, one request per tool and group). A beat's
-// requests go at once; the first registration's in order, so listings keep
-// the worker's tool order.
+// registrar registers the worker with the routers: once at Start, again
+// every heartbeat, and the leave of a drain (docs/protocol.md 7.1). what
+// is the registration to send, made fresh for each beat. Since protocol
+// 1.12 it travels as one request per group, on P.register.group.<group>,
+// and one per tool, on P.register.<tool>, with that tool's definition and
+// calls in flight: NATS permissions confine which tools a worker login may
+// define. The requests of one beat are sent at once and waited for
+// together, so a beat takes one round trip, not one per tool; those of the
+// first registration go one after another, so that the routers store the
+// tools in the worker's order (listings keep it).
 type registrar struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
@@ -227,16 +239,22 @@ type registrar struct {
 	answered   atomic.Bool // a router acknowledged a request of this worker
 }
 
-// heartbeat registers every beat until ctx ends, waiting for a registration
-// already sent so Drain's leave cannot be overtaken by it.
+// heartbeat registers every beat until ctx ends. A registration already
+// sent is not abandoned when ctx ends: it is waited for until a router
+// answers it or a beat passes, so that Drain, which waits for this loop,
+// sends its leave after it and a router cannot apply the heartbeat after
+// the leave (which kept the worker's tools listed for three more beats).
 func (r *registrar) heartbeat(ctx context.Context) {
 	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
 }
 
 // register sends one registration and logs its outcome. Until one is
-// acknowledged it waits up to firstRegisterWait, not a beat: a router stores
-// many definitions slowly, and resending every beat was never acknowledged.
-// With no router the requests fail at once, so Start does not wait.
+// acknowledged, it waits up to firstRegisterWait for the replies, not one
+// beat: a router stores each new definition in turn (a worker of a hundred
+// tools took seconds on a loaded machine), and a worker that gave up after
+// a beat sent the same registration again every beat, each one stored
+// again beside the others, and was never acknowledged. With no router at
+// all the requests fail at once (no responders), so Start does not wait.
 func (r *registrar) register(ctx context.Context) {
 	wait := r.every
 	if !r.answered.Load() {
@@ -258,9 +276,13 @@ func (r *registrar) register(ctx context.Context) {
 // firstRegisterWait bounds the wait for the first acknowledgement.
 const firstRegisterWait = 10 * time.Second
 
-// send sends reg, a registration or a leave, as protocol 1.12's requests
-// (ordered: one after another) and returns the tools' acknowledgements
-// merged, waiting at most wait; err is the first request that failed.
+// send sends reg, a registration or a leave, as the requests of protocol
+// 1.12 (docs/protocol.md 7.1): a leave and each tool's definition on the
+// tool's subject, each group on the group's, all at once (in order until
+// the first registration is acknowledged: ordered), and returns the
+// acknowledgements of the tools merged, waiting for them at most wait. A
+// group's rejection is logged here. err is the first request that failed
+// (ack then holds the others'), nil when every one was acknowledged.
 func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Duration) (*bus.RegisterAck, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -293,8 +315,10 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 		parts = append(parts, &part{subject: r.subj.Workers.Register(d.Name), reg: one})
 	}
 	if r.ordered() {
-		// One after another until each was acknowledged once: routers list
-		// in first-registration order (docs/protocol.md 7.4).
+		// Until every request was acknowledged once, one after another:
+		// routers list tools and groups in the order of their first
+		// registration (docs/protocol.md 7.4), and requests sent at once
+		// are stored in any order.
 		for _, p := range parts {
 			p.ack, p.err = r.request(ctx, p.subject, p.reg)
 		}
@@ -335,8 +359,10 @@ func (r *registrar) ordered() bool {
 }
 
 // request sends one registration on subject and returns its
-// acknowledgement. One the server refused (no permission for that tool,
-// docs/security.md) times out, and the error says why.
+// acknowledgement. A request the NATS server refused (the login may not
+// publish there: its credentials do not let it define that tool or group,
+// docs/security.md) times out; the connection's last error says why, and
+// so does the error returned.
 func (r *registrar) request(ctx context.Context, subject string, reg bus.Register) (*bus.RegisterAck, error) {
 	e, err := bus.NewEvent(bus.TypeRegister, r.source, reg)
 	if err != nil {

@@ -56,12 +56,15 @@ type Config struct {
 	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
-	// InlineLimit is the encoded size of an output above which its largest
-	// blocks are stored as references (docs/protocol.md 5.9); zero means
-	// offload.DefaultInlineLimit, capped by the payload limit less 64 KiB.
+	// InlineLimit is the encoded size of an output (its "output" array as
+	// JSON) above which its largest blocks are stored in the outputs object
+	// store and replaced by references (docs/protocol.md 5.9); zero means
+	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
+	// less 64 KiB for the envelope, caps it in any case.
 	InlineLimit int
-	// MaxOutput is the encoded output size above which a result is refused
-	// as a tool error; zero means offload.DefaultMaxOutput (64 MiB).
+	// MaxOutput is the encoded output size above which a result is refused,
+	// even by the object store: the call ends as a tool error that says so.
+	// Zero means offload.DefaultMaxOutput (64 MiB).
 	MaxOutput int64
 }
 
@@ -77,8 +80,9 @@ type tool struct {
 	h   Handler
 
 	calls, errors, nanos atomic.Int64 // for micro stats
-	// accepted: a router accepted the registration, so it is served;
-	// decided is closed at the first acknowledgement either way.
+	// accepted says a router accepted the tool's registration: only then
+	// is it served (serve.go). decided is closed at the first
+	// acknowledgement that accepts or rejects it.
 	accepted   atomic.Bool
 	decided    chan struct{}
 	decideOnce sync.Once
@@ -108,8 +112,9 @@ type Worker struct {
 	log    *slog.Logger
 	off    *offload.Offloader
 
-	// The parts: the call table (calls.go), the registrar (serve.go) and
-	// the executor (exec.go).
+	// The parts: the table of calls accepted, running and cancelled
+	// (calls.go), the registrations and heartbeats (serve.go), and the
+	// executor that runs one call and makes its result (exec.go).
 	calls *callTable
 	reg   *registrar
 	exec  *executor
@@ -209,9 +214,12 @@ func (w *Worker) Handle(def bus.ToolDef, h Handler) error {
 func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
 // Start subscribes the cancel subject and every tool in its queue group,
-// registers with the routers and again every heartbeat until Stop. A tool
-// runs calls once a router accepted it; a rejected tool is unsubscribed,
-// logged, counted (RejectObserver) and registered again at every beat.
+// registers with the routers, and keeps registering every heartbeat until
+// Stop. A tool runs calls only once a router accepted it (a request before
+// the first acknowledgement waits for it); a tool a router rejects is
+// unsubscribed at once, logged as an error and counted (RejectObserver),
+// and registered again, with the same definition, at every beat. A
+// registration that no router answers is retried at the next beat.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -227,8 +235,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool is an endpoint of the worker's micro service (`nats micro
-	// ls/info/stats`) until a router rejects it (serve.go).
+	// Every tool is an endpoint of this worker's NATS micro service, so
+	// `nats micro ls/info/stats` show the workers and their tools, until a
+	// router rejects it (serve.go).
 	byName := map[string]*tool{}
 	for _, t := range tools {
 		byName[t.def.Name] = t
@@ -284,9 +293,13 @@ func (w *Worker) Served() []string {
 // four per slot, at least 1024; more are answered busy at once.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
-// Pending limits of each tool endpoint's subscription buffer, far above what
-// arrives while callbacks run, so the client's silent slow-consumer drop is
-// out of reach (10,000 sessions overflowed the former 1,024).
+// Pending limits of each tool endpoint's subscription buffer. The callback
+// returns at once (a request waits for its slot in a goroutine, or is
+// answered busy), so the buffer holds only what arrives while callbacks
+// run; the limits are far above that, so that the NATS client's silent
+// slow-consumer drop (the router then waited for the call's timeout) stays
+// out of reach. A burst of 10,000 sessions on a loaded machine overflowed
+// the 1,024 messages of the previous limit.
 const (
 	pendingMsgs  = 1 << 16
 	pendingBytes = 64 << 20
@@ -356,9 +369,10 @@ func (w *Worker) onExec(t *tool, r *request) {
 		return
 	default:
 	}
-	// Every slot is busy: the request waits in a goroutine, so the
-	// callback returns and the client never drops it as a slow consumer;
-	// past maxWaiting it is answered busy.
+	// Every slot is busy. The request waits for one in a goroutine, so
+	// that this callback returns at once and the NATS client never drops
+	// requests as a slow consumer (silent: the router waited for the
+	// call's timeout); past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
 		w.waiting.Add(-1)
 		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
@@ -494,10 +508,13 @@ const StopTimeout = 5 * time.Second
 // whose context was just cancelled to return.
 const drainCleanup = time.Second
 
-// Drain tells the routers the worker leaves, stops taking calls, and lets
-// those in flight finish until ctx ends; then it cancels the rest (they send
-// no result) and returns an error wrapping ctx's that counts them. It is
-// safe to call twice and concurrently.
+// Drain stops the worker: it tells the routers it is leaving, stops taking
+// calls at once, and lets the calls in flight finish until ctx ends. Then
+// it cancels the calls still running (they send no result: the routers see
+// them vanish, as from a worker that stopped) and returns after at most a
+// short cleanup, with an error that wraps ctx's and counts the calls cut
+// off. It is safe to call twice and concurrently; later calls wait for the
+// first and return its result.
 func (w *Worker) Drain(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopErr = w.drain(ctx)
@@ -556,8 +573,10 @@ func (w *Worker) drain(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Drain the endpoints (delivered requests are still served), flush so
-	// the server saw the unsubscribes, then wait for the accepted calls.
+	// Drain: the micro service drains its endpoint subscriptions, so
+	// requests already delivered to this worker are still served; a flush
+	// makes sure the server has seen the unsubscribes, then we wait for the
+	// calls accepted so far.
 	var err error
 	if w.serve != nil {
 		if serr := w.serve.stop(); serr != nil {
@@ -585,9 +604,11 @@ func absentIfNull(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// Observer is told what a worker does, for metrics (metrics.NewWorker), so
-// the worker links no metrics library. Its methods are called concurrently
-// and must return quickly.
+// Observer is told what a worker does, for metrics; metrics.NewWorker
+// returns one that keeps Prometheus metrics. The worker package defines the
+// hook and imports no metrics library: a tool author who wants none links
+// none. Its methods are called from many goroutines at once and must return
+// quickly.
 type Observer interface {
 	// Waiting is called with +1 when a request starts waiting for a free
 	// slot (Config.MaxConcurrent) and with -1 when it gets one.
