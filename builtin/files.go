@@ -451,9 +451,8 @@ var (
 	errChanged = errors.New("the file changed while it was being opened")
 )
 
-// fail words an error of an open: an escape (a symlink that appeared
-// after the resolution and leads out) or a link swapped in on the judged
-// path says so, anything else as it is.
+// fail words an error of an open: an escape or a link swapped in on the
+// judged path says so, anything else as it is.
 func (f *Files) fail(what, shown string, err error) error {
 	switch {
 	case isEscape(err):
@@ -464,9 +463,8 @@ func (f *Files) fail(what, shown string, err error) error {
 	return fmt.Errorf("%s: %v", what, err)
 }
 
-// isEscape says whether err is an escape: errEscapes, or os.Root
-// refusing a path that leaves it (the error is not exported; its text is
-// stable).
+// isEscape says whether err is an escape: errEscapes, or os.Root refusing a
+// path that leaves it (unexported error, stable text).
 func isEscape(err error) bool {
 	return err != nil && (errors.Is(err, errEscapes) || strings.Contains(err.Error(), "path escapes from parent"))
 }
@@ -557,9 +555,8 @@ func relTo(dir, p string) string {
 	return filepath.ToSlash(p)
 }
 
-// List runs list_files: files under path matching pattern (a glob relative
-// to path; ** crosses directories; default every file), sorted. It stops
-// when ctx ends.
+// List runs list_files: files under path matching pattern (relative to path;
+// ** crosses directories; default every file), sorted, until ctx ends.
 func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	root, err := f.resolve("list_files", in.Path)
 	if err != nil {
@@ -762,9 +759,8 @@ const (
 	searchSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"]}`
 )
 
-// fileDef is a file tool's definition; base is where its relative paths
-// resolve, declared so permission rules judge the real file
-// (docs/protocol.md 6.4, 7.2).
+// fileDef is a file tool's definition; base, where its relative paths
+// resolve, lets permission rules judge the real file (docs/protocol.md 6.4).
 func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef {
 	return bus.ToolDef{Name: name, Description: desc, InputSchema: json.RawMessage(schema), ReadOnly: readOnly, ConcurrencySafe: readOnly,
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}

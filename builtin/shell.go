@@ -128,8 +128,7 @@ func NewShell(cfg Config) (*Shell, error) {
 }
 
 // DefaultShellUser is the user a root router runs commands as without
-// --shell-user or --shell-as-root (uid and gid 65534 where it does not
-// exist).
+// --shell-user or --shell-as-root (uid and gid 65534 when absent).
 const DefaultShellUser = "nobody"
 
 // ShellUserFor returns the user shell commands run as for --shell-user and
@@ -484,9 +483,8 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 			add(fmt.Sprintf("GIT_CONFIG_KEY_%d", i), kv[0])
 			add(fmt.Sprintf("GIT_CONFIG_VALUE_%d", i), kv[1])
 		}
-		// No system or global config (HOME is the base directory, so
-		// $HOME/.gitconfig would be a file the agent writes), no system
-		// attributes.
+		// No system or global config (HOME is the base directory, which the
+		// agent writes), no system attributes.
 		add("GIT_CONFIG_NOSYSTEM", "1")
 		add("GIT_CONFIG_GLOBAL", "/dev/null")
 		add("GIT_ATTR_NOSYSTEM", "1")
