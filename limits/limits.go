@@ -142,9 +142,8 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
-// key is the part of a count's name that tells what it counts per: a
-// digest of the call's values of the rule's dimensions, so any user or
-// tool name makes a valid subject token and KV key.
+// key is the part of a count's name that tells what it counts per: a digest
+// of the call's values of the rule's dimensions, a valid token for any name.
 func (l *Limiter) key(r *Rule, c Call) string {
 	h := sha256.New()
 	for _, p := range r.Per {
@@ -450,9 +449,8 @@ var dimensions = []string{PerTool, PerUser, PerSession, PerTenant}
 // MaxRules bounds the rules of one deployment: Check looks at each.
 const MaxRules = 256
 
-// MaxRateSpan bounds a rate's interval per call times its burst: the
-// longest a GCRA value can matter, and the TTL of the rates bucket. A
-// longer horizon is a budget.
+// MaxRateSpan bounds a rate's interval per call times its burst, the rates
+// bucket's TTL; a longer horizon is a budget.
 const MaxRateSpan = 24 * time.Hour
 
 // Policy is the limits block of the router configuration.
@@ -481,9 +479,8 @@ type Rule struct {
 	Rate *Rate `json:"rate,omitempty"`
 	// Budget, when set, bounds units per UTC day.
 	Budget *Budget `json:"budget,omitempty"`
-	// CacheHits, when true, counts calls the result cache answers too.
-	// By default a hit runs nothing and costs nothing, so no rule counts
-	// it (docs/guardrails.md "When a call counts").
+	// CacheHits counts calls the result cache answers too; by default a
+	// hit costs nothing (docs/guardrails.md "When a call counts").
 	CacheHits bool `json:"cache_hits,omitempty"`
 }
 
