@@ -226,9 +226,8 @@ func (c *call) covers(pattern, target string) bool {
 	return slices.ContainsFunc(c.patternForms(pattern), func(f string) bool { return matchPath(f, target) })
 }
 
-// maxSuggested bounds the suggested rules of one ask: a command needing
-// more (a script of many programs) gets none, since no smaller set
-// would allow it next time.
+// maxSuggested bounds the suggested rules of one ask: a command needing more
+// gets none, since no smaller set would allow it next time.
 const maxSuggested = 32
 
 // suggest returns allow rules that would allow the call next time: none
@@ -482,9 +481,8 @@ func (m commandPattern) match(s string, exact bool) bool {
 	return strings.Contains(s, m.p)
 }
 
-// normalize trims s and collapses runs of white space into one space:
-// a view of s when, trimmed, it has no other white space than single
-// inner spaces.
+// normalize trims s and collapses runs of white space into one space, as a
+// view of s when it has nothing else to collapse.
 func normalize(s string) string {
 	if t := strings.TrimSpace(s); normalized(t) {
 		return t
@@ -795,9 +793,8 @@ func (c *call) patternForms(pattern string) []string {
 	return out
 }
 
-// matchPath matches the absolute path name against the absolute pattern:
-// segments as path.Match, and a "**" segment for any number of directories.
-// A malformed pattern matches nothing.
+// matchPath matches absolute path name against absolute pattern: segments
+// as path.Match, "**" for any number of directories; a malformed one, none.
 func matchPath(pattern, name string) bool {
 	return MatchSegments(strings.Split(filepath.ToSlash(pattern), "/"), strings.Split(filepath.ToSlash(name), "/"))
 }
