@@ -34,9 +34,8 @@ const (
 type Permissions struct {
 	Publish   []string `json:"publish"`
 	Subscribe []string `json:"subscribe"`
-	// AllowResponses lets the user publish a reply to a request it
-	// received (once, within NATS' default two minutes) even where
-	// Publish does not name the reply subject.
+	// AllowResponses lets the user reply once to a request it received
+	// (within NATS' two minutes) where Publish does not name the subject.
 	AllowResponses bool `json:"allow_responses,omitempty"`
 	// PublishDeny and SubscribeDeny take subjects out of the allow lists
 	// (the shared agent's view of the sessions that have their own agent
