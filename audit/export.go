@@ -14,9 +14,8 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// exportRetries bounds how often Export asks again while nothing comes: no
-// leader answered, or the replica it reads lags the leader (about 5 s in
-// all, counted afresh after each record that comes).
+// exportRetries bounds how often Export asks again while nothing comes (no
+// leader, or a lagging replica): about 5 s, afresh after each record.
 const exportRetries = 10
 
 // exportBatch is how many records one fetch asks for.
