@@ -28,9 +28,8 @@ type Config struct {
 	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
-	// IdleTTL is the sessions bucket's TTL; a session in use is rewritten
-	// (touched) once half of it has passed, so only idle sessions expire.
-	// Zero means bus.DefaultSessionTTL.
+	// IdleTTL is the sessions bucket's TTL; a session in use is touched at
+	// half of it, so only idle ones expire. Zero means bus.DefaultSessionTTL.
 	IdleTTL time.Duration
 	// CacheSize bounds the sessions kept in memory (the least recently
 	// used are dropped first); zero means DefaultCacheSize.
@@ -81,9 +80,8 @@ func (s *Session) clone() *Session {
 	return &c
 }
 
-// Store is the per-session state of P_sessions: a bounded LRU of the
-// recently used sessions, the reads that must be current (Refresh, Load)
-// and the compare-and-set writes. Safe for concurrent use.
+// Store is the per-session state of P_sessions: a bounded LRU, the reads
+// that must be current (Refresh, Load) and the compare-and-set writes.
 type Store struct {
 	kv  jetstream.KeyValue
 	cfg Config
@@ -129,9 +127,8 @@ func (s *Store) fresh() *Session {
 	return sess
 }
 
-// Touch rewrites a stored session that is in use when half of its idle TTL
-// has passed since its last write, so that the bucket's TTL only ever
-// removes sessions nobody uses. It is cheap when nothing is due.
+// Touch rewrites a used session once half its idle TTL passed since its last
+// write, so the TTL removes only unused sessions; cheap when nothing is due.
 func (s *Store) Touch(ctx context.Context, id string) error {
 	s.mu.Lock()
 	sess, ok := s.lru.Peek(id)
