@@ -155,9 +155,8 @@ func Pack(files map[string][]byte) ([]byte, error) {
 
 func isScript(p string) bool { return len(p) > len("scripts/") && p[:len("scripts/")] == "scripts/" }
 
-// Unpack reads a gzipped tar made by Pack. It refuses anything but regular
-// files and directories, paths that are not clean and relative, and
-// archives beyond the limits of a skill.
+// Unpack reads a gzipped tar made by Pack, refusing anything but regular
+// files and directories, unclean or absolute paths, and archives past a skill's limits.
 func Unpack(data []byte) (map[string][]byte, error) {
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {

@@ -76,9 +76,8 @@ func (v *View) Names() []string {
 const loaderDescription = "Load an agent skill: its SKILL.md (instructions to read before following the skill) " +
 	"or one of its resource files (scripts, references, assets) by path."
 
-// LoaderDef returns the definition of load_skill_through_path for the
-// view; false when no skill is visible. It is read-only and, since a load
-// activates groups that change what later calls see, not concurrency-safe.
+// LoaderDef returns the definition of load_skill_through_path for the view
+// (false when no skill is visible): read-only, not concurrency-safe.
 func (v *View) LoaderDef() (bus.ToolDef, bool) {
 	enum, _ := json.Marshal(v.Names())
 	schema := fmt.Sprintf(`{"type":"object","properties":{"skillId":{"type":"string","enum":%s,"description":"The name of the skill to load."},`+
@@ -114,9 +113,8 @@ type Outcome struct {
 	Activate []string
 }
 
-// Load runs load_skill_through_path on the view; groups are the defined
-// groups (for activate_on_skill). It changes nothing: the caller activates
-// Outcome.Activate in the session.
+// Load runs load_skill_through_path on the view (groups: the defined ones,
+// for activate_on_skill). The caller activates Outcome.Activate.
 func (v *View) Load(groups []bus.Group, input json.RawMessage) Outcome {
 	var in LoadInput
 	if err := json.Unmarshal(input, &in); err != nil {
@@ -202,9 +200,8 @@ const viewerDescription = "Retrieve a skill within the conversation. When users 
 
 const viewerSchema = `{"type":"object","properties":{"skill":{"type":"string","description":"The exact name of the skill to view. "}},"required":["skill"]}`
 
-// ViewerDef returns the definition of the Skill viewer for the view; false
-// when no skill is visible. Like the loader it is read-only, never asked
-// about and, since a view activates groups, not concurrency-safe.
+// ViewerDef returns the definition of the Skill viewer for the view (false
+// when no skill is visible), read-only and not concurrency-safe as the loader.
 func (v *View) ViewerDef() (bus.ToolDef, bool) {
 	return v.toolDef(ViewerName, viewerDescription, viewerSchema)
 }
