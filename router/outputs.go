@@ -157,9 +157,8 @@ func (b *batch) takenLocked() int64 {
 	return n
 }
 
-// ReadOutputName is the built-in tool that reads a part of one of the
-// session's stored outputs (docs/protocol.md 11), offered when
-// Guard.ReadOutput is set.
+// ReadOutputName is the built-in tool that reads part of a stored output of
+// the session (docs/protocol.md 11), offered with Guard.ReadOutput.
 const ReadOutputName = "read_output"
 
 // Bounds of one read_output call.

@@ -157,8 +157,7 @@ func resultsOf(b *batch) map[string]bus.Result {
 }
 
 // settle hands a run with parked calls over to the continuation once its
-// other calls finished; true when every answer came in already and the
-// batch goes on here.
+// other calls finished; true when every answer came already and it goes on.
 func (s parkStep) settle(b *batch, next int) bool {
 	if b.cont.Phase == parked.PhaseParked { // Park wrote it waiting for its answers: no write here
 		return false
@@ -279,9 +278,8 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	}
 }
 
-// repair finishes a continuation taken over from a router that died: its
-// last run's calls without a result run again (through the ledger), then
-// the batch waits or goes on.
+// repair finishes a continuation taken over from a dead router: its last
+// run's calls without a result run again (through the ledger), then it goes on.
 func (r *continuations) repair(cont *parked.Batch) {
 	b := r.continuation(cont)
 	if b == nil {
@@ -376,9 +374,8 @@ func sameCall(b *batch, rec *parked.Record) error {
 // continuation (adopt) or the call records (reuse). Read-only calls run
 // again.
 
-// reuse finishes, with the result an earlier copy of this batch recorded,
-// each call that copy parked and that has settled since. It returns the
-// calls still to park.
+// reuse finishes each call an earlier copy parked that has settled since,
+// with its recorded result, and returns the calls still to park.
 func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()

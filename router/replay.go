@@ -86,9 +86,8 @@ type replays struct {
 	heard  heard                     // consumers whose pull subject this router's server knows
 }
 
-// feed is what a request subject grants: consumers of stream filtered on
-// filter, named kind-<random>, counted under key, made with the reply type
-// ready after a request of type create.
+// feed is what a request subject grants: consumers of stream on filter,
+// named kind-<random>, counted under key, replying with type ready to create.
 type feed struct {
 	stream              jetstream.Stream
 	filter, key, kind   string
@@ -248,8 +247,7 @@ func (r *replays) stop(m *nats.Msg, e *bus.Event, f feed) {
 }
 
 // feedMeta is the consumer metadata naming what its feed grants: the
-// handoff's consumers share one filter (every call record), so their kind
-// and tool are told by it.
+// handoff's consumers share one filter, so kind and tool are told by it.
 const feedMeta = "toolbus.feed"
 
 // tag is what f's consumers carry under feedMeta.
@@ -533,9 +531,8 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			return "404"
 		} // fewer than asked with a wait: the next fetch waits for what is left of it
 		if beat > 0 && sent == before && time.Until(deadline) >= minHandoffWait {
-			// An idle heartbeat, as JetStream sends a pull that asked for
-			// one (docs/protocol.md 6.2, 1.9): the follower knows the pull
-			// is alive.
+			// An idle heartbeat, as JetStream sends one (docs/protocol.md 6.2,
+			// 1.9): the pull is alive.
 			_ = r.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": {"100"}, "Description": {"Idle Heartbeat"}}})
 		}
 	}

@@ -149,8 +149,7 @@ func nextRun(i, n int, safe func(k int) bool) int {
 }
 
 // Unknown names the configuration's unknown pinned, quota and group names
-// as they are now (groups.Store.Unknown; docs/protocol.md 9): cmd/router
-// warns of them once its built-in tools are registered.
+// now (groups.Store.Unknown); cmd/router warns of them once at start.
 func (r *Router) Unknown() []string { return r.groups.Unknown(r.reg) }
 
 // storeFullOr is res, a call's "No live worker" result, unless the store

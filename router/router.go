@@ -68,17 +68,15 @@ type Config struct {
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
 	// Skills are local skill sources (docs/protocol.md 10), lowest priority
-	// first: each is one skill folder or a folder of skill folders. The
-	// P_skills object store is always a source, above them.
+	// first, each a skill folder or a folder of them, below P_skills.
 	Skills []string
 	// SkillViewer also offers AgentScope's Skill viewer tool beside
 	// load_skill_through_path (docs/protocol.md 10); off by default.
 	SkillViewer bool
 	// Limits bound what one batch may ask; zero fields take the defaults.
 	Limits Limits
-	// SessionCache bounds the sessions the router keeps decoded in memory;
-	// zero means groups.DefaultSessionCache. Sessions are read from KV
-	// once per batch run whatever it holds.
+	// SessionCache bounds the sessions kept decoded in memory; zero means
+	// groups.DefaultSessionCache. Each batch run reads its session anyway.
 	SessionCache int
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
@@ -138,9 +136,8 @@ func (l *Limits) defaults() {
 	}
 }
 
-// Router serves the router subjects of one deployment: the shell that
-// builds the subsystems, subscribes, dispatches and drains. The handlers
-// are small types with their own dependencies (docs/router.md).
+// Router serves the router subjects of one deployment: a shell that builds
+// the subsystems, subscribes, dispatches and drains (docs/router.md).
 type Router struct {
 	*wire  // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
 	cfg    Config
@@ -261,9 +258,8 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Start creates the JetStream resources, builds the subsystems and the
-// handlers, and subscribes. It returns once the router serves, or with the
-// first error after undoing what it did.
+// Start creates the JetStream resources, builds the subsystems and handlers,
+// and subscribes; it returns once serving, or with the first error, undone.
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -459,9 +455,8 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	}
 	if !r.life.Enter() {
 		if r.isRegistration(m.Subject) {
-			// A draining router still records heartbeats (see drain), on
-			// the subscription's own goroutine: the work it waits for is
-			// the calls in flight.
+			// A draining router still records heartbeats (see drain), on the
+			// subscription's goroutine.
 			h(m)
 		}
 		return
@@ -494,9 +489,8 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // tool each beat (docs/protocol.md 7.1).
 const maxBeats = 256
 
-// isRegistration reports whether subject is a registration subject: the
-// shared P.register, or one under it (P.register.<tool>,
-// P.register.group.<group>).
+// isRegistration reports whether subject is P.register or one under it
+// (P.register.<tool>, P.register.group.<group>).
 func (r *wire) isRegistration(subject string) bool {
 	shared := r.subj.Workers.SharedRegister()
 	rest, ok := strings.CutPrefix(subject, shared)
@@ -531,9 +525,8 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot the caller took of sem (and counted in
-// sh), and gives it back. The task is pooled: one closure per message
-// less (it is free once its Run returns).
+// handle runs h on m in the slot the caller took of sem (counted in sh) and
+// gives it back; the task is pooled, saving a closure per message.
 func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
 	r.m.Inflight.Inc()
 	t, _ := handlings.Get().(*handling)
@@ -687,9 +680,8 @@ type wire struct {
 	source string
 	log    *slog.Logger
 	m      *metrics.Router // set in Start, before the first subscription
-	// base is the router's life's context, the parent of every handler's
-	// and batch's; landing gives the context of a write that must land
-	// (life.Landing, which a drain waits for).
+	// base is the router's life's context, parent of every handler's and
+	// batch's; landing gives a must-land write's context (life.Landing).
 	base    context.Context
 	landing func() (context.Context, context.CancelFunc)
 }
@@ -728,9 +720,8 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	}
 }
 
-// serve is a request's one round: decode m's event (as decode does), run
-// fn on it, and answer with fn's reply as an event of type reply, or with
-// fn's error.
+// serve is a request's one round: decode m's event, run fn on it, and answer
+// with fn's reply as an event of type reply, or with fn's error.
 func (w *wire) serve(m *nats.Msg, kind, typ, reply string, fn func(e *bus.Event) (any, error)) {
 	e, err := w.decode(m, kind, typ)
 	var out any
