@@ -1,22 +1,11 @@
-// Package bench measures toolbus against the physical limit of its design:
-// raw core NATS request/reply (one_hop, and relay: requester → forwarder in
-// a queue group → responder, the reply relayed back, the same four messages
-// a routed call needs), the full agent → router → worker → agent path with
-// a read-only and a non-read-only tool, and mcp-go's streamable HTTP server
-// for comparison. One deployment description (deploy) runs every part in
-// this process or each in a process of its own, and one loop (measure)
-// measures either.
-//
-// Run measures it all in this process, on one embedded nats-server, and
-// adds scaling of an I/O-bound tool with worker copies, the parked path
-// and router memory with many sessions; process-wide figures (CPU, heap
-// allocations, memory) include nats-server, the client and the workers,
-// and the router's own share is estimated twice: from CPU profile samples
-// of goroutines labelled as the router's, and by subtracting a run in
-// which a byte-forwarding stand-in replaces the router (the "bare" path).
-// RunCross runs the parts as processes, several times on fresh ones, and
-// reads each process's own CPU and allocations. WriteTable prints a report
-// and json.Marshal gives the machine-readable form.
+// Package bench measures toolbus against the physical limit of its design,
+// raw core NATS request/reply (one_hop, and relay: the four messages a
+// routed call needs), and against mcp-go's streamable HTTP server
+// (docs/performance.md). One deployment description (deploy) runs every part
+// in this process (Run) or each in a process of its own (RunCross), and one
+// loop (measure) measures either. In process the router's share is estimated
+// from labelled CPU profile samples and by a byte-forwarding stand-in
+// ("bare"); cross-process each process reads its own CPU and allocations.
 package bench
 
 import (
@@ -50,10 +39,9 @@ type Options struct {
 	// Rounds slices); zero means 3 s.
 	Duration time.Duration
 	// Callers are the concurrent caller counts of the throughput
-	// measurements; nil means 1, 16, 256. CPU time and allocations per call
-	// in process, and the SDKs' CPU across processes, are taken from the
-	// count nearest 16, and mcp-go is measured with that many callers; the
-	// router's CPU targets across processes are judged at the most.
+	// measurements; nil means 1, 16, 256. Per-call costs (and mcp-go's
+	// callers) are taken at the count nearest 16, the cross-process router
+	// targets at the most.
 	Callers []int
 	// Sessions is how many sessions the memory measurement creates; zero
 	// means 100,000 (see Quick); negative skips it (RunCross only).
@@ -70,10 +58,9 @@ type Options struct {
 	// slices, interleaved across the paths compared; the best slice counts.
 	// Zero means 3.
 	Rounds int
-	// ProfileWindow is the length of each CPU profile: in process, of each
-	// path's (the CPU by part), zero meaning Duration and never less than
-	// 2 s; across processes, of the router's, zero meaning three Durations,
-	// and at least 10 s.
+	// ProfileWindow is the length of each CPU profile: in process each
+	// path's (zero: Duration, at least 2 s); across processes the router's
+	// (zero: three Durations, at least 10 s).
 	ProfileWindow time.Duration
 
 	// RunCross only.
@@ -83,19 +70,15 @@ type Options struct {
 	Runs int
 	// CPUProfile, when set, is the file the router process writes a CPU
 	// profile of read-only calls at the most callers to, after the last
-	// run, over ProfileWindow; the write calls' profile goes next to it
-	// (".write" before the extension), the worker process's meanwhile
-	// (".worker").
+	// run; ".write" and ".worker" before the extension name the others.
 	CPUProfile string
 }
 
 // ioCallers is the caller count of the I/O-bound tool measurement.
 const ioCallers = 64
 
-// minProfile is the shortest CPU profile of a path in process, minCrossProfile
-// the router process's (at 100 samples a second, enough samples to rank
-// the costs), and profileSample the CPU time one profile sample stands
-// for (pprof's 100 Hz).
+// minProfile and minCrossProfile are the shortest CPU profiles in process
+// and of the router process; profileSample is one sample's CPU (100 Hz).
 const (
 	minProfile      = 2 * time.Second
 	minCrossProfile = 10 * time.Second
@@ -154,14 +137,10 @@ func nearest(xs []int, want int) int {
 }
 
 // Run deploys everything in this process on an embedded nats-server, runs
-// every measurement, stops it all and returns the report. It fails when a
-// call fails.
-//
-// The machine may be shared, so each latency and throughput measurement is
-// split into Options.Rounds slices, interleaved across the paths compared
-// (raw, toolbus, bare, mcp-go), and the best slice of each path counts: the
-// lowest p50 for latency, the highest throughput (with its CPU time and
-// allocations) for load.
+// every measurement and returns the report; it fails when a call fails.
+// Each measurement is split into Options.Rounds slices interleaved across
+// the paths compared, and each path's best slice counts (the machine may be
+// shared).
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	opts.defaults(false)
 	start := time.Now()
@@ -199,10 +178,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.MCPHTTP16, rep.MCPHTTPP50US = mcp.loads[k].Throughput(), us(mcp.lat.Quantile(0.5))
 	rep.MCPHTTPCallers, rep.MCPProtocol = mid, d.mcp.protocol
 
-	// CPU by part, from goroutine labels in a CPU profile. The profiler
-	// samples every 10 ms: a part's figure moves in steps of 10 ms over the
-	// calls profiled, so the window is never short (a 300 ms one gave a
-	// part 2 to 5 samples, and figures from 9 to 61 µs).
+	// CPU by part, from goroutine labels in a CPU profile; at 10 ms a
+	// sample, a short window gives few samples (300 ms: 9 to 61 µs).
 	rep.CPUMethod = "profile-labels"
 	rep.ProfileSampleUS = map[string]float64{}
 	for _, a := range []struct {
@@ -270,12 +247,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// RunCross runs the cross-process comparison Options.Runs times, each on
-// fresh processes: one caller's latency and the throughput at each caller
-// count of the raw relay, of read-only and write calls through the router
-// and of mcp-go, with each process's CPU and allocations per call; then,
-// on the last run's processes, the optional CPU profiles and the router
-// process's memory with Sessions sessions in KV.
+// RunCross runs the cross-process comparison Options.Runs times on fresh
+// processes (latency and throughput of the relay, read-only and write calls
+// and mcp-go, with each process's CPU and allocations per call); then, on
+// the last run's, the optional profiles and the router's memory.
 func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 	opts.defaults(true)
 	// Every part re-executes this binary, whose main calls RunChild first.
@@ -478,12 +453,9 @@ func parkAndAnswer(ctx context.Context, d *deployment, ev *client.Events, sessio
 	}
 }
 
-// measureSessions writes n sessions with the bench group active straight
-// into the sessions bucket (as other routers would), lists the tools of
-// each through the router (which reads and caches it, up to the cache's
-// bound), waits for the router's status to count them, and reads the
-// router's memory (in process: the whole process's) before and after,
-// after a GC that returns freed memory to the OS, and its peak.
+// measureSessions writes n sessions straight into the sessions bucket, lists
+// each through the router, waits for its status to count them, and reads the
+// router's memory (in process: the process's) before and after, and its peak.
 func measureSessions(ctx context.Context, d *deployment, n int) (*CrossSessions, error) {
 	out := &CrossSessions{Memory: Memory{Count: n}}
 	before, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})

@@ -31,10 +31,9 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// Goroutine label that attributes CPU samples to the parts of a deployment
-// in this process: every connection and goroutine of a part is started
-// under it, and the goroutines they spawn inherit it. nats-server and the
-// Go runtime's own goroutines (GC workers) carry none.
+// Goroutine labels attributing CPU samples to the parts of an in-process
+// deployment; spawned goroutines inherit them, nats-server's and the
+// runtime's carry none.
 const (
 	labelKey   = "toolbus_bench"
 	partRouter = "router" // the toolbus router, or the raw forwarder
@@ -60,10 +59,8 @@ const (
 	childStop  = 20 * time.Second // bounds a child's orderly exit after its stdin closes
 )
 
-// Pending limits of the bench's own subscriptions (the raw responder and
-// forwarder, the bare forwarder): the router's defaults, so that the
-// stand-ins buffer no more than the router would before NATS drops
-// messages as a slow consumer (router.Config.MaxInflight and pendingBytes).
+// Pending limits of the bench's own subscriptions: the router's, so the
+// stand-ins buffer no more than it would before a slow-consumer drop.
 const (
 	pendingMsgs  = 4096
 	pendingBytes = 64 << 20
@@ -87,10 +84,9 @@ const (
 	roleMachine = "machine" // every process on the machine (CPUNS only)
 )
 
-// config describes a deployment: nats-server, one router, the relay
-// forwarder, the worker (with the raw responder) and, optionally, mcp-go's
-// server, either every part in this process, each labelled with its part,
-// or each in a process of its own (the callers stay in this one).
+// config describes a deployment (nats-server, one router, the relay
+// forwarder, the worker with the raw responder, optionally mcp-go's server),
+// in this process, each part labelled, or each part a process.
 type config struct {
 	exe        string              // "": every part in this process; else the binary run as each part (RunChild)
 	cluster    bool                // in this process: a 3-node cluster with replicas 3
@@ -304,13 +300,11 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 	return d.waitLive(ctx, toolSleep)
 }
 
-// startBare starts the bare forwarder: it serves the bare client's batches
-// by sending a prepared exec request to the real worker and, when the worker
-// answers, publishing the one event a router publishes (batch.done, into
-// the events stream: docs/protocol.md 3.4) and a prepared reply; the exec
-// goes in binary mode, as a router sends it to the worker SDK (5.1). It does what the
-// router's messages cost the client, the worker and the server, and no
-// router work, so toolbus minus bare estimates the router's own share.
+// startBare starts the bare forwarder: for each bare batch it sends a
+// prepared exec request (binary mode) to the real worker and, on its answer,
+// publishes batch.done and a prepared reply, so it costs the client, worker
+// and server what a router's messages do with no router work; toolbus minus
+// bare estimates the router's share.
 func (d *deployment) startBare(ctx context.Context) error {
 	exec, err := bus.NewEvent(bus.TypeExec, "bench/bare", bus.ExecRequest{
 		Call: bus.Call{ID: "c1", Name: toolRead, Input: benchInput}, Attempt: 1})

@@ -81,12 +81,9 @@ type Load struct {
 	Wall    time.Duration // from start until the last call ended
 }
 
-// Throughput is calls per second.
-//
-// It is the calls finished inside the window per second of the window, or,
-// when calls last longer than a (short) window allows, every call per
-// second of wall time, whichever is larger: a queue that drains only after
-// the window closes still shows its rate.
+// Throughput is calls per second: those finished inside the window per
+// second of it, or every call per second of wall time when larger (a queue
+// that drains after the window closes still shows its rate).
 func (l Load) Throughput() float64 {
 	rate := float64(l.Counted) / l.Window.Seconds()
 	if l.Wall > 0 {
@@ -96,10 +93,9 @@ func (l Load) Throughput() float64 {
 }
 
 // Generate is the load generator of the bench and the soak: callers
-// goroutines (labelled as the client's part) each call fn back to back,
-// until dur has passed or ctx ends; a call under way then finishes. The
-// first error stops every caller and is returned. fn's context is ctx,
-// bounded at dur plus bound.
+// goroutines (labelled as the client's) each call fn back to back until dur
+// passes or ctx ends; the first error stops them all and is returned. fn's
+// context is bounded at dur plus bound.
 func Generate(ctx context.Context, dur, bound time.Duration, callers int, fn func(ctx context.Context, i int) error) (Load, error) {
 	var stop atomic.Bool
 	var counted, total atomic.Int64
@@ -225,10 +221,8 @@ type path struct {
 }
 
 // measure is the latency and throughput loop of both benches: after a
-// warm-up, one caller's latency, then the throughput at each caller count
-// (with every part's costs) of every path, each split into rounds slices
-// interleaved across the paths, the best slice of a path counting: the
-// lowest p50 for latency, the highest throughput for load.
+// warm-up, one caller's latency, then throughput at each caller count, each
+// split into rounds slices interleaved across paths, the best slice counting.
 func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, mid, rounds int, slice time.Duration,
 	logf func(string, ...any)) error {
 	for _, p := range paths {
@@ -406,11 +400,9 @@ type Share struct {
 	Percent   float64 `json:"percent"`
 }
 
-// shareKinds sorts a sample by its stack, the innermost frame first:
-// the first kind with a frame that starts with one of its prefixes
-// anywhere on the stack takes the sample. The collector and the
-// allocator come first (they run inside everything else), then the
-// kernel's sends and receives, then what the stack says it is doing.
+// shareKinds sorts a sample by its stack, innermost frame first: the first
+// kind with a matching frame prefix takes it. The collector and allocator
+// come first, then the kernel's sends and receives, then the rest.
 var shareKinds = []struct {
 	kind     string
 	prefixes []string

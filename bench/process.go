@@ -183,27 +183,22 @@ func (t *tail) String() string {
 	return strings.TrimSpace(string(t.buf))
 }
 
-// The cross-process bench (RunCross) re-executes its own binary once per
-// part: the process reads which part it is from these variables, prints
-// childReady (and what the parent needs, e.g. the server's URL) on stdout
-// once it serves, and exits when its stdin closes, so a parent that dies
-// takes its children with it.
+// The cross-process bench re-executes its own binary once per part: the
+// child reads its part from these variables, prints childReady on stdout once
+// it serves, and exits when its stdin closes.
 const (
 	envChild = "TOOLBUS_BENCH_CHILD" // the role: one of the role* constants
 	envURL   = "TOOLBUS_BENCH_URL"   // the nats-server to join (every role but roleNATS)
 	envDir   = "TOOLBUS_BENCH_DIR"   // roleNATS: the JetStream store directory
-	// envProfiles lists (os.PathListSeparator) the only files the router
-	// may write CPU profiles to: the control subject is open to any
-	// client of the bench's server, so a request names one of them, never
-	// a path of its own.
+	// envProfiles lists the only files the router may write profiles to:
+	// the control subject is open to any client, so a request names one.
 	envProfiles = "TOOLBUS_BENCH_PROFILES"
 	childReady  = "ready"
 )
 
-// ctlSubject is the control subject of a child: a request with an empty
-// body (or {"gc": true}) answers childStats; the router's also takes
-// {"profile": "FILE"} to start a CPU profile and {"profile": ""} to stop
-// it. The subjects live outside every toolbus prefix.
+// ctlSubject is a child's control subject (outside every toolbus prefix): an
+// empty request (or {"gc": true}) answers childStats; the router's takes
+// {"profile": "FILE"} and {"profile": ""} too.
 func ctlSubject(role string) string { return "benchctl." + role }
 
 type ctlRequest struct {
@@ -237,9 +232,8 @@ func readStats(gc bool) childStats {
 }
 
 // RunChild runs this process as a part of the cross-process bench when
-// the parent started it so (TOOLBUS_BENCH_CHILD is set), and never
-// returns then; otherwise it returns at once. Call it first in main (and
-// in TestMain of tests that run RunCross).
+// TOOLBUS_BENCH_CHILD is set, and never returns then. Call it first in main
+// (and in TestMain of tests that run RunCross).
 func RunChild() {
 	role := os.Getenv(envChild)
 	if role == "" {
@@ -396,10 +390,8 @@ func childConnect(url, role string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// childRouter runs one router with the defaults of cmd/router (one
-// replica, the default heartbeat, work ack wait, limits and session
-// cache, events on disk, the collector's settings) and the bench group;
-// no built-in tools.
+// childRouter runs one router with cmd/router's defaults and the bench
+// group, without built-in tools.
 func childRouter(ctx context.Context, nc *nats.Conn) (func(context.Context), error) {
 	memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
 	r, err := router.New(nc, router.Config{Groups: benchGroups,
@@ -421,9 +413,8 @@ func drain(ctx context.Context, fn func(context.Context) error) {
 }
 
 // childRelay runs the raw forwarder: requests on rawRelay go to the
-// responder with the caller's reply subject riding in the forwarder's, and
-// the replies back, with no decoding and without a goroutine or a map per
-// request.
+// responder with the caller's reply subject inside the forwarder's, and
+// replies back, without decoding, a goroutine or a map per request.
 func childRelay(ctx context.Context, url string) (func(context.Context), error) {
 	fwd, err := childConnect(url, roleRelay)
 	if err != nil {

@@ -228,19 +228,16 @@ type CrossRun struct {
 // CrossPath is one path's figures in one run.
 type CrossPath struct {
 	Latency
-	// CPUUSPerCall is each process's CPU (getrusage of that process) per
-	// call, by caller count then process: router (the router process, or
-	// the relay forwarder's), worker (the worker process: the toolbus
-	// worker, or the raw responder), client (the bench process: the
-	// callers), nats (nats-server).
+	// CPUUSPerCall is each process's CPU (getrusage) per call, by caller
+	// count then process: router (or relay forwarder), worker (or raw
+	// responder), client (the callers), nats.
 	CPUUSPerCall map[string]map[string]float64 `json:"cpu_us_per_call"`
 	// AllocsPerCall is each process's heap allocations per call
 	// (runtime.MemStats.Mallocs), keyed as CPUUSPerCall.
 	AllocsPerCall map[string]map[string]float64 `json:"allocs_per_call"`
-	// OtherCores is the CPU, in cores, that processes outside the
-	// deployment used during each measurement (from /proc/stat): on a
-	// machine to itself it is near 0, and the figures above are only as
-	// good as it is small.
+	// OtherCores is the CPU, in cores, of processes outside the deployment
+	// during each measurement (/proc/stat): the figures are as good as it
+	// is small.
 	OtherCores map[string]float64 `json:"other_cores"`
 }
 

@@ -14,16 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// On Linux the file tools open the resolved path (the one the .git check
-// and the rules judged) relative to a descriptor of the base directory
-// with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|RESOLVE_NO_MAGICLINKS)
-// and O_NOFOLLOW: the kernel refuses the open (ELOOP) when any component
-// is a symlink at that moment, so a directory swapped for a link after the
-// resolution cannot redirect it, inside the base or out. What was judged
-// is what is opened. A kernel without openat2 (before 5.6: ENOSYS; or a
-// seccomp filter answering EPERM) gets the same guarantee from a walk, one
-// component at a time, each opened O_NOFOLLOW|O_DIRECTORY from the one
-// before. docs/builtin.md ("Paths").
+// On Linux the file tools open the resolved path relative to a descriptor of
+// the base directory with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
+// RESOLVE_NO_MAGICLINKS) and O_NOFOLLOW, so a directory swapped for a link
+// after the checks cannot redirect the open: what was judged is what is
+// opened. Without openat2 (ENOSYS, or EPERM from seccomp) a walk opening one
+// component at a time O_NOFOLLOW gives the same. docs/builtin.md ("Paths").
 
 // resolveBeneath are the openat2 resolve flags of every open.
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
@@ -130,13 +126,10 @@ func dirFd(dirfd int, dir string, create bool) (int, error) {
 	return cur, nil
 }
 
-// open opens p (relative to the base, no symlink expected on it) with
-// flag, never following a symlink on any component. A symlink met on the
-// way (one that appeared after the resolution) is errSwapped, or
-// errEscapes when the path now resolves outside the base directory.
-// Opens that read or write are non-blocking, so that a FIFO answers at
-// once instead of waiting for its other end (only regular files are then
-// used).
+// open opens p (relative to the base) with flag, never following a symlink
+// on any component: one that appeared since the resolution is errSwapped,
+// or errEscapes when the path now leaves the base. Reads and writes open
+// non-blocking, so a FIFO answers at once.
 func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
 	if flag&unix.O_PATH == 0 {
 		flag |= unix.O_NONBLOCK

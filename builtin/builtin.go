@@ -47,9 +47,8 @@ type Config struct {
 	// instead of DefaultShellPath. NATS_*, TOOLBUS_* and the variables the
 	// shell sets are refused.
 	ShellEnv []string
-	// ShellTrust are programs shell may start with any arguments,
-	// unchecked: the operator trusts them with anything (an interpreter, a
-	// build tool, a program with no profile). They count as allowed.
+	// ShellTrust are programs shell may start with any arguments, unchecked:
+	// the operator trusts them with anything. They count as allowed.
 	ShellTrust []string
 	// ShellUser, when set, is the OS user shell commands run as (this
 	// process must run as root, and WorkDir must be usable by that user);
@@ -75,9 +74,8 @@ type Flags struct {
 	asRoot                         *bool
 }
 
-// RegisterFlags registers the shell's flags and --builtin-names on fs. prog
-// names the command in their help; pre starts each help text (toolworker's
-// "with --builtin: ").
+// RegisterFlags registers the shell's flags and --builtin-names on fs; prog
+// names the command in their help, pre starts each help text.
 func RegisterFlags(fs *flag.FlagSet, prog, pre string) *Flags {
 	return &Flags{
 		allow:  fs.String("shell-allow", "", pre+"comma-separated programs the built-in shell may start, checked on the parsed command (default: any; docs/builtin.md says what it is and is not)"),
@@ -159,9 +157,8 @@ const (
 	// NamesToolbus: read_file, write_file, edit_file, list_files,
 	// search_files and shell (the default).
 	NamesToolbus = "toolbus"
-	// NamesAgentScope: the same tools under AgentScope 2.x's names and input
-	// field names — Read, Write, Edit, Glob, Grep, Bash — for agents whose
-	// prompts and models know those (docs/agentscope.md).
+	// NamesAgentScope: the same tools under AgentScope 2.x's names and
+	// fields (Read, Write, Edit, Glob, Grep, Bash; docs/agentscope.md).
 	NamesAgentScope = "agentscope"
 )
 
@@ -173,11 +170,9 @@ func checkNames(n string) error {
 	return fmt.Errorf("builtin: unknown names profile %q (use %s or %s)", n, NamesToolbus, NamesAgentScope)
 }
 
-// AgentScope's inputs hold the fields of its tools that the built-ins
-// implement (Read, Write and Edit share toolbus's input types, the path
-// as FilePath); the schemas refuse the others (additionalProperties
-// false), so a model that asks for an option these tools lack (Read's
-// pages, Grep's -A) learns it at once instead of being silently ignored.
+// AgentScope's inputs hold the fields of its tools the built-ins implement;
+// the schemas refuse the others, so a model asking for a missing option
+// (Read's pages, Grep's -A) learns it at once.
 
 // AsBashIn is Bash's input; description is a label for people, unused.
 type AsBashIn struct {
@@ -200,9 +195,8 @@ const (
 		`"timeout":{"type":"integer","minimum":0,"maximum":600000,"description":"Milliseconds before the command is stopped (default 120000)."}},"required":["command"],"additionalProperties":false}`
 )
 
-// register registers the shell under the names profile names: as shell,
-// or as AgentScope's Bash (timeout in milliseconds, as AgentScope's; no
-// skill input).
+// register registers the shell as shell, or as AgentScope's Bash (timeout
+// in milliseconds, no skill input), as profile names.
 func (s *Shell) register(w *worker.Worker, names string) error {
 	if names != NamesAgentScope {
 		return worker.Register(w, s.def(), func(ctx context.Context, c *worker.Call, in ShellIn) (string, error) {

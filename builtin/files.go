@@ -34,21 +34,16 @@ const (
 	maxReadFile      = 16 << 20
 )
 
-// Files serves the file tools in one base directory. Create it with
-// NewFiles. A path is resolved first (its symlinks followed as the
-// permission rules follow them, refused if it leaves the base directory);
-// the checks judge the result, which is then opened relative to the base
-// directory following no symlink at all (open: openat2 on Linux), so a
-// directory swapped for a link in between is refused, not followed.
-// Elsewhere the open goes through an os.Root opened on the base
-// directory, which no path, symlink or race can leave.
+// Files serves the file tools in one base directory; create it with
+// NewFiles. A path is resolved (symlinks followed as the permission rules
+// follow them, refused if it leaves the base), judged, then opened following
+// no symlink (openat2 on Linux, else through an os.Root), so a swap in
+// between is refused, not followed (docs/builtin.md "Paths").
 type Files struct{ tree }
 
-// tree is the base directory as the file tools see it: where their paths
-// resolve (resolveIn: symlinks followed as the permission rules follow
-// them) and how the results are opened (open, stat, mkdirs, readDir:
-// following no symlink on Linux, beneath_linux.go; through the os.Root
-// elsewhere).
+// tree is the base directory as the file tools see it: where paths resolve
+// (resolveIn) and how results are opened without following symlinks
+// (beneath_linux.go; an os.Root elsewhere).
 type tree struct {
 	base string   // absolute, symlinks resolved
 	root *os.Root // the base directory: Lstat, and every open but on Linux
@@ -83,12 +78,10 @@ func NewFiles(dir string) (*Files, error) {
 // Base returns the base directory (absolute, symlinks resolved).
 func (f *Files) Base() string { return f.base }
 
-// resolve turns a path of the input into a path relative to the base
-// directory with every symlink that exists resolved (a missing tail is
-// kept as written), refusing anything that leaves the base directory,
-// lexically or through a symlink. The result holds no symlink; it is what
-// the checks judge and what the tools open (f.open), which refuses a
-// symlink that appears on it afterwards.
+// resolve turns an input path into one relative to the base directory with
+// every existing symlink resolved (a missing tail kept as written), refusing
+// anything that leaves the base, lexically or through a link. The result is
+// what the checks judge and what f.open opens.
 func (f *Files) resolve(tool, p string) (string, error) {
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("%s refused: the path contains a NUL character", tool)
@@ -111,16 +104,11 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	return rel, nil
 }
 
-// resolveIn resolves the symlinks of rel (relative to the base directory)
-// as permission rules see them (permission.Resolve: component by
-// component, dangling links followed, a missing tail kept) and returns the
-// result relative to the base directory ("." for itself); false when it
-// lies outside. A link that leaves the base directory and comes back in
-// resolves to the place inside it, which is what is opened. It is false
-// too when a component of the result is still a symlink: Resolve stopped
-// (more than 40 links, or a link it could not read): the opener refuses
-// the link on Linux, and os.Root, elsewhere, would follow up to 8 more to
-// a file neither the rules nor inGitDir judged.
+// resolveIn resolves rel's symlinks as permission rules see them
+// (permission.Resolve) and returns the result relative to the base ("."
+// for itself); false when it lies outside, or when a component is still a
+// symlink (Resolve gave up), which no opener may then follow to a file the
+// rules did not judge.
 func (t *tree) resolveIn(rel string) (string, bool) {
 	r := permission.Resolve(filepath.Join(t.base, rel))
 	rel = t.relOS(r)
@@ -463,9 +451,8 @@ var (
 	errChanged = errors.New("the file changed while it was being opened")
 )
 
-// fail words an error of an open: an escape (a symlink that appeared
-// after the resolution and leads out) or a link swapped in on the judged
-// path says so, anything else as it is.
+// fail words an error of an open: an escape or a link swapped in on the
+// judged path says so, anything else as it is.
 func (f *Files) fail(what, shown string, err error) error {
 	switch {
 	case isEscape(err):
@@ -476,9 +463,8 @@ func (f *Files) fail(what, shown string, err error) error {
 	return fmt.Errorf("%s: %v", what, err)
 }
 
-// isEscape says whether err is an escape: errEscapes, or os.Root
-// refusing a path that leaves it (the error is not exported; its text is
-// stable).
+// isEscape says whether err is an escape: errEscapes, or os.Root refusing a
+// path that leaves it (unexported error, stable text).
 func isEscape(err error) bool {
 	return err != nil && (errors.Is(err, errEscapes) || strings.Contains(err.Error(), "path escapes from parent"))
 }
@@ -492,14 +478,11 @@ type ListIn struct {
 // errDeadline is a walk's answer when the call's context ended.
 var errDeadline = errors.New("deadline")
 
-// walk calls fn for every regular file under dir (relative to the base),
-// with its path relative to the base, depth first in name order. Each
-// directory is opened by its path following no symlink (f.open), so a
-// directory swapped for a link after it was listed is skipped, not
-// entered; a symlinked directory is not entered either. A symlink counts
-// when it resolves to a regular file inside dir: the rules judged dir,
-// not the rest of the base. It stops when fn returns false, and returns
-// errDeadline once ctx is done.
+// walk calls fn for every regular file under dir, with its path relative to
+// the base, depth first in name order, opening each directory without
+// following links (a swapped or symlinked directory is not entered; a
+// symlink to a regular file inside dir counts). It stops when fn returns
+// false, and returns errDeadline once ctx is done.
 func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.FileInfo) bool) error {
 	if err := f.walkIn(ctx, dir, dir, fn); errors.Is(err, errDeadline) {
 		return errDeadline
@@ -572,9 +555,8 @@ func relTo(dir, p string) string {
 	return filepath.ToSlash(p)
 }
 
-// List runs list_files: files under path matching pattern (a glob relative
-// to path; ** crosses directories; default every file), sorted. It stops
-// when ctx ends.
+// List runs list_files: files under path matching pattern (relative to path;
+// ** crosses directories; default every file), sorted, until ctx ends.
 func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	root, err := f.resolve("list_files", in.Path)
 	if err != nil {
@@ -777,18 +759,15 @@ const (
 	searchSchema = `{"type":"object","properties":{` + searchProps + `},"required":["pattern"]}`
 )
 
-// fileDef is a file tool's definition; base is where its relative paths
-// resolve, declared so permission rules judge the real file
-// (docs/protocol.md 6.4, 7.2).
+// fileDef is a file tool's definition; base, where its relative paths
+// resolve, lets permission rules judge the real file (docs/protocol.md 6.4).
 func fileDef(name, desc, schema string, readOnly bool, base string) bus.ToolDef {
 	return bus.ToolDef{Name: name, Description: desc, InputSchema: json.RawMessage(schema), ReadOnly: readOnly, ConcurrencySafe: readOnly,
 		StateInjected: true, RuleMatcher: bus.MatcherPath, RuleField: "path", PathBase: base, TimeoutMS: 60000}
 }
 
-// registerFiles registers f's operations as a worker's tools under the
-// names profile names (Config.Names): toolbus's, or AgentScope's, whose
-// Read, Write and Edit take the path as file_path. Files itself is the
-// sandboxed file system, usable without a worker.
+// registerFiles registers f's operations as a worker's tools under the names
+// profile names (Config.Names): toolbus's or AgentScope's.
 func registerFiles(w *worker.Worker, f *Files, names string) error {
 	as := names == NamesAgentScope
 	where := " Paths are relative to the base directory " + f.base + " (or absolute inside it); nothing outside it can be reached."
@@ -829,12 +808,10 @@ func registerFiles(w *worker.Worker, f *Files, names string) error {
 	)
 }
 
-// fileTool registers one file tool. paths gives the input's path field
-// and its file_path: under a profile whose rules match file_path the
-// path is taken from it; either way it must be the string the rules read
-// at the definition's rule field (rulePath) before run sees it. The
-// answer is run's text once its session-state patch (the read records)
-// is applied.
+// fileTool registers one file tool. paths gives the input's path field and
+// its file_path: the path must be the string the rules read at the
+// definition's rule field (rulePath) before run sees it. The answer is run's
+// text once its session-state patch is applied.
 func fileTool[T any](w *worker.Worker, d bus.ToolDef, paths func(*T) (*string, string), run func(context.Context, *worker.Call, T) (string, any, error)) error {
 	return worker.Register(w, d, func(ctx context.Context, c *worker.Call, in T) (string, error) {
 		p, fp := paths(&in)
@@ -859,12 +836,10 @@ func fileTool[T any](w *worker.Worker, d bus.ToolDef, paths func(*T) (*string, s
 // one its schema names the path by (Glob and Grep keep path).
 var asRuleField = map[string]string{"Read": "file_path", "Write": "file_path", "Edit": "file_path", "Glob": "path", "Grep": "path"}
 
-// rulePath refuses a call whose decoded path (decoded, as encoding/json
-// filled it) is not the string the permission rules read at the exact key
-// field of the raw input: encoding/json matches keys without regard to
-// case ("PATH", "File_Path" fill the field too) while the rules match the
-// key as written, so an input carrying both would be judged by one path
-// and open another.
+// rulePath refuses a call whose decoded path is not the string the rules
+// read at the exact key field of the raw input: encoding/json matches keys
+// case-insensitively ("PATH" fills Path) while the rules do not, so an input
+// with both would be judged by one path and open another.
 func rulePath(raw json.RawMessage, field, decoded string) error {
 	var m map[string]any
 	if json.Unmarshal(raw, &m) != nil {

@@ -23,13 +23,10 @@ import (
 
 // interpret runs an allow-listed command with the in-process POSIX
 // interpreter (mvdan.cc/sh/v3/interp) in the sandbox's exec stage, after
-// Landlock and the switch of user: no /bin/sh is started, so nothing the
-// command's programs read (a git filter, a hook, an alias) can reach a
-// shell unless a shell is itself listed, and the kernel refuses to
-// execute any file but the listed programs. It also refuses, at run time,
-// a command name (after expansion) that is not listed, and opens the
-// command's own write redirections without following symlinks and never
-// on a protected path. It returns the command's exit status.
+// Landlock and the switch of user: no /bin/sh runs, the kernel executes only
+// the listed programs, a command name not listed is refused at run time, and
+// write redirections follow no symlink and never touch a protected path. It
+// returns the command's exit status.
 func interpret(spec sandboxSpec) int {
 	file, err := syntax.NewParser(syntax.Variant(syntax.LangPOSIX)).Parse(strings.NewReader(spec.Command), "")
 	if err != nil {

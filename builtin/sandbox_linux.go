@@ -49,9 +49,8 @@ func decodeSpec() (sandboxSpec, error) {
 	return spec, err
 }
 
-// launch is the launcher: a subreaper that starts the command and kills
-// all its descendants when it ends, when told to stop, or when the router
-// goes away. It returns the command's exit status.
+// launch is the launcher: a subreaper that starts the command and kills all
+// its descendants when it ends, on a stop, or when the router goes away.
 func launch() int {
 	if _, err := decodeSpec(); err != nil {
 		return cannotRun("%v", err)

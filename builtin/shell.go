@@ -35,10 +35,8 @@ const (
 	MaxStreamChars = 30000
 )
 
-// SkillFiles puts a skill's files on disk for the shell tool: Acquire
-// returns the directory that holds them and a release to call once the
-// command has ended (the directory stays until then, even when a newer
-// version of the skill arrives).
+// SkillFiles puts a skill's files on disk for the shell tool: Acquire returns
+// their directory and a release to call once the command ended.
 type SkillFiles interface {
 	Acquire(ctx context.Context, name, user string) (dir string, release func(), err error)
 }
@@ -130,14 +128,12 @@ func NewShell(cfg Config) (*Shell, error) {
 }
 
 // DefaultShellUser is the user a root router runs commands as without
-// --shell-user or --shell-as-root (uid and gid 65534 where it does not
-// exist).
+// --shell-user or --shell-as-root (uid and gid 65534 when absent).
 const DefaultShellUser = "nobody"
 
-// ShellUserFor returns the user shell commands run as for the flags
-// --shell-user user and --shell-as-root asRoot: user when set, else
-// DefaultShellUser when this process is root and asRoot is false, else ""
-// (this process's own user).
+// ShellUserFor returns the user shell commands run as for --shell-user and
+// --shell-as-root: user when set, else DefaultShellUser for a root process
+// without asRoot, else "" (this process's user).
 func ShellUserFor(user string, asRoot bool) string {
 	switch {
 	case user != "":
@@ -369,10 +365,9 @@ func (c *capped) text() string {
 	return s
 }
 
-// SkillsMaterializer puts the skills of cat, for the shell of cfg, in a
-// fresh private directory <prefix>... under parent (the user cache
-// directory when ""), readable by the group of the shell's user when
-// there is one (ShellUserFor).
+// SkillsMaterializer puts cat's skills, for the shell of cfg, in a fresh
+// private directory under parent (the user cache directory when ""),
+// readable by the shell user's group when there is one.
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
 	gid := -1
 	if u := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
@@ -418,12 +413,10 @@ func checkEnvNames(names []string) error {
 	return nil
 }
 
-// gitHardening is configuration that git reads from the environment with
-// command-line precedence (GIT_CONFIG_COUNT, over any repository's own
-// config, which the agent may manage to write): no hooks, no fsmonitor,
-// pager or editor programs, plain ssh and gpg, no proxy command or
-// credential helper, no ext:: or local transport (whose upload-pack runs
-// here), no implicit bare repositories. Set when an allow-list is.
+// gitHardening is configuration git reads from the environment with
+// command-line precedence (GIT_CONFIG_COUNT), over any repository config the
+// agent may write: no hooks, helpers, pagers, editors, proxies, ext:: or
+// local transports, nor implicit bare repositories. Set with an allow-list.
 var gitHardening = [][2]string{
 	{"core.hooksPath", "/dev/null"},
 	{"core.fsmonitor", "false"},
@@ -490,9 +483,8 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 			add(fmt.Sprintf("GIT_CONFIG_KEY_%d", i), kv[0])
 			add(fmt.Sprintf("GIT_CONFIG_VALUE_%d", i), kv[1])
 		}
-		// No system or global config (HOME is the base directory, so
-		// $HOME/.gitconfig would be a file the agent writes), no system
-		// attributes.
+		// No system or global config (HOME is the base directory, which the
+		// agent writes), no system attributes.
 		add("GIT_CONFIG_NOSYSTEM", "1")
 		add("GIT_CONFIG_GLOBAL", "/dev/null")
 		add("GIT_ATTR_NOSYSTEM", "1")
@@ -505,11 +497,8 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 }
 
 // The programs an allow-listed command may execute (docs/builtin.md, "The
-// kernel runs nothing else"): with Landlock, the sandbox grants the
-// execute right on these files only (and on git's exec-path directory),
-// and the command is interpreted in-process instead of by /bin/sh, so no
-// configuration, attribute or option of an allowed program can start a
-// program outside the list: the kernel refuses the exec.
+// kernel runs nothing else"): Landlock grants execute on these files only
+// (and git's exec-path), and the command is interpreted in-process.
 
 // execList resolves the allow-listed and trusted names on path (a name
 // the interpreter runs as a builtin, such as cd or echo, may be missing)
@@ -603,16 +592,11 @@ func gitExecPath(git string) string {
 	return d
 }
 
-// The sandbox launcher (docs/builtin.md, "The sandbox"). On Linux the
-// shell does not start /bin/sh itself: it re-executes its own binary
-// (/proc/self/exe) with argv[0] "toolbus-sandbox". That launcher is a
-// child subreaper, so every process the command starts stays its
-// descendant, whatever setsid or & do; it starts the command (through a
-// second re-execution, "toolbus-sandbox-exec", which applies Landlock,
-// drops to --shell-user and execs /bin/sh -c) and, when the command ends,
-// when it is told to stop (SIGTERM) or when the router dies (the pipe on
-// fd 3 reads EOF, or the parent-death signal), kills every descendant it
-// has before it exits. The router itself is never restricted.
+// The sandbox launcher (docs/builtin.md, "The sandbox"): on Linux the shell
+// re-executes its own binary as "toolbus-sandbox", a child subreaper that
+// starts the command (through "toolbus-sandbox-exec", which applies Landlock,
+// drops to --shell-user and execs /bin/sh -c) and kills every descendant
+// when the command ends, on SIGTERM, or when the router dies.
 
 // Argv[0] markers of the two stages.
 const (
@@ -644,12 +628,9 @@ type sandboxSpec struct {
 var hooked atomic.Bool
 
 // RunSandboxChild must be the first thing main (and a test binary's
-// TestMain) calls in a program that serves the shell tool. In the
-// program's own process it only records that the hook is in place and
-// returns; in a process the shell started as its sandbox launcher it runs
-// the launcher and never returns. A program that does not call it still
-// runs shell commands, without the launcher: no kernel sandbox and no
-// subreaper (the shell logs so at start).
+// TestMain) calls in a program that serves the shell tool: in a sandbox
+// launcher process it runs the launcher and never returns. Without it the
+// shell runs commands without kernel sandbox or subreaper (and logs so).
 func RunSandboxChild() {
 	runSandboxChild()
 	hooked.Store(true)

@@ -12,13 +12,9 @@ import (
 )
 
 // The allow-list check (docs/builtin.md, "What --shell-allow is and is
-// not"). The command is parsed twice, as POSIX sh (what /bin/sh, dash
-// here, runs) and as bash (in case /bin/sh is bash), and must pass on both
-// trees: a construct the two grammars read differently either fails to
-// parse as POSIX or is checked in both readings. Every simple command in
-// the tree (pipelines, lists, bodies of if/while/for/case, subshells,
-// groups, command and process substitutions, here-documents,
-// redirections) is checked; nothing is matched as a string.
+// not"): the command is parsed as POSIX sh and as bash and must pass on both
+// trees, every simple command anywhere in them checked; nothing is matched
+// as a string.
 
 // wrappers run their arguments as a program, so an allow-list that held
 // one would allow everything; they are refused in the allow-list at start
@@ -216,12 +212,10 @@ func (c *checker) writable(w shellcmd.Write) error {
 	return nil
 }
 
-// splitPrefix refuses a split whose words hold a name starting with a
-// dot: split names its outputs prefix + a generated suffix (a ... z, aa,
-// ab ...), so the prefix ".gi" makes .git and ".bash" .bashrc, names no
-// word holds. Every protected name starts with a dot; a prefix that does
-// not cannot make one. Any such word is refused, not only the prefix
-// operand (--additional-suffix .txt too: write it with =).
+// splitPrefix refuses a split whose words hold a name starting with a dot:
+// split names outputs prefix + a suffix, so ".gi" makes .git. Every
+// protected name starts with a dot, so any such word is refused
+// (--additional-suffix .txt too: write it with =).
 func splitPrefix(vals []string) error {
 	for _, v := range vals {
 		last := v[strings.LastIndexByte(v, '/')+1:]

@@ -14,10 +14,8 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// The background task tools (docs/protocol.md 11): AgentScope's names
-// where it has one (ToolStop in Python's app layer, wait_async_results in
-// the Java harness), toolbus's own otherwise. Each acts on the calling
-// session's tasks only: the session comes from the router's exec event.
+// The background task tools (docs/protocol.md 11), under AgentScope's names
+// where it has them; each acts on the calling session's tasks only.
 const (
 	TaskOutputName = "task_output"
 	WaitTasksName  = "wait_async_results"

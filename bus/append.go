@@ -7,12 +7,9 @@ import (
 	"strconv"
 )
 
-// AppendJSON appends r as JSON, the bytes json.Marshal would give up to
-// insignificant whitespace inside the raw members (which it copies as they
-// are: the router has checked every one) and HTML characters (which it
-// does not escape). The exec request is sent once per call attempt: this
-// writes it without reflection and with a flat stack, so a router
-// goroutine whose stack the collector shrank need not grow it again.
+// AppendJSON appends r as json.Marshal would give it, but for whitespace in
+// the raw members (copied as the router checked them) and unescaped HTML:
+// without reflection and with a flat stack, since it runs per call attempt.
 func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	b = appendField(b, `{"call":{"id":`, r.Call.ID)
 	b = appendField(b, `,"name":`, r.Call.Name)
@@ -43,10 +40,8 @@ func appendRaw(b []byte, raw json.RawMessage) []byte {
 }
 
 // appendCompact appends raw without insignificant whitespace, as
-// json.Marshal writes a json.RawMessage: a worker sees an agent's user and
-// context as the router would have written them. JSON without whitespace
-// bytes is copied as it is; raw that is not JSON is copied too (the
-// callers that take raw from outside check it first).
+// json.Marshal writes a json.RawMessage; raw that is not JSON is copied as
+// it is (callers check outside input first).
 func appendCompact(b []byte, raw []byte) []byte {
 	if !hasSpace(raw) {
 		return append(b, raw...)

@@ -5,13 +5,9 @@ import (
 	"unsafe"
 )
 
-// FromEvent reads the event's data, an io.toolbus.call.batch's, into d, as
-// DataAs does. The plain form the SDKs write — calls with an id, a name,
-// an input object and a background flag, user and context as objects,
-// arrays or strings, events and sessionrev, every string plain ASCII
-// without escapes, no request — is read by a small scanner: the calls one
-// allocation, their strings and the raw members one more. Anything else goes
-// to DataAs (FuzzBatchFlat holds the scanner to it).
+// FromEvent reads an io.toolbus.call.batch's data into d as DataAs does; the
+// plain form the SDKs write is read by a small scanner in two allocations,
+// anything else by DataAs (FuzzBatchFlat holds the two to one result).
 func (d *Batch) FromEvent(e *Event) error { return d.FromEventInto(e, nil) }
 
 // FromEventInto is FromEvent whose calls, read in the plain form, are
@@ -66,10 +62,8 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	if !ok || !p.end() || seen&1 == 0 {
 		return false
 	}
-	// The strings and the raw members in one buffer: each raw member a
-	// slice of it whose capacity ends where it does (an append to one
-	// reallocates it), each string made of bytes written once, before it
-	// is, and never again (as strings.Builder makes its strings).
+	// The strings and raw members share one buffer; each raw member's
+	// capacity ends where it does, so an append reallocates it.
 	n := len(events) + len(user) + len(context)
 	for _, c := range calls {
 		n += len(c.id) + len(c.name) + len(c.input)

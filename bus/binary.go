@@ -8,10 +8,8 @@ import (
 )
 
 // BinaryMsg returns a NATS message to subject carrying e in binary mode
-// (docs/protocol.md 1): every attribute in a ce- header, percent-encoded
-// only where a value needs it, content-type datacontenttype, the body the
-// data. Trace context is copied into traceparent and tracestate headers
-// as in structured mode. The header is the message's own.
+// (docs/protocol.md 1): attributes in ce- headers, percent-encoded where
+// needed, the data as body, trace context as in structured mode.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
 	h := make(nats.Header, 16)
 	vals := binaryAttrs(e)
@@ -74,10 +72,8 @@ var binaryHeaders = sync.Pool{New: func() any {
 	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
 }}
 
-// WithBinaryMsg calls send with e on subject in binary mode, in a
-// message whose header (and the message itself) is reused once send
-// returns: send must not keep the message (a core publish or request
-// keeps nothing of it; a JetStream publish, which may send it again, does).
+// WithBinaryMsg calls send with e on subject in binary mode, in a message
+// reused once send returns: send must not keep it (a JetStream publish does).
 func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
 	b := binaryHeaders.Get().(*headerBuf)
 	vals := binaryAttrs(e)

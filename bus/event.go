@@ -347,12 +347,9 @@ func (hb *headerBuf) done() {
 }
 
 // Send publishes e on subject over nc (core NATS, structured mode, Data
-// checked as Encode checks it), with msgID, when set, as its Nats-Msg-Id
-// header: a stream that stores the subject then stores it once, as a
-// retried JetStream publish would be. Its encoding, message and header are
-// pooled: nats.go copies what it sends before PublishMsg returns. It is
-// what the router sends per call, where NewEvent, Msg and PublishMsg cost
-// five allocations more.
+// checked as Encode does), with msgID, when set, as its Nats-Msg-Id, so a
+// stream stores it once. Encoding, message and header are pooled: five
+// allocations fewer than NewEvent, Msg and PublishMsg.
 func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
 	return SendWith(subject, e, msgID, nc.PublishMsg)
 }
@@ -438,13 +435,9 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 }
 
 // DecodeHead is DecodeTo for a caller that owns m's data and decodes the
-// event's data next with a decoder that checks it (DataAs, or FromEvent of
-// ExecRequest, ExecResult, Reply or Batch): the data is not checked to be
-// JSON (in binary mode the body,
-// in structured mode the data of the plain form decodeFlat reads, which is
-// then a slice of m.Data, not a copy). It spares a request or a reply one
-// pass over its data. An event whose data is not JSON may decode; the
-// data's decoder then fails.
+// event's data next with a checking decoder (DataAs, FromEvent): the data is
+// not checked to be JSON here, and may be a slice of m.Data, sparing one
+// pass.
 func DecodeHead(m *nats.Msg, e *Event) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
@@ -518,14 +511,10 @@ func decodeStructured(b []byte, e *Event) error {
 }
 
 // decodeFlat reads b, a structured event, when it has the plain form
-// toolbus's senders write: one JSON object of known attributes, each once,
-// whose values are strings of printable ASCII without escapes, and data,
-// an object or an array, with any whitespace between the tokens. It
-// reports false for anything else, which the general decoder then reads
-// and judges; FuzzDecodeFlat holds the two to the same event. It costs a
-// fraction of the general decoder, the constant attributes
-// (specversion, datacontenttype, a toolbus type) no allocation, and the
-// others one in all: they are slices of one string.
+// toolbus's senders write (known attributes once, printable ASCII strings
+// without escapes, object or array data); else it reports false and the
+// general decoder judges (FuzzDecodeFlat holds the two to one event). Its
+// attributes are slices of one string: one allocation in all.
 func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false) }
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
@@ -675,12 +664,10 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	e.Data = body
 	attrs := e.attrs()
-	// Header names are read case-insensitively, so two of them may name
-	// the same attribute (ce-id and Ce-Id; content-type and
-	// ce-datacontenttype): with different values that is bad_event, never
-	// a choice that depends on the header map's order. from is the header
-	// that set each attribute of e; other attributes (extensions toolbus
-	// does not read) are kept in others, header and value, to compare.
+	// Header names are read case-insensitively, so two may name one
+	// attribute: with different values that is bad_event, never a choice by
+	// map order. from is each attribute's header; others keeps extensions
+	// toolbus does not read, to compare.
 	var from [nAttrs]string
 	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {

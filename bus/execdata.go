@@ -4,15 +4,11 @@ import (
 	"encoding/json"
 )
 
-// FromEvent decodes e's data, an io.toolbus.exec's, into r as DataAs does,
-// with the same result and the same errors. The data a router writes
-// (docs/protocol.md 5.1: one object of call, user, context, attempt and
-// state, each once; identifiers of printable ASCII without escapes) is
-// read by a flat scan that copies nothing: the raw members (input, user,
-// context, state) are slices of e.Data, which the caller must not reuse
-// while r is in use, and the call's id and name are idOf's string when
-// they spell it (the worker passes the event's toolcallid and the tool's
-// name, so the usual request takes no allocation). Anything else is read
+// FromEvent decodes an io.toolbus.exec's data into r as DataAs does, with the
+// same result and errors. The form a router writes (docs/protocol.md 5.1) is
+// read by a flat scan that copies nothing: the raw members are slices of
+// e.Data, which the caller must not reuse while r is in use, and the call's
+// id and name are idOf's strings when they spell them. Anything else is read
 // by DataAs.
 func (r *ExecRequest) FromEvent(e *Event, idOf ...string) error {
 	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {

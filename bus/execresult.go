@@ -5,12 +5,9 @@ import (
 	"strings"
 )
 
-// FromEvent reads the event's data, an io.toolbus.exec.result's, into
-// xr, as DataAs does. The plain form toolbus's workers write — a state, an
-// output of blocks with a type and a text, metadata and a state patch as
-// objects, every string plain ASCII without escapes — is read by a small
-// scanner: the output one allocation, its strings one more. Anything else
-// goes to DataAs (FuzzExecResultFlat holds the scanner to it).
+// FromEvent reads an io.toolbus.exec.result's data into xr as DataAs does;
+// the plain form the workers write is read by a small scanner in two
+// allocations, anything else by DataAs (FuzzExecResultFlat holds them to one).
 func (xr *ExecResult) FromEvent(e *Event) error {
 	if decodeExecResultFlat(e.Data, xr) {
 		return nil

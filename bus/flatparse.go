@@ -8,12 +8,10 @@ import (
 	fastjson "github.com/goccy/go-json"
 )
 
-// flatParser reads the plain JSON toolbus's senders write (events,
-// the FromEvent of ExecRequest, Reply, ExecResult and Batch): objects, arrays,
-// strings of printable ASCII with the one-character escapes, integers,
-// null, true and false. Each method reports false at anything else, valid
-// JSON or not: the caller then leaves the input to a general decoder. It
-// reads in place and checks as it goes; nothing it does allocates.
+// flatParser reads the plain JSON toolbus's senders write (objects, arrays,
+// printable-ASCII strings with one-character escapes, integers, null, true,
+// false) in place and without allocating; each method reports false at
+// anything else, leaving the input to a general decoder.
 type flatParser struct {
 	b         []byte
 	i         int

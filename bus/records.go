@@ -9,9 +9,8 @@ import (
 // This file holds the records more than one package reads or writes, so
 // that each has one encoder and one decoder (docs/router.md "Layout").
 
-// WorkerBeat is a P_workers value (docs/protocol.md 8): a worker's
-// liveness for one tool, keyed <tool>.<worker>. The registry writes it;
-// the registry and the MCP facade's watch read it.
+// WorkerBeat is a P_workers value (docs/protocol.md 8): a worker's liveness
+// for one tool, keyed <tool>.<worker>, written by the registry.
 type WorkerBeat struct {
 	// Left says the worker is leaving; the value then expires with the
 	// bucket's TTL like any beat.
@@ -91,9 +90,8 @@ func NoWorkerResult(c Call) Result {
 	return ErrorResult(c, CodeUnavailable, fmt.Sprintf("ToolUnavailableError: No live worker serves the tool '%s' right now.", c.Name))
 }
 
-// ParkStatus is where a parked call record stands (docs/protocol.md 6.1).
-// Only package parked writes the record; the inbox and the operator CLI
-// read it through this type.
+// ParkStatus is where a parked call record stands (docs/protocol.md 6.1);
+// only package parked writes the record.
 type ParkStatus string
 
 // Statuses of a parked record.
@@ -111,9 +109,8 @@ type ParkRecord struct {
 	Session string `json:"session"`
 	ReplyID string `json:"reply_id"`
 	Call    Call   `json:"call"`
-	// InputDigest is InputDigest(Call.Input): a confirmation must name it
-	// (docs/protocol.md 6.3), so the approver confirms exactly the input
-	// it saw.
+	// InputDigest is InputDigest(Call.Input), which a confirmation must
+	// name (docs/protocol.md 6.3): the approver confirms the input it saw.
 	InputDigest    string          `json:"input_digest,omitempty"`
 	Kind           string          `json:"kind"`
 	Subject        string          `json:"subject"`
@@ -125,18 +122,16 @@ type ParkRecord struct {
 	Status         ParkStatus      `json:"status"`
 	Answer         *Answer         `json:"answer,omitempty"`
 	Result         *Result         `json:"result,omitempty"`
-	// Batch is the batch's continuation when this call is the batch's
-	// only wait and nothing of it is left to run (docs/protocol.md 6.1,
-	// 1.6): package parked's, opaque to readers.
+	// Batch is the continuation when this call is the batch's only wait
+	// (docs/protocol.md 6.1, 1.6), opaque to all but package parked.
 	Batch json.RawMessage `json:"batch,omitempty"`
 	// AnsweredBy and AnsweredAt say who answered (the answer's
 	// CloudEvents source, a claim; "<source> via P.approve" when it came
 	// on the approver's subject) and when (docs/protocol.md 6.1).
 	AnsweredBy string    `json:"answered_by,omitempty"`
 	AnsweredAt time.Time `json:"answered_at,omitzero"`
-	// Owner and Touched are the lease of an answered call: the router
-	// that took the answer runs the confirmed call and renews Touched
-	// meanwhile; once it is stale another router takes the answer over.
+	// Owner and Touched are an answered call's lease: its router renews
+	// Touched while it runs the call; once stale another takes it over.
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched,omitzero"`
 	Created time.Time `json:"created"`
@@ -150,9 +145,8 @@ type ParkRecord struct {
 func (r *ParkRecord) Key() string { return CallKey(r.Session, r.ReplyID, r.Call.ID) }
 
 // An event published with HeaderLiveOnly set to LiveOnly reaches live
-// subscribers of its subject and is not stored: the stream that captures
-// the subject refuses a message that expects another stream
-// (docs/protocol.md 3.4, call.parked).
+// subscribers only: the capturing stream refuses a message expecting another
+// stream (docs/protocol.md 3.4).
 const (
 	HeaderLiveOnly = "Nats-Expected-Stream"
 	LiveOnly       = "toolbus-live-only"
@@ -171,12 +165,9 @@ type HandoffRequest struct {
 	Expires        time.Time       `json:"expires"`
 }
 
-// Question is a bridged MCP server's question (its elicitation/create)
-// as a parked call of the request-scoped external tool
-// mcp__<server>__elicit shows it: the call's input (docs/mcp.md "Bridge
-// mapping"). The bridge writes it (mcp/bridge); the MCP facade reads it
-// to put the question to the calling host (mcp/facade). One record, so
-// the two cannot drift apart.
+// Question is a bridged MCP server's question as the input of a parked call
+// of mcp__<server>__elicit (docs/mcp.md "Bridge mapping"): written by the
+// bridge, read by the facade, one record so the two cannot drift.
 type Question struct {
 	// Server is the bridged server's name (the middle of its tools' names).
 	Server string `json:"server"`

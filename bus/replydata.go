@@ -2,14 +2,11 @@ package bus
 
 import "strings"
 
-// FromEvent decodes e's data, an io.toolbus.call.reply's, into r as
-// DataAs does, with the same result and the same errors. The plain reply
-// of finished calls (results of an id, a name, a state and text blocks;
-// no parked calls; a session revision) is read by one flat pass: the
-// strings take one allocation together, the results and their blocks one
-// each. Anything else (errors, metadata, parked calls, other blocks, a
-// \u escape, a byte past ASCII) is read by DataAs. It checks what it
-// reads, so it serves after DecodeHead, which leaves the data unchecked.
+// FromEvent decodes an io.toolbus.call.reply's data into r as DataAs does,
+// with the same result and errors. A plain reply of finished calls is read by
+// one flat pass; anything else (errors, metadata, parked calls, escapes,
+// non-ASCII) by DataAs. It checks what it reads, so it serves after
+// DecodeHead.
 func (r *Reply) FromEvent(e *Event) error {
 	if len(e.Data) > 0 && replyFlat(e.Data, r) {
 		return nil

@@ -9,14 +9,9 @@ import (
 )
 
 // SameCalls checks that copy, the calls of a batch re-sent under a reply id,
-// are the calls of first, the batch the router holds for that reply id
-// (docs/protocol.md 3.1, 1.12): the same calls in the same order, each with
-// the same id, name and input. Inputs are compared as the JSON value they
-// hold (SameInput: a string input as the object it holds, an absent one as
-// {}, members in any order, numbers by value), so that a copy encoded again
-// compares equal. It returns nil, or the
+// are those of first (docs/protocol.md 3.1, 1.12): the same order, ids,
+// names and inputs by JSON value (SameInput). It returns nil or the
 // bad_request that refuses the copy, naming the first call that differs.
-// Nothing else of the batch is compared.
 func SameCalls(replyID string, first, copy []Call) error {
 	for i := range max(len(first), len(copy)) {
 		if i >= len(copy) {
@@ -55,12 +50,10 @@ func SameInput(a, b json.RawMessage) bool {
 	return bytes.Equal(CanonicalInput(a), CanonicalInput(b))
 }
 
-// CanonicalInput is a call's input as sent, in one form (1.13): a string
-// input as the JSON it holds, absent (or empty) as {}, then the canonical
-// form of that JSON value (canonical.go: members sorted, no white space,
-// strings escaped one way, numbers by their exact value). Two inputs hold
-// the same JSON value exactly when their forms are equal. Input that is not
-// JSON is returned as it is.
+// CanonicalInput is a call's input in one form (1.13): a string input as
+// the JSON it holds, absent as {}, then canonical JSON (canonical.go), so two
+// inputs hold the same value exactly when their forms are equal. Input that
+// is not JSON is returned as it is.
 func CanonicalInput(in json.RawMessage) []byte {
 	c := getCanonicaliser()
 	out := appendCanonicalInput(c, nil, in)
@@ -83,14 +76,9 @@ func appendCanonicalInput(c *canonicaliser, b []byte, in json.RawMessage) []byte
 }
 
 // CallDigest is the digest of a call's tool name and input that the dedupe
-// ledger keeps with the call's claim (docs/protocol.md 3.1, 1.13, its
-// `canon` member), so that a re-sent copy of the call with another tool or
-// input is told apart from the call and never gets its result, and a copy
-// whose input holds the same JSON value gets it: 22 characters, the first
-// 16 bytes of the SHA-256 of the name, a zero byte and CanonicalInput of
-// the input. Two calls have the same digest exactly when they name the
-// same tool and SameInput holds for their inputs (but for SHA-256's
-// collisions).
+// ledger keeps with the call's claim (docs/protocol.md 3.1, 1.13, `canon`), so
+// a re-sent copy with another tool or input never gets the call's result: 22
+// characters of the SHA-256 of the name, a zero byte and CanonicalInput.
 func CallDigest(name string, input json.RawMessage) string {
 	c := getCanonicaliser()
 	b := appendCanonicalInput(c, append(append(c.buf[:0], name...), 0), input)
@@ -99,10 +87,8 @@ func CallDigest(name string, input json.RawMessage) string {
 	return d
 }
 
-// CompactCallDigest is CallDigest of 1.12: the input compacted, not
-// canonical, so two inputs whose members come in another order differ.
-// The ledger keeps it too (its `call` member), for the routers of 1.12
-// that compare only it, until none runs.
+// CompactCallDigest is 1.12's CallDigest (the input compacted, not
+// canonical), kept in the ledger's `call` member for 1.12 routers.
 func CompactCallDigest(name string, input json.RawMessage) string {
 	var buf [512]byte
 	b := append(append(buf[:0], name...), 0)

@@ -7,9 +7,8 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Publisher is the part of *nats.Conn that sending events needs. An
-// implementation must not modify the message's header, which may be shared
-// between messages.
+// Publisher is the part of *nats.Conn that sending events needs; it must not
+// modify the message's header, which may be shared.
 type Publisher interface {
 	PublishMsg(m *nats.Msg) error
 }
@@ -69,10 +68,9 @@ func Flush(ctx context.Context, nc *nats.Conn) error {
 	return nc.FlushWithContext(ctx)
 }
 
-// Listen subscribes to subject and, once the server has the subscription
-// (Flush), hands each message to each in a goroutine of its own until ctx
-// ends or each reports false; then it unsubscribes and calls end. buf
-// messages wait at most; the client drops a burst beyond them.
+// Listen subscribes to subject and, once the server has it, hands each
+// message to each in its own goroutine until ctx ends or each reports false,
+// then unsubscribes and calls end; a burst beyond buf is dropped.
 func Listen(ctx context.Context, nc *nats.Conn, subject string, buf int, each func(*nats.Msg) bool, end func()) error {
 	msgs := make(chan *nats.Msg, buf)
 	sub, err := nc.ChanSubscribe(subject, msgs)

@@ -2,11 +2,9 @@ package bus
 
 import "time"
 
-// parseTime reads an RFC 3339 time as time.Parse(time.RFC3339Nano, s)
-// does. The form the SDKs and routers write (stamp, FormatExpiry: UTC,
-// "Z", none or 1 to 9 digits of fraction, a day of the month up to 28)
-// is read by hand; anything else goes to time.Parse, so the two agree on
-// every input (FuzzParseTime).
+// parseTime reads an RFC 3339 time as time.Parse(time.RFC3339Nano, s) does:
+// the form toolbus writes by hand, anything else by time.Parse
+// (FuzzParseTime holds them to one result).
 func parseTime(s string) (time.Time, error) {
 	if t, ok := parseUTC(s); ok {
 		return t, nil

@@ -9,11 +9,9 @@ import (
 	"github.com/toolbus/toolbus/internal/slab"
 )
 
-// An event's id and time are carved out of shared blocks (internal/slab):
-// Head made three small strings per event before (nuid's id, the time and
-// the cached time's stamp), and the router sends three events per call.
-// Each P keeps its own id generator and cached time beside its block, so
-// none of them takes a lock.
+// An event's id and time are carved out of shared blocks (internal/slab),
+// each P with its own id generator and cached time: no lock, one allocation
+// for many events.
 type local struct {
 	slab.Carver
 	id   idGen
@@ -38,9 +36,8 @@ func stamp() (id, at string) {
 	return id, at
 }
 
-// FormatExpiry formats t as the expirytime attribute: in UTC, RFC 3339
-// with as many fractional digits as t needs (time.RFC3339Nano), what
-// Event.Expiry parses. The router formats a deadline per exec request.
+// FormatExpiry formats t as the expirytime attribute: UTC RFC 3339 with the
+// fraction t needs (time.RFC3339Nano), what Event.Expiry parses.
 func FormatExpiry(t time.Time) string {
 	t = t.UTC()
 	l := locals.Get().(*local)
@@ -49,14 +46,9 @@ func FormatExpiry(t time.Time) string {
 	return s
 }
 
-// idGen makes event ids of nuid's form: 22 characters of [0-9A-Za-z], 12
-// of a prefix from crypto/rand and 10 of a sequence that starts at a
-// random point and grows by a random step of 33 to 332 per id, with a new
-// prefix once it overflows. As nuid's, the ids are unique (one generator
-// per P, each with a prefix of its own: 71 random bits) but not secret:
-// the next id of a generator is near its last, and nothing relies on
-// guessing one being hard (docs/security.md: whoever may publish events
-// may forge any).
+// idGen makes event ids of nuid's form (22 characters: a crypto/rand prefix
+// per P and a sequence with random steps): unique, not secret, and nothing
+// relies on them being hard to guess (docs/security.md).
 type idGen struct {
 	pre      [preLen]byte
 	seq, inc uint64
@@ -99,10 +91,8 @@ func (g *idGen) append(b []byte) []byte {
 	return append(b, s[:]...)
 }
 
-// EventsMsg is Events(session) carved out of a shared block, for the
-// subject of a message that is sent and let go (the router names one per
-// call for its events): no allocation of its own. A subject that is kept
-// (a subscription's, a record's) is Events', which holds no block.
+// EventsMsg is Events(session) carved out of a shared block, for the subject
+// of a message sent and let go; a subject that is kept is Events'.
 func (s Subjects) EventsMsg(session string) string {
 	l := locals.Get().(*local)
 	subj := l.Make(len(s.p)+len("events.")+len(session), func(b []byte) []byte {

@@ -12,19 +12,13 @@ import (
 )
 
 // Strict decoding (docs/protocol.md 7): tool definitions, groups, the
-// request-scoped configuration and answers are decoded so that a member the
-// protocol does not name is refused with its name, because a misspelt
-// input_schema or external_tools must not silently turn into "no schema" or
-// "no request tools". Objects nested in them (output blocks, rules, mcp) are
-// strict too; JSON schemas are values and are never looked into. Everything
-// else (CloudEvent attributes, the top level of a batch, a query or a
-// register) stays lenient.
+// request-scoped configuration and answers refuse a member the protocol does
+// not name, so a misspelt input_schema cannot become "no schema". JSON
+// schemas inside are values, never looked into; everything else is lenient.
 
 // DecodeStrict decodes the JSON object b into v, refusing unknown members
-// (the strict decoding of docs/protocol.md 7.4, which offload's
-// output.get shares).
-// The error is a bad_request *Error: "<noun> must be a JSON object" for
-// another value, else a message that starts with what and names the member.
+// (docs/protocol.md 7.4). The error is a bad_request *Error: "<noun> must be
+// a JSON object", or one starting with what and naming the member.
 func DecodeStrict(b []byte, v any, noun, what string) error {
 	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
 		return Errorf(CodeBadRequest, "%s must be a JSON object", noun)
@@ -69,9 +63,8 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// DecodeToolDef decodes one tool definition strictly: an unknown member or
-// a missing (or null) input_schema is an error (a bad_request *Error naming
-// it). Defaults are applied as by UnmarshalJSON.
+// DecodeToolDef decodes one tool definition strictly: an unknown member or a
+// missing input_schema is a bad_request *Error naming it.
 func DecodeToolDef(b []byte) (ToolDef, error) {
 	type plain ToolDef
 	p := plain{ConcurrencySafe: true}
@@ -151,10 +144,9 @@ func (a *Answer) CheckKind(kind string) error {
 	return nil
 }
 
-// UnmarshalJSON decodes a registration. Its top level is lenient; each
-// group is decoded strictly and a bad one fails the whole registration (a
-// bad_request *Error); each tool definition is decoded strictly, and one
-// that fails is left out of Tools and listed in Refused with the reason.
+// UnmarshalJSON decodes a registration leniently at the top: a bad group
+// fails it whole (bad_request), a bad tool definition is left out of Tools
+// and listed in Refused.
 func (r *Register) UnmarshalJSON(b []byte) error {
 	type plain Register
 	var p struct {

@@ -9,15 +9,9 @@ import (
 const DefaultPrefix = "toolbus"
 
 // Subjects builds the subjects, queue groups, bucket and stream names of one
-// deployment. The zero value is not usable; call NewSubjects.
-//
-// Its own methods are the agent's and the router's names: the call path,
-// administration, and the JetStream names of section 8. The names only
-// workers use (registering, exec, durable work) are Workers', and those of
-// parked calls' handoffs and answers (section 6) are Handoffs': each a
-// small type built on the same prefix, so a name is read where its users
-// are, and the one table of docs/protocol.md section 2 stays in this file,
-// in its order.
+// deployment (docs/protocol.md section 2, in its order). The zero value is not
+// usable; call NewSubjects. Names only workers use are Workers', those of
+// handoffs and answers Handoffs'.
 type Subjects struct {
 	Prefix string
 	p      string // Prefix + "."
@@ -28,15 +22,12 @@ type Subjects struct {
 }
 
 // WorkerSubjects are the names of registering and executing tools:
-// P.register.<tool> and P.register.group.<group> (and the shared P.register
-// of protocol 1.11), P.exec.<tool> and its queue group, and the durable
-// tools' P.work.<tool>, P.result.<tool> and work consumers.
+// P.register.<tool>, P.register.group.<group>, 1.11's P.register, P.exec.<tool>
+// and the durable tools' P.work.<tool> and P.result.<tool>.
 type WorkerSubjects struct{ prefix string }
 
-// HandoffSubjects are the names of docs/protocol.md section 6: the handoff
-// requests (P.external.<tool>, P.confirm.<tool>), their follow subject
-// (P.handoff.<kind>[.<tool>]) and the answers (P.answer.<tool>,
-// P.approve.<tool>).
+// HandoffSubjects are the names of docs/protocol.md section 6: handoff
+// requests, their follow subject and the answers.
 type HandoffSubjects struct{ p string }
 
 // NewSubjects returns the names for prefix ("" means DefaultPrefix).
@@ -83,10 +74,9 @@ func (h HandoffSubjects) Follow(kind, tool string) string {
 // four tokens, so no tool's P.register.<tool> is one.
 const RegisterGroupToken = "group"
 
-// Registration reads a registration subject (docs/protocol.md 7.1): the
-// tool of P.register.<tool>, or the group of P.register.group.<group>
-// (group true), or shared for P.register itself. ok is false for any
-// other subject, and for a token that is not a valid name.
+// Registration reads a registration subject (docs/protocol.md 7.1): the tool
+// of P.register.<tool>, the group of P.register.group.<group>, or shared for
+// P.register; ok is false otherwise or for an invalid name.
 func (w WorkerSubjects) Registration(subject string) (name string, group, shared, ok bool) {
 	rest, found := strings.CutPrefix(subject, w.prefix+".register")
 	switch {

@@ -4,10 +4,9 @@ import (
 	"time"
 )
 
-// Background tasks (docs/protocol.md 5.10): a call that reaches its timeout
-// while its tool declares ToolDef.Background, or the call asks with
-// Call.Background, goes on as a task; its result has state "background"
-// and a TaskHandle, and the P.tasks.<session> verbs follow it.
+// Background tasks (docs/protocol.md 5.10): a call that times out while its
+// tool declares Background, or the call asks, goes on as a task with state
+// "background" and a TaskHandle.
 const (
 	// StateBackground is the state of a result whose call goes on as a
 	// background task; the task's end comes as io.toolbus.task.done.

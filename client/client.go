@@ -34,22 +34,18 @@ type Config struct {
 	// 10 minutes for calls and 10 seconds for everything else.
 	Timeout time.Duration
 	// InlineLimit is the encoded size of an answer's output above which its
-	// largest blocks are stored in the outputs object store and sent as
-	// references (docs/protocol.md 5.9); zero means 1 MiB, and the payload
-	// limit (less 64 KiB) caps it.
+	// largest blocks are stored as references (docs/protocol.md 5.9); zero
+	// means 1 MiB, capped by the payload limit less 64 KiB.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
 	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
 	MaxOutput int64
 }
 
-// Client talks to the routers of one deployment. It is safe for concurrent use.
-//
-// Its exported methods are the agent's verbs of the protocol, one each;
-// the verbs of parked calls, stored outputs and background tasks are on
-// the handles Parked, Outputs and Tasks return (docs/client.md says why).
-// What they share, making and sending an event and reading the reply, is
-// the requester's (request.go).
+// Client talks to the routers of one deployment; its methods are the
+// agent's verbs, one each, and the verbs of parked calls, stored outputs and
+// background tasks are on Parked, Outputs and Tasks (docs/client.md). It is
+// safe for concurrent use.
 type Client struct {
 	nc    *nats.Conn
 	subj  bus.Subjects
@@ -68,11 +64,8 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	rep := newReplies(nc)
 	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
 		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
-	// A Client let go on a connection that lives on leaves no reply
-	// subscription behind. The cleanup is the requester's, not the
-	// Client's: a request under way holds the requester to its end (send),
-	// while its caller may have let the Client go at the call (a Client
-	// made for one request, or one last used there).
+	// The reply subscription's cleanup is the requester's, which a request
+	// under way holds, not the Client's, which its caller may drop mid-call.
 	runtime.AddCleanup(c.rq, (*replies).close, rep)
 	return c
 }
@@ -132,9 +125,8 @@ func WithExpiry(t time.Time) CallOption {
 // WithTraceParent sets the W3C traceparent of the batch.
 func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.TraceParent = tp } }
 
-// Call sends one model turn's calls and waits for the reply: finished
-// results and parked calls. A rejected batch returns a *bus.Error
-// (errors.Is(err, bus.ErrBadRequest) etc).
+// Call sends one model turn's calls and waits for the reply (finished
+// results and parked calls); a rejected batch is a *bus.Error.
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
 	buf := batchBufs.Get().(*[]byte)
 	defer func() {
@@ -246,9 +238,8 @@ func (s *Events) end() {
 	close(s.done)
 }
 
-// Stop ends the stream and waits until C is closed, or until ctx ends
-// (then it returns ctx's error; C is still closed soon). It is safe to
-// call twice.
+// Stop ends the stream and waits until C is closed or ctx ends (then C is
+// still closed soon). It is safe to call twice.
 func (s *Events) Stop(ctx context.Context) error {
 	s.stop()
 	select {
@@ -259,9 +250,8 @@ func (s *Events) Stop(ctx context.Context) error {
 	}
 }
 
-// Watch streams the session's events as they are published (session "*"
-// streams every session's). The stream is live from the moment Watch
-// returns; use Replay to read what was published before.
+// Watch streams the session's events ("*": every session's) live from its
+// return; Replay reads what was published before.
 func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 	if session != "*" && !bus.ValidID(session) {
 		return nil, bus.Errorf(bus.CodeBadEvent, "session id %q is not valid", session)
@@ -276,11 +266,9 @@ func (c *Client) Watch(ctx context.Context, session string) (*Events, error) {
 }
 
 // Replay streams the session's events kept by the events stream, from the
-// first one still kept, then live ones: through the pull consumer a router
-// makes for the session on request (P.replay.<session>, docs/protocol.md
-// 3.4), pulled through the router (io.toolbus.consumer.next) and made again
-// from the next sequence when it is lost (a node's restart); or, for every
-// session ("*", the operator's), an ordered consumer of its own.
+// first one still kept, then live ones, through a router-made consumer
+// (P.replay.<session>, docs/protocol.md 3.4) made again when lost; for every
+// session ("*") through an ordered consumer of its own.
 func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 	if bus.ValidID(session) {
 		f := &follower{c: c, subject: c.subj.Replay(session), session: session, create: bus.TypeReplay, ready: bus.TypeReplayReady}
@@ -333,23 +321,19 @@ func Input(v any) json.RawMessage {
 	return b
 }
 
-// Parked is the side of docs/protocol.md section 6 that answers parked
-// calls: a handler or approver follows the handoff requests (Follow, 6.2)
-// and answers them (Answer on P.answer.<tool>, Confirm on
-// P.approve.<tool>, 6.3); an agent answers its own questions the same
-// way. Client.Parked returns it; it is a value, cheap to make and safe
-// for concurrent use.
+// Parked answers parked calls (docs/protocol.md 6): Follow the handoff
+// requests, Answer on P.answer.<tool>, Confirm on P.approve.<tool>. It is a
+// value, cheap to make and safe for concurrent use.
 type Parked struct{ c *Client }
 
 // Parked returns the Client's handle on parked calls.
 func (c *Client) Parked() Parked { return Parked{c} }
 
 // Answer answers a parked call of tool: an external call's result, or a
-// confirmation. It returns nil when the answer was accepted, else a
-// *bus.Error (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output
-// above Config.InlineLimit (or the payload limit) is stored in the outputs
-// object store and sent as references; one above Config.MaxOutput is
-// refused with a *offload.TooLargeError-wrapping error and nothing is sent.
+// confirmation. It returns nil when accepted, else a *bus.Error
+// (bus.ErrNotParked, bus.ErrAlreadyAnswered, ...). An output above
+// Config.InlineLimit is stored and sent as references; one above
+// Config.MaxOutput is refused (*offload.TooLargeError) and nothing is sent.
 func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
 	c := p.c
 	if len(a.Output) > 0 {
@@ -365,21 +349,18 @@ func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID strin
 	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Answer(tool), session, replyID, callID, a, "answer")
 }
 
-// Confirm answers a call parked for a confirmation on P.approve.<tool>,
-// the approver's subject (docs/protocol.md 6.3): a.Confirmed, the parked
-// input's a.InputDigest (from the confirm request or parked.list; the
-// router refuses another with "input changed") and optionally a.Rules
-// among the call's suggested_rules. An edited a.Input is refused there; an
-// open router still takes one through Answer on P.answer.<tool>.
+// Confirm answers a confirm park on the approvers' subject P.approve.<tool>
+// (docs/protocol.md 6.3) with a.Confirmed, the parked input's a.InputDigest
+// ("input changed" otherwise) and optionally a.Rules among the call's
+// suggested_rules; an edited a.Input is refused there.
 func (p Parked) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
 	c := p.c
 	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Approve(tool), session, replyID, callID, a, "confirmation")
 }
 
 // Tasks is the agent's handle on a session's background tasks
-// (docs/protocol.md 5.10): one verb each on P.tasks.<session>, through the
-// Client it came from. Client.Tasks returns it; it is a value, cheap to
-// make and safe for concurrent use.
+// (docs/protocol.md 5.10) on P.tasks.<session>: a value, cheap to make and
+// safe for concurrent use.
 type Tasks struct{ c *Client }
 
 // Tasks returns the Client's handle on background tasks.
@@ -456,22 +437,18 @@ func (t Tasks) Output(ctx context.Context, session, id string) (bus.Task, []bus.
 // the end; Size, MediaType and Digest describe it. Close it when done.
 type Output = offload.Object
 
-// Outputs reads stored outputs (docs/protocol.md 5.9) through the Client
-// it came from: Client.Outputs returns it; it is a value, cheap to make
-// and safe for concurrent use.
+// Outputs reads stored outputs (docs/protocol.md 5.9) through its Client: a
+// value, cheap to make and safe for concurrent use.
 type Outputs struct{ c *Client }
 
 // Outputs returns the Client's reader of stored outputs.
 func (c *Client) Outputs() Outputs { return Outputs{c} }
 
 // Fetch opens the stored output a data block's url refers to
-// (nats-object://<bucket>/<name>#sha256=<digest>, exactly as the result
-// has it), reading it through the routers on P.outputs.<session>, where
-// session is the name's first token (toolbus names start with the
-// session; FetchSession names another). The router serves only that
-// session's objects, and only their recorded bytes: an unknown, expired,
-// other session's or overwritten output is an error that says so. Later
-// reads use ctx too.
+// (nats-object://<bucket>/<name>#sha256=<digest>), read through the routers on
+// P.outputs.<session>, session being the name's first token (FetchSession
+// names another). An unknown, expired, other session's or overwritten output
+// is an error that says so. Later reads use ctx too.
 func (o Outputs) Fetch(ctx context.Context, ref string) (*Output, error) {
 	r, err := offload.ParseRef(ref)
 	if err != nil {
@@ -515,10 +492,9 @@ func (o Outputs) FetchSession(ctx context.Context, session, ref string) (*Output
 	}), nil
 }
 
-// FetchDirect opens a stored output by reading the outputs object store
-// itself, from its stream's leader (an operator's read: agents have no
-// access to the store). A digest in ref must be the object's, and the
-// bytes are checked against it at the end.
+// FetchDirect opens a stored output by reading the outputs object store from
+// its stream's leader (an operator's read; agents have no access), checking
+// the bytes against ref's digest, if any, at the end.
 func (o Outputs) FetchDirect(ctx context.Context, ref string) (*Output, error) {
 	c := o.c
 	out, err := offload.NewStore(c.nc, c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)
@@ -542,13 +518,10 @@ func (o Outputs) FetchBytes(ctx context.Context, ref string) ([]byte, error) {
 	return b, nil
 }
 
-// Follow streams the handoff requests (docs/protocol.md 6.2) of
-// kind "external" or "confirm" for tool ("" for every tool): the calls
-// still parked, oldest first, then new ones, through a pull consumer of
-// P_parked's stream a router makes on request (P.handoff.<kind>[.<tool>])
-// and reads for it, asked for again from the next sequence when it is
-// lost. A handler or approver needs no JetStream permission
-// for it.
+// Follow streams the handoff requests (docs/protocol.md 6.2) of kind
+// "external" or "confirm" for tool ("" for every tool), oldest first, then new
+// ones, through a router-made consumer of P_parked's stream
+// (P.handoff.<kind>[.<tool>]); no JetStream permission is needed.
 func (p Parked) Follow(ctx context.Context, kind, tool string) (*Events, error) {
 	c := p.c
 	if kind != "external" && kind != "confirm" {

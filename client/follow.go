@@ -13,23 +13,18 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Bounds of the follower's relayed pulls: how many messages one pull asks
-// for, how long it waits on the server for new ones, and how much longer
-// the follower waits for the server's closing status before it takes the
-// consumer for lost when its router sends no heartbeats (1.8 and older).
+// Bounds of the follower's relayed pulls: messages per pull, its wait on
+// the server, and the grace for the closing status when the router sends no
+// heartbeats (1.8 and older).
 const (
 	followBatch = 256
 	followWait  = 5 * time.Second
 	followGrace = 10 * time.Second
 )
 
-// Heartbeats (docs/protocol.md 3.4, 1.9): a pull asks for one every
-// followBeat while it waits. A pull that brings nothing at all (no
-// message, heartbeat or status) within followQuiet was lost on its way
-// (a relayed pull nobody received answers no one) and is sent again on
-// the same consumer; after followSilences such pulls in a row the consumer
-// is asked for again. So a lost pull costs about followQuiet, not
-// followWait+followGrace.
+// Heartbeats (docs/protocol.md 3.4): a pull asks for one every followBeat;
+// a pull that brings nothing within followQuiet was lost and is sent again,
+// and after followSilences of them the consumer is asked for again.
 const (
 	followBeat     = time.Second
 	followQuiet    = 2 * followBeat
@@ -37,19 +32,11 @@ const (
 )
 
 // follower reads a router-made consumer (docs/protocol.md 3.4, 6.2) through
-// its router's verbs on one subject: it asks for the consumer, pulls from
-// it with io.toolbus.consumer.next (the router relays each pull to
-// JetStream with this follower's reply subject, so the messages come from
-// the server itself), asks for another one from the next sequence when it
-// is lost, and stops it at the end. The follower needs no JetStream
-// permission at all.
-//
-// Every pull on a consumer has its own reply subject, <inbox>.<n>, under
-// one subscription on <inbox>.*: a pull sent again after a silence may
-// leave the earlier one alive (a slow router), and whatever it delivers
-// still arrives (the consumer acks none, so each message comes once, to
-// one pull), while its closing status, told apart by its subject, does not
-// end the pull sent after it.
+// its router's verbs, asking for another from the next sequence when it is
+// lost, so it needs no JetStream permission. Each pull has its own reply
+// subject <inbox>.<n> under one subscription, so an earlier pull still alive
+// after a resend delivers its messages without its closing status ending
+// the newer pull.
 type follower struct {
 	c        *Client
 	subject  string // P.replay.<session> or P.handoff.<kind>[.<tool>]
@@ -110,9 +97,8 @@ var (
 	errSilent = errors.New("client: consumer does not answer")
 )
 
-// pull relays one pull and delivers what comes, until its closing status,
-// a full batch, its silence or ctx's end. It returns errLost or errSilent
-// when the consumer must be asked for again.
+// pull relays one pull and delivers what comes until its closing status, a
+// full batch, silence or ctx's end; errLost or errSilent ask for a new one.
 func (f *follower) pull(ctx context.Context) error {
 	f.pulls++
 	reply := f.inbox + "." + strconv.Itoa(f.pulls)
@@ -177,9 +163,8 @@ func (f *follower) recv(ctx context.Context, deadline time.Time) (*nats.Msg, err
 	return f.sub.NextMsgWithContext(ctx)
 }
 
-// quiet is what a pull that brought nothing within its bound means: with
-// heartbeats, it was lost on its way and is sent again, up to
-// followSilences in a row; without, the consumer is lost.
+// quiet is what a pull that brought nothing means: with heartbeats, lost on
+// its way and sent again, up to followSilences; without, the consumer lost.
 func (f *follower) quiet() error {
 	if !f.beats {
 		return errLost

@@ -13,13 +13,8 @@ import (
 	"github.com/toolbus/toolbus/bus/offload"
 )
 
-// This file converts between the model APIs' messages and toolbus batches:
-// an assistant message (or a whole response) of the OpenAI Chat
-// Completions, OpenAI Responses, Anthropic Messages or Gemini API becomes
-// a batch of calls, and the results become the tool-result message(s) that
-// API expects next. The formats are named as in io.toolbus.tools.query
-// (docs/protocol.md 4.1): bus.FormatOpenAI, bus.FormatOpenAIResponses,
-// bus.FormatAnthropic, bus.FormatGemini.
+// This file converts between the model APIs' messages (bus.FormatOpenAI,
+// FormatOpenAIResponses, FormatAnthropic, FormatGemini) and toolbus batches.
 
 // ModelTurn is the tool calls of one assistant turn in a model API's
 // shape, as a toolbus batch.
@@ -47,21 +42,12 @@ var ErrNoToolCalls = errors.New("client: the message has no tool calls")
 // needed).
 func (t *ModelTurn) Batch() bus.Batch { return bus.Batch{Calls: t.Calls} }
 
-// ParseModelTurn reads an assistant message of format and returns its tool
-// calls. It accepts the message itself or the API's whole response:
-//
-//   - openai: a Chat Completions message `{"role":"assistant","tool_calls":[...]}`
-//     or a completion `{"choices":[{"message":...}]}` (the first choice);
-//   - openai-responses: a response `{"output":[...]}`, its output array, or
-//     one `function_call` item;
-//   - anthropic: a message `{"role":"assistant","content":[...]}` (its
-//     `tool_use` blocks) or the content array alone;
-//   - gemini: a response `{"candidates":[{"content":...}]}` (the first
-//     candidate), a content `{"role":"model","parts":[...]}` or the parts
-//     array (its `functionCall` parts).
-//
-// It returns ErrNoToolCalls when the message has none, and an error naming
-// what is wrong when the message is not of the format.
+// ParseModelTurn reads an assistant message of format, or the API's whole
+// response, and returns its tool calls: openai tool_calls (of the first
+// choice), openai-responses function_call items, anthropic tool_use blocks,
+// gemini functionCall parts (of the first candidate). It returns
+// ErrNoToolCalls when there are none, and an error naming what is wrong when
+// the message is not of the format.
 func ParseModelTurn(format string, message []byte) (*ModelTurn, error) {
 	t, err := parseTurn(format, message)
 	if err != nil {
@@ -121,9 +107,8 @@ func listOf[T, W any](raw []byte, pick func(*W) []T) ([]T, error) {
 	return pick(&w), nil
 }
 
-// argumentsInput returns an OpenAI arguments string as a call input: the
-// string itself, which the router parses (docs/protocol.md 3.1); "" means
-// no arguments.
+// argumentsInput returns an OpenAI arguments string as a call input, the
+// string itself, which the router parses; "" means none.
 func argumentsInput(args string) json.RawMessage {
 	if strings.TrimSpace(args) == "" {
 		return json.RawMessage(`{}`)
@@ -278,26 +263,22 @@ func (t *ModelTurn) parseGemini(raw []byte) error {
 
 // ModelReply is a reply in a model API's shape.
 type ModelReply struct {
-	// Messages are the tool-result message(s) to append to the
-	// conversation, for the calls that finished, in call order. For
-	// anthropic and gemini they are one message (all results in one user
-	// turn); for openai one "tool" message per result, plus one "user"
-	// message with the images the results returned (a tool message holds
-	// text only); for openai-responses one function_call_output item per
-	// result. Empty when every call is parked.
+	// Messages are the tool-result message(s) for the finished calls, in
+	// call order, in the API's shape: one message for anthropic and gemini,
+	// one "tool" message per result (plus a "user" one for images) for
+	// openai, function_call_output items for openai-responses. Empty when
+	// every call is parked.
 	Messages []json.RawMessage
-	// Parked are the calls that wait for an answer (docs/protocol.md
-	// 3.2); their results come later, as call.result events or a
-	// batch.done. An agent loop may wait for them or go on without them.
+	// Parked are the calls that wait for an answer (docs/protocol.md 3.2);
+	// their results come later as call.result events or a batch.done.
 	Parked []bus.Parked
 	// Activated are the groups Turn activated because the provider's tool
 	// search loaded their tools (docs/protocol.md 4.1, "deferred").
 	Activated []string
 }
 
-// Reply turns a batch reply (or the results of a batch.done, with no
-// parked calls) into t's API's tool-result messages. Results of calls
-// that are not in t are left out.
+// Reply turns a batch reply (or a batch.done's results) into t's API's
+// tool-result messages, leaving out results of calls not in t.
 func (t *ModelTurn) Reply(results []bus.Result, parked []bus.Parked) (*ModelReply, error) {
 	byID := make(map[string]bus.Result, len(results))
 	for _, r := range results {
@@ -339,18 +320,11 @@ func (t *ModelTurn) Reply(results []bus.Result, parked []bus.Parked) (*ModelRepl
 	return out, nil
 }
 
-// Turn runs one model turn: it parses message, calls its tools in
-// session, and returns the tool-result messages of the same API. A
-// message without tool calls is ErrNoToolCalls.
-//
-// When the message shows that the provider's tool search loaded deferred
-// tools (an OpenAI Responses tool_search_output or a call with a
-// namespace, an Anthropic tool_search_tool_result), Turn asks for the
-// session's deferred listing and puts a reset_tools call that activates
-// their groups, the active ones kept, ahead of the model's calls (docs/protocol.md
-// 4.1); its result is not among the messages, and ModelReply.Activated
-// names the groups. A message that loads tools and calls none activates
-// them, then returns ErrNoToolCalls.
+// Turn runs one model turn: it parses message, calls its tools in session,
+// and returns the tool-result messages of the same API (ErrNoToolCalls when
+// there are none). When the provider's tool search loaded deferred tools,
+// Turn first activates their groups with a reset_tools call
+// (docs/protocol.md 4.1), named in ModelReply.Activated.
 func (c *Client) Turn(ctx context.Context, session, format string, message []byte, b bus.Batch, opts ...CallOption) (*ModelReply, error) {
 	t, err := parseTurn(format, message)
 	if err != nil {
@@ -389,9 +363,8 @@ func (c *Client) Turn(ctx context.Context, session, format string, message []byt
 	return out, nil
 }
 
-// resultText is what the model reads of a result: its text blocks and a
-// line for each block a text cannot hold inline (a stored output, a
-// linked file).
+// resultText is what the model reads of a result: its text blocks and a line
+// for each block a text cannot hold inline.
 func resultText(r bus.Result) string {
 	var parts []string
 	for _, b := range r.Output {
@@ -570,10 +543,9 @@ func (t *ModelTurn) geminiContent(rs []bus.Result) any {
 	return map[string]any{"role": "user", "parts": parts}
 }
 
-// This file follows the provider's own tool search (docs/protocol.md 4.1,
-// "deferred"): when a model response shows that the provider loaded
-// deferred tools, Turn activates their groups on the bus with a reset_tools
-// call ahead of the model's calls, so the router's rules stay as they are.
+// This file follows the provider's own tool search (docs/protocol.md 4.1):
+// deferred tools it loaded have their groups activated by a reset_tools call
+// ahead of the model's calls.
 
 // load is one thing a provider's tool search loaded: a group (an OpenAI
 // namespace) or a tool, or both for a call of a namespaced function.
@@ -633,12 +605,9 @@ func anthropicLoads(content json.RawMessage) []load {
 	return out
 }
 
-// loadGroups returns the final set of meta groups after t's loads, in
-// order (the active ones, then the loaded ones), and the groups it adds;
-// no groups to add when every loaded group is active already. A load of a
-// group or tool the listing does not offer deferred (an unknown group, a
-// group of external scope, a tool the session cannot reach) is ignored:
-// its calls then fail as they would without it.
+// loadGroups returns the meta groups after t's loads (the active ones, then
+// the loaded ones) and those it adds. A load the listing does not offer
+// deferred is ignored: its calls then fail as they would without it.
 func loadGroups(list *bus.ToolsList, loads []load) (final, added []string) {
 	deferred := map[string]bool{}
 	for _, g := range list.Deferred {
@@ -663,9 +632,8 @@ func loadGroups(list *bus.ToolsList, loads []load) (final, added []string) {
 	return final, added
 }
 
-// ResetInput is the input of reset_tools that activates exactly groups,
-// in their order: {"g1": true, ...}, or {} to deactivate every meta group
-// (docs/protocol.md 4.2).
+// ResetInput is the reset_tools input that activates exactly groups, in
+// order: {"g1": true, ...}, or {} for none (docs/protocol.md 4.2).
 func ResetInput(groups []string) json.RawMessage {
 	var b bytes.Buffer
 	b.WriteByte('{')
@@ -682,9 +650,8 @@ func ResetInput(groups []string) json.RawMessage {
 }
 
 // loadCall returns the reset_tools call that activates the groups of t's
-// loads, and the groups it adds; nil when t loaded nothing new. list is
-// the session's listing with deferred tools: it names the active groups
-// and which group each deferred tool is in.
+// loads (nil when nothing is new) and the groups it adds; list is the
+// session's listing with deferred tools.
 func (t *ModelTurn) loadCall(list *bus.ToolsList) (*bus.Call, []string) {
 	final, added := loadGroups(list, t.loads)
 	if len(added) == 0 {

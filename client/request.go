@@ -17,10 +17,9 @@ import (
 	waits "github.com/toolbus/toolbus/internal/replies"
 )
 
-// requester is what the Client's verbs share: it makes an event of the
-// agent's source for a session, sends it as a request (retrying a busy
-// reply), and reads the reply of the type wanted, or the router's error;
-// and it keeps the sessions' revisions that batches echo (below).
+// requester is what the Client's verbs share: it sends an event of the
+// agent's source as a request (retrying busy), reads the reply of the type
+// wanted or the router's error, and keeps the sessions' revisions.
 type requester struct {
 	nc      *nats.Conn
 	subj    bus.Subjects
@@ -38,9 +37,8 @@ func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (
 	return &e, nil
 }
 
-// batchIn is batchEvent with the batch's data appended to buf, the event
-// by value: Call's batch, sent and let go, stays off the heap (an option
-// given works on a copy of its own).
+// batchIn is batchEvent with the data appended to buf and the event by
+// value, so Call's batch stays off the heap.
 func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf []byte) (bus.Event, error) {
 	if b.SessionRev == 0 {
 		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
@@ -110,15 +108,12 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 	return c.exchange(ctx, subject, e, false, want, out, def)
 }
 
-// exchange sends e to subject and decodes a reply of type want into out;
-// an io.toolbus.error reply becomes a *bus.Error. trusted says that e's
-// data is the client's own encoding, valid JSON (Call's batch,
-// bus.Batch.AppendJSON's), which is then not scanned again before it is
-// sent.
+// exchange sends e to subject and decodes a reply of type want into out; an
+// io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
+// client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
-	// Without a deadline of the caller's, the exchange ends after def: a
-	// deadline the wait keeps itself (replies.Mux.RequestUntil), not a
-	// context made for it per request.
+	// Without a caller's deadline the exchange ends after def, a deadline
+	// the wait keeps itself, not a context per request.
 	var until time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -159,10 +154,9 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	return re.DataAs(out)
 }
 
-// send sends e as a request; a busy reply (docs/protocol.md 1: nothing ran) is
-// retried with the same event after a short, growing, jittered backoff
-// until ctx ends or until (when set) passes, when the last reply is
-// returned.
+// send sends e as a request, retrying a busy reply (docs/protocol.md 1:
+// nothing ran) with a growing, jittered backoff until ctx ends or until
+// passes, when the last reply is returned.
 func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	// c owns the reply subscription (New's runtime.AddCleanup): it stays
 	// reachable until the reply came, whatever the caller still holds.
@@ -198,9 +192,8 @@ func isBusy(resp *nats.Msg) bool {
 	return re.DataAs(&be) == nil && be.Code == bus.CodeBusy
 }
 
-// sendAnswer sends an answer or a confirmation (what) to subject and
-// waits for the router's acknowledgement. Either may add a rule to the
-// session, so its revision is forgotten around it (docs/protocol.md 4.2).
+// sendAnswer sends an answer or confirmation (what) to subject and waits for
+// the acknowledgement, forgetting the session's revision around it.
 func (c *requester) sendAnswer(ctx context.Context, subject, session, replyID, callID string, a bus.Answer, what string) error {
 	c.revs.forget(session)
 	defer c.revs.forget(session)
@@ -232,12 +225,10 @@ func (c *requester) window(ctx context.Context, session, ref string, off int64) 
 // the memory starts afresh (a batch without a revision is read as before).
 const maxRevs = 4096
 
-// sessionRevs remembers, per session, the session revision of the last
-// reply or listing (docs/protocol.md 4.2), which Call and Publish send
-// back as the batch's sessionrev so that a router whose cached session is
-// at least as new skips reading it. A write this Client makes to the
-// session by other means (an admin verb, an answer, which may add a rule)
-// forgets it, so the next batch is read again and sees that write at once.
+// sessionRevs remembers each session's revision of the last reply or
+// listing, sent back as the batch's sessionrev (docs/protocol.md 4.2); a
+// write this Client makes by other means forgets it, so the next batch
+// reads the session again.
 type sessionRevs struct {
 	mu  sync.Mutex
 	rev map[string]uint64
@@ -272,19 +263,10 @@ func (s *sessionRevs) forget(session string) {
 }
 
 // replies sends the Client's requests and waits for their replies on one
-// reply subscription of its own (internal/replies, as the router's exec
-// requests do): each request a new inbox under it, so a reply that comes
-// after its request gave up (its context ended) goes to no wait and is
-// dropped. Against nats.go's request multiplexer, a wait takes no channel
-// of its own (pooled) and no timer when the context bounds it.
-//
-// A Client that is let go without Close (one made by New on a connection
-// that lives on) has the subscription unsubscribed once the collector
-// finds it and its requests under way gone: the cleanup (New's
-// runtime.AddCleanup calls close) is on the requester, which each request
-// holds until its reply came (send). On the Client, it unsubscribed under
-// a request whose caller had let the Client go at the call, and that
-// request then waited out its context for a reply that was dropped.
+// reply subscription of its own (internal/replies); a late reply is dropped.
+// Its cleanup (New's runtime.AddCleanup) is on the requester, which each
+// request holds until its reply, so a Client let go without Close is not
+// unsubscribed under a request still waiting.
 type replies struct{ mux *waits.Mux }
 
 func newReplies(nc *nats.Conn) *replies {
@@ -295,10 +277,9 @@ func newReplies(nc *nats.Conn) *replies {
 
 func (r *replies) close() { r.mux.Unsubscribe() }
 
-// request sends e to subject and waits for the reply until ctx ends, as
-// nats.Conn.RequestMsgWithContext does (the same errors: ctx's,
-// nats.ErrNoResponders, nats.ErrConnectionClosed). e's data is checked
-// to be JSON unless trusted (bus.SendTrusted).
+// request sends e to subject and waits for the reply until ctx ends, with
+// nats.Conn.RequestMsgWithContext's errors. e's data is checked to be JSON
+// unless trusted.
 func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	return r.requestUntil(ctx, time.Time{}, subject, e, trusted)
 }

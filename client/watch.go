@@ -13,26 +13,15 @@ import (
 )
 
 // AllSessions is what a ListingWatch reports for a change that may touch
-// every session's listing: a tool definition, a group, a worker arriving
-// or leaving, a skill.
+// every listing (a definition, group, worker or skill).
 const AllSessions = ""
 
-// ListingWatch tells its caller that the tool listing of a session may
-// have changed, from the writes that change one (docs/mcp.md
-// "Structure"): a session's record (its session id: activation, mode,
-// rules), and for every session (AllSessions) the tool definitions, the
-// groups, workers arriving or leaving (not their heartbeats), and the
-// skills' metadata. It says "list again", never what changed: the caller
-// lists the session and compares.
-//
-// It follows the subjects the writes are published on with plain
-// subscriptions, not JetStream watches: it creates no consumer, so a login
-// that may subscribe to those subjects (security.RoleFacade) is enough,
-// and a bucket that does not exist yet is followed from its first write.
-// What a subscription misses (a reconnection) is not reported: the caller
-// lists again on a timer as well. A record that does not decode (a
-// worker's liveness, a definition that is not JSON, a session key that is
-// not a session id) reports nothing.
+// ListingWatch tells its caller that a session's tool listing may have
+// changed ("list again", never what): a write to the session's record, or
+// for every session (AllSessions) to definitions, groups, workers' arrivals
+// and leaves, and skills. It uses plain subscriptions, not JetStream watches,
+// so security.RoleFacade suffices; what it misses (a reconnection) the caller
+// catches by listing on a timer too. Records that do not decode are ignored.
 type ListingWatch struct {
 	nc      *nats.Conn
 	changed func(session string)
@@ -49,13 +38,10 @@ type ListingWatch struct {
 	done chan struct{} // the retrying goroutine has returned
 }
 
-// WatchListings subscribes to the writes of c's deployment that may change
-// a session's tool listing and calls changed with the session's id, or
-// AllSessions, for each (from one goroutine per kind of write; changed
-// must not block). It returns once the first attempt to subscribe has
-// ended, bounded by ctx: a write made after it returns is reported. What
-// could not be subscribed then (no connection, a timeout) is tried again
-// every retry (zero means 2s) until Stop.
+// WatchListings calls changed with a session id, or AllSessions, for each
+// write that may change a listing (from one goroutine per kind; changed must
+// not block). It returns once the first attempt to subscribe ended, bounded
+// by ctx; what failed is tried again every retry (zero means 2s) until Stop.
 func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed func(session string)) *ListingWatch {
 	if retry <= 0 {
 		retry = 2 * time.Second
@@ -79,9 +65,8 @@ func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed 
 	return w
 }
 
-// Stop ends the watch: changed is not called once it returns (a call in
-// progress is waited for). It waits for the retrying to end until ctx
-// ends. It is safe to call twice.
+// Stop ends the watch, waiting for a call of changed in progress and the
+// retrying, until ctx ends. It is safe to call twice.
 func (w *ListingWatch) Stop(ctx context.Context) error {
 	w.stop()
 	w.mu.Lock()
@@ -139,16 +124,14 @@ func listingSubjects(s bus.Subjects) []listingFollow {
 }
 
 // allIfRecord reports every session for a deletion or a JSON record; a
-// value that is not JSON is ignored by every router (it changes no
-// listing).
+// non-JSON value changes no listing.
 func allIfRecord(_ *ListingWatch, m *nats.Msg) (string, bool) {
 	return AllSessions, kvDeleted(m) || json.Valid(m.Data)
 }
 
-// workerChanged reports every session when a worker arrives (a key not
-// seen live before), leaves or is deleted; a heartbeat rewrites a live key
-// and changes nothing. A value is read as the registry reads it
-// (bus.DecodeWorkerBeat: one that is not a beat is a live worker).
+// workerChanged reports every session when a worker arrives, leaves or is
+// deleted, not on a heartbeat; values are read as bus.DecodeWorkerBeat reads
+// them.
 func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 	gone := kvDeleted(m) || bus.DecodeWorkerBeat(m.Data).Left
 	w.wmu.Lock()
@@ -170,9 +153,8 @@ func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 // maxWorkerKeys bounds the live workers' keys a ListingWatch keeps.
 const maxWorkerKeys = 1 << 16
 
-// subscribe subscribes to each of follows and flushes once, bounded by
-// ctx; it returns those it could not subscribe (all of them when the flush
-// failed: they are unsubscribed, to be tried again).
+// subscribe subscribes to follows and flushes once, bounded by ctx; it
+// returns those it could not subscribe (all, unsubscribed, if the flush failed).
 func (w *ListingWatch) subscribe(ctx context.Context, follows []listingFollow) (left []listingFollow) {
 	var made []*nats.Subscription
 	for _, f := range follows {

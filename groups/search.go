@@ -111,9 +111,8 @@ type toolIndex struct {
 	tools      []*registry.Tool // by document id; nil for a free one
 	seen       []uint64         // by document id: the last sync that saw it
 	syncs      uint64
-	// list and listIDs are the last listing synced and its tools'
-	// document ids, by position: the registry lists in registration
-	// order, so most of a new listing is found here without a map lookup.
+	// list and listIDs are the last listing synced and its tools' document
+	// ids by position: registration order finds most without a map lookup.
 	list    []*registry.Tool
 	listIDs []int
 }
@@ -125,9 +124,8 @@ type searchCache struct {
 	cur *toolIndex
 }
 
-// index returns the index over the registry's tools, read-locked (the
-// caller calls done when its search is over), first bringing it up to
-// date when the registry's version or the groups changed (sync).
+// index returns the index over the registry's tools, read-locked (call done
+// after searching), synced first when the registry or groups changed.
 func (s *Store) index(reg *registry.Registry) (ti *toolIndex, done func()) {
 	gs := s.Groups()
 	ver := reg.Version()
@@ -376,9 +374,8 @@ func firstLine(s string) string {
 const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
 	"afterwards and every other group is inactive. Deactivate groups you no longer need."
 
-// activation switches a session's meta groups: reset_tools (Reset) and
-// the path search_tools shares with it (activate), one compare-and-set of
-// the session each.
+// activation switches a session's meta groups for reset_tools (Reset) and
+// search_tools (activate), one compare-and-set each.
 type activation struct {
 	defs     *definitions
 	sessions *session.Store

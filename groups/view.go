@@ -108,13 +108,11 @@ type Resolved struct {
 	Reset    bool
 	// Search is search_tools, which the router runs like reset_tools.
 	Search bool
-	// Read marks read_output, which the router runs itself over its
-	// outputs store; Tool then holds its definition and schema (set by the
-	// router, never by Resolve).
+	// Read marks read_output, which the router runs itself; Tool then holds
+	// its definition and schema (set by the router).
 	Read bool
-	// Skill marks the skill loader, which the router runs itself; Tool
-	// then holds its definition and schema (set by the router, never by
-	// Resolve).
+	// Skill marks the skill loader, which the router runs itself; Tool then
+	// holds its definition and schema (set by the router).
 	Skill bool
 	// Code and Message describe why the name cannot be called.
 	Code    string
@@ -224,9 +222,8 @@ func (v *View) Tools() []bus.ToolDef {
 	return out
 }
 
-// Groups returns basic and every defined group with its activation (with
-// search on, basic is listed with scope meta: the model switches it, and a
-// client that keeps the active meta groups in a final set keeps it).
+// Groups returns basic and every defined group with its activation; with
+// search on, basic is listed as a meta group the model switches.
 func (v *View) Groups() []bus.GroupInfo {
 	basic := bus.GroupInfo{Name: bus.GroupBasic, Description: "Tools that are always available.", Scope: bus.ScopeBasic, Active: true}
 	if v.store.searchBasic {

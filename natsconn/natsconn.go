@@ -45,9 +45,8 @@ const DefaultURL = nats.DefaultURL
 // Config is where and how to connect. The zero value connects to
 // DefaultURL without credentials.
 type Config struct {
-	// URLs is one server URL or several, comma-separated (a cluster).
-	// Credentials inside a URL (nats://user:pass@host, nats://token@host)
-	// work as with nats.go.
+	// URLs is one server URL or several, comma-separated; credentials in a
+	// URL work as with nats.go.
 	URLs string
 	// Creds is a JWT credentials file (decentralised authentication).
 	Creds string
@@ -62,9 +61,8 @@ type Config struct {
 	// server's certificate; Cert and Key are the client certificate and
 	// its key (PEM) for servers that verify clients. Any of them turns TLS on.
 	CA, Cert, Key string
-	// InboxPrefix replaces _INBOX as the prefix of this connection's reply
-	// subjects. A secured deployment gives each role its own (see
-	// docs/security.md), so nobody else can read its replies.
+	// InboxPrefix replaces _INBOX for this connection's reply subjects; a
+	// secured deployment gives each role its own (docs/security.md).
 	InboxPrefix string
 	// Name is the connection name the server shows (nats server report
 	// connections); Connect's argument when empty.
@@ -101,9 +99,8 @@ func (c *Config) RegisterFlagsWithout(fs *flag.FlagSet, skip ...string) {
 	c.registerAuth(fs, skip)
 }
 
-// RegisterAuthFlags defines the credential and TLS flags (everything of
-// RegisterFlags but --nats) on fs, for a command that chooses its URL
-// itself.
+// RegisterAuthFlags defines RegisterFlags' flags but --nats on fs, for a
+// command that chooses its URL itself.
 func (c *Config) RegisterAuthFlags(fs *flag.FlagSet) { c.registerAuth(fs, nil) }
 
 func (c *Config) registerAuth(fs *flag.FlagSet, skip []string) {

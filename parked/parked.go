@@ -617,9 +617,8 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
 }
 
-// Cancels records the calls that a cancel ended before they started (a
-// type of its own: Store keeps to 15 methods). Its zero value is not usable:
-// it is Store.Cancels.
+// Cancels records the calls a cancel ended before they started (its own
+// type: Store keeps to 15 methods); it is Store.Cancels.
 type Cancels struct{ s *Store }
 
 // Forestall records res for c, a call a cancel ended before it started
@@ -1114,9 +1113,8 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation in brief, as Cancel, Marks and Stranded
-// need it: its phase, the awaited calls without a result, and its cancel
-// marks.
+// openBatch is a continuation in brief, as Cancel, Marks and Stranded need
+// it: phase, awaited calls without a result, cancel marks.
 type openBatch struct {
 	phase     Phase
 	missing   []string
@@ -1208,9 +1206,8 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 	}
 }
 
-// create stores a new parked record. It comes before the request
-// (docs/protocol.md 6.1): a handler that answers the moment the request
-// arrives finds the call parked.
+// create stores a new parked record before its request (docs/protocol.md
+// 6.1), so an answer the moment the request arrives finds it parked.
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
@@ -1471,9 +1468,8 @@ func (c *calls) start(ctx context.Context) (err error) {
 	return err
 }
 
-// goneMemory is how long the tombstone of a record that left the parked
-// status is kept, so that a late delivery of an older revision cannot list
-// it as parked again.
+// goneMemory is how long a record that left the parked status keeps its
+// tombstone, so a late older revision cannot list it as parked again.
 const goneMemory = time.Minute
 
 func (c *calls) apply(e jetstream.KeyValueEntry) {
@@ -1515,9 +1511,8 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	}
 }
 
-// endings is the calls of batches with a continuation of their own that
-// this router saw end, and when, by record key: what Mends.Stranded looks
-// at. Safe for concurrent use.
+// endings is the calls of batches with their own continuation this router
+// saw end, and when, by record key (Mends.Stranded). Safe for concurrent use.
 type endings struct {
 	mu      sync.Mutex
 	m       map[string]endedCall
@@ -1682,8 +1677,7 @@ func (c *calls) answeredBefore(cutoff time.Time) []string {
 }
 
 // callKey and batchKey are the two kinds of P_parked key whose leases a
-// router renews (an answered call, a continuation), so nothing tells them
-// apart by counting dots.
+// router renews, typed so nothing counts dots.
 type (
 	callKey  string
 	batchKey string

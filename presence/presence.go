@@ -76,9 +76,8 @@ func New(kv jetstream.KeyValue, cfg Config) *Presence {
 	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}}
 }
 
-// Start puts this router's key and follows everyone's. The first put is
-// retried through a leader election (store.Bounded), not bounded by a
-// heartbeat as Beat is: a router that cannot put it does not start.
+// Start puts this router's key and follows everyone's; the first put is
+// retried through an election (store.Bounded), and failing it fails Start.
 func (p *Presence) Start(ctx context.Context) error {
 	if err := store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
 		_, err := p.kv.Put(ctx, p.cfg.ID, p.value)
@@ -173,9 +172,8 @@ func (v Verdict) String() string {
 	return [...]string{"unsure", "outlived", "gone"}[v]
 }
 
-// Judge says whether router, which ended something at ended (this
-// router's clock, when it saw it), outlived that moment by a lease, is
-// gone, or may still be finishing, at now.
+// Judge says whether router, which ended something at ended (by this
+// router's clock), outlived it by a lease, is gone, or may still be finishing.
 func (p *Presence) Judge(router string, ended, now time.Time) Verdict {
 	p.mu.Lock()
 	pr, ok := p.peers[router]

@@ -24,13 +24,9 @@ import (
 )
 
 // registrar takes workers' registrations and heartbeats (docs/protocol.md
-// 7.1): a tool's on P.register.<tool>, where only that tool's definition
-// counts and a leave or beat touches only its liveness, a group's on
-// P.register.group.<group>, and, unless refuseShared, those of protocol
-// 1.11 on the shared P.register: the groups they bring, then their tools.
-// NATS permissions confine who may publish on each subject
-// (docs/security.md), so a tool's or group's definition comes only from
-// logins allowed to define it.
+// 7.1): a tool's on P.register.<tool>, a group's on P.register.group.<group>,
+// and, unless refuseShared, 1.11's on the shared P.register. NATS permissions
+// on those subjects decide who may define what (docs/security.md).
 type registrar struct {
 	*wire
 	groups       *groups.Store
@@ -270,10 +266,9 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	return x.sessionView(e.SessionID, sess), nil
 }
 
-// parkedList lists the calls parked in a session (all when ""), every one
-// parked before the request included, whichever router parked it: the
-// cache is brought up to the bucket's last write first, for at most
-// parkedListWait (then it lists what it has).
+// parkedList lists the calls parked in a session (all when ""), whichever
+// router parked them, after bringing the cache up to the bucket's last write
+// (for at most parkedListWait).
 func (x *adminVerbs) parkedList(ctx context.Context, session string) map[string]any {
 	ctx, cancel := context.WithTimeout(ctx, parkedListWait)
 	defer cancel()

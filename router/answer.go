@@ -18,10 +18,9 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// answers takes answers to parked calls on P.answer.<tool> and
-// P.approve.<tool> (docs/protocol.md 6.3): it validates each, gives package
-// parked its verdict (decideAnswer), then reports the call's result; the
-// batch resumes when the call was the last one awaited.
+// answers takes answers on P.answer.<tool> and P.approve.<tool>
+// (docs/protocol.md 6.3): validated, decided (decideAnswer), then the call's
+// result reported; the batch resumes after its last awaited call.
 type answers struct {
 	*wire
 	parked  parkedCalls
@@ -99,9 +98,8 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	}
 	ctx, cancel := r.landing()
 	defer cancel()
-	// The one registry lookup of this answer: the record's tool is the
-	// subject's (Answer refuses another), and check, settle and the run
-	// of a confirmed call all use it.
+	// The one registry lookup of this answer (Answer refuses a record of
+	// another tool), shared by check, settle and a confirmed call's run.
 	t, _ := r.reg.Lookup(tool)
 	decide := func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
 		if err := r.checkAnswer(rec, a, via, t); err != nil {
@@ -129,11 +127,9 @@ func (r *answers) answer(m *nats.Msg, via string) {
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
-// the subject kind it came on (via); a bad answer is a bad_request. A
-// confirmation on P.approve.<tool> must name the parked input's digest (on
-// a secured router), may not edit the input, and may remember only
-// suggested rules; on P.answer.<tool> one is taken only by an open router,
-// an edited input validated against the tool's schema.
+// the subject it came on (via); a bad one is a bad_request. docs/security.md
+// has the rules: a confirmation on P.approve.<tool> names the input's digest
+// and edits nothing; on P.answer.<tool> only an open router takes one.
 func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
@@ -152,8 +148,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 			return bus.Errorf(bus.CodeBadRequest, "a confirmation's reason goes with \"confirmed\": false only, at most %d bytes", bus.MaxDenyReason)
 		}
 		// Required on the approver's subject of a secured router; an open
-		// router takes a confirmation without it, as before, from clients
-		// that send where the record's subject says.
+		// router takes a confirmation without it, as before.
 		if err := checkDigest(rec, a, via == viaApprove && r.secured); err != nil {
 			return err
 		}
@@ -346,9 +341,8 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 	return r.runTool(ctx, j)
 }
 
-// confirmCovered confirms the batch's other calls waiting for a
-// confirmation that the session's rules now allow: a person who said "yes,
-// and remember" is not asked twice.
+// confirmCovered confirms the batch's other confirm parks the session's
+// rules now allow: "yes, and remember" is not asked twice.
 func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
@@ -375,16 +369,12 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 // batch when it was the last one awaited.
 func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, res, r.parked.Resume) }
 
-// mend completes, as its router would have, a call that router ended and
-// stopped before its result joined the batch (parked.Mends.Stranded,
-// docs/protocol.md 6.1): the same call.result event, by its id, then the
-// result joins the continuation unless it did meanwhile.
+// mend completes, as its stopped router would have, a call whose result
+// never joined the batch (parked.Mends.Stranded, docs/protocol.md 6.1).
 func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }
 
-// redo publishes again, as its router would have, the call.result and the
-// batch.done of a lone parked call whose router ended it and is gone
-// (parked.Mends.Lone, docs/protocol.md 6.1, 1.13), both by their ids, so
-// the events stream stores each once.
+// redo publishes again, by their ids, the call.result and batch.done of a
+// lone parked call whose router is gone (parked.Mends.Lone, 1.13).
 func (r *answers) redo(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Redo) }
 
 // record reports rec's result res, has join add it to the batch (Resume,
@@ -392,11 +382,9 @@ func (r *answers) redo(rec *parked.Record) { r.record(rec, *rec.Result, r.parked
 func (r *answers) record(rec *parked.Record, res bus.Result, join func(context.Context, *parked.Record, bus.Result, func(*parked.Batch)) (*parked.Batch, bool, error)) {
 	ctx, cancel := r.landing()
 	defer cancel()
-	// The call.result event goes out before the continuation records the
-	// result, on the connection that records it: whichever router then
-	// publishes batch.done does so after this event was delivered. Its id
-	// is the call's (docs/protocol.md 3.4): a router that mends the batch
-	// after this one stopped sends it again, and the stream stores it once.
+	// The call.result goes out before the continuation records the result,
+	// on the same connection, so any batch.done follows it; its id is the
+	// call's, so a mender's copy is stored once (docs/protocol.md 3.4).
 	report := func(cont *parked.Batch) {
 		var trace [2]string
 		if cont != nil {

@@ -90,11 +90,8 @@ func mayBackground(j *job) bool {
 
 // run runs j with the task's long deadline and waits up to j's own; past
 // that the call goes on as a task and its handle is the result. Copies of
-// the call (a re-sent batch's) meet at the task: one that finds it stored
-// runs nothing and answers its handle; one that arrives while this router
-// runs the call before its handoff waits for that run's outcome (join); of
-// copies on two routers that both reach the handoff, the task's create
-// decides (tasks.Store.Admit) and the other answers the same handle.
+// the call (a re-sent batch's) meet at the task: stored, or running here
+// (join), or decided by the task's create (tasks.Store.Admit).
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
@@ -113,18 +110,16 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	return f.res
 }
 
-// flight is a call this router runs as a possible task until it has its
-// outcome (its result, or the task's handle), for the copies that arrive
-// meanwhile.
+// flight is a call this router runs as a possible task until its outcome
+// (result or handle), for the copies that arrive meanwhile.
 type flight struct {
 	done chan struct{} // closed once res is set
 	res  bus.Result
 }
 
-// wait is the result of copy c of the call f runs: f's outcome, without a
-// run of its own. A cancel of c's batch (ctx) ends the wait (the first run
-// goes on); ctx's deadline does not, since the outcome comes at the first
-// run's, which is earlier.
+// wait is the result of copy c of the call f runs, without a run of its own.
+// A cancel of c's batch (ctx) ends the wait; ctx's deadline does not, the
+// first run's being earlier.
 func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 	select {
 	case <-f.done:
@@ -166,9 +161,8 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 		b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
 	}
 	runCtx, cancel := b.runContext()
-	// A cancel of the batch ends the run, until the handoff. ctx's own
-	// deadline (the call's, with its grace) does not: past the timer below
-	// the call goes on as a task, however late this goroutine gets there.
+	// A cancel of the batch ends the run until the handoff; ctx's deadline
+	// does not: past the timer below the call goes on as a task.
 	cancelled := make(chan bool, 1)
 	unlink := context.AfterFunc(ctx, func() {
 		by := errors.Is(ctx.Err(), context.Canceled)
@@ -219,13 +213,10 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 	return b.handle(j.call, rec, timeout)
 }
 
-// drop ends this router's part in a run whose call another copy's task
-// follows. A call outside the ledger (read-only, not durable) is abandoned
-// here: the router stops waiting for it (its worker is not told: a cancel
-// names the call, and would stop the task's run too). A call through the
-// ledger runs once however many copies: this router's run may be the one
-// the ledger's claim holds, whose result the task's router reads there, so
-// it goes on to its end and its result is dropped here.
+// drop ends this router's part in a run another copy's task follows. A call
+// outside the ledger is abandoned (its worker is not told: a cancel would
+// stop the task's run too); one through the ledger runs on to its end, since
+// the task's router may read its result there.
 func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelFunc) {
 	b.log.Debug("router: another copy of the call made its task first", "call", j.key())
 	if d := &j.tool.Def; d.ReadOnly && !d.Durable {
@@ -239,9 +230,8 @@ func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelF
 	}
 }
 
-// runContext is the context of a task's run: cancelled by the task's
-// cancel, and by the router's stop with the drain deadline's cause, so the
-// executors leave the call for the router that takes the task over.
+// runContext is a task's run context: cancelled by the task's cancel and by
+// the router's stop, leaving the call to the router that takes it over.
 func (b *background) runContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(b.r.base))
 	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
@@ -258,13 +248,10 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 }
 
 // userKey is the key of the bound j's task counts against beside its
-// session's: its user's; on a router with identities ids, a session without
-// an agent login of its own (the shared agent's, which may open any number
-// of sessions; sharedAgents) counts with every other such session under
-// tasks.SharedKey, and one with a login of its own but no user against its
-// session's bound only; on an open
-// router a batch without a user counts against its session's bound only
-// (its claim of a user is taken on trust anyway, docs/tasks.md).
+// session's: its user's; with identities, a shared-agent session's
+// (sharedAgents) is tasks.SharedKey, and a session with a login but no user,
+// like a batch without a user on an open router, has only its session's
+// bound (docs/tasks.md).
 func userKey(ids Identities, j *job) string {
 	if k := tasks.UserKey(j.user); k != "" {
 		return k
@@ -399,8 +386,7 @@ func (b *background) tick(now time.Time) {
 }
 
 // resume follows a task taken over: a durable call's result lands in the
-// ledger, a read-only or idempotent call runs again, any other's outcome
-// is unknown.
+// ledger, a read-only or idempotent call runs again, others end unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
 	ctx, cancel := b.runContext()

@@ -96,9 +96,8 @@ func (g guardrails) middlewares() []Middleware {
 	return mws
 }
 
-// newGuardrails sets up the guardrails the config turns on, with their
-// JetStream resources and metrics; counted tells the quotas whether an
-// earlier copy of a batch already counted a call.
+// newGuardrails sets up the guardrails the config turns on; counted tells
+// the quotas whether an earlier copy of a batch counted a call.
 func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, subj bus.Subjects, cfg Config, log *slog.Logger, sessions *groups.Store, counted countedPort) (guardrails, error) {
 	var g guardrails
 	if ac := cfg.Guard.Audit; ac != nil {
@@ -177,17 +176,12 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, nil
 }
 
-// quotas is the middleware of the quotas and the result cache: each
-// looks a call up once. A call of a tool with cache_ttl_ms whose key has a
-// stored result within its TTL is answered with it (docs/protocol.md 3.3),
-// and nothing runs; otherwise the call runs and its result is stored. A
-// registry tool's call over one of its limits (docs/guardrails.md "When a
-// call counts") ends limit_exceeded with retry_after_ms, and nothing runs;
-// a cache hit is checked as one (limits.Call.CacheHit). A call of a
-// re-sent batch that the ledger or a parked record will answer is not
-// counted again. When the counts cannot be reached the call does not run
-// (fail closed). Calls are counted in call order (job.admit); a call that
-// parks is counted by admitPark when it parks.
+// quotas is the middleware of the quotas and the result cache, each looking
+// a call up once (docs/guardrails.md "When a call counts"): a cache hit
+// within cache_ttl_ms answers without running (docs/protocol.md 3.3), a
+// call over a limit ends limit_exceeded with retry_after_ms, unreachable
+// counts fail closed, and a re-sent call the ledger or a park answers is not
+// counted again. Parks are counted by admitPark.
 type quotas struct {
 	lim     limiter                // nil: no limits (the cache alone)
 	cache   resultStore            // nil: no result cache
@@ -237,9 +231,8 @@ func (q *quotas) wrap(next Executor) Executor {
 	})
 }
 
-// lookup looks j's call (its input validated) up in the result cache, and
-// counts the lookup: key is "" for a call the cache does not serve, hit
-// the stored result, renamed for this call.
+// lookup looks j's call up in the result cache and counts the lookup: key ""
+// when the cache does not serve it; hit the stored result, renamed.
 func (q *quotas) lookup(ctx context.Context, j *job) (key string, hit *bus.Result) {
 	if q.cache == nil {
 		return "", nil
@@ -285,9 +278,8 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
 }
 
-// check counts call (c's) against the limits: the result of a call they
-// refuse, or that could not be checked; nil when it may go on. The
-// refusing rule travels with the call, for its audit record.
+// check counts c's call against the limits: the result of a refused or
+// uncheckable call (its rule kept for the audit), nil when it may go on.
 func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
 	ref, err := q.lim.Check(ctx, call)
 	if err != nil {
@@ -304,11 +296,9 @@ func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus
 	return &res
 }
 
-// auditTrail is the audit middleware (docs/guardrails.md "Audit trail"):
-// one record per call that ends without parking, awaited before the reply
-// (audited); parked calls are recorded when they end (recordParked),
-// refused batches by refused. The permission decision comes with the call
-// (callState.rule).
+// auditTrail is the audit middleware (docs/guardrails.md "Audit trail"): one
+// record per call that ends without parking, awaited before the reply;
+// parked calls are recorded when they end, refused batches by refused.
 type auditTrail struct {
 	tr       trail
 	id       string // the router's
@@ -339,10 +329,8 @@ func (a *auditTrail) wrap(next Executor) Executor {
 	})
 }
 
-// record publishes the audit record of call c of batch b without
-// waiting; audited waits for it before the reply. A call recorded twice
-// (a cancel racing its end) is stored once: the call key is the record's
-// message id.
+// record publishes the audit record of call c of batch b without waiting
+// (audited waits); its message id is the call key, so it is stored once.
 func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	rec := a.callRecord(b.session, b.replyID, c.call, b.data.User, res, audit.Allow)
 	if !b.start.IsZero() {
@@ -380,11 +368,9 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	b.mu.Unlock()
 }
 
-// audited waits until P_AUDIT holds the audit records of b's calls so far,
-// beside the wait for the batch's events, so the reply follows every record
-// of the calls it carries. A record not stored within the trail's max_wait
-// is counted and logged in full (lose), and the reply goes out: the calls
-// ran. A nil trail (audit off) waits for nothing.
+// audited waits until P_AUDIT holds the records of b's calls so far, so the
+// reply follows them; one not stored within max_wait is counted and logged in
+// full, and the reply goes out. A nil trail waits for nothing.
 func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	if a == nil {
 		return
@@ -412,9 +398,8 @@ func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 	a.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
 }
 
-// recordParked writes the audit record of a parked call that ended (asked
-// or external) and waits until P_AUDIT holds it or ctx ends. A nil trail
-// records nothing.
+// recordParked writes the audit record of a parked call that ended and waits
+// until P_AUDIT holds it or ctx ends; a nil trail records nothing.
 func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res bus.Result) {
 	if a == nil {
 		return
@@ -426,9 +411,8 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
 	r.DurationMS = time.Since(rec.Created).Milliseconds()
 	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
-	// Stored before the call's result is recorded and its batch goes on
-	// (answers.complete): a parked call ends at a person's pace, so the
-	// round trip is not worth overlapping.
+	// Stored before the call's result is recorded: a parked call ends at a
+	// person's pace, so the round trip is not worth overlapping.
 	p, err := a.tr.Write(r, rec.Call.Input)
 	a.land(ctx, r, p, err)
 }
@@ -444,10 +428,9 @@ func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pendi
 	}
 }
 
-// natsUser is the NATS user whose credentials alone may publish in
-// session: its own agent user, bound to a user or not (docs/security.md;
-// 1.13, before only a bound one); "" when the router is open or the
-// session is the shared agent's (then any agent or operator may have).
+// natsUser is the NATS user whose credentials alone may publish in session,
+// its own agent user (docs/security.md, 1.13); "" on an open router or for
+// the shared agent's sessions.
 func (a *auditTrail) natsUser(session string) string {
 	if a.ids == nil || !bus.ValidID(session) || sharedAgents(a.ids, session) {
 		return ""
@@ -467,32 +450,24 @@ func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.R
 	return rec
 }
 
-// unboundCaller is the one caller every unbound session's refusals count
-// against: any agent, the facade or the operator may publish there, and a
-// session id is the sender's to vary, so one bound for all of them keeps a
-// flood from filling the trail.
+// unboundCaller is the one caller all unbound sessions' refusals count
+// against, since their session ids are the sender's to vary.
 const unboundCaller = "unbound"
 
 // refusedWait bounds the wait for a refusal's record to be stored.
 const refusedWait = 5 * time.Second
 
-// refused records a batch or tools query of session refused whole before
-// any call ran (docs/guardrails.md "Audit trail"): a denied user claim,
-// bad_request, bad_event. The caller is who may publish in the session:
-// its bound agent user, or every unbound session's callers together. At
-// most audit.RefusalBurst records per caller and minute; the refusals past
-// that are counted, in toolbus_audit_refusals_suppressed_total and in the
-// caller's next record (suppressed). Refusals that are not the caller's
-// doing (busy, unavailable, internal) are not recorded here.
+// refused records a batch or tools query refused whole before any call ran
+// (docs/guardrails.md "Audit trail"): at most audit.RefusalBurst a minute per
+// caller (its bound agent user, or the unbound sessions together), the rest
+// counted as suppressed. Refusals not the caller's doing are not recorded.
 func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string, err error) {
 	if a == nil {
 		return
 	}
 	if !bus.ValidID(session) {
-		// The shared agent may publish on any token (P.call.x%y): such a
-		// refusal is recorded under no session, the token quoted (issue
-		// 26, held-out attack: it escaped the trail), and counted with
-		// every unbound session's.
+		// The shared agent may publish on any token: such a refusal is
+		// recorded under no session, the token quoted (issue 26).
 		if len(session) > 128 {
 			session = session[:128]
 		}

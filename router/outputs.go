@@ -22,10 +22,9 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// Stored outputs per session (protocol 5.9): agents read through the
-// router on P.outputs.<session>, only that session's objects and only
-// bytes the result recorded; a result or answer may refer only to objects
-// stored for that very call, and the router records each one's digest.
+// Stored outputs per session (protocol 5.9): agents read only their
+// session's objects, and only the bytes a result recorded, through
+// P.outputs.<session>; a result may refer only to its own call's objects.
 
 // outputsBudget bounds the store reads of one seal or one read request.
 const outputsBudget = 30 * time.Second
@@ -93,10 +92,9 @@ func hasStored(out []bus.Block) bool {
 	return slices.ContainsFunc(out, func(b bus.Block) bool { return b.Type == bus.BlockData && strings.HasPrefix(b.URL, offload.Scheme+":") })
 }
 
-// fitStep keeps a batch's aggregate messages (the reply, batch.done, the
-// continuation) within the payload limit: it stores the output of a result
-// that would take them past it, before any message carries it, so all show
-// the same reference (docs/protocol.md 5.9).
+// fitStep stores the output of a result that would take the batch's reply,
+// batch.done or continuation past the payload limit, before any message
+// carries it, so all show the same reference (docs/protocol.md 5.9).
 type fitStep struct {
 	outputs    outputPort   // nil: nothing is stored (and nothing checked)
 	maxPayload func() int64 // the connection's payload limit
@@ -159,9 +157,8 @@ func (b *batch) takenLocked() int64 {
 	return n
 }
 
-// ReadOutputName is the built-in tool that reads a part of one of the
-// session's stored outputs (docs/protocol.md 11), offered when
-// Guard.ReadOutput is set.
+// ReadOutputName is the built-in tool that reads part of a stored output of
+// the session (docs/protocol.md 11), offered with Guard.ReadOutput.
 const ReadOutputName = "read_output"
 
 // Bounds of one read_output call.

@@ -67,11 +67,9 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	got, err := s.conts.Park(ctx, run)
 	if errors.Is(err, parked.ErrNotOwner) {
-		// Another router took this continuation over (this router's lease
-		// lapsed while it ran, docs/protocol.md 6.1): the batch is its, and
-		// it parks these calls. This copy stops here; ending them internal
-		// would publish call.result events (and at last a batch.done, with
-		// the id that router's will have) for calls that are parked.
+		// Another router took this continuation over (docs/protocol.md 6.1)
+		// and parks these calls; ending them here would publish events for
+		// parked calls, so this copy stops.
 		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
 		return false
 	}
@@ -159,8 +157,7 @@ func resultsOf(b *batch) map[string]bus.Result {
 }
 
 // settle hands a run with parked calls over to the continuation once its
-// other calls finished; true when every answer came in already and the
-// batch goes on here.
+// other calls finished; true when every answer came already and it goes on.
 func (s parkStep) settle(b *batch, next int) bool {
 	if b.cont.Phase == parked.PhaseParked { // Park wrote it waiting for its answers: no write here
 		return false
@@ -281,9 +278,8 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	}
 }
 
-// repair finishes a continuation taken over from a router that died: its
-// last run's calls without a result run again (through the ledger), then
-// the batch waits or goes on.
+// repair finishes a continuation taken over from a dead router: its last
+// run's calls without a result run again (through the ledger), then it goes on.
 func (r *continuations) repair(cont *parked.Batch) {
 	b := r.continuation(cont)
 	if b == nil {
@@ -340,13 +336,10 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	}
 }
 
-// sameAs refuses, before any of its calls runs, a batch re-sent under the
-// reply id of a batch this router holds with other calls (bus.SameCalls,
-// docs/protocol.md 3.1): other, a copy running here (nil: none), or the
-// batch of a call of it that the cache of parked records holds. A new
-// batch costs a lookup per call and no read; only a batch that finds a
-// parked record of its reply id reads that batch's continuation (unless
-// the record carries it). What this router has not seen yet is checked
+// sameAs refuses, before any call runs, a batch re-sent under the reply id
+// of a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): other,
+// a copy running here, or a parked call's batch from the cache, whose
+// continuation is read only then. What this router has not seen is checked
 // where the copy parks (parked.Parking.Differs) or meets a record (reuse).
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
@@ -376,15 +369,13 @@ func sameCall(b *batch, rec *parked.Record) error {
 	return nil
 }
 
-// Dedupe: a batch re-sent with the same (session, reply id) must not run
-// anything twice and must answer what the first copy got. A call that is
-// not read-only has its P_ledger entry (once); a batch that parked, its
-// continuation (parkStep.adopt); a parked call that settled since, its
-// P_parked record (parkStep.reuse). Read-only calls run again.
+// Dedupe (docs/protocol.md 3.1): a re-sent batch runs nothing twice and
+// answers what the first copy got, from P_ledger for write calls, the
+// continuation (adopt) or the call records (reuse). Read-only calls run
+// again.
 
-// reuse finishes, with the result an earlier copy of this batch recorded,
-// each call that copy parked and that has settled since. It returns the
-// calls still to park.
+// reuse finishes each call an earlier copy parked that has settled since,
+// with its recorded result, and returns the calls still to park.
 func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
@@ -409,13 +400,10 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from got, the continuation an earlier copy of this
-// batch left (nil: gone, or unreadable) and the records of this copy's calls
-// that it waits for, written by this copy when the earlier one had not yet
-// (parked.Store.join: the reply lists a call as parked once its record
-// exists, docs/protocol.md 6.1). Other awaited calls are read from KV, not
-// the cache; one with no record (the store failed) is described as this
-// copy decided it (spec).
+// adopt fills the batch from got, the continuation an earlier copy left (nil:
+// gone or unreadable), and the records of this copy's awaited calls
+// (parked.Store.join, docs/protocol.md 6.1); others are read from KV, and one
+// with no record is described as this copy decided it (spec).
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
 	stored := make(map[string]*parked.Record, len(got.Parked))
 	for _, rec := range got.Parked {

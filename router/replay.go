@@ -70,15 +70,11 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 	return true
 }
 
-// replays serves the router-made consumers (docs/protocol.md 3.4, 6.2):
-// replay of a session's stored events on P.replay.<session>, and the
-// handoff on P.handoff.<kind>[.<tool>]. A participant asks for a consumer,
-// pulls from it and stops it; the router makes it (pull mode, the filter
-// the subject grants), checks on every pull and stop that the named
-// consumer has that very filter, and relays the pull. So nobody but the
-// router and the operator creates a consumer (nats-server checks a push
-// consumer's deliver_subject against nothing), and subject permissions
-// decide whose consumers one may read.
+// replays serves the router-made consumers (docs/protocol.md 3.4, 6.2) on
+// P.replay.<session> and P.handoff.<kind>[.<tool>]: the router makes each
+// (pull mode, the subject's filter), checks that filter on every pull and
+// stop, and relays the pull, so only routers and the operator create
+// consumers and subject permissions decide who reads what.
 type replays struct {
 	*wire
 	events jetstream.Stream
@@ -90,9 +86,8 @@ type replays struct {
 	heard  heard                     // consumers whose pull subject this router's server knows
 }
 
-// feed is what a request subject grants: consumers of stream filtered on
-// filter, named kind-<random>, counted under key, made with the reply type
-// ready after a request of type create.
+// feed is what a request subject grants: consumers of stream on filter,
+// named kind-<random>, counted under key, replying with type ready to create.
 type feed struct {
 	stream              jetstream.Stream
 	filter, key, kind   string
@@ -217,10 +212,8 @@ type jsPull struct {
 }
 
 // pullOf checks q's bounds (docs/protocol.md 3.4), fills in its default
-// batch and returns the JetStream pull it asks for. A heartbeat must leave
-// room for two in the wait (nats-server refuses more) and be no shorter
-// than bus.MinConsumerHeartbeatMS, so that a pull costs at most 60 of them
-// (docs/security.md).
+// batch and returns its JetStream pull; a heartbeat must fit twice in the
+// wait and be at least bus.MinConsumerHeartbeatMS (docs/security.md).
 func pullOf(q *bus.ConsumerNext) (jsPull, error) {
 	if q.Batch == 0 {
 		q.Batch = defaultBatch
@@ -254,8 +247,7 @@ func (r *replays) stop(m *nats.Msg, e *bus.Event, f feed) {
 }
 
 // feedMeta is the consumer metadata naming what its feed grants: the
-// handoff's consumers share one filter (every call record), so their kind
-// and tool are told by it.
+// handoff's consumers share one filter, so kind and tool are told by it.
 const feedMeta = "toolbus.feed"
 
 // tag is what f's consumers carry under feedMeta.
@@ -300,14 +292,10 @@ const (
 // errLeaderless is a consumer that has had no leader for lookupTry.
 var errLeaderless = errors.New("the consumer has no leader")
 
-// lookup is stream's consumer name, looked up again where nats-server
-// leaves a lookup unanswered or its pulls unheard: no server answers the
-// CONSUMER.INFO of a consumer between two leaders (a leader change, a new
-// consumer's first moments on a cluster), and one that has no leader yet
-// is described by a member whose answer names none; a pull relayed then
-// would reach no one (docs/protocol.md 3.4, 1.9). So a follower of 1.8,
-// which cannot tell, gets its pull relayed later or a refusal it acts on,
-// rather than silence.
+// lookup is stream's consumer name, looked up again while nats-server
+// leaves it unanswered or leaderless (a leader change, a new consumer on a
+// cluster; docs/protocol.md 3.4, 1.9), so a follower gets a relayed pull or
+// a refusal, not silence.
 func lookup(base context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(base, lookupAll)
 	defer cancel()
@@ -356,17 +344,10 @@ const (
 var probePull = []byte(`{"batch":1,"expires":1000,"idle_heartbeat":1000000}`)
 
 // heard remembers the pull subjects this router's server was seen to have
-// interest in, for replayIdle. The zero value is ready.
-//
-// A router relays a pull with the follower's reply subject, so when its
-// server knows no interest in the pull subject yet (a consumer made moments
-// ago on a cluster, its leader's subscription still on its way over the
-// routes), nats-server answers "no responders" to no one, and the follower
-// hears nothing (docs/protocol.md 3.4, 1.9; test/embedded
-// TestRelayedPullRaceOnCluster saw it in 2 to 4 pulls of 300). So before a
-// consumer's first relay a router asks probePull on its own inbox: any
-// answer but 503 is the consumer leader's, and the pulls relayed after it
-// from this connection go where it went.
+// interest in, for replayIdle. The zero value is ready. Before a consumer's
+// first relay the router probes it on its own inbox (probePull): a relayed
+// pull the server knows no interest for yet is answered "no responders" to
+// no one (docs/protocol.md 3.4, 1.9; TestRelayedPullRaceOnCluster).
 type heard struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
@@ -463,11 +444,9 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 	return parked.Want{Kind: kind, Tool: tool}, true
 }
 
-// relayHandoff reads one pull of consumer c and sends, on m's reply
-// subject, the request of every record want grants (header Nats-Sequence:
-// its stream sequence) as JetStream would: up to the pull's batch, then a
-// closing Status 404 (no wait: nothing more), 408 (the wait ended) or 409
-// (the consumer is gone).
+// relayHandoff reads one pull of consumer c and sends on m's reply subject
+// the request of every record want grants, as JetStream would (header
+// Nats-Sequence), then a closing status 404, 408 or 409.
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
 	select {
 	case r.pulls <- struct{}{}:
@@ -552,9 +531,8 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			return "404"
 		} // fewer than asked with a wait: the next fetch waits for what is left of it
 		if beat > 0 && sent == before && time.Until(deadline) >= minHandoffWait {
-			// An idle heartbeat, as JetStream sends a pull that asked for
-			// one (docs/protocol.md 6.2, 1.9): the follower knows the pull
-			// is alive.
+			// An idle heartbeat, as JetStream sends one (docs/protocol.md 6.2,
+			// 1.9): the pull is alive.
 			_ = r.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": {"100"}, "Description": {"Idle Heartbeat"}}})
 		}
 	}

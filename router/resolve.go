@@ -147,8 +147,7 @@ func nextRun(i, n int, safe func(k int) bool) int {
 }
 
 // Unknown names the configuration's unknown pinned, quota and group names
-// as they are now (groups.Store.Unknown; docs/protocol.md 9): cmd/router
-// warns of them once its built-in tools are registered.
+// now (groups.Store.Unknown); cmd/router warns of them once at start.
 func (r *Router) Unknown() []string { return r.groups.Unknown(r.reg) }
 
 // storeFullOr is res, a call's "No live worker" result, unless the store
@@ -260,30 +259,21 @@ func newTurn(session, replyID string, trace [2]string, expiry string, data bus.B
 }
 
 // Identities binds sessions to the toolbus users whose credentials alone
-// may publish in them (docs/security.md "Identities"): NATS permissions
-// let only the session's own agent user (and the operator) publish on
-// P.call.<s> and P.tools.<s>, so a batch there comes from that user.
+// may publish in them (docs/security.md "Identities").
 // security.Bindings implements it.
 type Identities interface {
 	// UserOf returns the toolbus user session is bound to, and whether
 	// it is bound at all.
 	UserOf(session string) (user string, bound bool)
 	// OwnAgent reports whether session has an agent login of its own
-	// (session-<s>), bound to a user or not (1.13): only that login may
-	// act in it, so its batches are that login's, not the shared agent's.
-	// A bound session has one.
+	// (session-<s>, 1.13), whose batches are then not the shared agent's.
 	OwnAgent(session string) bool
 }
 
 // sharedAgents reports whether session is the shared agent's on a router
-// with identities ids (docs/security.md): it has no agent login of its
-// own, so any agent login may act in it, the shared agent under any
-// number of sessions. Their batches share one pool of slots (shares.go),
-// their tasks one user's bound (userKey), their replays a part of the
-// events stream's consumers, and their refusals one record budget
-// (unboundCaller). A session with a login of its own, bound to a user or
-// not, is an identity of its own in each. False on an open router (ids
-// nil).
+// with identities ids (docs/security.md): it has no agent login of its own.
+// Such sessions share one pool of slots, one user's task bound, part of the
+// replay consumers and one refusal budget. False on an open router.
 func sharedAgents(ids Identities, session string) bool {
 	if ids == nil {
 		return false
@@ -293,11 +283,9 @@ func sharedAgents(ids Identities, session string) bool {
 }
 
 // identify returns the user a batch or tools.query of session runs as
-// (docs/protocol.md 3.1), by the session's credentials (ids, from
-// Config.Identities). Open (ids nil), the claim stands. A bound session runs as
-// its bound user (no claim or the same one; another is refused); an
-// unbound session runs as no user, and a claim there is refused, since no
-// credential backs it. A refusal is a denied *bus.Error.
+// (docs/protocol.md 3.1): open (ids nil), the claim; a bound session, its
+// user (another claim is refused); an unbound one, no user (any claim is
+// refused). A refusal is a denied *bus.Error.
 func identify(ids Identities, session string, claimed json.RawMessage) (json.RawMessage, error) {
 	if ids == nil {
 		return claimed, nil

@@ -1,13 +1,8 @@
-// Package router is the stateless router of toolbus: it receives batches of
-// tool calls, checks them, resolves and validates each call, fans the calls
-// out to worker queue groups in the order docs/protocol.md 5.5 prescribes, and
-// reports results, events and the batch reply. Every piece of shared state
-// lives in JetStream, read on the hot path from watch-fed caches, so any
-// number of routers serve one deployment interchangeably.
-//
-// Router itself is a thin shell (docs/router.md): it builds the subsystems
-// once, subscribes, and dispatches each message to the handler type of its
-// subject; internal/life owns the lifecycle.
+// Package router is the stateless router of toolbus: it checks batches of
+// tool calls, resolves and validates each, runs them on worker queue groups
+// in the order of docs/protocol.md 5.5, and reports results and events. All
+// shared state lives in JetStream, read through watch-fed caches, so routers
+// are interchangeable. Router is a thin shell (docs/router.md).
 package router
 
 import (
@@ -54,17 +49,11 @@ type Config struct {
 	// Store sizes the JetStream resources the router creates at start.
 	Store store.Config
 	// MaxInflight bounds the messages the router handles at once; zero
-	// means 4096. Beyond it a batch or tools query with a reply subject
-	// waits for a slot (at most MaxQueued of them, each at most QueueWait)
-	// and is otherwise answered busy at once; other messages wait in the
-	// subscription (admission, below).
+	// means 4096 (admission, below).
 	MaxInflight int
 	// MaxSessionInflight bounds the slots one session's batches and tools
-	// queries hold at once (shares.go); past it they are answered busy at
-	// once while other sessions' run. Zero means
-	// DefaultSessionShare(MaxInflight), an eighth but at least 16;
-	// negative means no share. With Identities, the sessions bound to no
-	// user also hold at most three quarters of the slots together.
+	// queries hold at once (shares.go); zero means
+	// DefaultSessionShare(MaxInflight), negative no share.
 	MaxSessionInflight int
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
@@ -79,37 +68,29 @@ type Config struct {
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
 	// Skills are local skill sources (docs/protocol.md 10), lowest priority
-	// first: each is one skill folder or a folder of skill folders. The
-	// P_skills object store is always a source, above them.
+	// first, each a skill folder or a folder of them, below P_skills.
 	Skills []string
 	// SkillViewer also offers AgentScope's Skill viewer tool beside
 	// load_skill_through_path (docs/protocol.md 10); off by default.
 	SkillViewer bool
 	// Limits bound what one batch may ask; zero fields take the defaults.
 	Limits Limits
-	// SessionCache bounds the sessions the router keeps decoded in memory;
-	// zero means groups.DefaultSessionCache. Sessions are read from KV
-	// once per batch run whatever it holds.
+	// SessionCache bounds the sessions kept decoded in memory; zero means
+	// groups.DefaultSessionCache. Each batch run reads its session anyway.
 	SessionCache int
 	// ParkTTL is how long a call waits for an answer before it expires with
 	// a timeout result; zero means 24 hours.
 	ParkTTL time.Duration
-	// RefuseSharedRegister refuses registrations on the shared subject
-	// P.register of protocol 1.11 (bad_request, saying why) instead of
-	// serving them: set it where NATS permissions confine workers to their
-	// tools' registration subjects (docs/security.md), so a credential
-	// written by hand that still allows P.register defines nothing. Off,
-	// the router serves 1.11 workers as before: any definition on P.register.
+	// RefuseSharedRegister refuses registrations on 1.11's shared
+	// P.register (bad_request) where NATS permissions confine workers to
+	// their tools' subjects (docs/security.md).
 	RefuseSharedRegister bool
 	// Identities, when set, binds sessions to users by their credentials
-	// (docs/security.md): a batch's user comes from them, not the claim,
-	// and confirmations go to P.approve.<tool> only. nil runs the router
-	// open, as before.
+	// (docs/security.md); nil runs the router open.
 	Identities Identities
-	// Lease is how long a router's claim on work (a running ledger claim,
-	// a parked batch it runs, an answer it settles) lives without being
-	// renewed; renewals come every Store.Heartbeat. Past it, another router
-	// (a re-sent batch) takes the work over. Zero means three heartbeats.
+	// Lease is how long a router's claim on work lives unrenewed (renewals
+	// every Store.Heartbeat) before another router takes it over; zero
+	// means three heartbeats.
 	Lease time.Duration
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
@@ -155,9 +136,8 @@ func (l *Limits) defaults() {
 	}
 }
 
-// Router serves the router subjects of one deployment: the shell that
-// builds the subsystems, subscribes, dispatches and drains. The handlers
-// are small types with their own dependencies (docs/router.md).
+// Router serves the router subjects of one deployment: a shell that builds
+// the subsystems, subscribes, dispatches and drains (docs/router.md).
 type Router struct {
 	*wire  // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
 	cfg    Config
@@ -278,9 +258,8 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Start creates the JetStream resources, builds the subsystems and the
-// handlers, and subscribes. It returns once the router serves, or with the
-// first error after undoing what it did.
+// Start creates the JetStream resources, builds the subsystems and handlers,
+// and subscribes; it returns once serving, or with the first error, undone.
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -476,19 +455,16 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	}
 	if !r.life.Enter() {
 		if r.isRegistration(m.Subject) {
-			// A draining router still records heartbeats (see drain), on
-			// the subscription's own goroutine: the work it waits for is
-			// the calls in flight.
+			// A draining router still records heartbeats (see drain), on the
+			// subscription's goroutine.
 			h(m)
 		}
 		return
 	}
 	if r.isRegistration(m.Subject) {
-		// Slots of their own (docs/security.md): an agent can hold every
-		// MaxInflight slot for minutes (task waits, copies of a batch
-		// waiting for its running call), and a worker whose beats waited
-		// behind them was taken for vanished, its calls ended
-		// unknown_outcome. Back-pressure past maxBeats, as before.
+		// Slots of their own (docs/security.md): agents can hold every slot
+		// for minutes, and beats waiting behind them made live workers look
+		// vanished.
 		r.beats <- struct{}{}
 		r.handle(r.beats, h, m, share{})
 		return
@@ -513,25 +489,19 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // tool each beat (docs/protocol.md 7.1).
 const maxBeats = 256
 
-// isRegistration reports whether subject is a registration subject: the
-// shared P.register, or one under it (P.register.<tool>,
-// P.register.group.<group>).
+// isRegistration reports whether subject is P.register or one under it
+// (P.register.<tool>, P.register.group.<group>).
 func (r *wire) isRegistration(subject string) bool {
 	shared := r.subj.Workers.SharedRegister()
 	rest, ok := strings.CutPrefix(subject, shared)
 	return ok && (rest == "" || rest[0] == '.')
 }
 
-// replyAllowed reports whether the router may answer on reply: an inbox,
-// never a subject that starts with "$" (the JetStream API, buckets, object
-// stores, the system account's subjects), the deployment's own subjects
-// (P.>), nor the router connection's own inbox prefix when it has one
-// (where workers send results). A router publishes with the widest
-// permissions of the deployment; a reply subject is chosen by the sender.
-// A registration may be answered on the router's own inbox: only workers
-// and routers may publish on P.register and the subjects under it, and
-// both may already publish there (a router's in-process worker shares its
-// connection, so its registrations wait on that inbox).
+// replyAllowed reports whether the router may answer on reply, a subject
+// the sender chose while the router publishes with the widest permissions:
+// never "$..." (JetStream API, buckets, system subjects), P.> or the router's
+// own inbox prefix, except a registration's, since only workers and routers
+// may publish on P.register.
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
 	if r.isRegistration(subject) {
@@ -555,9 +525,8 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot the caller took of sem (and counted in
-// sh), and gives it back. The task is pooled: one closure per message
-// less (it is free once its Run returns).
+// handle runs h on m in the slot the caller took of sem (counted in sh) and
+// gives it back; the task is pooled, saving a closure per message.
 func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
 	r.m.Inflight.Inc()
 	t, _ := handlings.Get().(*handling)
@@ -606,25 +575,17 @@ func (r *Router) Stop(ctx context.Context) error {
 // Closed is closed once Drain (or Stop) has returned.
 func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 
-// Drain stops the router: it stops taking messages at once (other routers
-// of the queue group get them), lets the work in flight finish until ctx
-// ends, then cancels what is left and returns after at most a short
-// cleanup (internal/life), then stops its caches. Results already given to
-// agents are still recorded in the ledger within that cleanup. A batch cut
-// off by the deadline gets no reply, no further events and no batch.done: a
-// call it was running is recorded unknown_outcome in the ledger when it is
-// not read-only, so a re-sent batch gets that on any router, and runs again
-// when it is. Drain returns nil when nothing was cut off, else an error
-// that wraps ctx's and counts the calls cut off (also logged). It is safe
-// to call twice and concurrently; later calls wait for the first and
-// return its result.
+// Drain stops taking messages, lets the work in flight finish until ctx
+// ends, then cancels what is left (internal/life) and stops its caches. A
+// batch cut off gets no reply and no batch.done; a write call it ran is
+// recorded unknown_outcome in the ledger, so a re-send learns it. It returns an
+// error wrapping ctx's that counts the calls cut off, and is safe to call
+// twice and concurrently.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
-		// Registrations stay served until the work is done: heartbeats
-		// are not new work, and without them (with no other router to
-		// record them) the watchdog would take the workers of the calls
-		// still running for vanished. The unwind drains them first.
+		// Registrations stay served until the work is done, or the watchdog
+		// would take the running calls' workers for vanished.
 		r.life.Defer(func(ctx context.Context) error {
 			for _, s := range register {
 				_ = s.Drain()
@@ -656,9 +617,7 @@ func (x *subscriptions) all() []*nats.Subscription {
 }
 
 // drain stops the micro service and drains every subscription but those
-// whose subject keep takes (the registrations'), which it returns:
-// unsubscribed on the server at once, messages already delivered are still
-// handled.
+// keep takes, which it returns.
 func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep func(subject string) bool) (kept []*nats.Subscription) {
 	x.mu.Lock()
 	subs, svc := x.list, x.svc
@@ -721,9 +680,8 @@ type wire struct {
 	source string
 	log    *slog.Logger
 	m      *metrics.Router // set in Start, before the first subscription
-	// base is the router's life's context, the parent of every handler's
-	// and batch's; landing gives the context of a write that must land
-	// (life.Landing, which a drain waits for).
+	// base is the router's life's context, parent of every handler's and
+	// batch's; landing gives a must-land write's context (life.Landing).
 	base    context.Context
 	landing func() (context.Context, context.CancelFunc)
 }
@@ -762,9 +720,8 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	}
 }
 
-// serve is a request's one round: decode m's event (as decode does), run
-// fn on it, and answer with fn's reply as an event of type reply, or with
-// fn's error.
+// serve is a request's one round: decode m's event, run fn on it, and answer
+// with fn's reply as an event of type reply, or with fn's error.
 func (w *wire) serve(m *nats.Msg, kind, typ, reply string, fn func(e *bus.Event) (any, error)) {
 	e, err := w.decode(m, kind, typ)
 	var out any
@@ -842,15 +799,10 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 	return e, nil
 }
 
-// Admission (docs/protocol.md 1, busy): a message is handled in one of
-// MaxInflight slots. When every slot is taken, a batch or tools query with
-// a reply subject waits for one, at most QueueWait and with at most
-// MaxQueued others; past either it is answered busy at once, from the
-// subscription's callback, so the callback never blocks and the NATS
-// client's pending buffer never fills and drops. Other messages (worker
-// results and registrations, answers, cancels, and batches published
-// without a reply subject, which have nobody to tell) wait for a slot in
-// the callback: back-pressure, as before.
+// Admission (docs/protocol.md 1, busy): a message takes one of MaxInflight
+// slots. A batch or tools query with a reply subject waits at most QueueWait
+// behind at most MaxQueued others, else is answered busy from the callback,
+// so the pending buffer never fills; other messages wait in the callback.
 
 // DefaultQueueWait is Config.QueueWait's default.
 const DefaultQueueWait = 2 * time.Second
@@ -892,9 +844,8 @@ func (a *admission) admit(m *nats.Msg, shed bool) bool {
 }
 
 // wait queues m for a slot, at most queueWait and behind at most maxQueued
-// others, and runs run once it has one; else m is answered busy, and
-// undone called. The caller's Enter on the life is matched here when run
-// does not run.
+// others, and runs run once it has one; else answers busy and calls undone.
+// The caller's life Enter is matched here when run does not run.
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)
@@ -933,12 +884,9 @@ func (a *admission) refuse(m *nats.Msg) {
 	a.life.Leave()
 }
 
-// overShare answers m busy because its session (or the sessions bound to
-// no user) hold their share of the slots (shares.go): why is the message.
-// A batch published without a reply subject has nobody to tell: it is
-// dropped and counted (docs/protocol.md 1), never waited for in the
-// subscription's callback, where it would hold every other session's
-// messages behind it.
+// overShare answers m busy because its session (or the unbound sessions)
+// hold their share of the slots (shares.go). A batch without a reply subject
+// is dropped and counted, never waited for in the callback.
 func (a *admission) overShare(m *nats.Msg, why string) {
 	a.m.Rejected.WithLabelValues(shareRefused).Inc()
 	if m.Reply == "" {

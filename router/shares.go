@@ -7,17 +7,10 @@ import (
 )
 
 // A session's share of the router's slots (docs/router.md "a session's
-// share"): the batches and tools queries of one session hold at most
-// Config.MaxSessionInflight of the MaxInflight slots at once, and on a
-// router with identities those of the sessions without an agent login of
-// their own (the shared agent's, which may open any number of sessions;
-// sharedAgents) hold at most sharedPool of them together. A session with
-// a login of its own, bound to a user or not, is outside the pool (1.13). Past either such a message is answered
-// busy at once, before it takes or waits for a slot, so one session (or
-// the shared agent) cannot keep every other session's batches out. Task
-// waits have a bound of their own (16 a session, tasks.MaxSessionWaits);
-// cancels, replays, outputs and the other task verbs are short and are not
-// counted.
+// share"): one session's batches and tools queries hold at most
+// MaxSessionInflight slots, and with identities the shared agent's sessions
+// (sharedAgents) at most sharedPool together; past either they are answered
+// busy at once. Task waits are bounded apart; short verbs are not counted.
 
 // DefaultSessionShare is the share of a router with maxInflight slots when
 // Config.MaxSessionInflight is zero: an eighth of the slots, but at least
@@ -27,9 +20,7 @@ func DefaultSessionShare(maxInflight int) int {
 }
 
 // sharedPool is the slots the shared agent's sessions may hold together
-// on a router with identities: three quarters, so the sessions with agent
-// logins of their own keep a quarter (as replays keep 256 of the events stream's 1,024 consumers
-// for them, docs/security.md).
+// with identities: three quarters, the rest kept for own logins.
 func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
 
 // shares counts the slots held per session. The zero value counts

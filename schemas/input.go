@@ -136,9 +136,8 @@ func InvalidInputMessage(tool string, details []bus.Detail) string {
 	return b.String()
 }
 
-// decodeInput decodes a call's input, already checked with json.Valid, with
-// numbers as json.Number. It runs on every call, so it uses goccy/go-json,
-// several times faster than encoding/json for map[string]any.
+// decodeInput decodes a call's input (json.Valid already), numbers as
+// json.Number, with goccy/go-json: several times faster for map[string]any.
 func decodeInput(b []byte) (any, error) {
 	dec := fastjson.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

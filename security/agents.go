@@ -141,9 +141,8 @@ func envURL(dir string) string {
 	return ""
 }
 
-// write writes users into dir: a seed and .env for every user that has
-// none (an existing seed keeps its key), then nats-server.conf, spec.json
-// and users.json, each through a rename.
+// write writes users into dir: a seed and .env for each user without one
+// (kept seeds keep their keys), then nats-server.conf, spec.json and users.json by rename.
 func write(dir, url string, spec Spec, users []User) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {

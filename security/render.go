@@ -10,9 +10,8 @@ import (
 	"strings"
 )
 
-// Credential is how one user logs in to a server configured by
-// ServerConfig: an nkey (its public key), a literal password, or a
-// password the server reads from an environment variable.
+// Credential is how one user logs in to a ServerConfig server: an nkey's
+// public key, a literal password, or one read from an environment variable.
 type Credential struct {
 	NKey        string // public user nkey, U...
 	Password    string // literal password
@@ -76,8 +75,7 @@ func list(subjects []string) string {
 }
 
 // NSC renders users as the nsc commands that give a decentralised (JWT)
-// deployment the same users in account: one `nsc add user` per user with
-// the same allow lists.
+// deployment the same users in account, with the same allow lists.
 func NSC(account string, users []User) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# toolbus roles as nsc users of account %s (docs/security.md).\n", account)
@@ -118,9 +116,8 @@ const (
 // SeedFile is the nkey seed file of user in dir.
 func SeedFile(dir, user string) string { return filepath.Join(dir, user+".nk") }
 
-// EnvFile is the environment file of user in dir: NATS_NKEY and
-// NATS_INBOX_PREFIX (and NATS_URL when Generate was given one), to source
-// before running a toolbus command or the nats CLI as that user.
+// EnvFile is user's environment file in dir (NATS_NKEY, NATS_INBOX_PREFIX,
+// and NATS_URL if given), to source before running toolbus or nats as them.
 func EnvFile(dir, user string) string { return filepath.Join(dir, user+".env") }
 
 // Generate writes into a new 0700 dir a fresh seed (0600) and .env per user

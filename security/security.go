@@ -31,9 +31,8 @@ const (
 type Permissions struct {
 	Publish   []string `json:"publish"`
 	Subscribe []string `json:"subscribe"`
-	// AllowResponses lets the user publish a reply to a request it
-	// received (once, within NATS' default two minutes) even where
-	// Publish does not name the reply subject.
+	// AllowResponses lets the user reply once to a request it received
+	// (within NATS' two minutes) where Publish does not name the subject.
 	AllowResponses bool `json:"allow_responses,omitempty"`
 	// PublishDeny and SubscribeDeny take subjects out of the allow lists.
 	PublishDeny   []string `json:"publish_deny,omitempty"`
@@ -225,10 +224,9 @@ func followHandoff(s bus.Subjects, kind string, tools []string) []string {
 }
 
 func router(s bus.Subjects) User {
-	// The router is the deployment's trusted component: it creates the
-	// buckets and streams, writes every record and answers every request
-	// (replies go to the requesters' inboxes). Its own inbox prefix is the
-	// one workers may send results to, so a router must use it.
+	// The router is the trusted component: it creates every bucket and
+	// stream, writes every record, answers every request; workers send
+	// results to its inbox prefix, so it must use it.
 	return User{Name: RoleRouter, Role: RoleRouter, InboxPrefix: inbox(RoleRouter), Permissions: Permissions{
 		Publish:   []string{s.Prefix + ".>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>", "$SRV.>"},
 		Subscribe: []string{s.Prefix + ".>", "_INBOX.>", "$SRV.>"},

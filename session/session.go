@@ -26,9 +26,8 @@ type Config struct {
 	// DefaultRules and DefaultWorkDirs seed a new session's permission context.
 	DefaultRules    []bus.Rule
 	DefaultWorkDirs []string
-	// IdleTTL is the sessions bucket's TTL; a session in use is rewritten
-	// (touched) once half of it has passed, so only idle sessions expire.
-	// Zero means bus.DefaultSessionTTL.
+	// IdleTTL is the sessions bucket's TTL; a session in use is touched at
+	// half of it, so only idle ones expire. Zero means bus.DefaultSessionTTL.
 	IdleTTL time.Duration
 	// CacheSize bounds the sessions kept in memory (the least recently
 	// used are dropped first); zero means DefaultCacheSize.
@@ -79,9 +78,8 @@ func (s *Session) clone() *Session {
 	return &c
 }
 
-// Store is the per-session state of P_sessions: a bounded LRU of the
-// recently used sessions, the reads that must be current (Refresh, Load)
-// and the compare-and-set writes. Safe for concurrent use.
+// Store is the per-session state of P_sessions: a bounded LRU, the reads
+// that must be current (Refresh, Load) and the compare-and-set writes.
 type Store struct {
 	kv  jetstream.KeyValue
 	cfg Config

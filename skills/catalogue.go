@@ -27,8 +27,7 @@ type Config struct {
 }
 
 // Catalogue holds every skill a router serves, from its folders and the
-// object store, and keeps the object store's skills current. It is safe for
-// concurrent use.
+// object store, kept current. It is safe for concurrent use.
 type Catalogue struct {
 	cfg Config
 	log *slog.Logger

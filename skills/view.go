@@ -110,9 +110,8 @@ type Outcome struct {
 	Activate []string
 }
 
-// Load runs load_skill_through_path on the view; groups are the defined
-// groups (for activate_on_skill). It changes nothing: the caller activates
-// Outcome.Activate in the session.
+// Load runs load_skill_through_path on the view (groups: the defined ones,
+// for activate_on_skill). The caller activates Outcome.Activate.
 func (v *View) Load(groups []bus.Group, input json.RawMessage) Outcome {
 	var in LoadInput
 	if err := json.Unmarshal(input, &in); err != nil {

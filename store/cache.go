@@ -22,21 +22,11 @@ type tombstone struct {
 }
 
 // Cache is the one watch-fed cache of KV entries with tombstones
-// (docs/protocol.md 8), used by the registry (P_tools), groups (P_groups)
-// and external (P_parked).
-//
-// A KV watch may deliver an older revision of a key after a newer one has
-// been applied (a re-created watch, a write applied locally before its
-// delivery), and a deleted key's old puts may arrive after its delete. Cache
-// keeps, per key, the revision it holds and, for a key taken out, the
-// revision it was taken out at (its tombstone), and refuses whatever is
-// older.
-//
-// A Cache is not safe for concurrent use: each user guards it with the lock
-// that already guards what it derives from it (an ordering, a version).
-//
-// Cache holds the current value of each key and the tombstones of the keys
-// taken out.
+// (docs/protocol.md 8), used by the registry, groups and parked calls. A
+// watch may deliver an older revision after a newer one (or a deleted key's
+// old puts after its delete), so Cache keeps each key's revision, and a
+// taken-out key's tombstone, and refuses whatever is older. Not safe for
+// concurrent use: each user guards it with the lock of what it derives.
 type Cache[V any] struct {
 	vals map[string]cacheItem[V]
 	dead map[string]tombstone

@@ -156,26 +156,12 @@ func (w *Watch) Stop(ctx context.Context) error {
 	}
 }
 
-// Stops stops KV watches off their callers' paths: a call whose watch has
-// brought what it waited for returns at once, and the watch's stop goes on
-// in the background. A watch's Stop is not only an unsubscribe: in nats.go
-// v1.55 (jetstream/kv.go) KeyWatcher.Stop is Unsubscribe on the ordered push
-// consumer that the library's legacy JetStream context created for the
-// watch, which sends UNSUB and then, because the library created the
-// consumer (nats.go js.go, jsi.dc), deletes it with a synchronous
-// $JS.API.CONSUMER.DELETE request (nats.go nats.go Subscription.Unsubscribe,
-// js.go deleteConsumer) bounded by that context's default wait, 5 s
-// (js.go defaultRequestWait; jetstream's legacyJetStream sets no MaxWait).
-// On a cluster the delete goes through the JetStream meta leader, so it
-// takes the whole 5 s when the meta leader moves or the reply is lost.
-//
-// The stops in flight are bounded: past MaxStops a stop runs on its
-// caller's goroutine, as a plain Stop would (back-pressure). Each holds a
-// context from Landing while it runs, so a drain of the life that gives it
-// waits for the stops, bounded by the drain; Wait waits for them too. A
-// stop whose connection has closed returns at once (ErrConnectionClosed,
-// discarded): a stop never outlives its connection by more than its
-// request. The zero value is usable: no Landing, MaxStops stops in flight.
+// Stops stops KV watches off their callers' paths. In nats.go v1.55 a
+// KeyWatcher's Stop also deletes the library-made ordered consumer with a
+// synchronous CONSUMER.DELETE bounded by 5 s, which a cluster's meta leader
+// change takes whole. Past MaxStops in flight a stop runs on its caller's
+// goroutine (back-pressure); each holds a Landing context so a drain waits
+// for it, and Wait does too. The zero value is usable.
 type Stops struct {
 	// Landing, when set, gives the context each background stop holds
 	// while it runs (life.Life.Landing); its cancel is called when the
@@ -189,12 +175,10 @@ type Stops struct {
 // MaxStops bounds the watches' stops a Stops runs in the background at once.
 const MaxStops = 256
 
-// Go stops w: in the background, or, when MaxStops stops are in flight,
-// before it returns. Its error is discarded, as the callers' deferred
-// stops discarded it: the UNSUB goes out first, so the updates end either
-// way, and an ephemeral consumer whose delete failed is removed by the
-// server once it has had no interest for its inactive threshold
-// (nats-server's default for an ephemeral, 5 s).
+// Go stops w in the background, or before it returns when MaxStops are in
+// flight. Its error is discarded: the UNSUB goes out first, and the server
+// removes an ephemeral consumer whose delete failed after 5 s without
+// interest.
 func (s *Stops) Go(w jetstream.KeyWatcher) {
 	if s.inFlight.Add(1) > MaxStops {
 		s.inFlight.Add(-1)

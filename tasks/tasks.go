@@ -39,13 +39,11 @@ type Config struct {
 	// MaxPerSession bounds the running tasks of one session; zero means
 	// DefaultMaxPerSession.
 	MaxPerSession int
-	// MaxPerUser bounds the running tasks of one user (the batch's user,
-	// when it has one) over all sessions, and those of the shared agent
-	// (SharedKey); zero means DefaultMaxPerUser.
+	// MaxPerUser bounds the running tasks of one user over all sessions,
+	// and the shared agent's (SharedKey); zero means DefaultMaxPerUser.
 	MaxPerUser int
-	// Landing gives the context each watch's stop holds while it runs in
-	// the background (Wait; store.Stops), so that a drain waits for it
-	// (the router's life.Landing); nil: nothing but Stop waits for them.
+	// Landing gives each background watch stop its context (Wait;
+	// store.Stops), so a drain waits for it; nil: only Stop waits.
 	Landing func() (context.Context, context.CancelFunc)
 }
 
@@ -163,9 +161,8 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	if !bus.ValidID(rec.Session) || !bus.ValidID(rec.ID) {
 		return nil, false, bus.Errorf(bus.CodeBadRequest, "tasks: invalid session or task id")
 	}
-	// No read first: the router looked for the task before the run, so
-	// one is rare here, and the writes below find it (the count is there
-	// already, or the create conflicts).
+	// No read first: the router looked for the task before the run, and
+	// the writes below find one (the count exists, or the create conflicts).
 	until := rec.Deadline
 	var added []string // the bounds' keys this call counted rec in (not a copy before it)
 	undo := func() { s.release(ctx, rec, added) }
@@ -231,9 +228,8 @@ func found(r *Record, err error) (*Record, error) {
 	return r, err
 }
 
-// reserve counts id against the bound at key, refusing past most; added
-// is false when id was counted there already (a copy of the call got
-// there first), which counts nothing more.
+// reserve counts id against the bound at key, refusing past most; added is
+// false when a copy of the call counted id there already.
 func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, most int, what string) (added bool, err error) {
 	_, err = store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		ix := readIndex(cur)
@@ -443,8 +439,7 @@ func (s *Store) Wait(ctx context.Context, session string, ids []string, any bool
 	}
 	if w != nil {
 		// Not w.Stop: it deletes the watch's consumer and waits for the
-		// reply (store.Stops), up to 5 s on a cluster, after the answer
-		// is known.
+		// reply, up to 5 s on a cluster, after the answer is known.
 		defer s.stops.Go(w)
 	}
 	read, cancel := context.WithTimeout(context.WithoutCancel(ctx), pollBound)

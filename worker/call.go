@@ -93,10 +93,9 @@ func (c *Call) ContextValue(key string, v any) (bool, error) {
 	return true, json.Unmarshal(raw, v)
 }
 
-// Progress publishes an io.toolbus.call.progress event with the blocks on
-// the session's events subject. It never becomes part of the result. Large
-// blocks are stored as for results (Config.InlineLimit); blocks above
-// Config.MaxOutput are an error and nothing is published.
+// Progress publishes an io.toolbus.call.progress event with the blocks,
+// never part of the result; large blocks are stored as results' are, and
+// blocks above Config.MaxOutput are an error, nothing published.
 func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
@@ -109,9 +108,8 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	// Encoded as a result is (executor.serve): in a pooled buffer, into
-	// an event on the stack, sent without a second scan on a carved
-	// subject; nats.go has copied it when SendTrusted returns.
+	// Encoded as a result is (executor.serve), pooled and sent without a
+	// second scan; nats.go has copied it when SendTrusted returns.
 	buf := results.Get().(*[]byte)
 	defer func() {
 		if cap(*buf) <= maxPooledResult {
@@ -130,9 +128,8 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	return bus.SendTrusted(c.w.subj.EventsMsg(c.SessionID), &e, "", c.w.nc.PublishMsg)
 }
 
-// PatchState sets the JSON merge patch (RFC 7386) that the router applies to
-// the session's agent state when the call succeeds. Only state_injected
-// tools may use it.
+// PatchState sets the JSON merge patch (RFC 7386) the router applies to the
+// session's agent state when the call succeeds; state_injected tools only.
 func (c *Call) PatchState(patch any) error {
 	b, err := json.Marshal(patch)
 	if err != nil {
@@ -163,9 +160,8 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
 		var in In
 		if len(c.Input) > 0 {
-			// UnmarshalOf decodes into a reused value and copies it to in,
-			// which stays on the stack (Unmarshal's any made it escape: an
-			// allocation per call).
+			// UnmarshalOf decodes into a reused value copied to in, which
+			// stays on the stack (Unmarshal's any made it escape).
 			if err := fastjson.UnmarshalOf(c.Input, &in); err != nil {
 				return nil, fmt.Errorf("input does not decode: %w", err)
 			}
@@ -201,17 +197,11 @@ func toResult(out any) (*bus.ExecResult, error) {
 	return &bus.ExecResult{Output: bus.Text(string(b))}, nil
 }
 
-// callCtx is a call's context: parent's child with the request's expiry
-// as deadline (none when it has none), cancelled by stop. The context
-// itself (context.WithDeadline's, with its timer and its place among the
-// parent's children) is made only when something asks more of it than its
-// deadline: Done, Err, Value (context.Cause asks Value) or a child
-// context. A handler that never looks at its context, the usual small
-// tool, costs neither the allocations nor the timer; one that does sees
-// what it would have seen had the context been made at the start: the
-// same deadline, ended by a stop, by its parent's end (with its cause) or
-// by a deadline that passed, whichever came first. It lives in the call's
-// request (worker.go), so it takes no allocation of its own.
+// callCtx is a call's context: parent's child with the request's expiry as
+// deadline, cancelled by stop. The context.WithDeadline it stands for is made
+// only when a handler asks for more than the deadline (Done, Err, Value, a
+// child), so a handler that ignores its context costs no timer; either way it
+// ends the same way. It lives in the call's request, no allocation of its own.
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time // zero: none
@@ -242,9 +232,8 @@ func (c *callCtx) real() context.Context {
 		defer c.mu.Unlock()
 		parent := c.parent
 		if c.stopFirst {
-			// Not its parent's child: its parent may have ended since,
-			// and the child of an ended parent is born with the parent's
-			// cause. The values are its parent's all the same.
+			// Not its parent's child: a child of an ended parent is born
+			// with its cause. The values are its parent's all the same.
 			parent = context.WithoutCancel(parent)
 		}
 		var ctx context.Context
@@ -278,11 +267,9 @@ func (c *callCtx) stop() {
 	}
 }
 
-// cause is context.Cause of the context, without making it. Unmade, it
-// is its parent's, or the stop's when that came first; a deadline that
-// passed before the parent ended is not told apart (only the drain's
-// check asks, after the call returned: such a call is then not answered,
-// and its router answered it timeout already).
+// cause is context.Cause of the context without making it: its parent's, or
+// the stop's when first; an expired deadline is not told apart (the router
+// answered timeout already).
 func (c *callCtx) cause() error {
 	if c.made.Load() {
 		return context.Cause(c.ctx)

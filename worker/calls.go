@@ -12,17 +12,14 @@ import (
 	"github.com/toolbus/toolbus/internal/slab"
 )
 
-// callTable is what the worker knows of its calls: those accepted, from
-// arrival to reply (listed in every beat, so routers see which calls a
-// live worker holds), those running (cancellable by key), and the
-// cancels seen lately. Safe for concurrent use.
+// callTable is what the worker knows of its calls: accepted until answered
+// (listed in every beat), running (cancellable by key), and cancels seen
+// lately. Safe for concurrent use.
 type callTable struct {
 	subj bus.Subjects
 
-	// linger is how long an answered call stays listed in the beats
-	// (answered): its reply may reach a loaded router after a beat that no
-	// longer lists it, and a router ends a call that no live worker lists
-	// (docs/protocol.md 5.7).
+	// linger keeps an answered call listed in the beats, since a router
+	// ends a call no live worker lists (docs/protocol.md 5.7).
 	linger time.Duration
 
 	mu        sync.Mutex
@@ -39,10 +36,8 @@ func newCallTable(subj bus.Subjects) *callTable {
 // keys are the blocks call keys are carved from (callKey).
 var keys slab.Pool
 
-// callKey is bus.CallKey(session, reply, call), carved from a shared
-// block rather than allocated: a dozen keys or so cost one allocation. A
-// key lives until its call is answered and has left the answered ring
-// (at most maxAnswered of them), so the blocks it keeps alive are few.
+// callKey is bus.CallKey(session, reply, call), carved from a shared block;
+// a key lives until it leaves the answered ring.
 func callKey(session, reply, call string) string {
 	return keys.Make(len(session)+len(reply)+len(call)+2, func(b []byte) []byte {
 		b = append(b, session...)
@@ -59,10 +54,8 @@ type answered struct {
 	at        time.Time
 }
 
-// answeredRing keeps the last maxAnswered calls answered, oldest first
-// overwritten: a call costs no map operation and no allocation, and the
-// beat, not the call, sorts out what to list (queuedByTool). A key
-// answered twice is in it twice; the beat lists it once.
+// answeredRing keeps the last maxAnswered calls answered, without map or
+// allocation per call; the beat dedupes what to list (queuedByTool).
 type answeredRing struct {
 	all  []answered // at most maxAnswered, allocated at the first answer
 	next int        // where the next answer goes, once all is full
@@ -147,11 +140,8 @@ func (ct *callTable) queuedByTool() map[string][]string {
 	return out
 }
 
-// maxAnswered bounds the answered calls a beat lists, the newest kept: a
-// busy worker's beat would otherwise grow with its call rate (2,700 calls/s
-// over a 15 s linger pass the server's 1 MiB payload limit, and routers
-// would count the worker gone). A dropped key was answered earlier than
-// every listed one, so its reply is the likeliest to have arrived.
+// maxAnswered bounds the answered calls a beat lists, the newest kept: at
+// 2,700 calls/s over a 15 s linger a beat passed the 1 MiB payload limit.
 const maxAnswered = 2048
 
 // begin lists c as running under key and reports whether a cancel of it,
@@ -177,9 +167,8 @@ func (ct *callTable) end(key string, c *Call) {
 	}
 }
 
-// onCancel takes a cancel of P.cancel.<session>: it cancels the named
-// calls running (all of the reply's without names) and remembers the
-// cancel for cancelMemory, so a request still on its way never starts.
+// onCancel takes a cancel of P.cancel.<session>: it cancels the named calls
+// (all of the reply's without names) and remembers it for cancelMemory.
 func (ct *callTable) onCancel(m *nats.Msg) {
 	session, ok := ct.subj.Token(m.Subject, "cancel")
 	if !ok {

@@ -11,20 +11,16 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// workQueue serves a durable tool t of w: its calls wait in the P_WORK
-// work queue (docs/protocol.md 5.8), taken from the tool's work consumer
-// rather than P.exec.<tool>.
+// workQueue serves a durable tool t of w from its work consumer on the P_WORK
+// work queue (docs/protocol.md 5.8), not P.exec.<tool>.
 type workQueue struct {
 	w *Worker
 	t *tool
 }
 
-// take is the queue's loop: it takes a call whenever the worker has a free slot (never more,
-// so no call waits in this worker's hands while another could run it). A
-// call's message is acknowledged only after a router has recorded its
-// result; while it runs, the worker reports progress every third of the
-// consumer's AckWait, so a worker that dies (or is cut off) leaves its call
-// to be delivered to another worker.
+// take is the queue's loop: it takes a call only when the worker has a free
+// slot, acks it once a router recorded the result, and reports progress
+// every third of AckWait so a dead worker's call goes to another.
 func (q workQueue) take(ctx context.Context) {
 	w, t := q.w, q.t
 	defer w.loops.Done()

@@ -17,10 +17,8 @@ import (
 	"github.com/toolbus/toolbus/tracing"
 )
 
-// executor runs one call: it checks the exec request, runs the handler
-// under the call's context (a child of the worker's base context, with
-// the request's deadline and trace), fits the output and answers through
-// a replier. It holds what a call needs, not the Worker.
+// executor runs one call: it checks the exec request, runs the handler under
+// the call's context, fits the output and answers through a replier.
 type executor struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
@@ -32,18 +30,16 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call as c (zero, the caller's
-// allocation) and answers through rp; key is the call key the worker
-// listed it under ("" when none).
+// serve checks one exec request, runs the call as c (zeroed, the caller's)
+// and answers through rp; key is the call's listed key ("" when none).
 func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
 	var req bus.ExecRequest
 	if err == nil {
-		// The call id and the tool name are the event's and the tool's
-		// strings when they spell them; input, user and context are
-		// slices of the message's data, which the call owns.
+		// Id and name are the event's and the tool's strings when they
+		// spell them; the raw members are slices of the call's message.
 		err = req.FromEvent(e, e.ToolCallID, t.def.Name)
 	}
 	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
@@ -67,10 +63,8 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		rp.drop()
 		return // the drain's deadline passed before the call got a slot: never start it, never answer
 	}
-	// One context per call: the request's deadline, a child of the
-	// worker's base (whose cause, errDrained, it inherits) and of the
-	// call's span; an agent's cancel is told apart by Call.cancelled. It
-	// is made when the handler first looks at it (call.go).
+	// One context per call (made when the handler first looks, call.go):
+	// the request's deadline, a child of the worker's base and the span.
 	sctx, span := tracing.StartTool(tracing.Extract(w.base, e.TraceParent, e.TraceState), trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
 	exp, _ := e.Expiry() // checked by Validate when the event was decoded
@@ -96,10 +90,8 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		res = w.run(ctx, t, c)
 	}
 	if c.cx.cause() == errDrained {
-		// Cut off by the drain's deadline: no answer, as from a worker
-		// that stopped. The routers see the call vanish once this worker
-		// has left: unknown_outcome, or a retry for read-only and
-		// idempotent tools.
+		// Cut off by the drain's deadline: no answer, as from a stopped
+		// worker (routers see unknown_outcome, or retry read-only calls).
 		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
 		rp.drop()
 		return
@@ -150,10 +142,9 @@ var results = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b 
 
 const maxPooledResult = 64 << 10
 
-// fit makes a result's output fit the message (offload.Fit): large blocks
-// go to the outputs object store. An output above MaxOutput, or one that
-// cannot be stored, turns the result into an error that says so, with
-// neither output nor state patch: nothing of it takes effect.
+// fit makes a result's output fit the message (offload.Fit); an output above
+// MaxOutput or that cannot be stored becomes an error result with neither
+// output nor state patch.
 func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
 	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
 	if err == nil && len(out) == len(res.Output) && (len(out) == 0 || &out[0] == &res.Output[0]) {

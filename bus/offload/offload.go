@@ -40,12 +40,10 @@ const (
 	// refused, even by the object store, unless configured otherwise.
 	DefaultMaxOutput = 64 << 20
 	// Reserve is the part of the NATS payload limit never given to an
-	// output: room for the envelope, the router's result wrapping (ids,
-	// error code) and the metadata.
+	// output: room for the envelope, the result's wrapping and metadata.
 	Reserve = 64 << 10
-	// PreviewBytes is how much of a stored text block stays inline, so the
-	// model still reads the beginning of it (at most a quarter of the
-	// inline limit).
+	// PreviewBytes is how much of a stored text block stays inline for the
+	// model (at most a quarter of the inline limit).
 	PreviewBytes = 2048
 	// PutTimeout bounds storing one output.
 	PutTimeout = 2 * time.Minute
@@ -64,8 +62,7 @@ func (e *TooLargeError) Error() string {
 // Limits are the sizes an Offloader works to.
 type Limits struct {
 	// Inline is the encoded output size above which blocks are stored;
-	// zero means DefaultInlineLimit. The NATS payload limit (less Reserve)
-	// caps it in any case.
+	// zero means DefaultInlineLimit, capped by the payload limit less Reserve.
 	Inline int
 	// Max is the encoded output size above which an output is refused;
 	// zero means DefaultMaxOutput.
@@ -117,9 +114,8 @@ func (o *Offloader) Inline(extra int) int {
 	return max(lim, 0)
 }
 
-// Size is the length of out's JSON encoding, counting the text of text
-// blocks twice when dup (an error result repeats its text in
-// error.message).
+// Size is the length of out's JSON encoding, counting text blocks twice when
+// dup (an error result repeats its text in error.message).
 func Size(out []bus.Block, dup bool) int64 {
 	n := int64(2) // []
 	for i, b := range out {
@@ -474,8 +470,7 @@ func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.B
 	if err != nil {
 		return bus.Block{}, err
 	}
-	// No Nats-Rollup header (nats.go's Put sends one to replace an older
-	// version): the name is new, and a store that refuses rollups
+	// No Nats-Rollup header: the name is new, and a store refusing rollups
 	// (deny_purge) then keeps every write.
 	m := nats.NewMsg(metaSubject(o.bucket, name))
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")

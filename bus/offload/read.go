@@ -174,9 +174,8 @@ func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, err
 	return chunks, nil
 }
 
-// chunkReader is an Object's next for the object info describes: its
-// chunks in order, each checked to be the object's, and no more than its
-// count; seen, when set, is told each chunk and its offset.
+// chunkReader is an Object's next for info's object: its chunks in order,
+// each checked to be the object's, at most its count; seen is told each.
 func (s *Store) chunkReader(ctx context.Context, info *Info, seen func(m *store.StreamMsg, off int64)) func(off int64) ([]byte, error) {
 	subj := chunkSubject(s.bucket, info.NUID)
 	seq, n := uint64(1), 0
@@ -223,9 +222,8 @@ type Object struct {
 	err  error
 }
 
-// NewObject is an Object whose bytes come from next, called with each
-// offset in turn until size bytes are read; digest is the SHA-256 (hex)
-// they must hash to.
+// NewObject is an Object whose bytes come from next, called with each offset
+// until size bytes are read, which must hash to digest (SHA-256, hex).
 func NewObject(size int64, media, digest string, next func(off int64) ([]byte, error)) *Object {
 	return &Object{Size: size, MediaType: media, Digest: digest, next: next, h: sha256.New()}
 }

@@ -215,9 +215,8 @@ func (sv *Server) Serve(ctx context.Context, session string, g Get) (*Chunk, err
 	return &Chunk{URL: g.URL, MediaType: v.media, Size: v.size, Digest: r.Digest, Offset: g.Offset, Data: data}, nil
 }
 
-// object returns the verified object r names: remembered, or read from
-// the store and checked (its metadata's digest and then its bytes must be
-// r's digest, else errTampered).
+// object returns the verified object r names: remembered, or read and
+// checked against r's digest (metadata, then bytes; else errTampered).
 func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
 	k := r.Name + "#" + r.Digest
 	sv.mu.Lock()

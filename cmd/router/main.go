@@ -253,17 +253,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// builtinConn connects the built-in worker with the router's login and an
-// inbox prefix beside the router's (the router's with "-builtin"), which
-// the router user of a secured deployment may use (_INBOX.>).
+// builtinConn connects the built-in worker with the router's login and the
+// inbox prefix "<router's>-builtin" (a secured router user may use _INBOX.>).
 func builtinConn(conn natsconn.Config) (*nats.Conn, error) {
 	conn.InboxPrefix = strings.TrimSuffix(conn.InboxPrefix, ".") + "-builtin"
 	return conn.Connect("toolbus-router-builtin", nats.MaxReconnects(-1))
 }
 
-// secureDir returns the server configuration of --secure dir, generating
-// the roles' users (for prefix, reachable at listen) when dir holds none,
-// and says where each role's credentials are.
+// secureDir returns the server configuration of --secure dir, generating the
+// roles' users when there are none, and says where each role's credentials are.
 func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	cfgFile := filepath.Join(dir, security.ServerConfigFile)
 	if _, err := os.Stat(cfgFile); err == nil {
@@ -288,9 +286,8 @@ func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
 	return cfgFile, nil
 }
 
-// sharedRegister: the --secure directory's spec lets workers publish on the
-// shared P.register (the upgrade window of protocol 1.12), so its routers
-// serve it.
+// sharedRegister: the --secure spec lets workers publish on the shared
+// P.register (1.12's upgrade window), so its routers serve it.
 func sharedRegister(dir string) bool {
 	spec, err := security.LoadSpec(dir)
 	return err == nil && spec.WorkerSharedRegister

@@ -64,9 +64,8 @@ func (o *mcpOptions) check() error {
 	return facade.CheckListen(o.listen, o.tokens != "" || o.issuer != "" || o.audience != "" || o.jwks != "", o.insecure)
 }
 
-// conn returns the facade's own NATS login: the generated facade user
-// under --secure, --mcp-nkey/--mcp-creds, or (open NATS only) the
-// router's settings on a connection of its own.
+// conn returns the facade's own NATS login: the generated facade user under
+// --secure, --mcp-nkey/--mcp-creds, or on open NATS the router's settings.
 func (o *mcpOptions) conn(router natsconn.Config, secureDir string) (natsconn.Config, error) {
 	return ownLogin(router, secureDir, security.RoleFacade, o.nkey, o.creds,
 		"--mcp-listen: %s has no facade user (%s): it was generated before the facade had one; generate it again (move the directory away) or give the facade its own login",
@@ -230,9 +229,8 @@ func inboxFlags(fs *flag.FlagSet) *inboxOptions {
 	return o
 }
 
-// conn is the inbox's own login, never the router's: under --secure the
-// approver's (DIR/approver.nk), on open NATS the router's settings on a
-// connection of its own. approver says which.
+// conn is the inbox's own login, never the router's: the approver's under
+// --secure (approver true), else the router's settings on its own connection.
 func (o *inboxOptions) conn(router natsconn.Config, secureDir string) (c natsconn.Config, approver bool, err error) {
 	c, err = ownLogin(router, secureDir, security.RoleApprover, "", "", "--inbox-listen: %s has no approver user (%s)",
 		"--inbox-listen: the inbox must not answer with the router's credentials; run `toolbus inbox` with the approver's (or operator's) login instead, or use --secure")

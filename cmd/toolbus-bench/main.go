@@ -1,12 +1,7 @@
-// Command toolbus-bench holds toolbus's harnesses: the bench, toolbus
-// against raw NATS (docs/performance.md), and the soak, a whole deployment
-// under load with faults (docs/operations.md). It is a binary of its own so
-// that the operator CLI links neither; `toolbus bench ARGS` and `toolbus
-// soak ARGS` run it (docs/router.md "Layout").
-//
-//	toolbus-bench bench [--quick] [--json]
-//	toolbus-bench bench --cross-process [--runs 3] [--cpuprofile FILE]
-//	toolbus-bench soak --duration 10m [--json]
+// Command toolbus-bench holds toolbus's harnesses, the bench
+// (docs/performance.md) and the soak (docs/operations.md), in a binary of its
+// own so the operator CLI links neither; `toolbus bench` and `toolbus soak`
+// run it (docs/router.md "Layout").
 package main
 
 import (
@@ -191,9 +186,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // progressLine prints "<what>: <elapsed> of <total>" while a long command
-// runs: on a terminal, on one line of w rewritten every 2 s (cleared by
-// stop); into a file or a pipe (a CI log), as a plain line every 30 s.
-// total may be zero when unknown. Other writers (tests) get nothing.
+// runs: rewritten every 2 s on a terminal, a plain line every 30 s into a
+// file or pipe; nothing to other writers. total may be zero.
 func progressLine(w io.Writer, what string, total time.Duration) (stop func()) {
 	f, ok := w.(*os.File)
 	if !ok {

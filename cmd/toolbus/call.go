@@ -109,11 +109,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return replyError(reply)
 }
 
-// callBatch builds the batch: one call from the positional arguments
-// (tool and input; the input may be '-' for stdin or '@FILE'), or the
-// calls of --batch. A call without an id gets one made from the reply id,
-// so every CLI call has its own and a re-send with --reply-id is the same
-// call.
+// callBatch builds the batch: one call from the positional tool and input
+// ('-' for stdin, '@FILE'), or --batch's calls. A call without an id gets one
+// made from the reply id, so a re-send with --reply-id is the same call.
 func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.Batch, error) {
 	var b bus.Batch
 	if batchFile != "" {
@@ -204,9 +202,8 @@ func jsonOrString(fs *flag.FlagSet, name, v string) (json.RawMessage, error) {
 	return b, nil
 }
 
-// callError explains a call that got no reply. A rejected batch is a
-// *bus.Error (printed as JSON with asJSON); when the user interrupted the
-// command, the calls of the reply are cancelled on the bus too.
+// callError explains a call that got no reply (a *bus.Error as JSON with
+// asJSON); when the user interrupted, the reply's calls are cancelled too.
 func callError(ctx context.Context, cl *client.Client, session, replyID string, err error, asJSON bool, stdout io.Writer) error {
 	var be *bus.Error
 	if errors.As(err, &be) {
@@ -250,9 +247,8 @@ func replyError(r *bus.Reply) error {
 	return errors.Join(errs...)
 }
 
-// suggestTools prints "did you mean" for every result of r that names an
-// unknown tool, from the tools session's model sees; a listing that fails
-// only loses the hint.
+// suggestTools prints "did you mean" for each unknown-tool result of r, from
+// the session's listing (a failed listing only loses the hint).
 func suggestTools(ctx context.Context, cl *client.Client, session string, r *bus.Reply, w io.Writer) {
 	var unknown []string
 	for _, res := range r.Results {
@@ -343,9 +339,8 @@ func runCancel(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	// The cancel itself is fire-and-forget (docs/protocol.md 3.5: an
-	// unknown reply id is a no-op), so watch for the interrupted results
-	// to tell the user whether anything was cancelled.
+	// The cancel is fire-and-forget (docs/protocol.md 3.5), so watch for
+	// the interrupted results to tell whether anything was cancelled.
 	events, err := cl.Watch(ctx, session)
 	if err != nil {
 		return err
@@ -434,11 +429,9 @@ func awaitInterrupted(ctx context.Context, events *client.Events, replyID string
 	}
 }
 
-// runFetch prints (or with -o saves) a stored output: the object a data
-// block's nats-object:// url refers to (protocol 5.9), read through the
-// routers on P.outputs.<session> (the session is the name's first token
-// unless --session says otherwise), or with --direct from the object store
-// itself (operators).
+// runFetch prints (or with -o saves) the stored output a nats-object:// url
+// refers to (protocol 5.9), read through the routers, or with --direct from
+// the object store (operators).
 func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("fetch", stderr)
 	outPath := fs.String("o", "", "write the output to this file instead of stdout")
@@ -484,9 +477,8 @@ func runFetch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // maxTurnInput bounds the assistant message read from stdin or a file.
 const maxTurnInput = 64 << 20
 
-// runTurn reads one assistant message of a model API, runs its tool calls
-// as one batch and prints the tool-result messages that API expects next
-// (client.ParseModelTurn, client.ModelTurn.Reply).
+// runTurn reads one assistant message of a model API, runs its tool calls as
+// one batch and prints the tool-result messages that API expects next.
 func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("turn", stderr)
 	format := fs.String("format", bus.FormatOpenAI, "the API of the message: openai, openai-responses, anthropic or gemini")

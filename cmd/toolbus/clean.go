@@ -7,17 +7,11 @@ import (
 	"unicode/utf8"
 )
 
-// clean returns s for one line of a terminal: control characters (C0 and
-// C1, DEL, tabs, line ends), bidirectional controls and invalid UTF-8
-// written as Go escapes (\x1b, \r, \u202e, \xff). What others wrote —
-// events, parked requests and their reasons, suggested rules, tool and
-// skill descriptions, answerers — would otherwise reach the operator's
-// terminal as escape sequences: an agent erased the line of its parked
-// call in `toolbus watch-handoff` and wrote a benign-looking one over it
-// before `toolbus confirm` (session 18, red team:
-// TestAttackTerminalSpoofedConfirmation). A tool's output printed by
-// `toolbus call` and `toolbus fetch` is what was asked for, and is left as
-// it is.
+// clean returns s for one line of a terminal, control characters, bidi
+// controls and invalid UTF-8 written as Go escapes: what others wrote would
+// otherwise reach the operator's terminal as escape sequences (session 18:
+// TestAttackTerminalSpoofedConfirmation). A tool's output printed by call
+// and fetch is left as it is.
 func clean(s string) string {
 	if !needsClean(s) {
 		return s

@@ -1,23 +1,10 @@
 // Command toolbus is the command line for people: call tools, list what a
-// session's model sees, watch a session's events, cancel calls, switch a
-// session's groups and permission mode, and see and answer parked calls.
+// session's model sees, watch events, cancel calls, switch groups and
+// permission modes, see and answer parked calls, and more (`toolbus help`).
 //
 //	toolbus call get_current_time '{"timezone":"UTC"}'
-//	toolbus tools --format openai
-//	toolbus watch --session '*'
-//	toolbus cancel <reply-id>
-//	toolbus reset ops web
-//	toolbus session mode explore
 //	toolbus parked --all
-//	toolbus watch-handoff approve_po
 //	toolbus answer <call-id> 'approved'
-//	toolbus confirm <call-id> --remember
-//	toolbus skills push examples/skills/release-notes
-//	toolbus fetch nats-object://toolbus_outputs/<name> -o out.txt
-//	toolbus status
-//	toolbus security config --session s1 --handler deployer=deploy
-//	toolbus bench --quick
-//	toolbus soak --duration 10m --json
 package main
 
 import (
@@ -194,10 +181,8 @@ func (cn *conn) dial(ctx context.Context) (*client.Client, error) {
 	return client.New(nc, client.Config{Prefix: cn.prefix, Source: "toolbus/cli"}), nil
 }
 
-// connect connects to NATS with the shared flags (URLs, credentials, TLS);
-// run closes the connection when the command returns. A permissions
-// violation the server reports on it ends the command at once, instead of
-// leaving a request to its timeout.
+// connect connects to NATS with the shared flags; run closes it. A
+// permissions violation the server reports ends the command at once.
 func (cn *conn) connect(ctx context.Context) (*nats.Conn, error) {
 	st, _ := ctx.Value(runKey{}).(*runState)
 	nc, err := cn.nats.Connect("toolbus-cli", nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
@@ -287,9 +272,8 @@ func parseList(fs *flag.FlagSet, args []string, need string, valid func(string) 
 	return pos, nil
 }
 
-// parse parses args with fs, allowing flags after positional arguments
-// ("call echo '{}' --json"); everything after "--" is positional. It
-// returns the positional arguments.
+// parse parses args with fs, allowing flags after positional arguments;
+// everything after "--" is positional. It returns the positional arguments.
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	if !cli.WantsHelp(args) {
 		// A mistake gets one usage line, not every flag: the error stays
@@ -361,11 +345,9 @@ func checkID(fs *flag.FlagSet, what, id string) error {
 	return nil
 }
 
-// harness is the command that runs toolbus-bench's (cmd/toolbus-bench)
-// harness name with its arguments, found next to toolbus, on $PATH, or
-// built from the module (go run ./cmd/toolbus bench): the harnesses are a
-// binary of their own so that this CLI does not link them (docs/router.md
-// "Layout").
+// harness runs toolbus-bench's harness name with args, found next to
+// toolbus, on $PATH, or built from the module, so this CLI links no harness
+// (docs/router.md "Layout").
 func harness(name string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		tmp, err := os.MkdirTemp("", "toolbus-bench-")
@@ -503,9 +485,8 @@ func eventTime(e *bus.Event) string {
 
 func orDash(s string) string { return cmp.Or(s, "-") }
 
-// eventSummary summarises an event's data: the state and first text of a
-// result, the sequence number and text of progress, the parked calls, the
-// states of a finished batch.
+// eventSummary summarises an event's data: a result's state and first text,
+// progress's sequence and text, the parked calls, a batch's states.
 func eventSummary(e *bus.Event) string {
 	switch e.Type {
 	case bus.TypeCallResult:

@@ -95,9 +95,8 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// showParked prints the parked calls with call id id (one, unless the id
-// is used in several replies), each with the command that answers it; none
-// is a not_parked error.
+// showParked prints the parked calls with call id id, each with the command
+// that answers it; none is a not_parked error.
 func showParked(stdout io.Writer, calls []bus.ParkedCall, id, session string, asJSON bool) error {
 	found, err := matching(calls, session, id, "", "")
 	if err != nil {
@@ -334,9 +333,8 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// parseOutput reads the output of an answer: a JSON array of blocks (each
-// an object with a "type" and only block fields), else one text block
-// holding s as it is.
+// parseOutput reads an answer's output: a JSON array of blocks, else one
+// text block holding s as it is.
 func parseOutput(s string) []bus.Block {
 	if t := strings.TrimSpace(s); !strings.HasPrefix(t, "[") {
 		return bus.Text(s)
@@ -383,10 +381,8 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	// Looked up even with --reply and --tool: the confirmation names the
-	// parked input's digest. A call the list does not show (answered a
-	// moment ago, say) is confirmed as the flags say, so the router's
-	// answer says precisely why it is refused.
+	// Looked up even with --reply and --tool, for the input's digest; a
+	// call not listed is confirmed as the flags say, and refused precisely.
 	session := sessionOf(fs, cn)
 	p, err := target.resolve(ctx, cl, session, id, bus.KindConfirm, true)
 	if errors.Is(err, bus.ErrNotParked) && session != "" && *target.replyID != "" && *target.tool != "" {
@@ -429,9 +425,8 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 const maxHistory = 1000
 
 // parkedHistory returns the call records of session ("" for all) that no
-// longer wait — answered, done, expired, cancelled — newest last, read from
-// the parked bucket (they stay there for its TTL, 7 days): who answered
-// (answered_by, docs/protocol.md 6.1), when, and the result's state.
+// longer wait, newest last, from the parked bucket (kept 7 days), with who
+// answered, when, and the result's state.
 func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]bus.ParkRecord, error) {
 	js, err := jetstream.New(cl.Conn())
 	if err != nil {

@@ -157,9 +157,8 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	}
 }
 
-// runLimits is `toolbus limits`: the routers' admin verb limits (what each
-// rule that counts the tool has used and left for the user and session),
-// or limits.reset.
+// runLimits is `toolbus limits`: what each rule counting the tool has used
+// and left for the user and session (admin verb limits), or limits.reset.
 func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("limits", stderr)
 	tool := fs.String("tool", "", "the tool (none: every rule)")
@@ -381,10 +380,8 @@ func securityFlagSet(name, head string, stderr io.Writer) *flag.FlagSet {
 }
 
 // runSecurityAgent is `toolbus security agent --session S [--user U]
-// [--dir DIR]`: a per-session agent user made on demand in a directory of
-// `router --secure` (or `toolbus security config --out`), bound to a
-// toolbus user when --user is given. A router started with --secure DIR
-// (or --identities DIR/users.json) picks it up without a restart.
+// [--dir DIR]`: a per-session agent user in a --secure directory, which a
+// router picks up without a restart.
 func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := securityFlagSet("security agent", "usage: toolbus security agent --session S [--user U] [--dir DIR]\n\n"+
 		"Add the agent user session-S to DIR, confined to session S and bound to user U: its nkey seed, .env,\n"+

@@ -155,11 +155,8 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	if tool == "*" {
 		forTool = ""
 	}
-	// A router's consumer delivers every call still parked, oldest first,
-	// then what parks: the record is the request until it is answered or
-	// expires, so this shows what was asked while nobody watched.
-	// The router makes it and relays the pulls (P.handoff.<kind>[.<tool>]),
-	// so handlers and approvers need no JetStream permission.
+	// The router-made consumer delivers every call still parked, oldest
+	// first, then new ones; no JetStream permission needed.
 	ev, err := cl.Parked().Follow(ctx, kind, forTool)
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
@@ -230,10 +227,9 @@ func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// runMCP serves the session over stdio for a desktop MCP host. Stdio has
-// no authentication of its own: the identity is the NATS login (--nkey,
-// --creds, $NATS_*), so it is for a desktop host whose user owns those
-// credentials; what that login may publish is all the host can do.
+// runMCP serves the session over stdio for a desktop MCP host. Stdio has no
+// authentication: the identity is the NATS login, so it is for a host whose
+// user owns those credentials.
 func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("mcp", stderr)
 	user := fs.String("user", "", "the user of every call and listing; the NATS login, not this, decides what the host may publish")

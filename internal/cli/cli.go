@@ -1,6 +1,5 @@
-// Package cli holds what the commands share: main's signal handling and
-// exit, and, for the long-running ones (cmd/router,
-// cmd/toolworker), the logging, metrics and tracing flags and their setup.
+// Package cli holds what the commands share: signal handling and exit, and
+// the long-running commands' logging, metrics and tracing flags.
 package cli
 
 import (
@@ -76,9 +75,8 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	return s, nil
 }
 
-// WorkerObserver returns the observer that keeps the Prometheus metrics of
-// a worker with slots calls at once (its MaxConcurrent; zero means
-// worker.DefaultMaxConcurrent), or nil without -metrics.
+// WorkerObserver returns the Prometheus observer of a worker with slots
+// calls at once (zero: worker.DefaultMaxConcurrent); nil without -metrics.
 func (s *Started) WorkerObserver(slots int) worker.Observer {
 	if s.Metrics == nil {
 		return nil
@@ -116,9 +114,8 @@ var _ worker.Observer = (*metrics.Worker)(nil)
 var _ worker.RejectObserver = (*metrics.Worker)(nil)
 var _ worker.BusyObserver = (*metrics.Worker)(nil)
 
-// Main runs a command's run function with a context that ends on SIGINT
-// or SIGTERM, and exits 1 when it fails (printing the error as name's,
-// except for -h).
+// Main runs a command's run with a context that ends on SIGINT or SIGTERM,
+// and exits 1 when it fails (printing the error, except for -h).
 func Main(name string, run func(ctx context.Context, args []string, stdout, stderr io.Writer) error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go abortOnSecondSignal(ctx, name)

@@ -37,9 +37,8 @@ type Config struct {
 	// LandBudget bounds one landing write when no drain cuts it first;
 	// zero means DefaultLandBudget.
 	LandBudget time.Duration
-	// OnDeadline, when set, is called once when the drain's deadline
-	// passes with work in flight, just before that work is cancelled (to
-	// count it, say).
+	// OnDeadline, when set, is called once when the drain's deadline passes
+	// with work in flight, before that work is cancelled.
 	OnDeadline func()
 	// Logger receives the drain's warnings; nil discards.
 	Logger *slog.Logger

@@ -22,9 +22,8 @@ type Settings struct {
 	FromEnv     bool  // GOGC or GOMEMLIMIT came from the environment
 }
 
-// Apply sets GOGC to percent and the soft memory limit to limit bytes,
-// each unless the environment sets it; limit <= 0 sets no limit. It
-// returns what is in effect.
+// Apply sets GOGC to percent and the soft memory limit to limit bytes (<= 0:
+// none), each unless the environment sets it, and returns what is in effect.
 func Apply(percent int, limit int64) Settings {
 	var s Settings
 	if _, ok := os.LookupEnv("GOGC"); ok {

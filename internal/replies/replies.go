@@ -41,9 +41,8 @@ type Mux struct {
 type Options struct {
 	// Reset: a reconnect ends every wait with a nil reply.
 	Reset bool
-	// EndOnClose: the connection's close ends every wait with a nil
-	// reply, and Await fails with nats.ErrConnectionClosed from then on,
-	// as nats.go's requests fail.
+	// EndOnClose: the connection's close ends every wait with a nil reply,
+	// and Await fails with nats.ErrConnectionClosed from then on.
 	EndOnClose bool
 	// KeepInbox: a replied wait keeps its inbox; only for trusted repliers
 	// that answer once (JetStream acknowledgements).

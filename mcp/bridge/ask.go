@@ -25,10 +25,8 @@ import (
 )
 
 // What a bridged server may ask of its client (docs/protocol.md 12): roots,
-// elicitation (form and URL) and sampling. An elicitation becomes a call of
-// the request-scoped external tool mcp__<server>__elicit in the session of
-// the bus call that caused it, so it parks and is answered like any parked
-// call; a sampling request becomes a call of the server's sampling_tool.
+// elicitation, which parks as a call of mcp__<server>__elicit in the session
+// of the bus call that caused it, and sampling, a call of sampling_tool.
 
 const (
 	// maxQuestions bounds the elicitation and sampling requests of one
@@ -51,10 +49,9 @@ type asker struct {
 	log          *slog.Logger
 }
 
-// clientOptions declare the bridge's client capabilities and answer the
-// server's requests with a. Both elicitation modes are declared; the roots
-// never change while the bridge runs: no listChanged. Sampling is declared
-// by mcp-go for its handler.
+// clientOptions declare the bridge's client capabilities (both elicitation
+// modes, roots without listChanged; mcp-go declares sampling) and answer the
+// server's requests with a.
 func (a *asker) clientOptions() []mcpclient.ClientOption {
 	c := mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapability{Form: &struct{}{}, URL: &struct{}{}}}
 	c.Roots = &struct {

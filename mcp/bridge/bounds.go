@@ -17,10 +17,9 @@ import (
 // hostile or broken server must not fill the events stream, the tool
 // listings or the worker's memory.
 const (
-	// DefaultMaxMessage is the largest JSON-RPC message the bridge reads
-	// from a server (Config.MaxMessage): a stdio line, an HTTP response
-	// body, one SSE event. A larger result is refused while it streams,
-	// never held whole.
+	// DefaultMaxMessage is the largest JSON-RPC message the bridge reads from
+	// a server (a stdio line, an HTTP body, an SSE event), refused while it
+	// streams.
 	DefaultMaxMessage = 16 << 20
 	// MaxDescription and MaxTitle bound a bridged tool's description and
 	// title, in bytes; longer ones are cut, saying so.
@@ -121,13 +120,10 @@ func (g *progressGate) close() {
 	}
 }
 
-// lineLimiter reads a stdio server's output, one JSON-RPC message a line,
-// and cuts a line longer than limit while it streams: what was passed of
-// it is ended (mcp-go drops a line that does not parse), the rest is read
-// and thrown away, and for a response an error response to the same id
-// takes its place, so that one call fails with a clear error and the
-// connection stays. A cut notification or server request is dropped. A cut
-// line whose kind cannot be told from its first bytes ends the stream.
+// lineLimiter cuts a stdio server's output line (one JSON-RPC message)
+// longer than limit while it streams: a cut response is replaced by an error
+// response to its id, a cut notification or request is dropped, and a line
+// whose kind cannot be told ends the stream.
 type lineLimiter struct {
 	r     io.Reader
 	limit int64
@@ -220,10 +216,8 @@ func (l *lineLimiter) cutLine(last []byte) {
 	}
 }
 
-// messageHead reads the first members of a JSON-RPC message cut short:
-// kind is "message" when it has a method (a notification or request),
-// "response" when it has an id and no method before its result or error,
-// "" when the bytes do not say.
+// messageHead reads a cut JSON-RPC message's first members: kind "message"
+// with a method, "response" with an id and no method first, "" unknown.
 func messageHead(head []byte) (id json.RawMessage, kind string) {
 	dec := json.NewDecoder(bytes.NewReader(head))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
@@ -280,11 +274,9 @@ func (t limitTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// limitedBody fails a read past limit bytes: of the whole body, or of one
-// event (the bytes between blank lines) of an event stream. mcp-go closes a
-// stream's body from another goroutine than its reader's (to end a read
-// that waits), as an http body allows: err is shared, under mu; the counts
-// are the reader's alone.
+// limitedBody fails a read past limit bytes of the body, or of one SSE event.
+// mcp-go closes the body from another goroutine than the reader's, so err is
+// shared under mu; the counts are the reader's.
 type limitedBody struct {
 	rc        io.ReadCloser
 	limit     int64

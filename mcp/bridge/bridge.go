@@ -1,14 +1,7 @@
-// Package bridge brings MCP servers onto the bus: each configured server
-// (stdio, SSE or streamable HTTP) is connected with mcp-go's client, and its
-// tools are served by a toolbus worker of their own as
-// mcp__<server>__<tool> (docs/protocol.md 12).
-//
-// Every server has its own worker, so a server that fails, exits or
-// forgets its session withdraws only its own tools: its worker leaves at
-// once, the server is reconnected with exponential backoff, initialised
-// again, and a new worker registers its tools. A server's
-// notifications/tools/list_changed re-lists its tools and, when the
-// definitions changed, replaces its worker the same way.
+// Package bridge serves MCP servers' tools on the bus as
+// mcp__<server>__<tool> (docs/protocol.md 12, docs/mcp.md), one worker per
+// server, so a server that fails withdraws only its own tools while it is
+// reconnected with backoff.
 package bridge
 
 import (
@@ -251,10 +244,8 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// The bridge speaks the revisions of initialize (up to 2025-11-25):
-	// they have ping for liveness, the standalone stream for
-	// tools/list_changed and notifications/cancelled; every server mcp-go
-	// or the official SDKs build still answers initialize.
+	// The revisions of initialize (up to 2025-11-25) have ping, the
+	// standalone stream and cancellation, and every server still answers.
 	opts := []mcpclient.ClientOption{mcpclient.WithLegacyProtocolOnly()}
 	if l.s.Transport != TransportSSE {
 		// mcp-go's SSE client cannot answer a server's requests: declaring

@@ -15,25 +15,10 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// File is the bridge's configuration file, YAML or JSON:
-//
-//	groups:                      # optional group definitions sent with the tools
-//	  - {name: fs, description: Read and write files., scope: meta}
-//	servers:
-//	  - name: fs
-//	    transport: stdio          # stdio, sse or http (streamable HTTP)
-//	    command: npx
-//	    args: [-y, "@modelcontextprotocol/server-filesystem", /srv/data]
-//	    env: {DEBUG: "0"}
-//	    cwd: /srv
-//	    group: fs                 # the group of every tool of this server; "" = basic
-//	    timeout: 60s              # each tool's timeout_ms; "" = 300s
-//	    disable_tools: [write_file]
-//	  - name: search
-//	    transport: http
-//	    url: https://mcp.example.com/mcp
-//	    headers: {Authorization: "Bearer ..."}
-//	    enable_tools: [search]
+// File is the bridge's configuration file, YAML or JSON: optional groups,
+// and servers each with name, transport (stdio, sse or http), command, args,
+// env and cwd or url and headers, group, timeout and enable_tools or
+// disable_tools (docs/mcp.md; examples/mcp/servers.yaml).
 type File struct {
 	Groups  []bus.Group `json:"groups,omitempty"`
 	Servers []Server    `json:"servers"`

@@ -42,13 +42,9 @@ func sanitize(s string) string {
 }
 
 // Definition maps an MCP tool of server s to a bus tool definition
-// (docs/protocol.md 12): title (else annotations.title) → title, cut at
-// MaxTitle bytes; description, cut at MaxDescription bytes; readOnlyHint →
-// read_only and permission allow, else permission ask; idempotentHint →
-// idempotent; every annotation, as the server sent it, and
-// execution.taskSupport → mcp.annotations and mcp.task_support; never
-// concurrency-safe or state-injected; inputSchema and outputSchema kept as
-// they are.
+// (docs/protocol.md 12 has the table): titles and descriptions cut at
+// MaxTitle and MaxDescription, readOnlyHint to read_only and permission
+// allow (else ask), annotations kept under mcp, schemas as they are.
 func Definition(s *Server, t mcp.Tool) (bus.ToolDef, error) {
 	raw, err := json.Marshal(t)
 	if err != nil {
@@ -107,13 +103,9 @@ func annotations(a mcp.ToolAnnotation) *bus.MCPAnnotations {
 
 func isTrue(b *bool) bool { return b != nil && *b }
 
-// Result maps an MCP tool result to an exec result (docs/protocol.md 12): text →
-// text blocks; image and audio → data blocks; an embedded resource → a text
-// block (text) or a data block (blob) with its uri; a resource link → a data
-// block by url with its name, title, description and size;
-// structuredContent → one data block, media type application/json, after
-// the content (the text blocks stay as the server sent them); content
-// annotations → block annotations; isError → an error result.
+// Result maps an MCP tool result to an exec result (docs/protocol.md 12 has
+// the table: content to blocks, structuredContent to a JSON data block,
+// isError to an error result).
 func Result(r *mcp.CallToolResult) *bus.ExecResult {
 	out := []bus.Block{}
 	for _, c := range r.Content {

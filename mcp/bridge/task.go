@@ -16,11 +16,8 @@ import (
 )
 
 // A tool whose server says taskSupport "required" runs as an MCP task:
-// tools/call with params.task, then tasks/get every poll interval with
-// each new status as a progress event, then tasks/result once the task is
-// done or needs input (where a server delivers the requests it queued for
-// the task). The bus call stays one call; cancelling it sends
-// tasks/cancel.
+// tools/call with params.task, tasks/get polled (each status a progress
+// event), then tasks/result; cancelling the bus call sends tasks/cancel.
 
 // taskPoll is how often tasks/get is sent when the server names no interval.
 const taskPoll = 500 * time.Millisecond
@@ -29,9 +26,8 @@ const taskPoll = 500 * time.Millisecond
 func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, req mcp.CallToolRequest, c *worker.Call) (*mcp.CallToolResult, error) {
 	req.Params.Task = &mcp.TaskParams{}
 	// mcp-go's CallTool cannot read a CreateTaskResult, so tools/call goes
-	// through the transport with an id of the bridge's own. The creation
-	// is not cut short by the call's cancellation: a task the server made
-	// must be known, to be cancelled.
+	// through the transport; not cut short by cancellation, so the task
+	// made is known and can be cancelled.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cr.s.setupTimeout())
 	resp, err := cl.GetTransport().SendRequest(cctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION,
 		ID: mcp.NewRequestId("toolbus-task-" + nuid.Next()), Method: string(mcp.MethodToolsCall), Params: req.Params})

@@ -22,9 +22,8 @@ import (
 )
 
 // newTransport returns the server's MCP transport, reading at most limit
-// bytes a message (bounds.go). HTTP transports are wrapped so that a call
-// whose context ends can be cancelled with notifications/cancelled
-// (mcp-go sends it only over stdio).
+// bytes a message; HTTP transports send notifications/cancelled when a call's
+// context ends (mcp-go does only over stdio).
 func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface, error) {
 	var (
 		t   transport.Interface
@@ -162,11 +161,9 @@ func (t *httpTransport) SetProtocolVersion(v string) {
 	}
 }
 
-// SetRequestHandler passes the server's requests to h. Over streamable
-// HTTP, mcp-go gives h 30 seconds and answers with the same deadline, too
-// short for a person answering a parked elicitation; so elicitation and
-// sampling requests are answered in the background, bounded by the bus
-// calls that asked (ask.go), and their responses posted by t itself.
+// SetRequestHandler passes the server's requests to h. Elicitation and
+// sampling requests are answered in the background, bounded by the bus call
+// (ask.go), since mcp-go gives HTTP handlers only 30 seconds.
 func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
 	b, ok := t.Interface.(transport.BidirectionalInterface)
 	if !ok {

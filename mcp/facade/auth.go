@@ -248,9 +248,8 @@ func (f *gatekeeper) serveMetadata(w http.ResponseWriter, r *http.Request) bool 
 	return true
 }
 
-// CheckListen checks an HTTP facade's address against its authentication:
-// without an Authenticator it serves only with insecure set and only on a
-// loopback address.
+// CheckListen checks an HTTP facade's address: without an Authenticator it
+// serves only with insecure set, on a loopback address.
 func CheckListen(addr string, authenticated, insecure bool) error {
 	if authenticated {
 		if insecure {
@@ -281,20 +280,11 @@ func Loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// refuseRebound and refuseForm answer a request a web page may have sent
-// on a browser's behalf, and report whether they did. refuseRebound, before
-// anything is read: a request arriving on a loopback connection whose Host
-// is not a loopback name (a page whose name was rebound to 127.0.0.1: DNS
-// rebinding). refuseForm, once the request is authenticated (so a client
-// without credentials still learns how to get some): a POST whose body is
-// not application/json (a cross-site form or no-cors fetch sends text/plain,
-// form or multipart bodies without a CORS preflight, which the facade never
-// grants). mcp-go refuses both too, but the facade answers tasks,
-// task-augmented calls, the groups verbs and carried answers itself, before
-// mcp-go sees the request (session 18, red team:
-// TestAttackBrowserReachesInsecureFacade). It matters where no bearer token
-// is needed (--mcp-insecure on a loopback address, the desktop case): a
-// browser sends no Authorization header of its own.
+// refuseRebound and refuseForm answer, and report whether they did, a
+// request a web page may have sent for a browser (docs/mcp.md "Browsers are
+// refused"): refuseRebound a loopback connection whose Host is not a loopback
+// name (DNS rebinding), refuseForm an authenticated POST whose body is not
+// application/json. The facade serves some requests before mcp-go sees them.
 func refuseRebound(w http.ResponseWriter, r *http.Request) bool {
 	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil &&
 		loopbackHost(local.String()) && !loopbackHost(r.Host) {
@@ -329,18 +319,10 @@ func loopbackHost(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// Tokens authenticates bearer tokens listed in a token file (YAML or
-// JSON, unknown members refused):
-//
-//	tokens:
-//	  - name: alice-laptop          # for logs; default: the entry's position
-//	    token: sha256:9f86d0...     # SHA-256 of the token, hex; or the token itself
-//	    user: alice                 # the user of every call and listing
-//	    sessions: [s1, "dev-*"]     # ids and prefix* patterns; "*" is every session
-//	    confirm: host_user          # or approvers; default: the facade's
-//
-// Only the tokens' SHA-256 are kept in memory. It is safe for concurrent
-// use; Reload reads the file again.
+// Tokens authenticates the bearer tokens of a token file (YAML or JSON,
+// unknown members refused; format in docs/mcp.md "Token file"). Only the
+// tokens' SHA-256 are kept in memory. It is safe for concurrent use; Reload
+// reads the file again.
 type Tokens struct {
 	path string
 

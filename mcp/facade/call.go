@@ -21,9 +21,8 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-// call runs a tools/call as a one-call batch of the session (caller.run),
-// or a 2026-07-28 call that may ask its host, or the retry of one
-// (elicit.go).
+// call runs a tools/call as a one-call batch (caller.run), or a 2026-07-28
+// call that may ask its host, or its retry (elicit.go).
 func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	if req.Params.RequestState != "" {
 		return s.confirms.resume(ctx, req)
@@ -34,10 +33,8 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 	return s.calls.run(ctx, req, runOpts{})
 }
 
-// caller runs a session's tools/call on the bus: the one-call batch, the
-// wait for a parked call with its progress notices, and P.cancel when the
-// MCP request ends first. The confirmations it meets are the confirmer's
-// (elicit.go).
+// caller runs a session's tools/call on the bus: the batch, the wait for a
+// parked call with progress, and P.cancel when the MCP request ends first.
 type caller struct {
 	bus           callBus
 	session, user string
@@ -97,9 +94,8 @@ func (c callConfig) parkFor(timeout time.Duration, quiet bool) time.Duration {
 
 // runOpts are the variations of run.
 type runOpts struct {
-	// confirm, when set, receives a confirm park (the caller puts it to
-	// the host's user); otherwise it is put to the host's user through
-	// elicitation when the client declared it.
+	// confirm, when set, receives a confirm park; otherwise one is put to
+	// the host's user through elicitation when the client declared it.
 	confirm chan<- confirmPark
 	// callID and replyID, when set, are the bus call's (a task's record
 	// names them before the call is sent).
@@ -111,11 +107,10 @@ type runOpts struct {
 	onBackground func(bus.TaskHandle) // the call went on as a bus task (tasks.go)
 }
 
-// run runs the call and waits for its result: a call that parks is
-// waited for on the session's events until it has a result or its
-// deadline passes (parkFor). Progress events become progress
-// notifications when the client sent a token, and so does the wait,
-// every ProgressEvery.
+// run runs the call and waits for its result, a parked call on the
+// session's events until its deadline (parkFor), sending progress
+// notifications (every ProgressEvery while parked) when the client sent a
+// token.
 func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*mcp.CallToolResult, error) {
 	start := time.Now()
 	input, err := json.Marshal(req.GetArguments())
@@ -197,8 +192,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 		case <-done:
 			done = nil
 			if callErr != nil && ctx.Err() != nil {
-				// client.Call ended because ctx did, and this case won the
-				// select over ctx.Done: the bus call still runs
+				// client.Call ended because ctx did: the bus call still runs
 				// (TestCancelInterruptsBusCall).
 				return ended()
 			}
@@ -323,20 +317,15 @@ func announceParked(e *bus.Event, id string, notify func(string)) bool {
 	return false
 }
 
-// interruptOnEnd reports whether a call whose context ended is
-// interrupted on the bus: always, but for a kept call (a task's) when the
-// facade closes, which stays parked for another process to learn its end.
-// Every way run sees its context end asks it (ctx.Done, client.Call or
-// the watch ending with ctx: the last two used to interrupt a task's call
-// as its facade closed).
+// interruptOnEnd reports whether a call whose context ended is interrupted
+// on the bus: always, but for a kept call (a task's) when the facade closes,
+// which stays parked for another process to learn its end.
 func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
 
-// interrupt cancels the bus call of reply id replyID (docs/protocol.md
-// 5.4) with cancel (P.cancel) for a call whose MCP request ended: the
-// client cancelled it, went away, or cancelled the task. It uses a
-// context of its own, since ctx has ended.
+// interrupt cancels the bus call of replyID (P.cancel, docs/protocol.md 5.4)
+// whose MCP request ended, with a context of its own since ctx has ended.
 func interrupt(ctx context.Context, cancel func(ctx context.Context, session, replyID string, calls ...string) error, session, replyID string) {
 	cctx, stop := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer stop()
@@ -409,9 +398,8 @@ func toMCP(r bus.Result) *mcp.CallToolResult {
 			}
 			res.Content = append(res.Content, withAnnotations(link, b.Annotations))
 		case isStructured(b) && res.StructuredContent == nil:
-			// The tool's structured output, and its JSON as text when
-			// the result has none, for hosts that do not read
-			// structuredContent.
+			// The tool's structured output, and its JSON as text when the
+			// result has none, for hosts that ignore structuredContent.
 			raw, _ := base64.StdEncoding.DecodeString(b.Data)
 			res.StructuredContent = json.RawMessage(raw)
 			if !hasText {
@@ -497,18 +485,11 @@ func stillParkedText(callID, tool, kind, subject, replyID, session string) strin
 		"what is waiting, and carry on with what does not depend on it.", callID, tool, kindText(kind), subject, replyID, session)
 }
 
-// structurer makes the result of a tool listed with an outputSchema carry
-// structuredContent, which MCP (2025-06-18 and later) asks of its
-// successful results, and the TypeScript SDK and the Inspector check.
-//
-//   - A result whose only content is one text block holding a JSON object
-//     (a toolbus worker's typed output) gets that object (issue 18).
-//   - An offloaded result (docs/offload.md) is read back from the store, at
-//     most max bytes, and a JSON object there is returned inline; the
-//     links and previews stay in the content (issue 29, F1).
-//   - An offloaded result whose JSON is larger, or not an object, is
-//     returned as an isError result (which hosts do not check against the
-//     schema) saying why and where the output is.
+// structurer gives the result of a tool listed with an outputSchema its
+// structuredContent (docs/mcp.md, "a tool listed with an outputSchema returns
+// structured content"): a lone text block's JSON object, or an offloaded
+// output's object read back up to max bytes; a larger or non-object output
+// becomes an isError result saying where the output is.
 type structurer struct {
 	session string
 	fetch   outputFetcher
@@ -526,9 +507,8 @@ func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	}
 }
 
-// restore sets res.StructuredContent from a stored output it links to;
-// when none serves, a result with stored links becomes an isError result
-// saying why.
+// restore sets res.StructuredContent from a stored output it links to; when
+// none serves, a result with stored links becomes an isError saying why.
 func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
 	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
 		return
@@ -601,24 +581,9 @@ func structureText(res *mcp.CallToolResult) {
 	res.StructuredContent = json.RawMessage(raw)
 }
 
-// Revision downgrade (docs/mcp.md "Revision downgrade"): a host gets only
-// the members and content types its MCP revision defines. The table below
-// is read from the revisions' schema.json / schema.ts
-// (modelcontextprotocol/modelcontextprotocol, schema/<revision>/):
-//
-//	member                                      since
-//	text, image, embedded resource content      2024-11-05
-//	content annotations audience, priority      2024-11-05
-//	audio content                               2025-03-26
-//	tool annotations (title and the hints)      2025-03-26
-//	resource_link content                       2025-06-18
-//	annotations.lastModified                    2025-06-18
-//	tool title, outputSchema; structuredContent 2025-06-18
-//	resource and template title                 2025-06-18
-//	tool execution (taskSupport), icons         2025-11-25
-//	the tasks server capability                 2025-11-25
-//
-// Later revisions (2026-07-28) know everything above.
+// Revision downgrade (docs/mcp.md "Revision downgrade", whose table says
+// which member each revision added): a host gets only the members and
+// content types its MCP revision defines.
 
 // revision orders the MCP revisions; an unknown or empty version is taken
 // as the newest (mcp-go negotiates only the ones it knows).

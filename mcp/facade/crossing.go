@@ -25,41 +25,32 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// maxCrossing bounds a message carried to another facade process (an
-// elicitation answer or a cancel is small); a larger one is answered
-// where it landed.
+// maxCrossing bounds a message carried to another facade process; a larger
+// one is answered where it landed.
 const maxCrossing = 64 << 10
 
-// crossRecord is a message of a 2025-11-25 MCP session carried to the
-// facade process it belongs to, under x.<session>.<user digest>.<MCP
-// session digest>.<nuid> in the facade's bucket: the put publishes it to
-// that key's subscribers, and it is deleted at once.
+// crossRecord is a message carried to the facade process it belongs to,
+// under x.<session>.<user digest>.<MCP session digest>.<nuid>: put, delivered
+// to the key's subscribers, and deleted at once.
 type crossRecord struct {
 	MCPSession string          `json:"mcp_session"`
 	Version    string          `json:"version,omitempty"`
 	Message    json.RawMessage `json:"message"`
 }
 
-// clientRecord is what a 2025-11-25 client declared in its initialize,
-// under m.<session>.<user digest>.<MCP session digest>, for the
-// processes that serve its later requests (adopt).
+// clientRecord is what a 2025-11-25 client declared in its initialize, under
+// m.<session>.<user digest>.<MCP session digest>, for adopt.
 type clientRecord struct {
 	Version      string                 `json:"version"`
 	Capabilities mcp.ClientCapabilities `json:"capabilities"`
 	Info         mcp.Implementation     `json:"info"`
 }
 
-// crossing carries the messages of a 2025-11-25 MCP session that reach
-// another facade process than the one they belong to (issue 29, F2): a
-// client's answer to an elicitation/create the facade sent and its
-// notifications/cancelled of a tools/call. mcp-go keeps both per process,
-// so behind a front without affinity the answer got HTTP 404 and the
-// cancel was dropped. The process serving a tools/call of an MCP session
-// follows that session's key prefix in the facade's bucket while it runs;
-// a process given an answer to another process's request (tag) or any
-// cancel puts the message there, and the follower hands it to its own
-// mcp-go. Keys name the bus session and the authenticated user, so a
-// message is only ever carried into the same (session, user)'s server.
+// crossing carries to the process that owns them the messages of a
+// 2025-11-25 MCP session that reach another facade process: a client's
+// answer to an elicitation and its notifications/cancelled (docs/mcp.md
+// "Facade processes behind one address"). Keys name the bus session and the
+// authenticated user, so a message only reaches the same (session, user).
 type crossing struct {
 	nc      *nats.Conn
 	store   *kvStore
@@ -73,15 +64,9 @@ type crossing struct {
 	subs     map[string]*crossSub // by MCP session id
 	known    map[string]bool      // MCP sessions initialised or adopted here (at most maxClients)
 	adopting string               // the MCP session adopt initialises (not recorded again)
-	// tag is this process's server of the session's (issue 29, F2).
-	// mcp-go numbers the requests it sends a client from 1 in each of its
-	// servers, so two processes serving one MCP session sent the same
-	// ids, and an answer could be taken by the other process's question
-	// of that id. Every request this server sends a 2025-11-25 client
-	// carries the id "<tag>.<n>" (JSON-RPC allows a string id); an answer
-	// bearing the tag goes back to mcp-go as n, one bearing another tag is
-	// carried to the process following the MCP session, which takes only
-	// its own.
+	// tag prefixes the ids of the requests this server sends ("<tag>.<n>"):
+	// mcp-go numbers them from 1 in every process, so an answer bearing
+	// another tag is carried to its process, not taken here.
 	tag string
 }
 
@@ -109,14 +94,11 @@ func (p *posted) response() bool {
 		!bytes.Equal(bytes.TrimSpace(p.Result), []byte("{}"))
 }
 
-// serveHTTP serves every request of a 2025-11-25 (or earlier) MCP
-// session: it tags the ids of the requests this process sends the client
-// (tagWriter), gives an answer bearing another process's tag to that
-// process, adopts an MCP session it does not know, and carries a
-// notifications/cancelled, and an untagged answer its own mcp-go has no
-// question for, to the process following the session; a tools/call
-// follows the session's crossings while it runs. It reports false for a
-// request of no MCP session (2026-07-28), which the caller serves.
+// serveHTTP serves every request of a 2025-11-25 (or earlier) MCP session:
+// it tags the ids of the requests sent to the client, carries answers of
+// another process's tag, notifications/cancelled and answers its mcp-go
+// has no question for to the following process, and adopts sessions it
+// does not know. It reports false for a request of no MCP session.
 func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	sid := r.Header.Get(server.HeaderKeySessionID)
 	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
@@ -214,11 +196,9 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 }
 
 // adopt registers MCP session sid, initialised on another process, with
-// this process's mcp-go server as if its client had initialised it here
-// with what it declared (remember): a synthetic initialize that mcp-go
-// answers under sid (adoptResolver), then notifications/initialized. So
-// later requests of sid find its capabilities, their questions and its
-// GET stream here too. Without the record nothing is adopted.
+// this process's mcp-go server by replaying its initialize (remember), so
+// its later requests find their capabilities here. Without the record
+// nothing is adopted.
 func (x *crossing) adopt(ctx context.Context, sid string) {
 	x.adoptMu.Lock()
 	defer x.adoptMu.Unlock()
@@ -259,9 +239,8 @@ func (x *crossing) markKnown(sid string) {
 	x.known[sid] = true
 }
 
-// inject serves a message of MCP session sid to this process's mcp-go,
-// as if posted to it (adopting: the initialize that adopts sid), and
-// returns the HTTP status.
+// inject serves a message of MCP session sid to this process's mcp-go as if
+// posted to it (adopting: the initialize), returning the HTTP status.
 func (x *crossing) inject(sid, version string, body []byte, adopting bool) int {
 	req, err := http.NewRequest(http.MethodPost, "/mcp/"+x.session, bytes.NewReader(body))
 	if err != nil {
@@ -553,12 +532,10 @@ func postedBody(r *http.Request) ([]byte, bool) {
 	return body, err == nil
 }
 
-// modernCancel reports whether r is a notifications/cancelled of a
-// 2026-07-28 client over HTTP, which the facade answers 202 itself and
-// drops: without MCP sessions the request id it names is ambiguous, and
-// mcp-go cancelled whichever host's request had that id
-// (TestGoSDKTwoHosts). The revision cancels a request over HTTP by ending
-// its stream, which interrupts the bus call.
+// modernCancel reports whether r is a 2026-07-28 notifications/cancelled
+// over HTTP, which the facade answers 202 and drops: the request id it names
+// is ambiguous without MCP sessions; such a host cancels by ending the
+// request's stream (docs/mcp.md).
 func modernCancel(r *http.Request) bool {
 	if !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		return false

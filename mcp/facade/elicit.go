@@ -47,25 +47,22 @@ func canElicitURL(ctx context.Context) bool {
 	return e != nil && e.URL != nil
 }
 
-// mayElicit reports whether a confirm park of a call of this session is
-// put to the host's user: only under ConfirmHostUser, when the client
-// declared elicitation. The host's user then confirms only the call its
-// own request started, as its own user: never another user's call.
+// mayElicit reports whether a confirm park of this session's call is put to
+// the host's user: under ConfirmHostUser, when the client declared
+// elicitation, for the call its own request started only.
 func (c *confirmer) mayElicit(ctx context.Context) bool {
 	return c.policy == ConfirmHostUser && elicitation(ctx) != nil
 }
 
 // confirmer owns a session's confirmations put to the host's user
-// (docs/mcp.md "Who confirms"): the elicitation up to 2025-11-25, and the
-// 2026-07-28 multi round trip (below).
+// (docs/mcp.md "Who confirms"), by elicitation or the multi round trip.
 type confirmer struct {
 	bus           client.Parked
 	session, user string
 	policy        Confirm
-	// remember: the host's user may choose "allow and remember". A rule
-	// is the session's, for every user of it, so only an unauthenticated
-	// facade (stdio, insecure loopback: one desktop user) offers it; an
-	// authenticated host user confirms one call at a time.
+	// remember offers "allow and remember": a rule is the session's, for
+	// all its users, so only an unauthenticated (one desktop user) facade
+	// offers it.
 	remember bool
 	closing  context.Context                                                                            // ends when the facade closes
 	loop     func(func(context.Context)) bool                                                           // life.Loop
@@ -117,9 +114,8 @@ func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
 }
 
 // decide answers the park with the host user's choice: allow, allow and
-// remember (a rule allowing the tool in this session), or deny; a
-// decline, a cancel or an unknown choice leaves it to the others. The
-// first answer from anywhere wins.
+// remember, or deny; anything else leaves it to the others. The first answer
+// from anywhere wins.
 func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, res *mcp.ElicitationResult) {
 	if res.Action != mcp.ElicitationResponseActionAccept {
 		return
@@ -140,16 +136,10 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 	}
 }
 
-// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and
-// "Bridged servers' questions reach the host"): that revision has no
-// server-initiated requests, so what a call needs of its host's user (a
-// confirmation, or its bridged server's question) ends the request with
-// an input_required result carrying one elicitation input request and a
-// request state, while the bus call goes on. The retry brings the answer,
-// which is published on the bus (P.confirm or P.answer), and waits again
-// for the call: its result, or the next round. A request state is stored
-// in the facade's bucket under the retry's own session and user
-// (stateRecord), so any facade process serves the retry.
+// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and "Bridged
+// servers' questions reach the host"): an input_required result with a
+// request state stored in the facade's bucket (stateRecord), so any facade
+// process serves the retry that brings the answer.
 
 // Input request keys of the two kinds of rounds.
 const (
@@ -163,9 +153,8 @@ type ask struct {
 	question *asked
 }
 
-// pending is a call of a 2026-07-28 client that asked its host and goes
-// on meanwhile, until it ends (its result kept for the retry a while) or
-// the facade closes.
+// pending is a call of a 2026-07-28 client that asked its host and goes on,
+// until it ends (its result kept a while for the retry) or the facade closes.
 type pending struct {
 	base   stateRecord // the call: session, user, tool, ids, start, deadline
 	asks   <-chan ask  // the next rounds, as the call meets them
@@ -374,9 +363,8 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return res, err
 }
 
-// answer publishes the host's response to round a (P.confirm or
-// P.answer); a response missing, malformed or cancelling publishes
-// nothing.
+// answer publishes the host's response to round a (P.confirm or P.answer);
+// a missing, malformed or cancelling response publishes nothing.
 func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
 	key := inputConfirm
 	if a.question != nil {
@@ -414,10 +402,9 @@ const resultKept = time.Minute
 const kindQuestion = "question"
 
 // stateRecord is the request state of a 2026-07-28 call waiting for its
-// host's user, stored under r.<session>.<user digest>.<state>
-// in the facade's bucket, so any facade process takes the retry. The key
-// is made from the retry's own session and user, so a state of another
-// session or user, a forged or an expired one, finds nothing.
+// host's user, under r.<session>.<user digest>.<state>: keyed by the retry's
+// own session and user, so another's, a forged or an expired state finds
+// nothing.
 type stateRecord struct {
 	Session string     `json:"session"`
 	User    string     `json:"user"`
@@ -455,10 +442,9 @@ func (st *kvStore) getState(ctx context.Context, session, user, id string) (*sta
 	return &r, nil
 }
 
-// resumeStored is the retry of a call another facade process (or this
-// one, before a restart) asked its host about: the answer is published,
-// and the call is waited for on the bus until its deadline: its result,
-// or its bridged server's next question, the next round.
+// resumeStored serves the retry of a call any facade process asked its host
+// about: the answer is published and the call waited for until its
+// deadline, its result or the next question.
 func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	r, err := c.states.getState(ctx, c.session, c.user, req.Params.RequestState)
 	if errors.Is(err, errNotFound) {
@@ -535,13 +521,9 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 }
 
 // A bridged server's question put to the host (docs/mcp.md "Bridged
-// servers' questions"): while a host that declared elicitation calls a
-// bridged tool under the host_user policy, a question that server parks
-// in the session (a call of mcp__<server>__elicit, docs/protocol.md 12)
-// for the host's own user is put to the host through elicitation, and its
-// answer answers the park. The park stays answerable by `toolbus answer`
-// and approvers meanwhile; the first answer wins. A cancel, an error or a
-// host that cannot show the question leaves it to the others.
+// servers' questions"): under host_user the question a bridged tool parks
+// for the host's own user is asked through elicitation; the first answer
+// from anywhere wins, and a host that cannot show it leaves it to others.
 
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.
@@ -708,9 +690,8 @@ func questionParams(qn bus.Question, url bool) (mcp.ElicitationParams, bool) {
 	return params, true
 }
 
-// hostAnswer is the answer text of the park for the host's response;
-// false for a cancel (or anything else), which leaves the question to the
-// others.
+// hostAnswer is the park's answer text for the host's response; false for a
+// cancel or anything else, which leaves the question to the others.
 func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
 	if res == nil {
 		return "", false

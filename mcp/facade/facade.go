@@ -1,13 +1,8 @@
-// Package facade serves a toolbus deployment as an MCP server, one MCP
-// endpoint per bus session: tools/list is the session's visible tools in
-// mcp format, in the same order, and tools/call runs a one-call batch
-// through the routers, so groups, validation, permissions and parking
-// apply (docs/protocol.md 12).
-//
-// Each bus session and user gets its own mcp-go MCPServer whose tools are
-// replaced whenever that listing changes; mcp-go then tells its clients,
-// and only them, notifications/tools/list_changed. A tool that is not
-// listed is not registered, so it cannot be called.
+// Package facade serves a toolbus deployment as an MCP server, one endpoint
+// per bus session: tools/list is the session's visible tools and tools/call
+// runs a one-call batch through the routers (docs/protocol.md 12,
+// docs/mcp.md). Each (session, user) has its own mcp-go MCPServer; a tool
+// that is not listed is not registered, so it cannot be called.
 package facade
 
 import (
@@ -43,18 +38,15 @@ type Config struct {
 	// ContextHeader is the HTTP header holding the batch's runtime context
 	// as a JSON object; "" means X-Toolbus-Context.
 	ContextHeader string
-	// Poll is how often a used session's listing is compared with the
-	// bus, besides the watches that trigger a listing at once; zero means
-	// 2s.
+	// Poll is how often a used session's listing is compared with the bus,
+	// besides the watches; zero means 2s.
 	Poll time.Duration
 	// ParkWait is the least a parked call holds its tools/call (or task)
-	// open; a call waits up to its tool's timeout_ms, or this when longer.
-	// Zero means no minimum.
+	// open beside its tool's timeout_ms; zero means no minimum.
 	ParkWait time.Duration
-	// QuietHold is the longest a parked call holds the tools/call of a
-	// host that sent no progress token and runs no task (such hosts give
-	// up on their own: 60 s in the TypeScript SDK); the call is then
-	// answered that it is still parked, and stays parked; zero means 45s.
+	// QuietHold is the longest a parked call holds the tools/call of a host
+	// with no progress token nor task (which gives up on its own), then
+	// answers that it is still parked; zero means 45s.
 	QuietHold time.Duration
 	// ProgressEvery is how often a parked call sends a progress
 	// notification while it waits; zero means 10s.
@@ -62,9 +54,8 @@ type Config struct {
 	// Auth authenticates every HTTP request (Tokens, OAuth); nil serves
 	// HTTP only when Insecure is set.
 	Auth Authenticator
-	// Insecure serves HTTP without authentication: the user comes from
-	// UserHeader, every session may be used. For a desktop on a loopback
-	// address only (CheckListen).
+	// Insecure serves HTTP without authentication (the user from
+	// UserHeader, every session): a loopback desktop only (CheckListen).
 	Insecure bool
 	// Confirm is the confirm policy of identities that name none, and of
 	// stdio and insecure HTTP; "" means ConfirmApprovers.
@@ -118,10 +109,8 @@ type key struct {
 	stdio         bool
 }
 
-// New returns a Facade over the deployment cl talks to. Every call,
-// listing and answer is published on cl's connection: give the facade its
-// own, logged in as the facade's NATS user (security.RoleFacade), never
-// the router's.
+// New returns a Facade over the deployment cl talks to. Give it a connection
+// of its own logged in as security.RoleFacade, never the router's.
 func New(cl *client.Client, cfg Config) *Facade {
 	cfg.UserHeader = cmp.Or(cfg.UserHeader, "X-Toolbus-User")
 	cfg.ContextHeader = cmp.Or(cfg.ContextHeader, "X-Toolbus-Context")
@@ -165,15 +154,11 @@ type ctxKey int
 
 const contextKey ctxKey = 0
 
-// Handler serves streamable HTTP at /mcp/<session> (sessionOf); another
-// path or an invalid session id gets HTTP 404. Every request is
-// authenticated first (Config.Auth; 401 with a WWW-Authenticate
-// challenge), then checked against its identity: a session it may not
-// use, or a user header that is not its user, gets 403 and nothing is
-// published. With an OAuth Auth the RFC 9728 metadata is served at
-// /.well-known/oauth-protected-resource and below. Every revision mcp-go
-// serves works, 2026-07-28 too (no MCP sessions): the bus session comes
-// from the path.
+// Handler serves streamable HTTP at /mcp/<session> (sessionOf; else 404).
+// Every request is authenticated (Config.Auth; 401 with a challenge), then
+// checked against its identity: a session it may not use, or a user header
+// that is not its own, gets 403 and nothing is published. With OAuth the
+// RFC 9728 metadata is served at /.well-known/oauth-protected-resource.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
@@ -220,10 +205,8 @@ func (f *Facade) Handler() http.Handler {
 	})
 }
 
-// acquireStatus is the HTTP status of a session the facade could not
-// serve: 403 when the router refused the identity (denied: on a secured
-// router the session is bound to another user, docs/security.md), else
-// 503 (full, closing, no router).
+// acquireStatus is the HTTP status of a session the facade could not serve:
+// 403 when the router denied the identity, else 503.
 func acquireStatus(err error) int {
 	var be *bus.Error
 	if errors.As(err, &be) && be.Code == bus.CodeDenied {
@@ -255,9 +238,8 @@ func sessionOf(r *http.Request) (id string, ok bool) {
 }
 
 // ServeStdio serves the session over stdio as user until ctx ends or in
-// closes, with Config.Confirm as its policy. Stdio has no authentication
-// of its own: it is for a desktop host whose user owns the facade's NATS
-// credentials.
+// closes, with Config.Confirm. Stdio has no authentication: it is for a
+// desktop host whose user owns the facade's credentials.
 func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in interface {
 	Read([]byte) (int, error)
 }, out interface{ Write([]byte) (int, error) }) error {
@@ -419,13 +401,11 @@ func (s *session) listed(name string) bool {
 }
 
 // settle are the delays after a watched change at which the session is
-// listed again: the first listing may come before the router's cache has
-// the change.
+// listed again, since the router's cache may lag the change.
 var settle = []time.Duration{0, 100 * time.Millisecond, 500 * time.Millisecond}
 
-// poll lists the session again when a watch saw a change (at once and
-// after each settle delay), and every Poll for what no watch sees (a
-// worker whose liveness key expired).
+// poll lists the session again when a watch saw a change (at once and after
+// each settle delay), and every Poll for what no watch sees.
 func (s *session) poll() {
 	t := time.NewTicker(s.f.cfg.Poll)
 	defer t.Stop()
@@ -526,12 +506,9 @@ func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	return downgradeTools(revisionFrom(ctx), out)
 }
 
-// Calm lists (docs/mcp.md "Calm lists"): a change of a session's listing
-// that a watch or the poll found is applied (SetTools, which notifies the
-// server's clients) on the trailing edge: Calm after the last change and
-// after the previous notification, at most MaxCalm after the burst began.
-// A host's own tools/list (and a new session's first listing) applies a
-// pending change at once: the host never reads a stale list.
+// Calm lists (docs/mcp.md "Calm lists"): a listing change is applied on the
+// trailing edge, Calm after the last change, at most MaxCalm after the burst
+// began; a host's own tools/list applies a pending change at once.
 
 // Calm and MaxCalm bound the coalescing of list changes.
 const (
@@ -620,10 +597,9 @@ func (s *session) flush() {
 	}
 }
 
-// table is the (session, user) MCP servers a facade keeps, bounded by
-// MaxSessions (the least recently used idle one makes room) and swept of
-// those idle for longer than Idle (docs/mcp.md "Idle eviction"). At most
-// MaxSessions: a scan of them all costs less than keeping an order.
+// table is the (session, user) MCP servers a facade keeps: at most
+// MaxSessions (the least recently used idle one makes room; a scan costs
+// less than an order), swept of those idle longer than Idle.
 type table struct {
 	closing context.Context // the facade's: nothing is added once it ends
 	idle    time.Duration
@@ -651,10 +627,9 @@ func (t *table) use(k key) *session {
 	return s
 }
 
-// add keeps s as k's MCP server, counts a request on it and calls start
-// (its polling), all under the lock; it returns the one made meanwhile by
-// another request instead, counted the same, and errFull when max are
-// kept and all are busy.
+// add keeps s as k's MCP server, counts a request on it and calls start,
+// under the lock; it returns one made meanwhile instead, and errFull when
+// max are kept and all are busy.
 func (t *table) add(k key, s *session, start func()) (*session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -685,9 +660,8 @@ func (t *table) touchLocked(s *session, delta int) {
 	s.last = time.Now()
 }
 
-// busyLocked reports whether s serves a request or holds a call waiting
-// for its host user: it is not dropped then (tasks are the facade's, and
-// survive it).
+// busyLocked reports whether s serves a request or holds a call waiting for
+// its host user; it is not dropped then.
 func (t *table) busyLocked(s *session) bool {
 	return s.active > 0 || s.confirms.busy()
 }
@@ -754,9 +728,8 @@ func (t *table) changed(id string) {
 	}
 }
 
-// The MCP grouping draft (SEP-2084, extension
-// io.modelcontextprotocol/grouping) served from the session's groups
-// (docs/mcp.md "Groups as MCP groups").
+// The MCP grouping draft (SEP-2084, io.modelcontextprotocol/grouping) served
+// from the session's groups (docs/mcp.md "Groups as MCP groups").
 const (
 	groupingExtension = "io.modelcontextprotocol/grouping"
 	methodGroupsList  = "groups/list"
@@ -806,10 +779,8 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 	}
 }
 
-// serveOwn answers over HTTP what the facade answers itself (take);
-// false leaves the request, body intact, to the next handler. A task
-// message of an MCP session carries its id, for the task's status
-// notifications.
+// serveOwn answers over HTTP what the facade answers itself (take); false
+// leaves the request, body intact, to the next handler.
 func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
 	body, ok := postedBody(r)
 	if !ok {
@@ -851,9 +822,8 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	return response(m.ID, map[string]any{"groups": groupsOf(list.Groups)}, nil)
 }
 
-// take takes a message the facade answers itself (a grouping request, or
-// a task message when the session offers tasks) and returns how it is
-// answered; false passes it on to mcp-go.
+// take takes a message the facade answers itself (grouping, or tasks when
+// offered) and returns how it is answered; false passes it to mcp-go.
 func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
 	m, ok := parseRequest(line)
 	switch {

@@ -60,9 +60,8 @@ type OAuthConfig struct {
 	Now func() time.Time
 }
 
-// Algorithms are the JWS algorithms an access token may be signed with:
-// asymmetric only (never "none" nor an HMAC, whose key would be the
-// public one).
+// Algorithms are the JWS algorithms an access token may use: asymmetric only
+// (never "none" nor HMAC, whose key would be the public one).
 var Algorithms = []jose.SignatureAlgorithm{jose.RS256, jose.RS384, jose.RS512, jose.PS256, jose.PS384, jose.PS512,
 	jose.ES256, jose.ES384, jose.ES512, jose.EdDSA}
 
@@ -76,10 +75,9 @@ const (
 // may use.
 const ScopeSessionPrefix = "toolbus:session:"
 
-// OAuth authenticates bearer JWTs (an Authenticator) and describes the
-// protected resource (RFC 9728): its metadata is served at
-// /.well-known/oauth-protected-resource (and every path below it), and
-// 401 answers name it (metaURL). It is safe for concurrent use.
+// OAuth authenticates bearer JWTs and serves the RFC 9728 metadata at
+// /.well-known/oauth-protected-resource, which 401 answers name. It is safe
+// for concurrent use.
 type OAuth struct {
 	cfg     OAuthConfig
 	metaURL string
@@ -144,11 +142,10 @@ func (o *OAuth) Metadata() server.ProtectedResourceMetadataConfig {
 		BearerMethodsSupported: []string{"header"}, ResourceName: "toolbus"}
 }
 
-// Authenticate implements Authenticator: the token must parse as a JWS
-// signed with one of Algorithms by a key of the JWKS (by kid; a token
-// without kid is tried against every key of a matching type), with the
-// configured issuer, an audience containing the resource, an exp in the
-// future and nbf/iat not in the future (within Leeway), and a user.
+// Authenticate checks the token: a JWS signed with one of Algorithms by a
+// JWKS key (by kid, else every key of its type), with the issuer, an
+// audience holding the resource, exp ahead, nbf/iat not ahead (within
+// Leeway), and a user.
 func (o *OAuth) Authenticate(r *http.Request) (Identity, error) {
 	raw, err := bearer(r)
 	if err != nil {

@@ -26,10 +26,8 @@ import (
 )
 
 // Resources of a session (docs/mcp.md "Facade mapping: resources"): the
-// resources and templates of the bridged servers whose tools the session
-// lists, read through P.resources.<server> (docs/protocol.md 12), and the
-// session's stored outputs (nats-object:// references of its results),
-// read through P.outputs.<session> (docs/protocol.md 5.9).
+// bridged servers' resources, through P.resources.<server>, and the
+// session's stored outputs, through P.outputs.<session>.
 
 // DefaultMaxResource bounds what one resources/read of a stored output
 // returns (Config.MaxResource).
@@ -91,9 +89,8 @@ func (s *resources) knowsResource(uri string) bool {
 	return ok
 }
 
-// syncResources lists the resources of the session's bridged servers and
-// registers them (and the stored-outputs template) with the MCP server;
-// a server that fails is left out.
+// syncResources registers the session's bridged servers' resources (and the
+// stored-outputs template) with the MCP server; a failing server is left out.
 func (s *resources) syncResources(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, resourcesBudget)
 	defer cancel()

@@ -22,18 +22,10 @@ import (
 	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
-// MCP tasks are the facade's, not mcp-go's: mcp-go v1.2.1 keeps tasks in
-// the memory of one MCPServer and has no pluggable store, and its stdio
-// transport ends a task with the request that made it. So the facade
-// answers tasks/get, tasks/result, tasks/cancel, tasks/list and every
-// task-augmented tools/call itself, on both transports, before mcp-go
-// reads the message; mcp-go only advertises the capability. A task is a
-// record in the facade's bucket (tasks_store.go), written before the
-// CreateTaskResult is returned; the process that created it runs the call
-// and writes its end; any other process answers from the record and, for
-// a task still working there, learns the end from the bus (the call's
-// call.result through a router's replay, docs/protocol.md 3.4) and writes
-// it. tasks/cancel anywhere cancels the bus call (P.cancel).
+// MCP tasks are the facade's, not mcp-go's (docs/mcp.md "MCP tasks are the
+// facade's, stored in KV"): a task is a record in the facade's bucket
+// (tasks_store.go), answered by any facade process; the one that created it
+// runs the call, others learn its end from the bus.
 
 // rpcMessage is one JSON-RPC request as the facade reads it.
 type rpcMessage struct {
@@ -69,9 +61,8 @@ func isTaskMessage(m *rpcMessage) bool {
 	return false
 }
 
-// modern reports whether the request states the 2026-07-28 revision in
-// its _meta (a tasks/* request without it is answered all the same:
-// mcp-go's client leaves it out).
+// modern reports whether the request states the 2026-07-28 revision in its
+// _meta (tasks/* are answered without it: mcp-go's client omits it).
 func (m *rpcMessage) modern() bool {
 	var p struct {
 		Meta map[string]json.RawMessage `json:"_meta"`
@@ -85,9 +76,8 @@ func (m *rpcMessage) modern() bool {
 
 type rpcError = mcp.JSONRPCErrorDetails
 
-// taskFront answers a session's task messages (isTaskMessage) on both
-// transports, from the records in the facade's bucket (store) and the
-// tasks this process runs or follows (runners).
+// taskFront answers a session's task messages on both transports, from the
+// bucket's records (store) and this process's tasks (runners).
 type taskFront struct {
 	session, user string
 	store         *kvStore // tasks_store.go
@@ -199,8 +189,7 @@ func storeError(err error) *rpcError {
 }
 
 // start stores the task's record, starts its call and returns the
-// CreateTaskResult; a tool that is not listed, or a store that cannot be
-// written, is an error and nothing is published.
+// CreateTaskResult; an unlisted tool or a failed store publishes nothing.
 func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *rpcError) {
 	if !s.listed(req.Params.Name) {
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found", req.Params.Name)}
@@ -256,12 +245,9 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 	return out, nil
 }
 
-// cancelTask records the task cancelled, then cancels its call on the
-// bus: its bus task when it went on as one (followBus), else the
-// batch's call (P.cancel). The record is written first: the run learns
-// its call's interrupted end at once and would otherwise write that end
-// first (the first end written wins). A runner that names the bus task
-// after this write finds the record ended and cancels the bus task.
+// cancelTask records the task cancelled, then cancels its call on the bus
+// (its bus task when it went on as one, else P.cancel). The record goes
+// first so the run's interrupted end does not win the first-end race.
 func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
 	r, err := s.store.getTask(ctx, s.session, s.user, id)
 	if err != nil {
@@ -294,9 +280,8 @@ func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) 
 	return &out, nil
 }
 
-// maxFollowers bounds the tasks one facade process follows for others
-// (and the failures it remembers); a failed follow is not tried again
-// for followRetry.
+// maxFollowers bounds the tasks one process follows for others (and the
+// failures remembered); a failed follow waits followRetry.
 const (
 	maxFollowers = 1000
 	followRetry  = 5 * time.Second
@@ -321,10 +306,8 @@ type taskRunners struct {
 	outputs  map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
-// run runs the task's call until it ends (then writes its end) or the
-// facade closes (the call goes on, and another process learns its end).
-// The call's context is the facade's, never the request's, so neither an
-// HTTP response nor a stdio request ends it.
+// run runs the task's call until it ends (then writes its end) or the facade
+// closes; its context is the facade's, never the request's.
 func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string, h *taskFront, notify func(*taskRecord)) {
 	t.mu.Lock()
 	t.local[r.ID] = notify
@@ -439,9 +422,8 @@ func (t *taskRunners) follow(r *taskRecord) {
 	})
 }
 
-// learnEnd waits for the end of task r's call on the bus: its bus task's
-// when the call went on as one, else its result. A nil result: the record
-// ended meanwhile.
+// learnEnd waits for the end of task r's call on the bus (its bus task's, or
+// its result); a nil result: the record ended meanwhile.
 func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToolResult, error) {
 	if r.BusTask != "" && t.tasks != nil {
 		res, _, err := t.followBus(ctx, r, r.BusTask)
@@ -499,10 +481,9 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 	return bridge.AwaitResult(ctx, ev, replyID, callID)
 }
 
-// interceptStdio puts the facade's own handling in front of mcp-go's
-// stdio server: lines take takes (session.take) are answered here, each
-// in its own goroutine (tasks/result waits); the others go on to mcp-go.
-// Both write through one lock, one message per write.
+// interceptStdio answers in front of mcp-go's stdio server the lines take
+// takes, each in its own goroutine, passing the others on; both write
+// through one lock.
 func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (*rpcMessage, func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
@@ -540,12 +521,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// The tasks extension's input (2026-07-28, "Task Update Requests"): while
-// a task's call waits for its host (a confirm park under host_user, or its
-// bridged server's question) the task is input_required, tasks/get shows
-// the elicitation under inputRequests, and tasks/update answers it with
-// inputResponses keyed the same. The record holds what each key answers,
-// so any facade process answers it.
+// The tasks extension's input (2026-07-28, docs/mcp.md "Tasks: input"): a
+// task waiting for its host is input_required with inputRequests, and
+// tasks/update answers by key; the record holds the answers.
 
 const methodTasksUpdate = "tasks/update"
 
@@ -564,9 +542,8 @@ func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
 	return raw
 }
 
-// pendingInput is an input a task starts waiting for, with its key
-// (unique over the task's life: a park id is never reused) and the
-// task's status message meanwhile.
+// pendingInput is an input a task starts waiting for, with its key (a park
+// id, never reused) and the task's status message meanwhile.
 type pendingInput struct {
 	key     string
 	in      taskInput
@@ -584,11 +561,9 @@ func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingIn
 	})
 }
 
-// taskView is a task as tasks/get (and notifications/tasks) show it: the
-// Task, with the extension's inlined members — inputRequests while
-// input_required; at 2026-07-28 the result of a completed task, the error
-// of a failed one, and ttlMs and pollIntervalMs beside 2025-11-25's ttl
-// and pollInterval, which mcp-go's clients read.
+// taskView is a task as tasks/get and notifications/tasks show it, with
+// the extension's members: inputRequests, the result or error at
+// 2026-07-28, and ttlMs and pollIntervalMs beside ttl and pollInterval.
 type taskView struct {
 	mcp.Task
 	TTLMs          *int64                     `json:"ttlMs,omitempty"`
@@ -620,9 +595,8 @@ func (r *taskRecord) detailed(modern bool) *taskView {
 	return v
 }
 
-// update answers tasks/update: each response whose key the task waits
-// for is the host's answer; other keys are ignored, as the extension
-// says. The task is working again once nothing is outstanding.
+// update answers tasks/update: responses to keys the task waits for are the
+// host's answers, others ignored; it works again once none is outstanding.
 func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *rpcError) {
 	var p struct {
 		TaskID         string                     `json:"taskId"`
@@ -691,11 +665,9 @@ func questionInput(a asked) pendingInput {
 // session its client is told of the task's changes on.
 type notifySessionKey struct{}
 
-// notifier returns how the client of ctx's task message is told of a
-// task's change (notifications/tasks/status, 2025-11-25) through its MCP
-// session; nil when it has none (2026-07-28: listen, tasks_store.go). mcp-go
-// drops the notice when the session has no stream here: tasks/get still
-// answers.
+// notifier returns how ctx's MCP session is told of a task's change
+// (notifications/tasks/status, 2025-11-25); nil when it has none
+// (2026-07-28 uses listen).
 func (s *taskFront) notifier(ctx context.Context) func(*taskRecord) {
 	sid, _ := ctx.Value(notifySessionKey{}).(string)
 	if sid == "" {
@@ -722,11 +694,9 @@ func (t *taskRunners) notify(r *taskRecord) {
 	}
 }
 
-// An MCP task whose call goes on in the background (docs/protocol.md
-// 5.10: a result in state "background" with a task handle) follows that
-// bus task to its end: its record names the bus task (BusTask), tasks/get
-// on any process follows it (P.tasks.<session>, wait), and tasks/cancel
-// cancels it instead of the batch, which ended at the handoff.
+// An MCP task whose call goes on as a bus task (docs/protocol.md 5.10)
+// follows it: the record names it (BusTask), any process waits for it, and
+// tasks/cancel cancels it.
 
 // busTasks is what following bus tasks needs (client.Tasks).
 type busTasks interface {
@@ -745,10 +715,9 @@ const (
 	busRetryMax = 5 * time.Second
 )
 
-// awaitBusTask waits until session's bus task id (or ctx) ends and
-// returns its result. A wait no router answered is asked again (with a
-// growing pause); a refusal ends it, and so does a task that is not the
-// call callID of batch replyID.
+// awaitBusTask waits until session's bus task id (or ctx) ends and returns
+// its result, asking again with a growing pause when no router answered; a
+// refusal, or a task not of call callID of replyID, ends it.
 func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID string) (*bus.Result, error) {
 	pause := 100 * time.Millisecond
 	for {
@@ -781,9 +750,8 @@ func awaitBusTask(ctx context.Context, bt busTasks, session, id, replyID, callID
 	}
 }
 
-// checkBusTask checks that bus task id is task r's call before the
-// record names it (three tries): a handle naming another call of the
-// session is never followed nor cancelled.
+// checkBusTask checks (three tries) that bus task id is task r's call before
+// the record names it, so another call's handle is never followed.
 func checkBusTask(ctx context.Context, bt busTasks, r *taskRecord, id string) error {
 	var err error
 	for try := range 3 {
@@ -836,11 +804,9 @@ func handleWithoutSchema(res *mcp.CallToolResult) bool {
 	return true
 }
 
-// maxStatusOutput bounds the output so far that tasks/get shows in a
-// task's status message (its last bytes). A bus task's output read serves
-// the tasks/get of outputEvery (the output verb reads the session's
-// stored events: hosts polling every 500 ms must not each cost one);
-// maxOutputCache bounds the reads a process keeps.
+// maxStatusOutput bounds the output so far (its last bytes) in a task's
+// status message; one output read serves outputEvery, so polling hosts do
+// not each cost one, and maxOutputCache bounds the reads kept.
 const (
 	maxStatusOutput = 1024
 	outputEvery     = 2 * time.Second
@@ -908,10 +874,9 @@ func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
 	return *r.Task, true
 }
 
-// followBus records that task r's call goes on as bus task id and waits
-// for its end (within the record's TTL). live is false when the record
-// had ended already (a tasks/cancel before the bus task was recorded: it
-// is cancelled here) or this process has no bus tasks to follow.
+// followBus records that task r's call goes on as bus task id and waits for
+// its end within the record's TTL; live is false when the record had ended
+// (the bus task is then cancelled) or no bus tasks can be followed.
 func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (res *mcp.CallToolResult, live bool, err error) {
 	if t.tasks == nil {
 		return nil, false, nil

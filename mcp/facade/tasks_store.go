@@ -103,11 +103,8 @@ var errNoStore = errors.New("facade: the tasks bucket is unavailable")
 // errNotFound: no such record for this session and user.
 var errNotFound = errors.New("task not found")
 
-// kvStore is the facade's bucket, bound on first use (and created with
-// the routers' configuration when none exists yet). Reads of a
-// replicated bucket go to the stream leader and writes are
-// compare-and-set (docs/protocol.md 8), so a process never acts on a
-// record another process has already changed.
+// kvStore is the facade's bucket, bound (or created) on first use; reads go
+// to the leader and writes are compare-and-set (docs/protocol.md 8).
 type kvStore struct {
 	nc       *nats.Conn
 	subj     bus.Subjects
@@ -155,10 +152,8 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	return st.kv, nil
 }
 
-// available reports whether the bucket can be reached with this login
-// (within 3 s; a failure is remembered for a minute): a stdio host on an
-// agent's credentials cannot, nor a facade whose generated permissions
-// predate the bucket, and they are offered no tasks.
+// available reports whether this login can reach the bucket (within 3 s; a
+// failure is remembered for a minute); those that cannot get no tasks.
 func (st *kvStore) available(ctx context.Context) bool {
 	st.mu.Lock()
 	ok, recent := st.kv != nil, time.Since(st.failed) < time.Minute
@@ -178,11 +173,9 @@ func (st *kvStore) available(ctx context.Context) bool {
 	return true
 }
 
-// createTask stores a new record; it fails when the (session, user)
-// already keeps MaxTasks live ones. The count is the (session, user)'s
-// task index, changed by compare-and-set: exact for every facade process
-// at once (a listing of the keys can miss a record written a moment
-// before).
+// createTask stores a new record, refused when the (session, user) keeps
+// MaxTasks live ones, as counted by its index (compare-and-set: exact across
+// processes, which a key listing is not).
 func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
@@ -225,10 +218,8 @@ type indexEntry struct {
 	Expires time.Time `json:"expires"`
 }
 
-// listTasks returns the (session, user)'s live records, oldest first,
-// deleting the expired ones: those its index names (every record is
-// counted there before it is written; a listing of the keys would create
-// a consumer, which the facade never does, docs/security.md).
+// listTasks returns the (session, user)'s live records, oldest first, from
+// its index (a key listing would create a consumer), deleting the expired.
 func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*taskRecord, error) {
 	var idx taskIndex
 	if err := st.get(ctx, userKey("i", session, user), &idx); errors.Is(err, errNoStore) {
@@ -402,12 +393,10 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	return nil, ctx.Err()
 }
 
-// follow calls seen with every write of the (session, user)'s task records
-// (changes, watchChanges'), and with each of ids() read again every
-// listenReread, until seen returns false or ctx or changes end: the
-// subscription drops a burst beyond its buffer, and a read may come from a
-// replica behind the leader, where an end written before the subscription
-// shows only a moment later (TestTasksTwoFacades).
+// follow calls seen with every write of the (session, user)'s task records,
+// and with each of ids() read again every listenReread, until seen returns
+// false or ctx or changes end: the subscription drops bursts and a replica
+// may lag (TestTasksTwoFacades).
 func (st *kvStore) follow(ctx context.Context, session, user string, changes <-chan taskChange, ids func() []string,
 	seen func(id string, r *taskRecord) bool) {
 	again := time.NewTicker(listenReread)
@@ -437,10 +426,9 @@ type taskChange struct {
 	rec *taskRecord
 }
 
-// watchChanges yields every write of session's and user's task records
-// until ctx ends: a subscription to their keys' subjects (no KV watch,
-// which would create a consumer). A burst beyond its buffer is dropped:
-// callers read the records again now and then.
+// watchChanges yields every write of the (session, user)'s task records
+// until ctx ends, by subscription (a KV watch would create a consumer);
+// bursts past its buffer are dropped.
 func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
 	prefix, err := st.subject(ctx, userKey("t", session, user, ""))
 	if err != nil {
@@ -475,15 +463,9 @@ func kvDeleted(m *nats.Msg) bool {
 	return op == "DEL" || op == "PURGE"
 }
 
-// Task status notifications at 2026-07-28 (the Tasks extension): a
-// client sends subscriptions/listen with params.notifications.taskIds;
-// the server acknowledges the ids it agreed to, then sends
-// notifications/tasks on that request's stream whenever one changes.
-// mcp-go v1.2.1 drops taskIds, so a listen naming task ids is the
-// facade's, whole, on both transports (its acknowledgement names only the
-// task ids; other kinds take another listen, which mcp-go serves), and
-// the changes come from the records' KV subjects, so any facade process
-// serves it.
+// Task status notifications at 2026-07-28 (docs/mcp.md "Task notifications
+// on subscriptions/listen"): mcp-go drops taskIds, so a listen naming task
+// ids is served whole here, from the records' KV subjects.
 
 const (
 	methodSubscriptionsListen = string(mcp.MethodSubscriptionsListen)
@@ -564,9 +546,8 @@ func serveStream(ctx context.Context, w http.ResponseWriter, m *rpcMessage, answ
 }
 
 // listen serves a subscriptions/listen naming task ids: it acknowledges
-// the ids that are tasks of this session and user (any other is left
-// out), sends each one's state at once and on every change, and ends when
-// all of them ended, the request ends or the facade closes.
+// those of this session and user, sends each state now and on every change,
+// and ends when they all ended, the request ends or the facade closes.
 func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) {
 	var p listenParams
 	if err := json.Unmarshal(m.Params, &p); err != nil {
