@@ -87,7 +87,7 @@ type replays struct {
 }
 
 // feed is what a request subject grants: consumers of stream on filter,
-// named kind-<random>, counted under key, replying with type ready to create.
+// named kind-<random>, counted under key; a create is answered with type ready.
 type feed struct {
 	stream              jetstream.Stream
 	filter, key, kind   string
