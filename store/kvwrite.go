@@ -27,7 +27,7 @@ import (
 
 // Update writes value to key if its latest revision is revision.
 func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	return UpdateWithin(ctx, k, key, value, revision, 0)
+	return UpdateWithin(ctx, k, Key{Name: key}, value, revision, 0)
 }
 
 // Create writes value to key if it does not exist.
@@ -35,23 +35,40 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetst
 	if len(opts) > 0 {
 		return k.KeyValue.Create(ctx, key, value, opts...)
 	}
-	return CreateWithin(ctx, k, key, value, 0)
+	return CreateWithin(ctx, k, Key{Name: key}, value, 0)
+}
+
+// Key is a key of a bucket with the subject its writes are sent to: a
+// caller that writes one key more than once (the ledger's claim and
+// record) makes it once with KeyOf, so each write does not make the
+// subject's string again. A Key{Name: key} makes it per write.
+type Key struct {
+	Name    string
+	subject string // "$KV.<bucket>.<Name>", or "": made per write (or the write is jetstream's)
+}
+
+// KeyOf is key in kv, with its subject when kv sends its writes itself.
+func KeyOf(kv jetstream.KeyValue, key string) Key {
+	if k, ok := kv.(*KV); ok && k.cas && plainKey(key) {
+		return Key{Name: key, subject: k.prefix + key}
+	}
+	return Key{Name: key}
 }
 
 // UpdateWithin is kv.Update bounded by within as well as ctx (zero: ctx
 // alone). On a KV the bound costs no context of its own unless the write
 // goes to jetstream: the ledger's claim and record are bounded so on
 // every write call.
-func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, within time.Duration) (uint64, error) {
+func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
 	return casWithin(ctx, kv, key, value, revision, false, within)
 }
 
 // CreateWithin is kv.Create bounded as UpdateWithin.
-func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, within time.Duration) (uint64, error) {
+func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, within time.Duration) (uint64, error) {
 	return casWithin(ctx, kv, key, value, 0, true, within)
 }
 
-func casWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, create bool, within time.Duration) (uint64, error) {
+func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, create bool, within time.Duration) (uint64, error) {
 	start := time.Now()
 	if k, ok := kv.(*KV); ok {
 		if rev, ok := k.casWrite(ctx, key, value, revision, within); ok {
@@ -65,9 +82,9 @@ func casWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []b
 		defer cancel()
 	}
 	if create {
-		return kv.Create(ctx, key, value)
+		return kv.Create(ctx, key.Name, value)
 	}
-	return kv.Update(ctx, key, value, revision)
+	return kv.Update(ctx, key.Name, value, revision)
 }
 
 // casMsg is a write in flight, its message and header with it: nats.go
@@ -84,8 +101,15 @@ type casMsg struct {
 // reports the new revision; ok is false for any outcome but a plain
 // acknowledgement, which the caller then leaves to jetstream. It waits
 // until ctx ends or, when within is set, for that long.
-func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision uint64, within time.Duration) (uint64, bool) {
-	if !k.cas || k.nc == nil || !plainKey(key) || ctx.Err() != nil {
+func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint64, within time.Duration) (uint64, bool) {
+	subject := key.subject
+	if subject == "" {
+		if !k.cas || !plainKey(key.Name) {
+			return 0, false
+		}
+		subject = k.prefix + key.Name
+	}
+	if k.nc == nil || ctx.Err() != nil {
 		return 0, false
 	}
 	w, err := k.acks.Await(0)
@@ -97,7 +121,7 @@ func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision ui
 	cm := casMsgs.Get().(*casMsg)
 	cm.val[0] = strconv.FormatUint(revision, 10)
 	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
-	cm.m = nats.Msg{Subject: k.prefix + key, Reply: w.Inbox(), Header: cm.h, Data: value}
+	cm.m = nats.Msg{Subject: subject, Reply: w.Inbox(), Header: cm.h, Data: value}
 	err = k.nc.PublishMsg(&cm.m)
 	cm.m = nats.Msg{}
 	clear(cm.h)
