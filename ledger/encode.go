@@ -22,12 +22,12 @@ func encodedSize(e *Entry) int {
 	return size
 }
 
-// encode is encode into a buffer of l's pool when l's bucket keeps nothing
+// encodePooled is encode into a buffer of the pool when l's bucket keeps nothing
 // of a value once its write returns (a *store.KV): give it back with done
 // once the write has returned. A value a retry in the background still
 // holds is not given back, and the pool makes another. p is nil when the
-// value is not the pool's.
-func (l *Ledger) encode(e *Entry) (val []byte, p *value) {
+// value is not the pool's. (A function: Ledger keeps to 15 methods.)
+func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 	size := encodedSize(e)
 	if !l.reuse || size > maxPooled {
 		return encode(e), nil
@@ -39,8 +39,9 @@ func (l *Ledger) encode(e *Entry) (val []byte, p *value) {
 	return appendEntry(p.b[:0], e), p
 }
 
-// done gives p back to the pool, with val, the value encode made in it.
-func (l *Ledger) done(p *value, val []byte) {
+// done gives p back to the pool, with val, the value encodePooled made in
+// it; a nil p is none of the pool's.
+func (p *value) done(val []byte) {
 	if p != nil && cap(val) <= maxPooled {
 		p.b = val[:0]
 		values.Put(p)

@@ -183,11 +183,11 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	now := time.Now().UTC()
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
 		wkey: store.KeyOf(l.kv, key)}
-	val, buf := l.encode(&me)
+	val, buf := encodePooled(l, &me)
 	// The common case in one round trip: nobody has the key.
 	rev, err := store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
 	if err == nil {
-		l.done(buf, val)
+		buf.done(val)
 		l.cfg.Health.Note(nil)
 		me.rev = rev
 		l.held.hold(key, me)
@@ -401,15 +401,15 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	defer l.held.release(key, claim.Claim)
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
-	val, buf := l.encode(&done)
+	val, buf := encodePooled(l, &done)
 	// The common case in one round trip: the claim is as this router left
 	// it. That write is bounded by recordWait without a context of its own,
-	// and outlives ctx (a write needs none of ctx's values).
+	// and outlives ctx.
 	start := time.Now()
-	_, err := store.UpdateWithin(context.Background(), l.kv, claim.storeKey(key), val, claim.rev, recordWait)
+	_, err := store.UpdateDetached(ctx, l.kv, claim.storeKey(key), val, claim.rev, recordWait)
 	isFull := l.cfg.Health.Note(err)
 	if err == nil {
-		l.done(buf, val)
+		buf.done(val)
 		return res
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(recordWait))
@@ -863,7 +863,7 @@ func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 	defer l.held.release(key, claim.Claim)
 	gone := claim
 	gone.State = stateAbandoned
-	_, err := store.UpdateWithin(context.WithoutCancel(ctx), l.kv, claim.storeKey(key), encode(&gone), claim.rev, recordWait)
+	_, err := store.UpdateDetached(ctx, l.kv, claim.storeKey(key), encode(&gone), claim.rev, recordWait)
 	l.cfg.Health.Note(err)
 	if err != nil {
 		l.Abandon(key, claim.Claim)

@@ -60,21 +60,32 @@ func KeyOf(kv jetstream.KeyValue, key string) Key {
 // goes to jetstream: the ledger's claim and record are bounded so on
 // every write call.
 func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
-	return casWithin(ctx, kv, key, value, revision, false, within)
+	return casWithin(ctx, kv, key, value, revision, false, within, false)
+}
+
+// UpdateDetached is UpdateWithin(context.WithoutCancel(ctx), ...): a
+// write that outlives its caller's context, bounded by within alone (the
+// ledger's record of a result), without making that context unless the
+// write goes to jetstream.
+func UpdateDetached(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, revision, false, within, true)
 }
 
 // CreateWithin is kv.Create bounded as UpdateWithin.
 func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, within time.Duration) (uint64, error) {
-	return casWithin(ctx, kv, key, value, 0, true, within)
+	return casWithin(ctx, kv, key, value, 0, true, within, false)
 }
 
-func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, create bool, within time.Duration) (uint64, error) {
+func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, create bool, within time.Duration, detached bool) (uint64, error) {
 	start := time.Now()
 	if k, ok := kv.(*KV); ok {
-		if rev, ok := k.casWrite(ctx, key, value, revision, within); ok {
+		if rev, ok := k.casWrite(ctx, key, value, revision, within, detached); ok {
 			return rev, nil
 		}
 		kv = k.KeyValue
+	}
+	if detached {
+		ctx = context.WithoutCancel(ctx)
 	}
 	if within > 0 { // a bound that passed fails jetstream's write at once
 		var cancel context.CancelFunc
@@ -100,17 +111,23 @@ type casMsg struct {
 // casWrite writes value to key at revision (0: the key must not exist) and
 // reports the new revision; ok is false for any outcome but a plain
 // acknowledgement, which the caller then leaves to jetstream. It waits
-// until ctx ends or, when within is set, for that long.
-func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint64, within time.Duration) (uint64, bool) {
-	subject := key.subject
-	if subject == "" {
-		if !k.cas || !plainKey(key.Name) {
+// until ctx ends (unless detached) or, when within is set, for that long.
+func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint64, within time.Duration, detached bool) (uint64, bool) {
+	var done <-chan struct{}
+	switch {
+	case k.nc == nil || key.subject == "" && (!k.cas || !plainKey(key.Name)):
+		return 0, false
+	case detached && within <= 0:
+		return 0, false // unbounded: jetstream's write, with its timeout
+	case !detached:
+		if ctx.Err() != nil {
 			return 0, false
 		}
-		subject = k.prefix + key.Name
+		done = ctx.Done()
 	}
-	if k.nc == nil || ctx.Err() != nil {
-		return 0, false
+	subject := key.subject
+	if subject == "" {
+		subject = k.prefix + key.Name
 	}
 	w, err := k.acks.Await(0)
 	if err != nil {
@@ -130,7 +147,7 @@ func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint6
 	if err != nil {
 		return 0, false
 	}
-	if resp = w.Wait(ctx, within); resp == nil {
+	if resp = w.WaitDone(done, within); resp == nil {
 		return 0, false
 	}
 	return pubAckSeq(resp.Data)
