@@ -298,7 +298,9 @@ func TestOnceReusedBuffers(t *testing.T) {
 			out = big
 		}
 		c := Call{Key: "s.r." + id, Call: bus.Call{ID: id, Name: "t"}, Digest: "d" + id, Timeout: time.Minute}
-		res := l.Once(ctx, c, func() bus.Result { return bus.Result{ID: id, Name: "t", State: bus.StateSuccess, Output: bus.Text(out)} })
+		res := l.Once(ctx, c, func() bus.Result {
+			return bus.Result{ID: id, Name: "t", State: bus.StateSuccess, Output: bus.Text(out)}
+		})
 		if textOf(res.Output) != out {
 			t.Fatalf("%s: %+v", id, res)
 		}
