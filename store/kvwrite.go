@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,13 +100,22 @@ func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte
 }
 
 // casMsg is a write in flight, its message and header with it: nats.go
-// keeps nothing of a message once it is sent, so each serves the next write.
-var casMsgs = sync.Pool{New: func() any { return &casMsg{h: nats.Header{}} }}
+// keeps nothing of a message once it is sent (PublishMsg serializes the
+// header into its own buffer), so each serves the next write. Its header
+// holds the one key for good, its value val, whose string is a view of
+// num while the message is sent: no map write or clear, and no string
+// made for the revision.
+var casMsgs = sync.Pool{New: func() any {
+	cm := &casMsg{h: nats.Header{}}
+	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
+	return cm
+}}
 
 type casMsg struct {
 	m   nats.Msg
 	h   nats.Header
 	val [1]string
+	num [20]byte // a uint64's decimal digits
 }
 
 // casWrite writes value to key at revision (0: the key must not exist) and
@@ -136,12 +146,11 @@ func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint6
 	var resp *nats.Msg
 	defer func() { k.acks.Done(w, resp != nil) }()
 	cm := casMsgs.Get().(*casMsg)
-	cm.val[0] = strconv.FormatUint(revision, 10)
-	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
+	digits := strconv.AppendUint(cm.num[:0], revision, 10)
+	cm.val[0] = unsafe.String(unsafe.SliceData(digits), len(digits))
 	cm.m = nats.Msg{Subject: subject, Reply: w.Inbox(), Header: cm.h, Data: value}
 	err = k.nc.PublishMsg(&cm.m)
 	cm.m = nats.Msg{}
-	clear(cm.h)
 	cm.val[0] = ""
 	casMsgs.Put(cm)
 	if err != nil {

@@ -167,4 +167,17 @@ func TestKeyOfAndDetached(t *testing.T) {
 	if err != nil || string(e.Value()) != "3" || e.Revision() != 3 {
 		t.Fatalf("stored %v, %v", e, err)
 	}
+	// Revisions of many digits, each header written over the last one's
+	// (the pooled message's header is a view of its digits).
+	for want := rev + 1; want <= 1234; want++ {
+		if rev, err = UpdateWithin(ctx, kv, k, []byte("n"), rev, time.Second); err != nil || rev != want {
+			t.Fatalf("update to %d: %d, %v", want, rev, err)
+		}
+	}
+	if _, err := UpdateWithin(ctx, kv, k, []byte("x"), 1233, time.Second); !IsConflict(err) {
+		t.Fatalf("update at a stale revision of four digits: %v, want a conflict", err)
+	}
+	if _, err := UpdateWithin(ctx, kv, k, []byte("x"), 12340, time.Second); !IsConflict(err) {
+		t.Fatalf("update at a revision to come: %v, want a conflict", err)
+	}
 }
