@@ -69,18 +69,8 @@ func FuzzPlainKey(f *testing.F) {
 // revisions, the same refusals (a conflict, an invalid key), and a create
 // of a deleted key succeeds.
 func TestCASWritesAreJetStreams(t *testing.T) {
-	s := testkit.RunServer(t)
-	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, raw := newBucket(t, "cas")
 	ctx := t.Context()
-	raw, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "cas", Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := NewKV(js, raw, 1)
 	if !kv.cas {
 		t.Fatal("the fast path is off on a plain deployment")
 	}
@@ -120,18 +110,8 @@ func TestCASWritesAreJetStreams(t *testing.T) {
 // update lands under a context that has ended, and a bounded one does not
 // start under it.
 func TestKeyOfAndDetached(t *testing.T) {
-	s := testkit.RunServer(t)
-	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, raw := newBucket(t, "keyed")
 	ctx := t.Context()
-	raw, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "keyed", Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := NewKV(js, raw, 1)
 	k := KeyOf(kv, "s.r.c")
 	if k.Name != "s.r.c" || k.subject != "$KV.keyed.s.r.c" {
 		t.Fatalf("KeyOf: %+v", k)
@@ -180,4 +160,18 @@ func TestKeyOfAndDetached(t *testing.T) {
 	if _, err := UpdateWithin(ctx, kv, k, []byte("x"), 12340, time.Second); !IsConflict(err) {
 		t.Fatalf("update at a revision to come: %v, want a conflict", err)
 	}
+}
+
+// newBucket is a KV over a new bucket of one server, and the bucket as
+// jetstream gives it.
+func newBucket(t *testing.T, name string) (*KV, jetstream.KeyValue) {
+	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewKV(js, raw, 1), raw
 }
