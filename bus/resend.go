@@ -80,24 +80,40 @@ func appendCanonicalInput(c *canonicaliser, b []byte, in json.RawMessage) []byte
 // a re-sent copy with another tool or input never gets the call's result: 22
 // characters of the SHA-256 of the name, a zero byte and CanonicalInput.
 func CallDigest(name string, input json.RawMessage) string {
-	c := getCanonicaliser()
-	b := appendCanonicalInput(c, append(append(c.buf[:0], name...), 0), input)
-	d := digest(b)
-	putCanonicaliser(c, b)
-	return d
+	sum := canonSum(name, input)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
 // CompactCallDigest is 1.12's CallDigest (the input compacted, not
 // canonical), kept in the ledger's `call` member for 1.12 routers.
 func CompactCallDigest(name string, input json.RawMessage) string {
-	var buf [512]byte
-	b := append(append(buf[:0], name...), 0)
-	return digest(appendCompact(b, input))
+	sum := compactSum(name, input)
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
-func digest(b []byte) string {
+// CallDigests is CompactCallDigest and CallDigest of one call, both in
+// one string's memory (the ledger keeps both with each claim).
+func CallDigests(name string, input json.RawMessage) (compact, canon string) {
+	sums := [2][32]byte{compactSum(name, input), canonSum(name, input)}
+	const n = 22 // base64url of 16 bytes, unpadded
+	var out [2 * n]byte
+	base64.RawURLEncoding.Encode(out[:n], sums[0][:16])
+	base64.RawURLEncoding.Encode(out[n:], sums[1][:16])
+	both := string(out[:])
+	return both[:n], both[n:]
+}
+
+func canonSum(name string, input json.RawMessage) [32]byte {
+	c := getCanonicaliser()
+	b := appendCanonicalInput(c, append(append(c.buf[:0], name...), 0), input)
 	sum := sha256.Sum256(b)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
+	putCanonicaliser(c, b)
+	return sum
+}
+
+func compactSum(name string, input json.RawMessage) [32]byte {
+	var buf [512]byte
+	return sha256.Sum256(appendCompact(append(append(buf[:0], name...), 0), input))
 }
 
 // OtherCallResult is the result of a call whose key (session, reply id,

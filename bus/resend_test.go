@@ -56,4 +56,18 @@ func TestCallDigest(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { CompactCallDigest("write", json.RawMessage(`{"v":1}`)) }); n > 1 {
 		t.Fatalf("CompactCallDigest allocates %v times, want at most 1 (its string)", n)
 	}
+	in := json.RawMessage(`{"w":[2.0,{"y":1}],"v":1}`)
+	if n := testing.AllocsPerRun(100, func() { CallDigests("write", in) }); n > 1 {
+		t.Fatalf("CallDigests allocates %v times, want at most 1 (the two digests' string)", n)
+	}
+}
+
+// CallDigests gives what CompactCallDigest and CallDigest give.
+func TestCallDigests(t *testing.T) {
+	for _, in := range []string{``, `{}`, `{"v": 1}`, `{"w":[2.0,{"y":1,"x":"\u00e9"}],"v":1}`, `"{\"b\":1,\"a\":2}"`, `not json`} {
+		compact, canon := CallDigests("write", json.RawMessage(in))
+		if compact != CompactCallDigest("write", json.RawMessage(in)) || canon != CallDigest("write", json.RawMessage(in)) {
+			t.Errorf("%s: CallDigests %q, %q; want %q, %q", in, compact, canon, CompactCallDigest("write", json.RawMessage(in)), CallDigest("write", json.RawMessage(in)))
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"sync"
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
@@ -10,11 +11,52 @@ import (
 // hand (a write call puts its entry twice, claim and record, and a
 // recorded entry carries the whole result).
 func encode(e *Entry) []byte {
+	return appendEntry(make([]byte, 0, encodedSize(e)), e)
+}
+
+func encodedSize(e *Entry) int {
 	size := 170 + len(e.Router) + len(e.Claim) + len(e.Call) + len(e.Canon)
 	if e.Result != nil {
 		size += e.Result.Size()
 	}
-	b := make([]byte, 0, size)
+	return size
+}
+
+// encodePooled is encode into a buffer of the pool when l's bucket keeps nothing
+// of a value once its write returns (a *store.KV): give it back with done
+// once the write has returned. A value a retry in the background still
+// holds is not given back, and the pool makes another. p is nil when the
+// value is not the pool's. (A function: Ledger keeps to 15 methods.)
+func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
+	size := encodedSize(e)
+	if !l.reuse || size > maxPooled {
+		return encode(e), nil
+	}
+	p, _ = values.Get().(*value)
+	if p == nil {
+		p = &value{b: make([]byte, 0, size)}
+	}
+	return appendEntry(p.b[:0], e), p
+}
+
+// done gives p back to the pool, with val, the value encodePooled made in
+// it; a nil p is none of the pool's.
+func (p *value) done(val []byte) {
+	if p != nil && cap(val) <= maxPooled {
+		p.b = val[:0]
+		values.Put(p)
+	}
+}
+
+// value is a buffer of the pool of the claims' and records' values;
+// maxPooled bounds the one kept (a large result's record makes its own).
+type value struct{ b []byte }
+
+var values sync.Pool
+
+const maxPooled = 4 << 10
+
+func appendEntry(b []byte, e *Entry) []byte {
 	b = append(b, `{"state":`...)
 	b = bus.AppendJSONString(b, e.State)
 	b = append(b, `,"router":`...)

@@ -22,7 +22,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,7 +62,17 @@ type Entry struct {
 	Touched time.Time   `json:"touched,omitzero"`
 	Result  *bus.Result `json:"result,omitempty"`
 
-	rev uint64 // the revision of this router's claim
+	rev  uint64    // the revision of this router's claim
+	wkey store.Key // the key with its subject, made once for the claim's writes (claim, record)
+}
+
+// storeKey is key as e's writes send it: with its subject when e was
+// claimed under key.
+func (e *Entry) storeKey(key string) store.Key {
+	if e.wkey.Name == key {
+		return e.wkey
+	}
+	return store.Key{Name: key}
 }
 
 const (
@@ -100,6 +109,7 @@ type Ledger struct {
 	cfg Config
 
 	pending sync.Map // key → pendingResult: recorded results that have not landed yet
+	reuse   bool     // kv keeps nothing of a value once its write returns (a *store.KV): the claim's and record's buffers are reused
 	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
@@ -147,7 +157,8 @@ func New(kv jetstream.KeyValue, cfg Config) *Ledger {
 	if cfg.Landing == nil {
 		cfg.Landing = life.New(life.Config{LandBudget: landBudget}).Landing
 	}
-	return &Ledger{kv: kv, cfg: cfg, held: claims{m: map[string]Entry{}}, ids: claimIDs{prefix: nuid.Next()},
+	_, reuse := kv.(*store.KV)
+	return &Ledger{kv: kv, cfg: cfg, reuse: reuse, held: claims{router: cfg.Router, m: map[string]held{}}, ids: claimIDs{prefix: nuid.Next()},
 		stops: store.Stops{Landing: cfg.Landing}}
 }
 
@@ -170,11 +181,13 @@ const (
 // (with its result when that run has recorded one).
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d digests) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next()}
-	val := encode(&me)
+	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
+		wkey: store.KeyOf(l.kv, key)}
+	val, buf := encodePooled(l, &me)
 	// The common case in one round trip: nobody has the key.
-	rev, err := store.CreateWithin(ctx, l.kv, key, val, 5*time.Second)
+	rev, err := store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
 	if err == nil {
+		buf.done(val)
 		l.cfg.Health.Note(nil)
 		me.rev = rev
 		l.held.hold(key, me)
@@ -237,33 +250,48 @@ func (c *claimIDs) next() string {
 // claims are the running claims of this router, by key: their leases are
 // renewed (Renew) until they are released.
 type claims struct {
-	mu sync.Mutex
-	m  map[string]Entry // by value: a claim held costs no allocation of its own
+	router string // every claim held is this router's
+	mu     sync.Mutex
+	m      map[string]held
+}
+
+// held is a running claim as claims keeps it: by value, and small enough
+// (at most 128 bytes) that the map keeps it in its own slot, so a claim
+// held costs no allocation of its own. Its state is running and its
+// router claims.router.
+type held struct {
+	claim, call, canon string
+	deadline, touched  time.Time
+	rev                uint64
+}
+
+func (c *claims) entry(h held) Entry {
+	return Entry{State: stateRunning, Router: c.router, Claim: h.claim, Call: h.call, Canon: h.canon, Deadline: h.deadline, Touched: h.touched, rev: h.rev}
 }
 
 // hold starts renewing the lease of this router's running claim of key;
 // release stops it.
 func (c *claims) hold(key string, claim Entry) {
 	c.mu.Lock()
-	c.m[key] = claim
+	c.m[key] = held{claim: claim.Claim, call: claim.Call, canon: claim.Canon, deadline: claim.Deadline, touched: claim.Touched, rev: claim.rev}
 	c.mu.Unlock()
 }
 
 func (c *claims) release(key, claim string) {
 	c.mu.Lock()
-	if h, ok := c.m[key]; ok && h.Claim == claim {
+	if h, ok := c.m[key]; ok && h.claim == claim {
 		delete(c.m, key)
 	}
 	c.mu.Unlock()
 }
 
-// current returns claim as this router holds it now (its latest revision,
-// after renewals).
+// current returns claim as this router holds it now (its latest revision
+// and lease, after renewals).
 func (c *claims) current(key string, claim Entry) Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
-		return h
+	if h, ok := c.m[key]; ok && h.claim == claim.Claim {
+		claim.rev, claim.Touched = h.rev, h.touched
 	}
 	return claim
 }
@@ -272,14 +300,18 @@ func (c *claims) current(key string, claim Entry) Entry {
 func (c *claims) all() map[string]Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return maps.Clone(c.m)
+	all := make(map[string]Entry, len(c.m))
+	for key, h := range c.m {
+		all[key] = c.entry(h)
+	}
+	return all
 }
 
 // renewed notes a renewal of claim at revision rev.
 func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Lock()
-	if h, ok := c.m[key]; ok && h.Claim == claim.Claim {
-		h.rev, h.Touched = rev, claim.Touched
+	if h, ok := c.m[key]; ok && h.claim == claim.Claim {
+		h.rev, h.touched = rev, claim.Touched
 		c.m[key] = h
 	}
 	c.mu.Unlock()
@@ -369,17 +401,18 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	defer l.held.release(key, claim.Claim)
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
-	val := encode(&done)
+	val, buf := encodePooled(l, &done)
 	// The common case in one round trip: the claim is as this router left
-	// it. That write is bounded by recordWait without a context of its own.
+	// it. That write is bounded by recordWait without a context of its own,
+	// and outlives ctx.
 	start := time.Now()
-	ctx = context.WithoutCancel(ctx)
-	_, err := store.UpdateWithin(ctx, l.kv, key, val, claim.rev, recordWait)
+	_, err := store.UpdateDetached(ctx, l.kv, claim.storeKey(key), val, claim.rev, recordWait)
 	isFull := l.cfg.Health.Note(err)
 	if err == nil {
+		buf.done(val)
 		return res
 	}
-	ctx, cancel := context.WithDeadline(ctx, start.Add(recordWait))
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(recordWait))
 	defer cancel()
 	if store.IsConflict(err) {
 		// A re-send that took over the claim recorded the call's answer.
@@ -830,7 +863,7 @@ func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 	defer l.held.release(key, claim.Claim)
 	gone := claim
 	gone.State = stateAbandoned
-	_, err := store.UpdateWithin(context.WithoutCancel(ctx), l.kv, key, encode(&gone), claim.rev, recordWait)
+	_, err := store.UpdateDetached(ctx, l.kv, claim.storeKey(key), encode(&gone), claim.rev, recordWait)
 	l.cfg.Health.Note(err)
 	if err != nil {
 		l.Abandon(key, claim.Claim)

@@ -3,11 +3,13 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -272,5 +274,53 @@ func TestLedgerInterrupt(t *testing.T) {
 	got := ls[1].Once(ctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Second}, run)
 	if got.State != bus.StateSuccess || textOf(got.Output) != "ran" || runs.Load() != 0 {
 		t.Fatalf("a re-send of the claimed call got %+v (ran %d)", got, runs.Load())
+	}
+}
+
+// Calls run one after another through Once each store their own entry:
+// the pooled buffers of claims and records are reused only once their
+// write returned, and a record whose result outgrows the pool's bound is
+// stored whole. A held claim fits a map slot (no allocation of its own).
+func TestOnceReusedBuffers(t *testing.T) {
+	if s := unsafe.Sizeof(held{}); s > 128 {
+		t.Fatalf("held is %d bytes: the claims map keeps it in an allocation of its own past 128", s)
+	}
+	l := newTestLedger(t, "a")[0]
+	if !l.reuse {
+		t.Fatal("the ledger over a store.KV does not reuse its buffers")
+	}
+	ctx := t.Context()
+	big := strings.Repeat("x", 2*maxPooled)
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		out := fmt.Sprintf("out-%d", i)
+		if i%5 == 4 {
+			out = big
+		}
+		c := Call{Key: "s.r." + id, Call: bus.Call{ID: id, Name: "t"}, Digest: "d" + id, Timeout: time.Minute}
+		res := l.Once(ctx, c, func() bus.Result {
+			return bus.Result{ID: id, Name: "t", State: bus.StateSuccess, Output: bus.Text(out)}
+		})
+		if textOf(res.Output) != out {
+			t.Fatalf("%s: %+v", id, res)
+		}
+	}
+	for i := range 20 {
+		id := fmt.Sprintf("c%d", i)
+		e, err := l.kv.Get(ctx, "s.r."+id)
+		var le Entry
+		if err != nil || json.Unmarshal(e.Value(), &le) != nil {
+			t.Fatalf("%s: %v, %q", id, err, e.Value())
+		}
+		want := fmt.Sprintf("out-%d", i)
+		if i%5 == 4 {
+			want = big
+		}
+		if le.State != stateDone || le.Call != "d"+id || le.Result == nil || textOf(le.Result.Output) != want {
+			t.Fatalf("%s stored %s", id, e.Value())
+		}
+	}
+	if n := len(l.held.all()); n != 0 {
+		t.Fatalf("%d claims still held", n)
 	}
 }

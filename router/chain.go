@@ -550,7 +550,8 @@ func ledgerCall(j *job, timeout time.Duration) ledger.Call {
 	if j.sent != nil {
 		sent = j.sent
 	}
-	return ledger.Call{Key: j.key(), Call: j.call, Digest: bus.CompactCallDigest(j.call.Name, sent), Canon: bus.CallDigest(j.call.Name, sent),
+	digest, canon := bus.CallDigests(j.call.Name, sent)
+	return ledger.Call{Key: j.key(), Call: j.call, Digest: digest, Canon: canon,
 		Timeout: timeout, Expiry: j.deadline,
 		Retry: def.Idempotent && def.MaxAttempts > 1, Durable: def.Durable}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,7 +28,7 @@ import (
 
 // Update writes value to key if its latest revision is revision.
 func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	return UpdateWithin(ctx, k, key, value, revision, 0)
+	return UpdateWithin(ctx, k, Key{Name: key}, value, revision, 0)
 }
 
 // Create writes value to key if it does not exist.
@@ -35,29 +36,57 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetst
 	if len(opts) > 0 {
 		return k.KeyValue.Create(ctx, key, value, opts...)
 	}
-	return CreateWithin(ctx, k, key, value, 0)
+	return CreateWithin(ctx, k, Key{Name: key}, value, 0)
+}
+
+// Key is a key of a bucket with the subject its writes are sent to: a
+// caller that writes one key more than once (the ledger's claim and
+// record) makes it once with KeyOf, so each write does not make the
+// subject's string again. A Key{Name: key} makes it per write.
+type Key struct {
+	Name    string
+	subject string // "$KV.<bucket>.<Name>", or "": made per write (or the write is jetstream's)
+}
+
+// KeyOf is key in kv, with its subject when kv sends its writes itself.
+func KeyOf(kv jetstream.KeyValue, key string) Key {
+	if k, ok := kv.(*KV); ok && k.cas && plainKey(key) {
+		return Key{Name: key, subject: k.prefix + key}
+	}
+	return Key{Name: key}
 }
 
 // UpdateWithin is kv.Update bounded by within as well as ctx (zero: ctx
 // alone). On a KV the bound costs no context of its own unless the write
 // goes to jetstream: the ledger's claim and record are bounded so on
 // every write call.
-func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, within time.Duration) (uint64, error) {
-	return casWithin(ctx, kv, key, value, revision, false, within)
+func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, revision, false, within, false)
+}
+
+// UpdateDetached is UpdateWithin(context.WithoutCancel(ctx), ...): a
+// write that outlives its caller's context, bounded by within alone (the
+// ledger's record of a result), without making that context unless the
+// write goes to jetstream.
+func UpdateDetached(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, revision, false, within, true)
 }
 
 // CreateWithin is kv.Create bounded as UpdateWithin.
-func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, within time.Duration) (uint64, error) {
-	return casWithin(ctx, kv, key, value, 0, true, within)
+func CreateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, within time.Duration) (uint64, error) {
+	return casWithin(ctx, kv, key, value, 0, true, within, false)
 }
 
-func casWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, revision uint64, create bool, within time.Duration) (uint64, error) {
+func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, create bool, within time.Duration, detached bool) (uint64, error) {
 	start := time.Now()
 	if k, ok := kv.(*KV); ok {
-		if rev, ok := k.casWrite(ctx, key, value, revision, within); ok {
+		if rev, ok := k.casWrite(ctx, key, value, revision, within, detached); ok {
 			return rev, nil
 		}
 		kv = k.KeyValue
+	}
+	if detached {
+		ctx = context.WithoutCancel(ctx)
 	}
 	if within > 0 { // a bound that passed fails jetstream's write at once
 		var cancel context.CancelFunc
@@ -65,28 +94,50 @@ func casWithin(ctx context.Context, kv jetstream.KeyValue, key string, value []b
 		defer cancel()
 	}
 	if create {
-		return kv.Create(ctx, key, value)
+		return kv.Create(ctx, key.Name, value)
 	}
-	return kv.Update(ctx, key, value, revision)
+	return kv.Update(ctx, key.Name, value, revision)
 }
 
 // casMsg is a write in flight, its message and header with it: nats.go
-// keeps nothing of a message once it is sent, so each serves the next write.
-var casMsgs = sync.Pool{New: func() any { return &casMsg{h: nats.Header{}} }}
+// keeps nothing of a message once it is sent (PublishMsg serializes the
+// header into its own buffer), so each serves the next write. Its header
+// holds the one key for good, its value val, whose string is a view of
+// num while the message is sent: no map write or clear, and no string
+// made for the revision.
+var casMsgs = sync.Pool{New: func() any {
+	cm := &casMsg{h: nats.Header{}}
+	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
+	return cm
+}}
 
 type casMsg struct {
 	m   nats.Msg
 	h   nats.Header
 	val [1]string
+	num [20]byte // a uint64's decimal digits
 }
 
 // casWrite writes value to key at revision (0: the key must not exist) and
 // reports the new revision; ok is false for any outcome but a plain
 // acknowledgement, which the caller then leaves to jetstream. It waits
-// until ctx ends or, when within is set, for that long.
-func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision uint64, within time.Duration) (uint64, bool) {
-	if !k.cas || k.nc == nil || !plainKey(key) || ctx.Err() != nil {
+// until ctx ends (unless detached) or, when within is set, for that long.
+func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint64, within time.Duration, detached bool) (uint64, bool) {
+	var done <-chan struct{}
+	switch {
+	case k.nc == nil || key.subject == "" && (!k.cas || !plainKey(key.Name)):
 		return 0, false
+	case detached && within <= 0:
+		return 0, false // unbounded: jetstream's write, with its timeout
+	case !detached:
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		done = ctx.Done()
+	}
+	subject := key.subject
+	if subject == "" {
+		subject = k.prefix + key.Name
 	}
 	w, err := k.acks.Await(0)
 	if err != nil {
@@ -95,18 +146,17 @@ func (k *KV) casWrite(ctx context.Context, key string, value []byte, revision ui
 	var resp *nats.Msg
 	defer func() { k.acks.Done(w, resp != nil) }()
 	cm := casMsgs.Get().(*casMsg)
-	cm.val[0] = strconv.FormatUint(revision, 10)
-	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
-	cm.m = nats.Msg{Subject: k.prefix + key, Reply: w.Inbox(), Header: cm.h, Data: value}
+	digits := strconv.AppendUint(cm.num[:0], revision, 10)
+	cm.val[0] = unsafe.String(unsafe.SliceData(digits), len(digits))
+	cm.m = nats.Msg{Subject: subject, Reply: w.Inbox(), Header: cm.h, Data: value}
 	err = k.nc.PublishMsg(&cm.m)
 	cm.m = nats.Msg{}
-	clear(cm.h)
 	cm.val[0] = ""
 	casMsgs.Put(cm)
 	if err != nil {
 		return 0, false
 	}
-	if resp = w.Wait(ctx, within); resp == nil {
+	if resp = w.WaitDone(done, within); resp == nil {
 		return 0, false
 	}
 	return pubAckSeq(resp.Data)

@@ -1,9 +1,11 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,18 +69,8 @@ func FuzzPlainKey(f *testing.F) {
 // revisions, the same refusals (a conflict, an invalid key), and a create
 // of a deleted key succeeds.
 func TestCASWritesAreJetStreams(t *testing.T) {
-	s := testkit.RunServer(t)
-	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv, raw := newBucket(t, "cas")
 	ctx := t.Context()
-	raw, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "cas", Storage: jetstream.MemoryStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv := NewKV(js, raw, 1)
 	if !kv.cas {
 		t.Fatal("the fast path is off on a plain deployment")
 	}
@@ -111,4 +103,75 @@ func TestCASWritesAreJetStreams(t *testing.T) {
 	if rev, err = kv.Update(ctx, "n", []byte("x"), 0); err != nil || rev != 5 { // revision 0: must not exist
 		t.Fatalf("update of an absent key at 0: %d, %v", rev, err)
 	}
+}
+
+// A Key made once (KeyOf) writes as a key named per write does; a key
+// jetstream refuses gets no subject and is refused as before; a detached
+// update lands under a context that has ended, and a bounded one does not
+// start under it.
+func TestKeyOfAndDetached(t *testing.T) {
+	kv, raw := newBucket(t, "keyed")
+	ctx := t.Context()
+	k := KeyOf(kv, "s.r.c")
+	if k.Name != "s.r.c" || k.subject != "$KV.keyed.s.r.c" {
+		t.Fatalf("KeyOf: %+v", k)
+	}
+	if bad := KeyOf(kv, "a b"); bad.subject != "" {
+		t.Fatalf("a key jetstream refuses has a subject: %+v", bad)
+	}
+	if k := KeyOf(raw, "s.r.c"); k.subject != "" {
+		t.Fatalf("a bucket that is not a KV's has a subject: %+v", k)
+	}
+	rev, err := CreateWithin(ctx, kv, k, []byte("1"), time.Second)
+	if err != nil || rev != 1 {
+		t.Fatalf("create: %d, %v", rev, err)
+	}
+	if _, err := CreateWithin(ctx, kv, KeyOf(kv, "a b"), []byte("1"), time.Second); !errors.Is(err, jetstream.ErrInvalidKey) {
+		t.Fatalf("invalid key: %v, want jetstream's ErrInvalidKey", err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := UpdateWithin(ended, kv, k, []byte("x"), rev, time.Second); err == nil {
+		t.Fatal("an update under an ended context was written")
+	}
+	if rev, err = UpdateDetached(ended, kv, k, []byte("2"), rev, time.Second); err != nil || rev != 2 {
+		t.Fatalf("detached update under an ended context: %d, %v", rev, err)
+	}
+	if _, err := UpdateDetached(ended, kv, k, []byte("3"), 1, time.Second); !IsConflict(err) {
+		t.Fatalf("detached update at a stale revision: %v, want a conflict", err)
+	}
+	if rev, err = UpdateDetached(ended, kv, k, []byte("3"), rev, 0); err != nil || rev != 3 { // unbounded: jetstream's, detached too
+		t.Fatalf("detached update without a bound: %d, %v", rev, err)
+	}
+	e, err := raw.Get(ctx, "s.r.c")
+	if err != nil || string(e.Value()) != "3" || e.Revision() != 3 {
+		t.Fatalf("stored %v, %v", e, err)
+	}
+	// Revisions of many digits, each header written over the last one's
+	// (the pooled message's header is a view of its digits).
+	for want := rev + 1; want <= 1234; want++ {
+		if rev, err = UpdateWithin(ctx, kv, k, []byte("n"), rev, time.Second); err != nil || rev != want {
+			t.Fatalf("update to %d: %d, %v", want, rev, err)
+		}
+	}
+	if _, err := UpdateWithin(ctx, kv, k, []byte("x"), 1233, time.Second); !IsConflict(err) {
+		t.Fatalf("update at a stale revision of four digits: %v, want a conflict", err)
+	}
+	if _, err := UpdateWithin(ctx, kv, k, []byte("x"), 12340, time.Second); !IsConflict(err) {
+		t.Fatalf("update at a revision to come: %v, want a conflict", err)
+	}
+}
+
+// newBucket is a KV over a new bucket of one server, and the bucket as
+// jetstream gives it.
+func newBucket(t *testing.T, name string) (*KV, jetstream.KeyValue) {
+	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewKV(js, raw, 1), raw
 }

@@ -296,6 +296,12 @@ func (a *Mux) endOn(status <-chan nats.Status) {
 // Wait waits for w's reply until ctx ends or within (when set) passes; nil
 // when none came, or the Mux ended the wait (Reset, EndOnClose).
 func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
+	return w.WaitDone(ctx.Done(), within)
+}
+
+// WaitDone is Wait until done is closed (nil: never) rather than a
+// context's end.
+func (w *Wait) WaitDone(done <-chan struct{}, within time.Duration) *nats.Msg {
 	var expired <-chan time.Time
 	if within > 0 {
 		t := StartTimer(within)
@@ -305,7 +311,7 @@ func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
 	select {
 	case m := <-w.ch:
 		return m
-	case <-ctx.Done():
+	case <-done:
 	case <-expired:
 	}
 	return nil
