@@ -108,6 +108,14 @@ func (ct *callTable) unqueue(key string) {
 	ct.mu.Unlock()
 }
 
+// holds reports whether call key is accepted and not yet answered here.
+func (ct *callTable) holds(key string) bool {
+	ct.mu.Lock()
+	_, ok := ct.queued[key]
+	ct.mu.Unlock()
+	return ok
+}
+
 // queuedLen counts the calls accepted and not yet answered.
 func (ct *callTable) queuedLen() int {
 	ct.mu.Lock()

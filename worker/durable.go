@@ -87,6 +87,15 @@ func (q workQueue) run(msg jetstream.Msg, ackWait time.Duration) {
 			return
 		}
 	}
+	if err == nil && w.calls.holds(callKey(e.SessionID, e.ReplyID, e.ToolCallID)) {
+		// Delivered again while this worker still runs it (a progress report
+		// came late): JetStream takes acknowledgements and progress by stream
+		// sequence, so the run under way answers for this delivery too, and
+		// the call does not run twice here.
+		_ = msg.InProgress()
+		<-w.sem
+		return
+	}
 	key, tracked := w.accept(t, e, err)
 	rp := &workReply{w: w, msg: msg, tool: t.def.Name, stop: make(chan struct{})}
 	if e != nil {

@@ -77,6 +77,74 @@ func TestDurableCall(t *testing.T) {
 	})
 }
 
+// TestDurableRedeliveredToItsRunner: JetStream delivers a durable call
+// again to the worker that still runs it (its progress reports came later
+// than AckWait: here the consumer's AckWait is cut to 500 ms under a worker
+// that reports every 10 s); the worker does not run it a second time, the
+// run under way acknowledges the stream message, and the agent gets its
+// one result.
+func TestDurableRedeliveredToItsRunner(t *testing.T) {
+	e := newEnv(t, 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		if err := w.Handle(durableDef("job"), func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+			}
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return &bus.ExecResult{State: bus.StateSuccess, Output: bus.Text("ran")}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.waitLive("job")
+	done := make(chan bus.Result, 1)
+	go func() { done <- call1(t, e.client, "d3", "job", `{"n":3}`) }()
+	<-started
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, name := e.client.Subjects().Stream(bus.StreamWork), e.client.Subjects().Workers.WorkConsumer("job")
+	cons, err := js.Consumer(t.Context(), stream, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cons.CachedInfo().Config
+	cfg.AckWait = 500 * time.Millisecond
+	if _, err := js.UpdateConsumer(t.Context(), stream, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// The server delivers the call again (more than once while it runs):
+	// wait until it has, then let the run end.
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		info, err := cons.Info(t.Context())
+		if err != nil {
+			return err
+		}
+		if info.NumRedelivered == 0 {
+			return fmt.Errorf("not delivered again yet (%+v)", info.Delivered)
+		}
+		return nil
+	})
+	close(release)
+	wantText(t, <-done, bus.StateSuccess, "", "ran")
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want 1", n)
+	}
+	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
+		if n := workLeft(t, e); n != 0 {
+			return fmt.Errorf("the work queue holds %d calls", n)
+		}
+		return nil
+	})
+}
+
 // TestDurableRedeliveredAfterWorkerKilled kills the worker that runs a
 // durable call: once its progress reports stop, JetStream delivers the call
 // to another worker, which runs it to completion; the agent gets one result.
