@@ -64,8 +64,5 @@ func ConfineGroup(group string, reg bus.Register) ([]bus.Group, []bus.Rejection)
 		rejected = append(rejected, bus.Rejection{Name: d.Name, Reason: fmt.Sprintf(
 			"came on the registration subject of group %q: a tool is defined only on its own, P.register.%s (docs/protocol.md 7.1)", group, d.Name)})
 	}
-	for _, r := range reg.Refused {
-		rejected = append(rejected, r)
-	}
-	return keep, rejected
+	return keep, append(rejected, reg.Refused...)
 }

@@ -119,3 +119,13 @@ func TestAttackDeepNesting(t *testing.T) {
 		t.Fatalf("200 substitutions deep: %+v %v", ws, err)
 	}
 }
+
+// Writes is WritesOf over Parse's trees of cmd (err: neither grammar
+// parses), as permission reads a command's writes: the tests' entry.
+func Writes(cmd string) ([]Write, error) {
+	files, err := Parse(cmd)
+	if len(files) == 0 {
+		return nil, err
+	}
+	return WritesOf(cmd, files, nil), nil
+}

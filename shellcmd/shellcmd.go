@@ -211,7 +211,7 @@ type Write struct {
 	// By says what writes it: "redirection", "cp", "sed -i", ...
 	By string
 	// Raw is the target's text in the command, expansions included (for
-	// a program's computed write, all its arguments); set by Writes.
+	// a program's computed write, all its arguments); set by WritesOf.
 	Raw string
 }
 
@@ -245,19 +245,10 @@ func RedirectWrite(r *syntax.Redirect) (Write, bool) {
 
 func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
 
-// Writes returns every write of cmd it can see in each parse: redirections
-// and the write operands of profiled programs (Path "" when refused or
-// computed, as are relative ones after a cd). err: neither grammar parses.
-func Writes(cmd string) ([]Write, error) {
-	files, err := Parse(cmd)
-	if len(files) == 0 {
-		return nil, err
-	}
-	return WritesOf(cmd, files, nil), nil
-}
-
-// WritesOf is Writes of Parse's trees; each, when set, sees every simple
-// command of the walk.
+// WritesOf returns every write of cmd it can see in Parse's trees files:
+// redirections and the write operands of profiled programs (Path "" when
+// refused or computed, as are relative ones after a cd); each, when set,
+// sees every simple command of the walk.
 func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []Write {
 	text := func(from, to syntax.Pos) string {
 		a, b := int(from.Offset()), int(to.Offset())

@@ -534,7 +534,7 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 		token := bus.CallKey(c.SessionID, c.ReplyID, c.ID) + "." + strconv.Itoa(c.Attempt) + "." + nuid.Next()
 		// Progress is coalesced: at most one event every progressEvery,
 		// the latest notice winning (a flood stores a few events).
-		f := &inflight{call: c, ctx: ctx, gate: newProgressGate(progressEvery, func(text string) { _ = c.Progress(textBlock(text)) })}
+		f := &inflight{call: c, ctx: ctx, gate: newProgressGate(progressEvery, func(text string) { _ = c.Progress(bus.Text(text)...) })}
 		defer f.gate.close()
 		defer cr.track(token, f)()
 		req := mcp.CallToolRequest{}
@@ -594,8 +594,6 @@ func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *reque
 	}
 	return errorResult("Error: " + err.Error()), false
 }
-
-func textBlock(s string) bus.Block { return bus.Block{Type: bus.BlockText, Text: s} }
 
 func errorResult(text string) *bus.ExecResult {
 	return &bus.ExecResult{State: bus.StateError, Output: bus.Text(text)}

@@ -12,6 +12,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nuid"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -61,7 +62,7 @@ func (cr *caller) callTask(ctx context.Context, cl *mcpclient.Client, req mcp.Ca
 	for !task.Status.IsTerminal() && task.Status != mcp.TaskStatusInputRequired {
 		if s := string(task.Status) + ": " + task.StatusMessage; s != last && task.StatusMessage != "" {
 			last = s
-			_ = c.Progress(textBlock("task " + s))
+			_ = c.Progress(bus.Text("task " + s)...)
 		}
 		wait := taskPoll
 		if task.PollInterval != nil && *task.PollInterval > 0 {
