@@ -31,7 +31,7 @@ type call struct {
 	text   string          // what deny and ask rules read: the command, or its first MaxCommand bytes
 	pieces commandPieces   // its parts for allow rules and pieces for deny and ask rules
 	progs  commandPrograms // its programs, for deny and ask rules
-	// The command's writes (shellcmd.Writes): each seen target as a call
+	// The command's writes (shellcmd.WritesOf): each seen target as a call
 	// of WriteTool, and the text of those computed at run time.
 	writes []*call
 	unseen []string
