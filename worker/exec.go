@@ -99,19 +99,24 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if c.cancelled.Load() {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
+	ran := time.Since(start)
 	t.calls.Add(1)
-	t.nanos.Add(int64(time.Since(start)))
+	t.nanos.Add(int64(ran))
 	if res.State != bus.StateSuccess {
 		t.errors.Add(1)
 	}
-	res = w.fit(ctx, t, key, res)
-	w.obs.Finished(t.def.Name, res.State, time.Since(start))
+	took := ran // the observer's time includes the fit, which the usual output skips
+	if fitted := w.fit(ctx, t, key, res); fitted != res {
+		res, took = fitted, time.Since(start)
+	}
+	w.obs.Finished(t.def.Name, res.State, took)
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}
-	if extra := len(res.Metadata) + len(res.StatePatch); int64(extra) > w.nc.MaxPayload()-offload.Reserve {
-		// The output was fitted; only the metadata or the state patch can
-		// still be too large to send.
+	// The output was fitted; only the metadata or the state patch can
+	// still be too large to send (the payload limit is read under the
+	// connection's lock: not for the usual result, which has neither).
+	if extra := len(res.Metadata) + len(res.StatePatch); extra > 0 && int64(extra) > w.nc.MaxPayload()-offload.Reserve {
 		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
 			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
 			t.def.Name, extra, w.nc.MaxPayload()))}
