@@ -64,7 +64,7 @@ func BenchmarkServeExec(b *testing.B) {
 	b.ResetTimer()
 	cpu0, measured := threadCPU()
 	for range b.N {
-		r := &request{m: nats.Msg{Subject: m.Subject, Reply: m.Reply, Header: m.Header, Data: m.Data}}
+		r := newRequest(&nats.Msg{Subject: m.Subject, Reply: m.Reply, Header: m.Header, Data: m.Data})
 		r.err = bus.DecodeHead(&r.m, &r.e)
 		w.sem <- struct{}{}
 		r.key, r.tracked = w.accept(t, &r.e, r.err)
