@@ -32,7 +32,8 @@ import (
 // wire costs in nats.go). The child reports its getrusage CPU, its
 // runtime's mallocs, bytes allocated and GC cycles before and after; so
 // worker-µs/op is the whole worker process, its collector included (which
-// the in-process benchmarks' labels leave out).
+// the in-process benchmarks' labels leave out); its responder-µs/op is 0,
+// since no goroutine of this process responds.
 //
 //	go test -run '^$' -bench WorkerProcess -benchtime 40000x ./worker/
 func BenchmarkWorkerProcess(b *testing.B) {
