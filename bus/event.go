@@ -671,31 +671,41 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	var from [nAttrs]string
 	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {
-		lk := strings.ToLower(k)
 		var name, v string
-		if lk == HeaderContentType && len(vs) > 0 {
-			name, v = "datacontenttype", vs[0]
+		slot, plain := exactHeader(k)
+		if plain && len(vs) > 0 && plainValue(vs[0]) {
+			// A header named as binaryKeys spell it, with a value of ASCII
+			// and no escape: what the general path below would make of it,
+			// without lowering the name or scanning the value twice.
+			name, v = attrNames[slot], vs[0]
 		} else {
-			var ok bool
-			name, ok = strings.CutPrefix(lk, "ce-")
-			if !ok || len(vs) == 0 {
-				continue
+			slot = -1
+			lk := strings.ToLower(k)
+			if lk == HeaderContentType && len(vs) > 0 {
+				name, v = "datacontenttype", vs[0]
+			} else {
+				var ok bool
+				name, ok = strings.CutPrefix(lk, "ce-")
+				if !ok || len(vs) == 0 {
+					continue
+				}
+				var err error
+				if v = vs[0]; strings.IndexByte(v, '%') >= 0 { // else PathUnescape returns it as it is
+					v, err = url.PathUnescape(v)
+				}
+				if err != nil {
+					return Errorf(CodeBadEvent, "header %s: %v", k, err)
+				}
 			}
-			var err error
-			if v = vs[0]; strings.IndexByte(v, '%') >= 0 { // else PathUnescape returns it as it is
-				v, err = url.PathUnescape(v)
+			if !utf8.ValidString(v) {
+				// CloudEvents attributes are Unicode strings; JSON would turn
+				// the bytes into U+FFFD, so the event would change on the way.
+				return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 			}
-			if err != nil {
-				return Errorf(CodeBadEvent, "header %s: %v", k, err)
-			}
-		}
-		if !utf8.ValidString(v) {
-			// CloudEvents attributes are Unicode strings; JSON would turn
-			// the bytes into U+FFFD, so the event would change on the way.
-			return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
+			slot = attrSlot(name)
 		}
 		var prev [2]string // the header that gave name before, and its value
-		if i := attrSlot(name); i >= 0 && i < nAttrs {
+		if i := slot; i >= 0 && i < nAttrs {
 			if prev = [2]string{from[i], *attrs[i]}; prev[0] == "" {
 				from[i], *attrs[i] = k, v
 			}
@@ -713,6 +723,59 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
 	}
 	return e.Validate()
+}
+
+// exactHeader is the attribute slot of header k when k is one of
+// binaryKeys' ce- headers or content-type, named as they spell it (plain
+// true); anything else goes through decodeBinary's general path.
+func exactHeader(k string) (slot int, plain bool) {
+	switch k {
+	case "ce-specversion":
+		return slotSpec, true
+	case "ce-id":
+		return slotID, true
+	case "ce-source":
+		return slotSource, true
+	case "ce-type":
+		return slotType, true
+	case "ce-subject":
+		return slotSubject, true
+	case "ce-time":
+		return slotTime, true
+	case "ce-sessionid":
+		return slotSession, true
+	case "ce-replyid":
+		return slotReply, true
+	case "ce-toolcallid":
+		return slotToolCall, true
+	case "ce-traceparent":
+		return slotTraceParent, true
+	case "ce-tracestate":
+		return slotTraceState, true
+	case "ce-expirytime":
+		return slotExpiry, true
+	case HeaderContentType:
+		return slotContentType, true
+	}
+	return -1, false
+}
+
+// attrNames are the attributes' names by slot, as decodeBinary's errors
+// name them.
+var attrNames = [nAttrs]string{slotSpec: "specversion", slotID: "id", slotSource: "source", slotType: "type",
+	slotSubject: "subject", slotContentType: "datacontenttype", slotTime: "time", slotSession: "sessionid",
+	slotReply: "replyid", slotToolCall: "toolcallid", slotTraceParent: "traceparent", slotTraceState: "tracestate",
+	slotExpiry: "expirytime"}
+
+// plainValue reports whether header value v is ASCII without '%': valid
+// UTF-8 that url.PathUnescape returns as it is.
+func plainValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
+			return false
+		}
+	}
+	return true
 }
 
 // IsBinary reports whether a message carries its event in CloudEvents

@@ -44,18 +44,29 @@ type Call struct {
 	seq   int
 	patch json.RawMessage
 
-	// The call's usual result, a text block, and the event that carries a
-	// result, kept here: the call is allocated once per request (worker.go).
+	// sc is where the usual result is written while the call runs (the
+	// request's, pooled: worker.go); nil before and after.
+	sc *scratch
+}
+
+// scratch holds a call's usual result, a text block, and the event that
+// carries a result, from the handler's return until the result is sent.
+type scratch struct {
 	res   bus.ExecResult
 	block [1]bus.Block
 	out   bus.Event
 }
 
-// textResult is a success whose output is the one text block s, in c.
+// textResult is a success whose output is the one text block s, in the
+// call's scratch.
 func (c *Call) textResult(s string) *bus.ExecResult {
-	c.block[0] = bus.Block{Type: bus.BlockText, Text: s}
-	c.res = bus.ExecResult{State: bus.StateSuccess, Output: c.block[:1:1]}
-	return &c.res
+	sc := c.sc
+	if sc == nil { // not while serve runs the call: never the pooled one
+		sc = new(scratch)
+	}
+	sc.block[0] = bus.Block{Type: bus.BlockText, Text: s}
+	sc.res = bus.ExecResult{State: bus.StateSuccess, Output: sc.block[:1:1]}
+	return &sc.res
 }
 
 // abort ends the call at an agent's cancel.

@@ -104,7 +104,7 @@ func (q workQueue) run(msg jetstream.Msg, ackWait time.Duration) {
 	go rp.beat(max(ackWait/3, 10*time.Millisecond))
 	w.pool.Go(func() {
 		defer w.release(key, tracked)
-		w.exec.serve(t, m, e, err, key, new(Call), rp)
+		w.exec.serve(t, m, e, err, key, new(Call), new(scratch), rp)
 	})
 }
 

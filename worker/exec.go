@@ -31,8 +31,10 @@ type executor struct {
 }
 
 // serve checks one exec request, runs the call as c (zeroed, the caller's)
-// and answers through rp; key is the call's listed key ("" when none).
-func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, rp replier) {
+// and answers through rp; key is the call's listed key ("" when none). The
+// usual result and its event are written in sc (zeroed), which the caller
+// may reuse once serve returns.
+func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, sc *scratch, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
@@ -74,7 +76,8 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	tp, ts := tracing.Inject(sctx, e.TraceParent, e.TraceState)
 	c.ID, c.Name, c.SessionID, c.ReplyID = req.Call.ID, req.Call.Name, e.SessionID, e.ReplyID
 	c.Input, c.User, c.Context, c.Attempt, c.State = req.Call.Input, absentIfNull(req.User), absentIfNull(req.Context), req.Attempt, req.State
-	c.w, c.traceParent, c.traceState = w, tp, ts
+	c.w, c.traceParent, c.traceState, c.sc = w, tp, ts, sc
+	defer func() { c.sc = nil }()
 	if key == "" || e.ToolCallID != req.Call.ID {
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
@@ -99,19 +102,24 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if c.cancelled.Load() {
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
 	}
+	ran := time.Since(start)
 	t.calls.Add(1)
-	t.nanos.Add(int64(time.Since(start)))
+	t.nanos.Add(int64(ran))
 	if res.State != bus.StateSuccess {
 		t.errors.Add(1)
 	}
-	res = w.fit(ctx, t, key, res)
-	w.obs.Finished(t.def.Name, res.State, time.Since(start))
+	took := ran // the observer's time includes the fit, which the usual output skips
+	if fitted := w.fit(ctx, t, key, res); fitted != res {
+		res, took = fitted, time.Since(start)
+	}
+	w.obs.Finished(t.def.Name, res.State, took)
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}
-	if extra := len(res.Metadata) + len(res.StatePatch); int64(extra) > w.nc.MaxPayload()-offload.Reserve {
-		// The output was fitted; only the metadata or the state patch can
-		// still be too large to send.
+	// The output was fitted; only the metadata or the state patch can
+	// still be too large to send (the payload limit is read under the
+	// connection's lock: not for the usual result, which has neither).
+	if extra := len(res.Metadata) + len(res.StatePatch); extra > 0 && int64(extra) > w.nc.MaxPayload()-offload.Reserve {
 		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
 			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
 			t.def.Name, extra, w.nc.MaxPayload()))}
@@ -124,7 +132,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
 		data, _ = failed.AppendJSON((*buf)[:0])
 	}
-	out := &c.out
+	out := &sc.out
 	*out = bus.Head(bus.TypeExecResult, w.source)
 	out.Data = data
 	out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = e.SessionID, e.ReplyID, req.Call.ID, tp, ts

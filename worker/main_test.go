@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +22,13 @@ import (
 
 // Every test shuts down what it started (workers, connections, servers) in
 // t.Cleanup, so nothing may be left running when the package's tests end.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// A child process of BenchmarkWorkerProcess plays its role instead.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envBenchChild); role != "" {
+		os.Exit(runBenchChild(role, os.Getenv(envBenchURL)))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // bound is the generous limit for anything that should happen "soon" on a
 // busy two-core machine under -race.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,17 +33,18 @@ import (
 //     on the channel; followers idle for idle exit, and at most maxIdle
 //     wait at once.
 type readers struct {
-	ch    chan *nats.Msg
-	serve func(*nats.Msg)
-	idle  time.Duration
-	after time.Duration // promoteAfter
-	limit int64         // readers at most
+	ch       chan *nats.Msg
+	serve    func(*nats.Msg)
+	idleTime time.Duration
+	after    time.Duration // promoteAfter
+	limit    int64         // readers at most
 
 	all atomic.Int64 // readers now, counted before each starts
 
 	parked    atomic.Int64 // readers waiting on ch (or just past it): 0 or 1, only ever set from 0
-	followers atomic.Int64 // readers waiting on wake
-	wake      chan struct{}
+	followers atomic.Int64 // len(idle), for the promotion's check and the tests
+	idleMu    sync.Mutex
+	idle      []*reader     // the followers, the one that followed last on top
 	spawns    atomic.Int64  // readers to start (spawner)
 	more      chan struct{} // wakes the spawner
 	quit      chan struct{}
@@ -65,8 +67,8 @@ const promoteAfter = 100 * time.Microsecond
 // is its MaxConcurrent, its cores and one more (readerLimit), and a burst
 // does not start a goroutine for each request it leaves in the channel.
 func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
-	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idle: idle, after: promoteAfter, limit: int64(max(limit, 1)),
-		wake: make(chan struct{}), more: make(chan struct{}, 1), quit: make(chan struct{})}
+	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idleTime: idle, after: promoteAfter, limit: int64(max(limit, 1)),
+		more: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 
 // start starts the first reader and the spawner.
@@ -110,6 +112,11 @@ type reader struct {
 	rs    *readers
 	state atomic.Int32
 	timer *time.Timer
+	// wake takes the one promotion of a follower (it is sent under
+	// idleMu as the reader leaves idle, so it never blocks); idle is its
+	// timer as a follower, reused.
+	wake chan struct{}
+	idle *time.Timer
 }
 
 const (
@@ -121,7 +128,8 @@ const (
 func (rs *readers) read() {
 	defer rs.wg.Done()
 	defer rs.all.Add(-1)
-	r := &reader{rs: rs}
+	r := &reader{rs: rs, wake: make(chan struct{}, 1), idle: time.NewTimer(time.Hour)}
+	r.idle.Stop()
 	r.timer = time.AfterFunc(time.Hour, r.fire)
 	r.timer.Stop()
 	defer r.timer.Stop()
@@ -176,24 +184,66 @@ func (r *reader) lead() bool {
 	}
 }
 
-// follow waits to be promoted (true), or exits (false).
+// follow waits to be promoted (true), or exits (false). The followers
+// are a stack: a promotion wakes the one that followed last, whose stack
+// and caches are the warmest (with a queue, the one that waited longest
+// had, as a rule, had its goroutine stack shrunk by a collection since,
+// grown again by the call it took), and the readers a burst left behind
+// stay at the bottom, where they reach their idle time and exit.
 func (r *reader) follow() bool {
 	rs := r.rs
-	if rs.followers.Add(1) > maxIdle {
-		rs.followers.Add(-1)
+	rs.idleMu.Lock()
+	if len(rs.idle) >= maxIdle {
+		rs.idleMu.Unlock()
 		return false
 	}
-	defer rs.followers.Add(-1)
-	t := time.NewTimer(rs.idle)
-	defer t.Stop()
+	rs.idle = append(rs.idle, r)
+	rs.followers.Store(int64(len(rs.idle)))
+	rs.idleMu.Unlock()
+	r.idle.Reset(rs.idleTime)
+	defer r.idle.Stop()
 	select {
-	case <-rs.wake:
+	case <-r.wake:
 		return true
-	case <-t.C:
-		return false
+	case <-r.idle.C:
 	case <-rs.quit:
+	}
+	if !rs.unfollow(r) { // promoted meanwhile: its wake is sent
+		<-r.wake
+		return true
+	}
+	return false
+}
+
+// unfollow takes r off the followers, unless a promotion took it first
+// (false).
+func (rs *readers) unfollow(r *reader) bool {
+	rs.idleMu.Lock()
+	defer rs.idleMu.Unlock()
+	for i, f := range rs.idle {
+		if f == r {
+			rs.idle = slices.Delete(rs.idle, i, i+1)
+			rs.followers.Store(int64(len(rs.idle)))
+			return true
+		}
+	}
+	return false
+}
+
+// promote wakes the follower that followed last, if any.
+func (rs *readers) promote() bool {
+	rs.idleMu.Lock()
+	defer rs.idleMu.Unlock()
+	n := len(rs.idle)
+	if n == 0 {
 		return false
 	}
+	r := rs.idle[n-1]
+	rs.idle[n-1] = nil
+	rs.idle = rs.idle[:n-1]
+	rs.followers.Store(int64(n - 1))
+	r.wake <- struct{}{}
+	return true
 }
 
 func (r *reader) begin() {
@@ -220,11 +270,9 @@ func (r *reader) fire() {
 	}
 	woke := false
 	for n := len(rs.ch) + 1; n > 0; n-- { // one for each request waiting, one to wait on the channel
-		select {
-		case rs.wake <- struct{}{}:
+		if rs.promote() {
 			woke = true
 			continue
-		default:
 		}
 		if rs.all.Add(1) > rs.limit {
 			rs.all.Add(-1)
@@ -237,9 +285,10 @@ func (r *reader) fire() {
 		default: // the spawner has been told
 		}
 	}
-	// At the limit, with a follower counted but not yet waiting on wake,
-	// nobody was promoted: try again after promoteAfter, or a long call
-	// this reader takes next would hold the channel for as long as it runs.
+	// At the limit, with a follower that joined the followers just after
+	// promote found none, nobody was promoted: try again after
+	// promoteAfter, or a long call this reader takes next would hold the
+	// channel for as long as it runs.
 	if !woke && rs.followers.Load() > 0 && r.state.CompareAndSwap(promoted, busy) {
 		r.timer.Reset(rs.after)
 	}

@@ -219,3 +219,57 @@ func TestReadersNeverAllFollow(t *testing.T) {
 		}
 	})
 }
+
+// TestReadersWakeLastFollower: a promotion wakes the follower that followed
+// last (its stack and caches the warmest); one that reached its idle time
+// leaves the followers and is never woken after; a follower taken by a
+// promotion just as its idle time came still leads.
+func TestReadersWakeLastFollower(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rs := newReaders(4, time.Minute, 8, func(*nats.Msg) {})
+		defer close(rs.quit)
+		woke := make(chan int, 3)
+		followers := make([]*reader, 3)
+		for i := range followers {
+			r := &reader{rs: rs, wake: make(chan struct{}, 1), idle: time.NewTimer(time.Hour)}
+			r.idle.Stop()
+			followers[i] = r
+			go func() {
+				if r.follow() {
+					woke <- i
+				}
+			}()
+			synctest.Wait() // each follows in turn: 0, then 1, then 2
+		}
+		for _, want := range []int{2, 1} {
+			if !rs.promote() {
+				t.Fatal("no follower promoted")
+			}
+			synctest.Wait()
+			if got := <-woke; got != want {
+				t.Fatalf("follower %d woken, want %d (the last to follow)", got, want)
+			}
+		}
+		time.Sleep(time.Minute) // follower 0's idle time
+		synctest.Wait()
+		if rs.promote() || rs.followers.Load() != 0 {
+			t.Fatalf("a follower past its idle time was promoted (%d followers)", rs.followers.Load())
+		}
+		select {
+		case i := <-woke:
+			t.Fatalf("follower %d woken after its idle time", i)
+		default:
+		}
+		// Promoted as its timer fires: unfollow finds it gone, so it leads.
+		r := followers[0]
+		rs.idle = append(rs.idle, r)
+		if !rs.promote() || rs.unfollow(r) {
+			t.Fatal("a promoted follower was still listed")
+		}
+		select {
+		case <-r.wake:
+		default:
+			t.Fatal("the promotion sent no wake")
+		}
+	})
+}

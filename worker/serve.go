@@ -87,7 +87,7 @@ func (s *serving) take(m *nats.Msg) {
 		return // only the tools' exec subjects deliver here
 	}
 	t.requests.Add(1)
-	s.onExec(t, &request{m: *m})
+	s.onExec(t, newRequest(m))
 }
 
 // add subscribes t's exec subject in its queue group, delivering into the

@@ -298,19 +298,35 @@ func (w *Worker) registration() bus.Register {
 	return reg
 }
 
-// request is one exec request from its arrival to its answer, in one
-// allocation: the message, its event as decoded (err when it did not
-// decode), the key it is listed under, and the call it becomes.
+// request is one exec request from its arrival to its answer: the
+// message, its event as decoded (err when it did not decode), the key it
+// is listed under, the call it becomes and the result's scratch. Requests
+// are pooled (requests) and the Call is allocated on its own: a handler
+// may keep its *Call (a late Progress), and nothing else outlives the
+// answer (the call's strings and raw members are the message's, which
+// nats.go allocated, the keys carved).
 type request struct {
 	m       nats.Msg
 	e       bus.Event
 	err     error
 	key     string
 	tracked bool
-	call    Call
+	call    *Call
+	sc      scratch
 	reply   coreReply
 	w       *Worker // set by dispatch, for Run
 	t       *tool
+}
+
+// requests are the requests between two calls; run puts one back once its
+// call is answered and released.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+// newRequest is a pooled request for m.
+func newRequest(m *nats.Msg) *request {
+	r := requests.Get().(*request)
+	r.m = *m
+	return r
 }
 
 func (w *Worker) onExec(t *tool, r *request) {
@@ -385,9 +401,12 @@ func (w *Worker) dispatch(t *tool, r *request) {
 
 func (r *request) run() {
 	w := r.w
-	defer w.release(r.key, r.tracked)
 	r.reply = coreReply{w.exec, &r.m}
-	w.exec.serve(r.t, &r.m, &r.e, r.err, r.key, &r.call, &r.reply)
+	r.call = new(Call)
+	w.exec.serve(r.t, &r.m, &r.e, r.err, r.key, r.call, &r.sc, &r.reply)
+	w.release(r.key, r.tracked)
+	*r = request{}
+	requests.Put(r)
 }
 
 // unserved answers a request of a tool whose definition no router

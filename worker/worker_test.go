@@ -860,3 +860,61 @@ func TestDrainLeavesAfterHeartbeatInFlight(t *testing.T) {
 	default:
 	}
 }
+
+// TestCallKeptAfterItsAnswer: requests are pooled (worker.go), so the
+// *Call a handler keeps must be its own: after later calls reused the
+// request, a kept call still names its own call, input and session, its
+// Progress still reaches its session, and the typed tool's text results
+// (written in the request's scratch) are each call's own.
+func TestCallKeptAfterItsAnswer(t *testing.T) {
+	f := newFixture(t, true)
+	events, err := f.nc.SubscribeSync(f.subj.Events("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var kept []*worker.Call
+	type in struct {
+		Text string `json:"text"`
+	}
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		if err := worker.Register(w, bus.ToolDef{Name: "keep", Description: "Keeps its call."},
+			func(_ context.Context, c *worker.Call, in in) (string, error) {
+				mu.Lock()
+				kept = append(kept, c)
+				mu.Unlock()
+				return "got " + in.Text, nil
+			}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	const n = 20
+	for i := range n {
+		id := fmt.Sprintf("toolu_%02d", i)
+		res := f.exec(t, execEvent(t, "keep", id, fmt.Sprintf(`{"text":"t%02d"}`, i)), "keep")
+		wantText(t, res, bus.StateSuccess, fmt.Sprintf("got t%02d", i))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(kept) != n {
+		t.Fatalf("%d calls kept, want %d", len(kept), n)
+	}
+	for i, c := range kept {
+		if c.ID != fmt.Sprintf("toolu_%02d", i) || string(c.Input) != fmt.Sprintf(`{"text":"t%02d"}`, i) || c.SessionID != "s1" || c.ReplyID != "r1" {
+			t.Errorf("kept call %d: id %q input %s session %q reply %q", i, c.ID, c.Input, c.SessionID, c.ReplyID)
+		}
+	}
+	if err := kept[0].Progress(bus.Text("late")...); err != nil {
+		t.Fatal(err)
+	}
+	m, err := events.NextMsg(bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev := decodeReply(t, m); ev.Type != bus.TypeCallProgress || ev.ToolCallID != "toolu_00" || ev.SessionID != "s1" {
+		t.Fatalf("late progress %+v", ev)
+	}
+}
