@@ -324,9 +324,13 @@ func (rr routerReads) poll(ctx context.Context) error {
 	return nil
 }
 
+// listWait bounds one parked.list: a router waits up to 2 s for its cache,
+// then may read the session's records from the stream leader one by one.
+const listWait = 10 * time.Second
+
 // list asks a router for the calls parked in session ("" for all).
 func (rr routerReads) list(ctx context.Context, session string) ([]bus.ParkedCall, error) {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	lctx, cancel := context.WithTimeout(ctx, listWait)
 	defer cancel()
 	var list struct {
 		Parked []bus.ParkedCall `json:"parked"`
