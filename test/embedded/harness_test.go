@@ -39,6 +39,12 @@ type env struct {
 
 const testHeartbeat = 500 * time.Millisecond
 
+// calmHeartbeat is the heartbeat of tests that judge no worker gone: at
+// load 16-20 under -race a worker's beats came more than three test beats
+// (1.5 s) apart, and its calls ended unknown_outcome (TestLoadSharing) or
+// its tools left the list (TestOnCluster/ResetToolsScenarios).
+const calmHeartbeat = 2 * time.Second
+
 // bound is the generous limit for anything that should happen "soon" on a
 // busy two-core machine under -race.
 const bound = 10 * time.Second
