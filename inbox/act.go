@@ -42,7 +42,8 @@ type Outcome struct {
 	OK      bool   `json:"ok"`
 	Message string `json:"message"`
 	// Code is the router's refusal code (not_parked, already_answered,
-	// bad_request), or the inbox's own: changed, gone, bad_request.
+	// bad_request), or the inbox's own: changed, gone, bad_request, and
+	// unavailable (the call could not be read: nothing was answered).
 	Code string `json:"code,omitempty"`
 }
 
@@ -80,8 +81,13 @@ func (s *Server) act(ctx context.Context, a Act) (int, Outcome) {
 	if !validKey(a.Key) {
 		return http.StatusBadRequest, Outcome{Code: bus.CodeBadRequest, Message: fmt.Sprintf("%q is not a call key <session>.<replyid>.<callid>", a.Key)}
 	}
-	s.refresh(ctx, a.Key) // the record as it is now, not as the watch last said
+	err := s.refresh(ctx, a.Key) // the record as it is now, not as the watch last said
 	it, ok := s.lookup(a.Key)
+	if !ok && err != nil {
+		// Not listed yet (parked a moment ago) and not readable now: the
+		// call may well wait, so it is not "gone".
+		return http.StatusServiceUnavailable, Outcome{Code: bus.CodeUnavailable, Message: fmt.Sprintf("call %s could not be read now (%v): nothing was answered; try again", a.Key, err)}
+	}
 	if !ok {
 		return http.StatusConflict, Outcome{Code: "gone", Message: fmt.Sprintf("call %s no longer waits: it was answered (maybe from another page), cancelled or expired", a.Key)}
 	}

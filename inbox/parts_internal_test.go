@@ -276,3 +276,39 @@ func TestGateAuthorized(t *testing.T) {
 		t.Fatal("an empty token matches an empty gate")
 	}
 }
+
+// TestActUnreadableIsNotGone: a call the inbox has not listed yet (parked a
+// moment ago) whose read fails (a router's parked.list timed out, or
+// refused while its cache is behind the store) is not reported gone: the
+// read is tried readTries times, then the answer is refused unavailable
+// and nothing is sent. A read that succeeds on a later try is applied.
+func TestActUnreadableIsNotGone(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	s := &Server{records: newRecords(500, true, slog.New(slog.DiscardHandler))}
+	tries := 0
+	s.fetch = func(context.Context, string) (reading, error) {
+		tries++
+		return reading{}, errors.New("internal: parked.list: this router's cache of parked calls is behind the store")
+	}
+	code, out := s.act(t.Context(), Act{Key: "s1.r1.c1", Revision: 5, Action: "allow"})
+	if code != 503 || out.OK || out.Code != bus.CodeUnavailable || tries != readTries {
+		t.Fatalf("act on an unreadable call: %d %+v after %d reads; want 503 unavailable after %d", code, out, tries, readTries)
+	}
+
+	tries = 0
+	s.fetch = func(context.Context, string) (reading, error) {
+		if tries++; tries < readTries {
+			return reading{}, errors.New("timeout")
+		}
+		var r bus.ParkRecord
+		_ = json.Unmarshal(parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 5).val, &r)
+		it, ok := s.item("s1.r1.c1", 5, r)
+		return reading{it: it, waits: ok, rev: 5}, nil
+	}
+	if err := s.refresh(t.Context(), "s1.r1.c1"); err != nil {
+		t.Fatal(err)
+	}
+	if it, ok := s.lookup("s1.r1.c1"); !ok || it.Revision != 5 {
+		t.Fatalf("after a read that succeeded on try %d: held %v at %d", tries, ok, it.Revision)
+	}
+}

@@ -180,19 +180,36 @@ func (s *records) lookup(key string) (Item, bool) {
 }
 
 // refresh rereads call key from the leader and applies it (gone: dropped
-// unless newer meanwhile; unreadable: kept).
-func (s *records) refresh(ctx context.Context, key string) {
+// unless newer meanwhile; unreadable: kept). A read that fails is tried
+// again, readTries in all; the last failure is returned, and nothing
+// changed.
+func (s *records) refresh(ctx context.Context, key string) error {
 	held, _ := s.lookup(key)
-	r, err := s.fetch(ctx, key)
+	var (
+		r   reading
+		err error
+	)
+	for try := 1; ; try++ {
+		if r, err = s.fetch(ctx, key); err == nil || try == readTries || ctx.Err() != nil {
+			break
+		}
+	}
 	switch {
 	case err != nil:
 		s.log.Warn("inbox: read parked call", "key", key, "err", err)
+		return err
 	case r.rev == 0:
 		s.gone(key, held.Revision)
 	default:
 		s.set(key, r)
 	}
+	return nil
 }
+
+// readTries is how many reads an answer's refresh makes when they fail: a
+// router's parked.list may time out, or refuse while its cache is behind
+// the store (docs/inbox.md).
+const readTries = 3
 
 // tombAge is how long the inbox remembers the revision at which a call
 // ended: longer than any read in flight (an answer's reads end within 15 s).

@@ -160,7 +160,7 @@ func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, e
 	case "skills.list":
 		return x.skillsList(), nil
 	case "parked.list":
-		return x.parkedList(ctx, e.SessionID), nil
+		return x.parkedList(ctx, e.SessionID)
 	case "groups.put":
 		g, err := bus.DecodeGroup(e.Data)
 		if err != nil {
@@ -267,14 +267,24 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 }
 
 // parkedList lists the calls parked in a session (all when ""), whichever
-// router parked them, after bringing the cache up to the bucket's last write
-// (for at most parkedListWait).
-func (x *adminVerbs) parkedList(ctx context.Context, session string) map[string]any {
-	ctx, cancel := context.WithTimeout(ctx, parkedListWait)
-	defer cancel()
-	recs, err := x.parked.Read.ParkedNow(ctx, session)
+// router parked them: from the cache once it caught up with the bucket's
+// last write (for at most parkedListWait). A cache still behind could leave
+// out a call that waits, which an approver's inbox would then report gone:
+// one session's records are read from the stream leader instead, and a list
+// of every session (a read per record of the bucket) is refused rather than
+// answered incomplete (docs/inbox.md).
+func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error) {
+	wctx, cancel := context.WithTimeout(ctx, parkedListWait)
+	recs, err := x.parked.Read.ParkedNow(wctx, session)
+	cancel()
+	if err != nil && session == "" {
+		return nil, bus.Errorf(bus.CodeInternal, "parked.list: this router's cache of parked calls is behind the store (%v); ask again, or list one session", err)
+	}
 	if err != nil {
-		x.log.Warn("router: parked.list from a cache that may lag", "session", session, "err", err)
+		x.log.Warn("router: parked.list read from the leader: the cache is behind", "session", session, "err", err)
+		if recs, err = x.leaderParked(ctx, session); err != nil {
+			return nil, bus.Errorf(bus.CodeInternal, "parked.list: this router's cache of parked calls is behind the store and the store's leader did not answer (%v); ask again", err)
+		}
 	}
 	out := make([]bus.ParkedCall, len(recs))
 	for i, rec := range recs {
@@ -283,7 +293,32 @@ func (x *adminVerbs) parkedList(ctx context.Context, session string) map[string]
 			Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires,
 			Revision: rec.Rev, User: rec.User, Context: rec.Context, RequestScoped: rec.RequestScoped}
 	}
-	return map[string]any{"parked": out}
+	return map[string]any{"parked": out}, nil
+}
+
+// leaderParked reads the calls parked in session from the stream leader of
+// P_parked, oldest first, as the cache would list them: one request per
+// record of the session (at most its parked calls and those that ended
+// within the bucket's history).
+func (x *adminVerbs) leaderParked(ctx context.Context, session string) ([]*parked.Record, error) {
+	entries, err := x.store.Parked.Latest(ctx, session+".*.*")
+	if err != nil {
+		return nil, err
+	}
+	var recs []*parked.Record
+	for _, e := range entries {
+		var r parked.Record
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			x.log.Warn("router: parked.list skips a bad parked record", "key", e.Key())
+			continue
+		}
+		if r.Status == bus.ParkParked && r.Session == session {
+			r.Rev = e.Revision()
+			recs = append(recs, &r)
+		}
+	}
+	slices.SortFunc(recs, func(a, b *parked.Record) int { return a.Created.Compare(b.Created) })
+	return recs, nil
 }
 
 func (x *adminVerbs) sessionView(id string, sess *groups.Session) sessionView {

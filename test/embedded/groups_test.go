@@ -34,7 +34,7 @@ type textIn struct {
 // search (web), both (web, ops) and audit (admin).
 func groupEnv(t *testing.T, routers int) *env {
 	t.Helper()
-	e := newEnv(t, routers)
+	e := startEnvBeat(t, routers, onCluster(t), router.Config{}, calmHeartbeat)
 	for _, g := range testGroups {
 		if err := e.client.Admin(t.Context(), "groups.put", "", g, nil); err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ func (e *env) sessionStore(t *testing.T) *groups.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.Setup(t.Context(), js, e.client.Subjects(), store.Config{Heartbeat: testHeartbeat, Replicas: e.replicas()})
+	st, err := store.Setup(t.Context(), js, e.client.Subjects(), store.Config{Heartbeat: e.d.Heartbeat(), Replicas: e.replicas()})
 	if err != nil {
 		t.Fatal(err)
 	}

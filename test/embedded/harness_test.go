@@ -39,9 +39,21 @@ type env struct {
 
 const testHeartbeat = 500 * time.Millisecond
 
+// calmHeartbeat is the heartbeat of tests that judge no worker gone: at
+// load 16-20 under -race a worker's beats came more than three test beats
+// (1.5 s) apart, and its calls ended unknown_outcome (TestLoadSharing) or
+// its tools left the list (TestOnCluster/ResetToolsScenarios).
+const calmHeartbeat = 2 * time.Second
+
 // bound is the generous limit for anything that should happen "soon" on a
 // busy two-core machine under -race.
 const bound = 10 * time.Second
+
+// readyBound limits the deployment's waits (xtest: a worker's registration,
+// WaitLive, WaitGone, EveryRouter): bounded polls that end once ready, so
+// a longer limit costs nothing but a later failure. At load 16-20 a
+// registration took longer than bound (TestListingBytes).
+const readyBound = 30 * time.Second
 
 // newEnv starts a deployment with routers: on one nats-server, or, for
 // the tests that TestOnCluster runs, on a 3-node cluster with every bucket
@@ -65,7 +77,7 @@ func startEnvBeat(t *testing.T, routers int, cluster bool, rc router.Config, hb 
 	if rc.Logger == nil {
 		rc.Logger = testLogger()
 	}
-	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: rc, Heartbeat: hb, Bound: bound})
+	d := xtest.Run(t, xtest.Config{Cluster: cluster, Routers: routers, Router: rc, Heartbeat: hb, Bound: readyBound})
 	e := &env{t: t, d: d, srv: d.Server, cluster: d.Cluster,
 		routers: slices.Clone(d.Routers), rconns: slices.Clone(d.RouterConns)}
 	e.nc = e.connect(t)

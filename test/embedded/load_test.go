@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -23,7 +24,7 @@ func TestLoadSharing(t *testing.T) {
 		sessions = 24
 		perBatch = 10
 	)
-	e := newEnv(t, 2)
+	e := startEnvBeat(t, 2, onCluster(t), router.Config{}, calmHeartbeat)
 	served := map[string]*atomic.Int64{}
 	for range workers {
 		e.addWorker(func(w *worker.Worker) {

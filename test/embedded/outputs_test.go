@@ -63,7 +63,7 @@ func fetched(t *testing.T, cl *client.Client, out []bus.Block) (stored []bus.Blo
 		if !client.IsStored(b) {
 			continue
 		}
-		got, err := cl.Outputs().FetchBytes(testCtx(t), b.URL)
+		got, err := fetchAll(t, cl, b.URL)
 		if err != nil {
 			t.Fatalf("fetch %s: %v", b.URL, err)
 		}
@@ -73,6 +73,42 @@ func fetched(t *testing.T, cl *client.Client, out []bus.Block) (stored []bus.Blo
 		stored, data = append(stored, b), append(data, got)
 	}
 	return stored, data
+}
+
+// stallBound is how long a fetch may go without a byte before it fails:
+// a slow transfer on a loaded machine goes on, a stalled one does not.
+const stallBound = time.Minute
+
+// fetchAll reads the stored output at url whole, for as long as its windows
+// keep coming (a new one within stallBound) until the test ends. A fixed
+// deadline on the whole read (a minute, as testCtx) failed a 20 MiB fetch
+// from a 3-node cluster at load 20 that was progressing.
+func fetchAll(t *testing.T, cl *client.Client, url string) ([]byte, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	stall := time.AfterFunc(stallBound, func() { cancel(fmt.Errorf("no byte of %s for %v", url, stallBound)) })
+	defer stall.Stop()
+	obj, err := cl.Outputs().Fetch(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", err, context.Cause(ctx))
+	}
+	defer obj.Close()
+	var got bytes.Buffer
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := obj.Read(buf)
+		if n > 0 {
+			stall.Reset(stallBound)
+			got.Write(buf[:n])
+		}
+		if err == io.EOF {
+			return got.Bytes(), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("after %d bytes: %w (%v)", got.Len(), err, context.Cause(ctx))
+		}
+	}
 }
 
 // TestLargeOutputs: a 20 MiB output (above the 8 MiB payload limit)

@@ -27,7 +27,7 @@ func TestPrefixIsolation(t *testing.T) {
 		client *client.Client
 	}
 	deploy := func(prefix, tool string) deployment {
-		d := xtest.Run(t, xtest.Config{Server: s, Routers: 1, Router: router.Config{Prefix: prefix}, Heartbeat: testHeartbeat, Bound: bound})
+		d := xtest.Run(t, xtest.Config{Server: s, Routers: 1, Router: router.Config{Prefix: prefix}, Heartbeat: testHeartbeat, Bound: readyBound})
 		_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
 			handle(t, w, bus.ToolDef{Name: tool, ConcurrencySafe: true},
 				func(context.Context, *worker.Call) (*bus.ExecResult, error) {
