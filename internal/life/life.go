@@ -59,8 +59,12 @@ type Life struct {
 	mu       sync.Mutex
 	draining bool
 	landOpen bool // landing writes are taken (until the end of the cleanup window)
+	// The landing writes in flight, and a channel closed when they fall to
+	// none (nil while there are none): not a WaitGroup, since a write may
+	// begin while the drain waits for them, which a WaitGroup forbids.
+	landN    int
+	landIdle chan struct{}
 	work     sync.WaitGroup
-	landing  sync.WaitGroup
 	bg       sync.WaitGroup
 	unwind   []func(ctx context.Context) error
 
@@ -151,17 +155,36 @@ func (l *Life) Landing() (context.Context, context.CancelFunc) {
 		cancel(ErrStopped)
 		return ctx, func() {}
 	}
-	l.landing.Add(1)
+	if l.landN++; l.landN == 1 {
+		l.landIdle = make(chan struct{})
+	}
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(l.land, l.cfg.LandBudget)
 	var once sync.Once
 	return ctx, func() {
 		once.Do(func() {
 			cancel()
-			l.landing.Done()
+			l.mu.Lock()
+			if l.landN--; l.landN == 0 {
+				close(l.landIdle)
+				l.landIdle = nil
+			}
+			l.mu.Unlock()
 		})
 	}
 }
+
+// landed is closed once no landing write is in flight.
+func (l *Life) landed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.landIdle == nil {
+		return closedChan
+	}
+	return l.landIdle
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Defer registers fn as a step of the unwind, run once at the end of the
 // drain, the last registered first, with a context that ends Config.Cleanup
@@ -219,17 +242,17 @@ func (l *Life) drain(ctx context.Context) error {
 		}
 	}()
 	var err error
-	if !wait(ctx, &l.work, nil) {
+	if work := waited(&l.work); !wait(ctx, work, nil) {
 		if l.cfg.OnDeadline != nil {
 			l.cfg.OnDeadline()
 		}
 		l.cut(ErrDeadline)
 		err = fmt.Errorf("work cut off: %w", ctx.Err())
-		if !wait(context.Background(), &l.work, window()) {
+		if !wait(context.Background(), work, window()) {
 			l.cfg.Logger.Warn("life: work still running past the drain's cleanup window")
 		}
 	}
-	if !wait(ctx, &l.landing, nil) && !wait(context.Background(), &l.landing, window()) {
+	if !wait(ctx, l.landed(), nil) && !wait(context.Background(), l.landed(), window()) {
 		l.cfg.Logger.Warn("life: writes that must land cut off by the drain deadline")
 	}
 	l.mu.Lock()
@@ -238,7 +261,7 @@ func (l *Life) drain(ctx context.Context) error {
 	l.mu.Unlock()
 	l.landCut(ErrDeadline)
 	l.cut(ErrStopped)
-	if !wait(ctx, &l.bg, nil) && !wait(context.Background(), &l.bg, window()) {
+	if bg := waited(&l.bg); !wait(ctx, bg, nil) && !wait(context.Background(), bg, window()) {
 		l.cfg.Logger.Warn("life: background loops still running past the drain's cleanup window")
 	}
 	l.mu.Lock()
@@ -255,11 +278,16 @@ func (l *Life) drain(ctx context.Context) error {
 	return err
 }
 
-// wait waits for wg until ctx ends or, when limit is not nil, until it
-// is closed; false when wg did not finish.
-func wait(ctx context.Context, wg *sync.WaitGroup, limit <-chan struct{}) bool {
+// waited is closed once wg's Wait returns.
+func waited(wg *sync.WaitGroup) <-chan struct{} {
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
+	return done
+}
+
+// wait waits for done until ctx ends or, when limit is not nil, until it
+// is closed; false when done was not closed.
+func wait(ctx context.Context, done <-chan struct{}, limit <-chan struct{}) bool {
 	select {
 	case <-done:
 		return true

@@ -185,3 +185,33 @@ func TestEveryTicksUntilItsContextEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestLandingWhileDrainWaits: a landing write may begin while the drain
+// waits for the landing writes, even just as the last one ended (a
+// continuation's sweep records an answer during a drain). The drain sees
+// the moment none was in flight and goes on; the late write is cut with the
+// rest at the end of the window (or refused, when the drain got there first). Before, the writes were counted by a
+// WaitGroup, whose Add from zero during its Wait the race detector reported.
+func TestLandingWhileDrainWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := life.New(life.Config{})
+		_, first := l.Landing()
+		drained := make(chan error, 1)
+		go func() { drained <- l.Drain(t.Context()) }()
+		synctest.Wait() // the drain waits for the first write
+		first()
+		late, lateDone := l.Landing() // begins before the drain's wait returns
+		defer lateDone()
+		if err := <-drained; err != nil {
+			t.Fatalf("Drain: %v", err)
+		}
+		// Cut by the drain (ErrDeadline), or refused (ErrStopped) when the
+		// drain's goroutine closed the landings first.
+		if c := context.Cause(late); !errors.Is(c, life.ErrDeadline) && !errors.Is(c, life.ErrStopped) {
+			t.Fatalf("the late write's context: %v, want it cut", c)
+		}
+		if ctx, _ := l.Landing(); ctx.Err() == nil {
+			t.Fatal("a landing write after the drain got a live context")
+		}
+	})
+}
