@@ -207,7 +207,9 @@ func TestWritingBatchAwaits(t *testing.T) {
 			func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("put"), nil })
 	})
 	e.setMode(t, "wr", "default")
-	e.call(t, "wr", []bus.Call{{ID: "w", Name: "put"}})
+	warm := client.NewReplyID()
+	e.call(t, "wr", []bus.Call{{ID: "w", Name: "put"}}, client.WithReplyID(warm))
+	storedDone(t, e, "wr", warm, "") // stored before the count starts
 	const n = 50
 	in, seqs := routerInMsgs(t, e), streamSeqs(t, e)
 	for range n {
