@@ -34,24 +34,32 @@ func lastStored(t *testing.T, nc *nats.Conn, session string) *bus.Event {
 // write yet answers "key not found" though the write was acknowledged.
 func parkedRecord(t *testing.T, e *env, session, reply, call string) *bus.ParkRecord {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := store.NewKV(js, kv, e.replicas()).Get(t.Context(), bus.CallKey(session, reply, call))
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := leaderEntry(t, e, "toolbus_parked", bus.CallKey(session, reply, call))
 	var rec bus.ParkRecord
 	if err := json.Unmarshal(v.Value(), &rec); err != nil {
 		t.Fatal(err)
 	}
 	rec.Rev = v.Revision()
 	return &rec
+}
+
+// leaderEntry reads key of bucket from the bucket's stream leader, as the
+// routers read (store.KV), failing the test when it cannot.
+func leaderEntry(t *testing.T, e *env, bucket, key string) jetstream.KeyValueEntry {
+	t.Helper()
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := store.NewKV(js, kv, e.replicas()).Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("%s/%s: %v", bucket, key, err)
+	}
+	return v
 }
 
 // newestStored is lastStored with the error returned.
@@ -77,18 +85,7 @@ func newestStored(t *testing.T, nc *nats.Conn, session string) (*bus.Event, erro
 // the bucket's stream leader (store.KV), and fails unless it holds a result.
 func ledgerRecord(t *testing.T, e *env, session, reply, call string) bus.Result {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(t.Context(), e.client.Subjects().Bucket(bus.BucketLedger))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := store.NewKV(js, kv, e.replicas()).Get(t.Context(), bus.CallKey(session, reply, call))
-	if err != nil {
-		t.Fatalf("ledger entry of %s/%s/%s: %v", session, reply, call, err)
-	}
+	v := leaderEntry(t, e, e.client.Subjects().Bucket(bus.BucketLedger), bus.CallKey(session, reply, call))
 	var entry struct {
 		State  string      `json:"state"`
 		Result *bus.Result `json:"result"`
