@@ -37,7 +37,10 @@ func TestDuplicateOfAnotherCall(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
-		got := l.Once(ctx, c, func() bus.Result { t.Fatalf("%s: a duplicate ran", when); return bus.Result{} })
+		got, landed := l.Once(ctx, c, func() bus.Result { t.Fatalf("%s: a duplicate ran", when); return bus.Result{} })
+		if landed {
+			t.Fatalf("%s: a duplicate says its own record landed", when)
+		}
 		switch isOther := got.Error != nil && got.Error.Code == bus.CodeBadRequest; {
 		case wantOther && !isOther:
 			t.Fatalf("%s: another call got %+v, want bad_request", when, got)
@@ -100,15 +103,15 @@ func TestDuplicateEncodedAgain(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "s.r" + strings.NewReplacer(" ", "", ",", "", ".", "").Replace(tc.name) + ".c1"
-			first := ls[0].Once(t.Context(), call(key, tc.first, tc.firstCanon), func() bus.Result {
+			first, landed := ls[0].Once(t.Context(), call(key, tc.first, tc.firstCanon), func() bus.Result {
 				return bus.Result{ID: "c1", Name: "write", State: bus.StateSuccess, Output: bus.Text("v1")}
 			})
-			if first.State != bus.StateSuccess {
-				t.Fatalf("first run: %+v", first)
+			if first.State != bus.StateSuccess || !landed {
+				t.Fatalf("first run: %+v, landed %v", first, landed)
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			got := ls[1].Once(ctx, call(key, tc.dup, tc.dupCanon), func() bus.Result { t.Fatal("the copy ran"); return bus.Result{} })
+			got, _ := ls[1].Once(ctx, call(key, tc.dup, tc.dupCanon), func() bus.Result { t.Fatal("the copy ran"); return bus.Result{} })
 			switch isOther := got.Error != nil && got.Error.Code == bus.CodeBadRequest; {
 			case tc.wantOther && !isOther:
 				t.Fatalf("got %+v, want bad_request", got)

@@ -73,9 +73,9 @@ func TestLedgerLeaseLapses(t *testing.T) {
 		t.Errorf("re-sends answered %v after the claim, lease %v", took, lease)
 	}
 	t.Logf("answered %v after the claim (lease %v)", took, lease)
-	res := ls[0].Record(t.Context(), "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
-	if res.Error == nil || res.Error.Code != bus.CodeUnknownOutcome {
-		t.Fatalf("the dead router's late record: %+v", res)
+	res, landed := ls[0].Record(t.Context(), "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("late")})
+	if res.Error == nil || res.Error.Code != bus.CodeUnknownOutcome || !landed {
+		t.Fatalf("the dead router's late record: %+v, landed %v (the takeover's record is in the ledger)", res, landed)
 	}
 	e, err := ls[0].kv.Get(ctx, "s.r.c1")
 	if err != nil {

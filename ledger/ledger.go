@@ -396,7 +396,12 @@ func (l *Ledger) Abandon(key, claim string) {
 // unknown_outcome); past that (the bucket is electing a leader) it returns
 // and the write goes on, retried until it lands, while recorded answers for
 // key from memory. The write goes on when ctx, the caller's, has ended.
-func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) bus.Result {
+// landed reports whether P_ledger held the returned result when Record
+// returned (its write landed at once, or the re-send's record was read):
+// false when the write was left to its background retry, even if that
+// landed within recordWait (docs/protocol.md 3.4, 1.15: a batch whose
+// every write landed so needs no awaited batch.done).
+func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) (_ bus.Result, landed bool) {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
@@ -410,7 +415,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	isFull := l.cfg.Health.Note(err)
 	if err == nil {
 		buf.done(val)
-		return res
+		return res, true
 	}
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), start.Add(recordWait))
 	defer cancel()
@@ -420,13 +425,13 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		var le Entry
 		if err == nil && json.Unmarshal(e.Value(), &le) == nil && le.Claim != claim.Claim && le.State == stateDone && le.Result != nil {
 			l.cfg.Logger.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
-			return *le.Result
+			return *le.Result, true
 		}
 	}
 	l.pending.Store(key, pendingResult{res: res, call: claim.digests()})
-	landed, id := make(chan struct{}), claim.Claim
+	written, id := make(chan struct{}), claim.Claim
 	l.writes.Go(func() {
-		defer close(landed)
+		defer close(written)
 		ctx, cancel := l.cfg.Landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -443,13 +448,13 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		l.pending.Delete(key)
 	})
 	if isFull {
-		return res // it lands when space comes back; the agent need not wait for that
+		return res, false // it lands when space comes back; the agent need not wait for that
 	}
 	select { // the rest of recordWait
-	case <-landed:
+	case <-written:
 	case <-ctx.Done():
 	}
-	return res
+	return res, false
 }
 
 // stale reports whether the router of a running entry is gone: its lease
@@ -841,15 +846,20 @@ type Call struct {
 // can (docs/protocol.md 3.1: "an unavailable result always means nothing
 // ran, and a re-send may run the call"). Recorded, it answered every
 // re-send unavailable for the whole dedupe window, workers live or not.
-func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) bus.Result {
-	return l.Claimed(ctx, c, func(claim Entry) bus.Result {
+// landed is Record's: this run's result was in P_ledger when Once
+// returned; false for every other way out (a duplicate answered from the
+// ledger or from memory, a claim not made, a released one).
+func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) (_ bus.Result, landed bool) {
+	res := l.Claimed(ctx, c, func(claim Entry) bus.Result {
 		res := run()
 		if res.Error != nil && res.Error.Code == bus.CodeUnavailable {
 			l.Release(ctx, c.Key, claim)
 			return res
 		}
-		return l.Record(ctx, c.Key, claim, res)
+		res, landed = l.Record(ctx, c.Key, claim, res)
+		return res
 	})
+	return res, landed
 }
 
 // Release abandons this router's claim of key, whose call did not run: a

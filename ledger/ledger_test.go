@@ -228,7 +228,7 @@ func TestDuplicateOfRecordedOpensNoWatch(t *testing.T) {
 	ls[0].Once(ctx, c, func() bus.Result {
 		return bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
 	})
-	res := b.Once(ctx, c, func() bus.Result {
+	res, _ := b.Once(ctx, c, func() bus.Result {
 		t.Error("a recorded call ran again")
 		return bus.Result{}
 	})
@@ -253,7 +253,7 @@ func TestLedgerInterrupt(t *testing.T) {
 	var runs atomic.Int32
 	run := func() bus.Result { runs.Add(1); return bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess} }
 	for _, l := range ls { // a re-send, on either router
-		got := l.Once(ctx, Call{Key: "s.r.c1", Call: c, Timeout: time.Second}, run)
+		got, _ := l.Once(ctx, Call{Key: "s.r.c1", Call: c, Timeout: time.Second}, run)
 		if got.State != bus.StateInterrupted || got.Error == nil || got.Error.Code != bus.CodeInterrupted || textOf(got.Output) != bus.InterruptedText {
 			t.Fatalf("router %s: %+v", l.cfg.Router, got)
 		}
@@ -271,7 +271,7 @@ func TestLedgerInterrupt(t *testing.T) {
 		t.Fatalf("interrupt of a claimed call: %v", err)
 	}
 	ls[0].Record(ctx, "s.r.c2", claim, bus.Result{ID: "c2", Name: "t", State: bus.StateSuccess, Output: bus.Text("ran")})
-	got := ls[1].Once(ctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Second}, run)
+	got, _ := ls[1].Once(ctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Second}, run)
 	if got.State != bus.StateSuccess || textOf(got.Output) != "ran" || runs.Load() != 0 {
 		t.Fatalf("a re-send of the claimed call got %+v (ran %d)", got, runs.Load())
 	}
@@ -298,11 +298,11 @@ func TestOnceReusedBuffers(t *testing.T) {
 			out = big
 		}
 		c := Call{Key: "s.r." + id, Call: bus.Call{ID: id, Name: "t"}, Digest: "d" + id, Timeout: time.Minute}
-		res := l.Once(ctx, c, func() bus.Result {
+		res, landed := l.Once(ctx, c, func() bus.Result {
 			return bus.Result{ID: id, Name: "t", State: bus.StateSuccess, Output: bus.Text(out)}
 		})
-		if textOf(res.Output) != out {
-			t.Fatalf("%s: %+v", id, res)
+		if textOf(res.Output) != out || !landed {
+			t.Fatalf("%s: %+v, landed %v", id, res, landed)
 		}
 	}
 	for i := range 20 {

@@ -30,14 +30,24 @@ func TestClaimedStateMachine(t *testing.T) {
 		call  Call
 		// refuse makes every write fail with it.
 		refuse error
+		// midRun, when set, runs while the call runs (after its claim).
+		midRun func(kv *fakeKV)
 		// ran is whether run runs; code the result's error code ("" success).
 		ran   bool
 		code  string
 		text  string
 		state string // the entry's state afterwards ("" when none)
+		// landed is Once's: the record landed before it returned
+		// (docs/protocol.md 3.4, 1.15).
+		landed bool
 	}{
-		{name: "no entry: claimed and run", ran: true, text: "ran", state: stateDone},
-		{name: "abandoned: claimed again and run", found: func(now time.Time) *Entry { return &Entry{State: stateAbandoned, Router: "a", Claim: "x"} }, ran: true, text: "ran", state: stateDone},
+		{name: "no entry: claimed and run", ran: true, text: "ran", state: stateDone, landed: true},
+		{name: "abandoned: claimed again and run", found: func(now time.Time) *Entry { return &Entry{State: stateAbandoned, Router: "a", Claim: "x"} }, ran: true, text: "ran", state: stateDone, landed: true},
+		{name: "claimed, its record's first write conflicts: landed by the background retry, not at once", midRun: func(kv *fakeKV) {
+			kv.mu.Lock()
+			kv.rev++ // the same claim at another revision: the retry writes over it
+			kv.mu.Unlock()
+		}, ran: true, text: "ran", state: stateDone},
 		{name: "done: the recorded result", found: func(now time.Time) *Entry { return &Entry{State: stateDone, Router: "a", Claim: "x", Result: &other} }, text: "recorded", state: stateDone},
 		{name: "running, lease lapsed: unknown_outcome", found: func(now time.Time) *Entry {
 			return &Entry{State: stateRunning, Router: "dead", Claim: "x", Deadline: now.Add(time.Hour), Touched: now}
@@ -46,7 +56,7 @@ func TestClaimedStateMachine(t *testing.T) {
 		{name: "running, lease lapsed, retryable: taken over and run", found: func(now time.Time) *Entry {
 			return &Entry{State: stateRunning, Router: "dead", Claim: "x", Deadline: now.Add(time.Hour), Touched: now}
 		},
-			call: Call{Retry: true}, ran: true, text: "ran", state: stateDone},
+			call: Call{Retry: true}, ran: true, text: "ran", state: stateDone, landed: true},
 		{name: "running, lease lapsed, durable: its timeout at the deadline", found: func(now time.Time) *Entry {
 			return &Entry{State: stateRunning, Router: "dead", Claim: "x", Deadline: now.Add(time.Minute), Touched: now}
 		},
@@ -76,9 +86,18 @@ func TestClaimedStateMachine(t *testing.T) {
 					c.Timeout = time.Hour
 				}
 				ran := false
-				res := l.Once(t.Context(), c, func() bus.Result { ran = true; return ok })
+				res, landed := l.Once(t.Context(), c, func() bus.Result {
+					ran = true
+					if tc.midRun != nil {
+						tc.midRun(kv)
+					}
+					return ok
+				})
 				if ran != tc.ran {
 					t.Errorf("run ran %v, want %v", ran, tc.ran)
+				}
+				if landed != tc.landed {
+					t.Errorf("landed %v, want %v", landed, tc.landed)
 				}
 				code := ""
 				if res.Error != nil {

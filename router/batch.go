@@ -72,6 +72,7 @@ type callState struct {
 	limitRule string          // the limit rule that refused the call (quotas.refuse)
 	result    *bus.Result     // set once, when the call finishes
 	recorded  bool            // result is the call's P_parked record's (parkStep.reuse): its call.result has the call's id (parked.ResultID)
+	landed    bool            // result is the chain's, and P_ledger held it when the chain returned (job.landed; writtenCall)
 	settled   bus.Result      // what result points to when settle set it (no allocation of its own)
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
@@ -467,6 +468,7 @@ func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 		return false
 	}
 	c.recorded = by == fromPark
+	c.landed = by == chained && c.job.landed // the chain's own result: not a cancel's that came first
 	c.settled = res
 	c.result = &c.settled
 	b.mu.Unlock()

@@ -525,6 +525,9 @@ func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subj
 
 // once is the ledger middleware over l: a call that is not read-only runs
 // through next at most once per call key, and its result is recorded.
+// j.landed says whether that record landed before the result came back
+// (ledger.Ledger.Once): where a batch's record lands, so that its
+// batch.done need not be awaited (writtenCall, docs/protocol.md 3.4).
 func once(l onceRunner) Middleware {
 	return func(next Executor) Executor {
 		return ExecFunc(func(ctx context.Context, j *job) bus.Result {
@@ -533,14 +536,16 @@ func once(l onceRunner) Middleware {
 				return next.Exec(ctx, j)
 			}
 			timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
-			return l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
+			res, landed := l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
+			j.landed = landed
+			return res
 		})
 	}
 }
 
 // onceRunner is what the middleware uses of ledger.Ledger.
 type onceRunner interface {
-	Once(ctx context.Context, c ledger.Call, run func() bus.Result) bus.Result
+	Once(ctx context.Context, c ledger.Call, run func() bus.Result) (bus.Result, bool)
 }
 
 // ledgerCall is what the ledger knows of j, whose run may take timeout.

@@ -312,12 +312,12 @@ func TestAuditMiddleware(t *testing.T) {
 
 type fakeOnce struct{ keys []string }
 
-func (f *fakeOnce) Once(_ context.Context, c ledger.Call, run func() bus.Result) bus.Result {
+func (f *fakeOnce) Once(_ context.Context, c ledger.Call, run func() bus.Result) (bus.Result, bool) {
 	f.keys = append(f.keys, c.Key)
 	if len(f.keys) > 1 {
-		return bus.Result{ID: c.Call.ID, State: bus.StateSuccess, Output: bus.Text("recorded")}
+		return bus.Result{ID: c.Call.ID, State: bus.StateSuccess, Output: bus.Text("recorded")}, false
 	}
-	return run()
+	return run(), true
 }
 
 func TestLedgerMiddleware(t *testing.T) {
@@ -327,16 +327,21 @@ func TestLedgerMiddleware(t *testing.T) {
 		keys   int // calls through the ledger, of two runs
 		ran    int
 		second string
+		landed [2]bool // each run's job.landed: the run's own record landed
 	}{
-		{"a read-only call runs every time, no ledger", bus.ToolDef{Name: "read", ReadOnly: true}, 0, 2, "ran"},
-		{"a write runs once per call key", bus.ToolDef{Name: "write"}, 2, 1, "recorded"},
+		{"a read-only call runs every time, no ledger", bus.ToolDef{Name: "read", ReadOnly: true}, 0, 2, "ran", [2]bool{}},
+		{"a write runs once per call key", bus.ToolDef{Name: "write"}, 2, 1, "recorded", [2]bool{true, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, next := &fakeOnce{}, &fakeNext{}
 			x := chain(next, once(l))
 			var res bus.Result
-			for range 2 {
-				res = x.Exec(context.Background(), jobFor("c1", groups.Resolved{Tool: tool(t, tc.def)}))
+			for i := range 2 {
+				j := jobFor("c1", groups.Resolved{Tool: tool(t, tc.def)})
+				res = x.Exec(context.Background(), j)
+				if j.landed != tc.landed[i] {
+					t.Fatalf("run %d: landed %v, want %v", i+1, j.landed, tc.landed[i])
+				}
 			}
 			if len(l.keys) != tc.keys || len(next.ran) != tc.ran || textOf(res.Output) != tc.second {
 				t.Fatalf("keys %v, ran %v, second %+v", l.keys, next.ran, res)

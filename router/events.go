@@ -175,11 +175,12 @@ func appendEncoded(buf []byte, c *callState) []byte {
 }
 
 // done publishes batch.done with every result in call order and waits
-// until the events stream holds the batch's events; a read-only batch's is
-// announced, and nothing waits (docs/protocol.md 3.4).
+// until the events stream holds the batch's events; the batch.done of a
+// batch a re-send answers again without it (unawaitedDone) is announced,
+// and nothing waits (docs/protocol.md 3.4).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
-	if !readOnlyBatch(b) {
+	if !unawaitedDone(b) {
 		buf := append(resultsJSON(b, true, 2, nil), '}')
 		s.publish(b, doneID(b), bus.TypeBatchDone, "", json.RawMessage(buf))
 		s.stored(b)
@@ -228,19 +229,36 @@ func doneID(b *batch) string {
 	return b.cont.DoneID()
 }
 
-// readOnlyBatch reports whether b is a new batch that parked nothing, did
-// not ask for "events": "calls", and whose every call changed nothing a
-// re-send would not change again (docs/protocol.md 3.4).
-func readOnlyBatch(b *batch) bool {
+// unawaitedDone reports whether b's batch.done is published without
+// awaiting the events stream (docs/protocol.md 3.4, 1.4 and 1.15): b is a
+// new batch that parked nothing and did not ask for "events": "calls",
+// and each of its calls either changed nothing a re-send would not change
+// again (readOnlyCall) or is a write whose result the ledger held before
+// the reply (writtenCall), which a re-send gets from there without running
+// it. It decides from what b's calls already hold: no read, no write.
+func unawaitedDone(b *batch) bool {
 	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
 		return false
 	}
 	for _, c := range b.calls {
-		if !readOnlyCall(c) {
+		if !readOnlyCall(c) && !writtenCall(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// writtenCall: c ran a worker's tool through the ledger (core, not
+// durable, not external) and its record landed before the chain gave its
+// result (callState.landed: ledger.Ledger.Record's write landed at once,
+// not through its background retry, and no cancel settled c first).
+func writtenCall(c *callState) bool {
+	t := c.target
+	if !c.landed || c.early != nil || t.Code != "" || t.Reset || t.Search || t.Skill || t.Read || t.External != nil || t.Tool == nil {
+		return false
+	}
+	def := &t.Tool.Def
+	return !def.ReadOnly && !def.Durable && !def.External
 }
 
 // readOnlyCall: c never ran, or its target writes nothing.

@@ -54,6 +54,11 @@ type job struct {
 	keyed   string    // key(), once computed
 	watch   execWatch // the request in flight (execWatches)
 	attempt callCtx   // the first attempt's context when not bounded (attemptContext)
+
+	// landed: the ledger held the result the chain returned when it
+	// returned (the once middleware); written and read on the call's own
+	// goroutine, and kept in callState.landed by batch.settle.
+	landed bool
 }
 
 // callContext returns the one context of call j under parent. A core

@@ -66,15 +66,17 @@ func (f *fakeResolver) refresh(_ context.Context, name string) error {
 }
 
 type fakeRunner struct {
-	mu    sync.Mutex
-	tools []string
-	skill int
+	mu     sync.Mutex
+	tools  []string
+	skill  int
+	landed bool // a write's ledger record landed before its result came (the once middleware's job.landed)
 }
 
 func (f *fakeRunner) runTool(_ context.Context, j *job) bus.Result {
 	f.mu.Lock()
 	f.tools = append(f.tools, j.call.ID)
 	f.mu.Unlock()
+	j.landed = f.landed && !j.tool.Def.ReadOnly
 	return bus.Result{ID: j.call.ID, Name: j.call.Name, State: bus.StateSuccess, Output: bus.Text("ran " + j.call.ID)}
 }
 
@@ -286,6 +288,40 @@ func TestPipelineEvents(t *testing.T) {
 	}
 }
 
+// TestPipelineWriteDone: a writing batch's batch.done is announced (not
+// awaited) when every write's ledger record landed before its result came,
+// and published to be awaited otherwise (docs/protocol.md 3.4, 1.15); a
+// write that a cancel ended first is not counted as landed, whatever its
+// run's record did.
+func TestPipelineWriteDone(t *testing.T) {
+	for _, landed := range []bool{true, false} {
+		f := newFakePipeline(t, bus.ToolDef{Name: "put"}, bus.ToolDef{Name: "echo", ReadOnly: true})
+		f.runner.landed = landed
+		b := f.batchOf(t, "", call("c1", "put"), call("c2", "echo"))
+		if !b.run(0) {
+			t.Fatal("batch did not complete")
+		}
+		if b.calls[0].landed != landed || b.calls[1].landed {
+			t.Fatalf("landed %v: calls' landed %v, %v", landed, b.calls[0].landed, b.calls[1].landed)
+		}
+		b.done()
+		if got := len(f.events.announced); got != map[bool]int{true: 1, false: 0}[landed] || !slices.Equal(f.events.types, []string{"batch.done:"}) {
+			t.Fatalf("landed %v: announced %d, events %v", landed, got, f.events.types)
+		}
+	}
+
+	f := newFakePipeline(t, bus.ToolDef{Name: "put"})
+	b := f.batchOf(t, "", call("c1", "put"))
+	c := b.calls[0]
+	c.job.landed = true // the run's record landed, but a cancel settled the call first
+	if !b.finish(c, interrupted(c.call)) || b.settle(c, bus.Result{ID: "c1", Name: "put", State: bus.StateSuccess}, chained) {
+		t.Fatal("the cancel's result was not the one kept")
+	}
+	if c.landed || unawaitedDone(b) {
+		t.Fatalf("a call a cancel ended counts as landed (%v, unawaited %v)", c.landed, unawaitedDone(b))
+	}
+}
+
 // TestOwnEvent: which results get an io.toolbus.call.result of their own.
 func TestOwnEvent(t *testing.T) {
 	now := time.Now()
@@ -428,37 +464,51 @@ func TestParkStep(t *testing.T) {
 	})
 }
 
-// TestReadOnlyBatch: which batches publish batch.done without awaiting
-// the stream (docs/protocol.md 3.4).
-func TestReadOnlyBatch(t *testing.T) {
+// TestUnawaitedDone: which batches publish batch.done without awaiting
+// the stream (docs/protocol.md 3.4): read-only ones (1.4) and those whose
+// every write's ledger record landed before the reply (1.15).
+func TestUnawaitedDone(t *testing.T) {
 	tool := func(def bus.ToolDef) groups.Resolved { return groups.Resolved{Tool: &registry.Tool{Def: def}} }
 	ro := tool(bus.ToolDef{Name: "ro", ReadOnly: true})
+	w := tool(bus.ToolDef{Name: "w"})
 	early := bus.Result{State: bus.StateError}
 	for _, tc := range []struct {
 		name    string
 		targets []groups.Resolved
 		early   bool // the second call never ran
+		landed  bool // every call's result was the chain's, its ledger record landed (callState.landed)
 		events  string
 		parked  bool
 		cont    bool
 		want    bool
 	}{
-		{"read-only calls", []groups.Resolved{ro, ro}, false, "", false, false, true},
-		{"search_tools and an unknown tool", []groups.Resolved{{Search: true}, {Code: bus.CodeUnknownTool}}, false, "", false, false, true},
-		{"a write", []groups.Resolved{ro, tool(bus.ToolDef{Name: "w"})}, false, "", false, false, false},
-		{"a write that never ran", []groups.Resolved{ro, tool(bus.ToolDef{Name: "w"})}, true, "", false, false, true},
-		{"a durable read-only tool", []groups.Resolved{tool(bus.ToolDef{Name: "d", ReadOnly: true, Durable: true})}, false, "", false, false, false},
-		{"reset_tools", []groups.Resolved{{Reset: true}}, false, "", false, false, false},
-		{"a request-scoped external tool", []groups.Resolved{{External: &groups.RequestTool{}}}, false, "", false, false, false},
-		{"events calls", []groups.Resolved{ro}, false, bus.EventsCalls, false, false, false},
-		{"parked", []groups.Resolved{ro}, false, "", true, false, false},
-		{"a continuation", []groups.Resolved{ro}, false, "", false, true, false},
+		{"read-only calls", []groups.Resolved{ro, ro}, false, false, "", false, false, true},
+		{"search_tools and an unknown tool", []groups.Resolved{{Search: true}, {Code: bus.CodeUnknownTool}}, false, false, "", false, false, true},
+		{"a write whose record did not land at once (or a duplicate's, or a cancel's result)", []groups.Resolved{ro, w}, false, false, "", false, false, false},
+		{"a write that never ran", []groups.Resolved{ro, w}, true, false, "", false, false, true},
+		{"a durable read-only tool", []groups.Resolved{tool(bus.ToolDef{Name: "d", ReadOnly: true, Durable: true})}, false, false, "", false, false, false},
+		{"reset_tools", []groups.Resolved{{Reset: true}}, false, false, "", false, false, false},
+		{"a request-scoped external tool", []groups.Resolved{{External: &groups.RequestTool{}}}, false, false, "", false, false, false},
+		{"events calls", []groups.Resolved{ro}, false, false, bus.EventsCalls, false, false, false},
+		{"parked", []groups.Resolved{ro}, false, false, "", true, false, false},
+		{"a continuation", []groups.Resolved{ro}, false, false, "", false, true, false},
+
+		{"a landed write", []groups.Resolved{w}, false, true, "", false, false, true},
+		{"landed writes beside read-only calls", []groups.Resolved{ro, w, w}, false, true, "", false, false, true},
+		{"a landed write beside a write that never ran", []groups.Resolved{w, w}, true, true, "", false, false, true},
+		{"a durable write", []groups.Resolved{tool(bus.ToolDef{Name: "d", Durable: true})}, false, true, "", false, false, false},
+		{"an external tool's definition", []groups.Resolved{tool(bus.ToolDef{Name: "x", External: true})}, false, true, "", false, false, false},
+		{"a landed write and reset_tools", []groups.Resolved{w, {Reset: true}}, false, true, "", false, false, false},
+		{"a landed write, events calls", []groups.Resolved{w}, false, true, bus.EventsCalls, false, false, false},
+		{"a landed write, parked", []groups.Resolved{w}, false, true, "", true, false, false},
+		{"a landed write of a continuation", []groups.Resolved{w}, false, true, "", false, true, false},
+		{"a landed mark on an unknown tool's call", []groups.Resolved{{Code: bus.CodeUnknownTool}, w}, false, true, "", false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &batch{start: time.Now()}
 			b.data.Events = tc.events
 			for i, r := range tc.targets {
-				c := &callState{target: r}
+				c := &callState{target: r, landed: tc.landed}
 				if tc.early && i == 1 {
 					c.early = &early
 				}
@@ -470,8 +520,8 @@ func TestReadOnlyBatch(t *testing.T) {
 			if tc.cont {
 				b.start = time.Time{}
 			}
-			if got := readOnlyBatch(b); got != tc.want {
-				t.Errorf("readOnlyBatch = %v, want %v", got, tc.want)
+			if got := unawaitedDone(b); got != tc.want {
+				t.Errorf("unawaitedDone = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -42,6 +42,8 @@ func TestOnCluster(t *testing.T) {
 		{"RegistrationSeenAtOnceByEveryRouter", TestRegistrationSeenAtOnceByEveryRouter},
 		{"Events", TestEvents},
 		{"EventsStoredBeforeReply", TestEventsStoredBeforeReply},
+		{"WritingBatchAwaits", TestWritingBatchAwaits},
+		{"WritingBatchDoneLost", TestWritingBatchDoneLost},
 		{"Cancel", TestCancel},
 		{"ParkedCallSurvivesRouterKill", TestParkedCallSurvivesRouterKill},
 		{"BatchTakenOverFromKilledRouter", TestBatchTakenOverFromKilledRouter},

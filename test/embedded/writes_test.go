@@ -6,10 +6,12 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -18,38 +20,59 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// routerInMsgs is the messages the server has delivered to the routers'
-// connections so far (Connz's out_msgs: out of the server, into a router).
+// nodes is the deployment's servers: the one node, or every node of the
+// cluster that runs.
+func (e *env) nodes() []*server.Server {
+	if e.cluster == nil {
+		return []*server.Server{e.srv}
+	}
+	var out []*server.Server
+	for i := range e.cluster.Nodes() {
+		if s := e.cluster.Node(i); s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// routerInMsgs is the messages the servers have delivered to the routers'
+// connections so far (Connz's out_msgs: out of a server, into a router;
+// each router's connection is a client of one node).
 func routerInMsgs(t *testing.T, e *env) int64 {
 	t.Helper()
-	cz, err := e.srv.Connz(&server.ConnzOptions{Limit: 1 << 16})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var n int64
-	for _, c := range cz.Conns {
-		if strings.HasPrefix(c.Name, "toolbus-xtest-router") {
-			n += c.OutMsgs
+	for _, s := range e.nodes() {
+		cz, err := s.Connz(&server.ConnzOptions{Limit: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cz.Conns {
+			if strings.HasPrefix(c.Name, "toolbus-xtest-router") {
+				n += c.OutMsgs
+			}
 		}
 	}
 	return n
 }
 
-// streamSeqs is each stream's last sequence (Jsz): the writes it has taken.
-// The workers and routers buckets are left out: their writes are the
-// workers' beats and the routers' presence (one per router and heartbeat,
-// none per call).
+// streamSeqs is each stream's last sequence (Jsz; on a cluster the
+// highest any node holds, its leader's): the writes it has taken. The
+// workers and routers buckets are left out: their writes are the workers'
+// beats and the routers' presence (one per router and heartbeat, none per
+// call).
 func streamSeqs(t *testing.T, e *env) map[string]uint64 {
 	t.Helper()
-	jz, err := e.srv.Jsz(&server.JSzOptions{Accounts: true, Streams: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	seqs := map[string]uint64{}
-	for _, a := range jz.AccountDetails {
-		for _, s := range a.Streams {
-			if !strings.Contains(s.Name, "workers") && !strings.Contains(s.Name, "routers") {
-				seqs[s.Name] = s.State.LastSeq
+	for _, srv := range e.nodes() {
+		jz, err := srv.Jsz(&server.JSzOptions{Accounts: true, Streams: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range jz.AccountDetails {
+			for _, s := range a.Streams {
+				if !strings.Contains(s.Name, "workers") && !strings.Contains(s.Name, "routers") {
+					seqs[s.Name] = max(seqs[s.Name], s.State.LastSeq)
+				}
 			}
 		}
 	}
@@ -164,5 +187,125 @@ func TestParkedCallWrites(t *testing.T) {
 	// package parked, 9 before protocol 1.6).
 	if want := map[string]uint64{"KV_toolbus_parked": 2, "TOOLBUS_EVENTS": 2}; sum > 4 || !maps.Equal(d, want) {
 		t.Errorf("a parked call answered cost %d JetStream writes (%v), want at most 4 (%v)", sum, d, want)
+	}
+}
+
+// A writing batch whose ledger record lands before the reply awaits two
+// JetStream writes, the ledger's claim and record, and not its batch.done
+// (docs/protocol.md 3.4, 1.15): the router takes 4 messages per batch (the
+// batch, the claim's acknowledgement, the exec result, the record's), where
+// 1.14's awaited batch.done added its acknowledgement (5). The events
+// stream stores batch.done all the same. A writing batch that asks
+// "events": "calls" keeps its events awaited: call.result's and
+// batch.done's acknowledgements come before its reply (6 per batch).
+func TestWritingBatchAwaits(t *testing.T) {
+	// Heartbeats a minute apart, as TestReadOnlyBatchAwaitsNoWrite: no beat
+	// (or a claim's lease renewal) falls among the counted batches.
+	e := startEnvBeat(t, 1, onCluster(t), router.Config{}, time.Minute)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "put", InputSchema: objectSchema(`{}`)},
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("put"), nil })
+	})
+	e.setMode(t, "wr", "default")
+	warm := client.NewReplyID()
+	e.call(t, "wr", []bus.Call{{ID: "w", Name: "put"}}, client.WithReplyID(warm))
+	storedDone(t, e, "wr", warm, "") // stored before the count starts
+	const n = 50
+	in, seqs := routerInMsgs(t, e), streamSeqs(t, e)
+	for range n {
+		reply := e.call(t, "wr", []bus.Call{{ID: "c", Name: "put"}}, client.WithReplyID(client.NewReplyID()))
+		wantSuccess(t, reply.Results[0], "put")
+	}
+	got := routerInMsgs(t, e) - in
+	t.Logf("router in-messages for %d writing batches: %d (%.2f per batch)", n, got, float64(got)/n)
+	if got > 4*n+10 {
+		t.Errorf("router took %d messages for %d writing batches, want at most %d: batch.done's acknowledgement awaited?", got, n, 4*n+10)
+	}
+	waitWrites(t, e, seqs, "TOOLBUS_EVENTS", n) // batch.done is stored all the same
+	d, _ := writesSince(t, e, seqs)
+	t.Logf("JetStream writes for %d writing batches: %v", n, d)
+	if d["TOOLBUS_EVENTS"] != n || d["KV_toolbus_ledger"] < 2*n || d["KV_toolbus_ledger"] > 2*n+2 {
+		t.Errorf("writes %v for %d writing batches, want %d events and %d ledger writes (a claim and a record each)", d, n, n, 2*n)
+	}
+
+	in = routerInMsgs(t, e)
+	const m = 10
+	for range m {
+		reply := e.batch(t, "wr", bus.Batch{Calls: []bus.Call{{ID: "c", Name: "put"}}, Events: bus.EventsCalls}, client.WithReplyID(client.NewReplyID()))
+		wantSuccess(t, reply.Results[0], "put")
+	}
+	got = routerInMsgs(t, e) - in
+	t.Logf(`router in-messages for %d writing batches with "events": "calls": %d (%.2f per batch)`, m, got, float64(got)/m)
+	if got < 6*m {
+		t.Errorf(`router took %d messages for %d writing batches with "events": "calls", want at least %d: call.result's and batch.done's acknowledgements not awaited?`, got, m, 6*m)
+	}
+}
+
+// A writing batch whose batch.done is lost is safe to send again under its
+// reply id (docs/protocol.md 3.4, 1.15): here the events stream takes no
+// event of the session while the router publishes it (its subjects no
+// longer hold the session's), and the reply comes all the same, the
+// write's result in P_ledger by then; replay has no batch.done of it. The
+// copy re-sent once the stream takes events again gets that result from
+// the ledger, the tool not run again, and its own batch.done is stored
+// before its reply (a result from the ledger keeps it awaited).
+func TestWritingBatchDoneLost(t *testing.T) {
+	e := newEnv(t, 1)
+	var runs atomic.Int32
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "put", InputSchema: objectSchema(`{}`)},
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+				return textResult(fmt.Sprintf("put %d", runs.Add(1))), nil
+			})
+	})
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	s, err := js.Stream(ctx, e.client.Subjects().Stream(bus.StreamEvents))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	narrowed := cfg
+	narrowed.Subjects = []string{e.client.Subjects().Events("elsewhere")}
+	if _, err := js.UpdateStream(ctx, narrowed); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			if _, err := js.UpdateStream(context.WithoutCancel(ctx), cfg); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	defer restore()
+
+	ev := e.watch(t, "lost")
+	reply := client.NewReplyID()
+	wantSuccess(t, e.call(t, "lost", []bus.Call{{ID: "c1", Name: "put"}}, client.WithReplyID(reply)).Results[0], "put 1")
+	if res := ledgerRecord(t, e, "lost", reply, "c1"); textOf(res) != "put 1" { // in P_ledger by the reply
+		t.Fatalf("ledger holds %s", jsonOf(res))
+	}
+	collect(t, ev, batchDone(reply)) // live subscribers got it
+	restore()
+	if got, err := newestStored(t, e.nc, "lost"); err == nil {
+		t.Fatalf("the events stream stored %s %s, want nothing of the session", got.Type, got.ID)
+	}
+
+	again := e.call(t, "lost", []bus.Call{{ID: "c1", Name: "put"}}, client.WithReplyID(reply))
+	wantSuccess(t, again.Results[0], "put 1")
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the tool ran %d times, want once: the re-sent copy ran it again", n)
+	}
+	if got := lastStored(t, e.nc, "lost"); got.Type != bus.TypeBatchDone || got.ReplyID != reply {
+		t.Fatalf("newest stored event %s of %s, want the re-sent copy's batch.done of %s", got.Type, got.ReplyID, reply)
 	}
 }
