@@ -81,7 +81,7 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 		calls: newCalls(sh, subj),
 		conts: &conts{shared: sh, active: map[string]*Batch{}, known: store.NewCache[openBatch](goneMemory)},
 	}
-	s.calls.last = st.Parked.LastRevision
+	s.calls.last, s.calls.latest = st.Parked.LastRevision, st.Parked.Latest
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	s.Mends = Mends{s: s}
 	s.Cancels = Cancels{s: s}
@@ -703,6 +703,32 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 	return s.Parked(session, ""), err
 }
 
+// FromLeader returns the parked records of one session, oldest first, read
+// from the bucket's stream leader rather than the cache: for a list a cache
+// still behind (ParkedNow's error) could leave a waiting call out of
+// (docs/inbox.md). One read per record of the session; a record that does
+// not decode is skipped.
+func (s Reads) FromLeader(ctx context.Context, session string) ([]*Record, error) {
+	entries, err := s.calls.latest(ctx, session+".*.*")
+	if err != nil {
+		return nil, err
+	}
+	var recs []*Record
+	for _, e := range entries {
+		var r Record
+		if err := json.Unmarshal(e.Value(), &r); err != nil {
+			s.calls.cfg.Logger.Warn("parked: a record that does not decode skipped", "key", e.Key(), "err", err)
+			continue
+		}
+		if r.Status == bus.ParkParked && r.Session == session {
+			r.Rev = e.Revision()
+			recs = append(recs, &r)
+		}
+	}
+	slices.SortFunc(recs, func(a, b *Record) int { return a.Created.Compare(b.Created) })
+	return recs, nil
+}
+
 // Held returns the cached parked record of the first of calls, nil when none
 // (one lookup per call, no allocation; docs/protocol.md 3.1).
 func (s Reads) Held(session, replyID string, calls []bus.Call) *Record {
@@ -1183,7 +1209,8 @@ type calls struct {
 	lone     endings               // calls that carried their batch and ended, seen live, until their router is judged (Mends.Lone)
 	follows  atomic.Bool           // the watch delivered the initial records: later endings are seen as they happen
 	watch    *store.Watch
-	last     func(ctx context.Context, filter string) (uint64, error) // store.KV.LastRevision of the bucket
+	last     func(ctx context.Context, filter string) (uint64, error)                    // store.KV.LastRevision of the bucket
+	latest   func(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) // store.KV.Latest, the leader's
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {

@@ -282,7 +282,7 @@ func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error
 	}
 	if err != nil {
 		x.log.Warn("router: parked.list read from the leader: the cache is behind", "session", session, "err", err)
-		if recs, err = x.leaderParked(ctx, session); err != nil {
+		if recs, err = x.parked.Read.FromLeader(ctx, session); err != nil {
 			return nil, bus.Errorf(bus.CodeInternal, "parked.list: this router's cache of parked calls is behind the store and the store's leader did not answer (%v); ask again", err)
 		}
 	}
@@ -294,31 +294,6 @@ func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error
 			Revision: rec.Rev, User: rec.User, Context: rec.Context, RequestScoped: rec.RequestScoped}
 	}
 	return map[string]any{"parked": out}, nil
-}
-
-// leaderParked reads the calls parked in session from the stream leader of
-// P_parked, oldest first, as the cache would list them: one request per
-// record of the session (at most its parked calls and those that ended
-// within the bucket's history).
-func (x *adminVerbs) leaderParked(ctx context.Context, session string) ([]*parked.Record, error) {
-	entries, err := x.store.Parked.Latest(ctx, session+".*.*")
-	if err != nil {
-		return nil, err
-	}
-	var recs []*parked.Record
-	for _, e := range entries {
-		var r parked.Record
-		if err := json.Unmarshal(e.Value(), &r); err != nil {
-			x.log.Warn("router: parked.list skips a bad parked record", "key", e.Key())
-			continue
-		}
-		if r.Status == bus.ParkParked && r.Session == session {
-			r.Rev = e.Revision()
-			recs = append(recs, &r)
-		}
-	}
-	slices.SortFunc(recs, func(a, b *parked.Record) int { return a.Created.Compare(b.Created) })
-	return recs, nil
 }
 
 func (x *adminVerbs) sessionView(id string, sess *groups.Session) sessionView {
