@@ -449,44 +449,50 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 		resp.Close()
 		return nil, err
 	}
-	var w *worker.Worker
 	undo := func() {
 		resp.Close()
 		wnc.Close()
 	}
-	defer func() {
-		if err != nil {
-			if w != nil {
-				_ = w.Stop(context.WithoutCancel(ctx))
-			}
-			undo()
-		}
-	}()
 	if err = subscribe(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) }); err == nil {
 		err = bus.Flush(ctx, resp)
 	}
+	var w *worker.Worker
 	if err == nil {
-		w, err = worker.New(wnc, worker.Config{Heartbeat: bus.DefaultHeartbeat})
+		w, err = startWorker(ctx, wnc, worker.Config{}, registerTrivial)
 	}
-	if err == nil {
-		err = registerTrivial(w)
+	if err != nil {
+		undo()
+		return nil, err
 	}
-	if err == nil {
-		err = w.Start(ctx)
-	}
+	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
+}
+
+// startWorker starts a worker on nc with the default heartbeat and the
+// tools setup registers, and returns once a router acknowledged the
+// registration; on an error the worker is stopped.
+func startWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
+	cfg.Heartbeat = bus.DefaultHeartbeat
+	w, err := worker.New(nc, cfg)
 	if err != nil {
 		return nil, err
 	}
-	t := time.NewTimer(readyBound)
-	defer t.Stop()
-	select {
-	case <-w.Registered():
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-t.C:
-		return nil, fmt.Errorf("worker not registered after %v", readyBound)
+	if err = setup(w); err == nil {
+		err = w.Start(ctx)
 	}
-	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
+	if err == nil {
+		t := time.NewTimer(readyBound)
+		defer t.Stop()
+		select {
+		case <-w.Registered():
+			return w, nil
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+			err = fmt.Errorf("worker not registered after %v", readyBound)
+		}
+	}
+	_ = w.Stop(context.WithoutCancel(ctx))
+	return nil, err
 }
 
 type textIn struct {
