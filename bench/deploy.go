@@ -70,7 +70,7 @@ var benchInput = json.RawMessage(`{"text":"hello"}`)
 
 var benchGroups = []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}
 
-// Roles of the deployment's parts (and of the cross-process bench's
+// Roles of the deployment's parts (and of the bench's
 // child processes).
 const (
 	roleNATS    = "nats"    // nats-server with JetStream (the embedded one)

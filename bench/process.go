@@ -183,7 +183,7 @@ func (t *tail) String() string {
 	return strings.TrimSpace(string(t.buf))
 }
 
-// The cross-process bench re-executes its own binary once per part: the
+// The bench re-executes its own binary once per part: the
 // child reads its part from these variables, prints childReady on stdout once
 // it serves, and exits when its stdin closes.
 const (
@@ -231,9 +231,9 @@ func readStats(gc bool) childStats {
 	return childStats{CPUNS: testkit.ProcessCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC, Writes: testkit.WriteCalls()}
 }
 
-// RunChild runs this process as a part of the cross-process bench when
+// RunChild runs this process as a part of the bench when
 // TOOLBUS_BENCH_CHILD is set, and never returns then. Call it first in main
-// (and in TestMain of tests that run RunCross).
+// (and in TestMain of tests that run Run).
 func RunChild() {
 	role := os.Getenv(envChild)
 	if role == "" {
