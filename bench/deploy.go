@@ -208,10 +208,6 @@ func (d *deployment) start(ctx context.Context, role string, env ...string) (ext
 		d.children[role] = c
 		return c.Extra, nil
 	}
-	if role == roleMCP { // in this process the server and its clients are one object
-		labelled(ctx, partClient, func(context.Context) { extra, err = d.mcp.serve() })
-		return extra, err
-	}
 	var stop func(context.Context)
 	labelled(ctx, partOf[role], func(ctx context.Context) { stop, extra, err = startPart(ctx, role, d.url, nil) })
 	if err == nil {
