@@ -280,36 +280,6 @@ func spreadOf(each []Target) Spread {
 	return s
 }
 
-type tableRow struct {
-	name, before string
-	throughput   map[string]float64
-	after        string
-}
-
-// pathTable prints one row per path: its name, the figures before, its
-// throughput at each caller count, and the figures after ("-" for a
-// throughput it does not have).
-func pathTable(w io.Writer, head string, callers []int, rows []tableRow) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "path\t"+head[:strings.Index(head, "|")])
-	for _, n := range callers {
-		fmt.Fprintf(tw, "%d callers/s\t", n)
-	}
-	fmt.Fprint(tw, head[strings.Index(head, "|")+1:]+"\n")
-	for _, r := range rows {
-		fmt.Fprint(tw, r.name+"\t"+r.before)
-		for _, n := range callers {
-			if v, ok := r.throughput[strconv.Itoa(n)]; ok {
-				fmt.Fprintf(tw, "%.0f\t", v)
-			} else {
-				fmt.Fprint(tw, "-\t")
-			}
-		}
-		fmt.Fprint(tw, r.after+"\n")
-	}
-	_ = tw.Flush()
-}
-
 // WriteTable prints the report: each run's figures, then the targets over
 // the runs and what was measured once.
 func (r *Report) WriteTable(w io.Writer) {
@@ -366,27 +336,44 @@ func (r *Report) WriteTable(w io.Writer) {
 func (r *Report) writeRun(w io.Writer, run *RunResult) {
 	top, mid := strconv.Itoa(r.Config.Callers[len(r.Config.Callers)-1]), strconv.Itoa(r.Config.CostCallers)
 	fmt.Fprintf(w, "run %d (load average %.2f → %.2f)\n", run.Run, run.LoadAvgStart, run.LoadAvgEnd)
-	var rows []tableRow
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "path\tp50 µs\tp90 µs\tp99 µs\t")
+	for _, n := range r.Config.Callers {
+		fmt.Fprintf(tw, "%d callers/s\t", n)
+	}
+	fmt.Fprintf(tw, "router|fwd µs/call@%s\trouter|fwd allocs@%s\tworker µs@%s\tclient µs@%s\tnats µs@%s\tothers' cores@%s\t\n",
+		top, top, mid, mid, top, top)
 	for _, row := range []struct {
 		name string
 		p    *Path
-	}{{"raw one_hop", &run.OneHop}, {"relay", &run.Relay}, {"toolbus read-only", &run.Toolbus}, {"toolbus write (ledger)", &run.ToolbusWrite}} {
+	}{{"raw one_hop", &run.OneHop}, {"relay", &run.Relay}, {"toolbus read-only", &run.Toolbus},
+		{"toolbus write (ledger)", &run.ToolbusWrite}, {"mcp-go HTTP (router|fwd = its server)", &run.MCP}} {
 		p := row.p
-		fwd := fmt.Sprintf("%.1f\t%.0f\t", p.CPUUSPerCall[top][partRouter], p.AllocsPerCall[top][partRouter])
-		if p == &run.OneHop {
-			fwd = "-\t-\t"
+		if p.Throughput[mid] == 0 {
+			continue // mcp-go was not measured
 		}
-		rows = append(rows, tableRow{row.name, fmt.Sprintf("%.0f\t%.0f\t%.0f\t", p.P50US, p.P90US, p.P99US), p.Throughput,
-			fmt.Sprintf("%s%.1f\t%.1f\t%.1f\t%.2f\t", fwd, p.CPUUSPerCall[mid][partWorker], p.CPUUSPerCall[mid][partClient],
-				p.CPUUSPerCall[top][procNATS], p.OtherCores[top])})
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%.0f\t", row.name, p.P50US, p.P90US, p.P99US)
+		for _, n := range r.Config.Callers {
+			if v, ok := p.Throughput[strconv.Itoa(n)]; ok {
+				fmt.Fprintf(tw, "%.0f\t", v)
+			} else {
+				fmt.Fprint(tw, "-\t")
+			}
+		}
+		cpu, allocs := p.CPUUSPerCall, p.AllocsPerCall
+		switch p {
+		case &run.MCP: // at the mid caller count only, with no worker of ours
+			fmt.Fprintf(tw, "%.1f@%s\t%.0f@%s\t-\t%.1f\t-\t%.2f@%s\t\n", cpu[mid][partRouter], mid, allocs[mid][partRouter], mid,
+				cpu[mid][partClient], p.OtherCores[mid], mid)
+			continue
+		case &run.OneHop: // no forwarder
+			fmt.Fprint(tw, "-\t-\t")
+		default:
+			fmt.Fprintf(tw, "%.1f\t%.0f\t", cpu[top][partRouter], allocs[top][partRouter])
+		}
+		fmt.Fprintf(tw, "%.1f\t%.1f\t%.1f\t%.2f\t\n", cpu[mid][partWorker], cpu[mid][partClient], cpu[top][procNATS], p.OtherCores[top])
 	}
-	if p := run.MCP; p.Throughput[mid] > 0 {
-		rows = append(rows, tableRow{"mcp-go HTTP (router|fwd = its server)", fmt.Sprintf("%.0f\t%.0f\t%.0f\t", p.P50US, p.P90US, p.P99US), p.Throughput,
-			fmt.Sprintf("%.1f@%s\t%.0f@%s\t-\t%.1f\t-\t%.2f@%s\t", p.CPUUSPerCall[mid][partRouter], mid, p.AllocsPerCall[mid][partRouter], mid,
-				p.CPUUSPerCall[mid][partClient], p.OtherCores[mid], mid)})
-	}
-	pathTable(w, fmt.Sprintf("p50 µs\tp90 µs\tp99 µs\t|router|fwd µs/call@%s\trouter|fwd allocs@%s\tworker µs@%s\tclient µs@%s\tnats µs@%s\tothers' cores@%s\t",
-		top, top, mid, mid, top, top), r.Config.Callers, rows)
+	_ = tw.Flush()
 	var vs, wvs []string
 	for _, n := range r.Config.Callers {
 		k := strconv.Itoa(n)
