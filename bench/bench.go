@@ -1,11 +1,11 @@
 // Package bench measures toolbus against the physical limit of its design,
 // raw core NATS request/reply (one_hop, and relay: the four messages a
 // routed call needs), and against mcp-go's streamable HTTP server
-// (docs/performance.md). One deployment description (deploy) runs every part
-// in this process (Run) or each in a process of its own (RunCross), and one
-// loop (measure) measures either. In process the router's share is estimated
-// from labelled CPU profile samples and by a byte-forwarding stand-in
-// ("bare"); cross-process each process reads its own CPU and allocations.
+// (docs/performance.md). Run deploys nats-server, the router, the relay
+// forwarder, the worker and mcp-go each in a process of its own, every one
+// reading its own CPU and allocations; one loop (measure) measures every
+// path. The same deployment description (deploy) also runs in this process
+// for the Go benchmarks, each part under its goroutine label.
 package bench
 
 import (
@@ -29,42 +29,22 @@ import (
 	"github.com/toolbus/toolbus/groups"
 )
 
-// Options configure Run and RunCross. Every zero value has a default.
+// Options configure Run. Every zero value has a default.
 type Options struct {
-	// Quick shortens the run: Duration 300 ms and 1,000 sessions in
-	// process (well under 30 s), 1 s and 10,000 sessions across processes,
-	// unless set.
+	// Quick shortens the run: Duration 1 s and 10,000 sessions, unless set.
 	Quick bool
-	// Duration is the length of each measurement (in process split into
-	// Rounds slices); zero means 3 s.
+	// Duration is the length of each measurement; zero means 3 s.
 	Duration time.Duration
 	// Callers are the concurrent caller counts of the throughput
-	// measurements; nil means 1, 16, 256. Per-call costs (and mcp-go's
-	// callers) are taken at the count nearest 16, the cross-process router
-	// targets at the most.
+	// measurements; nil means 1, 16, 256. The SDKs' costs (and mcp-go's
+	// callers) are taken at the count nearest 16, the router's at the most.
 	Callers []int
-	// Sessions is how many sessions the memory measurement creates; zero
-	// means 100,000 (see Quick); negative skips it (RunCross only).
-	Sessions int
-	// Logf receives progress lines; nil discards them.
-	Logf func(format string, args ...any)
-
-	// Run only.
-
 	// Workers are the worker copy counts of the I/O-bound tool; nil means
 	// 1, 2, 4, 8.
 	Workers []int
-	// Rounds splits each latency and throughput measurement into this many
-	// slices, interleaved across the paths compared; the best slice counts.
-	// Zero means 3.
-	Rounds int
-	// ProfileWindow is the length of each CPU profile: in process each
-	// path's (zero: Duration, at least 2 s); across processes the router's
-	// (zero: three Durations, at least 10 s).
-	ProfileWindow time.Duration
-
-	// RunCross only.
-
+	// Sessions is how many sessions the memory measurement creates; zero
+	// means 100,000 (see Quick); negative skips it.
+	Sessions int
 	// Runs is how many times the whole comparison runs, each on a fresh
 	// set of processes; zero means 3.
 	Runs int
@@ -72,31 +52,27 @@ type Options struct {
 	// profile of read-only calls at the most callers to, after the last
 	// run; ".write" and ".worker" before the extension name the others.
 	CPUProfile string
+	// ProfileWindow is the length of each CPU profile; zero means three
+	// Durations, at least 10 s.
+	ProfileWindow time.Duration
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
 }
 
 // ioCallers is the caller count of the I/O-bound tool measurement.
 const ioCallers = 64
 
-// minProfile and minCrossProfile are the shortest CPU profiles in process
-// and of the router process; profileSample is one sample's CPU (100 Hz).
-const (
-	minProfile      = 2 * time.Second
-	minCrossProfile = 10 * time.Second
-	profileSample   = 10 * time.Millisecond
-)
+// minProfile is the shortest CPU profile of the router process.
+const minProfile = 10 * time.Second
 
-// minSlice is the shortest measuring slice.
+// minSlice is the shortest warm-up.
 const minSlice = 100 * time.Millisecond
 
-func (o *Options) defaults(cross bool) {
-	quick, sessions, rounds := 300*time.Millisecond, 1000, o.Rounds
-	if cross {
-		quick, sessions, rounds = time.Second, 10000, 1
-	}
+func (o *Options) defaults() {
 	if o.Duration <= 0 {
 		o.Duration = 3 * time.Second
 		if o.Quick {
-			o.Duration = quick
+			o.Duration = time.Second
 		}
 	}
 	if len(o.Callers) == 0 {
@@ -106,18 +82,15 @@ func (o *Options) defaults(cross bool) {
 		o.Workers = []int{1, 2, 4, 8}
 	}
 	o.Callers, o.Workers = sortedPositive(o.Callers), sortedPositive(o.Workers)
-	if o.Sessions == 0 || o.Sessions < 0 && !cross {
+	if o.Sessions == 0 {
 		o.Sessions = 100000
 		if o.Quick {
-			o.Sessions = sessions
+			o.Sessions = 10000
 		}
 	}
-	o.Rounds, o.Runs = cmp.Or(max(rounds, 0), 3), cmp.Or(max(o.Runs, 0), 3)
+	o.Runs = cmp.Or(max(o.Runs, 0), 3)
 	if o.ProfileWindow <= 0 {
-		o.ProfileWindow = max(o.Duration, minProfile)
-		if cross {
-			o.ProfileWindow = max(3*o.Duration, minCrossProfile)
-		}
+		o.ProfileWindow = max(3*o.Duration, minProfile)
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -136,133 +109,22 @@ func nearest(xs []int, want int) int {
 	return slices.MinFunc(xs, func(a, b int) int { return cmp.Compare(dist(a), dist(b)) })
 }
 
-// Run deploys everything in this process on an embedded nats-server, runs
-// every measurement and returns the report; it fails when a call fails.
-// Each measurement is split into Options.Rounds slices interleaved across
-// the paths compared, and each path's best slice counts (the machine may be
-// shared).
+// Run runs the comparison Options.Runs times on fresh processes (latency
+// and throughput of one_hop, the relay, read-only and write calls and
+// mcp-go, with each process's CPU and allocations per call); then, on the
+// last run's, the optional profiles, the parked path, the I/O-bound tool
+// on more and more workers and the router's memory.
 func Run(ctx context.Context, opts Options) (*Report, error) {
-	opts.defaults(false)
-	start := time.Now()
-	mid := nearest(opts.Callers, 16)
-	rep := &Report{Workers: map[string]float64{}, Targets: []Target{}, Machine: newMachine(),
-		Config: Config{Setup: newSetup(opts, mid), Rounds: opts.Rounds, Workers: opts.Workers, IOCallers: ioCallers}}
-	logf := opts.Logf
-	slice := max(opts.Duration/time.Duration(opts.Rounds), minSlice)
-	logf("bench: starting nats-server, router, workers and the mcp-go server")
-	d, err := deploy(ctx, config{sessions: opts.Callers[len(opts.Callers)-1], mcpClients: mid})
-	if err != nil {
-		return nil, err
-	}
-	defer d.close(ctx)
-
-	oneHop, relay := &path{name: "raw one_hop", fn: d.oneHop}, &path{name: "raw relay", fn: d.relay}
-	read, write := &path{name: "toolbus read-only", fn: d.callTool(d.client, toolRead)}, &path{name: "toolbus write", fn: d.callTool(d.client, toolWrite)}
-	bare := &path{name: "bare (no router)", fn: d.callTool(d.bare, toolRead)}
-	mcp := &path{name: "mcp-go HTTP", fn: d.mcp.call, midOnly: true}
-	if err := d.measure(ctx, []*path{oneHop, relay, read, write, bare, mcp}, opts.Callers, mid, opts.Rounds, slice, logf); err != nil {
-		return nil, err
-	}
-	k := strconv.Itoa(mid)
-	for _, p := range []struct {
-		from *path
-		to   *Path
-	}{{oneHop, &rep.Baseline.OneHop}, {relay, &rep.Baseline.Relay}, {read, &rep.Toolbus}, {write, &rep.ToolbusWrite}} {
-		p.to.Latency = p.from.latency()
-		p.to.CPUUSPerCall, p.to.AllocsPerCall = p.from.loads[k].perCall(roleClient)
-		p.to.CoresUsed = p.from.loads[k].cores()
-	}
-	rep.Bare = Cost{Throughput: bare.loads[k].Throughput(), CoresUsed: bare.loads[k].cores(), P50US: us(bare.lat.Quantile(0.5)),
-		Throughputs: bare.latency().Throughput}
-	rep.Bare.CPUUSPerCall, rep.Bare.AllocsPerCall = bare.loads[k].perCall(roleClient)
-	rep.MCPHTTP16, rep.MCPHTTPP50US = mcp.loads[k].Throughput(), us(mcp.lat.Quantile(0.5))
-	rep.MCPHTTPCallers, rep.MCPProtocol = mid, d.mcp.protocol
-
-	// CPU by part, from goroutine labels in a CPU profile; at 10 ms a
-	// sample, a short window gives few samples (300 ms: 9 to 61 µs).
-	rep.CPUMethod = "profile-labels"
-	rep.ProfileSampleUS = map[string]float64{}
-	for _, a := range []struct {
-		key string
-		p   *path
-		out *map[string]float64
-	}{{"relay", relay, &rep.Baseline.Relay.CPUByPartUS}, {"bare", bare, &rep.Bare.CPUByPartUS},
-		{"toolbus", read, &rep.Toolbus.CPUByPartUS}, {"toolbus_write", write, &rep.ToolbusWrite.CPUByPartUS}} {
-		logf("bench: CPU profile %s, %d callers, %v", a.p.name, mid, opts.ProfileWindow)
-		var l Load
-		parts, err := cpuByPart(func() (err error) { l, err = runLoad(ctx, opts.ProfileWindow, mid, a.p.fn); return err })
-		if errors.Is(err, errProfiling) {
-			rep.CPUMethod = "subtraction (the CPU profiler was busy)"
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("bench: CPU profile %s: %w", a.p.name, err)
-		}
-		*a.out = map[string]float64{}
-		for _, part := range []string{partRouter, partWorker, partClient, partOther} {
-			(*a.out)[part] = perCallOf(us(parts[part]), l.Total)
-		}
-		rep.ProfileSampleUS[a.key] = perCallOf(us(profileSample), l.Total)
-	}
-	for _, p := range []*Path{&rep.Toolbus, &rep.ToolbusWrite} {
-		p.RouterCPUUSPerCallSubtracted = p.CPUUSPerCall - rep.Bare.CPUUSPerCall
-		p.RouterAllocsPerCall = p.AllocsPerCall - rep.Bare.AllocsPerCall
-		p.RouterCPUUSPerCall = p.RouterCPUUSPerCallSubtracted
-		if v, ok := p.CPUByPartUS[partRouter]; ok {
-			p.RouterCPUUSPerCall = v
-		}
-	}
-
-	// The I/O-bound tool with more and more worker copies.
-	for _, n := range opts.Workers {
-		if err := d.addSleepers(ctx, n); err != nil {
-			return nil, err
-		}
-		logf("bench: I/O-bound tool, %d workers, %d callers", n, ioCallers)
-		for range opts.Rounds {
-			l, err := runLoad(ctx, slice, ioCallers, d.callTool(d.client, toolSleep))
-			if err != nil {
-				return nil, fmt.Errorf("bench: I/O-bound tool with %d workers: %w", n, err)
-			}
-			rep.Workers[strconv.Itoa(n)] = max(rep.Workers[strconv.Itoa(n)], l.Throughput())
-		}
-	}
-
-	logf("bench: parked path, %v", opts.Duration)
-	if rep.Parked, err = measureParked(ctx, d, opts.Duration); err != nil {
-		return nil, err
-	}
-	rep.ParkedP50US = rep.Parked.P50US
-
-	d.mcp.close(ctx)
-	logf("bench: memory with %d sessions", opts.Sessions)
-	s, err := measureSessions(ctx, d, opts.Sessions)
-	if err != nil {
-		return nil, err
-	}
-	rep.Sessions = SessionMemory{Memory: s.Memory, HeapBytesPerSession: (s.HeapMiBAfter - s.HeapMiBBefore) * (1 << 20) / float64(s.Count)}
-	rep.RouterRSSMiB10k, rep.RouterHeapMiB10k = rep.Sessions.RSSMiBAfter, rep.Sessions.HeapMiBAfter
-
-	rep.finish(start)
-	return rep, nil
-}
-
-// RunCross runs the cross-process comparison Options.Runs times on fresh
-// processes (latency and throughput of the relay, read-only and write calls
-// and mcp-go, with each process's CPU and allocations per call); then, on
-// the last run's, the optional profiles and the router's memory.
-func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
-	opts.defaults(true)
+	opts.defaults()
 	// Every part re-executes this binary, whose main calls RunChild first.
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("bench: cross-process: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	start := time.Now()
-	rep := &CrossReport{Layout: crossLayout, Machine: newMachine(),
-		Config: CrossConfig{Setup: newSetup(opts, nearest(opts.Callers, 16)), Runs: opts.Runs}}
+	rep := &Report{Layout: layout, Machine: newMachine(), Config: newConfig(opts, nearest(opts.Callers, 16))}
 	for i := range opts.Runs {
-		run, err := crossRun(ctx, &opts, exe, rep, i+1, i == opts.Runs-1)
+		run, err := runOnce(ctx, &opts, exe, rep, i+1, i == opts.Runs-1)
 		if err != nil {
 			return nil, err
 		}
@@ -272,11 +134,11 @@ func RunCross(ctx context.Context, opts Options) (*CrossReport, error) {
 	return rep, nil
 }
 
-// crossRun is one run on fresh processes; the last one also profiles and
-// measures memory.
-func crossRun(ctx context.Context, opts *Options, exe string, rep *CrossReport, n int, last bool) (CrossRun, error) {
+// runOnce is one run on fresh processes; the last one also measures what
+// is measured once.
+func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int, last bool) (RunResult, error) {
 	top, mid := opts.Callers[len(opts.Callers)-1], nearest(opts.Callers, 16)
-	run := CrossRun{Run: n, LoadAvgStart: loadAvg(), PIDs: map[string]int{}}
+	run := RunResult{Run: n, LoadAvgStart: loadAvg(), PIDs: map[string]int{}}
 	opts.Logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
 	// After the last run: the router's profile (and the worker's meanwhile)
 	// during read-only calls, then the router's during write calls.
@@ -296,7 +158,7 @@ func crossRun(ctx context.Context, opts *Options, exe string, rep *CrossReport, 
 		return run, err
 	}
 	defer d.close(ctx)
-	fail := func(err error) (CrossRun, error) {
+	fail := func(err error) (RunResult, error) {
 		if s := d.childErrors(); s != "" {
 			err = fmt.Errorf("%w\n%s", err, s)
 		}
@@ -306,25 +168,17 @@ func crossRun(ctx context.Context, opts *Options, exe string, rep *CrossReport, 
 		run.PIDs[role] = c.Pid()
 	}
 	paths := []*path{
+		{name: "one_hop", fn: d.oneHop},
 		{name: "relay", server: roleRelay, fn: d.relay},
-		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(d.client, toolRead)},
-		{name: "toolbus write", server: roleRouter, fn: d.callTool(d.client, toolWrite)},
+		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(toolRead)},
+		{name: "toolbus write", server: roleRouter, fn: d.callTool(toolWrite)},
 		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},
 	}
-	if err := d.measure(ctx, paths, opts.Callers, mid, 1, opts.Duration, opts.Logf); err != nil {
+	if err := d.measure(ctx, paths, opts.Callers, mid, opts.Duration, opts.Logf); err != nil {
 		return fail(err)
 	}
-	for i, out := range []*CrossPath{&run.Relay, &run.Toolbus, &run.ToolbusWrite, &run.MCP} {
-		p := paths[i]
-		*out = CrossPath{Latency: p.latency(), CPUUSPerCall: map[string]map[string]float64{},
-			AllocsPerCall: map[string]map[string]float64{}, OtherCores: map[string]float64{}}
-		for k, c := range p.loads {
-			cpu, allocs := map[string]float64{}, map[string]float64{}
-			for part, role := range map[string]string{partRouter: p.server, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
-				cpu[part], allocs[part] = c.perCall(role)
-			}
-			out.CPUUSPerCall[k], out.AllocsPerCall[k], out.OtherCores[k] = cpu, allocs, c.otherCores()
-		}
+	for i, out := range []*Path{&run.OneHop, &run.Relay, &run.Toolbus, &run.ToolbusWrite, &run.MCP} {
+		*out = paths[i].figures()
 	}
 	run.LoadAvgEnd = loadAvg()
 	if !last {
@@ -332,11 +186,18 @@ func crossRun(ctx context.Context, opts *Options, exe string, rep *CrossReport, 
 	}
 	for i, files := range profileRuns {
 		opts.Logf("bench: CPU profiles, %d callers, %v: %v", top, opts.ProfileWindow, files)
-		profs, err := profileRun(ctx, d, files, opts.ProfileWindow, top, paths[1+i].fn) // read-only, then write
+		profs, err := profileRun(ctx, d, files, opts.ProfileWindow, top, paths[2+i].fn) // read-only, then write
 		if err != nil {
 			return fail(fmt.Errorf("bench: profile: %w", err))
 		}
 		rep.Profiles = append(rep.Profiles, profs...)
+	}
+	opts.Logf("bench: parked path, %v", opts.Duration)
+	if rep.Parked, err = measureParked(ctx, d, opts.Duration); err != nil {
+		return fail(err)
+	}
+	if rep.Workers, err = measureWorkers(ctx, d, opts.Workers, opts.Duration, opts.Logf); err != nil {
+		return fail(err)
 	}
 	if opts.Sessions > 0 {
 		opts.Logf("bench: router process memory with %d sessions in KV", opts.Sessions)
@@ -386,12 +247,12 @@ func profileRun(ctx context.Context, d *deployment, files map[string]string, dur
 
 // measureParked measures the parked path one call at a time: a call of an
 // external tool parks, the agent answers it, and batch.done arrives.
-func measureParked(ctx context.Context, d *deployment, dur time.Duration) (Parked, error) {
+func measureParked(ctx context.Context, d *deployment, dur time.Duration) (*Parked, error) {
 	const session = "bench-parked"
-	var out Parked
+	out := &Parked{}
 	ev, err := d.client.Watch(ctx, session)
 	if err != nil {
-		return out, fmt.Errorf("bench: parked: %w", err)
+		return nil, fmt.Errorf("bench: parked: %w", err)
 	}
 	defer ev.Stop(ctx)
 	var total, park, answer Latencies
@@ -403,7 +264,7 @@ func measureParked(ctx context.Context, d *deployment, dur time.Duration) (Parke
 		return err
 	})
 	if err != nil {
-		return out, err
+		return nil, err
 	}
 	for _, l := range []Latencies{total, park, answer} {
 		slices.Sort(l)
@@ -455,9 +316,9 @@ func parkAndAnswer(ctx context.Context, d *deployment, ev *client.Events, sessio
 
 // measureSessions writes n sessions straight into the sessions bucket, lists
 // each through the router, waits for its status to count them, and reads the
-// router's memory (in process: the process's) before and after, and its peak.
-func measureSessions(ctx context.Context, d *deployment, n int) (*CrossSessions, error) {
-	out := &CrossSessions{Memory: Memory{Count: n}}
+// router process's memory before and after, and its peak.
+func measureSessions(ctx context.Context, d *deployment, n int) (*Sessions, error) {
+	out := &Sessions{Count: n}
 	before, err := d.stats(ctx, roleRouter, ctlRequest{GC: true})
 	if err != nil {
 		return nil, err
@@ -521,6 +382,26 @@ func measureSessions(ctx context.Context, d *deployment, n int) (*CrossSessions,
 	out.RSSMiBBefore, out.RSSMiBAfter, out.PeakRSSMiB = kib(before.RSSKB), kib(after.RSSKB), kib(after.HWMKB)
 	out.HeapMiBBefore, out.HeapMiBAfter = mib(before.HeapInuse), mib(after.HeapInuse)
 	out.NATSRSSMiB = kib(nats.RSSKB)
+	out.HeapBytesPerSession = (out.HeapMiBAfter - out.HeapMiBBefore) * (1 << 20) / float64(n)
+	return out, nil
+}
+
+// measureWorkers measures the I/O-bound tool's throughput at ioCallers
+// callers with each count of worker copies, each copy running one call at
+// a time.
+func measureWorkers(ctx context.Context, d *deployment, counts []int, dur time.Duration, logf func(string, ...any)) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, n := range counts {
+		if err := d.addSleepers(ctx, n); err != nil {
+			return nil, err
+		}
+		logf("bench: I/O-bound tool, %d workers, %d callers", n, ioCallers)
+		l, err := runLoad(ctx, dur, ioCallers, d.callTool(toolSleep))
+		if err != nil {
+			return nil, fmt.Errorf("bench: I/O-bound tool with %d workers: %w", n, err)
+		}
+		out[strconv.Itoa(n)] = l.Throughput()
+	}
 	return out, nil
 }
 

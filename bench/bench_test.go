@@ -3,10 +3,8 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strings"
@@ -84,7 +82,7 @@ func sharedCrossDeployment(b *testing.B) *deployment {
 func BenchmarkCrossProcessReadOnly(b *testing.B) {
 	d := sharedCrossDeployment(b)
 	var before snapshot
-	benchCalls(b, d.callTool(d.client, toolRead), func() {
+	benchCalls(b, d.callTool(toolRead), func() {
 		var err error
 		if before, err = d.snapshot(b.Context()); err != nil {
 			b.Fatal(err)
@@ -152,12 +150,12 @@ func BenchmarkRawRelay(b *testing.B) { benchCalls(b, sharedDeployment(b).relay) 
 
 func BenchmarkToolbusReadOnly(b *testing.B) {
 	d := sharedDeployment(b)
-	benchCalls(b, d.callTool(d.client, toolRead))
+	benchCalls(b, d.callTool(toolRead))
 }
 
 func BenchmarkToolbusWrite(b *testing.B) {
 	d := sharedDeployment(b)
-	benchCalls(b, d.callTool(d.client, toolWrite))
+	benchCalls(b, d.callTool(toolWrite))
 }
 
 // BenchmarkToolbusReadOnlyParallel drives the router with many concurrent
@@ -165,7 +163,7 @@ func BenchmarkToolbusWrite(b *testing.B) {
 // the router's hot path under load).
 func BenchmarkToolbusReadOnlyParallel(b *testing.B) {
 	d := sharedDeployment(b)
-	fn := d.callTool(d.client, toolRead)
+	fn := d.callTool(toolRead)
 	b.ReportAllocs()
 	b.SetParallelism(8) // 8 × GOMAXPROCS callers
 	b.RunParallel(func(pb *testing.PB) {
@@ -191,85 +189,6 @@ func BenchmarkParked(b *testing.B) {
 		defer cancel()
 		_, err := parkAndAnswer(ctx, d, ev, session)
 		return err
-	})
-}
-
-// TestRunQuick runs every measurement briefly and checks that the report
-// is complete and that nothing Run started is left running.
-func TestRunQuick(t *testing.T) {
-	before := runtime.NumGoroutine()
-	start := time.Now()
-	rep, err := Run(t.Context(), Options{Quick: true, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
-		Workers: []int{1, 2}, Sessions: 200, Rounds: 1, ProfileWindow: 100 * time.Millisecond, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Run took %v", time.Since(start))
-	table, b, doc := rendered(t, rep)
-	paths := []string{
-		"baseline.one_hop.p50_us", "baseline.one_hop.p90_us", "baseline.one_hop.p99_us",
-		"baseline.one_hop.throughput.1", "baseline.one_hop.throughput.4",
-		"baseline.relay.p50_us", "baseline.relay.p90_us", "baseline.relay.p99_us",
-		"baseline.relay.throughput.1", "baseline.relay.throughput.4",
-		"toolbus_write.p50_us", "toolbus_write.throughput.4", "toolbus_write.cpu_us_per_call", "toolbus_write.allocs_per_call",
-		"workers.1", "workers.2", "parked_p50_us", "mcp_http_16",
-		"ratios.throughput_256", "ratios.p50_1", "ratios.vs_mcp_http_16", "ratios.workers_8_vs_1",
-		"router_rss_mib_10k_sessions", "router_heap_mib_10k_sessions", "machine.gomaxprocs",
-		"bare.cpu_us_per_call", "bare.allocs_per_call", "bare.p50_us", "bare.throughputs.1", "bare.throughputs.4",
-		"ratios.vs_bare.1", "ratios.vs_bare.4", "ratios.p50_vs_bare",
-	}
-	for _, k := range []string{"p50_us", "p90_us", "p99_us", "throughput.1", "throughput.4", "cpu_us_per_call",
-		"allocs_per_call", "router_allocs_per_call"} {
-		paths = append(paths, "toolbus."+k)
-	}
-	// A 100 ms profile holds few samples: a part may have none.
-	present := []string{"toolbus.router_cpu_us_per_call_subtracted"}
-	if rep.CPUMethod == "profile-labels" {
-		present = append(present, "toolbus.cpu_by_part_us.router", "toolbus.cpu_by_part_us.worker",
-			"toolbus.cpu_by_part_us.client", "toolbus.cpu_by_part_us.other", "baseline.relay.cpu_by_part_us.router")
-	}
-	for _, p := range present {
-		if v, ok := lookup(doc, p); !ok {
-			t.Errorf("report has no %s: %s", p, b)
-		} else if _, ok := v.(float64); !ok {
-			t.Errorf("%s = %v, want a number", p, v)
-		}
-	}
-	for _, p := range paths {
-		v, ok := lookup(doc, p)
-		if !ok {
-			t.Errorf("report has no %s: %s", p, b)
-			continue
-		}
-		if f, ok := v.(float64); !ok || !(f > 0) {
-			t.Errorf("%s = %v, want a positive number", p, v)
-		}
-	}
-	if v, _ := lookup(doc, "machine.go_version"); v == "" || v == nil {
-		t.Errorf("machine.go_version is empty")
-	}
-	if len(rep.Targets) != 10 { // issue 20's five; issue 9's three, and toolbus/bare at each of the two caller counts
-		t.Errorf("%d targets, want 10", len(rep.Targets))
-	}
-	for _, want := range []string{"raw relay", "toolbus read-only", "vs_bare_4", "router_rss_mib", "vs_mcp_http_4", "workers_8_vs_1", "issue 20", "MISSED"} {
-		if want == "MISSED" {
-			continue // whether anything is missed depends on the machine
-		}
-		if !strings.Contains(table.String(), want) {
-			t.Errorf("table lacks %q", want)
-		}
-	}
-	if rep.Sessions.Cached < 200 {
-		t.Errorf("router caches %d sessions, want at least 200", rep.Sessions.Cached)
-	}
-
-	// Everything Run started has stopped (goroutines may take a moment).
-	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if n := runtime.NumGoroutine(); n > before {
-			buf := make([]byte, 1<<20)
-			return fmt.Errorf("%d goroutines after Run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
-		}
-		return nil
 	})
 }
 
@@ -305,43 +224,9 @@ func lookup(doc map[string]any, path string) (any, bool) {
 	return cur, true
 }
 
-func TestCPUByLabel(t *testing.T) {
-	parts, err := cpuByPart(func() error {
-		var wg sync.WaitGroup
-		for _, part := range []string{partRouter, partWorker} {
-			wg.Add(1)
-			labelled(context.Background(), part, func(context.Context) {
-				go func() {
-					defer wg.Done()
-					end := time.Now().Add(300 * time.Millisecond)
-					x := 0
-					for time.Now().Before(end) {
-						x++
-					}
-					_ = x
-				}()
-			})
-		}
-		wg.Wait()
-		return nil
-	})
-	if err == errProfiling {
-		t.Skip("CPU profiler in use")
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{partRouter, partWorker} {
-		if parts[p] < 10*time.Millisecond { // busy for 300 ms, on a possibly crowded machine
-			t.Errorf("%s: %v of CPU, want about 300ms (all: %v)", p, parts[p], parts)
-		}
-	}
-}
-
-// TestReport runs the whole benchmark when TOOLBUS_BENCH is "full" or
+// TestReport runs the whole comparison when TOOLBUS_BENCH is "full" or
 // "quick" and prints the table; TOOLBUS_BENCH_JSON=FILE also writes the
-// JSON report to FILE. It is how docs/performance.md was produced before
-// `toolbus bench` existed:
+// JSON report to FILE (docs/performance.md was first produced this way):
 //
 //	TOOLBUS_BENCH=full TOOLBUS_BENCH_JSON=/tmp/bench.json go test ./bench -run TestReport -v -timeout 30m
 func TestReport(t *testing.T) {

@@ -69,8 +69,8 @@ func benchScale(b *testing.B, cluster bool) {
 	}{
 		{"stream-sync", streamPublish(js, d.payload)},
 		{"kv-create+cas", kvCreateCAS(kv)},
-		{"read-only", d.callTool(d.client, toolRead)},
-		{"write", d.callTool(d.client, toolWrite)},
+		{"read-only", d.callTool(toolRead)},
+		{"write", d.callTool(toolWrite)},
 		{"session-write", sessionWrite(d.client, clusterCallers)},
 		{"parked", parked.call},
 	}

@@ -53,8 +53,6 @@ const (
 	rawEcho    = "bench.raw.echo"
 	rawRelay   = "bench.raw.relay"
 	rawBack    = "bench.raw.back."
-	barePrefix = "benchbare"
-	bareBack   = "benchbare.back."
 	readyBound = 20 * time.Second
 	childStop  = 20 * time.Second // bounds a child's orderly exit after its stdin closes
 )
@@ -72,7 +70,7 @@ var benchInput = json.RawMessage(`{"text":"hello"}`)
 
 var benchGroups = []bus.Group{{Name: benchGroup, Description: "Benchmark tools.", Scope: bus.ScopeMeta}}
 
-// Roles of the deployment's parts (and of the cross-process bench's
+// Roles of the deployment's parts (and of the bench's
 // child processes).
 const (
 	roleNATS    = "nats"    // nats-server with JetStream (the embedded one)
@@ -100,18 +98,17 @@ type deployment struct {
 	cfg      config
 	x        *xtest.Deployment       // in this process: the server(s) and the router
 	children map[string]*Process     // as processes: by role
-	undo     []func(context.Context) // in this process: stops the parts startPart started
+	undo     []func(context.Context) // stops the parts started in this process
 	dir, url string
 
 	ctl      *nats.Conn // status, KV and control requests
 	rawNC    *nats.Conn // the raw requester
 	clientNC *nats.Conn
 	client   *client.Client
-	bare     *client.Client // in this process: served by the bare forwarder
-	payload  []byte         // raw request and reply payload: an encoded batch event
+	payload  []byte // raw request and reply payload: an encoded batch event
 	sessions []string
 	mcp      *mcpHTTP // nil without mcp-go
-	sleepers int      // workers of the I/O-bound tool
+	sleepers int      // workers of the I/O-bound tool, in this process
 }
 
 // labelled runs fn with the goroutine label of part; connections and
@@ -181,12 +178,6 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 	if d.payload, err = rawPayload(); err != nil {
 		return nil, err
 	}
-	if cfg.exe == "" {
-		d.bare = client.New(d.clientNC, client.Config{Source: "bench/agent", Prefix: barePrefix})
-		if err = d.startBare(ctx); err != nil {
-			return nil, err
-		}
-	}
 	if err = d.waitLive(ctx, toolRead, toolWrite, toolParked); err != nil {
 		return nil, err
 	}
@@ -216,10 +207,6 @@ func (d *deployment) start(ctx context.Context, role string, env ...string) (ext
 		}
 		d.children[role] = c
 		return c.Extra, nil
-	}
-	if role == roleMCP { // in this process the server and its clients are one object
-		labelled(ctx, partClient, func(context.Context) { extra, err = d.mcp.serve() })
-		return extra, err
 	}
 	var stop func(context.Context)
 	labelled(ctx, partOf[role], func(ctx context.Context) { stop, extra, err = startPart(ctx, role, d.url, nil) })
@@ -283,74 +270,27 @@ func Poll(ctx context.Context, bound, interval time.Duration, fn func() error) e
 	}
 }
 
-// addSleepers grows the sleep5 workers, in this process, to n, each
-// limited to one call at a time.
+// addSleepers grows the sleep5 workers, in this process, to n, each on
+// its own connection and limited to one call at a time.
 func (d *deployment) addSleepers(ctx context.Context, n int) error {
 	for ; d.sleepers < n; d.sleepers++ {
-		_, err := d.x.AddWorker(ctx, xtest.WorkerSpec{Config: worker.Config{MaxConcurrent: 1}, Setup: func(w *worker.Worker) error {
+		nc, err := childConnect(d.url, "sleeper")
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		w, err := startWorker(ctx, nc, worker.Config{MaxConcurrent: 1}, func(w *worker.Worker) error {
 			def := bus.ToolDef{Name: toolSleep, Description: "Wait 5 ms (I/O-bound).", ReadOnly: true}
 			return worker.Register(w, def, func(ctx context.Context, _ *worker.Call, in textIn) (string, error) {
 				return in.Text, bus.Sleep(ctx, sleepFor)
 			})
-		}})
+		})
 		if err != nil {
+			nc.Close()
 			return fmt.Errorf("bench: %w", err)
 		}
+		d.undo = append(d.undo, func(ctx context.Context) { drain(ctx, w.Drain); nc.Close() })
 	}
 	return d.waitLive(ctx, toolSleep)
-}
-
-// startBare starts the bare forwarder: for each bare batch it sends a
-// prepared exec request (binary mode) to the real worker and, on its answer,
-// publishes batch.done and a prepared reply, so it costs the client, worker
-// and server what a router's messages do with no router work; toolbus minus
-// bare estimates the router's share.
-func (d *deployment) startBare(ctx context.Context) error {
-	exec, err := bus.NewEvent(bus.TypeExec, "bench/bare", bus.ExecRequest{
-		Call: bus.Call{ID: "c1", Name: toolRead, Input: benchInput}, Attempt: 1})
-	if err != nil {
-		return err
-	}
-	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-0", "bare", "c1"
-	exec.ExpiryTime = time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
-	execMsg := bus.BinaryMsg(bus.NewSubjects("").Workers.Exec(toolRead), exec)
-	res := bus.Result{ID: "c1", Name: toolRead, State: bus.StateSuccess, Output: bus.Text("hello")}
-	mk := func(typ string, data any) (*nats.Msg, error) {
-		e, err := bus.NewEvent(typ, "bench/bare", data)
-		if err != nil {
-			return nil, err
-		}
-		e.SessionID, e.ReplyID = "bench-0", "bare"
-		return e.Msg(bus.NewSubjects("").Events("bench-0"))
-	}
-	doneMsg, err := mk(bus.TypeBatchDone, bus.BatchDone{Results: []bus.Result{res}})
-	if err != nil {
-		return err
-	}
-	replyMsg, err := mk(bus.TypeCallReply, bus.Reply{Results: []bus.Result{res}, Parked: []bus.Parked{}})
-	if err != nil {
-		return err
-	}
-	var nc *nats.Conn
-	labelled(ctx, partRouter, func(context.Context) {
-		if nc, err = childConnect(d.url, "bare"); err != nil {
-			return
-		}
-		d.undo = append(d.undo, func(context.Context) { nc.Close() })
-		err = subscribe(nc, barePrefix+".call.>", "bench-bare", func(m *nats.Msg) {
-			_ = nc.PublishMsg(&nats.Msg{Subject: execMsg.Subject, Reply: bareBack + m.Reply, Header: execMsg.Header, Data: execMsg.Data})
-		})
-		if err == nil {
-			err = subscribe(nc, bareBack+">", "", func(m *nats.Msg) {
-				_ = nc.PublishMsg(&nats.Msg{Subject: doneMsg.Subject, Header: doneMsg.Header, Data: doneMsg.Data})
-				_ = nc.PublishMsg(&nats.Msg{Subject: m.Subject[len(bareBack):], Header: replyMsg.Header, Data: replyMsg.Data})
-			})
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("bench: bare forwarder: %w", err)
-	}
-	return bus.Flush(ctx, nc)
 }
 
 // subscribe subscribes h to subject in queue with the bench's pending
@@ -421,11 +361,11 @@ func (d *deployment) relay(ctx context.Context, _ int) error {
 	return err
 }
 
-// callTool calls tool once through c in the caller's session and checks
-// the reply holds one success.
-func (d *deployment) callTool(c *client.Client, tool string) callFunc {
+// callTool calls tool once in the caller's session and checks the reply
+// holds one success.
+func (d *deployment) callTool(tool string) callFunc {
 	return func(ctx context.Context, i int) error {
-		reply, err := c.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
+		reply, err := d.client.Call(ctx, d.sessions[i%len(d.sessions)], bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool, Input: benchInput}}})
 		if err != nil {
 			return err
 		}

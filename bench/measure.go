@@ -1,14 +1,12 @@
 package bench
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,15 +161,6 @@ func (c costed) perCall(role string) (cpuUS, allocs float64) {
 	return perCallOf(float64(c.diff[role].CPUNS)/1e3, c.Total), perCallOf(float64(c.diff[role].Mallocs), c.Total)
 }
 
-// cores is the bench process's CPU use in cores (GOMAXPROCS when it had
-// the machine to itself and the path is CPU-bound).
-func (c costed) cores() float64 {
-	if c.Wall <= 0 {
-		return 0
-	}
-	return float64(c.diff[roleClient].CPUNS) / float64(c.Wall.Nanoseconds())
-}
-
 // otherCores is the CPU that processes other than the deployment's used
 // during a measurement, in cores: what competed with it for the machine.
 func (c costed) otherCores() float64 {
@@ -210,66 +199,64 @@ func (d *deployment) measureLoad(ctx context.Context, dur time.Duration, callers
 	return costed{Load: l, diff: diff}, nil
 }
 
-// path is one kind of call measured, and its best figures.
+// path is one kind of call measured, and its figures.
 type path struct {
 	name    string
-	server  string // the part between caller and worker (mcp-go: its server)
+	server  string // the process between caller and worker (mcp-go: its server; none for one_hop)
 	fn      callFunc
 	midOnly bool // throughput at the mid caller count only
 	lat     Latencies
 	loads   map[string]costed // by caller count
 }
 
-// measure is the latency and throughput loop of both benches: after a
-// warm-up, one caller's latency, then throughput at each caller count, each
-// split into rounds slices interleaved across paths, the best slice counting.
-func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, mid, rounds int, slice time.Duration,
+// measure is the latency and throughput loop: after a warm-up, one
+// caller's latency of each path, then each path's throughput at each
+// caller count, every part's costs read around each window of dur.
+func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, mid int, dur time.Duration,
 	logf func(string, ...any)) error {
 	for _, p := range paths {
 		p.loads = map[string]costed{}
-		if _, err := runLoad(ctx, max(time.Duration(rounds)*slice/4, minSlice), mid, p.fn); err != nil {
+		if _, err := runLoad(ctx, max(dur/4, minSlice), mid, p.fn); err != nil {
 			return fmt.Errorf("bench: warm-up %s: %w", p.name, err)
 		}
 	}
-	logf("bench: latency, one caller, %d rounds of %v", rounds, slice)
-	for range rounds {
-		for _, p := range paths {
-			lat, err := measureLatency(ctx, slice, p.fn)
-			if err != nil {
-				return fmt.Errorf("bench: latency %s: %w", p.name, err)
-			}
-			if p.lat == nil || lat.Quantile(0.5) < p.lat.Quantile(0.5) {
-				p.lat = lat
-			}
+	logf("bench: latency, one caller, %v", dur)
+	for _, p := range paths {
+		var err error
+		if p.lat, err = measureLatency(ctx, dur, p.fn); err != nil {
+			return fmt.Errorf("bench: latency %s: %w", p.name, err)
 		}
 	}
 	for _, n := range callers {
-		logf("bench: throughput, %d callers, %d rounds of %v", n, rounds, slice)
-		k := strconv.Itoa(n)
-		for range rounds {
-			for _, p := range paths {
-				if p.midOnly && n != mid {
-					continue
-				}
-				c, err := d.measureLoad(ctx, slice, n, p.fn)
-				if err != nil {
-					return fmt.Errorf("bench: throughput %s: %w", p.name, err)
-				}
-				if best, ok := p.loads[k]; !ok || c.Throughput() > best.Throughput() {
-					p.loads[k] = c
-				}
+		logf("bench: throughput, %d callers, %v", n, dur)
+		for _, p := range paths {
+			if p.midOnly && n != mid {
+				continue
 			}
+			c, err := d.measureLoad(ctx, dur, n, p.fn)
+			if err != nil {
+				return fmt.Errorf("bench: throughput %s: %w", p.name, err)
+			}
+			p.loads[strconv.Itoa(n)] = c
 		}
 	}
 	return nil
 }
 
-// latency is a path's best latency and throughput by caller count.
-func (p *path) latency() Latency {
-	out := Latency{Throughput: map[string]float64{}}
+// figures are a path's latency, throughput and every process's costs per
+// call, by caller count.
+func (p *path) figures() Path {
+	out := Path{Latency: Latency{Throughput: map[string]float64{}}, CPUUSPerCall: map[string]map[string]float64{},
+		AllocsPerCall: map[string]map[string]float64{}, OtherCores: map[string]float64{}}
 	out.P50US, out.P90US, out.P99US = us(p.lat.Quantile(0.5)), us(p.lat.Quantile(0.9)), us(p.lat.Quantile(0.99))
 	for k, c := range p.loads {
-		out.Throughput[k] = c.Throughput()
+		cpu, allocs := map[string]float64{}, map[string]float64{}
+		for part, role := range map[string]string{partRouter: p.server, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
+			if role != "" {
+				cpu[part], allocs[part] = c.perCall(role)
+			}
+		}
+		out.Throughput[k], out.CPUUSPerCall[k], out.AllocsPerCall[k], out.OtherCores[k] = c.Throughput(), cpu, allocs, c.otherCores()
 	}
 	return out
 }
@@ -346,41 +333,6 @@ func revision() string {
 		return ""
 	}
 	return rev + dirty
-}
-
-// errProfiling says the CPU profiler was busy (e.g. go test -cpuprofile).
-var errProfiling = errors.New("bench: the CPU profiler is in use")
-
-// cpuByPart runs fn under the CPU profiler and returns the CPU time its
-// samples attribute to each part (the labelKey goroutine label; unlabelled
-// samples count as partOther).
-func cpuByPart(fn func() error) (map[string]time.Duration, error) {
-	var buf bytes.Buffer
-	if err := pprof.StartCPUProfile(&buf); err != nil {
-		return nil, errProfiling
-	}
-	err := fn()
-	pprof.StopCPUProfile()
-	if err != nil {
-		return nil, err
-	}
-	p, err := profile.ParseData(buf.Bytes())
-	if err != nil {
-		return nil, fmt.Errorf("bench: profile: %w", err)
-	}
-	vi, err := cpuValue(p)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]time.Duration{}
-	for _, s := range p.Sample {
-		part := partOther
-		if l := s.Label[labelKey]; len(l) > 0 {
-			part = l[0]
-		}
-		out[part] += time.Duration(s.Value[vi])
-	}
-	return out, nil
 }
 
 // cpuValue is the index of a CPU profile's nanoseconds in its samples.

@@ -183,7 +183,7 @@ func (t *tail) String() string {
 	return strings.TrimSpace(string(t.buf))
 }
 
-// The cross-process bench re-executes its own binary once per part: the
+// The bench re-executes its own binary once per part: the
 // child reads its part from these variables, prints childReady on stdout once
 // it serves, and exits when its stdin closes.
 const (
@@ -231,9 +231,9 @@ func readStats(gc bool) childStats {
 	return childStats{CPUNS: testkit.ProcessCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC, Writes: testkit.WriteCalls()}
 }
 
-// RunChild runs this process as a part of the cross-process bench when
+// RunChild runs this process as a part of the bench when
 // TOOLBUS_BENCH_CHILD is set, and never returns then. Call it first in main
-// (and in TestMain of tests that run RunCross).
+// (and in TestMain of tests that run Run).
 func RunChild() {
 	role := os.Getenv(envChild)
 	if role == "" {
@@ -449,44 +449,50 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 		resp.Close()
 		return nil, err
 	}
-	var w *worker.Worker
 	undo := func() {
 		resp.Close()
 		wnc.Close()
 	}
-	defer func() {
-		if err != nil {
-			if w != nil {
-				_ = w.Stop(context.WithoutCancel(ctx))
-			}
-			undo()
-		}
-	}()
 	if err = subscribe(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) }); err == nil {
 		err = bus.Flush(ctx, resp)
 	}
+	var w *worker.Worker
 	if err == nil {
-		w, err = worker.New(wnc, worker.Config{Heartbeat: bus.DefaultHeartbeat})
+		w, err = startWorker(ctx, wnc, worker.Config{}, registerTrivial)
 	}
-	if err == nil {
-		err = registerTrivial(w)
+	if err != nil {
+		undo()
+		return nil, err
 	}
-	if err == nil {
-		err = w.Start(ctx)
-	}
+	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
+}
+
+// startWorker starts a worker on nc with the default heartbeat and the
+// tools setup registers, and returns once a router acknowledged the
+// registration; on an error the worker is stopped.
+func startWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
+	cfg.Heartbeat = bus.DefaultHeartbeat
+	w, err := worker.New(nc, cfg)
 	if err != nil {
 		return nil, err
 	}
-	t := time.NewTimer(readyBound)
-	defer t.Stop()
-	select {
-	case <-w.Registered():
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-t.C:
-		return nil, fmt.Errorf("worker not registered after %v", readyBound)
+	if err = setup(w); err == nil {
+		err = w.Start(ctx)
 	}
-	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
+	if err == nil {
+		t := time.NewTimer(readyBound)
+		defer t.Stop()
+		select {
+		case <-w.Registered():
+			return w, nil
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+			err = fmt.Errorf("worker not registered after %v", readyBound)
+		}
+	}
+	_ = w.Stop(context.WithoutCancel(ctx))
+	return nil, err
 }
 
 type textIn struct {

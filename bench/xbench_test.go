@@ -2,11 +2,15 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func TestWriteProfile(t *testing.T) {
@@ -42,7 +46,7 @@ func TestOtherCores(t *testing.T) {
 }
 
 func TestSpreads(t *testing.T) {
-	runs := []CrossRun{
+	runs := []RunResult{
 		{Targets: []Target{{Name: "a", Op: ">=", Limit: 1, Value: 2, Met: true}, {Name: "b", Op: "<=", Limit: 1, Value: 3}}},
 		{Targets: []Target{{Name: "a", Op: ">=", Limit: 1, Value: 0.5}, {Name: "b", Op: "<=", Limit: 1, Value: 1, Met: true}}},
 		{Targets: []Target{{Name: "a", Op: ">=", Limit: 1, Value: 1, Met: true}, {Name: "b", Op: "<=", Limit: 1, Value: 2}}},
@@ -90,7 +94,7 @@ func TestCrossDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		for _, fn := range []callFunc{d.relay, d.callTool(d.client, toolRead), d.callTool(d.client, toolWrite), d.mcp.call} {
+		for _, fn := range []callFunc{d.relay, d.callTool(toolRead), d.callTool(toolWrite), d.mcp.call} {
 			if err := fn(ctx, i); err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +130,7 @@ func TestCrossDeployment(t *testing.T) {
 	}
 
 	// A profile while calls run is written and stopped.
-	profs, err := profileRun(ctx, d, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(d.client, toolRead))
+	profs, err := profileRun(ctx, d, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(toolRead))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,43 +157,60 @@ func TestCrossDeployment(t *testing.T) {
 	}
 }
 
-// TestRunCrossQuick runs the cross-process comparison briefly and checks
-// the report is complete.
-func TestRunCrossQuick(t *testing.T) {
+// TestRunQuick runs the comparison briefly and checks the report is
+// complete and that nothing Run started is left running.
+func TestRunQuick(t *testing.T) {
+	before := runtime.NumGoroutine()
 	prof := filepath.Join(t.TempDir(), "router.prof")
-	rep, err := RunCross(t.Context(), Options{Runs: 2, Duration: 100 * time.Millisecond, Callers: []int{1, 4},
+	rep, err := Run(t.Context(), Options{Runs: 2, Duration: 100 * time.Millisecond, Callers: []int{1, 4}, Workers: []int{1, 2},
 		Sessions: 300, CPUProfile: prof, ProfileWindow: 200 * time.Millisecond, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
-	table, _, doc := rendered(t, rep)
+	table, b, doc := rendered(t, rep)
 	runs, _ := doc["runs"].([]any)
 	if len(runs) != 2 {
 		t.Fatalf("%d runs, want 2", len(runs))
 	}
+	positive := func(where string, doc map[string]any, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if v, ok := lookup(doc, k); !ok {
+				t.Errorf("%s has no %s: %s", where, k, b)
+			} else if f, ok := v.(float64); !ok || !(f > 0) {
+				t.Errorf("%s: %s = %v, want a positive number", where, k, v)
+			}
+		}
+	}
 	for _, r := range runs {
 		run := r.(map[string]any)
-		for _, p := range []string{"relay", "toolbus", "toolbus_write"} {
-			for _, k := range []string{"p50_us", "p99_us", "throughput.1", "throughput.4", "cpu_us_per_call.4.router",
-				"cpu_us_per_call.4.worker", "cpu_us_per_call.4.client", "cpu_us_per_call.4.nats", "allocs_per_call.4.router"} {
-				if v, ok := lookup(run, p+"."+k); !ok || !(v.(float64) > 0) {
-					t.Errorf("run %v: %s.%s = %v, want a positive number", run["run"], p, k, v)
-				}
+		where := fmt.Sprint("run ", run["run"])
+		for _, p := range []string{"one_hop", "relay", "toolbus", "toolbus_write"} {
+			for _, k := range []string{"p50_us", "p90_us", "p99_us", "throughput.1", "throughput.4",
+				"cpu_us_per_call.4.worker", "cpu_us_per_call.4.client", "cpu_us_per_call.4.nats"} {
+				positive(where, run, p+"."+k)
+			}
+			if p != "one_hop" {
+				positive(where, run, p+".cpu_us_per_call.4.router", p+".allocs_per_call.4.router")
+			} else if _, ok := lookup(run, "one_hop.cpu_us_per_call.4.router"); ok {
+				t.Errorf("%s: one_hop has a forwarder's CPU", where)
 			}
 		}
-		for _, k := range []string{"ratios.vs_relay.4", "ratios.p50_1", "ratios.vs_mcp_http", "pids.router", "pids.mcp",
-			"mcp_http.p50_us", "mcp_http.throughput.4", "mcp_http.cpu_us_per_call.4.router", "mcp_http.cpu_us_per_call.4.client"} {
-			if v, ok := lookup(run, k); !ok || !(v.(float64) > 0) {
-				t.Errorf("run %v: %s = %v", run["run"], k, v)
-			}
-		}
+		positive(where, run, "ratios.vs_relay.4", "ratios.write_vs_relay.4", "ratios.p50_1", "ratios.write_p50_1",
+			"ratios.vs_mcp_http", "pids.router", "pids.mcp", "mcp_http.p50_us", "mcp_http.throughput.4",
+			"mcp_http.cpu_us_per_call.4.router", "mcp_http.cpu_us_per_call.4.client")
 	}
-	if len(rep.Targets) != 7 {
-		t.Errorf("%d targets, want 7", len(rep.Targets))
+	positive("report", doc, "parked.p50_us", "parked.p99_us", "parked.park_p50_us", "parked.answer_to_done_p50_us",
+		"parked.calls", "workers.1", "workers.2", "sessions.heap_mib_after", "sessions.rss_mib_after", "machine.gomaxprocs")
+	if v, _ := lookup(doc, "machine.go_version"); v == "" || v == nil {
+		t.Errorf("machine.go_version is empty")
+	}
+	if len(rep.Targets) != 8 { // issue 20's seven per run, and the I/O-bound tool's scaling once
+		t.Errorf("%d targets, want 8", len(rep.Targets))
 	}
 	for _, s := range rep.Targets {
-		if len(s.Values) != 2 {
-			t.Errorf("target %s: %d values, want 2", s.Name, len(s.Values))
+		if want := map[bool]int{true: 1, false: 2}[s.Name == "workers_8_vs_1"]; len(s.Values) != want {
+			t.Errorf("target %s: %d values, want %d", s.Name, len(s.Values), want)
 		}
 	}
 	if rep.Sessions == nil || rep.Sessions.Count != 300 || rep.Sessions.Cached < 300 || rep.Sessions.RSSMiBAfter <= 0 || rep.Sessions.PeakRSSMiB <= 0 {
@@ -204,7 +225,8 @@ func TestRunCrossQuick(t *testing.T) {
 			t.Errorf("profile %d %+v: %v", i, p, err)
 		}
 	}
-	for _, want := range []string{"run 1", "run 2", "throughput_4", "router_cpu_write_us", "others' cores", "router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile"} {
+	for _, want := range []string{"run 1", "run 2", "raw one_hop", "throughput_4", "router_cpu_write_us", "others' cores",
+		"router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile", "workers_8_vs_1", "parked path", "I/O-bound tool"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
@@ -216,6 +238,15 @@ func TestRunCrossQuick(t *testing.T) {
 			}
 		}
 	}
+	// Everything Run started in this process has stopped (goroutines may
+	// take a moment).
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := runtime.NumGoroutine(); n > before {
+			buf := make([]byte, 1<<20)
+			return fmt.Errorf("%d goroutines after Run, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+		return nil
+	})
 }
 
 // sampled reports whether p's samples were split by kind, where a sample

@@ -28,7 +28,7 @@ type fileConfig struct {
 		Rules    []bus.Rule `json:"rules"`
 		WorkDirs []string   `json:"work_dirs"`
 	} `json:"permissions"`
-	ParkTTL string        `json:"park_ttl"`
+	ParkTTL duration      `json:"park_ttl,omitempty"`
 	Limits  limitsConfig  `json:"limits"`
 	Quotas  limits.Policy `json:"quotas"`
 	Audit   *auditConfig  `json:"audit"`
@@ -39,8 +39,6 @@ type fileConfig struct {
 		Enabled bool        `json:"enabled"`
 		Pinned  groups.Pins `json:"pinned"`
 	} `json:"search"`
-
-	parkTTL time.Duration
 }
 
 // limitsConfig holds the retention and size limits set outside the router
@@ -78,13 +76,6 @@ func parseConfig(name string, b []byte) (*fileConfig, error) {
 	}
 	if err := cfg.Quotas.Check(); err != nil {
 		return nil, fmt.Errorf("config %s: quotas: %w", name, err)
-	}
-	if cfg.ParkTTL != "" {
-		d, err := time.ParseDuration(cfg.ParkTTL)
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("config %s: park_ttl %q is not a positive duration", name, cfg.ParkTTL)
-		}
-		cfg.parkTTL = d
 	}
 	return cfg, nil
 }

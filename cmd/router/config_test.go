@@ -29,7 +29,7 @@ limits:
 	}
 	l := cfg.Limits
 	if time.Duration(l.EventsMaxAge) != 12*time.Hour || l.EventsMaxBytes != 1<<30 || time.Duration(l.OutputsTTL) != 30*time.Minute ||
-		l.OutputsMaxBytes != 4e9 || l.InlineOutput != 256<<10 || l.MaxOutput != 32e6 || cfg.parkTTL != 2*time.Hour {
+		l.OutputsMaxBytes != 4e9 || l.InlineOutput != 256<<10 || l.MaxOutput != 32e6 || time.Duration(cfg.ParkTTL) != 2*time.Hour {
 		t.Fatalf("limits %+v", l)
 	}
 	// Flags override the file, value by value.
@@ -48,6 +48,7 @@ limits:
 		"limits: {events_max_age: 0s}", "limits: {events_max_age: -1h}", "limits: {events_max_age: 5}",
 		"limits: {events_max_bytes: 0}", "limits: {events_max_bytes: -5}", "limits: {events_max_bytes: 1XB}",
 		"limits: {max_output: nan}", "limits: {max_output: 1e300}", "limits: {inline: 5}", "limits: [1]",
+		"park_ttl: 0s", "park_ttl: -1h", "park_ttl: soon", "park_ttl: 5",
 	} {
 		if _, err := parseConfig("r.yaml", []byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
@@ -100,7 +101,7 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("re-parse of %s: %v", enc, err)
 		}
 		enc2, _ := json.Marshal(cfg2)
-		if string(enc) != string(enc2) || cfg.parkTTL != cfg2.parkTTL {
+		if string(enc) != string(enc2) || cfg.ParkTTL != cfg2.ParkTTL {
 			t.Fatalf("not a fixed point:\n%s\n%s", enc, enc2)
 		}
 		_, _ = yaml.JSONToYAML(enc)

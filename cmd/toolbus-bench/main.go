@@ -22,7 +22,7 @@ import (
 )
 
 func main() {
-	bench.RunChild() // a part of `toolbus bench --cross-process` runs here, never returning
+	bench.RunChild() // a part of `toolbus bench` runs here, never returning
 	cli.Main("toolbus-bench", run)
 }
 
@@ -39,36 +39,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return fmt.Errorf("usage: toolbus-bench bench|soak [flags]")
 }
 
-// runBench measures toolbus against raw NATS on an embedded server of its
-// own (it needs no running router).
+// runBench runs the cross-process comparison (docs/performance.md) on
+// processes of its own (it needs no running router).
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("toolbus bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "a short run (well under 30 s)")
+	quick := fs.Bool("quick", false, "a short run (1 s measurements, 10,000 sessions)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
-	dur := fs.Duration("duration", 0, "length of each measurement (default 3s, 300ms with --quick)")
-	sessions := fs.Int("sessions", 0, "sessions for the memory measurement (default 100000, 1000 with --quick)")
+	dur := fs.Duration("duration", 0, "length of each measurement (default 3s, 1s with --quick)")
+	sessions := fs.Int("sessions", 0, "sessions for the memory measurement (default 100000, 10000 with --quick; negative skips it)")
 	verbose := fs.Bool("v", false, "print progress to stderr")
-	cross := fs.Bool("cross-process", false, "the cross-process comparison: nats-server, router, relay forwarder and worker each in its own process (docs/performance.md)")
-	runs := fs.Int("runs", 0, "--cross-process: runs on fresh processes (default 3)")
-	cpuprofile := fs.String("cpuprofile", "", "--cross-process: FILE for CPU profiles after the last run, at the most callers, at least 10 s each: the router process during read-only calls (FILE), the worker process meanwhile (.worker before the extension), the router during write calls (.write); each split by kind of work in the report")
+	fs.Bool("cross-process", true, "accepted for old commands: every run is cross-process")
+	runs := fs.Int("runs", 0, "runs on fresh processes (default 3)")
+	cpuprofile := fs.String("cpuprofile", "", "FILE for CPU profiles after the last run, at the most callers, at least 10 s each: the router process during read-only calls (FILE), the worker process meanwhile (.worker before the extension), the router during write calls (.write); each split by kind of work in the report")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("bench takes no arguments")
 	}
-	var rep interface{ WriteTable(io.Writer) }
-	var err error
-	opts := bench.Options{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions, CPUProfile: *cpuprofile,
-		Logf: progressLogf(stderr, *verbose, "")}
-	if *cross {
-		rep, err = bench.RunCross(ctx, opts)
-	} else if *runs != 0 || *cpuprofile != "" {
-		return fmt.Errorf("--runs and --cpuprofile go with --cross-process")
-	} else {
-		rep, err = bench.Run(ctx, opts)
+	if *runs < 0 || *dur < 0 {
+		return fmt.Errorf("--runs and --duration must not be negative")
 	}
+	rep, err := bench.Run(ctx, bench.Options{Quick: *quick, Runs: *runs, Duration: *dur, Sessions: *sessions, CPUProfile: *cpuprofile,
+		Logf: progressLogf(stderr, *verbose, "")})
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}

@@ -298,9 +298,9 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c, _ := lookup("security")
 	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
-	var sessions, handlers listFlag
-	fs.Var(&sessions, "session", "add an agent user confined to this session (repeatable)")
-	fs.Var(&handlers, "handler", "add an external handler user: NAME=tool,tool (repeatable)")
+	var sessions, handlers []string
+	fs.Func("session", "add an agent user confined to this session (repeatable)", func(v string) error { sessions = append(sessions, v); return nil })
+	fs.Func("handler", "add an external handler user: NAME=tool,tool (repeatable)", func(v string) error { handlers = append(handlers, v); return nil })
 	workerTools := fs.String("worker-tools", "", "confine the worker user to these comma-separated tools: it serves and defines only them (default: every tool)")
 	workerGroups := fs.String("worker-groups", "", "with --worker-tools: the comma-separated groups the worker may define (default: none)")
 	workerShared := fs.Bool("worker-shared-register", false, "also let the worker publish on P.register, the registration subject of protocol 1.11, while workers are updated to 1.12 (any definition goes there: remove it once every worker is updated)")
@@ -360,12 +360,6 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	return nil
 }
-
-// listFlag is a repeatable string flag.
-type listFlag []string
-
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
 // securityFlagSet is the flag set of `toolbus name`, a security command
 // without the connection flags: its usage is head, then its flags.

@@ -69,8 +69,8 @@ func TestStoreLine(t *testing.T) {
 func TestBenchUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"bench", "extra"},
-		{"bench", "--runs", "2"},              // goes with --cross-process only
-		{"bench", "--cpuprofile", "/tmp/x"},   // likewise
+		{"bench", "--runs", "-2"},             // bad values
+		{"bench", "--duration", "-1s"},        // likewise
 		{"bench", "--cross-process", "extra"}, // no arguments either
 	} {
 		if _, _, err := exec(t.Context(), args...); err == nil {

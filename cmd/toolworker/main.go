@@ -290,14 +290,10 @@ func registerEffects(w *worker.Worker) error {
 	// The waits widen the windows a kill can hit: before the effect (the
 	// call never ran) and after it (it ran, but its result is lost).
 	wait := func(ctx context.Context, ms int) error {
-		t := time.NewTimer(time.Duration(ms) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
+		if bus.Sleep(ctx, time.Duration(ms)*time.Millisecond) != nil {
 			return context.Cause(ctx)
 		}
+		return nil
 	}
 	run := func(ctx context.Context, c *worker.Call, in RecordEffectIn) (string, error) {
 		if err := wait(ctx, in.BeforeMS); err != nil {
