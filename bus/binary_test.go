@@ -139,7 +139,7 @@ func TestWithBinaryMsgReuse(t *testing.T) {
 	with.TraceParent, with.TraceState, with.SessionID = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v", "s1"
 	without, _ := bus.NewEvent(bus.TypeExecResult, "w", json.RawMessage(`{"state":"success","output":[]}`))
 	for i, e := range []*bus.Event{with, without, with, without} {
-		bus.WithBinaryMsg("x", e, func(m *nats.Msg) {
+		bus.WithBinaryMsg("x", e, false, func(m *nats.Msg) {
 			got, err := bus.Decode(m)
 			if err != nil {
 				t.Fatal(err)
