@@ -11,10 +11,22 @@ import (
 // (docs/protocol.md 1): attributes in ce- headers, percent-encoded where
 // needed, the data as body, trace context as in structured mode.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
-	h := make(nats.Header, 16)
 	vals := binaryAttrs(e)
-	fillHeader(h, make([]string, len(binaryKeys)), binaryKeys[:], vals[:])
-	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
+	return headerMsg(subject, e.Data, binaryKeys[:], vals[:])
+}
+
+// CompactMsg is BinaryMsg in the compact form (docs/protocol.md 5.1).
+func CompactMsg(subject string, e *Event) *nats.Msg {
+	vals := compactAttrs(e)
+	return headerMsg(subject, e.Data, compactKeys[:], vals[:])
+}
+
+// headerMsg is a message to subject with data and a header of its own
+// holding keys: vals.
+func headerMsg(subject string, data []byte, keys, vals []string) *nats.Msg {
+	h := make(nats.Header, 16)
+	fillHeader(h, make([]string, len(keys)), keys, vals)
+	return &nats.Msg{Subject: subject, Header: h, Data: data}
 }
 
 // binaryKeys are the binary mode's headers, in the order binaryAttrs gives
