@@ -25,7 +25,8 @@ type WorkerBeat struct {
 	Compact bool `json:"compact,omitempty"`
 }
 
-// Form is the exec form the beat's worker reads: the latest it declared.
+// Form is the exec form the beat's worker declared it reads, the most
+// capable one (compact only with binary).
 func (v WorkerBeat) Form() ExecForm {
 	switch {
 	case v.Binary && v.Compact:

@@ -239,12 +239,10 @@ type requestReply struct {
 	execs   *execSubjects
 	subj    bus.Subjects
 	source  string
-	workers interface {
-		ExecForm(tool string) bus.ExecForm
-	} // the form every live worker reads (registry)
-	groups  *groups.Store // the agent state, for state_injected tools
-	outputs *outputs      // seals the workers' stored outputs
-	watch   *execWatches  // the watchdog's view of requests in flight
+	workers interface{ ExecForm(string) bus.ExecForm } // the form every live worker reads (registry)
+	groups  *groups.Store                              // the agent state, for state_injected tools
+	outputs *outputs                                   // seals the workers' stored outputs
+	watch   *execWatches                               // the watchdog's view of requests in flight
 }
 
 // Exec runs j on the tool's workers.

@@ -17,9 +17,9 @@ import (
 
 // The worker SDK's cost per call against a raw NATS responder, in one
 // benchmark run (issue 27): the same embedded nats-server, the same caller
-// connection sending the same exec request (binary mode, in the compact
-// form to the worker as a router sends it, docs/protocol.md 5.1) with nats.go's request, 16 callers on two cores;
-// only what answers differs. BenchmarkRawResponder answers with the
+// connection sending the same exec request (binary mode; the compact form
+// to the worker, as a router sends it: docs/protocol.md 5.1) with nats.go's
+// request, 16 callers on two cores; only what answers differs. BenchmarkRawResponder answers with the
 // request's data on a plain subscription ("data", the cross-process
 // bench's raw responder), or with the data and a binary-mode result
 // header ("headers": the wire's own cost in nats.go); BenchmarkWorkerCall
