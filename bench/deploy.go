@@ -301,11 +301,10 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 }
 
 // startBare starts the bare forwarder: for each bare batch it sends a
-// prepared exec request (in the compact form, as a router sends it to the
-// Go worker) to the real worker and, on its answer, publishes batch.done
-// and a prepared reply, so it costs the client, worker and server what a
-// router's messages do with no router work; toolbus minus bare estimates
-// the router's share.
+// prepared exec request (binary mode) to the real worker and, on its answer,
+// publishes batch.done and a prepared reply, so it costs the client, worker
+// and server what a router's messages do with no router work; toolbus minus
+// bare estimates the router's share.
 func (d *deployment) startBare(ctx context.Context) error {
 	exec, err := bus.NewEvent(bus.TypeExec, "bench/bare", bus.ExecRequest{
 		Call: bus.Call{ID: "c1", Name: toolRead, Input: benchInput}, Attempt: 1})
@@ -314,7 +313,7 @@ func (d *deployment) startBare(ctx context.Context) error {
 	}
 	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-0", "bare", "c1"
 	exec.ExpiryTime = time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339Nano)
-	execMsg := bus.CompactMsg(bus.NewSubjects("").Workers.Exec(toolRead), exec)
+	execMsg := bus.BinaryMsg(bus.NewSubjects("").Workers.Exec(toolRead), exec)
 	res := bus.Result{ID: "c1", Name: toolRead, State: bus.StateSuccess, Output: bus.Text("hello")}
 	mk := func(typ string, data any) (*nats.Msg, error) {
 		e, err := bus.NewEvent(typ, "bench/bare", data)
