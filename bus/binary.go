@@ -11,10 +11,22 @@ import (
 // (docs/protocol.md 1): attributes in ce- headers, percent-encoded where
 // needed, the data as body, trace context as in structured mode.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
-	h := make(nats.Header, 16)
 	vals := binaryAttrs(e)
-	fillHeader(h, make([]string, len(binaryKeys)), binaryKeys[:], vals[:])
-	return &nats.Msg{Subject: subject, Header: h, Data: e.Data}
+	return headerMsg(subject, e.Data, binaryKeys[:], vals[:])
+}
+
+// CompactMsg is BinaryMsg in the compact form (docs/protocol.md 5.1).
+func CompactMsg(subject string, e *Event) *nats.Msg {
+	vals := compactAttrs(e)
+	return headerMsg(subject, e.Data, compactKeys[:], vals[:])
+}
+
+// headerMsg is a message to subject with data and a header of its own
+// holding keys: vals.
+func headerMsg(subject string, data []byte, keys, vals []string) *nats.Msg {
+	h := make(nats.Header, 16)
+	fillHeader(h, make([]string, len(keys)), keys, vals)
+	return &nats.Msg{Subject: subject, Header: h, Data: data}
 }
 
 // binaryKeys are the binary mode's headers, in the order binaryAttrs gives
@@ -35,10 +47,15 @@ func binaryAttrs(e *Event) (vals [len(binaryKeys)]string) {
 	if e.TraceParent != "" {
 		vals[13], vals[14] = e.TraceParent, e.TraceState
 	}
+	escapeAll(vals[:])
+	return vals
+}
+
+// escapeAll makes each of vals a header value (headerValue).
+func escapeAll(vals []string) {
 	for i, v := range vals {
 		vals[i] = headerValue(v)
 	}
-	return vals
 }
 
 // headerValue is v as a ce- header value: unchanged when it holds only
@@ -63,31 +80,78 @@ var unescaped = func() (t [256]bool) {
 	return t
 }()
 
-// PublishBinary sends e on subject in binary mode.
-func PublishBinary(p Publisher, subject string, e *Event) error {
-	nc, ok := p.(*nats.Conn)
-	if !ok {
-		return p.PublishMsg(BinaryMsg(subject, e))
-	}
+// ExecForm is the form of an io.toolbus.exec and of its result
+// (docs/protocol.md 5.1, 5.2): a router sends a tool's exec in the form
+// every live worker of the tool reads, and a worker answers in the form
+// the exec came in.
+type ExecForm uint8
+
+const (
+	ExecStructured ExecForm = iota // structured mode: every worker reads it
+	ExecBinary                     // binary mode (1.2): workers that declare binary_exec
+	ExecCompact                    // compact binary mode (1.16): workers that declare compact_exec as well
+)
+
+// compactKeys are the compact form's headers, in the order compactAttrs
+// gives their values: binary mode without time, datacontenttype (the data
+// is JSON), subject and the trace headers' copies outside ce-
+// (docs/protocol.md 5.1). A worker's result sets only the first four.
+var compactKeys = [...]string{"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-sessionid", "ce-replyid",
+	"ce-toolcallid", "ce-expirytime", "ce-traceparent", "ce-tracestate"}
+
+// compactAttrs is binaryAttrs for compactKeys.
+func compactAttrs(e *Event) (vals [len(compactKeys)]string) {
+	vals = [...]string{e.SpecVersion, e.ID, e.Source, e.Type, e.SessionID, e.ReplyID, e.ToolCallID,
+		e.ExpiryTime, e.TraceParent, e.TraceState}
+	escapeAll(vals[:])
+	return vals
+}
+
+// CompactForm reports whether a binary-mode message h whose event decoded
+// as e came in the compact form: one without datacontenttype, which the
+// binary form always states.
+func CompactForm(h nats.Header, e *Event) bool { return e.DataContentType == "" && IsBinary(h) }
+
+// PublishBinary sends e on subject over nc in binary mode, in the compact
+// form when compact is set.
+func PublishBinary(nc *nats.Conn, subject string, e *Event, compact bool) error {
 	var err error
-	WithBinaryMsg(subject, e, func(m *nats.Msg) { err = nc.PublishMsg(m) })
+	WithBinaryMsg(subject, e, compact, func(m *nats.Msg) { err = nc.PublishMsg(m) })
 	return err
 }
 
-// binaryHeaders are the headerBufs of messages nats.go writes out before
-// its send returns (a core publish or request).
-var binaryHeaders = sync.Pool{New: func() any {
-	return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
-}}
+// binaryHeaders and compactHeaders are the headerBufs of messages nats.go
+// writes out before its send returns (a core publish or request), one
+// pool per form, so that each keeps its shape.
+var (
+	binaryHeaders = sync.Pool{New: func() any {
+		return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
+	}}
+	compactHeaders = sync.Pool{New: func() any {
+		return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(compactKeys))}
+	}}
+)
 
-// WithBinaryMsg calls send with e on subject in binary mode, in a message
-// reused once send returns: send must not keep it (a JetStream publish does).
-func WithBinaryMsg(subject string, e *Event, send func(*nats.Msg)) {
-	b := binaryHeaders.Get().(*headerBuf)
+// WithBinaryMsg calls send with e on subject in binary mode (the compact
+// form when compact is set), in a message reused once send returns: send
+// must not keep it (a JetStream publish does).
+func WithBinaryMsg(subject string, e *Event, compact bool, send func(*nats.Msg)) {
+	if compact {
+		vals := compactAttrs(e)
+		withHeader(&compactHeaders, compactKeys[:], vals[:], subject, e.Data, send)
+		return
+	}
 	vals := binaryAttrs(e)
-	b.fill(binaryKeys[:], vals[:])
-	b.m = nats.Msg{Subject: subject, Header: b.h, Data: e.Data}
+	withHeader(&binaryHeaders, binaryKeys[:], vals[:], subject, e.Data, send)
+}
+
+// withHeader calls send with data on subject under a header of pool's
+// holding keys: vals, and puts the header back once send returns.
+func withHeader(pool *sync.Pool, keys, vals []string, subject string, data []byte, send func(*nats.Msg)) {
+	b := pool.Get().(*headerBuf)
+	b.fill(keys, vals)
+	b.m = nats.Msg{Subject: subject, Header: b.h, Data: data}
 	send(&b.m)
 	b.done()
-	binaryHeaders.Put(b)
+	pool.Put(b)
 }

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -107,6 +108,19 @@ func FuzzBinaryExecHeaders(f *testing.F) {
 		if string(a) != string(b) {
 			t.Fatalf("not a fixed point\n got %s\nwant %s", b, a)
 		}
+		// The compact form carries the same event without the attributes
+		// it drops (docs/protocol.md 5.1), and reads as compact.
+		m := bus.CompactMsg("toolbus.exec.echo", e)
+		compact, err := bus.Decode(m)
+		if err != nil {
+			t.Fatalf("compact form refused: %v", err)
+		}
+		e.Time, e.DataContentType, e.Subject = "", "", ""
+		a, _ = json.Marshal(e)
+		c, _ := json.Marshal(compact)
+		if string(a) != string(c) || !bus.CompactForm(m.Header, compact) {
+			t.Fatalf("compact form\n got %s\nwant %s", c, a)
+		}
 	})
 }
 
@@ -133,23 +147,135 @@ func TestBinaryManyHeaders(t *testing.T) {
 }
 
 // A reused header carries nothing of the message before it: an event
-// without trace context after one with it has no traceparent.
+// without trace context after one with it has no traceparent, in either
+// form; the compact form has no trace headers outside ce- at all.
 func TestWithBinaryMsgReuse(t *testing.T) {
 	with, _ := bus.NewEvent(bus.TypeExec, "r", json.RawMessage(`{}`))
 	with.TraceParent, with.TraceState, with.SessionID = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v", "s1"
 	without, _ := bus.NewEvent(bus.TypeExecResult, "w", json.RawMessage(`{"state":"success","output":[]}`))
-	for i, e := range []*bus.Event{with, without, with, without} {
-		bus.WithBinaryMsg("x", e, func(m *nats.Msg) {
+	for _, compact := range []bool{false, true} {
+		for i, e := range []*bus.Event{with, without, with, without} {
+			bus.WithBinaryMsg("x", e, compact, func(m *nats.Msg) {
+				got, err := bus.Decode(m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plain := e.TraceParent
+				if compact {
+					plain = ""
+				}
+				if got.ID != e.ID || got.Type != e.Type || got.TraceParent != e.TraceParent || got.SessionID != e.SessionID ||
+					m.Header.Get(bus.HeaderTraceParent) != plain || len(m.Header) == 0 || bus.CompactForm(m.Header, got) != compact {
+					t.Fatalf("compact %v, message %d: decoded %+v from %v", compact, i, got, m.Header)
+				}
+			})
+		}
+	}
+}
+
+// TestCompactMsg: the compact form (docs/protocol.md 5.1, 5.2) holds the
+// exec's attributes a worker reads, each as binary mode writes it, and
+// none of those it drops; it decodes to the event without them, and a
+// result's compact form is the four attributes CloudEvents requires.
+func TestCompactMsg(t *testing.T) {
+	dropped := []string{"ce-time", "ce-subject", "ce-datacontenttype", bus.HeaderContentType, bus.HeaderTraceParent, bus.HeaderTraceState}
+	result, _ := bus.NewEvent(bus.TypeExecResult, "toolbus/worker/w1", json.RawMessage(`{"state":"success","output":[]}`))
+	for _, tc := range []struct {
+		name    string
+		e       *bus.Event
+		edit    func(*bus.Event)
+		headers int
+	}{
+		{"exec", execEvent(t), func(*bus.Event) {}, 8},
+		{"exec with trace context", execEvent(t), func(e *bus.Event) {
+			e.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+			e.TraceState = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+		}, 10},
+		{"source and ids needing escapes", execEvent(t), func(e *bus.Event) { e.Source, e.ID = "my agent/ü%20x", "id with space" }, 8},
+		{"subject dropped", execEvent(t), func(e *bus.Event) { e.Subject = "c1" }, 8},
+		{"result", result, func(*bus.Event) {}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.edit(tc.e)
+			m := bus.CompactMsg("toolbus.exec.echo", tc.e)
+			if len(m.Header) != tc.headers {
+				t.Fatalf("%d headers, want %d: %v", len(m.Header), tc.headers, m.Header)
+			}
+			for _, k := range dropped {
+				if _, ok := m.Header[k]; ok {
+					t.Fatalf("header %s is sent: %v", k, m.Header)
+				}
+			}
+			var pooled nats.Header
+			bus.WithBinaryMsg("toolbus.exec.echo", tc.e, true, func(p *nats.Msg) { pooled = cloneHeader(p.Header) })
+			if !reflect.DeepEqual(pooled, m.Header) {
+				t.Fatalf("WithBinaryMsg wrote %v, CompactMsg %v", pooled, m.Header)
+			}
 			got, err := bus.Decode(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.ID != e.ID || got.Type != e.Type || got.TraceParent != e.TraceParent || got.SessionID != e.SessionID ||
-				m.Header.Get(bus.HeaderTraceParent) != e.TraceParent || len(m.Header) == 0 {
-				t.Fatalf("message %d: decoded %+v from %v", i, got, m.Header)
+			want := *tc.e
+			want.Time, want.Subject, want.DataContentType = "", "", ""
+			if !reflect.DeepEqual(*got, want) || !bus.CompactForm(m.Header, got) {
+				t.Fatalf("decoded\n%+v\nwant\n%+v", *got, want)
+			}
+			full := bus.BinaryMsg("toolbus.exec.echo", tc.e)
+			if e, err := bus.Decode(full); err != nil || bus.CompactForm(full.Header, e) {
+				t.Fatalf("the binary form reads as compact: %v", err)
 			}
 		})
 	}
+}
+
+// TestCompactHeaderRules: section 1's header rules hold for the compact
+// form as for binary mode: an unknown extension is ignored, an attribute
+// given twice is accepted with equal values and bad_event with different
+// ones, a value that is not UTF-8 is bad_event; a content-type makes the
+// message the binary form.
+func TestCompactHeaderRules(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		edit    func(nats.Header)
+		ok      bool
+		compact bool
+	}{
+		{"as sent", func(nats.Header) {}, true, true},
+		{"unknown extension", func(h nats.Header) { h["ce-colour"] = []string{"blue"} }, true, true},
+		{"twice, equal", func(h nats.Header) { h["Ce-Sessionid"] = []string{"s1"} }, true, true},
+		{"twice, different", func(h nats.Header) { h["Ce-Sessionid"] = []string{"s2"} }, false, false},
+		{"two values of one header: the first", func(h nats.Header) { h["ce-replyid"] = append(h["ce-replyid"], "r2") }, true, true},
+		{"not UTF-8", func(h nats.Header) { h["ce-source"] = []string{"s%C3%28"} }, false, false},
+		{"bad identifier", func(h nats.Header) { h["ce-toolcallid"] = []string{"c.1"} }, false, false},
+		{"required attribute missing", func(h nats.Header) { delete(h, "ce-id") }, false, false},
+		{"content-type: the binary form", func(h nats.Header) { h[bus.HeaderContentType] = []string{bus.ContentTypeJSON} }, true, false},
+		{"ce-datacontenttype: the binary form", func(h nats.Header) { h["ce-datacontenttype"] = []string{bus.ContentTypeJSON} }, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := bus.CompactMsg("toolbus.exec.echo", execEvent(t))
+			tc.edit(m.Header)
+			e, err := bus.Decode(m)
+			if (err == nil) != tc.ok {
+				t.Fatalf("decode: %v, want ok %v", err, tc.ok)
+			}
+			var be *bus.Error
+			if err != nil && (!errors.As(err, &be) || be.Code != bus.CodeBadEvent) {
+				t.Fatalf("refused with %v, want bad_event", err)
+			}
+			if err == nil && (bus.CompactForm(m.Header, e) != tc.compact || e.SessionID != "s1" || e.ReplyID != "r1") {
+				t.Fatalf("compact %v, want %v; %+v", bus.CompactForm(m.Header, e), tc.compact, e)
+			}
+		})
+	}
+}
+
+// cloneHeader is a deep copy of h.
+func cloneHeader(h nats.Header) nats.Header {
+	c := nats.Header{}
+	for k, vs := range h {
+		c[k] = append([]string(nil), vs...)
+	}
+	return c
 }
 
 func TestIsBinaryHeaders(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // The receiving side of one batch in each mode, from the bytes on the
@@ -136,4 +137,66 @@ func BenchmarkExecRoundTripModes(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkRouterExecWire is the router's share of one exec's wire in each
+// form (docs/protocol.md 5.1, 5.2): the request made as requestReply.sendExec
+// makes it and published over a real connection to a subject nobody takes
+// (nats.go writes its header block), then the worker's result, in the form
+// a worker answers that request in, read as execReply reads it from the
+// bytes nats.go receives (the header block parsed as nats.go parses it,
+// DecodeHead, FromEvent). docs/performance.md, "Session 23".
+func BenchmarkRouterExecWire(b *testing.B) {
+	nc := testkit.Connect(b, testkit.RunServer(b))
+	req := bus.ExecRequest{Call: bus.Call{ID: "toolu_01", Name: "echo", Input: json.RawMessage(`{"text":"hello"}`)},
+		User: json.RawMessage(`null`), Context: json.RawMessage(`null`), Attempt: 1}
+	exec := bus.Head(bus.TypeExec, "toolbus/router/r1")
+	exec.Data = req.AppendJSON(nil)
+	exec.SessionID, exec.ReplyID, exec.ToolCallID = "bench-session-0001", "M3CgXPmzZg1495hoVjoRqG", "toolu_01"
+	exec.ExpiryTime = "2026-12-05T19:00:00.123456789Z"
+	result := bus.Head(bus.TypeExecResult, "toolbus/worker/w1")
+	result.Data = []byte(`{"state":"success","output":[{"type":"text","text":"hello"}]}`)
+	for _, form := range []string{"structured", "binary", "compact"} {
+		b.Run(form, func(b *testing.B) {
+			out := result
+			var reply *nats.Msg
+			switch form {
+			case "structured":
+				out.SessionID, out.ReplyID, out.ToolCallID = exec.SessionID, exec.ReplyID, exec.ToolCallID
+				reply, _ = out.Msg("_INBOX.r.1")
+			case "binary":
+				out.SessionID, out.ReplyID, out.ToolCallID = exec.SessionID, exec.ReplyID, exec.ToolCallID
+				reply = bus.BinaryMsg("_INBOX.r.1", &out)
+			default:
+				reply = bus.CompactMsg("_INBOX.r.1", &out)
+			}
+			hdr := headerBlock(reply.Header)
+			b.ReportMetric(float64(len(reply.Header)), "result-headers")
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				send := func(m *nats.Msg) { err = nc.PublishMsg(m) }
+				if form == "structured" {
+					var m *nats.Msg
+					if m, err = exec.Msg("nobody.exec.echo"); err == nil {
+						send(m)
+					}
+				} else {
+					bus.WithBinaryMsg("nobody.exec.echo", &exec, form == "compact", send)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				h, err := nats.DecodeHeadersMsg(hdr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var e bus.Event
+				var xr bus.ExecResult
+				if err := bus.DecodeHead(&nats.Msg{Subject: reply.Subject, Header: h, Data: reply.Data}, &e); err != nil || xr.FromEvent(&e) != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -18,16 +18,31 @@ type WorkerBeat struct {
 	// InFlight is absent for a worker that does not report its calls in
 	// flight, and a list (CallKey), possibly empty, for one that does.
 	InFlight []string `json:"inflight,omitempty"`
-	// Binary says the worker takes exec requests in binary mode
-	// (docs/protocol.md 5.1).
-	Binary bool `json:"binary,omitempty"`
+	// Binary says the worker takes exec requests in binary mode, and
+	// Compact, only with Binary, in the compact form too (docs/protocol.md
+	// 5.1).
+	Binary  bool `json:"binary,omitempty"`
+	Compact bool `json:"compact,omitempty"`
+}
+
+// Form is the exec form the beat's worker declared it reads, the most
+// capable one (compact only with binary).
+func (v WorkerBeat) Form() ExecForm {
+	switch {
+	case v.Binary && v.Compact:
+		return ExecCompact
+	case v.Binary:
+		return ExecBinary
+	}
+	return ExecStructured
 }
 
 // WorkerLeft is the P_workers value of a worker that left.
 var WorkerLeft = []byte(`{"left":true}`)
 
 // Encode returns the beat's P_workers value: inflight present (possibly
-// empty) only for a worker that reports its calls, binary only when true.
+// empty) only for a worker that reports its calls, binary and compact only
+// when true.
 func (v WorkerBeat) Encode() []byte {
 	if v.Left {
 		return WorkerLeft
@@ -35,8 +50,9 @@ func (v WorkerBeat) Encode() []byte {
 	var beat struct {
 		InFlight *[]string `json:"inflight,omitempty"` // a pointer: an empty list is written
 		Binary   bool      `json:"binary,omitempty"`
+		Compact  bool      `json:"compact,omitempty"`
 	}
-	if beat.Binary = v.Binary; v.InFlight != nil {
+	if beat.Binary, beat.Compact = v.Binary, v.Compact; v.InFlight != nil {
 		beat.InFlight = &v.InFlight
 	}
 	b, _ := json.Marshal(beat)

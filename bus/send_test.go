@@ -93,7 +93,7 @@ func TestWithBinaryMsgShapes(t *testing.T) {
 		evs = append(evs, e, e) // each shape twice in a row: the second reuses the header
 	}
 	for i, e := range evs {
-		bus.WithBinaryMsg("x", e, func(m *nats.Msg) {
+		bus.WithBinaryMsg("x", e, false, func(m *nats.Msg) {
 			got, err := bus.Decode(m)
 			if err != nil {
 				t.Fatalf("event %d: %v", i, err)

@@ -331,6 +331,9 @@ type Register struct {
 	// mode it came in; false: structured mode only (a worker of the
 	// previous revision).
 	BinaryExec bool `json:"binary_exec,omitempty"`
+	// CompactExec, only with BinaryExec, says the worker takes the compact
+	// binary form as well and answers it in the compact form (1.16).
+	CompactExec bool `json:"compact_exec,omitempty"`
 	// InFlight lists, per tool, the calls the worker is running, as
 	// CallKey values: routers use it to tell a worker that vanished
 	// mid-call from a slow one (an extension of docs/protocol.md 7). A worker

@@ -14,7 +14,7 @@ import (
 )
 
 // BenchmarkResolveReads is what the router's hot path asks the registry
-// per call (Lookup, Live, BinaryExec, MayHold), from every core at once,
+// per call (Lookup, Live, ExecForm, MayHold), from every core at once,
 // over 100 tools with 3 live workers each, while one goroutine keeps
 // registering (beats: writes of the liveness). The heartbeat is a
 // minute, so that workers stay live however long a loaded machine takes.
@@ -67,7 +67,7 @@ func BenchmarkResolveReads(b *testing.B) {
 				b.Error("a registered tool is not live")
 				return
 			}
-			_ = r.BinaryExec(name)
+			_ = r.ExecForm(name)
 			_ = r.MayHold(name, "s.r.c")
 			i++
 		}

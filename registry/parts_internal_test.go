@@ -22,6 +22,7 @@ func newLiveness(now *time.Time) *liveness {
 }
 
 func TestLivenessAnswers(t *testing.T) {
+	const str, bin, cpt = bus.ExecStructured, bus.ExecBinary, bus.ExecCompact
 	t0 := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
 	type seen struct {
 		tool, worker string
@@ -29,23 +30,29 @@ func TestLivenessAnswers(t *testing.T) {
 		remove       bool
 	}
 	for _, tc := range []struct {
-		name                  string
-		beats                 []seen
-		after                 time.Duration // the clock when asked, after t0
-		live, binary, mayHold bool          // for tool "t" and call key "s.r.c"
-		workers               int
+		name    string
+		beats   []seen
+		after   time.Duration // the clock when asked, after t0
+		live    bool          // for tool "t"
+		form    bus.ExecForm  // of tool "t"
+		mayHold bool          // call key "s.r.c"
+		workers int
 	}{
-		{"none", nil, 0, false, false, false, 0},
-		{"fresh beat", []seen{{"t", "w1", beat{at: t0, rev: 1, inflight: []string{}}, false}}, time.Second, true, false, false, 1},
-		{"holds the call", []seen{{"t", "w1", beat{at: t0, rev: 1, inflight: []string{"s.r.c"}}, false}}, 0, true, false, true, 1},
-		{"does not say: may hold", []seen{{"t", "w1", beat{at: t0, rev: 1}, false}}, 0, true, false, true, 1},
-		{"three heartbeats: gone", []seen{{"t", "w1", beat{at: t0, rev: 1}, false}}, 3 * time.Second, false, false, false, 0},
-		{"left", []seen{{"t", "w1", beat{at: t0, rev: 2, left: true}, false}}, 0, false, false, false, 0},
-		{"older revision ignored", []seen{{"t", "w1", beat{at: t0, rev: 2}, false}, {"t", "w1", beat{at: t0, rev: 1, left: true}, false}}, 0, true, false, true, 1},
-		{"deleted", []seen{{"t", "w1", beat{at: t0, rev: 1}, false}, {"t", "w1", beat{rev: 2}, true}}, 0, false, false, false, 0},
-		{"all binary", []seen{{"t", "w1", beat{at: t0, rev: 1, binary: true}, false}, {"t", "w2", beat{at: t0, rev: 2, binary: true}, false}}, 0, true, true, true, 2},
-		{"one structured", []seen{{"t", "w1", beat{at: t0, rev: 1, binary: true}, false}, {"t", "w2", beat{at: t0, rev: 2}, false}}, 0, true, false, true, 2},
-		{"another tool", []seen{{"u", "w1", beat{at: t0, rev: 1}, false}}, 0, false, false, false, 0},
+		{"none", nil, 0, false, str, false, 0},
+		{"fresh beat", []seen{{"t", "w1", beat{at: t0, rev: 1, inflight: []string{}}, false}}, time.Second, true, str, false, 1},
+		{"holds the call", []seen{{"t", "w1", beat{at: t0, rev: 1, inflight: []string{"s.r.c"}}, false}}, 0, true, str, true, 1},
+		{"does not say: may hold", []seen{{"t", "w1", beat{at: t0, rev: 1}, false}}, 0, true, str, true, 1},
+		{"three heartbeats: gone", []seen{{"t", "w1", beat{at: t0, rev: 1}, false}}, 3 * time.Second, false, str, false, 0},
+		{"left", []seen{{"t", "w1", beat{at: t0, rev: 2, left: true}, false}}, 0, false, str, false, 0},
+		{"older revision ignored", []seen{{"t", "w1", beat{at: t0, rev: 2}, false}, {"t", "w1", beat{at: t0, rev: 1, left: true}, false}}, 0, true, str, true, 1},
+		{"deleted", []seen{{"t", "w1", beat{at: t0, rev: 1}, false}, {"t", "w1", beat{rev: 2}, true}}, 0, false, str, false, 0},
+		{"all binary", []seen{{"t", "w1", beat{at: t0, rev: 1, form: bin}, false}, {"t", "w2", beat{at: t0, rev: 2, form: bin}, false}}, 0, true, bin, true, 2},
+		{"one structured", []seen{{"t", "w1", beat{at: t0, rev: 1, form: bin}, false}, {"t", "w2", beat{at: t0, rev: 2}, false}}, 0, true, str, true, 2},
+		{"all compact", []seen{{"t", "w1", beat{at: t0, rev: 1, form: cpt}, false}, {"t", "w2", beat{at: t0, rev: 2, form: cpt}, false}}, 0, true, cpt, true, 2},
+		{"one binary beside compact", []seen{{"t", "w1", beat{at: t0, rev: 1, form: cpt}, false}, {"t", "w2", beat{at: t0, rev: 2, form: bin}, false}}, 0, true, bin, true, 2},
+		{"compact gone: the binary one decides", []seen{{"t", "w1", beat{at: t0, rev: 1, form: cpt}, false}, {"t", "w1", beat{at: t0, rev: 2, left: true, form: cpt}, false}, {"t", "w2", beat{at: t0, rev: 3, form: bin}, false}}, 0, true, bin, true, 1},
+		{"binary gone: compact", []seen{{"t", "w1", beat{at: t0, rev: 1, form: cpt}, false}, {"t", "w2", beat{at: t0, rev: 2, form: bin}, false}, {"t", "w2", beat{at: t0, rev: 3, left: true}, false}}, 0, true, cpt, true, 1},
+		{"another tool", []seen{{"u", "w1", beat{at: t0, rev: 1}, false}}, 0, false, str, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0
@@ -58,8 +65,8 @@ func TestLivenessAnswers(t *testing.T) {
 			if got := l.Live(tool); got != tc.live {
 				t.Errorf("Live = %v, want %v", got, tc.live)
 			}
-			if got := l.BinaryExec("t"); got != tc.binary {
-				t.Errorf("BinaryExec = %v, want %v", got, tc.binary)
+			if got := l.ExecForm("t"); got != tc.form {
+				t.Errorf("ExecForm = %v, want %v", got, tc.form)
 			}
 			if got := l.MayHold("t", "s.r.c"); got != tc.mayHold {
 				t.Errorf("MayHold = %v, want %v", got, tc.mayHold)
@@ -79,8 +86,8 @@ func TestLivenessSawBeatAndTrouble(t *testing.T) {
 	l := newLiveness(&now)
 	l.setBeat("t", "w1", beat{at: now.Add(-time.Hour), rev: 5}, false)
 	v := l.version.Load()
-	l.sawBeat("t", "w1", []string{"s.r.c"}, true, nil)
-	if !l.liveExcept("t", "") || l.liveExcept("t", "w1") || !l.BinaryExec("t") || l.version.Load() == v {
+	l.sawBeat("t", "w1", []string{"s.r.c"}, bus.ExecCompact, nil)
+	if !l.liveExcept("t", "") || l.liveExcept("t", "w1") || l.ExecForm("t") != bus.ExecCompact || l.version.Load() == v {
 		t.Fatalf("a beat seen but not stored does not count: %+v", l.beats)
 	}
 	if l.beats["t"]["w1"].rev != 5 {

@@ -234,7 +234,7 @@ func (r *Registry) repeated(reg bus.Register) map[string]*bus.WorkerBeat {
 
 // beatOf is reg's P_workers value for tool.
 func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
-	bv := bus.WorkerBeat{Binary: reg.BinaryExec}
+	bv := bus.WorkerBeat{Binary: reg.BinaryExec, Compact: reg.BinaryExec && reg.CompactExec}
 	if reg.InFlight != nil { // the worker reports its calls in flight
 		bv.InFlight = reg.InFlight[tool]
 		if bv.InFlight == nil {
@@ -460,10 +460,10 @@ type liveness struct {
 type beat struct {
 	at       time.Time // local time the beat was seen: no clock is compared with the server's
 	rev      uint64
-	left     bool     // the worker said it is leaving
-	inflight []string // calls of the tool the worker was running (bus.CallKey); nil: it does not say
-	binary   bool     // the worker takes io.toolbus.exec in binary mode (docs/protocol.md 5.1)
-	read     uint64   // the registration (readOrder) that counted it on this router; 0: the watch
+	left     bool         // the worker said it is leaving
+	inflight []string     // calls of the tool the worker was running (bus.CallKey); nil: it does not say
+	form     bus.ExecForm // the exec form the worker reads (docs/protocol.md 5.1)
+	read     uint64       // the registration (readOrder) that counted it on this router; 0: the watch
 }
 
 // cutoff is the oldest beat that still makes a worker live.
@@ -482,7 +482,7 @@ func (l *liveness) applyWorker(e jetstream.KeyValueEntry) {
 		return
 	}
 	v := bus.DecodeWorkerBeat(e.Value())
-	l.setBeat(tool, worker, beat{at: l.now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, binary: v.Binary}, false)
+	l.setBeat(tool, worker, beat{at: l.now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, form: v.Form()}, false)
 }
 
 // Troubled reports whether a liveness write failed within four heartbeats:
@@ -507,22 +507,23 @@ func (l *liveness) MayHold(tool, key string) bool {
 	return false
 }
 
-// BinaryExec reports whether every live worker of tool (at least one) takes
-// binary-mode exec (docs/protocol.md 5.1).
-func (l *liveness) BinaryExec(tool string) bool {
+// ExecForm is the exec form every live worker of tool reads
+// (docs/protocol.md 5.1): the least any of them declared; structured when
+// none is live.
+func (l *liveness) ExecForm(tool string) bus.ExecForm {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	cutoff := l.cutoff()
-	n := 0
+	form, n := bus.ExecCompact, 0
 	for _, b := range l.beats[tool] {
 		if b.live(cutoff) {
-			if !b.binary {
-				return false
-			}
-			n++
+			form, n = min(form, b.form), n+1
 		}
 	}
-	return n > 0
+	if n == 0 {
+		return bus.ExecStructured
+	}
+	return form
 }
 
 // read counts worker's beats as soon as read (nil: only once stored), unless
@@ -540,7 +541,7 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 		if bv == nil || (ok && b.left) || leftBefore {
 			continue
 		}
-		b.at, b.inflight, b.binary, b.read = now, bv.InFlight, bv.Binary, rd.seq
+		b.at, b.inflight, b.form, b.read = now, bv.InFlight, bv.Form(), rd.seq
 		l.keep(tool, worker, b)
 	}
 	return rd, func() {
@@ -584,26 +585,26 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 		l.mu.Lock()
 		l.trouble = l.now()
 		l.mu.Unlock()
-		l.sawBeat(tool, worker, bv.InFlight, bv.Binary, rd)
+		l.sawBeat(tool, worker, bv.InFlight, bv.Form(), rd)
 		if full {
 			return nil // the worker is live; the router reports the store full (status)
 		}
 		return fmt.Errorf("registry: liveness %s: %w", key, err)
 	}
-	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, binary: bv.Binary, read: rd.seq}, false)
+	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, form: bv.Form(), read: rd.seq}, false)
 	return nil
 }
 
 // sawBeat records a beat taken but not stored, unless rd was overtaken by a
 // leave or a later beat.
-func (l *liveness) sawBeat(tool, worker string, inflight []string, binary bool, rd *reading) {
+func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.ExecForm, rd *reading) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.beats[tool][worker]
 	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq) {
 		return
 	}
-	b.at, b.left, b.inflight, b.binary = l.now(), false, inflight, binary
+	b.at, b.left, b.inflight, b.form = l.now(), false, inflight, form
 	l.keep(tool, worker, b)
 }
 
@@ -623,7 +624,7 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	if old, ok := m[worker]; ok && !b.left && !remove && !old.left && old.read > b.read &&
 		(b.read != 0 || l.order.open[old.read] != nil) {
 		// A beat read later counts already and is newer.
-		b.at, b.inflight, b.binary, b.read = old.at, old.inflight, old.binary, old.read
+		b.at, b.inflight, b.form, b.read = old.at, old.inflight, old.form, old.read
 	}
 	if remove {
 		l.version.Add(1)

@@ -675,3 +675,53 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestExecFormMixedFleet: a tool's exec form is the one every live worker
+// reads (docs/protocol.md 5.1): a worker of 1.15 (binary_exec only) beside
+// a compact one makes the tool binary, on the router that took the
+// registrations and on another that reads the beats from P_workers; once
+// it leaves the tool is compact; compact_exec without binary_exec counts
+// as neither.
+func TestExecFormMixedFleet(t *testing.T) {
+	st := newStore(t)
+	r := start(t, st, registry.Config{})
+	other := start(t, st, registry.Config{})
+	reg := func(worker string, binary, compact bool, tool string) {
+		t.Helper()
+		ack, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: worker, Tools: []bus.ToolDef{def(tool)},
+			BinaryExec: binary, CompactExec: compact, InFlight: map[string][]string{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted(t, ack, tool)
+	}
+	wantForm := func(tool string, workers int, want bus.ExecForm) {
+		t.Helper()
+		if got := r.ExecForm(tool); got != want {
+			t.Fatalf("%s: form %d on the registering router, want %d", tool, got, want)
+		}
+		testkit.CheckFor(t, bound, 2*time.Millisecond, func() error {
+			if n, got := other.Workers()[tool], other.ExecForm(tool); n != workers || got != want {
+				return fmt.Errorf("%s: %d workers, form %d on the other router, want %d, %d", tool, n, got, workers, want)
+			}
+			return nil
+		})
+	}
+	reg("old", true, false, "t")
+	reg("new", true, true, "t")
+	reg("odd", false, true, "u")
+	wantForm("t", 2, bus.ExecBinary)
+	wantForm("u", 1, bus.ExecStructured)
+	if e, err := st.Workers.Get(t.Context(), "t.new"); err != nil || string(e.Value()) != `{"inflight":[],"binary":true,"compact":true}` {
+		t.Fatalf("t.new: %v", err)
+	}
+	if e, err := st.Workers.Get(t.Context(), "u.odd"); err != nil || string(e.Value()) != `{"inflight":[]}` {
+		t.Fatalf("u.odd: %v", err)
+	}
+	if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "old", Leaving: true}); err != nil {
+		t.Fatal(err)
+	}
+	wantForm("t", 1, bus.ExecCompact)
+	reg("old", true, false, "t") // back: binary again at once
+	wantForm("t", 2, bus.ExecBinary)
+}

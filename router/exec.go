@@ -232,17 +232,17 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 // requestReply is the executor of core NATS request/reply: io.toolbus.exec
 // to the tool's queue group, retrying read-only or idempotent tools on
 // unavailable and timeout when max_attempts allows. It sends the request
-// in CloudEvents binary mode when every live worker of the tool said it
-// takes it (docs/protocol.md 5.1), else in structured mode.
+// in the form every live worker of the tool said it reads
+// (docs/protocol.md 5.1): compact, binary or structured.
 type requestReply struct {
 	replies *replies.Mux // the router's exec replies (a fresh inbox per request)
 	execs   *execSubjects
 	subj    bus.Subjects
 	source  string
-	workers interface{ BinaryExec(tool string) bool } // every live worker takes binary exec (registry)
-	groups  *groups.Store                             // the agent state, for state_injected tools
-	outputs *outputs                                  // seals the workers' stored outputs
-	watch   *execWatches                              // the watchdog's view of requests in flight
+	workers interface{ ExecForm(string) bus.ExecForm } // the form every live worker reads (registry)
+	groups  *groups.Store                              // the agent state, for state_injected tools
+	outputs *outputs                                   // seals the workers' stored outputs
+	watch   *execWatches                               // the watchdog's view of requests in flight
 }
 
 // Exec runs j on the tool's workers.
@@ -309,7 +309,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
-	res, patch := execReply(j.call, resp)
+	res, patch := execReply(j.call, callRef{j.session, j.replyID, j.call.ID}, resp)
 	if hasStored(res.Output) { // the call's key only then: one allocation less per call
 		res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
 	}
@@ -348,13 +348,17 @@ func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*
 }
 
 // sendExec calls send with the message of exec event e to tool's queue
-// group: binary mode when every live worker of the tool takes it, else
-// structured. A binary message and its header are reused once send returns
-// (a core publish keeps nothing of it).
+// group, in the form every live worker of the tool reads. A binary
+// message and its header are reused once send returns (a core publish
+// keeps nothing of it).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.execs.of(x.subj.Workers, tool)
-	if x.workers != nil && x.workers.BinaryExec(tool) {
-		bus.WithBinaryMsg(subject, e, send)
+	form := bus.ExecStructured
+	if x.workers != nil {
+		form = x.workers.ExecForm(tool)
+	}
+	if form != bus.ExecStructured {
+		bus.WithBinaryMsg(subject, e, form == bus.ExecCompact, send)
 		return
 	}
 	m, err := e.Msg(subject)
@@ -456,20 +460,26 @@ var (
 	internal      = bus.InternalResult
 )
 
-// execReply turns a worker's reply into the call's result, and returns the
-// state patch the worker sent, if any, for the caller to apply. The usual
+// execReply turns a worker's reply to call ref into the call's result, and
+// returns the state patch the worker sent, if any, for the caller to apply.
+// A result that names another session, reply or call is refused, its
+// patch unapplied: the reply's inbox (the request's own) binds a result
+// to its call, and a compact one (1.16) names none. The usual
 // reply, an exec result, is read without a pass that checks its data is
 // JSON first (bus.DecodeHead): FromEvent checks it as it reads. Any other
 // reply, or one that fails there, is decoded again in full
 // (execReplyChecked), so that its result reads as it always did.
-func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
+func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
 	var e bus.Event
 	var xr bus.ExecResult
 	if bus.DecodeHead(resp, &e) != nil || e.Type != bus.TypeExecResult || xr.FromEvent(&e) != nil {
 		var refused *bus.Result
-		if xr, refused = execReplyChecked(c, resp); refused != nil {
+		if xr, refused = execReplyChecked(c, resp, &e); refused != nil {
 			return *refused, nil
 		}
+	}
+	if ref.namedOtherBy(&e) {
+		return internal(c, fmt.Errorf("worker reply names another call: sessionid %q, replyid %q, toolcallid %q", e.SessionID, e.ReplyID, e.ToolCallID)), nil
 	}
 	if xr.Output == nil {
 		xr.Output = []bus.Block{}
@@ -497,12 +507,12 @@ func execReply(c bus.Call, resp *nats.Msg) (res bus.Result, patch json.RawMessag
 	return res, patch
 }
 
-// execReplyChecked decodes a worker's reply in full, its data checked to
-// be JSON: the exec result it carries, or the result the call gets instead.
-func execReplyChecked(c bus.Call, resp *nats.Msg) (bus.ExecResult, *bus.Result) {
+// execReplyChecked decodes a worker's reply into e in full, its data
+// checked to be JSON: the exec result it carries, or the result the call
+// gets instead.
+func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult, *bus.Result) {
 	refuse := func(r bus.Result) (bus.ExecResult, *bus.Result) { return bus.ExecResult{}, &r }
-	var e bus.Event
-	if err := bus.DecodeTo(resp, &e); err != nil {
+	if err := bus.DecodeTo(resp, e); err != nil {
 		return refuse(internal(c, fmt.Errorf("worker reply: %w", err)))
 	}
 	if e.Type == bus.TypeError {
@@ -518,7 +528,7 @@ func execReplyChecked(c bus.Call, resp *nats.Msg) (bus.ExecResult, *bus.Result) 
 	if e.Type != bus.TypeExecResult {
 		return refuse(internal(c, fmt.Errorf("worker replied with %q", e.Type)))
 	}
-	if err := xr.FromEvent(&e); err != nil {
+	if err := xr.FromEvent(e); err != nil {
 		return refuse(internal(c, err))
 	}
 	return xr, nil
@@ -602,6 +612,13 @@ type callRef struct{ session, replyID, id string }
 
 // key is the call's ledger and P_parked key (bus.CallKey).
 func (c callRef) key() string { return bus.CallKey(c.session, c.replyID, c.id) }
+
+// namedOtherBy reports whether event e names a call other than c: a
+// session, reply or call id of its own that differs from c's.
+func (c callRef) namedOtherBy(e *bus.Event) bool {
+	differs := func(got, want string) bool { return got != "" && got != want }
+	return differs(e.SessionID, c.session) || differs(e.ReplyID, c.replyID) || differs(e.ToolCallID, c.id)
+}
 
 // add watches w, the request of tool's call in flight until cancel.
 func (x *execWatches) add(w *execWatch, tool string, call callRef, cancel stopper) *execWatch {
@@ -745,7 +762,7 @@ func (r *durableResults) onResult(m *nats.Msg) {
 		return
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
-	res, _ := execReply(call, m)
+	res, _ := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
 	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {

@@ -535,29 +535,30 @@ func TestExecMsgMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.SessionID, e.ReplyID, e.ToolCallID, e.ExpiryTime = "s1", "r1", "c1", "2030-01-01T00:00:00Z"
-	for _, binary := range []bool{false, true} {
-		x := requestReply{subj: bus.NewSubjects(""), workers: binaryWorkers(binary)}
+	for _, form := range []bus.ExecForm{bus.ExecStructured, bus.ExecBinary, bus.ExecCompact} {
+		x := requestReply{subj: bus.NewSubjects(""), workers: execForm(form)}
 		sent := 0
 		x.sendExec("echo", e, func(m *nats.Msg) {
 			sent++
-			if m.Subject != "toolbus.exec.echo" || bus.IsBinary(m.Header) != binary {
-				t.Fatalf("binary %v: subject %s, header %v", binary, m.Subject, m.Header)
+			_, full := m.Header[bus.HeaderContentType]
+			if m.Subject != "toolbus.exec.echo" || bus.IsBinary(m.Header) != (form != bus.ExecStructured) || full != (form != bus.ExecCompact) {
+				t.Fatalf("form %d: subject %s, header %v", form, m.Subject, m.Header)
 			}
 			got, err := bus.Decode(m)
 			if err != nil || got.ID != e.ID || got.ToolCallID != "c1" || string(got.Data) != string(e.Data) {
-				t.Fatalf("binary %v: decoded %+v, %v", binary, got, err)
+				t.Fatalf("form %d: decoded %+v, %v", form, got, err)
 			}
 		})
 		if sent != 1 {
-			t.Fatalf("binary %v: sent %d times", binary, sent)
+			t.Fatalf("form %d: sent %d times", form, sent)
 		}
 	}
 }
 
-// binaryWorkers says whether every live worker of a tool takes binary exec.
-type binaryWorkers bool
+// execForm is the exec form every live worker of a tool reads.
+type execForm bus.ExecForm
 
-func (b binaryWorkers) BinaryExec(string) bool { return bool(b) }
+func (f execForm) ExecForm(string) bus.ExecForm { return bus.ExecForm(f) }
 
 // TestRepairHonoursCancel: a router that takes over the continuation of a
 // dead router does not run again a call of its last run that the agent

@@ -275,7 +275,7 @@ func TestExecReply(t *testing.T) {
 		{"null state patch is none", bus.TypeExecResult, `{"state":"success","output":[],"state_patch":null}`, bus.StateSuccess, "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, patch := execReply(call, execMsg(t, tc.typ, tc.data))
+			res, patch := execReply(call, callRef{"s1", "r1", "c1"}, execMsg(t, tc.typ, tc.data))
 			if res.State != tc.state || res.ID != "c1" || res.Name != "echo" {
 				t.Fatalf("result %+v, want state %s", res, tc.state)
 			}
@@ -332,7 +332,7 @@ func TestExecReplyDataNotJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var binary *nats.Msg
-	bus.WithBinaryMsg("reply", e, func(m *nats.Msg) {
+	bus.WithBinaryMsg("reply", e, false, func(m *nats.Msg) {
 		binary = &nats.Msg{Subject: m.Subject, Header: cloneHeader(m.Header), Data: []byte(`{"state":"success","output":[]} x`)}
 	})
 	structured := execMsg(t, bus.TypeExecResult, `{"state":"success","output":[]}`)
@@ -343,7 +343,7 @@ func TestExecReplyDataNotJSON(t *testing.T) {
 		if derr == nil {
 			t.Fatalf("%s: the message decodes", name)
 		}
-		res, patch := execReply(call, m)
+		res, patch := execReply(call, callRef{"s1", "r1", "c1"}, m)
 		want := internal(call, fmt.Errorf("worker reply: %w", derr))
 		if !reflect.DeepEqual(res, want) || patch != nil {
 			t.Fatalf("%s: %+v, want %+v", name, res, want)
@@ -361,7 +361,7 @@ func TestDecodeTurnAsBefore(t *testing.T) {
 	good := `{"calls":[{"id":"c1","name":"echo","input":{"n":1}}]}`
 	binary := func(id, body string) *nats.Msg {
 		var out *nats.Msg
-		bus.WithBinaryMsg(subject, batchEvent(t, id, good), func(m *nats.Msg) {
+		bus.WithBinaryMsg(subject, batchEvent(t, id, good), false, func(m *nats.Msg) {
 			out = &nats.Msg{Subject: m.Subject, Header: cloneHeader(m.Header), Data: []byte(body)}
 		})
 		return out

@@ -17,9 +17,9 @@ import (
 
 // The worker SDK's cost per call against a raw NATS responder, in one
 // benchmark run (issue 27): the same embedded nats-server, the same caller
-// connection sending the same binary-mode exec request (as a router does,
-// docs/protocol.md 5.1) with nats.go's request, 16 callers on two cores;
-// only what answers differs. BenchmarkRawResponder answers with the
+// connection sending the same exec request (binary mode; the compact form
+// to the worker, as a router sends it: docs/protocol.md 5.1) with nats.go's
+// request, 16 callers on two cores; only what answers differs. BenchmarkRawResponder answers with the
 // request's data on a plain subscription ("data", the cross-process
 // bench's raw responder), or with the data and a binary-mode result
 // header ("headers": the wire's own cost in nats.go); BenchmarkWorkerCall
@@ -35,8 +35,10 @@ import (
 const benchCallers = 16
 
 // benchExec runs the exec requests of callers callers, each with its own
-// reply id (one call of each in flight at a time), to subject on nc.
-func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, callers int, check func(*nats.Msg) error) {
+// reply id (one call of each in flight at a time), to subject on nc, made
+// by msgOf (bus.CompactMsg: as a router sends them to this worker;
+// bus.BinaryMsg: as to a fleet with a worker of 1.15).
+func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, callers int, msgOf func(string, *bus.Event) *nats.Msg, check func(*nats.Msg) error) {
 	b.Helper()
 	req := bus.ExecRequest{Call: bus.Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hello"}`)},
 		User: json.RawMessage("null"), Context: json.RawMessage("null"), Attempt: 1}
@@ -46,7 +48,7 @@ func benchExec(b *testing.B, s *server.Server, nc *nats.Conn, subject string, ca
 		e.Data = req.AppendJSON(nil)
 		e.SessionID, e.ReplyID, e.ToolCallID = "bench-session-0001", fmt.Sprintf("M3CgXPmzZg1495hoVjoR%02d", i), "c1"
 		e.ExpiryTime = bus.FormatExpiry(time.Now().Add(time.Hour))
-		msgs[i] = bus.BinaryMsg(subject, &e)
+		msgs[i] = msgOf(subject, &e)
 	}
 	testkit.Labelled("caller", func() {
 		testkit.BenchCalls(b, s, callers, 100, []string{"responder", "caller"}, func(ctx context.Context, i int) error {
@@ -95,7 +97,7 @@ func BenchmarkRawResponder(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			benchExec(b, s, caller, "bench.raw.echo", benchCallers, func(*nats.Msg) error { return nil })
+			benchExec(b, s, caller, "bench.raw.echo", benchCallers, bus.BinaryMsg, func(*nats.Msg) error { return nil })
 		})
 	}
 }
@@ -153,7 +155,7 @@ func benchWorker(b *testing.B, callers int, took time.Duration) {
 	case <-time.After(bound):
 		b.Fatal("worker not registered")
 	}
-	benchExec(b, s, caller, subj.Workers.Exec("echo"), callers, func(m *nats.Msg) error {
+	benchExec(b, s, caller, subj.Workers.Exec("echo"), callers, bus.CompactMsg, func(m *nats.Msg) error {
 		if m.Header.Get("ce-type") != bus.TypeExecResult {
 			return fmt.Errorf("reply %q, %s", m.Header.Get("ce-type"), m.Data)
 		}

@@ -26,8 +26,10 @@ import (
 // router's and the bench's noise: the worker (a typed echo tool, as the
 // cross-process bench's) runs in a process of its own, this test binary
 // run again, and this process holds the nats-server, the fake router that
-// accepts its registration and 16 callers sending the binary-mode exec
-// request a router sends. "raw" is the same child answering on a plain
+// accepts its registration and 16 callers sending the exec request a
+// router sends it (the compact form, docs/protocol.md 5.1); "worker-binary"
+// is the same worker sent the binary form of 1.15 (a tool whose fleet
+// holds a worker of 1.15). "raw" is the same child answering on a plain
 // subscription with the data and a binary-mode result header (what the
 // wire costs in nats.go). The child reports its getrusage CPU, its
 // runtime's mallocs, bytes allocated and GC cycles before and after; so
@@ -37,11 +39,11 @@ import (
 //
 //	go test -run '^$' -bench WorkerProcess -benchtime 40000x ./worker/
 func BenchmarkWorkerProcess(b *testing.B) {
-	for _, role := range []string{"worker", "raw"} {
+	for _, role := range []string{"worker", "worker-binary", "raw"} {
 		b.Run(role, func(b *testing.B) {
 			s := testkit.RunServer(b)
-			subject := rawSubject
-			if role == "worker" {
+			subject, msgOf := rawSubject, bus.BinaryMsg
+			if role != "raw" {
 				rnc := testkit.Connect(b, s)
 				reg := &registrar{leaving: make(chan struct{}), respond: acceptAll}
 				if _, err := rnc.Subscribe(bus.NewSubjects("").All("register"), reg.handle(rnc)); err != nil {
@@ -52,11 +54,14 @@ func BenchmarkWorkerProcess(b *testing.B) {
 				}
 				subject = bus.NewSubjects("").Workers.Exec("echo")
 			}
-			child := startBenchChild(b, role, s.ClientURL())
+			if role == "worker" {
+				msgOf = bus.CompactMsg
+			}
+			child := startBenchChild(b, strings.TrimSuffix(role, "-binary"), s.ClientURL())
 			var caller *nats.Conn
 			testkit.Labelled("caller", func() { caller = testkit.Connect(b, s) })
 			before := child.stats(b)
-			benchExec(b, s, caller, subject, benchCallers, func(m *nats.Msg) error {
+			benchExec(b, s, caller, subject, benchCallers, msgOf, func(m *nats.Msg) error {
 				if m.Header.Get("ce-type") != bus.TypeExecResult {
 					return fmt.Errorf("reply %q, %s", m.Header.Get("ce-type"), m.Data)
 				}

@@ -334,7 +334,7 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 	for _, d := range reg.Tools {
 		one := bus.Register{Worker: reg.Worker, Leaving: reg.Leaving}
 		if !reg.Leaving {
-			one.Tools, one.BinaryExec = []bus.ToolDef{d}, reg.BinaryExec
+			one.Tools, one.BinaryExec, one.CompactExec = []bus.ToolDef{d}, reg.BinaryExec, reg.CompactExec
 			if reg.InFlight != nil { // the worker lists its calls: even none
 				keys := reg.InFlight[d.Name]
 				if keys == nil {

@@ -287,9 +287,9 @@ const pendingMsgs = 1 << 16
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
 func (w *Worker) registration() bus.Register {
-	// BinaryExec: this worker reads exec requests in either mode and
-	// answers each in the mode it came in (docs/protocol.md 5.1).
-	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: w.calls.queuedByTool(), BinaryExec: true}
+	// BinaryExec, CompactExec: this worker reads exec requests in every
+	// form and answers each in the form it came in (docs/protocol.md 5.1).
+	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: w.calls.queuedByTool(), BinaryExec: true, CompactExec: true}
 	w.mu.Lock()
 	for _, t := range w.tools {
 		reg.Tools = append(reg.Tools, t.def)
@@ -401,7 +401,7 @@ func (w *Worker) dispatch(t *tool, r *request) {
 
 func (r *request) run() {
 	w := r.w
-	r.reply = coreReply{w.exec, &r.m}
+	r.reply = coreReply{w.exec, &r.m, r.err == nil && bus.CompactForm(r.m.Header, &r.e)}
 	r.call = new(Call)
 	w.exec.serve(r.t, &r.m, &r.e, r.err, r.key, r.call, &r.sc, &r.reply)
 	w.release(r.key, r.tracked)
@@ -466,24 +466,30 @@ type replier interface {
 	drop()                 // cut off by the drain deadline: no answer
 }
 
-// coreReply answers on the request's reply subject.
+// coreReply answers on the request's reply subject, in the form the
+// request came in.
 type coreReply struct {
-	w *executor
-	m *nats.Msg
+	w       *executor
+	m       *nats.Msg
+	compact bool // the request came in the compact form (docs/protocol.md 5.1)
 }
 
 func (r *coreReply) result(out *bus.Event) {
 	if r.m.Reply != "" {
 		var err error
-		if bus.IsBinary(r.m.Header) { // answered in the mode it was asked in
-			err = bus.PublishBinary(r.w.nc, r.m.Reply, out)
+		call := out.ToolCallID
+		if r.compact { // the call is the inbox's: the result names nothing else (5.2)
+			out.SessionID, out.ReplyID, out.ToolCallID, out.TraceParent, out.TraceState = "", "", "", "", ""
+			err = bus.PublishBinary(r.w.nc, r.m.Reply, out, true)
+		} else if bus.IsBinary(r.m.Header) {
+			err = bus.PublishBinary(r.w.nc, r.m.Reply, out, false)
 		} else {
 			// The data is ExecResult.AppendJSON's, which checked every raw
 			// member: sent without a second scan, in Send's pooled message.
 			err = bus.SendTrusted(r.m.Reply, out, "", r.w.nc.PublishMsg)
 		}
 		if err != nil {
-			r.w.log.Warn("worker: reply failed", "subject", r.m.Subject, "call", out.ToolCallID, "err", err)
+			r.w.log.Warn("worker: reply failed", "subject", r.m.Subject, "call", call, "err", err)
 		}
 	}
 }

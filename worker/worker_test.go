@@ -491,41 +491,63 @@ func TestMalformedExec(t *testing.T) {
 }
 
 // TestExecModes: a structured request is answered in structured mode, a
-// binary one in binary mode, with the same result (docs/protocol.md 5.1,
-// 5.2); the registration says the worker takes binary exec.
+// binary one in binary mode, a compact one in the compact form, with the
+// same result (docs/protocol.md 5.1, 5.2); the registration says the
+// worker takes binary and compact exec. A compact result names no call,
+// session or reply (its inbox does) and carries no time, content type or
+// trace headers; the others copy the request's identity.
 func TestExecModes(t *testing.T) {
 	f := newFixture(t, true)
 	f.startWorker(worker.Config{}, func(w *worker.Worker) {
 		raw(t, w, "echo", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			return textOut("echo " + c.ID), nil
+			return textOut("echo " + c.ID + " " + c.SessionID + " " + c.ReplyID), nil
 		})
 	})
+	regs := f.reg.registrations()
+	if len(regs) == 0 {
+		t.Fatal("no registration")
+	}
+	for _, reg := range regs {
+		if !reg.BinaryExec || !reg.CompactExec {
+			t.Fatalf("registration %+v does not declare binary and compact exec", reg)
+		}
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	for _, binary := range []bool{false, true} {
+	subject := f.subj.Workers.Exec("echo")
+	for _, form := range []bus.ExecForm{bus.ExecStructured, bus.ExecBinary, bus.ExecCompact} {
 		e := execEvent(t, "echo", "c1", `{}`)
-		m, err := e.Msg(f.subj.Workers.Exec("echo"))
+		e.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+		m, err := e.Msg(subject)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if binary {
-			m = bus.BinaryMsg(f.subj.Workers.Exec("echo"), e)
+		switch form {
+		case bus.ExecBinary:
+			m = bus.BinaryMsg(subject, e)
+		case bus.ExecCompact:
+			m = bus.CompactMsg(subject, e)
 		}
 		resp, err := f.nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := bus.IsBinary(resp.Header); got != binary {
-			t.Fatalf("request binary %v, reply binary %v", binary, got)
+		if got := bus.IsBinary(resp.Header); got != (form != bus.ExecStructured) {
+			t.Fatalf("form %d: reply binary %v", form, got)
 		}
 		ev, err := bus.Decode(resp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev.ToolCallID != "c1" || ev.SessionID != e.SessionID || ev.ReplyID != e.ReplyID {
-			t.Fatalf("reply attributes %+v", ev)
+		if form == bus.ExecCompact {
+			if len(resp.Header) != 4 || ev.ToolCallID != "" || ev.SessionID != "" || ev.ReplyID != "" || ev.Time != "" ||
+				ev.TraceParent != "" || ev.DataContentType != "" || !bus.CompactForm(resp.Header, ev) {
+				t.Fatalf("compact reply %v: %+v", resp.Header, ev)
+			}
+		} else if ev.ToolCallID != "c1" || ev.SessionID != e.SessionID || ev.ReplyID != e.ReplyID || ev.TraceParent == "" {
+			t.Fatalf("form %d: reply attributes %+v", form, ev)
 		}
-		wantText(t, execResult(t, ev), bus.StateSuccess, "echo c1")
+		wantText(t, execResult(t, ev), bus.StateSuccess, "echo c1 "+e.SessionID+" "+e.ReplyID)
 	}
 }
 

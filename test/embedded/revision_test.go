@@ -255,24 +255,26 @@ func minOf(m map[string]int) int {
 	return n
 }
 
-// oldWorker is a worker of the previous revision written from the page
-// alone: it registers without binary_exec, beats, and reads exec requests
-// in structured mode only (a binary one is refused, and counted).
+// oldWorker is a worker of a previous revision written from the page
+// alone: it registers without binary_exec (with binary, as a worker of
+// 1.15 declaring binary_exec only), beats, and reads exec requests in
+// structured mode only (with binary, in binary mode too, never in the
+// compact form of 1.16); a request it cannot read is refused, and counted.
 type oldWorker struct {
-	binarySeen chan string // call ids of binary requests it could not read
+	binarySeen chan string // call ids of requests in a form it could not read
 }
 
-func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef) *oldWorker {
+func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef, binary bool) *oldWorker {
 	t.Helper()
 	nc := e.connect(t)
 	o := &oldWorker{binarySeen: make(chan string, 100)}
 	sub, err := nc.QueueSubscribe("toolbus.exec."+def.Name, "toolbus-exec-"+def.Name, func(m *nats.Msg) {
-		if bus.IsBinary(m.Header) {
+		if bus.IsBinary(m.Header) && (!binary || m.Header.Get(bus.HeaderContentType) == "") {
 			o.binarySeen <- m.Header.Get("ce-toolcallid")
-			_ = bus.RespondError(nc, m, "old/"+id, bus.Errorf(bus.CodeBadEvent, "not a structured CloudEvent"))
+			_ = bus.RespondError(nc, m, "old/"+id, bus.Errorf(bus.CodeBadEvent, "not a form this worker reads"))
 			return
 		}
-		ev, err := bus.DecodeStructured(m.Data)
+		ev, err := bus.Decode(m)
 		var req bus.ExecRequest
 		if err == nil {
 			err = ev.DataAs(&req)
@@ -284,7 +286,11 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef) *oldWorker
 		out := &bus.Event{SpecVersion: "1.0", ID: client.NewReplyID(), Source: "old/" + id, Type: bus.TypeExecResult,
 			DataContentType: bus.ContentTypeJSON, SessionID: ev.SessionID, ReplyID: ev.ReplyID, ToolCallID: req.Call.ID}
 		_ = out.SetData(bus.ExecResult{State: bus.StateSuccess, Output: bus.Text("old " + req.Call.ID)})
-		_ = bus.Publish(nc, m.Reply, out)
+		if bus.IsBinary(m.Header) {
+			_ = bus.PublishBinary(nc, m.Reply, out, false)
+		} else {
+			_ = bus.Publish(nc, m.Reply, out)
+		}
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +302,7 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef) *oldWorker
 	def.InputSchema = objectSchema(`{}`)
 	def.Description = "Test tool " + def.Name + "."
 	register := func() *nats.Msg {
-		ev, _ := bus.NewEvent(bus.TypeRegister, "old/"+id, bus.Register{Worker: id, Tools: []bus.ToolDef{def}})
+		ev, _ := bus.NewEvent(bus.TypeRegister, "old/"+id, bus.Register{Worker: id, Tools: []bus.ToolDef{def}, BinaryExec: binary})
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
 		m, _ := bus.SendRequest(ctx, nc, "toolbus.register", ev)
@@ -341,48 +347,54 @@ func execModes(t *testing.T, nc *nats.Conn, tool string) *nats.Subscription {
 	return sub
 }
 
-// modesOf drains sub and returns how many requests came in binary and in
-// structured mode.
-func modesOf(sub *nats.Subscription) (binary, structured int) {
+// modesOf drains sub and counts its requests by form (a binary one
+// without content-type is compact).
+func modesOf(sub *nats.Subscription) (n [3]int) {
 	for {
 		m, err := sub.NextMsg(0)
 		if err != nil {
-			return binary, structured
+			return n
 		}
+		form := bus.ExecStructured
 		if bus.IsBinary(m.Header) {
-			binary++
-		} else {
-			structured++
+			form = bus.ExecBinary
+			if m.Header.Get(bus.HeaderContentType) == "" {
+				form = bus.ExecCompact
+			}
 		}
+		n[form]++
 	}
 }
 
 // TestExecBinaryMode: docs/protocol.md 5.1. The router sends io.toolbus.exec
-// in binary mode to a tool all of whose live workers declared binary_exec
-// (the Go worker SDK does), in structured mode to a tool a worker of the
-// previous revision serves, alone or beside a new one; every call gets
-// its worker's result.
+// in the compact form to a tool all of whose live workers declared
+// binary_exec and compact_exec (the Go worker SDK does), in binary mode to
+// one a worker of 1.15 (binary_exec only) serves beside a new one, in
+// structured mode to a tool a worker that declares neither serves, alone
+// or beside a new one; every call gets its worker's result.
 func TestExecBinaryMode(t *testing.T) {
 	e := newEnv(t, 1)
 	e.addWorker(func(w *worker.Worker) {
-		for _, name := range []string{"fresh", "mixed"} {
+		for _, name := range []string{"fresh", "mixed", "bin15"} {
 			handle(t, w, bus.ToolDef{Name: name, ReadOnly: true, ConcurrencySafe: true, InputSchema: objectSchema(`{}`)},
 				func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
 					return textResult("new " + c.ID), nil
 				})
 		}
 	})
-	old := startOldWorker(t, e, "old-1", bus.ToolDef{Name: "legacy"})
-	oldMixed := startOldWorker(t, e, "old-2", bus.ToolDef{Name: "mixed"})
-	e.waitLive("fresh", "legacy", "mixed")
+	old := startOldWorker(t, e, "old-1", bus.ToolDef{Name: "legacy"}, false)
+	oldMixed := startOldWorker(t, e, "old-2", bus.ToolDef{Name: "mixed"}, false)
+	old15 := startOldWorker(t, e, "old-3", bus.ToolDef{Name: "bin15"}, true)
+	e.waitLive("fresh", "legacy", "mixed", "bin15")
 	for _, tc := range []struct {
-		tool   string
-		binary bool
-		texts  []string
+		tool  string
+		form  bus.ExecForm
+		texts []string
 	}{
-		{"fresh", true, []string{"new "}},
-		{"legacy", false, []string{"old "}},
-		{"mixed", false, []string{"new ", "old "}},
+		{"fresh", bus.ExecCompact, []string{"new "}},
+		{"legacy", bus.ExecStructured, []string{"old "}},
+		{"mixed", bus.ExecStructured, []string{"new ", "old "}},
+		{"bin15", bus.ExecBinary, []string{"new ", "old "}},
 	} {
 		t.Run(tc.tool, func(t *testing.T) {
 			spy := execModes(t, e.nc, tc.tool)
@@ -393,16 +405,15 @@ func TestExecBinaryMode(t *testing.T) {
 					t.Fatalf("call %s: %s", id, jsonOf(r.Results[0]))
 				}
 			}
-			b, s := modesOf(spy)
-			if tc.binary && (b != 8 || s != 0) || !tc.binary && (b != 0 || s != 8) {
-				t.Fatalf("%d binary and %d structured requests, want all 8 %s", b, s, map[bool]string{true: "binary", false: "structured"}[tc.binary])
+			if n := modesOf(spy); n[tc.form] != 8 {
+				t.Fatalf("requests by form (structured, binary, compact) %v, want all 8 in form %d", n, tc.form)
 			}
 		})
 	}
-	for _, o := range []*oldWorker{old, oldMixed} {
+	for _, o := range []*oldWorker{old, oldMixed, old15} {
 		select {
 		case id := <-o.binarySeen:
-			t.Fatalf("a worker of the previous revision got call %s in binary mode", id)
+			t.Fatalf("a worker of a previous revision got call %s in a form it does not read", id)
 		default:
 		}
 	}
