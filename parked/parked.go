@@ -1525,11 +1525,11 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 			delete(c.answered, key)
 		}
 	}
-	c.ended.note(key, &r)
+	c.ended.note(key, &r, endsInBatch(&r))
 	if c.follows.Load() && c.cfg.Presence != nil {
 		// Only endings seen as they happen: the initial load holds the
 		// records of a day, whose routers are long gone.
-		c.lone.noteLone(key, &r)
+		c.lone.note(key, &r, endsCarried(&r) && r.Owner != "")
 	}
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, &r)
@@ -1547,25 +1547,14 @@ type endings struct {
 	dropped int // notes not kept since the last look (max)
 }
 
-// note notes when r, the record of key, ended a call of a batch with its
-// own continuation (kept from the first time it is seen ending), or drops
-// the note of a record that did not.
-func (e *endings) note(key string, r *Record) {
+// note notes when r, the record of key, ended a call as this set keeps
+// them (ends: endsInBatch, or endsCarried with the router named), kept from
+// the first time it is seen ending, or drops the note of a record that did
+// not; past max notes new ones are dropped (logged by Mends.Lone).
+func (e *endings) note(key string, r *Record, ends bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !endsInBatch(r) {
-		delete(e.m, key)
-	} else if _, ok := e.m[key]; !ok {
-		e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
-	}
-}
-
-// noteLone notes when r ended a call that carried its batch, and the router
-// named; past max notes new ones are dropped (logged by Mends.Lone).
-func (e *endings) noteLone(key string, r *Record) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !endsCarried(r) || r.Owner == "" {
+	if !ends {
 		delete(e.m, key)
 		return
 	}
@@ -1585,13 +1574,7 @@ const maxLone = 1 << 16
 
 // endsCarried reports whether r is a call that carried its batch (nothing
 // of the batch left to run after it) and ended with its result.
-func endsCarried(r *Record) bool {
-	switch r.Status {
-	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
-		return r.Result != nil && len(r.Batch) > 0
-	}
-	return false
-}
+func endsCarried(r *Record) bool { return endedWithResult(r) && len(r.Batch) > 0 }
 
 // endedCall is a call that this router's watch saw end, and when; for a
 // call that carried its batch, the router that ended it.
@@ -1601,13 +1584,16 @@ type endedCall struct {
 	seen                     time.Time
 }
 
-// endsInBatch reports whether r is a call that ended with its result
-// (done, expired, cancelled) in a batch whose continuation is under the
-// batch's own key, not carried by r.
-func endsInBatch(r *Record) bool {
+// endsInBatch reports whether r is a call that ended with its result in a
+// batch whose continuation is under the batch's own key, not carried by r.
+func endsInBatch(r *Record) bool { return endedWithResult(r) && len(r.Batch) == 0 }
+
+// endedWithResult reports whether r ended (done, expired, cancelled) with
+// its result.
+func endedWithResult(r *Record) bool {
 	switch r.Status {
 	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
-		return r.Result != nil && len(r.Batch) == 0
+		return r.Result != nil
 	}
 	return false
 }
@@ -1657,7 +1643,7 @@ func (e *endings) later(key string) {
 func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ended.note(key, r) // this router may stop before its Resume too
+	c.ended.note(key, r, endsInBatch(r)) // this router may stop before its Resume too
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, new(*r))
 	} else {
