@@ -766,17 +766,6 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	return w.checked(m, e, kind, typ)
 }
 
-// decodeHeadTo is decode, into e which the caller holds, for a handler
-// that reads the event's data next with a decoder that checks it
-// (bus.DecodeHead): the data is neither checked nor copied first.
-func (w *wire) decodeHeadTo(m *nats.Msg, e *bus.Event, kind, typ string) error {
-	if err := bus.DecodeHead(m, e); err != nil {
-		return err
-	}
-	_, err := w.checked(m, e, kind, typ)
-	return err
-}
-
 // checked is decode's checks of a decoded event e.
 func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event, error) {
 	if typ != "" && e.Type != typ {
@@ -876,12 +865,17 @@ func (a *admission) wait(m *nats.Msg, run, undone func()) {
 
 // refuse answers m busy (docs/protocol.md 1) and ends its work.
 func (a *admission) refuse(m *nats.Msg) {
-	a.busy.Add(1)
 	a.m.Rejected.WithLabelValues(bus.CodeBusy).Inc()
-	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText}); err != nil {
+	a.busyReply(m, bus.BusyText)
+	a.life.Leave()
+}
+
+// busyReply answers m busy, saying why, and counts it.
+func (a *admission) busyReply(m *nats.Msg, why string) {
+	a.busy.Add(1)
+	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
 		a.log.Warn("router: busy reply failed", "err", err)
 	}
-	a.life.Leave()
 }
 
 // overShare answers m busy because its session (or the unbound sessions)
@@ -894,10 +888,7 @@ func (a *admission) overShare(m *nats.Msg, why string) {
 		// flood the log; toolbus_router_rejected_total counts them.
 		a.log.Debug("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
 	} else {
-		a.busy.Add(1)
-		if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
-			a.log.Warn("router: busy reply failed", "err", err)
-		}
+		a.busyReply(m, why)
 	}
 	a.life.Leave()
 }
