@@ -163,16 +163,11 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
 		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
-		if b != nil {
-			if err := bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls); err != nil {
-				return Parking{Before: true, Batch: b, Differs: err}, nil
-			}
+		if err := differs(run, b, nil); err != nil {
+			return Parking{Before: true, Batch: b, Differs: err}, nil
 		}
-		out := Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}
-		if b == nil {
-			out.Differs = sameRecorded(run, out.Parked)
-		}
-		return out, nil
+		recs := s.join(ctx, run, b)
+		return Parking{Before: true, Batch: b, Parked: recs, Differs: differs(run, b, recs)}, nil
 	}
 	if err != nil {
 		return Parking{}, err
@@ -196,13 +191,13 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 				// this call's record: that copy is the batch, this one's goes.
 				if s.conts.remove(ctx, run.Batch) {
 					first := carried(prev)
-					differs := bus.SameCalls(first.ReplyID, first.Data.Calls, run.Batch.Data.Calls)
-					if differs != nil {
+					err := differs(run, first, nil)
+					if err != nil {
 						// A copy with other calls: the records it wrote
 						// before this conflict are no call of that batch.
 						unpark(ctx, s.calls, created)
 					}
-					return Parking{Before: true, Batch: first, Differs: differs}, nil
+					return Parking{Before: true, Batch: first, Differs: err}, nil
 				}
 			case forestalled(prev):
 				// A cancel ended the call before it parked (Cancels.Forestall).
@@ -276,21 +271,14 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 		if !store.IsConflict(err) {
 			return Parking{}, err
 		}
-		var prev *Batch
 		out := Parking{Before: true}
 		if rec, err := s.Read.Get(ctx, r.Key()); err == nil {
-			prev, out.Parked = carried(rec), []*Record{rec}
+			out.Batch, out.Parked = carried(rec), []*Record{rec}
 		}
-		if prev == nil {
-			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
+		if out.Batch == nil {
+			out.Batch, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
-		out.Batch = prev
-		if prev != nil {
-			out.Differs = bus.SameCalls(prev.ReplyID, prev.Data.Calls, b.Data.Calls)
-		} else {
-			out.Differs = sameRecorded(run, out.Parked)
-		}
-		if out.Differs != nil {
+		if out.Differs = differs(run, out.Batch, out.Parked); out.Differs != nil {
 			out.Parked = nil
 		}
 		return out, nil
@@ -326,12 +314,23 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	return out
 }
 
-// sameRecorded checks, for a copy whose continuation is gone or unreadable,
-// that each recorded call is the copy's call of that id: the records are all
-// that is left of the batch (docs/protocol.md 3.1).
-func sameRecorded(run Run, recs []*Record) error {
+// differs is bus.SameCalls of run's batch and an earlier copy's: its
+// continuation b, or, when that is gone or unreadable (nil), its records
+// recs (SameRecorded).
+func differs(run Run, b *Batch, recs []*Record) error {
+	if b != nil {
+		return bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls)
+	}
+	return SameRecorded(run.Batch.Data.Calls, recs...)
+}
+
+// SameRecorded checks that each recorded call is the call of that id among
+// calls, a copy's whose batch's continuation is gone or unreadable (or not
+// read): the records are all that is left of the batch (docs/protocol.md
+// 3.1).
+func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	for _, rec := range recs {
-		for _, c := range run.Batch.Data.Calls {
+		for _, c := range calls {
 			if c.ID == rec.Call.ID {
 				if err := bus.SameCalls(rec.ReplyID, []bus.Call{rec.Call}, []bus.Call{c}); err != nil {
 					return err
@@ -470,7 +469,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil
 	}
-	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
+	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res, false)
 }
 
 // Mends completes batches whose router ended a call and stopped before its
@@ -491,16 +490,26 @@ func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 		case awaitRunning:
 			continue // its router settles it, or the one that takes it over
 		}
-		rec, err := s.Read.Get(ctx, key)
-		switch {
-		case err == nil && endsInBatch(rec):
+		if rec := m.recheck(ctx, &s.calls.ended, key, endsInBatch); rec != nil {
 			out = append(out, rec)
 			s.calls.ended.later(key)
-		case err == nil || store.IsNotFound(err):
-			s.calls.ended.forget(key)
 		}
 	}
 	return out
+}
+
+// recheck reads the record of key, noted in e: it returns the record when it
+// still ends as e's notes do (ends), and forgets the note of one that no
+// longer does or is gone; a read that fails keeps the note for next time.
+func (m Mends) recheck(ctx context.Context, e *endings, key string, ends func(*Record) bool) *Record {
+	rec, err := m.s.Read.Get(ctx, key)
+	switch {
+	case err == nil && ends(rec):
+		return rec
+	case err == nil || store.IsNotFound(err):
+		e.forget(key)
+	}
+	return nil
 }
 
 // Mend does, for a stranded rec, what its router's Resume would have:
@@ -521,19 +530,7 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 		return nil, false, err
 	}
 	report(cont)
-	var resume bool
-	b, err := s.conts.update(ctx, rec.Session, rec.ReplyID, func(b *Batch) error {
-		resume = false
-		if !b.lacks(rec.Call.ID) {
-			return errMended
-		}
-		b.Results[rec.Call.ID] = res
-		if b.Ready() {
-			claim(b, s.cfg.Owner, PhaseResumed, rec.Call.ID)
-			resume = true
-		}
-		return nil
-	})
+	b, resume, err := s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res, true)
 	switch {
 	case errors.Is(err, errMended), store.IsNotFound(err):
 		return nil, false, nil
@@ -541,7 +538,7 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 		return nil, false, err
 	}
 	s.cfg.Logger.Warn("parked: mended a batch whose router stopped before it recorded a result", "key", rec.Key(), "resumed", resume)
-	return b, s.conts.track(b), nil
+	return b, resume, nil
 }
 
 // errMended: the continuation has the result Mend would add, or no longer
@@ -567,13 +564,9 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 			s.calls.lone.forget(key)
 			continue
 		}
-		rec, err := s.Read.Get(ctx, key)
-		switch {
-		case err == nil && endsCarried(rec):
+		if rec := m.recheck(ctx, &s.calls.lone, key, endsCarried); rec != nil {
 			s.cfg.Logger.Warn("parked: the router that ended a lone parked call is gone; its call.result and batch.done are published again", "key", key, "ended_by", n.router)
 			out = append(out, rec)
-			s.calls.lone.forget(key)
-		case err == nil || store.IsNotFound(err):
 			s.calls.lone.forget(key)
 		}
 	}
@@ -973,12 +966,16 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	return nil
 }
 
-// complete records the result of a parked call of the batch; the one
+// complete records the result of a parked call of the batch (mending: only
+// while the batch waits for it without it, else errMended); the one
 // completion that finds it ready resumes it (true, the lease held).
-func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result, mending bool) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		resume = false
+		if mending && !b.lacks(callID) {
+			return errMended
+		}
 		b.Results[callID] = res
 		if b.Phase == PhaseParked && b.Ready() {
 			claim(b, s.cfg.Owner, PhaseResumed, callID)
