@@ -58,8 +58,6 @@ type Config struct {
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
 	MaxQueued int
-	// QueueWait bounds one such wait; zero means DefaultQueueWait.
-	QueueWait time.Duration
 	// Groups are group definitions stored at start (from the config file).
 	Groups []bus.Group
 	// DefaultMode is the permission mode of new sessions; "" means "default".
@@ -213,9 +211,6 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = cfg.MaxInflight
 	}
-	if cfg.QueueWait <= 0 {
-		cfg.QueueWait = DefaultQueueWait
-	}
 	cfg.Limits.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -250,7 +245,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 		r.cut.Store(true)
 	}})
 	w.base, w.landing = r.life.Context(), r.life.Landing
-	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
+	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued}
 	r.shares = newShares(cfg.MaxInflight, cfg.MaxSessionInflight, cfg.Identities)
 	return r, nil
 }
@@ -789,12 +784,10 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 }
 
 // Admission (docs/protocol.md 1, busy): a message takes one of MaxInflight
-// slots. A batch or tools query with a reply subject waits at most QueueWait
+// slots. A batch or tools query with a reply subject waits at most queueWait
 // behind at most MaxQueued others, else is answered busy from the callback,
 // so the pending buffer never fills; other messages wait in the callback.
-
-// DefaultQueueWait is Config.QueueWait's default.
-const DefaultQueueWait = 2 * time.Second
+const queueWait = 2 * time.Second
 
 // Pending limits of the subscriptions: far above what the callbacks let
 // accumulate, so that the client library's slow-consumer drop (silent to
@@ -810,7 +803,6 @@ type admission struct {
 	life      *life.Life
 	sem       chan struct{}
 	maxQueued int
-	queueWait time.Duration
 
 	waiting atomic.Int64
 	busy    atomic.Int64 // busy replies sent
@@ -843,7 +835,7 @@ func (a *admission) wait(m *nats.Msg, run, undone func()) {
 		return
 	}
 	go func() {
-		t := time.NewTimer(a.queueWait)
+		t := time.NewTimer(queueWait)
 		defer t.Stop()
 		select {
 		case a.sem <- struct{}{}:
