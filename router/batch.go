@@ -628,7 +628,7 @@ type pipeline struct {
 	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
-	calls    *callContexts   // the read-only calls' contexts under base (callctx.go); nil: WithDeadline's
+	calls    *callCtx        // the root of the calls' contexts under base (callctx.go); nil: the context package's
 }
 
 // newPipeline wires the batch pipeline from a started Router.
