@@ -805,7 +805,6 @@ type admission struct {
 	maxQueued int
 
 	waiting atomic.Int64
-	busy    atomic.Int64 // busy replies sent
 }
 
 // admit takes a slot for m, waiting as described above; false means m was
@@ -862,9 +861,8 @@ func (a *admission) refuse(m *nats.Msg) {
 	a.life.Leave()
 }
 
-// busyReply answers m busy, saying why, and counts it.
+// busyReply answers m busy, saying why.
 func (a *admission) busyReply(m *nats.Msg, why string) {
-	a.busy.Add(1)
 	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
 		a.log.Warn("router: busy reply failed", "err", err)
 	}
@@ -888,9 +886,6 @@ func (a *admission) overShare(m *nats.Msg, why string) {
 // shareRefused is toolbus_router_rejected_total's label of the messages
 // refused past a session's share (their reply's code is busy).
 const shareRefused = "session_share"
-
-// BusyReplies counts the busy replies this router has sent.
-func (r *Router) BusyReplies() int64 { return r.adm.busy.Load() }
 
 // watchDropped logs and counts the messages the NATS client dropped on
 // subs since the last look (last holds the counts seen).
