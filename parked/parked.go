@@ -619,15 +619,9 @@ type Cancels struct{ s *Store }
 // copy that would park it gets res instead, even after batch.done. An
 // existing record is left as it is.
 func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
-	s, now := f.s, time.Now().UTC()
-	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res,
-		Subject: s.calls.subj.Handoffs.Answer(c.Name), InputDigest: bus.InputDigest(c.Input), Created: now, Expires: now.Add(s.cfg.TTL)}
-	v, err := json.Marshal(r)
-	if err != nil {
+	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res}
+	if err := f.s.calls.create(ctx, r); err != nil && !store.IsConflict(err) {
 		return err
-	}
-	if _, err := store.Create(ctx, s.calls.kv, r.Key(), v, store.Bounded); err != nil && !store.IsConflict(err) {
-		return fmt.Errorf("parked: record the cancelled call %s: %w", r.Key(), err)
 	}
 	return nil
 }
@@ -1231,10 +1225,11 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 }
 
 // create stores a new parked record before its request (docs/protocol.md
-// 6.1), so an answer the moment the request arrives finds it parked.
+// 6.1), so an answer the moment the request arrives finds it parked; a
+// record with a status of its own (Cancels.Forestall's) keeps it.
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
-	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
+	r.Status, r.Created, r.Expires = cmp.Or(r.Status, bus.ParkParked), now, now.Add(s.cfg.TTL)
 	// P.answer.<tool> for every kind: clients derive P.approve (protocol 6.1).
 	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
