@@ -324,10 +324,10 @@ func differs(run Run, b *Batch, recs []*Record) error {
 	return SameRecorded(run.Batch.Data.Calls, recs...)
 }
 
-// SameRecorded checks that each recorded call is the call of that id among
-// calls, a copy's whose batch's continuation is gone or unreadable (or not
-// read): the records are all that is left of the batch (docs/protocol.md
-// 3.1).
+// SameRecorded checks that each of recs records the call of its id among
+// calls (a copy's), where the records are all there is to compare with:
+// their batch's continuation is gone, unreadable or not read
+// (docs/protocol.md 3.1).
 func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	for _, rec := range recs {
 		for _, c := range calls {
