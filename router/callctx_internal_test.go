@@ -131,8 +131,10 @@ func TestCallCtxNested(t *testing.T) {
 			act: func(s *setup) { s.attempt.stop() }, attemptErr: context.Canceled, cause: context.Canceled},
 		{name: "base's end ends both with its cause", kid: true, attemptAt: hour,
 			act: func(s *setup) { s.end(drain); waitDone(t, s.call) }, callErr: context.Canceled, attemptErr: context.Canceled, cause: drain},
-		{name: "call's deadline ends the attempt as expired", kid: true, callEnds: time.Millisecond, attemptAt: hour,
-			act: func(s *setup) { waitDone(t, s.call) }, callErr: context.DeadlineExceeded, attemptErr: context.DeadlineExceeded, cause: context.DeadlineExceeded},
+		// The call's timer fired by hand: a real one of a millisecond could
+		// fire, under load, before the attempt starts (not a kid then).
+		{name: "call's deadline ends the attempt as expired", kid: true, callEnds: hour, attemptAt: 2 * hour,
+			act: func(s *setup) { s.call.timer.fire() }, callErr: context.DeadlineExceeded, attemptErr: context.DeadlineExceeded, cause: context.DeadlineExceeded},
 		{name: "over a value context of the call", kid: true, attemptAt: hour,
 			over: func(_ *testing.T, ctx context.Context) context.Context {
 				return context.WithValue(ctx, ctxKey("k"), "v")
