@@ -439,7 +439,9 @@ type Answered struct {
 // report with the continuation as read (nil: unreadable; skipped when another
 // router closed the call), then adds the result to the continuation. The
 // last awaited result resumes the batch (true); with nothing left to run it
-// writes nothing, Finish removing the continuation after batch.done.
+// writes nothing, Finish removing the continuation after batch.done. A
+// carried batch (a lone call's, again for a gone router: Mends.Lone) resumes
+// so too.
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -547,7 +549,8 @@ var errMended = errors.New("parked: the result joined its batch")
 
 // Lone returns the records of carried calls seen ending whose router is gone
 // without outliving the end by a lease (presence.Judge): it may have died
-// before batch.done, which Redo publishes again (docs/protocol.md 1.13).
+// before batch.done, which Resume of such a record publishes again
+// (docs/protocol.md 1.13).
 // The normal path costs no I/O.
 func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	s := m.s
@@ -574,20 +577,6 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 		s.cfg.Logger.Warn("parked: lone parked calls not noted (too many within a lease); a router that died before their batch.done leaves them to a re-send", "calls", d)
 	}
 	return out
-}
-
-// Redo completes again the batch rec carried for a gone router (Mends.Lone):
-// report runs, and the batch with res returns resumed (true) with nothing
-// left to run, for its batch.done. It writes nothing.
-func (m Mends) Redo(_ context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
-	cont := carried(rec)
-	if cont == nil || !endsCarried(rec) {
-		return nil, false, nil
-	}
-	report(cont)
-	cont.Results[rec.Call.ID] = res
-	claim(cont, m.s.cfg.Owner, PhaseResumed, rec.Call.ID)
-	return cont, true, nil
 }
 
 // Expire ends the parked calls whose time is up with a timeout result; it

@@ -272,9 +272,10 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
 	// Lone parked calls whose router ended them and is gone, maybe before
-	// their batch.done (docs/protocol.md 6.1, 1.13).
+	// their batch.done (docs/protocol.md 6.1, 1.13): their call.result and
+	// batch.done go out again, by their ids, as their router's would.
 	for _, rec := range r.parked.Mends.Lone(ctx, now) {
-		r.life.Go(func(context.Context) { r.answers.redo(rec) })
+		r.life.Go(func(context.Context) { r.answers.complete(rec, *rec.Result) })
 	}
 }
 
