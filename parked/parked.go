@@ -459,10 +459,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	cont, err := carried(rec), error(nil)
-	if cont == nil {
-		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
-	}
+	cont, err := s.Read.Continuation(ctx, rec)
 	report(cont)
 	// Nothing to write when nothing is left to run: the continuation stays
 	// until batch.done so the others' mends cover a stop (protocol 1.13).
