@@ -665,11 +665,9 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 // stops reporting progress and JetStream delivers the call to another
 // worker; the ledger entry takes one result, so the agent never sees two.
 type workQueue struct {
-	log    *slog.Logger
-	subj   bus.Subjects
-	js     jetstream.JetStream
-	led    *ledger.Ledger
-	source string // the router's, of the work messages
+	*wire // its source is the work messages'
+	js    jetstream.JetStream
+	led   *ledger.Ledger
 }
 
 // Exec claims j in the ledger and queues it.

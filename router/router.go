@@ -376,7 +376,7 @@ func (r *Router) bind() {
 	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led))
 	r.pipe = r.newPipeline()
-	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
+	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, events: r.events,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
