@@ -66,6 +66,15 @@ type Entry struct {
 	wkey store.Key // the key with its subject, made once for the claim's writes (claim, record)
 }
 
+// entryOf decodes e, the entry Get (with err) or an update read; false
+// when there is none or it does not decode.
+func entryOf(e jetstream.KeyValueEntry, err error) (le Entry, ok bool) {
+	return le, err == nil && e != nil && json.Unmarshal(e.Value(), &le) == nil
+}
+
+// recorded reports whether e holds its call's result.
+func (e *Entry) recorded() bool { return e.State == stateDone && e.Result != nil }
+
 // storeKey is key as e's writes send it: with its subject when e was
 // claimed under key.
 func (e *Entry) storeKey(key string) store.Key {
@@ -117,8 +126,9 @@ type Ledger struct {
 	// a watch's stop deletes its consumer, a JetStream API request that
 	// can take 5 s on a cluster, so it runs off the caller's path.
 	stops  store.Stops
-	waits  waits  // the waits of duplicates on this router: one per key
-	awaits awaits // the Await calls on this router: one watch per key
+	waits  waits          // the waits of duplicates on this router: one per key
+	awaits waits          // the Await calls on this router: one watch per key
+	loops  sync.WaitGroup // the loops of both
 }
 
 // Config configures a Ledger; every zero value has a working default.
@@ -353,8 +363,7 @@ func renewOne(ctx context.Context, l *Ledger, key string, c Entry, now time.Time
 			return err
 		}
 		e, err := l.kv.Get(ctx, key)
-		var le Entry
-		if err != nil || json.Unmarshal(e.Value(), &le) != nil || le.Claim != c.Claim || le.State != stateRunning {
+		if le, ok := entryOf(e, err); !ok || le.Claim != c.Claim || le.State != stateRunning {
 			if err == nil || store.IsNotFound(err) {
 				l.held.release(key, c.Claim)
 			}
@@ -373,8 +382,8 @@ func (l *Ledger) Abandon(key, claim string) {
 		ctx, cancel := l.cfg.Landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-			var le Entry
-			if cur == nil || json.Unmarshal(cur.Value(), &le) != nil || le.Claim != claim || le.State != stateRunning {
+			le, ok := entryOf(cur, nil)
+			if !ok || le.Claim != claim || le.State != stateRunning {
 				return nil, store.ErrNoChange // not ours, or never written
 			}
 			le.State = stateAbandoned
@@ -422,8 +431,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	if store.IsConflict(err) {
 		// A re-send that took over the claim recorded the call's answer.
 		e, err := l.kv.Get(ctx, key)
-		var le Entry
-		if err == nil && json.Unmarshal(e.Value(), &le) == nil && le.Claim != claim.Claim && le.State == stateDone && le.Result != nil {
+		if le, ok := entryOf(e, err); ok && le.Claim != claim.Claim && le.recorded() {
 			l.cfg.Logger.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
 			return *le.Result, true
 		}
@@ -435,8 +443,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		ctx, cancel := l.cfg.Landing()
 		defer cancel()
 		_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-			var le Entry
-			if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.Claim != id {
+			if le, ok := entryOf(cur, nil); ok && le.Claim != id {
 				return nil, fmt.Errorf("ledger entry %s was claimed again (%s)", key, le.State)
 			}
 			return val, nil
@@ -501,7 +508,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 		expired = t.C
 	}
 	for {
-		w := l.waits.join(l, ctx, c)
+		w := l.waits.join(l, ctx, c, (*shared).loop)
 		select {
 		case <-ctx.Done():
 			l.waits.leave(l, c.Key, w)
@@ -529,17 +536,17 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	}
 }
 
-// waits are the waits of a router's duplicates, by key: one each (shared),
-// however many duplicates of the key wait.
+// waits are a router's waits for the record of a key (duplicates', or
+// Await's), by key: one each (shared), however many waiters the key has.
 type waits struct {
-	mu    sync.Mutex
-	m     map[string]*shared
-	loops sync.WaitGroup // the waits' loops
+	mu sync.Mutex
+	m  map[string]*shared
 }
 
 // shared is the one wait of this router for the record of a key: its
-// duplicates join it (waits.join) and leave it (waits.leave), and its loop
-// runs while it has waiters and until it has an outcome.
+// waiters join it (waits.join) and leave it (waits.leave), and its loop
+// (shared.loop, shared.watch) runs while it has waiters and until it has an
+// outcome.
 type shared struct {
 	ctx     context.Context    // the loop's: the first waiter's values, ended by quit
 	quit    context.CancelFunc // called when the last waiter left before the outcome
@@ -548,14 +555,15 @@ type shared struct {
 	done    chan struct{}      // closed once the outcome below is set
 	res     bus.Result         // the outcome, every waiter's
 	hit     bool               // res is a recorded result (a hit per waiter)
-	claim   *Entry             // a takeover to run the call again: one waiter's
+	claim   *Entry             // a takeover to run the call again: one waiter's (loop's only)
 	taken   atomic.Bool        // claim was given to a waiter, or abandoned
 }
 
 // join returns the wait of c.Key on this router, joined: a live one, or
-// one it starts. A wait that has ended (an outcome, or its last waiter
-// gone) is no longer listed, so a later duplicate starts another.
-func (ws *waits) join(l *Ledger, ctx context.Context, c Call) *shared {
+// one it starts, running loop (tracked in l.loops, which Stop waits for).
+// A wait that has ended (an outcome, or its last waiter gone) is no longer
+// listed, so a later waiter starts another.
+func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared, *Ledger)) *shared {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	if w := ws.m[c.Key]; w != nil {
@@ -570,8 +578,8 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call) *shared {
 		ws.m = map[string]*shared{}
 	}
 	ws.m[c.Key] = w
-	ws.loops.Add(1)
-	go w.loop(l)
+	l.loops.Add(1)
+	go loop(w, l)
 	return w
 }
 
@@ -606,6 +614,7 @@ func (ws *waits) end(l *Ledger, key string, w *shared, res bus.Result, hit bool,
 	close(w.done)
 	none := w.waiters == 0
 	ws.mu.Unlock()
+	w.quit() // its context's resources: the watch has stopped or is stopping
 	if none && claim != nil {
 		w.unclaimed(l, key)
 	}
@@ -632,7 +641,7 @@ func isClosed(ch chan struct{}) bool {
 // loop is w's: the watch, poll and takeover of key for its waiters, until
 // an outcome (waits.end) or until its last waiter leaves (quit).
 func (w *shared) loop(l *Ledger) {
-	defer l.waits.loops.Done()
+	defer l.loops.Done()
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
@@ -690,8 +699,8 @@ func (w *shared) loop(l *Ledger) {
 			}
 			e = u
 		}
-		var le Entry
-		if json.Unmarshal(e.Value(), &le) != nil {
+		le, ok := entryOf(e, nil)
+		if !ok {
 			l.waits.end(l, key, w, bus.InternalResult(c.Call, fmt.Errorf("ledger entry %s is corrupt", key)), false, nil)
 			return
 		}
@@ -702,7 +711,7 @@ func (w *shared) loop(l *Ledger) {
 		}
 		last, reread = &le, updates == nil
 		switch {
-		case le.State == stateDone && le.Result != nil:
+		case le.recorded():
 			l.waits.end(l, key, w, *le.Result, true, nil)
 			return
 		case le.State == stateAbandoned:
@@ -796,21 +805,25 @@ func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) erro
 // have stopped, or until ctx ends. A router does not
 // call it: its drain waits for both through Config.Landing.
 func (l *Ledger) Stop(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { l.writes.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return errors.New("ledger: records still in flight")
+	if err := waitFor(ctx, &l.writes, "records still in flight"); err != nil {
+		return err
 	}
-	loops := make(chan struct{})
-	go func() { l.waits.loops.Wait(); close(loops) }()
-	select {
-	case <-loops:
-	case <-ctx.Done():
-		return errors.New("ledger: waits still running")
+	if err := waitFor(ctx, &l.loops, "waits still running"); err != nil {
+		return err
 	}
 	return l.stops.Wait(ctx)
+}
+
+// waitFor waits for wg until ctx ends; then it fails with what is left.
+func waitFor(ctx context.Context, wg *sync.WaitGroup, left string) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return errors.New("ledger: " + left)
+	}
 }
 
 // Call is what the ledger knows of one call.
@@ -899,7 +912,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		if claim.digests().other(c) {
 			return bus.OtherCallResult(c.Call) // another call under this key: no wait, no result of it
 		}
-		if claim.State == stateDone && claim.Result != nil {
+		if claim.recorded() {
 			// The entry read holds the result: no watch to wait on
 			// (a consumer's create and delete through the meta leader).
 			l.cfg.Hits()
@@ -981,116 +994,52 @@ var (
 // Await waits until key's entry holds a result, and returns it; false when
 // ctx ends first, or the watch cannot start or ends.
 //
-// The Await calls of one key on this router share one watch (awaiting), as
-// the waits of duplicates do (shared): every waiter gets its outcome and
-// keeps its own ctx; the watch stops when the outcome is known or its last
-// waiter leaves. Each waiter answered with a result counts as a hit.
+// The Await calls of one key on this router share one watch (a shared wait
+// of l.awaits, as the waits of duplicates share theirs): every waiter gets
+// its outcome and keeps its own ctx; the watch stops when the outcome is
+// known or its last waiter leaves. Each waiter answered with a result
+// counts as a hit.
 func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
-	a := l.awaits.join(l, ctx, key)
+	a := l.awaits.join(l, ctx, Call{Key: key}, (*shared).watch)
 	select {
 	case <-ctx.Done():
-		l.awaits.leave(key, a)
+		l.awaits.leave(l, key, a)
 		return bus.Result{}, false
 	case <-a.done:
 	}
-	l.awaits.leave(key, a)
-	if a.ok {
+	l.awaits.leave(l, key, a)
+	if a.hit {
 		l.cfg.Hits()
 	}
-	return a.res, a.ok
+	return a.res, a.hit
 }
 
-// awaits are the Await calls of a router, by key: one watch each
-// (awaiting), however many wait.
-type awaits struct {
-	mu sync.Mutex
-	m  map[string]*awaiting
-}
-
-// awaiting is the one watch of this router for the result of a key that
-// Await calls wait for.
-type awaiting struct {
-	quit    context.CancelFunc // called when the last waiter left before the outcome
-	waiters int                // guarded by awaits.mu
-	done    chan struct{}      // closed once the outcome below is set
-	res     bus.Result
-	ok      bool // res is the entry's recorded result
-}
-
-// join returns the awaiting of key on this router, joined: a live one, or
-// one it starts, whose watch runs on a context of its own (ctx's values),
-// tracked with the waits' loops (Stop waits for them).
-func (as *awaits) join(l *Ledger, ctx context.Context, key string) *awaiting {
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	if a := as.m[key]; a != nil {
-		a.waiters++
-		return a
-	}
-	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
-	a := &awaiting{quit: quit, waiters: 1, done: make(chan struct{})}
-	if as.m == nil {
-		as.m = map[string]*awaiting{}
-	}
-	as.m[key] = a
-	l.waits.loops.Add(1)
-	go a.watch(l, lctx, key)
-	return a
-}
-
-// leave takes a waiter off a; the last one to leave before the outcome
-// stops its watch. An awaiting that has ended is no longer listed, so a
-// later Await starts another.
-func (as *awaits) leave(key string, a *awaiting) {
-	as.mu.Lock()
-	a.waiters--
-	stop := a.waiters == 0 && !isClosed(a.done)
-	if stop && as.m[key] == a {
-		delete(as.m, key)
-	}
-	as.mu.Unlock()
-	if stop {
-		a.quit()
-	}
-}
-
-// end sets a's outcome and gives it to its waiters.
-func (as *awaits) end(key string, a *awaiting, res bus.Result, ok bool) {
-	as.mu.Lock()
-	defer as.mu.Unlock()
-	if as.m[key] == a {
-		delete(as.m, key)
-	}
-	a.res, a.ok = res, ok
-	close(a.done)
-	a.quit() // its context's resources: the watch has stopped or is stopping
-}
-
-// watch follows key until its entry holds a result (the outcome), the
-// watch cannot start or ends (no result), or the last waiter leaves.
-func (a *awaiting) watch(l *Ledger, ctx context.Context, key string) {
-	defer l.waits.loops.Done()
+// watch is an Await wait's loop: it follows the key until its entry holds
+// a result (the outcome), the watch cannot start or ends (no result), or
+// the last waiter leaves.
+func (a *shared) watch(l *Ledger) {
+	defer l.loops.Done()
+	ctx, key := a.ctx, a.call.Key
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {
-		l.awaits.end(key, a, bus.Result{}, false)
+		l.awaits.end(l, key, a, bus.Result{}, false, nil)
 		return
 	}
-	defer l.stops.Go(w) // in the background, as wait's
+	defer l.stops.Go(w) // in the background, as loop's
 	for {
 		select {
 		case <-ctx.Done():
 			return // every waiter left
 		case u, ok := <-w.Updates():
 			if !ok {
-				l.awaits.end(key, a, bus.Result{}, false)
+				l.awaits.end(l, key, a, bus.Result{}, false, nil)
 				return
 			}
 			if u == nil || u.Operation() != jetstream.KeyValuePut {
 				continue
 			}
-			var le Entry
-			if json.Unmarshal(u.Value(), &le) == nil && le.State == stateDone && le.Result != nil {
-				l.awaits.end(key, a, *le.Result, true)
+			if le, ok := entryOf(u, nil); ok && le.recorded() {
+				l.awaits.end(l, key, a, *le.Result, true, nil)
 				return
 			}
 		}
@@ -1108,8 +1057,7 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 	defer cancel()
 	var first *bus.Result
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		var le Entry
-		if cur != nil && json.Unmarshal(cur.Value(), &le) == nil && le.State == stateDone && le.Result != nil {
+		if le, ok := entryOf(cur, nil); ok && le.recorded() {
 			first = le.Result
 			return nil, errRecorded
 		}

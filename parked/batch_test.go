@@ -202,7 +202,7 @@ func TestSettle(t *testing.T) {
 			s := start(t, st)
 			parkBatch(t, s, "s1", "r1", tc.waiting...)
 			for _, id := range tc.answers {
-				if _, resume, err := s.conts.complete(t.Context(), "s1", "r1", id, ok(id)); err != nil || resume {
+				if _, resume, err := s.conts.complete(t.Context(), "s1", "r1", id, ok(id), false); err != nil || resume {
 					t.Fatalf("Complete during the run: resume %v, %v (the run resumes it, not the answer)", resume, err)
 				}
 			}
@@ -247,7 +247,7 @@ func TestCompleteResumesOnce(t *testing.T) {
 		wg.Go(func() {
 			<-begin
 			s := stores[i%2]
-			b, resume, err := s.conts.complete(t.Context(), "s1", "r1", id, ok(id))
+			b, resume, err := s.conts.complete(t.Context(), "s1", "r1", id, ok(id), false)
 			if err != nil {
 				t.Errorf("Complete %s: %v", id, err)
 				return
@@ -281,7 +281,7 @@ func TestBatchMissing(t *testing.T) {
 	if _, err := s.Read.Batch(t.Context(), "s1", "nope"); !store.IsNotFound(err) {
 		t.Fatalf("GetBatch of a missing batch: %v", err)
 	}
-	if _, _, err := s.conts.complete(t.Context(), "s1", "nope", "c1", ok("c1")); !store.IsNotFound(err) {
+	if _, _, err := s.conts.complete(t.Context(), "s1", "nope", "c1", ok("c1"), false); !store.IsNotFound(err) {
 		t.Fatalf("Complete of a missing batch: %v", err)
 	}
 	if err := s.conts.cancel(t.Context(), "s1", "nope", nil); err != nil {
@@ -329,7 +329,7 @@ func TestCancelWhileResuming(t *testing.T) {
 	if _, _, err := a.Settle(t.Context(), "s1", "r1", nil); err != nil {
 		t.Fatal(err)
 	}
-	cont, resume, err := a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"))
+	cont, resume, err := a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"), false)
 	if err != nil || !resume {
 		t.Fatalf("complete: %v %v", resume, err)
 	}
@@ -460,7 +460,7 @@ func TestAnswerDuringTakeOver(t *testing.T) {
 		if _, err := a.calls.end(t.Context(), rec.Key(), bus.ParkAnswered, bus.ParkDone, ok("c1")); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		_, resumed, err = a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"))
+		_, resumed, err = a.conts.complete(t.Context(), "s1", "r1", "c1", ok("c1"), false)
 		if err != nil {
 			t.Errorf("complete: %v", err)
 		}

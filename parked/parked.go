@@ -163,16 +163,11 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	err := s.conts.parkBatch(ctx, run.Batch, run.Results, waiting, run.Next, run.Alone)
 	if errors.Is(err, errParkedBefore) {
 		b, _ := s.Read.Batch(ctx, run.Batch.Session, run.Batch.ReplyID)
-		if b != nil {
-			if err := bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls); err != nil {
-				return Parking{Before: true, Batch: b, Differs: err}, nil
-			}
+		if err := differs(run, b, nil); err != nil {
+			return Parking{Before: true, Batch: b, Differs: err}, nil
 		}
-		out := Parking{Before: true, Batch: b, Parked: s.join(ctx, run, b)}
-		if b == nil {
-			out.Differs = sameRecorded(run, out.Parked)
-		}
-		return out, nil
+		recs := s.join(ctx, run, b)
+		return Parking{Before: true, Batch: b, Parked: recs, Differs: differs(run, b, recs)}, nil
 	}
 	if err != nil {
 		return Parking{}, err
@@ -196,13 +191,13 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 				// this call's record: that copy is the batch, this one's goes.
 				if s.conts.remove(ctx, run.Batch) {
 					first := carried(prev)
-					differs := bus.SameCalls(first.ReplyID, first.Data.Calls, run.Batch.Data.Calls)
-					if differs != nil {
+					err := differs(run, first, nil)
+					if err != nil {
 						// A copy with other calls: the records it wrote
 						// before this conflict are no call of that batch.
 						unpark(ctx, s.calls, created)
 					}
-					return Parking{Before: true, Batch: first, Differs: differs}, nil
+					return Parking{Before: true, Batch: first, Differs: err}, nil
 				}
 			case forestalled(prev):
 				// A cancel ended the call before it parked (Cancels.Forestall).
@@ -276,21 +271,14 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 		if !store.IsConflict(err) {
 			return Parking{}, err
 		}
-		var prev *Batch
 		out := Parking{Before: true}
 		if rec, err := s.Read.Get(ctx, r.Key()); err == nil {
-			prev, out.Parked = carried(rec), []*Record{rec}
+			out.Batch, out.Parked = carried(rec), []*Record{rec}
 		}
-		if prev == nil {
-			prev, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
+		if out.Batch == nil {
+			out.Batch, _ = s.Read.Batch(ctx, b.Session, b.ReplyID)
 		}
-		out.Batch = prev
-		if prev != nil {
-			out.Differs = bus.SameCalls(prev.ReplyID, prev.Data.Calls, b.Data.Calls)
-		} else {
-			out.Differs = sameRecorded(run, out.Parked)
-		}
-		if out.Differs != nil {
+		if out.Differs = differs(run, out.Batch, out.Parked); out.Differs != nil {
 			out.Parked = nil
 		}
 		return out, nil
@@ -326,12 +314,23 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	return out
 }
 
-// sameRecorded checks, for a copy whose continuation is gone or unreadable,
-// that each recorded call is the copy's call of that id: the records are all
-// that is left of the batch (docs/protocol.md 3.1).
-func sameRecorded(run Run, recs []*Record) error {
+// differs is bus.SameCalls of run's batch and an earlier copy's: its
+// continuation b, or, when that is gone or unreadable (nil), its records
+// recs (SameRecorded).
+func differs(run Run, b *Batch, recs []*Record) error {
+	if b != nil {
+		return bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls)
+	}
+	return SameRecorded(run.Batch.Data.Calls, recs...)
+}
+
+// SameRecorded checks that each of recs records the call of its id among
+// calls (a copy's), where the records are all there is to compare with:
+// their batch's continuation is gone, unreadable or not read
+// (docs/protocol.md 3.1).
+func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	for _, rec := range recs {
-		for _, c := range run.Batch.Data.Calls {
+		for _, c := range calls {
 			if c.ID == rec.Call.ID {
 				if err := bus.SameCalls(rec.ReplyID, []bus.Call{rec.Call}, []bus.Call{c}); err != nil {
 					return err
@@ -440,7 +439,9 @@ type Answered struct {
 // report with the continuation as read (nil: unreadable; skipped when another
 // router closed the call), then adds the result to the continuation. The
 // last awaited result resumes the batch (true); with nothing left to run it
-// writes nothing, Finish removing the continuation after batch.done.
+// writes nothing, Finish removing the continuation after batch.done. A
+// carried batch (a lone call's, again for a gone router: Mends.Lone) resumes
+// so too.
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -458,10 +459,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
 		}
 	}
-	cont, err := carried(rec), error(nil)
-	if cont == nil {
-		cont, err = s.Read.Batch(ctx, rec.Session, rec.ReplyID)
-	}
+	cont, err := s.Read.Continuation(ctx, rec)
 	report(cont)
 	// Nothing to write when nothing is left to run: the continuation stays
 	// until batch.done so the others' mends cover a stop (protocol 1.13).
@@ -470,7 +468,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
 		return cont, true, nil
 	}
-	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res)
+	return s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res, false)
 }
 
 // Mends completes batches whose router ended a call and stopped before its
@@ -491,16 +489,26 @@ func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 		case awaitRunning:
 			continue // its router settles it, or the one that takes it over
 		}
-		rec, err := s.Read.Get(ctx, key)
-		switch {
-		case err == nil && endsInBatch(rec):
+		if rec := m.recheck(ctx, &s.calls.ended, key, endsInBatch); rec != nil {
 			out = append(out, rec)
 			s.calls.ended.later(key)
-		case err == nil || store.IsNotFound(err):
-			s.calls.ended.forget(key)
 		}
 	}
 	return out
+}
+
+// recheck reads the record of key, noted in e: it returns the record when it
+// still ends as e's notes do (ends), and forgets the note of one that no
+// longer does or is gone; a read that fails keeps the note for next time.
+func (m Mends) recheck(ctx context.Context, e *endings, key string, ends func(*Record) bool) *Record {
+	rec, err := m.s.Read.Get(ctx, key)
+	switch {
+	case err == nil && ends(rec):
+		return rec
+	case err == nil || store.IsNotFound(err):
+		e.forget(key)
+	}
+	return nil
 }
 
 // Mend does, for a stranded rec, what its router's Resume would have:
@@ -521,19 +529,7 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 		return nil, false, err
 	}
 	report(cont)
-	var resume bool
-	b, err := s.conts.update(ctx, rec.Session, rec.ReplyID, func(b *Batch) error {
-		resume = false
-		if !b.lacks(rec.Call.ID) {
-			return errMended
-		}
-		b.Results[rec.Call.ID] = res
-		if b.Ready() {
-			claim(b, s.cfg.Owner, PhaseResumed, rec.Call.ID)
-			resume = true
-		}
-		return nil
-	})
+	b, resume, err := s.conts.complete(ctx, rec.Session, rec.ReplyID, rec.Call.ID, res, true)
 	switch {
 	case errors.Is(err, errMended), store.IsNotFound(err):
 		return nil, false, nil
@@ -541,7 +537,7 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 		return nil, false, err
 	}
 	s.cfg.Logger.Warn("parked: mended a batch whose router stopped before it recorded a result", "key", rec.Key(), "resumed", resume)
-	return b, s.conts.track(b), nil
+	return b, resume, nil
 }
 
 // errMended: the continuation has the result Mend would add, or no longer
@@ -550,7 +546,8 @@ var errMended = errors.New("parked: the result joined its batch")
 
 // Lone returns the records of carried calls seen ending whose router is gone
 // without outliving the end by a lease (presence.Judge): it may have died
-// before batch.done, which Redo publishes again (docs/protocol.md 1.13).
+// before batch.done, which Resume of such a record publishes again
+// (docs/protocol.md 1.13).
 // The normal path costs no I/O.
 func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	s := m.s
@@ -567,13 +564,9 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 			s.calls.lone.forget(key)
 			continue
 		}
-		rec, err := s.Read.Get(ctx, key)
-		switch {
-		case err == nil && endsCarried(rec):
+		if rec := m.recheck(ctx, &s.calls.lone, key, endsCarried); rec != nil {
 			s.cfg.Logger.Warn("parked: the router that ended a lone parked call is gone; its call.result and batch.done are published again", "key", key, "ended_by", n.router)
 			out = append(out, rec)
-			s.calls.lone.forget(key)
-		case err == nil || store.IsNotFound(err):
 			s.calls.lone.forget(key)
 		}
 	}
@@ -581,20 +574,6 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 		s.cfg.Logger.Warn("parked: lone parked calls not noted (too many within a lease); a router that died before their batch.done leaves them to a re-send", "calls", d)
 	}
 	return out
-}
-
-// Redo completes again the batch rec carried for a gone router (Mends.Lone):
-// report runs, and the batch with res returns resumed (true) with nothing
-// left to run, for its batch.done. It writes nothing.
-func (m Mends) Redo(_ context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
-	cont := carried(rec)
-	if cont == nil || !endsCarried(rec) {
-		return nil, false, nil
-	}
-	report(cont)
-	cont.Results[rec.Call.ID] = res
-	claim(cont, m.s.cfg.Owner, PhaseResumed, rec.Call.ID)
-	return cont, true, nil
 }
 
 // Expire ends the parked calls whose time is up with a timeout result; it
@@ -626,15 +605,9 @@ type Cancels struct{ s *Store }
 // copy that would park it gets res instead, even after batch.done. An
 // existing record is left as it is.
 func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
-	s, now := f.s, time.Now().UTC()
-	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res,
-		Subject: s.calls.subj.Handoffs.Answer(c.Name), InputDigest: bus.InputDigest(c.Input), Created: now, Expires: now.Add(s.cfg.TTL)}
-	v, err := json.Marshal(r)
-	if err != nil {
+	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res}
+	if err := f.s.calls.create(ctx, r); err != nil && !store.IsConflict(err) {
 		return err
-	}
-	if _, err := store.Create(ctx, s.calls.kv, r.Key(), v, store.Bounded); err != nil && !store.IsConflict(err) {
-		return fmt.Errorf("parked: record the cancelled call %s: %w", r.Key(), err)
 	}
 	return nil
 }
@@ -973,12 +946,16 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	return nil
 }
 
-// complete records the result of a parked call of the batch; the one
+// complete records the result of a parked call of the batch (mending: only
+// while the batch waits for it without it, else errMended); the one
 // completion that finds it ready resumes it (true, the lease held).
-func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result) (*Batch, bool, error) {
+func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result, mending bool) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
 		resume = false
+		if mending && !b.lacks(callID) {
+			return errMended
+		}
 		b.Results[callID] = res
 		if b.Phase == PhaseParked && b.Ready() {
 			claim(b, s.cfg.Owner, PhaseResumed, callID)
@@ -1234,10 +1211,11 @@ func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(j
 }
 
 // create stores a new parked record before its request (docs/protocol.md
-// 6.1), so an answer the moment the request arrives finds it parked.
+// 6.1), so an answer the moment the request arrives finds it parked; a
+// record with a status of its own (Cancels.Forestall's) keeps it.
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
-	r.Status, r.Created, r.Expires = bus.ParkParked, now, now.Add(s.cfg.TTL)
+	r.Status, r.Created, r.Expires = cmp.Or(r.Status, bus.ParkParked), now, now.Add(s.cfg.TTL)
 	// P.answer.<tool> for every kind: clients derive P.approve (protocol 6.1).
 	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
 	b, err := json.Marshal(r)
@@ -1525,11 +1503,11 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 			delete(c.answered, key)
 		}
 	}
-	c.ended.note(key, &r)
+	c.ended.note(key, &r, endsInBatch(&r))
 	if c.follows.Load() && c.cfg.Presence != nil {
 		// Only endings seen as they happen: the initial load holds the
 		// records of a day, whose routers are long gone.
-		c.lone.noteLone(key, &r)
+		c.lone.note(key, &r, endsCarried(&r) && r.Owner != "")
 	}
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, &r)
@@ -1547,25 +1525,14 @@ type endings struct {
 	dropped int // notes not kept since the last look (max)
 }
 
-// note notes when r, the record of key, ended a call of a batch with its
-// own continuation (kept from the first time it is seen ending), or drops
-// the note of a record that did not.
-func (e *endings) note(key string, r *Record) {
+// note notes when r, the record of key, ended a call as this set keeps
+// them (ends: endsInBatch, or endsCarried with the router named), kept from
+// the first time it is seen ending, or drops the note of a record that did
+// not; past max notes new ones are dropped (logged by Mends.Lone).
+func (e *endings) note(key string, r *Record, ends bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !endsInBatch(r) {
-		delete(e.m, key)
-	} else if _, ok := e.m[key]; !ok {
-		e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, seen: time.Now()}
-	}
-}
-
-// noteLone notes when r ended a call that carried its batch, and the router
-// named; past max notes new ones are dropped (logged by Mends.Lone).
-func (e *endings) noteLone(key string, r *Record) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if !endsCarried(r) || r.Owner == "" {
+	if !ends {
 		delete(e.m, key)
 		return
 	}
@@ -1585,13 +1552,7 @@ const maxLone = 1 << 16
 
 // endsCarried reports whether r is a call that carried its batch (nothing
 // of the batch left to run after it) and ended with its result.
-func endsCarried(r *Record) bool {
-	switch r.Status {
-	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
-		return r.Result != nil && len(r.Batch) > 0
-	}
-	return false
-}
+func endsCarried(r *Record) bool { return endedWithResult(r) && len(r.Batch) > 0 }
 
 // endedCall is a call that this router's watch saw end, and when; for a
 // call that carried its batch, the router that ended it.
@@ -1601,13 +1562,16 @@ type endedCall struct {
 	seen                     time.Time
 }
 
-// endsInBatch reports whether r is a call that ended with its result
-// (done, expired, cancelled) in a batch whose continuation is under the
-// batch's own key, not carried by r.
-func endsInBatch(r *Record) bool {
+// endsInBatch reports whether r is a call that ended with its result in a
+// batch whose continuation is under the batch's own key, not carried by r.
+func endsInBatch(r *Record) bool { return endedWithResult(r) && len(r.Batch) == 0 }
+
+// endedWithResult reports whether r ended (done, expired, cancelled) with
+// its result.
+func endedWithResult(r *Record) bool {
 	switch r.Status {
 	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
-		return r.Result != nil && len(r.Batch) == 0
+		return r.Result != nil
 	}
 	return false
 }
@@ -1657,7 +1621,7 @@ func (e *endings) later(key string) {
 func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.ended.note(key, r) // this router may stop before its Resume too
+	c.ended.note(key, r, endsInBatch(r)) // this router may stop before its Resume too
 	if r.Status == bus.ParkParked {
 		c.parked.Put(key, r.Rev, new(*r))
 	} else {

@@ -41,7 +41,6 @@ type parkedCalls interface {
 	Answer(ctx context.Context, key, tool string, a *bus.Answer, decide parked.Decide) (parked.Answered, error)
 	Resume(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Mend(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
-	Redo(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
 }
@@ -372,10 +371,6 @@ func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, r
 // mend completes, as its stopped router would have, a call whose result
 // never joined the batch (parked.Mends.Stranded, docs/protocol.md 6.1).
 func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }
-
-// redo publishes again, by their ids, the call.result and batch.done of a
-// lone parked call whose router is gone (parked.Mends.Lone, 1.13).
-func (r *answers) redo(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Redo) }
 
 // record reports rec's result res, has join add it to the batch (Resume,
 // Mend), and resumes the batch when join says so.

@@ -42,9 +42,6 @@ func (f *fakeParked) Mend(_ context.Context, _ *parked.Record, res bus.Result, r
 	return f.cont, f.resume, nil
 }
 
-func (f *fakeParked) Redo(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error) {
-	return f.Mend(ctx, rec, res, report)
-}
 func (f *fakeParked) Parked(string, string) []*parked.Record { return nil }
 
 // fakeTools counts registry lookups.

@@ -201,9 +201,11 @@ func (r *Router) onBatch(m *nats.Msg) {
 // full, its data checked first, so that the error it gets is the one it
 // always got.
 func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
-	if err = w.decodeHeadTo(m, e, "call", bus.TypeCallBatch); err == nil {
-		if t, err = checkTurnInto(e, lim, calls); err == nil {
-			return true, t, nil
+	if err = bus.DecodeHead(m, e); err == nil {
+		if _, err = w.checked(m, e, "call", bus.TypeCallBatch); err == nil {
+			if t, err = checkTurn(e, lim, calls); err == nil {
+				return true, t, nil
+			}
 		}
 	}
 	full, err := w.decode(m, "call", bus.TypeCallBatch)
@@ -211,7 +213,7 @@ func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Cal
 		return false, turn{}, err
 	}
 	*e = *full
-	t, err = checkTurnInto(e, lim, calls)
+	t, err = checkTurn(e, lim, calls)
 	return true, t, err
 }
 
@@ -626,7 +628,7 @@ type pipeline struct {
 	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
-	calls    *callContexts   // the read-only calls' contexts under base (callctx.go); nil: WithDeadline's
+	calls    *callCtx        // the root of the calls' contexts under base (callctx.go); nil: the context package's
 }
 
 // newPipeline wires the batch pipeline from a started Router.

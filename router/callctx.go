@@ -19,13 +19,13 @@ import (
 // WithDeadline takes five, and a pooled timer: it lives in its callState or
 // job. How its parent ends it depends on the parent:
 //
-//   - the base of a callContexts list: it is listed there, and the list
-//     ends every listed context when the base ends (the drain's deadline),
-//     instead of a place among the base's children (a map insert and
-//     delete under the base's lock, which every call of the router takes);
 //   - a callCtx, or a context whose Done is a callCtx's (a value context
 //     over one, as a span's): it is among that callCtx's kids, which end
-//     with it, under its own lock only;
+//     with it, under its own lock only. A batch's call is a kid of the root
+//     over the router's base (newCallContexts), which ends them all when
+//     the base ends (the drain's deadline): no place among the base's
+//     children (a map insert and delete under the base's lock, which every
+//     call of the router takes);
 //   - any other context: through context.AfterFunc on it (the context
 //     package's allocations, as any child of a foreign context).
 //
@@ -35,16 +35,14 @@ import (
 // WithDeadline's. A context derived from it (WithCancel, AfterFunc) is
 // ended by it through AfterFunc below.
 type callCtx struct {
-	parent   context.Context // its values; and what ends it unless up or list does
+	parent   context.Context // its values; and what ends it unless up does
 	up       *callCtx        // the callCtx whose kid it is; nil: none
-	list     *callContexts   // the list it is in; nil: none
 	deadline time.Time
 	timed    bool // deadline is set (its own or its parent's, the earlier)
 	done     chan struct{}
 	state    atomic.Int32 // ctxLive, ctxCanceled, ctxExpired
 
-	// In list (guarded by list.mu) or among up's kids (guarded by up.mu)
-	// while linked.
+	// Among up's kids (guarded by up.mu) while linked.
 	prev, next *callCtx
 	linked     bool
 
@@ -66,9 +64,8 @@ const (
 var callCtxKey byte
 
 // start makes c, a zero callCtx, a context of parent ending at d (zero:
-// no deadline of its own); stop cancels it. list is the callContexts of
-// the router's base, for a parent that is its base; nil otherwise.
-func (c *callCtx) start(list *callContexts, parent context.Context, d time.Time) {
+// no deadline of its own); stop cancels it.
+func (c *callCtx) start(parent context.Context, d time.Time) {
 	c.parent = parent
 	c.done = make(chan struct{})
 	own := !d.IsZero()
@@ -76,7 +73,7 @@ func (c *callCtx) start(list *callContexts, parent context.Context, d time.Time)
 	if pd, ok := parent.Deadline(); ok && (!own || pd.Before(d)) {
 		c.deadline, c.timed, own = pd, true, false // the parent ends it first
 	}
-	if !c.link(list, parent) {
+	if !c.link(parent) {
 		return
 	}
 	if !own {
@@ -95,18 +92,10 @@ func (c *callCtx) start(list *callContexts, parent context.Context, d time.Time)
 }
 
 // link makes c end with parent; false when it ended already.
-func (c *callCtx) link(list *callContexts, parent context.Context) bool {
+func (c *callCtx) link(parent context.Context) bool {
 	if parent.Err() != nil {
 		c.end(endedBy(parent))
 		return false
-	}
-	if list != nil && parent == list.base {
-		c.list = list
-		if !list.add(c) {
-			c.end(endedBy(parent))
-			return false
-		}
-		return true
 	}
 	if up := callCtxOf(parent); up != nil {
 		c.up = up
@@ -165,8 +154,8 @@ func (c *callCtx) drop(k *callCtx) {
 	unlink(&c.kids, k)
 }
 
-// push puts c first in the list at head (a callCtx's kids, a list's head), under
-// the lock that guards it.
+// push puts c first in the list at head (a callCtx's kids), under the lock
+// that guards it.
 func push(head **callCtx, c *callCtx) {
 	c.prev, c.next, c.linked = nil, *head, true
 	if *head != nil {
@@ -206,19 +195,15 @@ func endedBy(parent context.Context) int32 {
 // end ends c in state s, once: its kids ended in the same state, then its
 // done channel closed, before it returns (as a cancel of the context
 // package ends its children), its timer stopped, its AfterFuncs started, and it
-// taken off its list or its parent's kids.
+// taken off its parent's kids.
 func (c *callCtx) end(s int32) {
-	if c.endAs(s) {
-		if c.up != nil {
-			c.up.drop(c)
-		} else if c.list != nil {
-			c.list.remove(c)
-		}
+	if c.endAs(s) && c.up != nil {
+		c.up.drop(c)
 	}
 }
 
 // endAs ends c in state s unless it ended already (false), without taking
-// it off its list or its parent's kids. It holds c.mu while it ends the
+// it off its parent's kids. It holds c.mu while it ends the
 // kids (each under its own mu: parent before kid, never the other way).
 func (c *callCtx) endAs(s int32) bool {
 	c.mu.Lock()
@@ -296,57 +281,13 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// callContexts are the live call contexts of one base context: ended
-// with it.
-type callContexts struct {
-	base  context.Context
-	mu    sync.Mutex
-	head  *callCtx
-	ended bool
-}
-
-// newCallContexts lists the call contexts of base, which it ends when
-// base ends.
-func newCallContexts(base context.Context) *callContexts {
-	x := &callContexts{base: base}
-	context.AfterFunc(base, x.endAll)
-	return x
-}
-
-// add lists c; false once the base has ended.
-func (x *callContexts) add(c *callCtx) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.ended {
-		return false
-	}
-	push(&x.head, c)
-	return true
-}
-
-func (x *callContexts) remove(c *callCtx) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	unlink(&x.head, c)
-}
-
-// endAll ends every listed context, and any added later at once.
-func (x *callContexts) endAll() {
-	x.mu.Lock()
-	x.ended = true
-	var all []*callCtx
-	for c := x.head; c != nil; {
-		next := c.next
-		c.prev, c.next, c.linked = nil, nil, false
-		all = append(all, c)
-		c = next
-	}
-	x.head = nil
-	x.mu.Unlock()
-	s := endedBy(x.base)
-	for _, c := range all {
-		c.end(s)
-	}
+// newCallContexts is the root of the call contexts under base: a callCtx
+// without a deadline of its own, whose kids a batch's calls are, all ended
+// with it when base ends.
+func newCallContexts(base context.Context) *callCtx {
+	root := new(callCtx)
+	root.start(base, time.Time{})
+	return root
 }
 
 // callTimer is a call context's deadline timer, pooled: a timer whose

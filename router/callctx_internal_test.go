@@ -26,10 +26,10 @@ func waitDone(t *testing.T, ctx context.Context) {
 func TestCallCtxAsWithDeadline(t *testing.T) {
 	base, cancelBase := context.WithCancelCause(context.Background())
 	defer cancelBase(nil)
-	list := newCallContexts(base)
+	root := newCallContexts(base)
 
 	var expired callCtx
-	expired.start(list, base, time.Now().Add(time.Millisecond))
+	expired.start(root, time.Now().Add(time.Millisecond))
 	waitDone(t, &expired)
 	if !errors.Is(expired.Err(), context.DeadlineExceeded) || context.Cause(&expired) != context.DeadlineExceeded {
 		t.Fatalf("expired: err %v, cause %v", expired.Err(), context.Cause(&expired))
@@ -39,7 +39,7 @@ func TestCallCtxAsWithDeadline(t *testing.T) {
 	}
 
 	var cancelled callCtx
-	cancelled.start(list, base, time.Now().Add(time.Hour))
+	cancelled.start(root, time.Now().Add(time.Hour))
 	child, cancelChild := context.WithCancel(&cancelled)
 	defer cancelChild()
 	after := make(chan struct{})
@@ -60,18 +60,20 @@ func TestCallCtxAsWithDeadline(t *testing.T) {
 	}
 
 	var live, late callCtx
-	live.start(list, base, time.Now().Add(time.Hour))
+	live.start(root, time.Now().Add(time.Hour))
 	drain := errors.New("drain deadline")
 	cancelBase(drain)
 	waitDone(t, &live)
 	if live.Err() != context.Canceled || context.Cause(&live) != drain {
 		t.Fatalf("base ended: err %v, cause %v", live.Err(), context.Cause(&live))
 	}
-	late.start(list, base, time.Now().Add(time.Hour))
+	late.start(root, time.Now().Add(time.Hour))
 	if late.Err() != context.Canceled || context.Cause(&late) != drain {
 		t.Fatalf("started after the base ended: err %v, cause %v", late.Err(), context.Cause(&late))
 	}
-	if list.head != nil {
+	root.mu.Lock()
+	defer root.mu.Unlock()
+	if root.kids != nil {
 		t.Fatal("ended contexts still listed")
 	}
 }
@@ -79,14 +81,14 @@ func TestCallCtxAsWithDeadline(t *testing.T) {
 // TestCallCtxTimerReused: a call context ended before its deadline gives
 // its timer back stopped, and the next call's deadline still fires.
 func TestCallCtxTimerReused(t *testing.T) {
-	list := newCallContexts(context.Background())
+	root := newCallContexts(context.Background())
 	for range 3 {
 		var c callCtx
-		c.start(list, context.Background(), time.Now().Add(time.Hour))
+		c.start(root, time.Now().Add(time.Hour))
 		c.stop()
 	}
 	var c callCtx
-	c.start(list, context.Background(), time.Now().Add(time.Millisecond))
+	c.start(root, time.Now().Add(time.Millisecond))
 	waitDone(t, &c)
 	if c.Err() != context.DeadlineExceeded {
 		t.Fatalf("err %v", c.Err())
@@ -129,8 +131,10 @@ func TestCallCtxNested(t *testing.T) {
 			act: func(s *setup) { s.attempt.stop() }, attemptErr: context.Canceled, cause: context.Canceled},
 		{name: "base's end ends both with its cause", kid: true, attemptAt: hour,
 			act: func(s *setup) { s.end(drain); waitDone(t, s.call) }, callErr: context.Canceled, attemptErr: context.Canceled, cause: drain},
-		{name: "call's deadline ends the attempt as expired", kid: true, callEnds: time.Millisecond, attemptAt: hour,
-			act: func(s *setup) { waitDone(t, s.call) }, callErr: context.DeadlineExceeded, attemptErr: context.DeadlineExceeded, cause: context.DeadlineExceeded},
+		// The call's timer fired by hand: a real one of a millisecond could
+		// fire, under load, before the attempt starts (not a kid then).
+		{name: "call's deadline ends the attempt as expired", kid: true, callEnds: hour, attemptAt: 2 * hour,
+			act: func(s *setup) { s.call.timer.fire() }, callErr: context.DeadlineExceeded, attemptErr: context.DeadlineExceeded, cause: context.DeadlineExceeded},
 		{name: "over a value context of the call", kid: true, attemptAt: hour,
 			over: func(_ *testing.T, ctx context.Context) context.Context {
 				return context.WithValue(ctx, ctxKey("k"), "v")
@@ -155,12 +159,12 @@ func TestCallCtxNested(t *testing.T) {
 			if tc.callEnds > 0 {
 				callEnds = time.Now().Add(tc.callEnds)
 			}
-			s.call.start(newCallContexts(base), base, callEnds)
+			s.call.start(newCallContexts(base), callEnds)
 			s.parent = s.call
 			if tc.over != nil {
 				s.parent = tc.over(t, s.call)
 			}
-			s.attempt.start(nil, s.parent, time.Now().Add(tc.attemptAt))
+			s.attempt.start(s.parent, time.Now().Add(tc.attemptAt))
 			if got := s.attempt.up == s.call; got != tc.kid {
 				t.Fatalf("among the call's kids: %v, want %v", got, tc.kid)
 			}
@@ -219,21 +223,21 @@ func cancelOver(t *testing.T, ctx context.Context) context.Context {
 // own and the call's; a call context has none of its own when it is given
 // none.
 func TestCallCtxNestedStart(t *testing.T) {
-	list := newCallContexts(context.Background())
+	root := newCallContexts(context.Background())
 	var call callCtx
-	call.start(list, context.Background(), time.Time{})
+	call.start(root, time.Time{})
 	if _, ok := call.Deadline(); ok {
 		t.Fatal("a call without a deadline has one")
 	}
 	soon, later := time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
 	var a, b callCtx
-	a.start(nil, &call, soon)
+	a.start(&call, soon)
 	if d, ok := a.Deadline(); !ok || !d.Equal(soon) {
 		t.Fatalf("attempt's deadline %v %v", d, ok)
 	}
 	var timed callCtx
-	timed.start(list, context.Background(), soon)
-	b.start(nil, &timed, later)
+	timed.start(root, soon)
+	b.start(&timed, later)
 	if d, ok := b.Deadline(); !ok || !d.Equal(soon) || b.timer != nil {
 		t.Fatalf("under an earlier deadline: %v %v, own timer %v", d, ok, b.timer != nil)
 	}
@@ -241,19 +245,19 @@ func TestCallCtxNestedStart(t *testing.T) {
 	a.stop()
 	call.stop()
 	var late callCtx
-	late.start(nil, &call, soon)
+	late.start(&call, soon)
 	if late.Err() != context.Canceled || late.linked {
 		t.Fatalf("started under an ended call: err %v, linked %v", late.Err(), late.linked)
 	}
 	var expired, under callCtx
-	expired.start(list, context.Background(), time.Now().Add(time.Millisecond))
+	expired.start(root, time.Now().Add(time.Millisecond))
 	waitDone(t, &expired)
-	under.start(nil, &expired, soon)
+	under.start(&expired, soon)
 	if under.Err() != context.DeadlineExceeded {
 		t.Fatalf("under an expired call: err %v", under.Err())
 	}
 	var none callCtx
-	none.start(nil, context.WithoutCancel(&call), time.Time{})
+	none.start(context.WithoutCancel(&call), time.Time{})
 	if none.Err() != nil || none.Done() == nil {
 		t.Fatal("under a context that never ends")
 	}
@@ -266,18 +270,18 @@ func TestCallCtxNestedStart(t *testing.T) {
 func TestCallCtxNestedRace(t *testing.T) {
 	base, end := context.WithCancelCause(context.Background())
 	defer end(nil)
-	list := newCallContexts(base)
+	root := newCallContexts(base)
 	const calls = 64
 	var wg sync.WaitGroup
 	attempts := make(chan *callCtx, calls*3)
 	for i := range calls {
 		wg.Go(func() {
 			call := new(callCtx)
-			call.start(list, base, time.Time{})
+			call.start(root, time.Time{})
 			defer call.stop()
 			for range 3 {
 				a := new(callCtx)
-				a.start(nil, context.WithValue(call, ctxKey("k"), i), time.Now().Add(time.Duration(i%3)*time.Millisecond))
+				a.start(context.WithValue(call, ctxKey("k"), i), time.Now().Add(time.Duration(i%3)*time.Millisecond))
 				attempts <- a
 				if i%2 == 0 {
 					a.stop()
@@ -293,9 +297,9 @@ func TestCallCtxNestedRace(t *testing.T) {
 	for a := range attempts {
 		waitDone(t, a)
 	}
-	list.mu.Lock()
-	defer list.mu.Unlock()
-	if list.head != nil {
+	root.mu.Lock()
+	defer root.mu.Unlock()
+	if root.kids != nil {
 		t.Fatal("ended contexts still listed")
 	}
 }

@@ -25,11 +25,8 @@ import (
 // message id until the caller's context ends. Live subscribers get it
 // whatever the stream answers. Replies go out on core NATS.
 type routerEvents struct {
-	nc     *nats.Conn
-	subj   bus.Subjects
-	source string
-	pub    *store.Publisher
-	log    *slog.Logger
+	*wire
+	pub *store.Publisher
 }
 
 func newRouterEvents(w *wire, health *store.Health) (*routerEvents, error) {
@@ -37,7 +34,7 @@ func newRouterEvents(w *wire, health *store.Health) (*routerEvents, error) {
 	if err != nil {
 		return nil, fmt.Errorf("router: events: %w", err)
 	}
-	return &routerEvents{nc: w.nc, subj: w.subj, source: w.source, pub: pub, log: w.log}, nil
+	return &routerEvents{wire: w, pub: pub}, nil
 }
 
 // sentEvent is an event on its way to the stream.

@@ -68,8 +68,8 @@ type job struct {
 // attempt its own under it (attemptContext). (A call through the ledger is
 // not bounded so: its claim and record must not end at the tool's
 // deadline.) Under the router's base each is a callCtx kept in the call's
-// state (callctx.go), its timer pooled; under another parent (a pipeline
-// without its callContexts) the context package's.
+// state (callctx.go), a kid of the base's root, its timer pooled; under
+// another parent (a pipeline without that root) the context package's.
 func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 	var d time.Time
 	if j.runsTool() {
@@ -82,10 +82,10 @@ func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 			}
 		}
 	}
-	if list := j.b.p.calls; list != nil && j.b.ctx == list.base && parent == j.b.ctx {
+	if root := j.b.p.calls; root != nil && j.b.ctx == root.parent && parent == j.b.ctx {
 		// The usual case: a batch's call under the router's base, without
 		// the context package's allocations and the base's lock.
-		j.c.ctx.start(list, parent, d)
+		j.c.ctx.start(root, d)
 		j.cancel = &j.c.ctx
 		return &j.c.ctx, j.cancel
 	}
@@ -111,7 +111,7 @@ func (j *job) attemptContext(ctx context.Context, d time.Time) *callCtx {
 	if a.done != nil {
 		a = new(callCtx)
 	}
-	a.start(nil, ctx, d)
+	a.start(ctx, d)
 	return a
 }
 
@@ -682,11 +682,9 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 // stops reporting progress and JetStream delivers the call to another
 // worker; the ledger entry takes one result, so the agent never sees two.
 type workQueue struct {
-	log    *slog.Logger
-	subj   bus.Subjects
-	js     jetstream.JetStream
-	led    *ledger.Ledger
-	source string // the router's, of the work messages
+	*wire // its source is the work messages'
+	js    jetstream.JetStream
+	led   *ledger.Ledger
 }
 
 // Exec claims j in the ledger and queues it.

@@ -272,9 +272,10 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
 	// Lone parked calls whose router ended them and is gone, maybe before
-	// their batch.done (docs/protocol.md 6.1, 1.13).
+	// their batch.done (docs/protocol.md 6.1, 1.13): their call.result and
+	// batch.done go out again, by their ids, as their router's would.
 	for _, rec := range r.parked.Mends.Lone(ctx, now) {
-		r.life.Go(func(context.Context) { r.answers.redo(rec) })
+		r.life.Go(func(context.Context) { r.answers.complete(rec, *rec.Result) })
 	}
 }
 
@@ -356,17 +357,7 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	if first, err := s.conts.Continuation(ctx, rec); err == nil {
 		return bus.SameCalls(b.replyID, first.Data.Calls, b.data.Calls)
 	}
-	return sameCall(b, rec)
-}
-
-// sameCall is bus.SameCalls of rec's call and b's call of its id.
-func sameCall(b *batch, rec *parked.Record) error {
-	for _, c := range b.data.Calls {
-		if c.ID == rec.Call.ID {
-			return bus.SameCalls(b.replyID, []bus.Call{rec.Call}, []bus.Call{c})
-		}
-	}
-	return nil
+	return parked.SameRecorded(b.data.Calls, rec)
 }
 
 // Dedupe (docs/protocol.md 3.1): a re-sent batch runs nothing twice and
@@ -384,7 +375,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil {
-			if differs := sameCall(b, rec); differs != nil {
+			if differs := parked.SameRecorded(b.data.Calls, rec); differs != nil {
 				// Another call under this call's key: this copy is refused
 				// (docs/protocol.md 3.1), it never gets that call's result.
 				b.refused = differs

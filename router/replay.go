@@ -111,27 +111,31 @@ func (r *replays) onReplay(m *nats.Msg) {
 		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token, max: limit})
 }
 
-// serve answers the three requests of a feed's subject.
+// serve answers the three requests of a feed's subject; a refused one gets
+// the error.
 func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
+	var err error
 	switch e.Type {
 	case f.create:
-		r.make(m, e, f)
+		err = r.make(m, e, f)
 	case bus.TypeConsumerNext:
-		r.next(m, e, f)
+		err = r.next(m, e, f)
 	case bus.TypeConsumerStop:
-		r.stop(m, e, f)
+		err = r.stop(e, f)
 	default:
-		r.reject(m, bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type))
+		err = bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type)
+	}
+	if err != nil {
+		r.reject(m, err)
 	}
 }
 
 // make creates a consumer of f from the requested start sequence.
-func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
+func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) error {
 	var q bus.Replay // io.toolbus.handoff.follow has the same data
 	if len(e.Data) > 0 {
 		if err := e.DataAs(&q); err != nil {
-			r.reject(m, err)
-			return
+			return err
 		}
 	}
 	cfg := jetstream.ConsumerConfig{
@@ -149,57 +153,49 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
 	}
 	if !r.limit.take(f.key, time.Now()) {
-		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "%s asked for more than %d consumers within %v; reuse one", f.what, maxSessionReplays, replayIdle))
-		return
+		return bus.Errorf(bus.CodeLimitExceeded, "%s asked for more than %d consumers within %v; reuse one", f.what, maxSessionReplays, replayIdle)
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
 	if info, err := f.stream.Info(ctx); err == nil && info.State.Consumers >= f.max {
-		r.reject(m, bus.Errorf(bus.CodeLimitExceeded, "the stream holds %d consumers; none is made past %d for %s until idle ones go", info.State.Consumers, f.max, f.what))
-		return
+		return bus.Errorf(bus.CodeLimitExceeded, "the stream holds %d consumers; none is made past %d for %s until idle ones go", info.State.Consumers, f.max, f.what)
 	}
 	if _, err := f.stream.CreateConsumer(ctx, cfg); err != nil {
-		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer for %s: %v", f.what, err))
-		return
+		return bus.Errorf(bus.CodeUnavailable, "consumer for %s: %v", f.what, err)
 	}
 	ready := bus.ReplayReady{Stream: f.stream.CachedInfo().Config.Name, Consumer: cfg.Name, Idle: replayIdle.String(), Heartbeat: true}
 	r.respond(m, f.ready, ready, "consumer reply")
+	return nil
 }
 
 // next relays a pull from a consumer of f to JetStream with m's reply
 // subject.
-func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) {
+func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) error {
 	var q bus.ConsumerNext
 	if err := e.DataAs(&q); err != nil {
-		r.reject(m, err)
-		return
+		return err
 	}
 	pull, err := pullOf(&q)
-	if err != nil {
-		r.reject(m, err)
-		return
-	}
-	if m.Reply == "" {
-		return // nowhere to deliver
+	if err != nil || m.Reply == "" { // no reply: nowhere to deliver
+		return err
 	}
 	c, err := r.owned(f, q.Consumer)
 	if err != nil {
-		r.reject(m, err)
-		return
+		return err
 	}
 	subject := jsAPI + "CONSUMER.MSG.NEXT." + c.CachedInfo().Stream + "." + q.Consumer
 	if !r.heard.listens(r.base, r.nc, subject) {
-		r.reject(m, bus.Errorf(bus.CodeUnavailable, "consumer %s takes no pulls now; ask for another", q.Consumer))
-		return
+		return bus.Errorf(bus.CodeUnavailable, "consumer %s takes no pulls now; ask for another", q.Consumer)
 	}
 	if f.want != nil {
 		r.relayHandoff(m, c, q, *f.want)
-		return
+		return nil
 	}
 	body, _ := json.Marshal(pull)
 	if err := r.nc.PublishMsg(&nats.Msg{Subject: subject, Reply: m.Reply, Data: body}); err != nil {
-		r.reject(m, bus.Errorf(bus.CodeUnavailable, "pull from %s: %v", q.Consumer, err))
+		return bus.Errorf(bus.CodeUnavailable, "pull from %s: %v", q.Consumer, err)
 	}
+	return nil
 }
 
 // jsPull is the JetStream pull request (nats-server's
@@ -229,21 +225,20 @@ func pullOf(q *bus.ConsumerNext) (jsPull, error) {
 }
 
 // stop deletes a consumer of f.
-func (r *replays) stop(m *nats.Msg, e *bus.Event, f feed) {
+func (r *replays) stop(e *bus.Event, f feed) error {
 	var q bus.ConsumerStop
 	if err := e.DataAs(&q); err != nil {
-		r.reject(m, err)
-		return
+		return err
 	}
 	if _, err := r.owned(f, q.Consumer); err != nil {
-		r.reject(m, err)
-		return
+		return err
 	}
 	ctx, cancel := context.WithTimeout(r.base, 10*time.Second)
 	defer cancel()
 	if err := f.stream.DeleteConsumer(ctx, q.Consumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		r.reject(m, bus.Errorf(bus.CodeUnavailable, "stop %s: %v", q.Consumer, err))
+		return bus.Errorf(bus.CodeUnavailable, "stop %s: %v", q.Consumer, err)
 	}
+	return nil
 }
 
 // feedMeta is the consumer metadata naming what its feed grants: the

@@ -177,12 +177,9 @@ type turn struct {
 
 // checkTurn checks a decoded io.toolbus.call.batch (its session already
 // checked against the subject): the reply id, the calls, the expiry and
-// the request. Errors are bad_event or bad_request.
-func checkTurn(e *bus.Event, lim Limits) (turn, error) { return checkTurnInto(e, lim, nil) }
-
-// checkTurnInto is checkTurn whose calls are read into calls when it has
-// room for them (Batch.FromEventInto).
-func checkTurnInto(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
+// the request; its calls are read into calls when it has room for them
+// (Batch.FromEventInto). Errors are bad_event or bad_request.
+func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}

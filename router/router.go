@@ -58,8 +58,6 @@ type Config struct {
 	// MaxQueued bounds the batches and queries waiting for a slot; zero
 	// means MaxInflight.
 	MaxQueued int
-	// QueueWait bounds one such wait; zero means DefaultQueueWait.
-	QueueWait time.Duration
 	// Groups are group definitions stored at start (from the config file).
 	Groups []bus.Group
 	// DefaultMode is the permission mode of new sessions; "" means "default".
@@ -213,9 +211,6 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = cfg.MaxInflight
 	}
-	if cfg.QueueWait <= 0 {
-		cfg.QueueWait = DefaultQueueWait
-	}
 	cfg.Limits.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -250,7 +245,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 		r.cut.Store(true)
 	}})
 	w.base, w.landing = r.life.Context(), r.life.Landing
-	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued, queueWait: cfg.QueueWait}
+	r.adm = &admission{wire: w, life: r.life, sem: r.sem, maxQueued: cfg.MaxQueued}
 	r.shares = newShares(cfg.MaxInflight, cfg.MaxSessionInflight, cfg.Identities)
 	return r, nil
 }
@@ -381,7 +376,7 @@ func (r *Router) bind() {
 	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led))
 	r.pipe = r.newPipeline()
-	r.tools.durable = workQueue{log: r.log, subj: r.subj, js: r.store.JS, led: r.led, source: r.source}
+	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, events: r.events,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
@@ -766,17 +761,6 @@ func (w *wire) decode(m *nats.Msg, kind, typ string) (*bus.Event, error) {
 	return w.checked(m, e, kind, typ)
 }
 
-// decodeHeadTo is decode, into e which the caller holds, for a handler
-// that reads the event's data next with a decoder that checks it
-// (bus.DecodeHead): the data is neither checked nor copied first.
-func (w *wire) decodeHeadTo(m *nats.Msg, e *bus.Event, kind, typ string) error {
-	if err := bus.DecodeHead(m, e); err != nil {
-		return err
-	}
-	_, err := w.checked(m, e, kind, typ)
-	return err
-}
-
 // checked is decode's checks of a decoded event e.
 func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event, error) {
 	if typ != "" && e.Type != typ {
@@ -800,12 +784,10 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 }
 
 // Admission (docs/protocol.md 1, busy): a message takes one of MaxInflight
-// slots. A batch or tools query with a reply subject waits at most QueueWait
+// slots. A batch or tools query with a reply subject waits at most queueWait
 // behind at most MaxQueued others, else is answered busy from the callback,
 // so the pending buffer never fills; other messages wait in the callback.
-
-// DefaultQueueWait is Config.QueueWait's default.
-const DefaultQueueWait = 2 * time.Second
+const queueWait = 2 * time.Second
 
 // Pending limits of the subscriptions: far above what the callbacks let
 // accumulate, so that the client library's slow-consumer drop (silent to
@@ -821,10 +803,8 @@ type admission struct {
 	life      *life.Life
 	sem       chan struct{}
 	maxQueued int
-	queueWait time.Duration
 
 	waiting atomic.Int64
-	busy    atomic.Int64 // busy replies sent
 }
 
 // admit takes a slot for m, waiting as described above; false means m was
@@ -854,7 +834,7 @@ func (a *admission) wait(m *nats.Msg, run, undone func()) {
 		return
 	}
 	go func() {
-		t := time.NewTimer(a.queueWait)
+		t := time.NewTimer(queueWait)
 		defer t.Stop()
 		select {
 		case a.sem <- struct{}{}:
@@ -876,12 +856,16 @@ func (a *admission) wait(m *nats.Msg, run, undone func()) {
 
 // refuse answers m busy (docs/protocol.md 1) and ends its work.
 func (a *admission) refuse(m *nats.Msg) {
-	a.busy.Add(1)
 	a.m.Rejected.WithLabelValues(bus.CodeBusy).Inc()
-	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: bus.BusyText}); err != nil {
+	a.busyReply(m, bus.BusyText)
+	a.life.Leave()
+}
+
+// busyReply answers m busy, saying why.
+func (a *admission) busyReply(m *nats.Msg, why string) {
+	if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
 		a.log.Warn("router: busy reply failed", "err", err)
 	}
-	a.life.Leave()
 }
 
 // overShare answers m busy because its session (or the unbound sessions)
@@ -894,10 +878,7 @@ func (a *admission) overShare(m *nats.Msg, why string) {
 		// flood the log; toolbus_router_rejected_total counts them.
 		a.log.Debug("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
 	} else {
-		a.busy.Add(1)
-		if err := bus.RespondError(a.nc, m, a.source, &bus.Error{Code: bus.CodeBusy, Message: why}); err != nil {
-			a.log.Warn("router: busy reply failed", "err", err)
-		}
+		a.busyReply(m, why)
 	}
 	a.life.Leave()
 }
@@ -905,9 +886,6 @@ func (a *admission) overShare(m *nats.Msg, why string) {
 // shareRefused is toolbus_router_rejected_total's label of the messages
 // refused past a session's share (their reply's code is busy).
 const shareRefused = "session_share"
-
-// BusyReplies counts the busy replies this router has sent.
-func (r *Router) BusyReplies() int64 { return r.adm.busy.Load() }
 
 // watchDropped logs and counts the messages the NATS client dropped on
 // subs since the last look (last holds the counts seen).

@@ -193,13 +193,7 @@ func (a *Mux) subscribe() {
 // reply; Await then fails with nats.ErrConnectionClosed.
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
-	a.mu.Lock()
-	a.closed = true
-	ws := a.takeWaits()
-	a.mu.Unlock()
-	for _, w := range ws {
-		w.ch <- nil
-	}
+	a.endWaits(true)
 	if a.sub != nil {
 		_ = a.sub.Unsubscribe()
 	}
@@ -280,13 +274,7 @@ func (a *Mux) endOn(status <-chan nats.Status) {
 		if closed && !a.opts.EndOnClose {
 			return
 		}
-		a.mu.Lock()
-		a.closed = a.closed || closed
-		ws := a.takeWaits()
-		a.mu.Unlock()
-		for _, w := range ws {
-			w.ch <- nil
-		}
+		a.endWaits(closed)
 		if closed {
 			return
 		}
@@ -337,14 +325,19 @@ func StopTimer(t *time.Timer) {
 	timers.Put(t)
 }
 
-// takeWaits removes every wait registered and returns them, for their
-// owner to end each with a nil reply. a.mu is held.
-func (a *Mux) takeWaits() []*Wait {
+// endWaits ends every wait registered with a nil reply; closed: none
+// registers from now on.
+func (a *Mux) endWaits(closed bool) {
+	a.mu.Lock()
+	a.closed = a.closed || closed
 	ws := make([]*Wait, 0, len(a.waiting))
 	for inbox, w := range a.waiting {
 		ws = append(ws, w)
 		delete(a.waiting, inbox)
 	}
 	a.settle()
-	return ws
+	a.mu.Unlock()
+	for _, w := range ws {
+		w.ch <- nil
+	}
 }
