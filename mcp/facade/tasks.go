@@ -316,7 +316,8 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	spawn(t, t.local, r.ID, func() {
 		onPark := func(p bus.Parked, until time.Time) {
 			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
-				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, confirmParams(p, h.confirms.remember)))
+				t.awaitInput(ctx, r, ask{Park: p, ReplyID: r.ReplyID}, confirmParams(p, h.confirms.remember),
+					fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject))
 				return
 			}
 			_, _ = t.update(ctx, r, func(r *taskRecord) {
@@ -373,7 +374,8 @@ func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, question
 			case <-ctx.Done():
 				return
 			case a := <-qs:
-				t.awaitInput(ctx, r, questionInput(a))
+				params, _ := questionParams(*a.Question, true)
+				t.awaitInput(ctx, r, a, params, "input required: "+questionStatus(a))
 			}
 		}
 	}()
@@ -382,9 +384,9 @@ func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, question
 
 // questionStatus is a task's status message while its bridged server's
 // question a waits on the bus.
-func questionStatus(a asked) string {
+func questionStatus(a ask) string {
 	return fmt.Sprintf("waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
-		questionText(a.q), a.p.ID, a.p.Name, a.p.Subject)
+		questionText(*a.Question), a.Park.ID, a.Park.Name, a.Park.Subject)
 }
 
 // follow learns the end of a task this process does not run from the
@@ -529,35 +531,22 @@ const methodTasksUpdate = "tasks/update"
 
 // taskInput is one request a task waits for its host to answer.
 type taskInput struct {
-	Kind     string          `json:"kind"` // inputConfirm or inputQuestion
-	Park     bus.Parked      `json:"park"`
-	ReplyID  string          `json:"reply_id"`
-	Request  json.RawMessage `json:"request"`            // {"method": "elicitation/create", "params": ...}
-	Question *bus.Question   `json:"question,omitempty"` // Kind inputQuestion
+	ask
+	Kind    string          `json:"kind"`    // ask.key, for the record's reader
+	Request json.RawMessage `json:"request"` // {"method": "elicitation/create", "params": ...}
 }
 
-// elicitRequest is an inputRequests entry for params.
-func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
-	raw, _ := json.Marshal(map[string]any{"method": mcp.MethodElicitationCreate, "params": params})
-	return raw
-}
-
-// pendingInput is an input a task starts waiting for, with its key (a park
-// id, never reused) and the task's status message meanwhile.
-type pendingInput struct {
-	key     string
-	in      taskInput
-	message string
-}
-
-// awaitInput records in the task that it waits for p: input_required.
-func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingInput) {
+// awaitInput records in the task that it waits for a (params: what its host
+// is shown) under <kind>-<park id>, a key never reused: input_required with
+// message.
+func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, a ask, params mcp.ElicitationParams, message string) {
+	req, _ := json.Marshal(map[string]any{"method": mcp.MethodElicitationCreate, "params": params})
 	_, _ = t.update(ctx, r, func(r *taskRecord) {
 		if r.Inputs == nil {
 			r.Inputs = map[string]taskInput{}
 		}
-		r.Inputs[p.key] = p.in
-		r.Status, r.Message = mcp.TaskStatusInputRequired, p.message
+		r.Inputs[a.key()+"-"+a.Park.ID] = taskInput{ask: a, Kind: a.key(), Request: req}
+		r.Status, r.Message = mcp.TaskStatusInputRequired, message
 	})
 }
 
@@ -612,21 +601,11 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 	var answered []string
 	for key, raw := range p.InputResponses {
 		in, ok := r.Inputs[key]
-		if !ok || r.Status != mcp.TaskStatusInputRequired {
-			continue
-		}
 		var res mcp.ElicitationResult
-		if json.Unmarshal(raw, &res) != nil || res.Action == "" {
+		if !ok || r.Status != mcp.TaskStatusInputRequired || json.Unmarshal(raw, &res) != nil || res.Action == "" {
 			continue
 		}
-		switch {
-		case in.Kind == inputConfirm:
-			s.confirms.decide(ctx, in.Park, in.ReplyID, &res)
-		case in.Kind == inputQuestion && in.Question != nil:
-			s.questions.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
-		default:
-			continue
-		}
+		s.confirms.reply(ctx, in.ask, &res)
 		answered = append(answered, key)
 	}
 	if len(answered) > 0 {
@@ -643,22 +622,6 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 		}
 	}
 	return &mcp.EmptyResult{}, nil
-}
-
-// confirmInput is the input a task waits for when its call parks for a
-// confirmation its host's user may give (params: confirmParams).
-func confirmInput(p bus.Parked, replyID string, params mcp.ElicitationParams) pendingInput {
-	in := taskInput{Kind: inputConfirm, Park: p, ReplyID: replyID, Request: elicitRequest(params)}
-	return pendingInput{inputConfirm + "-" + p.ID, in, fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject)}
-}
-
-// questionInput is the input a task waits for when its bridged server
-// asks a.
-func questionInput(a asked) pendingInput {
-	params, _ := questionParams(a.q, true)
-	q := a.q
-	in := taskInput{Kind: inputQuestion, Park: a.p, ReplyID: a.replyID, Request: elicitRequest(params), Question: &q}
-	return pendingInput{inputQuestion + "-" + a.p.ID, in, "input required: " + questionStatus(a)}
 }
 
 // notifySessionKey carries, in a task message's context, the MCP
