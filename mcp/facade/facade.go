@@ -191,14 +191,15 @@ func (f *Facade) Handler() http.Handler {
 			return
 		}
 		defer f.table.release(s)
-		if !stampNotification(w, r) || s.serveOwn(w, r) {
+		body, m, ok := readPost(w, r)
+		if !ok || s.serveOwn(w, r, m) {
 			return
 		}
-		if modernCancel(r) { // cancelled.go
+		if modernCancel(r, m) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		if s.cross.serveHTTP(w, r) { // crossing.go
+		if s.cross.serveHTTP(w, r, body, m) { // crossing.go
 			return
 		}
 		s.http.ServeHTTP(w, r)
@@ -781,12 +782,8 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 
 // serveOwn answers over HTTP what the facade answers itself (take); false
 // leaves the request, body intact, to the next handler.
-func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
-	m, answer, ok := s.take(body)
+func (s *session) serveOwn(w http.ResponseWriter, r *http.Request, m *rpcMessage) bool {
+	answer, ok := s.take(m)
 	if !ok {
 		return false
 	}
@@ -824,16 +821,15 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 
 // take takes a message the facade answers itself (grouping, or tasks when
 // offered) and returns how it is answered; false passes it to mcp-go.
-func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
-	m, ok := parseRequest(line)
+func (s *session) take(m *rpcMessage) (func(context.Context) []byte, bool) {
 	switch {
-	case !ok:
+	case !m.request():
 	case m.Method == methodGroupsList || m.Method == methodGroupsActivate:
-		return m, func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
 	case !s.noTasks && isTaskMessage(m):
-		return m, func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
+		return func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
 	}
-	return nil, nil, false
+	return nil, false
 }
 
 // activate makes exactly the named groups the active switchable ones: a

@@ -27,21 +27,29 @@ import (
 // (tasks_store.go), answered by any facade process; the one that created it
 // runs the call, others learn its end from the bus.
 
-// rpcMessage is one JSON-RPC request as the facade reads it.
+// rpcMessage is one JSON-RPC message as the facade reads it: a request, a
+// notification or a response.
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   json.RawMessage `json:"error,omitempty"`
 }
 
-// parseRequest returns body as one JSON-RPC request (with an id).
-func parseRequest(body []byte) (*rpcMessage, bool) {
-	var m rpcMessage
-	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
-		return nil, false
+// parseMessage decodes b as one JSON-RPC message; nil when it is not one.
+func parseMessage(b []byte) *rpcMessage {
+	var m *rpcMessage
+	if json.Unmarshal(b, &m) != nil {
+		return nil
 	}
-	return &m, true
+	return m
+}
+
+// request reports whether m is a JSON-RPC request (with an id).
+func (m *rpcMessage) request() bool {
+	return m != nil && m.JSONRPC == mcp.JSONRPC_VERSION && len(m.ID) > 0 && string(m.ID) != "null"
 }
 
 // isTaskMessage reports whether m is a request the facade answers itself:
@@ -486,7 +494,7 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 // interceptStdio answers in front of mcp-go's stdio server the lines take
 // takes, each in its own goroutine, passing the others on; both write
 // through one lock.
-func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (*rpcMessage, func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
+func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(*rpcMessage) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
@@ -496,7 +504,7 @@ func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
-				if _, answer, ok := take(line); ok {
+				if answer, ok := take(parseMessage(line)); ok {
 					go func() { _, _ = lw.Write(append(answer(ctx), '\n')) }()
 				} else if _, werr := pw.Write(line); werr != nil {
 					return
