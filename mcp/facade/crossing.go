@@ -3,8 +3,6 @@ package facade
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -278,8 +276,7 @@ func (adoptedID) Terminate(string) (isNotAllowed bool, err error) { return false
 // crossKey is the key of kind (x: the prefix of the carried messages, m:
 // the client record) of the (session, user)'s MCP session sid.
 func (x *crossing) crossKey(kind, sid string) string {
-	d := sha256.Sum256([]byte(sid))
-	return userKey(kind, x.session, x.user, hex.EncodeToString(d[:16]))
+	return userKey(kind, x.session, x.user, digest(sid))
 }
 
 // carry puts body where the process following MCP session sid gets it.

@@ -187,7 +187,11 @@ func (f *Facade) Handler() http.Handler {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
 			}
-			writeHTTPError(w, acquireStatus(err), err.Error())
+			status, be := http.StatusServiceUnavailable, (*bus.Error)(nil)
+			if errors.As(err, &be) && be.Code == bus.CodeDenied {
+				status = http.StatusForbidden // the router denied the identity
+			}
+			writeHTTPError(w, status, err.Error())
 			return
 		}
 		defer f.table.release(s)
@@ -204,16 +208,6 @@ func (f *Facade) Handler() http.Handler {
 		}
 		s.http.ServeHTTP(w, r)
 	})
-}
-
-// acquireStatus is the HTTP status of a session the facade could not serve:
-// 403 when the router denied the identity, else 503.
-func acquireStatus(err error) int {
-	var be *bus.Error
-	if errors.As(err, &be) && be.Code == bus.CodeDenied {
-		return http.StatusForbidden
-	}
-	return http.StatusServiceUnavailable
 }
 
 // SessionHeader names the bus session of a request to /mcp, for clients

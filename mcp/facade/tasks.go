@@ -383,18 +383,12 @@ func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, question
 				return
 			case a := <-qs:
 				params, _ := questionParams(*a.Question, true)
-				t.awaitInput(ctx, r, a, params, "input required: "+questionStatus(a))
+				t.awaitInput(ctx, r, a, params, fmt.Sprintf("input required: waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
+					questionText(*a.Question), a.Park.ID, a.Park.Name, a.Park.Subject))
 			}
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// questionStatus is a task's status message while its bridged server's
-// question a waits on the bus.
-func questionStatus(a ask) string {
-	return fmt.Sprintf("waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
-		questionText(*a.Question), a.Park.ID, a.Park.Name, a.Park.Subject)
 }
 
 // follow learns the end of a task this process does not run from the
@@ -818,8 +812,8 @@ func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 }
 
 // readOutput reads the last maxStatusOutput bytes of the text of r's bus
-// task's output so far; "" when there is none, the bus task is not r's
-// call or the verb fails.
+// task's output so far, marked with "…" when cut; "" when there is none,
+// the bus task is not r's call or the verb fails.
 func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -827,15 +821,11 @@ func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
 		return ""
 	}
-	return tail(blocksText(out), maxStatusOutput)
-}
-
-// tail is the last at most n bytes of s, marked with "…" when cut.
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
+	text := blocksText(out)
+	if len(text) > maxStatusOutput {
+		return "…" + offload.Suffix(text, maxStatusOutput)
 	}
-	return "…" + offload.Suffix(s, n)
+	return text
 }
 
 func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
@@ -861,7 +851,12 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
 		})
 		if uerr == nil && rec.Status.IsTerminal() {
-			t.cancelBus(ctx, r.Session, id)
+			// Cancelled meanwhile: so is the bus task (or it ends at its deadline).
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, err := t.tasks.Cancel(cctx, r.Session, id); err != nil {
+				t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
+			}
 			return nil, false, nil
 		}
 		if uerr == nil {
@@ -875,14 +870,4 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 		return nil, true, err
 	}
 	return toMCP(*out), true, nil
-}
-
-// cancelBus cancels session's bus task id (a failure is logged: it then
-// ends at its own deadline).
-func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if _, err := t.tasks.Cancel(ctx, session, id); err != nil {
-		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
-	}
 }
