@@ -158,11 +158,11 @@ func (a ask) key() string {
 	return inputConfirm
 }
 
-// params is the elicitation that puts a to the host; false when the host
-// cannot show it (questionParams).
-func (c *confirmer) params(a ask, url bool) (mcp.ElicitationParams, bool) {
+// params is the elicitation that puts a to the host (confirmParams,
+// questionParams); false when the host cannot show it.
+func (a ask) params(remember, url bool) (mcp.ElicitationParams, bool) {
 	if a.Question == nil {
-		return confirmParams(a.Park, c.remember), true
+		return confirmParams(a.Park, remember), true
 	}
 	return questionParams(*a.Question, url)
 }
@@ -231,26 +231,13 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 			<-p.done
 			return nil, false, ctx.Err()
 		case a := <-p.asks:
-			if _, ok := c.params(a, canElicitURL(ctx)); ok { // else a URL question this host cannot open: left to the bus
-				c.settleDeadline(ctx, p, req)
-				return c.issue(ctx, p, a), true, nil
+			if _, ok := a.params(c.remember, canElicitURL(ctx)); ok { // else a URL question this host cannot open: left to the bus
+				return c.issue(ctx, p, req, a), true, nil
 			}
 		case <-timeout:
 			return late(), false, nil
 		}
 	}
-}
-
-// settleDeadline gives the pending call its deadline once it first asks
-// (a call that never asks costs no listing for it).
-func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
-	if !c.baseOf(p).Deadline.IsZero() {
-		return
-	}
-	callFor, _ := c.holds(ctx, req)
-	c.mu.Lock()
-	p.base.Deadline = p.base.Started.Add(callFor)
-	c.mu.Unlock()
 }
 
 func forwardAsks(ctx context.Context, confirm, questions <-chan ask, asks chan<- ask) {
@@ -275,10 +262,18 @@ func forwardAsks(ctx context.Context, confirm, questions <-chan ask, asks chan<-
 	}
 }
 
-// issue makes a's request state the pending call's current one (stored;
-// without the bucket only this process takes the retry; the previous
-// state is refused from now on) and returns the input_required result.
-func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
+// issue gives the pending call its deadline once it first asks (a call that
+// never asks costs no listing for it), makes a's request state its current
+// one (stored; without the bucket only this process takes the retry; the
+// previous state is refused from now on) and returns the input_required
+// result.
+func (c *confirmer) issue(ctx context.Context, p *pending, req mcp.CallToolRequest, a ask) *mcp.CallToolResult {
+	if c.baseOf(p).Deadline.IsZero() {
+		callFor, _ := c.holds(ctx, req)
+		c.mu.Lock()
+		p.base.Deadline = p.base.Started.Add(callFor)
+		c.mu.Unlock()
+	}
 	state, r, res := c.newRound(ctx, c.baseOf(p), a)
 	if err := c.states.putState(ctx, state, r); err != nil {
 		c.log.Warn("facade: request state kept in this process only", "err", err)
@@ -306,7 +301,7 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 		r.Deadline = a.deadline
 	}
 	r.Expires = r.Deadline.Add(resultKept)
-	params, _ := c.params(a, canElicitURL(ctx))
+	params, _ := a.params(c.remember, canElicitURL(ctx))
 	state := newID()
 	return state, &r, server.NewInputRequestBuilder(state).Elicit(a.key(), params).ToolResult()
 }
@@ -488,7 +483,7 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 	for {
 		select {
 		case q := <-next:
-			if _, ok := c.params(q, canElicitURL(ctx)); !ok {
+			if _, ok := q.params(c.remember, canElicitURL(ctx)); !ok {
 				continue
 			}
 			base := *r
