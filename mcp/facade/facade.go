@@ -303,7 +303,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	// Round trips, outside the table's lock.
 	f.watchListings()
 	s := f.newSession(k)
-	if err := s.refresh(f.ctx); err != nil {
+	if err := s.refresh(f.ctx, false); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -340,7 +340,7 @@ func (f *Facade) newSession(k key) *session {
 		ctx: ctx, cancel: cancel}
 	f.wire(s)
 	hooks := &server.Hooks{}
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx); s.flush() })
+	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx, false); s.flush() })
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		downgradeInit(res)
 	})
@@ -416,7 +416,7 @@ func (s *session) poll() {
 		case <-again:
 		}
 		again = nil
-		_ = s.refresh(later(s.ctx)) // a watch or the poll: coalesced
+		_ = s.refresh(s.ctx, true) // a watch or the poll: coalesced
 		if step++; step < len(settle) {
 			again = time.After(settle[step] - settle[step-1])
 		}
@@ -425,8 +425,8 @@ func (s *session) poll() {
 
 // refresh lists the session's tools for its user and, when they changed,
 // replaces the MCP server's tools (which notifies its clients): at once,
-// or, for a ctx made by later, coalesced (applyLocked).
-func (s *session) refresh(ctx context.Context) error {
+// or, to coalesce, on the trailing edge of a burst (applyLocked).
+func (s *session) refresh(ctx context.Context, coalesce bool) error {
 	s.f.listed.Add(1)
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
 	if err != nil {
@@ -465,7 +465,7 @@ func (s *session) refresh(ctx context.Context) error {
 		order[l.Name] = i
 	}
 	s.raw = string(raw)
-	s.applyLocked(ctx, tools, order)
+	s.applyLocked(coalesce, tools, order)
 	s.groupsChanged(list.Groups)
 	return nil
 }
@@ -523,13 +523,9 @@ type calm struct {
 	sent    int         // notifications sent, for the tests
 }
 
-type laterKey struct{}
-
-func later(ctx context.Context) context.Context { return context.WithValue(ctx, laterKey{}, true) }
-
-// applyLocked takes a changed listing: at once, or, when ctx was made by
-// later, on the trailing edge of its burst.
-func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, order map[string]int) {
+// applyLocked takes a changed listing: at once, or, to coalesce, on the
+// trailing edge of its burst.
+func (s *session) applyLocked(coalesce bool, tools []server.ServerTool, order map[string]int) {
 	c := &s.calm
 	c.tools, c.order = tools, order
 	now := time.Now()
@@ -541,7 +537,7 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 		}
 		return
 	}
-	if later, _ := ctx.Value(laterKey{}).(bool); !later {
+	if !coalesce {
 		s.setLocked(now)
 		return
 	}
