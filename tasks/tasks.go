@@ -222,25 +222,15 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 // reserve counts id against the bound at key, refusing past most; added is
 // false when a copy of the call counted id there already.
 func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, most int, what string) (added bool, err error) {
-	return Count(ctx, s.kv, key, id, until, most, func(n int) error {
-		return bus.Errorf(bus.CodeLimitExceeded,
-			"TaskLimitError: this %s already has %d background tasks running (the most allowed); wait for one or cancel one", what, n)
-	})
-}
-
-// Count counts id against the bound at key (an index of ids, each until
-// its count lapses) under compare-and-set, refusing with full(n) when n
-// unlapsed counts fill it (most); added is false when id was counted
-// already. The MCP facade bounds its task records with it too.
-func Count(ctx context.Context, kv jetstream.KeyValue, key, id string, until time.Time, most int, full func(n int) error) (added bool, err error) {
-	_, err = store.Update(ctx, kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+	_, err = store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		ix := readIndex(cur)
 		if _, ok := ix[id]; ok {
 			added = false
 			return nil, store.ErrNoChange
 		}
 		if len(ix) >= most {
-			return nil, full(len(ix))
+			return nil, bus.Errorf(bus.CodeLimitExceeded,
+				"TaskLimitError: this %s already has %d background tasks running (the most allowed); wait for one or cancel one", what, len(ix))
 		}
 		ix[id] = until
 		added = true

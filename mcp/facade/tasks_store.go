@@ -22,7 +22,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
-	"github.com/toolbus/toolbus/tasks"
 )
 
 // Bounds of the records the facade keeps in its bucket (store.MCPConfig).
@@ -175,15 +174,27 @@ func (st *kvStore) available(ctx context.Context) bool {
 }
 
 // createTask stores a new record, refused when the (session, user) keeps
-// MaxTasks live ones, as counted by its index (tasks.Count: exact across
+// MaxTasks live ones, as counted by its index (compare-and-set: exact across
 // processes, which a key listing is not).
 func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return err
 	}
-	_, err = tasks.Count(ctx, kv, userKey("i", r.Session, r.User), r.ID, r.expires(), st.maxTasks, func(n int) error {
-		return fmt.Errorf("%w: %d tasks kept for this session and user (the most); wait for some to expire", errTooManyTasks, n)
+	_, err = store.Update(ctx, kv, userKey("i", r.Session, r.User), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		var idx taskIndex
+		if cur != nil && len(cur.Value()) > 0 {
+			if err := json.Unmarshal(cur.Value(), &idx); err != nil {
+				return nil, fmt.Errorf("facade: task index of this session and user: %w", err)
+			}
+		}
+		now := time.Now()
+		idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
+		if len(idx.Tasks) >= st.maxTasks {
+			return nil, fmt.Errorf("%w: %d tasks kept for this session and user (the most); wait for some to expire", errTooManyTasks, len(idx.Tasks))
+		}
+		idx.Tasks = append(idx.Tasks, indexEntry{ID: r.ID, Expires: r.expires()})
+		return json.Marshal(&idx)
 	})
 	if errors.Is(err, errTooManyTasks) {
 		return err
@@ -197,10 +208,20 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 // errTooManyTasks: the (session, user) keeps MaxTasks live tasks.
 var errTooManyTasks = errors.New("facade")
 
+// taskIndex is the (session, user)'s live tasks.
+type taskIndex struct {
+	Tasks []indexEntry `json:"tasks"`
+}
+
+type indexEntry struct {
+	ID      string    `json:"id"`
+	Expires time.Time `json:"expires"`
+}
+
 // listTasks returns the (session, user)'s live records, oldest first, from
 // its index (a key listing would create a consumer), deleting the expired.
 func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*taskRecord, error) {
-	var idx map[string]time.Time // task id → when it expires (tasks.Count)
+	var idx taskIndex
 	if err := st.get(ctx, userKey("i", session, user), &idx); errors.Is(err, errNoStore) {
 		return nil, err
 	} else if err != nil {
@@ -208,12 +229,12 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	}
 	var out []*taskRecord
 	now := time.Now()
-	for id, expires := range idx {
-		if !now.Before(expires) {
-			st.delete(ctx, userKey("t", session, user, id))
+	for _, t := range idx.Tasks {
+		if !now.Before(t.Expires) {
+			st.delete(ctx, userKey("t", session, user, t.ID))
 			continue
 		}
-		r, err := st.getTask(ctx, session, user, id)
+		r, err := st.getTask(ctx, session, user, t.ID)
 		if errors.Is(err, errNoStore) { // a record not read is not a record not kept: the bound fails closed
 			return nil, err
 		}
