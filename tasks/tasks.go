@@ -178,7 +178,7 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	// A bound that refuses rec may be full with another copy's task of
 	// rec's id stored meanwhile: then that task is the answer.
 	refused := func(refusal error) (*Record, bool, error) {
-		if cur, err := found(s.Get(ctx, rec.Session, rec.ID)); cur != nil && err == nil {
+		if cur, err := s.Get(ctx, rec.Session, rec.ID); err == nil {
 			return theirs(cur)
 		}
 		undo()
@@ -217,15 +217,6 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 		return nil, false, fmt.Errorf("tasks: admit %s: %w", rec.ID, err)
 	}
 	return rec, true, nil
-}
-
-// found is a Get's answer as Admit needs it: the task, or nil when there
-// is none.
-func found(r *Record, err error) (*Record, error) {
-	if errors.Is(err, ErrUnknown) {
-		return nil, nil
-	}
-	return r, err
 }
 
 // reserve counts id against the bound at key, refusing past most; added is

@@ -269,15 +269,8 @@ func CheckListen(addr string, authenticated, insecure bool) error {
 // Loopback reports whether host:port addr is a loopback address (or
 // localhost).
 func Loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	_, _, err := net.SplitHostPort(addr)
+	return err == nil && loopbackHost(addr)
 }
 
 // refuseRebound and refuseForm answer, and report whether they did, a

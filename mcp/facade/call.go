@@ -96,7 +96,7 @@ func (c callConfig) parkFor(timeout time.Duration, quiet bool) time.Duration {
 type runOpts struct {
 	// confirm, when set, receives a confirm park; otherwise one is put to
 	// the host's user through elicitation when the client declared it.
-	confirm chan<- confirmPark
+	confirm chan<- ask
 	// callID and replyID, when set, are the bus call's (a task's record
 	// names them before the call is sent).
 	callID, replyID string
@@ -236,7 +236,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				o.onPark(*parked, deadline)
 			}
 			if parked.Kind == "confirm" && o.confirm != nil {
-				o.confirm <- confirmPark{p: *parked, replyID: replyID, callID: b.Calls[0].ID, started: start, deadline: deadline}
+				o.confirm <- ask{Park: *parked, ReplyID: replyID, deadline: deadline}
 			} else if parked.Kind == "confirm" && c.mayElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
 				elicited := make(chan struct{})

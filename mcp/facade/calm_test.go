@@ -272,13 +272,9 @@ func TestCalmTrailingEdge(t *testing.T) {
 		defer cancel()
 		s := &session{ctx: ctx, mcp: server.NewMCPServer("t", "1", server.WithToolCapabilities(true))}
 		change := func(raw string, lazy bool) {
-			c := ctx
-			if lazy {
-				c = later(ctx)
-			}
 			s.mu.Lock()
 			s.raw = raw
-			s.applyLocked(c, []server.ServerTool{{Tool: mcp.NewTool(raw), Handler: nil}}, map[string]int{raw: 0})
+			s.applyLocked(lazy, []server.ServerTool{{Tool: mcp.NewTool(raw), Handler: nil}}, map[string]int{raw: 0})
 			s.mu.Unlock()
 		}
 		sent := func() int { s.mu.Lock(); defer s.mu.Unlock(); return s.calm.sent }

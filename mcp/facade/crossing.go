@@ -3,8 +3,6 @@ package facade
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -78,20 +76,12 @@ type crossSub struct {
 	stop context.CancelFunc
 }
 
-// posted is what the facade reads of a JSON-RPC message it passes on.
-type posted struct {
-	ID     json.RawMessage `json:"id"`
-	Method string          `json:"method"`
-	Result json.RawMessage `json:"result"`
-	Error  json.RawMessage `json:"error"`
-}
-
-// response reports whether p is a JSON-RPC response with a result or an
+// response reports whether m is a JSON-RPC response with a result or an
 // error (not an empty one: mcp-go answers those 202 itself).
-func (p *posted) response() bool {
-	return p.Method == "" && len(p.ID) > 0 && string(p.ID) != "null" &&
-		(len(bytes.TrimSpace(p.Result)) > 0 || len(bytes.TrimSpace(p.Error)) > 0) &&
-		!bytes.Equal(bytes.TrimSpace(p.Result), []byte("{}"))
+func (m *rpcMessage) response() bool {
+	return m.Method == "" && len(m.ID) > 0 && string(m.ID) != "null" &&
+		(len(bytes.TrimSpace(m.Result)) > 0 || len(bytes.TrimSpace(m.Error)) > 0) &&
+		!bytes.Equal(bytes.TrimSpace(m.Result), []byte("{}"))
 }
 
 // serveHTTP serves every request of a 2025-11-25 (or earlier) MCP session:
@@ -99,7 +89,7 @@ func (p *posted) response() bool {
 // another process's tag, notifications/cancelled and answers its mcp-go
 // has no question for to the following process, and adopts sessions it
 // does not know. It reports false for a request of no MCP session.
-func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
+func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request, body []byte, p *rpcMessage) bool {
 	sid := r.Header.Get(server.HeaderKeySessionID)
 	if sid == "" || len(sid) > 256 || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
 		return false
@@ -109,9 +99,7 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 	if crosses && r.Method != http.MethodDelete {
 		x.adopt(r.Context(), sid)
 	}
-	body, ok := postedBody(r)
-	var p posted
-	if !ok || json.Unmarshal(body, &p) != nil {
+	if p == nil { // not a POST of one JSON-RPC message
 		x.local().ServeHTTP(w, r)
 		return true
 	}
@@ -122,7 +110,7 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request) bool {
 			x.carryAnswer(w, r, sid, body)
 			return true
 		}
-		if body, ok = withID(body, n); ok {
+		if body, ok := withID(body, n); ok {
 			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 		}
 		x.local().ServeHTTP(w, r)
@@ -288,8 +276,7 @@ func (adoptedID) Terminate(string) (isNotAllowed bool, err error) { return false
 // crossKey is the key of kind (x: the prefix of the carried messages, m:
 // the client record) of the (session, user)'s MCP session sid.
 func (x *crossing) crossKey(kind, sid string) string {
-	d := sha256.Sum256([]byte(sid))
-	return userKey(kind, x.session, x.user, hex.EncodeToString(d[:16]))
+	return userKey(kind, x.session, x.user, digest(sid))
 }
 
 // carry puts body where the process following MCP session sid gets it.
@@ -359,7 +346,7 @@ func (x *crossing) deliver(sid string, m *nats.Msg) {
 		return
 	}
 	msg := rec.Message
-	var p posted
+	var p rpcMessage
 	if json.Unmarshal(msg, &p) != nil {
 		return
 	}
@@ -410,7 +397,7 @@ func tagEvent(ev []byte, tag string) []byte {
 	if end < start || end-start > maxCrossing || !bytes.Contains(ev[start:end], []byte(`"method"`)) {
 		return ev
 	}
-	var m posted
+	var m rpcMessage
 	var n int64
 	if json.Unmarshal(ev[start:end], &m) != nil || m.Method == "" || json.Unmarshal(m.ID, &n) != nil || n <= 0 {
 		return ev
@@ -465,28 +452,27 @@ func (w *tagWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // 1 MiB (docs/protocol.md 13).
 const maxBody = 4 << 20
 
-// stampNotification gives a 2026-07-28 notification that carries the
-// Mcp-Protocol-Version header but no _meta protocol version the version
-// of its header: the Go SDK treats the 400 mcp-go answers as a dead
-// connection (issue 18). Requests are left alone. It also bounds and
-// buffers the body; false: it could not be read (answered).
-func stampNotification(w http.ResponseWriter, r *http.Request) bool {
+// readPost bounds, buffers (for the next handler) and decodes a POST's
+// body, once for every handler: m is nil for another method or a body that
+// is not one JSON-RPC object (a batch, garbage). It gives a 2026-07-28
+// notification that carries the Mcp-Protocol-Version header but no _meta
+// protocol version the version of its header: the Go SDK treats the 400
+// mcp-go answers as a dead connection (issue 18). False: the body could
+// not be read (answered).
+func readPost(w http.ResponseWriter, r *http.Request) (body []byte, m *rpcMessage, ok bool) {
 	if r.Method != http.MethodPost || r.Body == nil {
-		return true
+		return nil, nil, true
 	}
 	version := r.Header.Get(mcp.HeaderProtocolVersion)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	if err != nil {
 		writeHTTPError(w, http.StatusRequestEntityTooLarge, "facade: the request body is too large or unreadable")
-		return false
+		return nil, nil, false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if !mcp.IsModernProtocol(version) {
-		return true
-	}
-	var msg posted
-	if json.Unmarshal(body, &msg) != nil || msg.ID != nil || !strings.HasPrefix(msg.Method, "notifications/") {
-		return true // a request, or not one JSON-RPC object (a batch, garbage): mcp-go answers it
+	m = parseMessage(body)
+	if !mcp.IsModernProtocol(version) || m == nil || m.ID != nil || !strings.HasPrefix(m.Method, "notifications/") {
+		return body, m, true // mcp-go answers a request or a batch as it is
 	}
 	v, _ := json.Marshal(version)
 	stamped, ok := withMember(body, "params", func(params json.RawMessage) (json.RawMessage, bool) {
@@ -497,8 +483,9 @@ func stampNotification(w http.ResponseWriter, r *http.Request) bool {
 	if ok {
 		r.Body = io.NopCloser(bytes.NewReader(stamped))
 		r.ContentLength = int64(len(stamped))
+		body = stamped
 	}
-	return true
+	return body, m, true
 }
 
 // withMember returns the JSON object obj (absent or null: {}) with its
@@ -521,29 +508,11 @@ func withMember(obj json.RawMessage, key string, set func(json.RawMessage) (json
 	return out, err == nil
 }
 
-// postedBody reads a POST's body (buffered by stampNotification) and
-// puts it back for the next handler.
-func postedBody(r *http.Request) ([]byte, bool) {
-	if r.Method != http.MethodPost || r.Body == nil {
-		return nil, false
-	}
-	body, err := io.ReadAll(r.Body)
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	return body, err == nil
-}
-
-// modernCancel reports whether r is a 2026-07-28 notifications/cancelled
-// over HTTP, which the facade answers 202 and drops: the request id it names
-// is ambiguous without MCP sessions; such a host cancels by ending the
-// request's stream (docs/mcp.md).
-func modernCancel(r *http.Request) bool {
-	if !mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
-		return false
-	}
-	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
-	var msg posted
-	return json.Unmarshal(body, &msg) == nil && msg.ID == nil && msg.Method == string(mcp.MethodNotificationCancelled)
+// modernCancel reports whether m, posted on r, is a 2026-07-28
+// notifications/cancelled over HTTP, which the facade answers 202 and drops:
+// the request id it names is ambiguous without MCP sessions; such a host
+// cancels by ending the request's stream (docs/mcp.md).
+func modernCancel(r *http.Request, m *rpcMessage) bool {
+	return m != nil && m.ID == nil && m.Method == string(mcp.MethodNotificationCancelled) &&
+		mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion))
 }

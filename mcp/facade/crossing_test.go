@@ -341,7 +341,7 @@ func TestPostedResponse(t *testing.T) {
 		{`{"jsonrpc":"2.0","result":{"x":1}}`, false},
 		{`{"jsonrpc":"2.0","id":1,"method":"tools/call","result":{"x":1}}`, false},
 	} {
-		var p posted
+		var p rpcMessage
 		if err := json.Unmarshal([]byte(c.body), &p); err != nil {
 			t.Fatal(err)
 		}

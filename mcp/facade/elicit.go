@@ -86,13 +86,6 @@ func (c *confirmer) busy() bool {
 	return len(c.pending) > 0
 }
 
-// confirmPark is a confirm park of a call.
-type confirmPark struct {
-	p                 bus.Parked
-	replyID, callID   string
-	started, deadline time.Time
-}
-
 // confirmParams is the elicitation that asks the host's user about p;
 // "allow and remember" is offered only when remember (confirmer.remember).
 func confirmParams(p bus.Parked, remember bool) mcp.ElicitationParams {
@@ -147,10 +140,31 @@ const (
 	inputQuestion = "question"
 )
 
-// ask is what a 2026-07-28 call waits on its host for: one of the two.
+// ask is what a call waits on its host for: a confirm park (Question nil)
+// or a bridged server's question, with the reply id of the batch that
+// parked it (the call's own, or the bridge's). A task's input keeps it.
 type ask struct {
-	confirm  *confirmPark
-	question *asked
+	Park     bus.Parked    `json:"park"`
+	ReplyID  string        `json:"reply_id"`
+	Question *bus.Question `json:"question,omitempty"`
+	deadline time.Time     // a confirmation's: how long the call waits for it
+}
+
+// key is a's input request key.
+func (a ask) key() string {
+	if a.Question != nil {
+		return inputQuestion
+	}
+	return inputConfirm
+}
+
+// params is the elicitation that puts a to the host (confirmParams,
+// questionParams); false when the host cannot show it.
+func (a ask) params(remember, url bool) (mcp.ElicitationParams, bool) {
+	if a.Question == nil {
+		return confirmParams(a.Park, remember), true
+	}
+	return questionParams(*a.Question, url)
 }
 
 // pending is a call of a 2026-07-28 client that asked its host and goes on,
@@ -185,7 +199,7 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 	if err != nil {
 		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", req.Params.Name, "err", err)
 	}
-	confirm := make(chan confirmPark, 1)
+	confirm := make(chan ask, 1)
 	asks := make(chan ask)
 	p.asks = asks
 	go forwardAsks(rctx, confirm, questions, asks)
@@ -217,9 +231,8 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 			<-p.done
 			return nil, false, ctx.Err()
 		case a := <-p.asks:
-			if hostCan(ctx, a) { // else a URL question this host cannot open: left to the bus
-				c.settleDeadline(ctx, p, req)
-				return c.issue(ctx, p, a), true, nil
+			if _, ok := a.params(c.remember, canElicitURL(ctx)); ok { // else a URL question this host cannot open: left to the bus
+				return c.issue(ctx, p, req, a), true, nil
 			}
 		case <-timeout:
 			return late(), false, nil
@@ -227,32 +240,19 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 	}
 }
 
-// settleDeadline gives the pending call its deadline once it first asks
-// (a call that never asks costs no listing for it).
-func (c *confirmer) settleDeadline(ctx context.Context, p *pending, req mcp.CallToolRequest) {
-	if !c.baseOf(p).Deadline.IsZero() {
-		return
-	}
-	callFor, _ := c.holds(ctx, req)
-	c.mu.Lock()
-	p.base.Deadline = p.base.Started.Add(callFor)
-	c.mu.Unlock()
-}
-
-func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-chan asked, asks chan<- ask) {
+func forwardAsks(ctx context.Context, confirm, questions <-chan ask, asks chan<- ask) {
 	for {
 		var a ask
 		select {
 		case <-ctx.Done():
 			return
-		case cp := <-confirm:
-			a.confirm = &cp
+		case a = <-confirm:
 		case q, ok := <-questions:
 			if !ok {
 				questions = nil
 				continue
 			}
-			a.question = &q
+			a = q
 		}
 		select {
 		case asks <- a:
@@ -262,18 +262,18 @@ func forwardAsks(ctx context.Context, confirm <-chan confirmPark, questions <-ch
 	}
 }
 
-func hostCan(ctx context.Context, a ask) bool {
-	if a.question == nil {
-		return true
+// issue gives the pending call its deadline once it first asks (a call that
+// never asks costs no listing for it), makes a's request state its current
+// one (stored; without the bucket only this process takes the retry; the
+// previous state is refused from now on) and returns the input_required
+// result.
+func (c *confirmer) issue(ctx context.Context, p *pending, req mcp.CallToolRequest, a ask) *mcp.CallToolResult {
+	if c.baseOf(p).Deadline.IsZero() {
+		callFor, _ := c.holds(ctx, req)
+		c.mu.Lock()
+		p.base.Deadline = p.base.Started.Add(callFor)
+		c.mu.Unlock()
 	}
-	_, ok := questionParams(a.question.q, canElicitURL(ctx))
-	return ok
-}
-
-// issue makes a's request state the pending call's current one (stored;
-// without the bucket only this process takes the retry; the previous
-// state is refused from now on) and returns the input_required result.
-func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolResult {
 	state, r, res := c.newRound(ctx, c.baseOf(p), a)
 	if err := c.states.putState(ctx, state, r); err != nil {
 		c.log.Warn("facade: request state kept in this process only", "err", err)
@@ -294,17 +294,16 @@ func (c *confirmer) issue(ctx context.Context, p *pending, a ask) *mcp.CallToolR
 // result of round a of the call base.
 func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (string, *stateRecord, *mcp.CallToolResult) {
 	r := base
-	key, params := inputConfirm, mcp.ElicitationParams{}
-	if a.confirm != nil {
-		r.Park, r.Deadline = a.confirm.p, a.confirm.deadline
-		params = confirmParams(a.confirm.p, c.remember)
+	r.Park = a.Park
+	if a.Question != nil {
+		r.Kind, r.AskReplyID = kindQuestion, a.ReplyID
 	} else {
-		r.Kind, r.Park, r.AskReplyID, key = kindQuestion, a.question.p, a.question.replyID, inputQuestion
-		params, _ = questionParams(a.question.q, canElicitURL(ctx))
+		r.Deadline = a.deadline
 	}
 	r.Expires = r.Deadline.Add(resultKept)
+	params, _ := a.params(c.remember, canElicitURL(ctx))
 	state := newID()
-	return state, &r, server.NewInputRequestBuilder(state).Elicit(key, params).ToolResult()
+	return state, &r, server.NewInputRequestBuilder(state).Elicit(a.key(), params).ToolResult()
 }
 
 func (c *confirmer) baseOf(p *pending) stateRecord {
@@ -363,23 +362,23 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 	return res, err
 }
 
-// answer publishes the host's response to round a (P.confirm or P.answer);
-// a missing, malformed or cancelling response publishes nothing.
+// answer publishes the host's response to round a (reply; a decision only
+// under host_user); a missing, malformed or cancelling response publishes
+// nothing.
 func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
-	key := inputConfirm
-	if a.question != nil {
-		key = inputQuestion
+	if res := server.ElicitationResponse(in, a.key()); res != nil && (a.Question != nil || c.policy == ConfirmHostUser) {
+		c.reply(ctx, a, res)
 	}
-	res := server.ElicitationResponse(in, key)
-	if res == nil {
+}
+
+// reply publishes the host's response to a: the question's answer
+// (P.answer) or the decision (P.confirm).
+func (c *confirmer) reply(ctx context.Context, a ask, res *mcp.ElicitationResult) {
+	if a.Question != nil {
+		c.questions.answerQuestion(ctx, a, res)
 		return
 	}
-	switch {
-	case a.confirm != nil && c.policy == ConfirmHostUser:
-		c.decide(ctx, a.confirm.p, a.confirm.replyID, res)
-	case a.question != nil:
-		c.questions.answerQuestion(ctx, *a.question, res)
-	}
+	c.decide(ctx, a.Park, a.ReplyID, res)
 }
 
 func unknownState(state string) *mcp.CallToolResult {
@@ -463,13 +462,13 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 	if err != nil {
 		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", r.Tool, "err", err)
 	}
-	a := ask{confirm: &confirmPark{p: r.Park, replyID: r.ReplyID, callID: r.CallID, started: r.Started, deadline: r.Deadline}}
+	a := ask{Park: r.Park, ReplyID: r.ReplyID, deadline: r.Deadline}
 	if r.Kind == kindQuestion {
 		qn, ok := questionOf(r.Park, r.Tool, r.CallID, c.user)
 		if !ok {
 			return unknownState(req.Params.RequestState), nil
 		}
-		a = ask{question: &asked{p: r.Park, replyID: r.AskReplyID, q: qn}}
+		a.ReplyID, a.Question = r.AskReplyID, &qn
 	}
 	c.answer(ctx, a, req.Params.InputResponses)
 	type awaited struct {
@@ -484,12 +483,12 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 	for {
 		select {
 		case q := <-next:
-			if !hostCan(ctx, ask{question: &q}) {
+			if _, ok := q.params(c.remember, canElicitURL(ctx)); !ok {
 				continue
 			}
 			base := *r
 			base.Kind, base.AskReplyID = "", ""
-			state, nr, res := c.newRound(ctx, base, ask{question: &q})
+			state, nr, res := c.newRound(ctx, base, q)
 			if err := c.states.putState(ctx, state, nr); err != nil {
 				return mcp.NewToolResultError("Error: " + err.Error()), nil
 			}
@@ -667,7 +666,7 @@ func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn 
 	if err != nil || res == nil {
 		return
 	}
-	q.answerQuestion(ctx, asked{p: p, replyID: replyID, q: qn}, res)
+	q.answerQuestion(ctx, ask{Park: p, ReplyID: replyID, Question: &qn}, res)
 }
 
 // questionParams is the elicitation that puts qn to a host; false when the
@@ -712,23 +711,15 @@ func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
 
 // answerQuestion answers the question's park with the host's response;
 // it reports whether an answer was published.
-func (q *relayer) answerQuestion(ctx context.Context, a asked, res *mcp.ElicitationResult) bool {
+func (q *relayer) answerQuestion(ctx context.Context, a ask, res *mcp.ElicitationResult) bool {
 	text, ok := hostAnswer(res)
 	if !ok {
 		return false
 	}
-	if err := q.cl.Parked().Answer(ctx, a.p.Name, q.session, a.replyID, a.p.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
-		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.p.Name, "err", err)
+	if err := q.cl.Parked().Answer(ctx, a.Park.Name, q.session, a.ReplyID, a.Park.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
+		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.Park.Name, "err", err)
 	}
 	return true
-}
-
-// asked is a bridged server's question: its park, the reply id of the
-// bridge's batch that parked it, and the question.
-type asked struct {
-	p       bus.Parked
-	replyID string
-	q       bus.Question
 }
 
 // questionOf is parseQuestion for the call callID of tool: the question
@@ -745,7 +736,7 @@ func questionOf(p bus.Parked, tool, callID, user string) (bus.Question, bool) {
 // watchCall returns the questions parked for the call callID of tool, for
 // the session's user, each once, until ctx ends; nil when tool is not a
 // bridged one. The watch is made before it returns.
-func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan asked, error) {
+func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan ask, error) {
 	if _, ok := bridgedServer(tool); !ok {
 		return nil, nil
 	}
@@ -753,7 +744,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan asked)
+	out := make(chan ask)
 	go func() {
 		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 		seen := map[string]bool{}
@@ -764,7 +755,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 			}
 			seen[p.ID] = true
 			select {
-			case out <- asked{p: p, replyID: replyID, q: qn}:
+			case out <- ask{Park: p, ReplyID: replyID, Question: &qn}:
 				return true
 			case <-ctx.Done():
 				return false

@@ -187,32 +187,27 @@ func (f *Facade) Handler() http.Handler {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
 			}
-			writeHTTPError(w, acquireStatus(err), err.Error())
+			status, be := http.StatusServiceUnavailable, (*bus.Error)(nil)
+			if errors.As(err, &be) && be.Code == bus.CodeDenied {
+				status = http.StatusForbidden // the router denied the identity
+			}
+			writeHTTPError(w, status, err.Error())
 			return
 		}
 		defer f.table.release(s)
-		if !stampNotification(w, r) || s.serveOwn(w, r) {
+		body, m, ok := readPost(w, r)
+		if !ok || s.serveOwn(w, r, m) {
 			return
 		}
-		if modernCancel(r) { // cancelled.go
+		if modernCancel(r, m) {
 			w.WriteHeader(http.StatusAccepted)
 			return
 		}
-		if s.cross.serveHTTP(w, r) { // crossing.go
+		if s.cross.serveHTTP(w, r, body, m) { // crossing.go
 			return
 		}
 		s.http.ServeHTTP(w, r)
 	})
-}
-
-// acquireStatus is the HTTP status of a session the facade could not serve:
-// 403 when the router denied the identity, else 503.
-func acquireStatus(err error) int {
-	var be *bus.Error
-	if errors.As(err, &be) && be.Code == bus.CodeDenied {
-		return http.StatusForbidden
-	}
-	return http.StatusServiceUnavailable
 }
 
 // SessionHeader names the bus session of a request to /mcp, for clients
@@ -308,7 +303,7 @@ func (f *Facade) acquire(k key) (*session, error) {
 	// Round trips, outside the table's lock.
 	f.watchListings()
 	s := f.newSession(k)
-	if err := s.refresh(f.ctx); err != nil {
+	if err := s.refresh(f.ctx, false); err != nil {
 		s.cancel()
 		return nil, err
 	}
@@ -345,7 +340,7 @@ func (f *Facade) newSession(k key) *session {
 		ctx: ctx, cancel: cancel}
 	f.wire(s)
 	hooks := &server.Hooks{}
-	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx); s.flush() })
+	hooks.AddBeforeListTools(func(ctx context.Context, _ any, _ *mcp.ListToolsRequest) { _ = s.refresh(ctx, false); s.flush() })
 	hooks.AddAfterInitialize(func(_ context.Context, _ any, _ *mcp.InitializeRequest, res *mcp.InitializeResult) {
 		downgradeInit(res)
 	})
@@ -421,7 +416,7 @@ func (s *session) poll() {
 		case <-again:
 		}
 		again = nil
-		_ = s.refresh(later(s.ctx)) // a watch or the poll: coalesced
+		_ = s.refresh(s.ctx, true) // a watch or the poll: coalesced
 		if step++; step < len(settle) {
 			again = time.After(settle[step] - settle[step-1])
 		}
@@ -430,8 +425,8 @@ func (s *session) poll() {
 
 // refresh lists the session's tools for its user and, when they changed,
 // replaces the MCP server's tools (which notifies its clients): at once,
-// or, for a ctx made by later, coalesced (applyLocked).
-func (s *session) refresh(ctx context.Context) error {
+// or, to coalesce, on the trailing edge of a burst (applyLocked).
+func (s *session) refresh(ctx context.Context, coalesce bool) error {
 	s.f.listed.Add(1)
 	list, err := s.f.list(ctx, s.id, s.user, bus.FormatMCP)
 	if err != nil {
@@ -470,7 +465,7 @@ func (s *session) refresh(ctx context.Context) error {
 		order[l.Name] = i
 	}
 	s.raw = string(raw)
-	s.applyLocked(ctx, tools, order)
+	s.applyLocked(coalesce, tools, order)
 	s.groupsChanged(list.Groups)
 	return nil
 }
@@ -528,13 +523,9 @@ type calm struct {
 	sent    int         // notifications sent, for the tests
 }
 
-type laterKey struct{}
-
-func later(ctx context.Context) context.Context { return context.WithValue(ctx, laterKey{}, true) }
-
-// applyLocked takes a changed listing: at once, or, when ctx was made by
-// later, on the trailing edge of its burst.
-func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, order map[string]int) {
+// applyLocked takes a changed listing: at once, or, to coalesce, on the
+// trailing edge of its burst.
+func (s *session) applyLocked(coalesce bool, tools []server.ServerTool, order map[string]int) {
 	c := &s.calm
 	c.tools, c.order = tools, order
 	now := time.Now()
@@ -546,7 +537,7 @@ func (s *session) applyLocked(ctx context.Context, tools []server.ServerTool, or
 		}
 		return
 	}
-	if later, _ := ctx.Value(laterKey{}).(bool); !later {
+	if !coalesce {
 		s.setLocked(now)
 		return
 	}
@@ -781,12 +772,8 @@ func (s *session) groupsChanged(gs []bus.GroupInfo) {
 
 // serveOwn answers over HTTP what the facade answers itself (take); false
 // leaves the request, body intact, to the next handler.
-func (s *session) serveOwn(w http.ResponseWriter, r *http.Request) bool {
-	body, ok := postedBody(r)
-	if !ok {
-		return false
-	}
-	m, answer, ok := s.take(body)
+func (s *session) serveOwn(w http.ResponseWriter, r *http.Request, m *rpcMessage) bool {
+	answer, ok := s.take(m)
 	if !ok {
 		return false
 	}
@@ -824,16 +811,15 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 
 // take takes a message the facade answers itself (grouping, or tasks when
 // offered) and returns how it is answered; false passes it to mcp-go.
-func (s *session) take(line []byte) (*rpcMessage, func(context.Context) []byte, bool) {
-	m, ok := parseRequest(line)
+func (s *session) take(m *rpcMessage) (func(context.Context) []byte, bool) {
 	switch {
-	case !ok:
+	case !m.request():
 	case m.Method == methodGroupsList || m.Method == methodGroupsActivate:
-		return m, func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
+		return func(ctx context.Context) []byte { return s.groupsAnswer(ctx, m) }, true
 	case !s.noTasks && isTaskMessage(m):
-		return m, func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
+		return func(ctx context.Context) []byte { return s.tasks.answer(ctx, m) }, true
 	}
-	return nil, nil, false
+	return nil, false
 }
 
 // activate makes exactly the named groups the active switchable ones: a

@@ -18,7 +18,7 @@ import (
 func TestStampNotification(t *testing.T) {
 	srv := server.NewStreamableHTTPServer(server.NewMCPServer("t", "1"))
 	stamped := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if stampNotification(w, r) {
+		if _, _, ok := readPost(w, r); ok {
 			srv.ServeHTTP(w, r)
 		}
 	}))

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -130,7 +129,7 @@ func checkJWKSURL(s string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("facade: JWKS URL %q is not a URL", s)
 	}
-	if u.Scheme == "http" && !Loopback(net.JoinHostPort(u.Hostname(), "0")) {
+	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
 		return fmt.Errorf("facade: JWKS URL %q: plain http only for a loopback host; use https", s)
 	}
 	return nil

@@ -67,7 +67,7 @@ func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 		s.syncResources(ctx)
 	})
 	hooks.AddBeforeReadResource(func(ctx context.Context, _ any, r *mcp.ReadResourceRequest) {
-		if !strings.HasPrefix(r.Params.URI, offload.Scheme+"://") && !s.knowsResource(r.Params.URI) {
+		if _, listed := s.mcp.ListResources()[r.Params.URI]; !listed && !strings.HasPrefix(r.Params.URI, offload.Scheme+"://") {
 			s.syncResources(ctx) // a URI from a result, not listed yet
 		}
 	})
@@ -82,11 +82,6 @@ func (s *resources) options(hooks *server.Hooks) []server.ServerOption {
 		}
 	})
 	return []server.ServerOption{server.WithResourceCapabilities(false, false)}
-}
-
-func (s *resources) knowsResource(uri string) bool {
-	_, ok := s.mcp.ListResources()[uri]
-	return ok
 }
 
 // syncResources registers the session's bridged servers' resources (and the

@@ -363,7 +363,7 @@ func TestNewRound(t *testing.T) {
 	qin, _ := json.Marshal(map[string]any{"server": "q", "user": "alice", "mode": "form", "message": "Name?", "calls": []string{"c1"}})
 	qp := bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: qin}
 	qn, _ := questionOf(qp, "mcp__q__ask", "c1", "alice")
-	state, r, res := c.newRound(t.Context(), base, ask{question: &asked{p: qp, replyID: "r2", q: qn}})
+	state, r, res := c.newRound(t.Context(), base, ask{Park: qp, ReplyID: "r2", Question: &qn})
 	if !idPattern.MatchString(state) || r.Kind != kindQuestion || r.AskReplyID != "r2" || r.Park.ID != "p1" || r.ReplyID != "r1" ||
 		!r.Expires.Equal(base.Deadline.Add(resultKept)) || res.RequestState != state || res.ResultType != mcp.ResultTypeInputRequired {
 		t.Fatalf("question round: %s %+v %+v", state, r, res)
@@ -373,7 +373,7 @@ func TestNewRound(t *testing.T) {
 	}
 	cp := bus.Parked{ID: "p2", Name: "deploy", Kind: bus.KindConfirm, Input: json.RawMessage(`{}`)}
 	dl := start.Add(30 * time.Second)
-	state2, r, res := c.newRound(t.Context(), base, ask{confirm: &confirmPark{p: cp, replyID: "r1", callID: "c1", deadline: dl}})
+	state2, r, res := c.newRound(t.Context(), base, ask{Park: cp, ReplyID: "r1", deadline: dl})
 	if state2 == state || r.Kind != "" || r.Park.ID != "p2" || !r.Deadline.Equal(dl) || res.InputRequests[inputConfirm].Method != mcp.MethodElicitationCreate {
 		t.Fatalf("confirm round: %+v %+v", r, res)
 	}
@@ -383,18 +383,18 @@ func TestNewRound(t *testing.T) {
 // until the call's context ends; a closed question stream is no end.
 func TestForwardAsks(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
-	confirm := make(chan confirmPark, 1)
-	questions := make(chan asked, 1)
+	confirm := make(chan ask, 1)
+	questions := make(chan ask, 1)
 	asks := make(chan ask)
 	done := make(chan struct{})
 	go func() { defer close(done); forwardAsks(ctx, confirm, questions, asks) }()
-	questions <- asked{replyID: "q1"}
-	if a := <-asks; a.question == nil || a.question.replyID != "q1" {
+	questions <- ask{ReplyID: "q1", Question: &bus.Question{}}
+	if a := <-asks; a.Question == nil || a.ReplyID != "q1" {
 		t.Fatalf("first round: %+v", a)
 	}
 	close(questions)
-	confirm <- confirmPark{replyID: "c1"}
-	if a := <-asks; a.confirm == nil || a.confirm.replyID != "c1" {
+	confirm <- ask{ReplyID: "c1"}
+	if a := <-asks; a.Question != nil || a.ReplyID != "c1" {
 		t.Fatalf("second round: %+v", a)
 	}
 	cancel()
@@ -424,7 +424,7 @@ func TestWaitRound(t *testing.T) {
 	}
 
 	p, asks, cancelled := newPending()
-	asks <- ask{question: &asked{q: bus.Question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}}} // this host has no URL elicitation
+	asks <- ask{Question: &bus.Question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}} // this host has no URL elicitation
 	fire := make(chan time.Time, 1)
 	fire <- time.Now()
 	if res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, fire, late); err != nil || asked || textOf(res) != "late" {

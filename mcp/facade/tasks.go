@@ -27,21 +27,29 @@ import (
 // (tasks_store.go), answered by any facade process; the one that created it
 // runs the call, others learn its end from the bus.
 
-// rpcMessage is one JSON-RPC request as the facade reads it.
+// rpcMessage is one JSON-RPC message as the facade reads it: a request, a
+// notification or a response.
 type rpcMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Method  string          `json:"method"`
 	Params  json.RawMessage `json:"params"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   json.RawMessage `json:"error,omitempty"`
 }
 
-// parseRequest returns body as one JSON-RPC request (with an id).
-func parseRequest(body []byte) (*rpcMessage, bool) {
-	var m rpcMessage
-	if json.Unmarshal(body, &m) != nil || m.JSONRPC != mcp.JSONRPC_VERSION || len(m.ID) == 0 || string(m.ID) == "null" {
-		return nil, false
+// parseMessage decodes b as one JSON-RPC message; nil when it is not one.
+func parseMessage(b []byte) *rpcMessage {
+	var m *rpcMessage
+	if json.Unmarshal(b, &m) != nil {
+		return nil
 	}
-	return &m, true
+	return m
+}
+
+// request reports whether m is a JSON-RPC request (with an id).
+func (m *rpcMessage) request() bool {
+	return m != nil && m.JSONRPC == mcp.JSONRPC_VERSION && len(m.ID) > 0 && string(m.ID) != "null"
 }
 
 // isTaskMessage reports whether m is a request the facade answers itself:
@@ -316,7 +324,8 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	spawn(t, t.local, r.ID, func() {
 		onPark := func(p bus.Parked, until time.Time) {
 			if p.Kind == "confirm" && h.confirms.policy == ConfirmHostUser {
-				t.awaitInput(ctx, r, confirmInput(p, r.ReplyID, confirmParams(p, h.confirms.remember)))
+				t.awaitInput(ctx, r, ask{Park: p, ReplyID: r.ReplyID}, confirmParams(p, h.confirms.remember),
+					fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject))
 				return
 			}
 			_, _ = t.update(ctx, r, func(r *taskRecord) {
@@ -373,18 +382,13 @@ func (t *taskRunners) showQuestions(ctx context.Context, r *taskRecord, question
 			case <-ctx.Done():
 				return
 			case a := <-qs:
-				t.awaitInput(ctx, r, questionInput(a))
+				params, _ := questionParams(*a.Question, true)
+				t.awaitInput(ctx, r, a, params, fmt.Sprintf("input required: waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
+					questionText(*a.Question), a.Park.ID, a.Park.Name, a.Park.Subject))
 			}
 		}
 	}()
 	return func() { cancel(); <-done }
-}
-
-// questionStatus is a task's status message while its bridged server's
-// question a waits on the bus.
-func questionStatus(a asked) string {
-	return fmt.Sprintf("waiting for an answer: %s (parked call %s of %s: answer it with toolbus answer, or on %s)",
-		questionText(a.q), a.p.ID, a.p.Name, a.p.Subject)
 }
 
 // follow learns the end of a task this process does not run from the
@@ -484,7 +488,7 @@ func (f *Facade) awaitResult(ctx context.Context, session, replyID, callID strin
 // interceptStdio answers in front of mcp-go's stdio server the lines take
 // takes, each in its own goroutine, passing the others on; both write
 // through one lock.
-func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func([]byte) (*rpcMessage, func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
+func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(*rpcMessage) (func(context.Context) []byte, bool)) (io.Reader, io.Writer) {
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	ctx = context.WithValue(ctx, notifySessionKey{}, "stdio") // mcp-go's stdio session
@@ -494,7 +498,7 @@ func interceptStdio(ctx context.Context, in io.Reader, out io.Writer, take func(
 		for {
 			line, err := br.ReadBytes('\n')
 			if len(bytes.TrimSpace(line)) > 0 {
-				if _, answer, ok := take(line); ok {
+				if answer, ok := take(parseMessage(line)); ok {
 					go func() { _, _ = lw.Write(append(answer(ctx), '\n')) }()
 				} else if _, werr := pw.Write(line); werr != nil {
 					return
@@ -529,35 +533,22 @@ const methodTasksUpdate = "tasks/update"
 
 // taskInput is one request a task waits for its host to answer.
 type taskInput struct {
-	Kind     string          `json:"kind"` // inputConfirm or inputQuestion
-	Park     bus.Parked      `json:"park"`
-	ReplyID  string          `json:"reply_id"`
-	Request  json.RawMessage `json:"request"`            // {"method": "elicitation/create", "params": ...}
-	Question *bus.Question   `json:"question,omitempty"` // Kind inputQuestion
+	ask
+	Kind    string          `json:"kind"`    // ask.key, for the record's reader
+	Request json.RawMessage `json:"request"` // {"method": "elicitation/create", "params": ...}
 }
 
-// elicitRequest is an inputRequests entry for params.
-func elicitRequest(params mcp.ElicitationParams) json.RawMessage {
-	raw, _ := json.Marshal(map[string]any{"method": mcp.MethodElicitationCreate, "params": params})
-	return raw
-}
-
-// pendingInput is an input a task starts waiting for, with its key (a park
-// id, never reused) and the task's status message meanwhile.
-type pendingInput struct {
-	key     string
-	in      taskInput
-	message string
-}
-
-// awaitInput records in the task that it waits for p: input_required.
-func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, p pendingInput) {
+// awaitInput records in the task that it waits for a (params: what its host
+// is shown) under <kind>-<park id>, a key never reused: input_required with
+// message.
+func (t *taskRunners) awaitInput(ctx context.Context, r *taskRecord, a ask, params mcp.ElicitationParams, message string) {
+	req, _ := json.Marshal(map[string]any{"method": mcp.MethodElicitationCreate, "params": params})
 	_, _ = t.update(ctx, r, func(r *taskRecord) {
 		if r.Inputs == nil {
 			r.Inputs = map[string]taskInput{}
 		}
-		r.Inputs[p.key] = p.in
-		r.Status, r.Message = mcp.TaskStatusInputRequired, p.message
+		r.Inputs[a.key()+"-"+a.Park.ID] = taskInput{ask: a, Kind: a.key(), Request: req}
+		r.Status, r.Message = mcp.TaskStatusInputRequired, message
 	})
 }
 
@@ -612,21 +603,11 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 	var answered []string
 	for key, raw := range p.InputResponses {
 		in, ok := r.Inputs[key]
-		if !ok || r.Status != mcp.TaskStatusInputRequired {
-			continue
-		}
 		var res mcp.ElicitationResult
-		if json.Unmarshal(raw, &res) != nil || res.Action == "" {
+		if !ok || r.Status != mcp.TaskStatusInputRequired || json.Unmarshal(raw, &res) != nil || res.Action == "" {
 			continue
 		}
-		switch {
-		case in.Kind == inputConfirm:
-			s.confirms.decide(ctx, in.Park, in.ReplyID, &res)
-		case in.Kind == inputQuestion && in.Question != nil:
-			s.questions.answerQuestion(ctx, asked{p: in.Park, replyID: in.ReplyID, q: *in.Question}, &res)
-		default:
-			continue
-		}
+		s.confirms.reply(ctx, in.ask, &res)
 		answered = append(answered, key)
 	}
 	if len(answered) > 0 {
@@ -643,22 +624,6 @@ func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *r
 		}
 	}
 	return &mcp.EmptyResult{}, nil
-}
-
-// confirmInput is the input a task waits for when its call parks for a
-// confirmation its host's user may give (params: confirmParams).
-func confirmInput(p bus.Parked, replyID string, params mcp.ElicitationParams) pendingInput {
-	in := taskInput{Kind: inputConfirm, Park: p, ReplyID: replyID, Request: elicitRequest(params)}
-	return pendingInput{inputConfirm + "-" + p.ID, in, fmt.Sprintf("input required: confirm the call of %s (or answer it on %s)", p.Name, p.Subject)}
-}
-
-// questionInput is the input a task waits for when its bridged server
-// asks a.
-func questionInput(a asked) pendingInput {
-	params, _ := questionParams(a.q, true)
-	q := a.q
-	in := taskInput{Kind: inputQuestion, Park: a.p, ReplyID: a.replyID, Request: elicitRequest(params), Question: &q}
-	return pendingInput{inputQuestion + "-" + a.p.ID, in, "input required: " + questionStatus(a)}
 }
 
 // notifySessionKey carries, in a task message's context, the MCP
@@ -847,8 +812,8 @@ func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 }
 
 // readOutput reads the last maxStatusOutput bytes of the text of r's bus
-// task's output so far; "" when there is none, the bus task is not r's
-// call or the verb fails.
+// task's output so far, marked with "…" when cut; "" when there is none,
+// the bus task is not r's call or the verb fails.
 func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -856,15 +821,11 @@ func (t *taskRunners) readOutput(ctx context.Context, r *taskRecord) string {
 	if err != nil || tk.ReplyID != r.ReplyID || tk.CallID != r.CallID {
 		return ""
 	}
-	return tail(blocksText(out), maxStatusOutput)
-}
-
-// tail is the last at most n bytes of s, marked with "…" when cut.
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
+	text := blocksText(out)
+	if len(text) > maxStatusOutput {
+		return "…" + offload.Suffix(text, maxStatusOutput)
 	}
-	return "…" + offload.Suffix(s, n)
+	return text
 }
 
 func backgrounded(r *bus.Result) (bus.TaskHandle, bool) {
@@ -890,7 +851,12 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 			r.Message = fmt.Sprintf("running in the background as bus task %s (past the tool's timeout)", id)
 		})
 		if uerr == nil && rec.Status.IsTerminal() {
-			t.cancelBus(ctx, r.Session, id)
+			// Cancelled meanwhile: so is the bus task (or it ends at its deadline).
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if _, err := t.tasks.Cancel(cctx, r.Session, id); err != nil {
+				t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
+			}
 			return nil, false, nil
 		}
 		if uerr == nil {
@@ -904,14 +870,4 @@ func (t *taskRunners) followBus(ctx context.Context, r *taskRecord, id string) (
 		return nil, true, err
 	}
 	return toMCP(*out), true, nil
-}
-
-// cancelBus cancels session's bus task id (a failure is logged: it then
-// ends at its own deadline).
-func (t *taskRunners) cancelBus(ctx context.Context, session, id string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if _, err := t.tasks.Cancel(ctx, session, id); err != nil {
-		t.log.Warn("facade: bus task not cancelled", "task", id, "err", err)
-	}
 }

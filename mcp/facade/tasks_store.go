@@ -83,9 +83,9 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// userDigest names a user in a key (users are free text).
-func userDigest(user string) string {
-	d := sha256.Sum256([]byte(user))
+// digest names free text in a key (a user, an MCP session id).
+func digest(s string) string {
+	d := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(d[:16])
 }
 
@@ -94,7 +94,7 @@ func userDigest(user string) string {
 // r a request state (elicit.go), m an MCP session's client and x its
 // carried messages (crossing.go). An id "" makes the prefix of them all.
 func userKey(kind, session, user string, id ...string) string {
-	return strings.Join(append([]string{kind, session, userDigest(user)}, id...), ".")
+	return strings.Join(append([]string{kind, session, digest(user)}, id...), ".")
 }
 
 // errNoStore: the bucket cannot be reached; nothing was published.
@@ -518,11 +518,6 @@ func withStream(ctx context.Context, send func([]byte) error) context.Context {
 	return context.WithValue(ctx, streamKey{}, send)
 }
 
-func streamOf(ctx context.Context) func([]byte) error {
-	send, _ := ctx.Value(streamKey{}).(func([]byte) error)
-	return send
-}
-
 // serveStream answers m over HTTP as a stream of server-sent events: the
 // messages answer sends on the stream, then its response.
 func serveStream(ctx context.Context, w http.ResponseWriter, m *rpcMessage, answer func(context.Context, *rpcMessage) []byte) {
@@ -557,7 +552,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 		return nil, &rpcError{Code: codeMissingCapability, Message: "Missing required client capability: task notifications need the " + tasksExtension + " extension",
 			Data: missingTasksCapability}
 	}
-	send := streamOf(ctx)
+	send, _ := ctx.Value(streamKey{}).(func([]byte) error)
 	if send == nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: no stream to send on"}
 	}

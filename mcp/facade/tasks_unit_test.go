@@ -78,8 +78,8 @@ func FuzzTaskMessage(f *testing.F) {
 // taskMessage returns body as a request the facade answers itself
 // (session.take's test of a task message).
 func taskMessage(body []byte) (*rpcMessage, bool) {
-	m, ok := parseRequest(body)
-	if !ok || !isTaskMessage(m) {
+	m := parseMessage(body)
+	if !m.request() || !isTaskMessage(m) {
 		return nil, false
 	}
 	return m, true
