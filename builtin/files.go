@@ -565,10 +565,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	if fi, err := f.stat(root); err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("list_files refused: %s is not a directory", in.Path)
 	}
-	pattern := in.Pattern
-	if pattern == "" {
-		pattern = "**"
-	}
+	pattern := cmp.Or(in.Pattern, "**")
 	g, err := compileGlob(pattern)
 	if err != nil {
 		return "", fmt.Errorf("list_files refused: the pattern %q is not a valid glob: %v", pattern, err)
