@@ -269,8 +269,8 @@ func (c *canonicaliser) str() bool {
 		}
 		e := c.src[c.i+1]
 		c.i += 2
-		if k := strings.IndexByte(escapes, e); k >= 0 {
-			c.char(rune(escaped[k]))
+		if u := unescape(e); u != 0 {
+			c.char(rune(u))
 			continue
 		}
 		switch e {
