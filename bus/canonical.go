@@ -349,8 +349,7 @@ func (c *canonicaliser) hex4() (rune, bool) {
 
 // appendU appends r (below 0x10000) as a \u escape, lowercase.
 func appendU(b []byte, r rune) []byte {
-	const hex = "0123456789abcdef"
-	return append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+	return append(b, '\\', 'u', hexDigits[r>>12&15], hexDigits[r>>8&15], hexDigits[r>>4&15], hexDigits[r&15])
 }
 
 // skipDigits moves past the decimal digits at src[i].

@@ -224,7 +224,7 @@ func appendString(b []byte, s string) []byte {
 			case '\t':
 				b = append(b, '\\', 't')
 			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				b = appendU(b, rune(c))
 			}
 			i++
 			start = i
