@@ -465,9 +465,7 @@ func (d *ToolDef) Defaults() {
 	if d.TimeoutMS <= 0 {
 		d.TimeoutMS = DefaultTimeoutMS
 	}
-	if d.MaxAttempts <= 0 {
-		d.MaxAttempts = 1
-	}
+	d.MaxAttempts = max(d.MaxAttempts, 1)
 	d.Permission = cmp.Or(d.Permission, PermissionPassthrough)
 	d.RuleMatcher = cmp.Or(d.RuleMatcher, MatcherNone)
 }
