@@ -144,14 +144,10 @@ func write(dir string, s *Skill) (err error) {
 	}()
 	for p, b := range s.files {
 		full := filepath.Join(tmp, filepath.FromSlash(p))
-		mode := os.FileMode(0o644)
-		if isScript(p) {
-			mode = 0o755
-		}
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(full, b, mode); err != nil {
+		if err := os.WriteFile(full, b, fileMode(p)); err != nil {
 			return err
 		}
 	}
