@@ -475,26 +475,15 @@ type ListIn struct {
 	Path    string `json:"path,omitempty"`
 }
 
-// errDeadline is a walk's answer when the call's context ended.
-var errDeadline = errors.New("deadline")
+// A walk's answers when the call's context ended, and when fn ended it.
+var errDeadline, errStop = errors.New("deadline"), errors.New("stop")
 
-// walk calls fn for every regular file under dir, with its path relative to
-// the base, depth first in name order, opening each directory without
-// following links (a swapped or symlinked directory is not entered; a
-// symlink to a regular file inside dir counts). It stops when fn returns
-// false, and returns errDeadline once ctx is done.
-func (f *Files) walk(ctx context.Context, dir string, fn func(p string, fi fs.FileInfo) bool) error {
-	if err := f.walkIn(ctx, dir, dir, fn); errors.Is(err, errDeadline) {
-		return errDeadline
-	}
-	return nil
-}
-
-// errStop ends a walk that fn ended.
-var errStop = errors.New("stop")
-
-// walkIn walks dir, under the walk's root.
-func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, fi fs.FileInfo) bool) error {
+// walk calls fn for every regular file under dir (relative to the base;
+// root is the directory the walk started from), depth first in name order,
+// opening each directory without following links (a swapped or symlinked
+// directory is not entered; a symlink to a regular file inside root counts).
+// It returns errStop when fn returned false, and errDeadline once ctx is done.
+func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi fs.FileInfo) bool) error {
 	if ctx.Err() != nil {
 		return errDeadline
 	}
@@ -509,7 +498,7 @@ func (f *Files) walkIn(ctx context.Context, root, dir string, fn func(p string, 
 		}
 		p := filepath.Join(dir, e.Name())
 		if e.IsDir() {
-			if err := f.walkIn(ctx, root, p, fn); err != nil {
+			if err := f.walk(ctx, root, p, fn); err != nil {
 				return err
 			}
 			continue
@@ -565,17 +554,14 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	if fi, err := f.stat(root); err != nil || !fi.IsDir() {
 		return "", fmt.Errorf("list_files refused: %s is not a directory", in.Path)
 	}
-	pattern := in.Pattern
-	if pattern == "" {
-		pattern = "**"
-	}
+	pattern := cmp.Or(in.Pattern, "**")
 	g, err := compileGlob(pattern)
 	if err != nil {
 		return "", fmt.Errorf("list_files refused: the pattern %q is not a valid glob: %v", pattern, err)
 	}
 	var out []string
 	more := false
-	err = f.walk(ctx, root, func(p string, _ fs.FileInfo) bool {
+	err = f.walk(ctx, root, root, func(p string, _ fs.FileInfo) bool {
 		if g.match(relTo(root, p)) {
 			if len(out) == maxListEntries {
 				more = true
@@ -585,7 +571,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 		}
 		return true
 	})
-	if err != nil {
+	if errors.Is(err, errDeadline) {
 		return "", stopped("list_files")
 	}
 	if len(out) == 0 {
@@ -654,7 +640,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 	}
 	var files []string
 	if fi.IsDir() {
-		err := f.walk(ctx, root, func(p string, fi fs.FileInfo) bool {
+		err := f.walk(ctx, root, root, func(p string, fi fs.FileInfo) bool {
 			target := relTo(root, p)
 			if !strings.Contains(in.Glob, "/") {
 				target = path.Base(target)
@@ -664,7 +650,7 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			}
 			return true
 		})
-		if err != nil {
+		if errors.Is(err, errDeadline) {
 			return "", stopped("search_files")
 		}
 	} else {

@@ -114,14 +114,11 @@ func waitTasks(ctx context.Context, c *client.Client, session string, in WaitTas
 	if err != nil {
 		return "", taskErr(err)
 	}
-	var sb strings.Builder
+	texts := make([]string, len(r.Tasks))
 	for i, t := range r.Tasks {
-		if i > 0 {
-			sb.WriteString("\n\n")
-		}
-		sb.WriteString(taskText(t, nil))
+		texts[i] = taskText(t, nil)
 	}
-	return sb.String(), nil
+	return strings.Join(texts, "\n\n"), nil
 }
 
 // taskText shows a task to the model.

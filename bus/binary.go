@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"net/url"
 	"sync"
 
@@ -38,12 +39,8 @@ var binaryKeys = [...]string{"ce-specversion", "ce-id", "ce-source", "ce-type", 
 // binaryAttrs returns the value of each of binaryKeys for e, as a header
 // value (headerValue), "" for a header it does not get.
 func binaryAttrs(e *Event) (vals [len(binaryKeys)]string) {
-	ct := e.DataContentType
-	if ct == "" {
-		ct = ContentTypeJSON
-	}
 	vals = [...]string{e.SpecVersion, e.ID, e.Source, e.Type, e.Subject, e.Time, e.SessionID, e.ReplyID,
-		e.ToolCallID, e.TraceParent, e.TraceState, e.ExpiryTime, ct, "", ""}
+		e.ToolCallID, e.TraceParent, e.TraceState, e.ExpiryTime, cmp.Or(e.DataContentType, ContentTypeJSON), "", ""}
 	if e.TraceParent != "" {
 		vals[13], vals[14] = e.TraceParent, e.TraceState
 	}

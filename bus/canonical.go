@@ -3,6 +3,8 @@ package bus
 import (
 	"bytes"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -267,19 +269,11 @@ func (c *canonicaliser) str() bool {
 		}
 		e := c.src[c.i+1]
 		c.i += 2
+		if u := unescape(e); u != 0 {
+			c.char(rune(u))
+			continue
+		}
 		switch e {
-		case '"', '\\', '/':
-			c.char(rune(e))
-		case 'b':
-			c.char('\b')
-		case 'f':
-			c.char('\f')
-		case 'n':
-			c.char('\n')
-		case 'r':
-			c.char('\r')
-		case 't':
-			c.char('\t')
 		case 'u':
 			r, ok := c.hex4()
 			if !ok {
@@ -310,28 +304,22 @@ func (c *canonicaliser) str() bool {
 	return false
 }
 
+// The single-character escapes of JSON strings (escapes) and the
+// characters they stand for (escaped), in the same order: all but '/' are
+// how a canonical text writes those characters.
+const (
+	escapes = `"\/bfnrt`
+	escaped = "\"\\/\b\f\n\r\t"
+)
+
 // char writes r, read from an escape, canonically.
 func (c *canonicaliser) char(r rune) {
-	switch r {
-	case '"':
-		c.out = append(c.out, `\"`...)
-	case '\\':
-		c.out = append(c.out, `\\`...)
-	case '\b':
-		c.out = append(c.out, `\b`...)
-	case '\f':
-		c.out = append(c.out, `\f`...)
-	case '\n':
-		c.out = append(c.out, `\n`...)
-	case '\r':
-		c.out = append(c.out, `\r`...)
-	case '\t':
-		c.out = append(c.out, `\t`...)
+	switch k := strings.IndexRune(escaped, r); {
+	case k >= 0 && r != '/':
+		c.out = append(c.out, '\\', escapes[k])
+	case r < 0x20:
+		c.out = appendU(c.out, r)
 	default:
-		if r < 0x20 {
-			c.out = appendU(c.out, r)
-			return
-		}
 		c.out = utf8.AppendRune(c.out, r)
 	}
 }
@@ -361,8 +349,7 @@ func (c *canonicaliser) hex4() (rune, bool) {
 
 // appendU appends r (below 0x10000) as a \u escape, lowercase.
 func appendU(b []byte, r rune) []byte {
-	const hex = "0123456789abcdef"
-	return append(b, '\\', 'u', hex[r>>12&15], hex[r>>8&15], hex[r>>4&15], hex[r&15])
+	return append(b, '\\', 'u', hexDigits[r>>12&15], hexDigits[r>>8&15], hexDigits[r>>4&15], hexDigits[r&15])
 }
 
 // skipDigits moves past the decimal digits at src[i].
@@ -431,21 +418,14 @@ func (c *canonicaliser) number() bool {
 		c.out = append(c.out, c.src[start:c.i]...)
 		return true
 	}
-	lead := 0
-	for lead < len(d) && d[lead] == '0' {
-		lead++
-	}
-	d = d[lead:]
+	d = bytes.TrimLeft(d, "0")
 	if len(d) == 0 {
 		c.out = append(c.out, '0') // -0 too
 		return true
 	}
-	trail := len(d)
-	for d[trail-1] == '0' {
-		trail--
-	}
-	exp += len(d) - trail
-	d = d[:trail]
+	trimmed := bytes.TrimRight(d, "0")
+	exp += len(d) - len(trimmed)
+	d = trimmed
 	if neg {
 		c.out = append(c.out, '-')
 	}
@@ -486,20 +466,7 @@ func appendDecimal(b, d []byte, exp int) []byte {
 			b = append(b, '-')
 			e = -e
 		}
-		b = appendInt(b, e)
+		b = strconv.AppendInt(b, int64(e), 10)
 	}
 	return b
-}
-
-func appendInt(b []byte, v int) []byte {
-	var buf [20]byte
-	i := len(buf)
-	for {
-		i--
-		buf[i] = byte('0' + v%10)
-		if v /= 10; v == 0 {
-			break
-		}
-	}
-	return append(b, buf[i:]...)
 }

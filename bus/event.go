@@ -224,7 +224,7 @@ func appendString(b []byte, s string) []byte {
 			case '\t':
 				b = append(b, '\\', 't')
 			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+				b = appendU(b, rune(c))
 			}
 			i++
 			start = i
@@ -438,30 +438,22 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 // event's data next with a checking decoder (DataAs, FromEvent): the data is
 // not checked to be JSON here, and may be a slice of m.Data, sparing one
 // pass.
-func DecodeHead(m *nats.Msg, e *Event) error {
-	*e = Event{}
-	if IsBinary(m.Header) {
-		return decodeBinary(m.Header, m.Data, e, false)
-	}
-	b := bytes.TrimSpace(m.Data)
-	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, false) {
-		return e.Validate()
-	}
-	return DecodeTo(m, e)
-}
+func DecodeHead(m *nats.Msg, e *Event) error { return decodeHead(m, e, false) }
 
 // DecodeHeadView is DecodeHead whose attributes, when the plain form is
 // read, are views of m's data rather than a copy of theirs (no
 // allocation): for a caller that lets the event go once it has read what
 // it keeps (the client's reply, whose results Reply.FromEvent copies),
 // and never changes m.Data. The attributes keep m.Data alive.
-func DecodeHeadView(m *nats.Msg, e *Event) error {
+func DecodeHeadView(m *nats.Msg, e *Event) error { return decodeHead(m, e, true) }
+
+func decodeHead(m *nats.Msg, e *Event, view bool) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
 		return decodeBinary(m.Header, m.Data, e, false)
 	}
 	b := bytes.TrimSpace(m.Data)
-	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, true) {
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view) {
 		return e.Validate()
 	}
 	return DecodeTo(m, e)
@@ -725,39 +717,18 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	return e.Validate()
 }
 
-// exactHeader is the attribute slot of header k when k is one of
-// binaryKeys' ce- headers or content-type, named as they spell it (plain
+// exactHeader is the attribute slot of header k when k is a ce- header of
+// an attribute or content-type, named as binaryKeys spell them (plain
 // true); anything else goes through decodeBinary's general path.
 func exactHeader(k string) (slot int, plain bool) {
-	switch k {
-	case "ce-specversion":
-		return slotSpec, true
-	case "ce-id":
-		return slotID, true
-	case "ce-source":
-		return slotSource, true
-	case "ce-type":
-		return slotType, true
-	case "ce-subject":
-		return slotSubject, true
-	case "ce-time":
-		return slotTime, true
-	case "ce-sessionid":
-		return slotSession, true
-	case "ce-replyid":
-		return slotReply, true
-	case "ce-toolcallid":
-		return slotToolCall, true
-	case "ce-traceparent":
-		return slotTraceParent, true
-	case "ce-tracestate":
-		return slotTraceState, true
-	case "ce-expirytime":
-		return slotExpiry, true
-	case HeaderContentType:
+	if k == HeaderContentType {
 		return slotContentType, true
 	}
-	return -1, false
+	name, ok := strings.CutPrefix(k, "ce-")
+	if slot = attrSlot(name); !ok || slot < 0 || slot == slotData {
+		return -1, false
+	}
+	return slot, true
 }
 
 // attrNames are the attributes' names by slot, as decodeBinary's errors

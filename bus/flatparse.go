@@ -153,19 +153,8 @@ func (p *flatParser) uint(max int) (uint64, bool) {
 
 // unescape is the byte a one-character escape \c stands for; 0 for none.
 func unescape(c byte) byte {
-	switch c {
-	case '"', '\\', '/':
-		return c
-	case 'b':
-		return '\b'
-	case 'f':
-		return '\f'
-	case 'n':
-		return '\n'
-	case 'r':
-		return '\r'
-	case 't':
-		return '\t'
+	if k := strings.IndexByte(escapes, c); k >= 0 {
+		return escaped[k]
 	}
 	return 0
 }

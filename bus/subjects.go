@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"strings"
 	"time"
 )
@@ -32,9 +33,7 @@ type HandoffSubjects struct{ p string }
 
 // NewSubjects returns the names for prefix ("" means DefaultPrefix).
 func NewSubjects(prefix string) Subjects {
-	if prefix == "" {
-		prefix = DefaultPrefix
-	}
+	prefix = cmp.Or(prefix, DefaultPrefix)
 	return Subjects{Prefix: prefix, p: prefix + ".", Workers: WorkerSubjects{prefix}, Handoffs: HandoffSubjects{prefix + "."}}
 }
 

@@ -12,6 +12,7 @@
 package bus
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
@@ -464,15 +465,9 @@ func (d *ToolDef) Defaults() {
 	if d.TimeoutMS <= 0 {
 		d.TimeoutMS = DefaultTimeoutMS
 	}
-	if d.MaxAttempts <= 0 {
-		d.MaxAttempts = 1
-	}
-	if d.Permission == "" {
-		d.Permission = PermissionPassthrough
-	}
-	if d.RuleMatcher == "" {
-		d.RuleMatcher = MatcherNone
-	}
+	d.MaxAttempts = max(d.MaxAttempts, 1)
+	d.Permission = cmp.Or(d.Permission, PermissionPassthrough)
+	d.RuleMatcher = cmp.Or(d.RuleMatcher, MatcherNone)
 }
 
 // UnmarshalJSON decodes a definition, with concurrency_safe true when absent.

@@ -62,21 +62,12 @@ func ParseModelTurn(format string, message []byte) (*ModelTurn, error) {
 // parseTurn is ParseModelTurn without ErrNoToolCalls: a turn may load
 // deferred tools and call none.
 func parseTurn(format string, message []byte) (*ModelTurn, error) {
-	t := &ModelTurn{Format: format}
-	var err error
-	switch format {
-	case bus.FormatOpenAI:
-		err = t.parseOpenAI(message)
-	case bus.FormatOpenAIResponses:
-		err = t.parseResponses(message)
-	case bus.FormatAnthropic:
-		err = t.parseAnthropic(message)
-	case bus.FormatGemini:
-		err = t.parseGemini(message)
-	default:
+	parse, ok := turnParsers[format]
+	if !ok {
 		return nil, fmt.Errorf("client: unknown model format %q (want openai, openai-responses, anthropic or gemini)", format)
 	}
-	if err != nil {
+	t := &ModelTurn{Format: format}
+	if err := parse(t, message); err != nil {
 		return nil, fmt.Errorf("client: %s message: %w", format, err)
 	}
 	seen := make(map[string]bool, len(t.Calls))
@@ -90,6 +81,12 @@ func parseTurn(format string, message []byte) (*ModelTurn, error) {
 		seen[c.ID] = true
 	}
 	return t, nil
+}
+
+// turnParsers read an assistant message of each format into a turn.
+var turnParsers = map[string]func(*ModelTurn, []byte) error{
+	bus.FormatOpenAI: (*ModelTurn).parseOpenAI, bus.FormatOpenAIResponses: (*ModelTurn).parseResponses,
+	bus.FormatAnthropic: (*ModelTurn).parseAnthropic, bus.FormatGemini: (*ModelTurn).parseGemini,
 }
 
 // listOf decodes raw, a JSON array of T or an object W (a message or a
@@ -635,18 +632,12 @@ func loadGroups(list *bus.ToolsList, loads []load) (final, added []string) {
 // ResetInput is the reset_tools input that activates exactly groups, in
 // order: {"g1": true, ...}, or {} for none (docs/protocol.md 4.2).
 func ResetInput(groups []string) json.RawMessage {
-	var b bytes.Buffer
-	b.WriteByte('{')
+	members := make([]string, len(groups))
 	for i, g := range groups {
-		if i > 0 {
-			b.WriteByte(',')
-		}
 		name, _ := json.Marshal(g) // a string always marshals
-		b.Write(name)
-		b.WriteString(":true")
+		members[i] = string(name) + ":true"
 	}
-	b.WriteByte('}')
-	return b.Bytes()
+	return json.RawMessage("{" + strings.Join(members, ",") + "}")
 }
 
 // loadCall returns the reset_tools call that activates the groups of t's

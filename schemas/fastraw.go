@@ -2,6 +2,7 @@ package schemas
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"unsafe"
 
@@ -130,9 +131,7 @@ func (n *fastNode) okObject(b []byte, i int) (int, bool) {
 		if !allowed {
 			return i, false
 		}
-		if sub == nil {
-			sub = anyNode
-		}
+		sub = cmp.Or(sub, anyNode)
 		var good bool
 		if i, good = sub.okJSON(b, skipWS(b, i+1)); !good {
 			return i, false
@@ -154,10 +153,7 @@ func (n *fastNode) okArray(b []byte, i int) (int, bool) {
 	if !n.okContainer(fastArray) {
 		return i, false
 	}
-	item := n.items
-	if item == nil {
-		item = anyNode
-	}
+	item := cmp.Or(n.items, anyNode)
 	count := 0
 	i, more, ok := openSeq(b, i, ']')
 	for more {

@@ -49,9 +49,7 @@ type objectSkill struct {
 
 // NewCatalogue returns a Catalogue; call Start before use.
 func NewCatalogue(cfg Config) *Catalogue {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	return &Catalogue{cfg: cfg, log: cfg.Logger, local: map[string]*Skill{}, objects: map[string]objectSkill{},
 		errs: map[string]error{}, ready: make(chan struct{}), life: life.New(life.Config{Logger: cfg.Logger})}
 }

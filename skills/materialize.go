@@ -144,14 +144,10 @@ func write(dir string, s *Skill) (err error) {
 	}()
 	for p, b := range s.files {
 		full := filepath.Join(tmp, filepath.FromSlash(p))
-		mode := os.FileMode(0o644)
-		if isScript(p) {
-			mode = 0o755
-		}
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(full, b, mode); err != nil {
+		if err := os.WriteFile(full, b, fileMode(p)); err != nil {
 			return err
 		}
 	}
@@ -205,27 +201,17 @@ func ReadFolder(dir string) (files map[string][]byte, refused []string, err erro
 		if d.IsDir() {
 			return nil
 		}
-		real := p
+		real := p // a symlink counts when it leads to a regular file inside root
 		if d.Type()&fs.ModeSymlink != 0 {
 			real, err = filepath.EvalSymlinks(p)
-			if err != nil || !within(root, real) {
-				refused = append(refused, rel)
-				return nil
-			}
-			if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() {
-				refused = append(refused, rel)
-				return nil
-			}
-		} else if !d.Type().IsRegular() {
+		}
+		fi, serr := os.Stat(real)
+		if err != nil || serr != nil || !within(root, real) || !fi.Mode().IsRegular() {
 			refused = append(refused, rel)
 			return nil
 		}
 		if len(files) >= MaxFiles {
 			return &Error{File: dir, Rule: fmt.Sprintf("has more than %d files", MaxFiles)}
-		}
-		fi, err := os.Stat(real)
-		if err != nil {
-			return err
 		}
 		if fi.Size() > MaxFile {
 			return &Error{File: filepath.Join(dir, rel), Rule: fmt.Sprintf("is %d bytes, larger than %d", fi.Size(), MaxFile)}

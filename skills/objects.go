@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"slices"
 	"strings"
@@ -128,11 +129,7 @@ func Pack(files map[string][]byte) ([]byte, error) {
 		if err := checkPath(p); err != nil {
 			return nil, fmt.Errorf("skills: pack: %w", err)
 		}
-		mode := int64(0o644)
-		if isScript(p) {
-			mode = 0o755
-		}
-		hdr := &tar.Header{Name: p, Mode: mode, Size: int64(len(files[p])), Typeflag: tar.TypeReg,
+		hdr := &tar.Header{Name: p, Mode: int64(fileMode(p)), Size: int64(len(files[p])), Typeflag: tar.TypeReg,
 			ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, fmt.Errorf("skills: pack %s: %w", p, err)
@@ -141,16 +138,20 @@ func Pack(files map[string][]byte) ([]byte, error) {
 			return nil, fmt.Errorf("skills: pack %s: %w", p, err)
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
+	if err := errors.Join(tw.Close(), zw.Close()); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil
 }
 
-func isScript(p string) bool { return len(p) > len("scripts/") && p[:len("scripts/")] == "scripts/" }
+// fileMode is the permissions of a skill's file p: the files under
+// scripts/ are executable.
+func fileMode(p string) fs.FileMode {
+	if len(p) > len("scripts/") && strings.HasPrefix(p, "scripts/") {
+		return 0o755
+	}
+	return 0o644
+}
 
 // Unpack reads Pack's tar, refusing other entry types, unclean paths and
 // archives past a skill's limits.

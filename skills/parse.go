@@ -103,56 +103,35 @@ func Parse(file, folder string, data []byte) (Meta, string, error) {
 		}
 		return fail("front matter has no name: 'name' is required")
 	}
-	var m Meta
-	str := func(key string) (string, bool, error) {
-		v, ok := raw[key]
-		if !ok || v == nil {
-			return "", false, nil
+	known := []string{"name", "description", "license", "compatibility", "allowed-tools", "metadata"}
+	for _, k := range known[:5] { // the string keys
+		if v := raw[k]; v != nil {
+			if _, isStr := v.(string); !isStr {
+				return fail("'%s' must be a string, got %s", k, yamlType(v))
+			}
 		}
-		s, isStr := v.(string)
-		if !isStr {
-			return "", true, fmt.Errorf("'%s' must be a string, got %s", key, yamlType(v))
-		}
-		return s, true, nil
 	}
-	name, ok, err := str("name")
-	switch {
-	case err != nil:
-		return fail("%v", err)
-	case !ok:
+	str := func(key string) string { s, _ := raw[key].(string); return s }
+	m := Meta{Name: str("name"), Description: str("description"), License: str("license"), Compatibility: str("compatibility"),
+		AllowedTools: strings.Fields(str("allowed-tools"))}
+	if raw["name"] == nil {
 		return fail("front matter has no name: 'name' is required")
 	}
-	if err := CheckName(name); err != nil {
+	if err := CheckName(m.Name); err != nil {
 		return fail("%v", err)
 	}
-	if name != folder {
-		return fail("name %q differs from its folder name %q; they must be equal", name, folder)
+	if m.Name != folder {
+		return fail("name %q differs from its folder name %q; they must be equal", m.Name, folder)
 	}
-	m.Name = name
-	desc, ok, err := str("description")
-	switch {
-	case err != nil:
-		return fail("%v", err)
-	case !ok || strings.TrimSpace(desc) == "":
+	switch n := utf8.RuneCountInString(m.Description); {
+	case strings.TrimSpace(m.Description) == "":
 		return fail("description is empty: 'description' is required (1-%d characters)", MaxDescriptionLen)
-	case utf8.RuneCountInString(desc) > MaxDescriptionLen:
-		return fail("description is %d characters, longer than %d", utf8.RuneCountInString(desc), MaxDescriptionLen)
-	}
-	m.Description = desc
-	if m.License, _, err = str("license"); err != nil {
-		return fail("%v", err)
-	}
-	if m.Compatibility, _, err = str("compatibility"); err != nil {
-		return fail("%v", err)
+	case n > MaxDescriptionLen:
+		return fail("description is %d characters, longer than %d", n, MaxDescriptionLen)
 	}
 	if n := utf8.RuneCountInString(m.Compatibility); n > MaxCompatibilityLen {
 		return fail("compatibility is %d characters, longer than %d", n, MaxCompatibilityLen)
 	}
-	tools, _, err := str("allowed-tools")
-	if err != nil {
-		return fail("%v", err)
-	}
-	m.AllowedTools = strings.Fields(tools)
 	m.Metadata = map[string]string{}
 	if v, ok := raw["metadata"]; ok && v != nil {
 		mm, isMap := v.(map[string]any)
@@ -167,7 +146,6 @@ func Parse(file, folder string, data []byte) (Meta, string, error) {
 			m.Metadata[k] = s
 		}
 	}
-	known := []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 	for k, v := range raw {
 		if slices.Contains(known, k) {
 			continue

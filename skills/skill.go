@@ -95,11 +95,9 @@ func Digest(files map[string][]byte) string {
 	h := sha256.New()
 	var n [8]byte
 	for _, p := range slices.Sorted(maps.Keys(files)) {
-		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
-		h.Write(n[:])
+		h.Write(binary.BigEndian.AppendUint64(n[:0], uint64(len(p))))
 		h.Write([]byte(p))
-		binary.BigEndian.PutUint64(n[:], uint64(len(files[p])))
-		h.Write(n[:])
+		h.Write(binary.BigEndian.AppendUint64(n[:0], uint64(len(files[p]))))
 		h.Write(files[p])
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil))

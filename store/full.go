@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,12 +43,7 @@ func IsFull(err error) bool {
 		}
 	}
 	msg := err.Error()
-	for _, s := range fullTexts {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(fullTexts, func(s string) bool { return strings.Contains(msg, s) })
 }
 
 // FullText is the text every result refused for a full store starts with
@@ -73,18 +69,16 @@ func (h *Health) Note(err error) bool {
 		return IsFull(err)
 	}
 	full := IsFull(err)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	switch {
 	case err == nil:
-		h.mu.Lock()
 		h.full, h.why = false, ""
-		h.mu.Unlock()
 	case full:
-		h.mu.Lock()
 		if !h.full {
 			h.since = time.Now()
 		}
 		h.full, h.why = true, reason(err)
-		h.mu.Unlock()
 	}
 	return full
 }

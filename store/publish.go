@@ -56,12 +56,7 @@ type Publisher struct {
 // NewPublisher returns a Publisher through a JetStream context of its own
 // on nc, whose asynchronous acknowledgements time out after AckWait.
 func NewPublisher(nc *nats.Conn, cfg PublisherConfig) (*Publisher, error) {
-	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = DefaultMaxPending
-	}
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = DefaultAckWait
-	}
+	cfg.MaxPending, cfg.AckWait = positive(cfg.MaxPending, DefaultMaxPending), positive(cfg.AckWait, DefaultAckWait)
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending), jetstream.WithPublishAsyncTimeout(cfg.AckWait))
 	if err != nil {
 		return nil, fmt.Errorf("store: publisher: %w", err)

@@ -122,39 +122,33 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	st := &Store{JS: js, Health: &Health{}}
 	kvs := []struct {
-		dst **KV
-		cfg jetstream.KeyValueConfig
+		dst  **KV
+		name string
+		cfg  jetstream.KeyValueConfig
 	}{
-		{&st.Tools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}},
-		{&st.Workers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}},
-		{&st.Groups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}},
-		{&st.Sessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
-		{&st.Parked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
-		{&st.Ledger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
+		{&st.Tools, bus.BucketTools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}},
+		{&st.Workers, bus.BucketWorkers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}},
+		{&st.Groups, bus.BucketGroups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}},
+		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
+		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
+		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
+		// The routers' presence (package presence, docs/protocol.md 8,
+		// 1.13): one small key per router, renewed every heartbeat; keys
+		// expire three heartbeats after their last renewal, and the bucket
+		// holds at most 1 MiB (thousands of routers). The deployment's
+		// storage, as the other buckets: an account may have no memory
+		// storage (a managed service).
+		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
+			MaxValueSize: 256, MaxBytes: 1 << 20}},
 	}
-	names := []string{bus.BucketTools, bus.BucketWorkers, bus.BucketGroups, bus.BucketSessions, bus.BucketParked, bus.BucketLedger}
-	for i, kv := range kvs {
-		kv.cfg.Bucket = s.Bucket(names[i])
-		kv.cfg.Replicas = cfg.Replicas
-		kv.cfg.Storage = storage
+	for _, kv := range kvs {
+		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage
 		h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kv.cfg) })
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
 		*kv.dst = NewKV(js, h, cfg.Replicas)
 	}
-	// The routers' presence (package presence, docs/protocol.md 8, 1.13):
-	// one small key per router, renewed every heartbeat; keys expire three
-	// heartbeats after their last renewal, and the bucket holds at most
-	// 1 MiB (thousands of routers). The deployment's storage, as the other
-	// buckets: an account may have no memory storage (a managed service).
-	routers := jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketRouters), Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
-		MaxValueSize: 256, MaxBytes: 1 << 20, Storage: storage, Replicas: cfg.Replicas}
-	h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, routers) })
-	if err != nil {
-		return nil, fmt.Errorf("store: bucket %s: %w", routers.Bucket, err)
-	}
-	st.Routers = NewKV(js, h, cfg.Replicas)
 	// The MCP facades' tasks and request states (docs/mcp.md).
 	if _, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
@@ -165,6 +159,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if cfg.EventsMemory {
 		eventsStorage = jetstream.MemoryStorage
 	}
+	var err error
 	st.Events, err = createStream(ctx, js, jetstream.StreamConfig{
 		Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
 		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, MaxBytes: cfg.EventsMaxBytes, Storage: eventsStorage,
@@ -250,11 +245,8 @@ func provision[T any](ctx context.Context, create func(context.Context) (T, erro
 
 // SkillsStore creates or opens the skills object store.
 func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int) (jetstream.ObjectStore, error) {
-	if replicas <= 0 {
-		replicas = 1
-	}
 	os, err := provision(ctx, func(ctx context.Context) (jetstream.ObjectStore, error) {
-		return js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: replicas})
+		return js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: s.ObjectStore(bus.ObjectSkills), Replicas: positive(replicas, 1)})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
@@ -269,9 +261,6 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 // Routers create it (Setup); a facade that finds it missing creates it
 // with the same configuration and never updates one that exists.
 func MCPConfig(s bus.Subjects, replicas int, storage jetstream.StorageType) jetstream.KeyValueConfig {
-	if replicas <= 0 {
-		replicas = 1
-	}
 	return jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketMCP), Description: "toolbus MCP facade tasks and request states",
-		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: replicas, Storage: storage}
+		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: positive(replicas, 1), Storage: storage}
 }

@@ -5,6 +5,7 @@
 package offload
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -238,11 +239,7 @@ func (o *Offloader) spill(ctx context.Context, w writer, name string, b bus.Bloc
 			return nil, errors.New("a data block's data is not base64")
 		}
 	}
-	media := b.MediaType
-	if media == "" {
-		media = "application/octet-stream"
-	}
-	ref, err := w.put(ctx, name, media, raw)
+	ref, err := w.put(ctx, name, cmp.Or(b.MediaType, "application/octet-stream"), raw)
 	if err != nil {
 		return nil, err
 	}

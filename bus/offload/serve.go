@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -146,10 +147,7 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 type Server struct {
 	st     *Store
 	window int
-
-	mu    sync.Mutex
-	known map[string]*verified // name#digest
-	order []string             // insertion order, for eviction
+	known  *lru.Cache[string, *verified] // by name#digest
 }
 
 // verified is an object whose bytes were checked against its digest.
@@ -159,12 +157,14 @@ type verified struct {
 	chunks         []chunk
 }
 
-// serverCache bounds the verified objects a Server remembers.
+// serverCache bounds the verified objects a Server remembers (the least
+// recently used go first).
 const serverCache = 512
 
 // NewServer serves st's objects in windows of at most window bytes.
 func NewServer(st *Store, window int) *Server {
-	return &Server{st: st, window: max(window, 1), known: map[string]*verified{}}
+	known, _ := lru.New[string, *verified](serverCache) // a positive size never fails
+	return &Server{st: st, window: max(window, 1), known: known}
 }
 
 // Serve answers one read: the window from g.Offset of an object named
@@ -219,10 +219,7 @@ func (sv *Server) Serve(ctx context.Context, session string, g Get) (*Chunk, err
 // checked against r's digest (metadata, then bytes; else errTampered).
 func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
 	k := r.Name + "#" + r.Digest
-	sv.mu.Lock()
-	v, ok := sv.known[k]
-	sv.mu.Unlock()
-	if ok {
+	if v, ok := sv.known.Get(k); ok {
 		return v, nil
 	}
 	info, err := sv.st.Info(ctx, r.Name)
@@ -236,17 +233,8 @@ func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
 	if err != nil {
 		return nil, err
 	}
-	v = &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
-	sv.mu.Lock()
-	defer sv.mu.Unlock()
-	if _, ok := sv.known[k]; !ok {
-		if len(sv.order) >= serverCache {
-			delete(sv.known, sv.order[0])
-			sv.order = sv.order[1:]
-		}
-		sv.known[k] = v
-		sv.order = append(sv.order, k)
-	}
+	v := &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
+	sv.known.ContainsOrAdd(k, v)
 	return v, nil
 }
 
