@@ -109,17 +109,16 @@ func sameReading(cmd string) bool {
 		}
 	}
 	for _, w := range bashWords {
-		for rest, off := cmd, 0; ; {
-			i := strings.Index(rest, w)
+		for off := 0; ; {
+			i := strings.Index(cmd[off:], w)
 			if i < 0 {
 				break
 			}
-			at := off + i
-			end := at + len(w)
+			at, end := off+i, off+i+len(w)
 			if (at == 0 || !wordByte(cmd[at-1])) && (end == len(cmd) || !wordByte(cmd[end])) {
 				return false
 			}
-			rest, off = cmd[at+1:], at+1
+			off = at + 1
 		}
 	}
 	return true
@@ -320,17 +319,14 @@ func callWrites(n *syntax.CallExpr) ([]Write, bool) {
 		args = append(args, w.Value)
 	}
 	cd := base == "cd" || base == "pushd" || base == "popd"
-	if !static {
-		if p.Plain {
-			return []Write{{By: base}}, cd
+	if static {
+		if targets, err := p.Check(args); err == nil {
+			return targets, cd
 		}
+	} else if !p.Plain {
 		return nil, cd
 	}
-	targets, err := p.Check(args)
-	if err != nil {
-		return []Write{{By: base}}, cd
-	}
-	return targets, cd
+	return []Write{{By: base}}, cd // refused, or plain arguments that are not
 }
 
 // Protected names, case-insensitive: configuration that can run programs or
