@@ -7,6 +7,7 @@
 package life
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,9 +82,7 @@ func New(cfg Config) *Life {
 	if cfg.LandBudget <= 0 {
 		cfg.LandBudget = DefaultLandBudget
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	l := &Life{cfg: cfg, closed: make(chan struct{}), landOpen: true}
 	l.base, l.cut = context.WithCancelCause(context.Background())
 	l.land, l.landCut = context.WithCancelCause(context.Background())
