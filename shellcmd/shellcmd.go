@@ -249,13 +249,6 @@ func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") =
 // refused or computed, as are relative ones after a cd); each, when set,
 // sees every simple command of the walk.
 func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []Write {
-	text := func(from, to syntax.Pos) string {
-		a, b := int(from.Offset()), int(to.Offset())
-		if a < 0 || b > len(cmd) || a > b {
-			return ""
-		}
-		return cmd[a:b]
-	}
 	var out []Write
 	moved := false
 	for _, f := range files {
@@ -263,7 +256,7 @@ func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []W
 			switch n := n.(type) {
 			case *syntax.Redirect:
 				if w, ok := RedirectWrite(n); ok {
-					w.Raw = text(n.Word.Pos(), n.Word.End())
+					w.Raw = Text(cmd, n.Word.Pos(), n.Word.End())
 					out = append(out, w)
 				}
 			case *syntax.CallExpr:
@@ -273,7 +266,7 @@ func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []W
 				ws, cd := callWrites(n)
 				for _, w := range ws {
 					if w.Path == "" && len(n.Args) > 1 {
-						w.Raw = text(n.Args[1].Pos(), n.Args[len(n.Args)-1].End())
+						w.Raw = Text(cmd, n.Args[1].Pos(), n.Args[len(n.Args)-1].End())
 					} else {
 						w.Raw = w.Path
 					}
@@ -292,6 +285,16 @@ func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []W
 		}
 	}
 	return out
+}
+
+// Text is cmd's text from one position of its tree to another; "" when
+// they do not lie in cmd.
+func Text(cmd string, from, to syntax.Pos) string {
+	a, b := int(from.Offset()), int(to.Offset())
+	if a < 0 || b > len(cmd) || a > b {
+		return ""
+	}
+	return cmd[a:b]
 }
 
 // callWrites returns the writes of one simple command with a profile, and
