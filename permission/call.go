@@ -644,14 +644,12 @@ func (c *call) dangerous() (string, bool) {
 		return "", false
 	}
 	for i, p := range c.paths {
-		name, ok := shellcmd.Protected(p)
-		if !ok {
-			continue
-		}
-		if i == 0 {
+		if name, ok := shellcmd.Protected(p); ok {
+			if i > 0 {
+				p = c.paths[0] + " resolves to " + p
+			}
 			return fmt.Sprintf("writes to a dangerous path %s (%s)", name, p), true
 		}
-		return fmt.Sprintf("writes to a dangerous path %s (%s resolves to %s)", name, c.paths[0], p), true
 	}
 	return "", false
 }
