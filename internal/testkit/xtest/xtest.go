@@ -290,13 +290,6 @@ func (f *Fleet) serving() map[string]bool {
 	return out
 }
 
-// started reports whether any router was started.
-func (f *Fleet) started() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.Routers) > 0
-}
-
 // take returns the workers and the routers and forgets the workers (a
 // test may still read Routers after Close).
 func (f *Fleet) take() ([]*worker.Worker, []*router.Router) {
@@ -587,10 +580,10 @@ func (r *Readiness) WaitGone(ctx context.Context, names ...string) error {
 	})
 }
 
-// waitServed waits, on a cluster, until a request sent on every node finds
-// a router.
+// waitServed waits, on a cluster with routers, until a request sent on
+// every node finds a router.
 func (r *Readiness) waitServed(ctx context.Context) error {
-	if r.net.Cluster == nil || !r.fleet.started() {
+	if r.net.Cluster == nil || len(r.fleet.serving()) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.bound)
