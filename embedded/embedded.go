@@ -45,11 +45,8 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		opts = o
 	}
-	opts.JetStream = true
-	opts.NoSigs = true
-	if cfg.StoreDir != "" {
-		opts.StoreDir = cfg.StoreDir
-	}
+	opts.JetStream, opts.NoSigs = true, true
+	opts.StoreDir = cmp.Or(cfg.StoreDir, opts.StoreDir)
 	host, port := "127.0.0.1", -1
 	if cfg.Listen != "" {
 		h, p, err := net.SplitHostPort(cfg.Listen)
@@ -60,10 +57,7 @@ func Start(cfg Config) (*server.Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("embedded: listen port %q: %w", p, err)
 		}
-		if h != "" {
-			host = h
-		}
-		port = n
+		host, port = cmp.Or(h, host), n
 	}
 	// A configuration file that names no port listens where Listen says
 	// (by default 127.0.0.1 on a random port), not on nats-server's 4222.
@@ -72,11 +66,11 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	if opts.Port > 0 {
 		// Say plainly when the port is taken, rather than "not ready".
-		ln, err := net.Listen("tcp", net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)))
+		addr := net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port))
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			return nil, fmt.Errorf("embedded: cannot listen on %s (is another router or nats-server running there? "+
-				"join it with --nats nats://%s, or pick another --listen): %w",
-				net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), net.JoinHostPort(opts.Host, strconv.Itoa(opts.Port)), err)
+			return nil, fmt.Errorf("embedded: cannot listen on %[1]s (is another router or nats-server running there? "+
+				"join it with --nats nats://%[1]s, or pick another --listen): %[2]w", addr, err)
 		}
 		_ = ln.Close()
 	}

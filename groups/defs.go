@@ -170,16 +170,7 @@ func (d *definitions) hasMeta() bool {
 // metaGroups are the groups the model switches, in registration order;
 // with search on, basic first.
 func (d *definitions) metaGroups() []bus.Group {
-	var out []bus.Group
-	if d.searchBasic {
-		out = append(out, basicMeta)
-	}
-	for _, g := range d.Groups() {
-		if g.Scope == bus.ScopeMeta {
-			out = append(out, g)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(d.allGroups()), func(g bus.Group) bool { return g.Scope != bus.ScopeMeta })
 }
 
 // allGroups is Groups with, when search is on, basic first: the order a

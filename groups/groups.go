@@ -4,6 +4,7 @@
 package groups
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -55,9 +56,7 @@ type Store struct {
 // New returns a Store over the store's groups and sessions buckets. Call
 // Start before use.
 func New(st *store.Store, cfg Config) *Store {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	defs := newDefinitions(st.Groups, cfg.Logger)
 	defs.searchBasic = cfg.Search
 	sess := session.NewStore(st.Sessions, sessionConfig(cfg, defs))

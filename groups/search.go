@@ -356,9 +356,9 @@ func (v *View) find(query string, limit int, skills []SkillDoc) []match {
 		}
 	}
 	slices.SortStableFunc(all, func(a, b scored) int { return cmp.Compare(b.score, a.score) })
-	out := make([]match, 0, min(limit, len(all)))
-	for _, s := range all[:min(limit, len(all))] {
-		out = append(out, s.m)
+	out := make([]match, min(limit, len(all)))
+	for i := range out {
+		out[i] = all[i].m
 	}
 	return out
 }

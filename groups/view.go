@@ -156,13 +156,9 @@ func (v *View) Resolve(name string) Resolved {
 // the tool's first group in registration order (basic first, with search).
 func (v *View) inactiveGroup(t *registry.Tool) (string, bool) {
 	gs := v.groupsOf(t)
-	if len(gs) == 0 || v.store.pinnedTool(t.Def.Name) {
+	visible := func(g string) bool { return v.store.pinnedGroup(g) || v.active(g) }
+	if len(gs) == 0 || v.store.pinnedTool(t.Def.Name) || slices.ContainsFunc(gs, visible) {
 		return "", true
-	}
-	for _, g := range gs {
-		if v.store.pinnedGroup(g) || v.active(g) {
-			return "", true
-		}
 	}
 	for _, g := range v.store.allGroups() {
 		if slices.Contains(gs, g.Name) {

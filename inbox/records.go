@@ -164,11 +164,7 @@ func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 	slices.SortFunc(out, func(a, b Item) int {
 		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Key, b.Key))
 	})
-	n := len(out)
-	if n > s.maxItems {
-		out = out[:s.maxItems]
-	}
-	return out, n, ch
+	return out[:min(len(out), s.maxItems)], len(out), ch
 }
 
 // lookup returns the waiting call key.

@@ -108,9 +108,7 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.Replicas <= 0 {
-		cfg.Replicas = 1
-	}
+	cfg.Replicas = max(cfg.Replicas, 1)
 	storage := jetstream.FileStorage
 	if cfg.Memory {
 		storage = jetstream.MemoryStorage
@@ -183,21 +181,15 @@ func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 			continue
 		}
 		key := l.key(r, c)
-		if r.Rate != nil {
-			ref, u, err := l.rate(ctx, r, key, now)
+		for _, count := range []func(context.Context, *Rule, string, time.Time) (*Refusal, undo, error){l.rate, l.budget} {
+			ref, u, err := count(ctx, r, key, now)
 			if err != nil || ref != nil {
 				rollback()
 				return ref, err
 			}
-			undos = append(undos, u)
-		}
-		if r.Budget != nil {
-			ref, u, err := l.budget(ctx, r, key, now)
-			if err != nil || ref != nil {
-				rollback()
-				return ref, err
+			if u != nil {
+				undos = append(undos, u)
 			}
-			undos = append(undos, u)
 		}
 	}
 	return nil, nil
@@ -212,9 +204,12 @@ type gcra struct {
 
 var errRefused = errors.New("limits: refused")
 
-// rate takes one slot of rule r's rate for key, or refuses with the time
-// until the slot frees.
+// rate takes one slot of rule r's rate (if any) for key, or refuses with
+// the time until the slot frees.
 func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
+	if r.Rate == nil {
+		return nil, nil, nil
+	}
 	// tol is how far ahead of now the theoretical arrival time may be.
 	em, tol := r.Rate.emission(), r.Rate.emission()*time.Duration(r.Rate.Burst-1)
 	var ref *Refusal
@@ -257,10 +252,13 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}, nil
 }
 
-// budget adds the call's cost to today's counter; past the budget it is taken
-// back and refused. Acknowledged totals are unique, so exactly the calls
-// that fit are admitted.
+// budget adds the call's cost to today's counter of r's budget (if any);
+// past the budget it is taken back and refused. Acknowledged totals are
+// unique, so exactly the calls that fit are admitted.
 func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
+	if r.Budget == nil {
+		return nil, nil, nil
+	}
 	subject := l.budgetSubject(key, now)
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
 	if err != nil {
@@ -373,10 +371,7 @@ func (l *Limiter) rateUsage(ctx context.Context, r *Rule, key string, now time.T
 	default:
 		_ = json.Unmarshal(e.Value(), &g)
 	}
-	ahead := time.Unix(0, g.TAT).Sub(now)
-	if g.TAT == 0 || ahead < 0 {
-		ahead = 0
-	}
+	ahead := max(0, time.Unix(0, g.TAT).Sub(now)) // none ahead: a zero TAT is long past
 	em := r.Rate.emission()
 	u.Used = min(u.Limit, int64((ahead+em-1)/em))
 	u.Left = u.Limit - u.Used

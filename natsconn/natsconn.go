@@ -9,6 +9,7 @@
 package natsconn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -90,12 +91,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) { c.RegisterFlagsWithout(fs) }
 // (toolbus skills' --user is the skill's user); --nats-user, always
 // defined, is the same as --user.
 func (c *Config) RegisterFlagsWithout(fs *flag.FlagSet, skip ...string) {
-	def := c.URLs
-	if def == "" {
-		def = DefaultURL
-	}
-	c.URLs = def
-	fs.StringVar(&c.URLs, "nats", def, "NATS server URL, or several comma-separated; $NATS_URL when set, else "+DefaultURL)
+	c.URLs = cmp.Or(c.URLs, DefaultURL)
+	fs.StringVar(&c.URLs, "nats", c.URLs, "NATS server URL, or several comma-separated; $NATS_URL when set, else "+DefaultURL)
 	c.registerAuth(fs, skip)
 }
 
@@ -109,6 +106,11 @@ func (c *Config) registerAuth(fs *flag.FlagSet, skip []string) {
 			fs.StringVar(p, name, *p, usage)
 		}
 	}
+	secret := func(p *string, name, usage string) { // its default is never shown
+		if !slices.Contains(skip, name) {
+			fs.Var(secretValue{p}, name, usage)
+		}
+	}
 	str(&c.Creds, "creds", "JWT user credentials file ($NATS_CREDS)")
 	str(&c.NKey, "nkey", "user nkey seed file ($NATS_NKEY)")
 	str(&c.User, "user", "NATS user name; without --password it is a token ($NATS_USER)")
@@ -117,12 +119,8 @@ func (c *Config) registerAuth(fs *flag.FlagSet, skip []string) {
 		natsUser = "NATS user name; without --password it is a token ($NATS_USER)"
 	}
 	str(&c.User, "nats-user", natsUser)
-	if !slices.Contains(skip, "password") {
-		secret(fs, &c.Password, "password", "password of the NATS user ($NATS_PASSWORD)")
-	}
-	if !slices.Contains(skip, "token") {
-		secret(fs, &c.Token, "token", "authorization token ($NATS_TOKEN)")
-	}
+	secret(&c.Password, "password", "password of the NATS user ($NATS_PASSWORD)")
+	secret(&c.Token, "token", "authorization token ($NATS_TOKEN)")
 	str(&c.CA, "tls-ca", "PEM file of the CAs that sign the server's certificate; turns TLS on ($NATS_CA)")
 	str(&c.Cert, "tls-cert", "client certificate PEM file, with --tls-key ($NATS_CERT)")
 	str(&c.Key, "tls-key", "client certificate key PEM file ($NATS_KEY)")
@@ -139,10 +137,6 @@ func (s secretValue) String() string {
 	return "(set)"
 }
 func (s secretValue) Set(v string) error { *s.p = v; return nil }
-
-func secret(fs *flag.FlagSet, p *string, name, usage string) {
-	fs.Var(secretValue{p}, name, usage)
-}
 
 // Servers returns the configured URLs, DefaultURL when none.
 func (c Config) Servers() string {
@@ -190,9 +184,7 @@ func (c Config) Options(name string) ([]nats.Option, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
-	if c.Name != "" {
-		name = c.Name
-	}
+	name = cmp.Or(c.Name, name)
 	var opts []nats.Option
 	if name != "" {
 		opts = append(opts, nats.Name(name))

@@ -217,7 +217,7 @@ func (c *call) targets() []string {
 // or one form of the path.
 func (c *call) covers(pattern, target string) bool {
 	if c.def.RuleMatcher == bus.MatcherCommand {
-		return matchCommand(pattern, target, true)
+		return compileCommand(pattern).match(target, true)
 	}
 	return slices.ContainsFunc(c.patternForms(pattern), func(f string) bool { return matchPath(f, target) })
 }
@@ -277,10 +277,8 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 
 // firstWord is the first word of a normalized command part.
 func firstWord(part string) string {
-	if i := strings.IndexByte(part, ' '); i >= 0 {
-		return part[:i]
-	}
-	return part
+	word, _, _ := strings.Cut(part, " ")
+	return word
 }
 
 func escapeGlob(s string) string {
@@ -297,21 +295,23 @@ func escapeGlob(s string) string {
 // bases returns the absolute, cleaned work dirs, or the process working
 // directory when there are none.
 func bases(workDirs []string) []string {
+	if out := absDirs(workDirs); len(out) > 0 {
+		return out
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		wd = string(filepath.Separator)
+	}
+	return []string{wd}
+}
+
+// absDirs are the non-empty dirs made absolute (those filepath.Abs can).
+func absDirs(dirs []string) []string {
 	var out []string
-	for _, d := range workDirs {
-		if d == "" {
-			continue
-		}
-		if a, err := filepath.Abs(d); err == nil {
+	for _, d := range dirs {
+		if a, err := filepath.Abs(d); d != "" && err == nil {
 			out = append(out, a)
 		}
-	}
-	if len(out) == 0 {
-		wd, err := os.Getwd()
-		if err != nil {
-			wd = string(filepath.Separator)
-		}
-		out = append(out, wd)
 	}
 	return out
 }
@@ -431,15 +431,10 @@ func (c *call) suggestWrites(rules []bus.Rule) []bus.Rule {
 	return out
 }
 
-// matchCommand matches a command pattern against one command s (already
-// normalized): "git:*" matches "git" and "git ..."; a pattern with "*" is a
-// glob anchored at both ends; a plain pattern matches s exactly, or as a
-// substring when exact is false.
-func matchCommand(pattern, s string, exact bool) bool {
-	return compileCommand(pattern).match(s, exact)
-}
-
-// commandPattern is a command pattern read once for matching many pieces.
+// commandPattern is a command pattern read once for matching many pieces:
+// "git:*" matches "git" and "git ..."; a pattern with "*" is a glob anchored
+// at both ends; a plain pattern matches a normalized command exactly, or as
+// a substring when exact is false.
 type commandPattern struct {
 	p      string // normalized; for a prefix rule, the prefix
 	prefix bool
@@ -649,14 +644,12 @@ func (c *call) dangerous() (string, bool) {
 		return "", false
 	}
 	for i, p := range c.paths {
-		name, ok := shellcmd.Protected(p)
-		if !ok {
-			continue
-		}
-		if i == 0 {
+		if name, ok := shellcmd.Protected(p); ok {
+			if i > 0 {
+				p = c.paths[0] + " resolves to " + p
+			}
 			return fmt.Sprintf("writes to a dangerous path %s (%s)", name, p), true
 		}
-		return fmt.Sprintf("writes to a dangerous path %s (%s resolves to %s)", name, c.paths[0], p), true
 	}
 	return "", false
 }
@@ -787,11 +780,9 @@ func MatchSegments(ps, ns []string) bool {
 			switch {
 			case ps[i] == "**":
 				cur[j] = next[j] || (j < len(ns) && cur[j+1])
-			case j == len(ns):
-				cur[j] = false
 			default:
 				cur[j] = false
-				if next[j+1] {
+				if j < len(ns) && next[j+1] {
 					ok, err := path.Match(ps[i], ns[j])
 					cur[j] = err == nil && ok
 				}
@@ -809,14 +800,7 @@ func (c *call) inside(workDirs []string) bool {
 		return false
 	}
 	var dirs []string
-	for _, d := range workDirs {
-		if d == "" {
-			continue
-		}
-		a, err := filepath.Abs(d)
-		if err != nil {
-			continue
-		}
+	for _, a := range absDirs(workDirs) {
 		dirs = append(dirs, a, c.resolved.resolve(a))
 	}
 	real, sep := c.real(), string(filepath.Separator)

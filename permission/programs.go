@@ -244,10 +244,4 @@ func cut(s string) string {
 }
 
 // text is n's text in cmd.
-func text(cmd string, n syntax.Node) string {
-	a, b := int(n.Pos().Offset()), int(n.End().Offset())
-	if a < 0 || b > len(cmd) || a > b {
-		return ""
-	}
-	return cmd[a:b]
-}
+func text(cmd string, n syntax.Node) string { return shellcmd.Text(cmd, n.Pos(), n.End()) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -67,9 +68,7 @@ func (o *readOrder) reading(worker string) []string {
 	var tools []string
 	for _, rd := range o.open {
 		if rd.worker == worker {
-			for tool := range rd.seen {
-				tools = append(tools, tool)
-			}
+			tools = slices.AppendSeq(tools, maps.Keys(rd.seen))
 		}
 	}
 	return tools

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -354,12 +355,9 @@ func defDiff(a, b *bus.ToolDef) []string {
 		if w, ok := mb[k]; !ok || !bytes.Equal(v, w) {
 			diff = append(diff, k)
 		}
+		delete(mb, k)
 	}
-	for k := range mb {
-		if _, ok := ma[k]; !ok {
-			diff = append(diff, k)
-		}
-	}
+	diff = slices.AppendSeq(diff, maps.Keys(mb)) // members of b alone
 	slices.Sort(diff)
 	if len(diff) == 0 {
 		diff = []string{"nothing encoded"}

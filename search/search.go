@@ -213,9 +213,7 @@ func (ix *Index) Search(query string, k int, keep func(doc int) bool) []Hit {
 		}
 		i, _ := slices.BinarySearchFunc(hits, h, better)
 		hits = slices.Insert(hits, i, h)
-		if len(hits) > k {
-			hits = hits[:k]
-		}
+		hits = hits[:min(len(hits), k)]
 	}
 	return hits
 }

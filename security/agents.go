@@ -276,13 +276,6 @@ func (b *Bindings) Load(file string) error {
 	return nil
 }
 
-// ParseBindings reads bindings from a users.json (an array of users) or
-// an identities file ({"sessions": {"<session>": "<user>"}}).
-func ParseBindings(data []byte) (map[string]string, error) {
-	m, _, err := ParseIdentities(data)
-	return m, err
-}
-
 // ParseIdentities reads a users.json or an identities file ({"sessions":
 // {"<session>": "<user>"}, "agents": ["<session>"]}): the bindings and the
 // sessions with their own agent user (every session user, or the bound and

@@ -110,7 +110,7 @@ func TestParseBindings(t *testing.T) {
 		{`{"session": {"s1": "a"}}`, nil, true},
 		{`nonsense`, nil, true},
 	} {
-		got, err := security.ParseBindings([]byte(c.in))
+		got, _, err := security.ParseIdentities([]byte(c.in))
 		if (err != nil) != c.err || !c.err && !mapsEqual(got, c.want) {
 			t.Errorf("%s: %v %v", c.in, got, err)
 		}
@@ -184,7 +184,7 @@ func FuzzParseBindings(f *testing.F) {
 	f.Add([]byte(`{"sessions": {"s1": "alice"}}`))
 	f.Add([]byte(`[{"role": "session", "session": "s1", "user": "bob"}]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := security.ParseBindings(b)
+		m, _, err := security.ParseIdentities(b)
 		if err != nil {
 			return
 		}

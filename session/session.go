@@ -4,6 +4,7 @@
 package session
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -90,9 +91,7 @@ type Store struct {
 
 // NewStore returns the sessions of bucket kv (P_sessions).
 func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
-	if cfg.DefaultMode == "" {
-		cfg.DefaultMode = "default"
-	}
+	cfg.DefaultMode = cmp.Or(cfg.DefaultMode, "default")
 	if cfg.IdleTTL <= 0 {
 		cfg.IdleTTL = bus.DefaultSessionTTL
 	}

@@ -109,17 +109,16 @@ func sameReading(cmd string) bool {
 		}
 	}
 	for _, w := range bashWords {
-		for rest, off := cmd, 0; ; {
-			i := strings.Index(rest, w)
+		for off := 0; ; {
+			i := strings.Index(cmd[off:], w)
 			if i < 0 {
 				break
 			}
-			at := off + i
-			end := at + len(w)
+			at, end := off+i, off+i+len(w)
 			if (at == 0 || !wordByte(cmd[at-1])) && (end == len(cmd) || !wordByte(cmd[end])) {
 				return false
 			}
-			rest, off = cmd[at+1:], at+1
+			off = at + 1
 		}
 	}
 	return true
@@ -250,13 +249,6 @@ func isNumber(s string) bool { return s != "" && strings.Trim(s, "0123456789") =
 // refused or computed, as are relative ones after a cd); each, when set,
 // sees every simple command of the walk.
 func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []Write {
-	text := func(from, to syntax.Pos) string {
-		a, b := int(from.Offset()), int(to.Offset())
-		if a < 0 || b > len(cmd) || a > b {
-			return ""
-		}
-		return cmd[a:b]
-	}
 	var out []Write
 	moved := false
 	for _, f := range files {
@@ -264,7 +256,7 @@ func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []W
 			switch n := n.(type) {
 			case *syntax.Redirect:
 				if w, ok := RedirectWrite(n); ok {
-					w.Raw = text(n.Word.Pos(), n.Word.End())
+					w.Raw = Text(cmd, n.Word.Pos(), n.Word.End())
 					out = append(out, w)
 				}
 			case *syntax.CallExpr:
@@ -274,7 +266,7 @@ func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []W
 				ws, cd := callWrites(n)
 				for _, w := range ws {
 					if w.Path == "" && len(n.Args) > 1 {
-						w.Raw = text(n.Args[1].Pos(), n.Args[len(n.Args)-1].End())
+						w.Raw = Text(cmd, n.Args[1].Pos(), n.Args[len(n.Args)-1].End())
 					} else {
 						w.Raw = w.Path
 					}
@@ -293,6 +285,16 @@ func WritesOf(cmd string, files []*syntax.File, each func(*syntax.CallExpr)) []W
 		}
 	}
 	return out
+}
+
+// Text is cmd's text from one position of its tree to another; "" when
+// they do not lie in cmd.
+func Text(cmd string, from, to syntax.Pos) string {
+	a, b := int(from.Offset()), int(to.Offset())
+	if a < 0 || b > len(cmd) || a > b {
+		return ""
+	}
+	return cmd[a:b]
 }
 
 // callWrites returns the writes of one simple command with a profile, and
@@ -320,17 +322,14 @@ func callWrites(n *syntax.CallExpr) ([]Write, bool) {
 		args = append(args, w.Value)
 	}
 	cd := base == "cd" || base == "pushd" || base == "popd"
-	if !static {
-		if p.Plain {
-			return []Write{{By: base}}, cd
+	if static {
+		if targets, err := p.Check(args); err == nil {
+			return targets, cd
 		}
+	} else if !p.Plain {
 		return nil, cd
 	}
-	targets, err := p.Check(args)
-	if err != nil {
-		return []Write{{By: base}}, cd
-	}
-	return targets, cd
+	return []Write{{By: base}}, cd // refused, or plain arguments that are not
 }
 
 // Protected names, case-insensitive: configuration that can run programs or

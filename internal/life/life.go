@@ -7,6 +7,7 @@
 package life
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -81,9 +82,7 @@ func New(cfg Config) *Life {
 	if cfg.LandBudget <= 0 {
 		cfg.LandBudget = DefaultLandBudget
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	l := &Life{cfg: cfg, closed: make(chan struct{}), landOpen: true}
 	l.base, l.cut = context.WithCancelCause(context.Background())
 	l.land, l.landCut = context.WithCancelCause(context.Background())
@@ -135,11 +134,7 @@ func (l *Life) Loop(fn func(ctx context.Context)) bool {
 	if l.loops.Err() != nil {
 		return false
 	}
-	l.bg.Add(1)
-	go func() {
-		defer l.bg.Done()
-		fn(l.loops)
-	}()
+	l.bg.Go(func() { fn(l.loops) })
 	return true
 }
 
@@ -160,18 +155,15 @@ func (l *Life) Landing() (context.Context, context.CancelFunc) {
 	}
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(l.land, l.cfg.LandBudget)
-	var once sync.Once
-	return ctx, func() {
-		once.Do(func() {
-			cancel()
-			l.mu.Lock()
-			if l.landN--; l.landN == 0 {
-				close(l.landIdle)
-				l.landIdle = nil
-			}
-			l.mu.Unlock()
-		})
-	}
+	return ctx, sync.OnceFunc(func() {
+		cancel()
+		l.mu.Lock()
+		if l.landN--; l.landN == 0 {
+			close(l.landIdle)
+			l.landIdle = nil
+		}
+		l.mu.Unlock()
+	})
 }
 
 // landed is closed once no landing write is in flight.

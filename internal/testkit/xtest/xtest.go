@@ -260,15 +260,13 @@ func (f *Fleet) AddWorker(ctx context.Context, spec WorkerSpec) (*worker.Worker,
 	f.mu.Lock()
 	f.workers = append(f.workers, w)
 	f.mu.Unlock()
-	t := time.NewTimer(f.bound)
-	defer t.Stop()
+	ctx, cancel := context.WithTimeout(ctx, f.bound)
+	defer cancel()
 	select {
 	case <-w.Registered():
 		return w, nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-t.C:
-		return nil, fmt.Errorf("xtest: worker %s not registered after %v", w.ID(), f.bound)
+		return nil, fmt.Errorf("xtest: worker %s not registered within %v: %w", w.ID(), f.bound, ctx.Err())
 	}
 }
 
@@ -290,13 +288,6 @@ func (f *Fleet) serving() map[string]bool {
 		out[r.ID()] = true
 	}
 	return out
-}
-
-// started reports whether any router was started.
-func (f *Fleet) started() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.Routers) > 0
 }
 
 // take returns the workers and the routers and forgets the workers (a
@@ -465,24 +456,16 @@ type Readiness struct {
 func (r *Readiness) Bound() time.Duration { return r.bound }
 
 // probe returns the prober connection of node i.
-func (r *Readiness) probe(ctx context.Context, i int) (*nats.Conn, error) {
+func (r *Readiness) probe(ctx context.Context, i int) (nc *nats.Conn, err error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.probes == nil {
 		r.probes = make([]*nats.Conn, r.net.Nodes())
 	}
-	nc := r.probes[i]
-	r.mu.Unlock()
-	if nc != nil {
-		return nc, nil
+	if r.probes[i] == nil {
+		r.probes[i], err = r.net.connectNode(ctx, RoleClient, i)
 	}
-	nc, err := r.net.connectNode(ctx, RoleClient, i)
-	if err != nil {
-		return nil, err
-	}
-	r.mu.Lock()
-	r.probes[i] = nc
-	r.mu.Unlock()
-	return nc, nil
+	return r.probes[i], err
 }
 
 // forget drops the prober connections (Close closes them with the rest).
@@ -504,29 +487,25 @@ func (r *Readiness) EveryRouter(ctx context.Context, msg func() (*nats.Msg, erro
 	ok := map[string]bool{}
 	var last error
 	for {
-		want := r.fleet.serving()
-		done := true
-		for id := range want {
-			done = done && ok[id]
+		var missing []string
+		for id := range r.fleet.serving() {
+			if !ok[id] {
+				missing = append(missing, id)
+			}
 		}
-		if done {
+		if len(missing) == 0 {
 			return nil
+		}
+		if ctx.Err() != nil {
+			slices.Sort(missing)
+			return fmt.Errorf("xtest: routers %s: %w (last: %v)", strings.Join(missing, ", "), ctx.Err(), last)
 		}
 		for i := range r.net.Nodes() {
 			if err := r.ask(ctx, i, msg, check, ok); err != nil && ctx.Err() == nil {
 				last = err
 			}
 		}
-		if bus.Sleep(ctx, poll) != nil {
-			var missing []string
-			for id := range r.fleet.serving() {
-				if !ok[id] {
-					missing = append(missing, id)
-				}
-			}
-			slices.Sort(missing)
-			return fmt.Errorf("xtest: routers %s: %w (last: %v)", strings.Join(missing, ", "), ctx.Err(), last)
-		}
+		_ = bus.Sleep(ctx, poll)
 	}
 }
 
@@ -601,10 +580,10 @@ func (r *Readiness) WaitGone(ctx context.Context, names ...string) error {
 	})
 }
 
-// waitServed waits, on a cluster, until a request sent on every node finds
-// a router.
+// waitServed waits, on a cluster with routers, until a request sent on
+// every node finds a router.
 func (r *Readiness) waitServed(ctx context.Context) error {
-	if r.net.Cluster == nil || !r.fleet.started() {
+	if r.net.Cluster == nil || len(r.fleet.serving()) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.bound)
