@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -136,6 +137,8 @@ type lineLimiter struct {
 	skipping bool   // throwing away the rest of a cut line
 	instead  []byte // what replaces the cut line once it ends
 	err      error
+
+	heard atomic.Int64 // when the server last wrote (Unix ns): a ping's stand-in (link.alive)
 }
 
 func newLineLimiter(r io.Reader, limit int64, onCut func(string)) *lineLimiter {
@@ -148,6 +151,9 @@ func (l *lineLimiter) Read(p []byte) (int, error) {
 			return 0, l.err
 		}
 		k, err := l.r.Read(l.buf)
+		if k > 0 {
+			l.heard.Store(time.Now().UnixNano())
+		}
 		l.take(l.buf[:k])
 		if err != nil && l.err == nil {
 			l.err = err

@@ -287,6 +287,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	l.log.Info("bridge: MCP server connected", "tools", len(l.defs))
 	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
+	last := time.Now() // when the last ping was sent
 	for {
 		select {
 		case <-ctx.Done():
@@ -298,14 +299,27 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 				return true, err
 			}
 		case <-ping.C:
+			sent := time.Now()
 			pctx, cancel := context.WithTimeout(ctx, l.cfg.PingTimeout)
 			err := cl.Ping(pctx)
 			cancel()
-			if err != nil && ctx.Err() == nil {
+			if err != nil && ctx.Err() == nil && !busy(tr, err, last) {
 				return true, fmt.Errorf("ping: %w", err)
 			}
+			last = sent
 		}
 	}
+}
+
+// busy reports whether a ping that failed with err only waited behind the
+// server's other output: it timed out, and a stdio server wrote after the
+// ping before it was sent. A single-threaded server writing a large result
+// answers a ping only once the result is out (a 6 MiB line, under load, took
+// longer than the 5 s PingTimeout); a server that wrote nothing for a whole
+// ping interval and timeout is not busy but gone.
+func busy(tr transport.Interface, err error, last time.Time) bool {
+	st, ok := tr.(*stdioTransport)
+	return ok && errors.Is(err, context.DeadlineExceeded) && st.heardSince(last)
 }
 
 // checkNames warns once about names in enable_tools or disable_tools that

@@ -31,11 +31,15 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	if os.Getenv("BRIDGE_TEST_STDIO_SERVER") == "1" {
+	if mode := os.Getenv("BRIDGE_TEST_STDIO_SERVER"); mode == "1" || mode == "slow" {
 		if f := os.Getenv("BRIDGE_TEST_PID_FILE"); f != "" {
 			_ = os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600)
 		}
-		if err := server.ServeStdio(testServer(newRecorder())); err != nil {
+		serve := func() error { return server.ServeStdio(testServer(newRecorder())) }
+		if mode == "slow" {
+			serve = serveSlow
+		}
+		if err := serve(); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)

@@ -56,6 +56,7 @@ type stdioTransport struct {
 	*transport.Stdio
 	cmd    *exec.Cmd
 	out    io.Closer     // our end of the server's stdout
+	lim    *lineLimiter  // what reads it
 	exited chan struct{} // closed once the started child was waited for
 }
 
@@ -77,12 +78,17 @@ func newStdio(s *Server, limit int64, log *slog.Logger) (*stdioTransport, error)
 		return nil, err
 	}
 	t := &stdioTransport{cmd: cmd, out: out, exited: make(chan struct{})}
-	lim := newLineLimiter(out, limit, func(what string) {
+	t.lim = newLineLimiter(out, limit, func(what string) {
 		log.Error("bridge: the MCP server sent a message past the limit; refused", "what", what, "limit", limit)
 	})
-	t.Stdio = transport.NewIO(lim, in, io.NopCloser(strings.NewReader("")))
+	t.Stdio = transport.NewIO(t.lim, in, io.NopCloser(strings.NewReader("")))
 	transport.WithCommandLogger(log)(t.Stdio)
 	return t, nil
+}
+
+// heardSince reports whether the server wrote anything after t.
+func (t *stdioTransport) heardSince(at time.Time) bool {
+	return t.lim.heard.Load() > at.UnixNano()
 }
 
 // Start starts the server, which lives as long as ctx (or until Close).
