@@ -6,7 +6,8 @@ Starts a router (.cache/bin/router, embedded NATS) and, in child processes, a re
 nats-py (subscribe + respond) or a toolbus.Worker serving a read-only echo tool. The parent
 sends sequential requests: raw nats-py (nc.request) or toolbus.Client.call through the router.
 Each side's CPU is its own process's user+system time over the measured calls (the children's
-read from /proc/<pid>/stat), divided by the number of calls. Linux only.
+read from /proc/<pid>/stat), divided by the number of calls. Linux only. BENCH_EXEC=compact (the
+default), binary or structured picks the exec form the worker declares (docs/protocol.md 5.1).
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ async def serve(kind: str, url: str) -> None:
         async def bench_echo(text: str) -> str:
             return text
 
-        w = await toolbus.Worker.connect(url, id="bench-worker", binary_exec=os.environ.get("BENCH_EXEC", "binary") == "binary")
+        form = os.environ.get("BENCH_EXEC", "compact")  # the exec form the worker declares: compact, binary or structured
+        w = await toolbus.Worker.connect(url, id="bench-worker", binary_exec=form in ("compact", "binary"),
+                                         compact_exec=form == "compact")
         w.add(bench_echo)
         await w.start()
     prof = None

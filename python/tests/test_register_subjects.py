@@ -72,7 +72,7 @@ async def test_registers_beats_and_leaves_per_tool(router, client, session):
         else:
             tool = subject.removeprefix("toolbus.register.")
             assert [t["name"] for t in data["tools"]] == [tool] and "groups" not in data, data
-            assert list(data["inflight"]) == [tool] and data["binary_exec"] is True, data
+            assert list(data["inflight"]) == [tool] and data["binary_exec"] is data["compact_exec"] is True, data
     assert any(s == f"toolbus.register.group.{group}" for s, _ in seen)
     # The router took both leaves: the tool has no live worker.
     reply = await client.call(session, [{"id": "c2", "name": a, "input": {}}])

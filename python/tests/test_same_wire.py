@@ -1,5 +1,5 @@
 """A Python worker is indistinguishable on the wire from a Go one: the same register, the same exec
-results in both modes, the same refusals. Compared against cmd/toolworker on one router."""
+results in every form (structured, binary, compact), the same refusals. Compared against cmd/toolworker on one router."""
 
 from __future__ import annotations
 
@@ -62,22 +62,26 @@ async def test_python_worker_matches_go_worker(router, client):
             await asyncio.sleep(0.1)
         g, p = regs[go_key], regs[py_key]
         assert list(g) == list(p) or set(g) == set(p), (list(g), list(p))
-        assert g["binary_exec"] is p["binary_exec"] is True
+        assert g["binary_exec"] is p["binary_exec"] is True and g["compact_exec"] is p["compact_exec"] is True
         assert g["inflight"] == {"word_count": []} and p["inflight"] == {name: []}, (g["inflight"], p["inflight"])
         assert len(g["tools"]) == len(p["tools"]) == 1
         assert set(g["tools"][0]) == set(p["tools"][0]), (sorted(g["tools"][0]), sorted(p["tools"][0]))
 
-        for mode in ("structured", "binary"):
-            answers = []
+        for mode in ("structured", "binary", "compact"):
+            answers, header_sets = [], []
             for tool in ("word_count", name):
                 e = exec_event(tool, "c1")
-                body, headers = ev.encode_binary(e) if mode == "binary" else ev.encode_structured(e)
+                body, headers = ev.encode_binary(e) if mode != "structured" else ev.encode_structured(e)
+                if mode == "compact":  # 5.1: no content-type, ce-time nor bare trace headers
+                    headers = {k: v for k, v in headers.items() if k not in ("content-type", "ce-time")}
                 m = await nc.request(f"toolbus.exec.{tool}", body, timeout=10, headers=headers)
-                assert ev.is_binary(m.headers) == (mode == "binary"), (tool, mode, m.headers)
+                assert ev.is_binary(m.headers) == (mode != "structured"), (tool, mode, m.headers)
                 re = ev.decode(m.data, m.headers)
                 assert re.source.startswith("toolbus/worker/")
                 answers.append(re)
+                header_sets.append(sorted(m.headers or {}))
             assert shape(answers[0]) == shape(answers[1]), (mode, answers)
+            assert header_sets[0] == header_sets[1], (mode, header_sets)
             assert answers[1].data["output"] == [{"type": "text", "text": "3"}]
 
         # The same refusal for a malformed exec.

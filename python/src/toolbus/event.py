@@ -285,6 +285,18 @@ def encode_binary(e: Event) -> tuple[bytes, dict[str, str]]:
     return body, h
 
 
+def encode_compact(e: Event) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a compact-form message (docs/protocol.md 5.2, 1.16): only the four
+    attributes CloudEvents requires; the request's own inbox says which call a result answers."""
+    h = {"ce-" + name: _header_value(getattr(e, name)) for name in ("specversion", "id", "source", "type")}
+    return b"" if e.data is None else dumps(e.data), h
+
+
+def is_compact(headers: Mapping[str, str] | None, e: Event) -> bool:
+    """Whether a decoded message came in the compact form (5.1): binary mode without a content type."""
+    return not e.datacontenttype and is_binary(headers)
+
+
 def is_binary(headers: Mapping[str, str] | None) -> bool:
     """Whether a message carries its attributes as ``ce-`` headers."""
     if not headers:

@@ -50,9 +50,10 @@ class Worker:
     def __init__(self, nc: Any, *, id: str | None = None, prefix: str = "toolbus", heartbeat: float = ev.DEFAULT_HEARTBEAT,
                  max_concurrent: int = DEFAULT_MAX_CONCURRENT, groups: Sequence[Group | dict[str, Any]] = (),
                  inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT,
-                 logger: logging.Logger | None = None, binary_exec: bool = True) -> None:
+                 logger: logging.Logger | None = None, binary_exec: bool = True, compact_exec: bool = True) -> None:
         self.id = id or ev.new_id()
         self.binary_exec = binary_exec
+        self.compact_exec = binary_exec and compact_exec
         if not ev.valid_id(self.id):
             raise ValueError(f"worker id {_q(self.id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
         self.nc = nc
@@ -64,7 +65,7 @@ class Worker:
         self.log = logger or logging.getLogger("toolbus.worker")
         self._off = Offloader(nc, self.subjects.bucket("outputs"), inline_limit, max_output)
         self._tools: dict[str, _Served] = {}
-        self._x = _Executor(nc, self.subjects, self.source, self.log, self._off, self.max_concurrent, self.heartbeat)
+        self._x = _Executor(nc, self.subjects, self.source, self.log, self._off, self.max_concurrent, self.heartbeat, self.compact_exec)
         self._cancel_sub: Any = None
         self._beat: asyncio.Task[Any] | None = None
         self._started = False
@@ -231,8 +232,7 @@ class Worker:
         tools = [s.tool.definition.to_json() for s in self._tools.values() if not s.rejected]
         if tools:
             data["tools"] = tools
-        if self.binary_exec:
-            data["binary_exec"] = True
+        data.update(self._exec_forms())
         data["inflight"] = inflight
         return data
 
@@ -244,12 +244,19 @@ class Worker:
         out: list[tuple[str, dict[str, Any]]] = [
             (self.subjects.register_group(g["name"]), {"worker": self.id, "groups": [g]}) for g in reg.get("groups", [])]
         for t in reg.get("tools", []):
-            one: dict[str, Any] = {"worker": self.id, "tools": [t]}
-            if self.binary_exec:
-                one["binary_exec"] = True
+            one: dict[str, Any] = {"worker": self.id, "tools": [t], **self._exec_forms()}
             one["inflight"] = {t["name"]: reg["inflight"].get(t["name"], [])}
             out.append((self.subjects.register(t["name"]), one))
         return out
+
+    def _exec_forms(self) -> dict[str, bool]:
+        """The exec forms this worker reads besides structured mode (7.1): binary, and compact (1.16) with it."""
+        forms: dict[str, bool] = {}
+        if self.binary_exec:
+            forms["binary_exec"] = True
+        if self.compact_exec:
+            forms["compact_exec"] = True
+        return forms
 
     async def _register(self, first: bool = False) -> None:
         try:
@@ -281,9 +288,10 @@ class _Executor:
     """Runs calls: decoding, the concurrency bound, cancels (5.4), results and their offloading."""
 
     def __init__(self, nc: Any, subjects: ev.Subjects, source: str, log: logging.Logger, off: Offloader, max_concurrent: int,
-                 heartbeat: float) -> None:
+                 heartbeat: float, compact: bool) -> None:
         self.nc, self.subjects, self.source, self.log, self._off = nc, subjects, source, log, off
         self.heartbeat = heartbeat
+        self._compact = compact  # answer a compact exec in the compact form (5.2, 1.16)
         self._sem = asyncio.Semaphore(max_concurrent)
         self._calls: dict[str, _Call] = {}
         self._cancelled: dict[str, float] = {}
@@ -401,7 +409,12 @@ class _Executor:
             await _record(self, s, work, out, deadline)
             return
         if msg.reply:
-            body, headers = ev.encode_binary(out) if ev.is_binary(msg.headers) else ev.encode_structured(out)
+            if not ev.is_binary(msg.headers):
+                body, headers = ev.encode_structured(out)
+            elif self._compact and ev.is_compact(msg.headers, e):
+                body, headers = ev.encode_compact(out)
+            else:
+                body, headers = ev.encode_binary(out)
             try:
                 await self.nc.publish(msg.reply, body, headers=headers)
             except Exception as x:  # noqa: BLE001

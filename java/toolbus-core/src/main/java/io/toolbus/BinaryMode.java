@@ -151,4 +151,26 @@ final class BinaryMode {
         .data(e.data() == null ? new byte[0] : e.data()).build();
   }
 
+  /**
+   * Reports whether m, whose event decoded to e, came in the compact form (5.1, protocol 1.16):
+   * binary mode without a content type.
+   */
+  static boolean isCompact(Message m, Event e) {
+    return (e.datacontenttype == null || e.datacontenttype.isEmpty()) && isBinary(m);
+  }
+
+  /**
+   * A NATS message to subject with e in the compact form (5.2, protocol 1.16): the four
+   * attributes CloudEvents requires and the data as body; the request's own inbox says which
+   * call a result answers.
+   */
+  static Message compactMessage(Event e, String natsSubject) {
+    Headers h = new Headers();
+    h.put("ce-specversion", percentEncode(e.specversion));
+    h.put("ce-id", percentEncode(e.id));
+    h.put("ce-source", percentEncode(e.source));
+    h.put("ce-type", percentEncode(e.type));
+    return NatsMessage.builder().subject(natsSubject).headers(h).data(e.data() == null ? new byte[0] : e.data()).build();
+  }
+
 }

@@ -16,7 +16,8 @@ import java.util.function.Supplier;
 /**
  * Registers a worker (docs/protocol.md 7.1): every heartbeat, one request per group on {@code
  * P.register.group.<group>} and one per tool on {@code P.register.<tool>} with that tool's
- * definition, the calls of it the worker holds ({@code inflight}) and {@code binary_exec}; and the
+ * definition, the calls of it the worker holds ({@code inflight}), {@code binary_exec} and, unless
+ * turned off, {@code compact_exec} (protocol 1.16); and the
  * leave of a drain, one per tool. NATS permissions confine which of these subjects a login may
  * publish (protocol 1.12). The requests of a beat are sent at once and awaited together.
  */
@@ -31,10 +32,11 @@ final class Registrar {
   private final Duration heartbeat;
   private final Supplier<List<ToolDef>> tools;
   private final CallTable calls;
+  private final boolean compactExec;
   private volatile boolean acknowledged; // every request of a registration was answered once
 
   Registrar(Connection nc, Subjects subj, String id, String source, List<Group> groups, Duration heartbeat,
-      Supplier<List<ToolDef>> tools, CallTable calls) {
+      Supplier<List<ToolDef>> tools, CallTable calls, boolean compactExec) {
     this.nc = nc;
     this.subj = subj;
     this.id = id;
@@ -43,6 +45,7 @@ final class Registrar {
     this.heartbeat = heartbeat;
     this.tools = tools;
     this.calls = calls;
+    this.compactExec = compactExec;
   }
 
   /** One beat; a registration no router answers is logged and sent again at the next. */
@@ -68,6 +71,9 @@ final class Registrar {
       reg.set("tools", Json.tree(List.of(d)));
       reg.set("inflight", Json.tree(Map.of(d.name(), inflight.getOrDefault(d.name(), List.of()))));
       reg.put("binary_exec", true);
+      if (compactExec) {
+        reg.put("compact_exec", true);
+      }
       parts.put(subj.register(d.name()), reg);
     }
     ObjectNode ack = sendAll(parts, heartbeat);

@@ -20,7 +20,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 /**
  * The worker side of toolbus (docs/protocol.md 5, 7): serves tools on P.exec.<tool> in their
  * queue groups, registers and beats, honours cancels, bounds the calls it runs at once, reads
- * exec requests in structured and binary mode (answering in the mode asked), takes durable
+ * exec requests in structured, binary and compact mode (answering in the form asked), takes durable
  * tools' calls from the work queue, and drains. Add tools, then {@link #start}; {@link #close}
  * drains with a 5 s deadline.
  */
@@ -37,6 +37,7 @@ public final class Worker implements AutoCloseable {
   private final Duration heartbeat;
   private final int maxConcurrent;
   private final List<Group> groups;
+  private final boolean compactExec;
   private final Offloader off;
   private final List<Tool> tools = new ArrayList<>();
   private final CallTable calls;
@@ -58,6 +59,7 @@ public final class Worker implements AutoCloseable {
     this.heartbeat = b.heartbeat;
     this.maxConcurrent = b.maxConcurrent;
     this.groups = List.copyOf(b.groups);
+    this.compactExec = b.compactExec;
     this.off = new Offloader(nc, subj.outputsBucket(), b.inlineLimit, b.maxOutput);
     this.calls = new CallTable(subj);
     AtomicInteger n = new AtomicInteger();
@@ -67,7 +69,7 @@ public final class Worker implements AutoCloseable {
       return t;
     };
     this.intake = new Intake(maxConcurrent, tf, calls);
-    this.reg = new Registrar(nc, subj, id, source, groups, heartbeat, this::definitions, calls);
+    this.reg = new Registrar(nc, subj, id, source, groups, heartbeat, this::definitions, calls, compactExec);
     this.timers = Executors.newScheduledThreadPool(1, tf);
     this.exec = new Executor(this, calls, timers);
   }
@@ -98,6 +100,7 @@ public final class Worker implements AutoCloseable {
     private final List<Group> groups = new ArrayList<>();
     private int inlineLimit;
     private long maxOutput;
+    private boolean compactExec = true;
 
     /** The worker id (a valid identifier); a random one unless set. */
     public Builder id(String v) { id = v; return this; }
@@ -116,6 +119,13 @@ public final class Worker implements AutoCloseable {
     public Builder group(Group g) { groups.add(g); return this; }
     public Builder inlineLimit(int v) { inlineLimit = v; return this; }
     public Builder maxOutput(long v) { maxOutput = v; return this; }
+    /**
+     * Whether the worker declares {@code compact_exec} (protocol 1.16, on unless set): its tools
+     * get their execs in the compact form when every live worker of theirs declared it, and it
+     * answers them with the four headers CloudEvents requires. Off, it reads and answers binary
+     * mode as a worker of 1.15 does.
+     */
+    public Builder compactExec(boolean v) { compactExec = v; return this; }
     public Worker build() { return new Worker(this); }
   }
 
@@ -196,7 +206,7 @@ public final class Worker implements AutoCloseable {
       intake.release(key, false);
       return;
     }
-    Replier rp = new CoreReply(m);
+    Replier rp = new CoreReply(m, compactExec && ch.e() != null && BinaryMode.isCompact(m, ch.e()));
     intake.pool().execute(() -> {
       try {
         exec.serve(t, ch, rp);
@@ -206,18 +216,22 @@ public final class Worker implements AutoCloseable {
     });
   }
 
-  /** Answers on the request's reply subject, in the mode the request came in. */
+  /** Answers on the request's reply subject, in the form the request came in. */
   private final class CoreReply implements Replier {
     private final Message m;
+    private final boolean compact;
 
-    CoreReply(Message m) {
+    CoreReply(Message m, boolean compact) {
       this.m = m;
+      this.compact = compact;
     }
 
     @Override
     public void result(Event out) {
-      if (m.getReplyTo() != null) {
-        nc.publish(Event.isBinary(m) ? out.toBinaryMessage(m.getReplyTo(), null) : out.toMessage(m.getReplyTo(), null));
+      String to = m.getReplyTo();
+      if (to != null) {
+        nc.publish(compact ? BinaryMode.compactMessage(out, to)
+            : Event.isBinary(m) ? out.toBinaryMessage(to, null) : out.toMessage(to, null));
       }
     }
 

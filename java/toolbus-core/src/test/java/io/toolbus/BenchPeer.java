@@ -9,7 +9,7 @@ import java.util.Map;
 /**
  * The far side of {@link CpuPerCallBench}, in a JVM of its own so that its CPU can be measured
  * alone: "raw" answers plain jnats requests on bench.raw; "worker" serves the tool bench_echo
- * with the Java Worker. Prints "ready" once serving; exits when its stdin closes.
+ * with the Java Worker (declaring compact_exec unless -Dtoolbus.bench.exec=binary). Prints "ready" once serving; exits when its stdin closes.
  */
 public final class BenchPeer {
   private BenchPeer() {}
@@ -23,7 +23,8 @@ public final class BenchPeer {
       Dispatcher d = nc.createDispatcher(m -> nc.publish(m.getReplyTo(), m.getData()));
       d.subscribe("bench.raw", "bench");
     } else {
-      w = Worker.builder(nc).id("bench-" + ProcessHandle.current().pid()).build();
+      boolean compact = !"binary".equals(System.getProperty("toolbus.bench.exec"));
+      w = Worker.builder(nc).id("bench-" + ProcessHandle.current().pid()).compactExec(compact).build();
       w.tool(ToolDef.builder("bench_echo").readOnly(true).inputSchema(Map.of("type", "object",
           "properties", Map.of("text", Map.of("type", "string")))).build(), c -> c.input().path("text").asText());
       w.start();

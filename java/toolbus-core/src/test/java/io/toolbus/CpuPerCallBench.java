@@ -21,13 +21,16 @@ import org.junit.jupiter.api.Timeout;
  * measured in the same run: the requester side (this JVM: the client, or a plain jnats request)
  * and the responder side (a JVM of its own, {@link BenchPeer}: the Worker, or a plain jnats
  * responder). Sequential calls of a 32-byte text; the router's own CPU is not counted.
- * -Dtoolbus.bench.calls=N sets the measured calls (default 300, a quick check); the table goes
+ * -Dtoolbus.bench.calls=N sets the measured calls (default 300, a quick check);
+ * -Dtoolbus.bench.exec=binary has the worker declare binary_exec only (compact, protocol 1.16,
+ * unless set); the table goes
  * to target/bench.txt and the test output.
  */
 @Timeout(value = 600, unit = TimeUnit.SECONDS)
 class CpuPerCallBench {
   static final int CALLS = Integer.getInteger("toolbus.bench.calls", 300);
   static final String TEXT = "x".repeat(32);
+  static final String EXEC = System.getProperty("toolbus.bench.exec", "compact");
 
   record Cpu(double requesterUs, double responderUs) {}
 
@@ -50,11 +53,11 @@ class CpuPerCallBench {
       });
     }
     String table = String.format(java.util.Locale.ROOT,
-        "Java CPU per call, %d sequential calls (µs; ratio to raw jnats request/reply in the same run)%n"
+        "Java CPU per call, %d sequential calls, %s exec (µs; ratio to raw jnats request/reply in the same run)%n"
             + "side        toolbus    raw jnats   ratio%n"
             + "client     %8.1f   %8.1f   %6.1fx%n"
             + "worker     %8.1f   %8.1f   %6.1fx%n",
-        CALLS, bus.requesterUs(), raw.requesterUs(), bus.requesterUs() / raw.requesterUs(),
+        CALLS, EXEC, bus.requesterUs(), raw.requesterUs(), bus.requesterUs() / raw.requesterUs(),
         bus.responderUs(), raw.responderUs(), bus.responderUs() / raw.responderUs());
     System.out.print(table);
     Files.writeString(Path.of("target", "bench.txt"), table);
@@ -72,7 +75,7 @@ class CpuPerCallBench {
     if (jfr != null) {
       cmd.add("-XX:StartFlightRecording=filename=" + jfr + "/" + mode + ".jfr,settings=profile");
     }
-    cmd.addAll(java.util.List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName(), mode, router.url()));
+    cmd.addAll(java.util.List.of("-Dtoolbus.bench.exec=" + EXEC, "-cp", System.getProperty("java.class.path"), BenchPeer.class.getName(), mode, router.url()));
     Process p = new ProcessBuilder(cmd)
         .redirectError(ProcessBuilder.Redirect.INHERIT).start();
     try {
