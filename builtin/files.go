@@ -39,12 +39,7 @@ const (
 // follow them, refused if it leaves the base), judged, then opened following
 // no symlink (openat2 on Linux, else through an os.Root), so a swap in
 // between is refused, not followed (docs/builtin.md "Paths").
-type Files struct{ tree }
-
-// tree is the base directory as the file tools see it: where paths resolve
-// (resolveIn) and how results are opened without following symlinks
-// (beneath_linux.go; an os.Root elsewhere).
-type tree struct {
+type Files struct {
 	base string   // absolute, symlinks resolved
 	root *os.Root // the base directory: Lstat, and every open but on Linux
 	fd   int      // the base directory's descriptor (Linux; -1 elsewhere)
@@ -72,7 +67,7 @@ func NewFiles(dir string) (*Files, error) {
 		root.Close()
 		return nil, fmt.Errorf("builtin: workdir: %w", err)
 	}
-	return &Files{tree{base: real, root: root, fd: fd}}, nil
+	return &Files{base: real, root: root, fd: fd}, nil
 }
 
 // Base returns the base directory (absolute, symlinks resolved).
@@ -109,19 +104,19 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // for itself); false when it lies outside, or when a component is still a
 // symlink (Resolve gave up), which no opener may then follow to a file the
 // rules did not judge.
-func (t *tree) resolveIn(rel string) (string, bool) {
-	r := permission.Resolve(filepath.Join(t.base, rel))
-	rel = t.relOS(r)
-	return rel, within(t.base, r) && !t.linkIn(rel)
+func (f *Files) resolveIn(rel string) (string, bool) {
+	r := permission.Resolve(filepath.Join(f.base, rel))
+	rel = f.relOS(r)
+	return rel, within(f.base, r) && !f.linkIn(rel)
 }
 
 // linkIn says whether a component of rel (relative to the base directory,
 // no symlinks expected) is a symlink; a missing component ends the look.
-func (t *tree) linkIn(rel string) bool {
+func (f *Files) linkIn(rel string) bool {
 	p := ""
 	for _, c := range strings.Split(filepath.ToSlash(rel), "/") {
 		p = filepath.Join(p, c)
-		fi, err := t.root.Lstat(p)
+		fi, err := f.root.Lstat(p)
 		if err != nil {
 			return false
 		}
@@ -137,17 +132,16 @@ func within(root, p string) bool {
 }
 
 // relOS is the absolute p (inside the base) relative to the base.
-func (t *tree) relOS(p string) string {
-	r, err := filepath.Rel(t.base, p)
-	if err != nil {
-		return "."
+func (f *Files) relOS(p string) string {
+	if r, err := filepath.Rel(f.base, p); err == nil {
+		return r
 	}
-	return r
+	return "."
 }
 
 // abs is the absolute form of p, relative to the base directory: the key
 // of its read record.
-func (t *tree) abs(p string) string { return filepath.Join(t.base, p) }
+func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
 
 // inGitDir says whether the resolved path p lies inside a .git directory,
 // which write_file and edit_file refuse: git runs programs its config and
@@ -156,22 +150,19 @@ func inGitDir(p string) bool {
 	return slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
-// readRecord is what the session remembers of a file it read or wrote.
+// readRecord is what the session remembers of a file it read or wrote: its
+// state's file_reads holds one per absolute path.
 type readRecord struct {
 	Size  int64 `json:"size"`
 	MTime int64 `json:"mtime_ns"`
 }
-
-// stateReads is the session state key of the read records, keyed by the
-// file's absolute path.
-const stateReads = "file_reads"
 
 func recordOf(fi fs.FileInfo) readRecord {
 	return readRecord{Size: fi.Size(), MTime: fi.ModTime().UnixNano()}
 }
 
 func readsPatch(p string, fi fs.FileInfo) map[string]any {
-	return map[string]any{stateReads: map[string]any{p: recordOf(fi)}}
+	return map[string]any{"file_reads": map[string]any{p: recordOf(fi)}}
 }
 
 // checkRead refuses a write or edit of an existing file that the session
@@ -228,13 +219,12 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 		return "", nil, fmt.Errorf("read_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, maxReadFile+1))
-	if err != nil {
+	switch {
+	case err != nil:
 		return "", nil, fmt.Errorf("read_file refused: %v", err)
-	}
-	if len(data) > maxReadFile {
+	case len(data) > maxReadFile:
 		return "", nil, fmt.Errorf("read_file refused: %s is more than %d bytes", in.Path, maxReadFile)
-	}
-	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
 		return "", nil, fmt.Errorf("read_file refused: %s is not a UTF-8 text file", in.Path)
 	}
 	offset, limit := max(in.Offset, 1), in.Limit
@@ -283,12 +273,12 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	mode := fs.FileMode(0o644)
+	mode, verb := fs.FileMode(0o644), "Created"
 	if fi != nil {
 		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
 		}
-		mode = fi.Mode().Perm()
+		mode, verb = fi.Mode().Perm(), "Wrote"
 	}
 	if dir := filepath.Dir(p); dir != "." {
 		if err := f.mkdirs(dir); err != nil {
@@ -298,10 +288,6 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	nfi, err := f.put(p, []byte(in.Content), mode)
 	if err != nil {
 		return "", nil, f.fail("write_file failed", in.Path, err)
-	}
-	verb := "Created"
-	if fi != nil {
-		verb = "Wrote"
 	}
 	return fmt.Sprintf("%s %s (%d bytes).", verb, filepath.ToSlash(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
 }
@@ -354,11 +340,9 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 		return "", nil, fmt.Errorf("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case fi.Size() > maxReadFile:
 		return "", nil, fmt.Errorf("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
-	}
-	if in.OldString == in.NewString {
+	case in.OldString == in.NewString:
 		return "", nil, fmt.Errorf("edit_file refused: old_string and new_string are identical; there is nothing to change")
-	}
-	if in.OldString == "" {
+	case in.OldString == "":
 		return "", nil, fmt.Errorf("edit_file refused: old_string is empty; give the exact text to replace")
 	}
 	if err := checkRead("edit_file", in.Path, state, f.abs(p), fi); err != nil {
@@ -524,8 +508,8 @@ func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi
 
 // resolveUnder is resolveIn, true only when the result lies in root (the
 // directory a walk started from, relative to the base).
-func (t *tree) resolveUnder(root, p string) (string, bool) {
-	r, ok := t.resolveIn(p)
+func (f *Files) resolveUnder(root, p string) (string, bool) {
+	r, ok := f.resolveIn(p)
 	return r, ok && (root == "." || within(root, r))
 }
 
