@@ -475,15 +475,12 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 	return env
 }
 
-// The programs an allow-listed command may execute (docs/builtin.md, "The
-// kernel runs nothing else"): Landlock grants execute on these files only
-// (and git's exec-path), and the command is interpreted in-process.
-
 // execList resolves the allow-listed and trusted names on path (a name
 // the interpreter runs as a builtin, such as cd or echo, may be missing)
 // and adds what the kernel opens to execute them: an ELF program's
 // interpreter (the dynamic loader). dirs are directories whose files may all
-// be executed: git's exec-path.
+// be executed: git's exec-path. Landlock grants execute on these only
+// (docs/builtin.md, "The kernel runs nothing else").
 func execList(names []string, path string) (files, dirs []string) {
 	add := func(p string) {
 		if p != "" && !slices.Contains(files, p) {
@@ -571,13 +568,8 @@ func gitExecPath(git string) string {
 	return d
 }
 
-// The sandbox launcher (docs/builtin.md, "The sandbox"): on Linux the shell
-// re-executes its own binary as "toolbus-sandbox", a child subreaper that
-// starts the command (through "toolbus-sandbox-exec", which applies Landlock,
-// drops to --shell-user and execs /bin/sh -c) and kills every descendant
-// when the command ends, on SIGTERM, or when the router dies.
-
-// Argv[0] markers of the two stages.
+// Argv[0] markers of the sandbox launcher's two stages on Linux: a child
+// subreaper, then the command's exec (docs/builtin.md, "The sandbox").
 const (
 	launcherArg0 = "toolbus-sandbox"
 	execArg0     = "toolbus-sandbox-exec"
