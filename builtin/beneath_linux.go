@@ -121,26 +121,26 @@ func dirFd(dirfd int, dir string, create bool) (int, error) {
 // on any component: one that appeared since the resolution is errSwapped,
 // or errEscapes when the path now leaves the base. Reads and writes open
 // non-blocking, so a FIFO answers at once.
-func (f *Files) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
+func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
 	if flag&unix.O_PATH == 0 {
 		flag |= unix.O_NONBLOCK
 	}
-	fd, err := openNoSymlinks(f.fd, p, flag, perm, resolveBeneath)
+	fd, err := openNoSymlinks(t.fd, p, flag, perm, resolveBeneath)
 	if err != nil {
-		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && f.linkIn(p) {
+		if err == unix.ELOOP || err == unix.EXDEV || err == unix.ENOTDIR && t.linkIn(p) {
 			err = errSwapped
-			if !within(f.base, permission.Resolve(f.abs(p))) {
+			if !within(t.base, permission.Resolve(t.abs(p))) {
 				err = errEscapes
 			}
 		}
 		return nil, &os.PathError{Op: "open", Path: p, Err: err}
 	}
-	return os.NewFile(uintptr(fd), f.abs(p)), nil
+	return os.NewFile(uintptr(fd), t.abs(p)), nil
 }
 
 // stat describes p itself (relative to the base), never following a link.
-func (f *Files) stat(p string) (fs.FileInfo, error) {
-	fh, err := f.open(p, unix.O_PATH, 0)
+func (t *tree) stat(p string) (fs.FileInfo, error) {
+	fh, err := t.open(p, unix.O_PATH, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -149,10 +149,10 @@ func (f *Files) stat(p string) (fs.FileInfo, error) {
 }
 
 // mkdirs makes the missing directories of dir, following no symlink.
-func (f *Files) mkdirs(dir string) error {
-	fd, err := dirFd(f.fd, dir, true)
+func (t *tree) mkdirs(dir string) error {
+	fd, err := dirFd(t.fd, dir, true)
 	if err != nil {
-		if err == unix.ELOOP || err == unix.ENOTDIR && f.linkIn(dir) {
+		if err == unix.ELOOP || err == unix.ENOTDIR && t.linkIn(dir) {
 			err = errSwapped
 		}
 		return &os.PathError{Op: "mkdir", Path: dir, Err: err}
@@ -161,8 +161,8 @@ func (f *Files) mkdirs(dir string) error {
 }
 
 // readDir lists dir (unsorted), opened without following a symlink.
-func (f *Files) readDir(dir string) ([]fs.DirEntry, error) {
-	fh, err := f.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
+	fh, err := t.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,12 @@ const (
 // follow them, refused if it leaves the base), judged, then opened following
 // no symlink (openat2 on Linux, else through an os.Root), so a swap in
 // between is refused, not followed (docs/builtin.md "Paths").
-type Files struct {
+type Files struct{ tree }
+
+// tree is the base directory as the file tools see it: where paths resolve
+// (resolveIn) and how results are opened without following symlinks
+// (beneath_linux.go; an os.Root elsewhere).
+type tree struct {
 	base string   // absolute, symlinks resolved
 	root *os.Root // the base directory: Lstat, and every open but on Linux
 	fd   int      // the base directory's descriptor (Linux; -1 elsewhere)
@@ -67,7 +72,7 @@ func NewFiles(dir string) (*Files, error) {
 		root.Close()
 		return nil, fmt.Errorf("builtin: workdir: %w", err)
 	}
-	return &Files{base: real, root: root, fd: fd}, nil
+	return &Files{tree{base: real, root: root, fd: fd}}, nil
 }
 
 // Base returns the base directory (absolute, symlinks resolved).
@@ -104,19 +109,19 @@ func (f *Files) resolve(tool, p string) (string, error) {
 // for itself); false when it lies outside, or when a component is still a
 // symlink (Resolve gave up), which no opener may then follow to a file the
 // rules did not judge.
-func (f *Files) resolveIn(rel string) (string, bool) {
-	r := permission.Resolve(filepath.Join(f.base, rel))
-	rel = f.relOS(r)
-	return rel, within(f.base, r) && !f.linkIn(rel)
+func (t *tree) resolveIn(rel string) (string, bool) {
+	r := permission.Resolve(filepath.Join(t.base, rel))
+	rel = t.relOS(r)
+	return rel, within(t.base, r) && !t.linkIn(rel)
 }
 
 // linkIn says whether a component of rel (relative to the base directory,
 // no symlinks expected) is a symlink; a missing component ends the look.
-func (f *Files) linkIn(rel string) bool {
+func (t *tree) linkIn(rel string) bool {
 	p := ""
 	for _, c := range strings.Split(filepath.ToSlash(rel), "/") {
 		p = filepath.Join(p, c)
-		fi, err := f.root.Lstat(p)
+		fi, err := t.root.Lstat(p)
 		if err != nil {
 			return false
 		}
@@ -132,8 +137,8 @@ func within(root, p string) bool {
 }
 
 // relOS is the absolute p (inside the base) relative to the base.
-func (f *Files) relOS(p string) string {
-	if r, err := filepath.Rel(f.base, p); err == nil {
+func (t *tree) relOS(p string) string {
+	if r, err := filepath.Rel(t.base, p); err == nil {
 		return r
 	}
 	return "."
@@ -141,7 +146,7 @@ func (f *Files) relOS(p string) string {
 
 // abs is the absolute form of p, relative to the base directory: the key
 // of its read record.
-func (f *Files) abs(p string) string { return filepath.Join(f.base, p) }
+func (t *tree) abs(p string) string { return filepath.Join(t.base, p) }
 
 // inGitDir says whether the resolved path p lies inside a .git directory,
 // which write_file and edit_file refuse: git runs programs its config and
@@ -508,8 +513,8 @@ func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi
 
 // resolveUnder is resolveIn, true only when the result lies in root (the
 // directory a walk started from, relative to the base).
-func (f *Files) resolveUnder(root, p string) (string, bool) {
-	r, ok := f.resolveIn(p)
+func (t *tree) resolveUnder(root, p string) (string, bool) {
+	r, ok := t.resolveIn(p)
 	return r, ok && (root == "." || within(root, r))
 }
 

@@ -15,16 +15,16 @@ import (
 
 func openBase(string) (int, error) { return -1, nil }
 
-func (f *Files) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
-	return f.root.OpenFile(p, flag, perm)
+func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
+	return t.root.OpenFile(p, flag, perm)
 }
 
-func (f *Files) stat(p string) (fs.FileInfo, error) { return f.root.Stat(p) }
+func (t *tree) stat(p string) (fs.FileInfo, error) { return t.root.Stat(p) }
 
-func (f *Files) mkdirs(dir string) error { return f.root.MkdirAll(dir, 0o755) }
+func (t *tree) mkdirs(dir string) error { return t.root.MkdirAll(dir, 0o755) }
 
-func (f *Files) readDir(dir string) ([]fs.DirEntry, error) {
-	return fs.ReadDir(f.root.FS(), filepath.ToSlash(dir))
+func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
+	return fs.ReadDir(t.root.FS(), filepath.ToSlash(dir))
 }
 
 // hardLinks is not read here: every file counts as one link.
