@@ -51,7 +51,7 @@ func flipper(t *testing.T, a, b string) (stop func()) {
 func readKey(t *testing.T, patch any) string {
 	t.Helper()
 	m, _ := patch.(map[string]any)
-	reads, _ := m[stateReads].(map[string]any)
+	reads, _ := m["file_reads"].(map[string]any)
 	for k := range reads {
 		return k
 	}

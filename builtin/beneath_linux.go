@@ -14,29 +14,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// On Linux the file tools open the resolved path relative to a descriptor of
-// the base directory with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS|
-// RESOLVE_NO_MAGICLINKS) and O_NOFOLLOW, so a directory swapped for a link
-// after the checks cannot redirect the open: what was judged is what is
-// opened. Without openat2 (ENOSYS, or EPERM from seccomp) a walk opening one
-// component at a time O_NOFOLLOW gives the same. docs/builtin.md ("Paths").
-
-// resolveBeneath are the openat2 resolve flags of every open.
+// On Linux every open is an openat2 beneath the base directory's descriptor
+// that follows no symlink, or a walk of O_NOFOLLOW opens without openat2:
+// what was judged is what is opened (docs/builtin.md, "Paths").
 const resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
 // noOpenat2 is set once openat2 answered ENOSYS: every open walks.
 var noOpenat2 atomic.Bool
 
-// openBase opens the base directory's descriptor, the start of every
-// open; O_PATH, so it reads nothing and needs no read permission.
+// openBase opens the base directory's descriptor: O_PATH reads nothing.
 func openBase(dir string) (int, error) {
 	return unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 }
 
-// openNoSymlinks opens p (relative to dirfd, or absolute) with flag
-// (O_NOFOLLOW and O_CLOEXEC added), following no symlink on any
-// component: openat2 with resolve (which holds RESOLVE_NO_SYMLINKS), or,
-// where the kernel has no openat2, the walk of walkOpen.
+// openNoSymlinks opens p (relative to dirfd, or absolute) following no
+// symlink on any component: openat2 with resolve (which holds
+// RESOLVE_NO_SYMLINKS), or walkOpen where the kernel has no openat2.
 func openNoSymlinks(dirfd int, p string, flag int, perm fs.FileMode, resolve uint64) (int, error) {
 	flag |= unix.O_CLOEXEC | unix.O_NOFOLLOW
 	if !noOpenat2.Load() && !forceWalk {
@@ -64,10 +57,8 @@ func openNoSymlinks(dirfd int, p string, flag int, perm fs.FileMode, resolve uin
 // forceWalk makes every open walk, as on a kernel without openat2 (tests).
 var forceWalk bool
 
-// walkOpen is openNoSymlinks without openat2: the directories of p opened
-// one by one from dirfd (from / when p is absolute) with
-// O_NOFOLLOW|O_DIRECTORY, then its last component with flag, which holds
-// O_NOFOLLOW. A ".." component is refused (EXDEV).
+// walkOpen is openNoSymlinks without openat2: p's directories opened with
+// dirFd, then its last component with flag, which holds O_NOFOLLOW.
 func walkOpen(dirfd int, p string, flag int, perm fs.FileMode) (int, error) {
 	dir, leaf := path.Split(p)
 	switch leaf {
@@ -147,8 +138,7 @@ func (t *tree) open(p string, flag int, perm fs.FileMode) (*os.File, error) {
 	return os.NewFile(uintptr(fd), t.abs(p)), nil
 }
 
-// stat describes p itself (relative to the base): a symlink swapped in
-// on it is described as a symlink, never followed.
+// stat describes p itself (relative to the base), never following a link.
 func (t *tree) stat(p string) (fs.FileInfo, error) {
 	fh, err := t.open(p, unix.O_PATH, 0)
 	if err != nil {
@@ -158,8 +148,7 @@ func (t *tree) stat(p string) (fs.FileInfo, error) {
 	return fh.Stat()
 }
 
-// mkdirs makes the missing directories of dir (relative to the base),
-// following no symlink.
+// mkdirs makes the missing directories of dir, following no symlink.
 func (t *tree) mkdirs(dir string) error {
 	fd, err := dirFd(t.fd, dir, true)
 	if err != nil {
@@ -171,8 +160,7 @@ func (t *tree) mkdirs(dir string) error {
 	return unix.Close(fd)
 }
 
-// readDir lists the directory dir (relative to the base), opened without
-// following a symlink; unsorted.
+// readDir lists dir (unsorted), opened without following a symlink.
 func (t *tree) readDir(dir string) ([]fs.DirEntry, error) {
 	fh, err := t.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
 	if err != nil {

@@ -138,11 +138,10 @@ func within(root, p string) bool {
 
 // relOS is the absolute p (inside the base) relative to the base.
 func (t *tree) relOS(p string) string {
-	r, err := filepath.Rel(t.base, p)
-	if err != nil {
-		return "."
+	if r, err := filepath.Rel(t.base, p); err == nil {
+		return r
 	}
-	return r
+	return "."
 }
 
 // abs is the absolute form of p, relative to the base directory: the key
@@ -156,22 +155,19 @@ func inGitDir(p string) bool {
 	return slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
-// readRecord is what the session remembers of a file it read or wrote.
+// readRecord is what the session remembers of a file it read or wrote: its
+// state's file_reads holds one per absolute path.
 type readRecord struct {
 	Size  int64 `json:"size"`
 	MTime int64 `json:"mtime_ns"`
 }
-
-// stateReads is the session state key of the read records, keyed by the
-// file's absolute path.
-const stateReads = "file_reads"
 
 func recordOf(fi fs.FileInfo) readRecord {
 	return readRecord{Size: fi.Size(), MTime: fi.ModTime().UnixNano()}
 }
 
 func readsPatch(p string, fi fs.FileInfo) map[string]any {
-	return map[string]any{stateReads: map[string]any{p: recordOf(fi)}}
+	return map[string]any{"file_reads": map[string]any{p: recordOf(fi)}}
 }
 
 // checkRead refuses a write or edit of an existing file that the session
@@ -228,13 +224,12 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 		return "", nil, fmt.Errorf("read_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
 	}
 	data, err := io.ReadAll(io.LimitReader(fh, maxReadFile+1))
-	if err != nil {
+	switch {
+	case err != nil:
 		return "", nil, fmt.Errorf("read_file refused: %v", err)
-	}
-	if len(data) > maxReadFile {
+	case len(data) > maxReadFile:
 		return "", nil, fmt.Errorf("read_file refused: %s is more than %d bytes", in.Path, maxReadFile)
-	}
-	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
 		return "", nil, fmt.Errorf("read_file refused: %s is not a UTF-8 text file", in.Path)
 	}
 	offset, limit := max(in.Offset, 1), in.Limit
@@ -283,12 +278,12 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	mode := fs.FileMode(0o644)
+	mode, verb := fs.FileMode(0o644), "Created"
 	if fi != nil {
 		if err := checkRead("write_file", in.Path, state, f.abs(p), fi); err != nil {
 			return "", nil, err
 		}
-		mode = fi.Mode().Perm()
+		mode, verb = fi.Mode().Perm(), "Wrote"
 	}
 	if dir := filepath.Dir(p); dir != "." {
 		if err := f.mkdirs(dir); err != nil {
@@ -298,10 +293,6 @@ func (f *Files) Write(state json.RawMessage, in WriteIn) (string, any, error) {
 	nfi, err := f.put(p, []byte(in.Content), mode)
 	if err != nil {
 		return "", nil, f.fail("write_file failed", in.Path, err)
-	}
-	verb := "Created"
-	if fi != nil {
-		verb = "Wrote"
 	}
 	return fmt.Sprintf("%s %s (%d bytes).", verb, filepath.ToSlash(p), len(in.Content)), readsPatch(f.abs(p), nfi), nil
 }
@@ -354,11 +345,9 @@ func (f *Files) Edit(state json.RawMessage, in EditIn) (string, any, error) {
 		return "", nil, fmt.Errorf("edit_file refused: %s does not exist; create it with write_file", in.Path)
 	case fi.Size() > maxReadFile:
 		return "", nil, fmt.Errorf("edit_file refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxReadFile)
-	}
-	if in.OldString == in.NewString {
+	case in.OldString == in.NewString:
 		return "", nil, fmt.Errorf("edit_file refused: old_string and new_string are identical; there is nothing to change")
-	}
-	if in.OldString == "" {
+	case in.OldString == "":
 		return "", nil, fmt.Errorf("edit_file refused: old_string is empty; give the exact text to replace")
 	}
 	if err := checkRead("edit_file", in.Path, state, f.abs(p), fi); err != nil {

@@ -22,9 +22,8 @@ import (
 )
 
 // interpret runs an allow-listed command with the in-process POSIX
-// interpreter (mvdan.cc/sh/v3/interp) in the sandbox's exec stage, after
-// Landlock and the switch of user: no /bin/sh runs, the kernel executes only
-// the listed programs, a command name not listed is refused at run time, and
+// interpreter in the sandbox's exec stage (docs/builtin.md, "The kernel runs
+// nothing else"): a command name not listed is refused at run time, and
 // write redirections follow no symlink and never touch a protected path. It
 // returns the command's exit status.
 func interpret(spec sandboxSpec) int {

@@ -90,14 +90,10 @@ func NewShell(cfg Config) (*Shell, error) {
 	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.ShellAllow), Trust: slices.Clone(cfg.ShellTrust), Skills: cfg.Skills, env: slices.Clone(cfg.ShellEnv), files: f, lookup: os.LookupEnv}
 	log := cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	userName := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot)
-	switch {
-	case userName == DefaultShellUser && cfg.ShellUser == "":
-		s.cred = defaultCredential()
-	case userName != "":
-		if s.cred, err = lookupUser(userName); err != nil {
-			return nil, err
-		}
-	case os.Geteuid() == 0:
+	if s.cred, err = shellCredential(cfg); err != nil {
+		return nil, err
+	}
+	if s.cred == nil && os.Geteuid() == 0 {
 		log.Warn("shell: commands run as root (--shell-as-root): they can read every file the sandbox leaves readable (/etc/shadow among them) and change what root owns in the base directory", "dir", s.Dir)
 	}
 	if s.cred != nil && !writableBy(s.Dir, s.cred) {
@@ -144,13 +140,21 @@ func ShellUserFor(user string, asRoot bool) string {
 	return ""
 }
 
-// defaultCredential is DefaultShellUser's, or 65534:65534 with no such
-// user.
-func defaultCredential() *credential {
-	if c, err := lookupUser(DefaultShellUser); err == nil {
-		return c
+// shellCredential is the credential of the user commands run as
+// (ShellUserFor), nil for this process's: DefaultShellUser's is
+// 65534:65534 when there is no such user.
+func shellCredential(cfg Config) (*credential, error) {
+	switch name := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); {
+	case name == "":
+		return nil, nil
+	case cfg.ShellUser == "":
+		if c, err := lookupUser(name); err == nil {
+			return c, nil
+		}
+		return &credential{uid: 65534, gid: 65534, groups: []int{65534}}, nil
+	default:
+		return lookupUser(name)
 	}
-	return &credential{uid: 65534, gid: 65534, groups: []int{65534}}
 }
 
 // writableBy says whether the directory's mode lets c create files in it.
@@ -260,20 +264,18 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 	defer os.RemoveAll(tmp)
+	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1}
 	if s.cred != nil {
 		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
 			return "", fmt.Errorf("shell: the command could not run: %v", err)
 		}
+		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
 	}
-	env := shellEnv(s.lookup, s.env, s.Dir, tmp, s.restricted())
-	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1}
 	if s.restricted() && s.launcher {
 		spec.Interp, spec.ExecFiles, spec.ExecDirs = true, s.execFiles, s.execDirs
 		spec.Names = append(slices.Clone(s.Allow), s.Trust...)
 	}
-	if s.cred != nil {
-		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
-	}
+	env := shellEnv(s.lookup, s.env, s.Dir, tmp, s.restricted())
 	var note string
 	if in.Skill != "" {
 		if s.Skills == nil {
@@ -369,15 +371,12 @@ func (c *capped) text() string {
 // private directory under parent (the user cache directory when ""),
 // readable by the shell user's group when there is one.
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
+	c, err := shellCredential(cfg)
+	if err != nil {
+		return nil, err
+	}
 	gid := -1
-	if u := ShellUserFor(cfg.ShellUser, cfg.ShellAsRoot); u != "" {
-		c, err := lookupUser(u)
-		if err != nil && u == DefaultShellUser {
-			c, err = defaultCredential(), nil
-		}
-		if err != nil {
-			return nil, err
-		}
+	if c != nil {
 		gid = c.gid
 	}
 	dir, err := skills.PrivateDir(parent, prefix, gid)
@@ -418,35 +417,15 @@ func checkEnvNames(names []string) error {
 // agent may write: no hooks, helpers, pagers, editors, proxies, ext:: or
 // local transports, nor implicit bare repositories. Set with an allow-list.
 var gitHardening = [][2]string{
-	{"core.hooksPath", "/dev/null"},
-	{"core.fsmonitor", "false"},
-	{"core.pager", "cat"},
-	{"core.editor", "false"},
-	{"sequence.editor", "false"},
-	{"core.sshCommand", "ssh"},
-	{"core.gitProxy", ""},
-	{"core.askPass", ""},
-	{"credential.helper", ""},
-	{"diff.external", ""},
-	{"gpg.program", "gpg"},
-	{"gpg.ssh.program", "ssh-keygen"},
-	{"core.attributesFile", "/dev/null"},
-	{"commit.gpgSign", "false"},
-	{"tag.gpgSign", "false"},
-	{"gpg.format", "openpgp"},
-	{"gpg.openpgp.program", "gpg"},
-	{"gpg.x509.program", "gpgsm"},
-	{"gpg.ssh.defaultKeyCommand", ""},
-	{"submodule.recurse", "false"},
-	{"protocol.allow", "never"},
-	{"protocol.https.allow", "always"},
-	{"protocol.http.allow", "always"},
-	{"protocol.ssh.allow", "always"},
-	{"protocol.git.allow", "always"},
-	{"protocol.ext.allow", "never"},
+	{"core.hooksPath", "/dev/null"}, {"core.fsmonitor", "false"}, {"core.pager", "cat"}, {"core.editor", "false"},
+	{"sequence.editor", "false"}, {"core.sshCommand", "ssh"}, {"core.gitProxy", ""}, {"core.askPass", ""},
+	{"credential.helper", ""}, {"diff.external", ""}, {"gpg.program", "gpg"}, {"gpg.ssh.program", "ssh-keygen"},
+	{"core.attributesFile", "/dev/null"}, {"commit.gpgSign", "false"}, {"tag.gpgSign", "false"}, {"gpg.format", "openpgp"},
+	{"gpg.openpgp.program", "gpg"}, {"gpg.x509.program", "gpgsm"}, {"gpg.ssh.defaultKeyCommand", ""}, {"submodule.recurse", "false"},
+	{"protocol.allow", "never"}, {"protocol.https.allow", "always"}, {"protocol.http.allow", "always"},
+	{"protocol.ssh.allow", "always"}, {"protocol.git.allow", "always"}, {"protocol.ext.allow", "never"},
 	// Local transports run remote.<name>.uploadpack on this machine.
-	{"protocol.file.allow", "never"},
-	{"safe.bareRepository", "explicit"},
+	{"protocol.file.allow", "never"}, {"safe.bareRepository", "explicit"},
 	// Symlinks a checkout or git apply writes from content come out as
 	// plain files: a patch that made d -> r3/.git let "cp evil d/config"
 	// in the same command write r3/.git/config (issue 26, held-out attack).
@@ -496,15 +475,12 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 	return env
 }
 
-// The programs an allow-listed command may execute (docs/builtin.md, "The
-// kernel runs nothing else"): Landlock grants execute on these files only
-// (and git's exec-path), and the command is interpreted in-process.
-
 // execList resolves the allow-listed and trusted names on path (a name
 // the interpreter runs as a builtin, such as cd or echo, may be missing)
 // and adds what the kernel opens to execute them: an ELF program's
 // interpreter (the dynamic loader). dirs are directories whose files may all
-// be executed: git's exec-path.
+// be executed: git's exec-path. Landlock grants execute on these only
+// (docs/builtin.md, "The kernel runs nothing else").
 func execList(names []string, path string) (files, dirs []string) {
 	add := func(p string) {
 		if p != "" && !slices.Contains(files, p) {
@@ -592,13 +568,8 @@ func gitExecPath(git string) string {
 	return d
 }
 
-// The sandbox launcher (docs/builtin.md, "The sandbox"): on Linux the shell
-// re-executes its own binary as "toolbus-sandbox", a child subreaper that
-// starts the command (through "toolbus-sandbox-exec", which applies Landlock,
-// drops to --shell-user and execs /bin/sh -c) and kills every descendant
-// when the command ends, on SIGTERM, or when the router dies.
-
-// Argv[0] markers of the two stages.
+// Argv[0] markers of the sandbox launcher's two stages on Linux: a child
+// subreaper, then the command's exec (docs/builtin.md, "The sandbox").
 const (
 	launcherArg0 = "toolbus-sandbox"
 	execArg0     = "toolbus-sandbox-exec"

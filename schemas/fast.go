@@ -147,11 +147,11 @@ func (n *fastNode) ok(v any) bool {
 	case json.Number:
 		return n.okNumber(string(x))
 	case bool:
-		return n.okLiteral(fastBoolean)
+		return n.okKind(fastBoolean)
 	case nil:
-		return n.okLiteral(fastNull)
+		return n.okKind(fastNull)
 	case map[string]any:
-		if !n.okContainer(fastObject) {
+		if !n.okKind(fastObject) {
 			return false
 		}
 		for _, r := range n.required {
@@ -167,7 +167,7 @@ func (n *fastNode) ok(v any) bool {
 		}
 		return true
 	case []any:
-		if !n.okContainer(fastArray) || !n.okCount(len(x)) {
+		if !n.okKind(fastArray) || !n.okCount(len(x)) {
 			return false
 		}
 		if n.items != nil {
@@ -213,11 +213,9 @@ func (n *fastNode) okNumber(s string) bool {
 	return n.types&fastInteger != 0 && isPlainInteger(s)
 }
 
-// okLiteral is ok for true or false (fastBoolean) or null (fastNull).
-func (n *fastNode) okLiteral(kind uint8) bool { return n.enum == nil && n.allows(kind) }
-
-// okContainer is ok's first check of an object (fastObject) or an array.
-func (n *fastNode) okContainer(kind uint8) bool { return n.enum == nil && n.allows(kind) }
+// okKind is ok for a literal (true, false, null), or its first check of an
+// object or an array: of an allowed kind, and no enum (only strings have one).
+func (n *fastNode) okKind(kind uint8) bool { return n.enum == nil && n.allows(kind) }
 
 // okCount is ok's check of an array's length.
 func (n *fastNode) okCount(items int) bool {

@@ -93,11 +93,11 @@ func (n *fastNode) okJSON(b []byte, i int) (int, bool) {
 	case c == '[':
 		return n.okArray(b, i)
 	case c == 't':
-		return i + 4, n.okLiteral(fastBoolean)
+		return i + 4, n.okKind(fastBoolean)
 	case c == 'f':
-		return i + 5, n.okLiteral(fastBoolean)
+		return i + 5, n.okKind(fastBoolean)
 	case c == 'n':
-		return i + 4, n.okLiteral(fastNull)
+		return i + 4, n.okKind(fastNull)
 	case c == '-' || c >= '0' && c <= '9':
 		j := i + 1
 		for j < len(b) && (b[j] >= '0' && b[j] <= '9' || b[j] == '.' || b[j] == 'e' || b[j] == 'E' || b[j] == '+' || b[j] == '-') {
@@ -110,7 +110,7 @@ func (n *fastNode) okJSON(b []byte, i int) (int, bool) {
 
 // okObject is okJSON for the object at b[i].
 func (n *fastNode) okObject(b []byte, i int) (int, bool) {
-	if !n.okContainer(fastObject) || len(n.required) > 64 {
+	if !n.okKind(fastObject) || len(n.required) > 64 {
 		return i, false
 	}
 	var seen uint64 // bit r: required[r] is present
@@ -150,7 +150,7 @@ func (n *fastNode) okObject(b []byte, i int) (int, bool) {
 
 // okArray is okJSON for the array at b[i].
 func (n *fastNode) okArray(b []byte, i int) (int, bool) {
-	if !n.okContainer(fastArray) {
+	if !n.okKind(fastArray) {
 		return i, false
 	}
 	item := cmp.Or(n.items, anyNode)

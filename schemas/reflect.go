@@ -79,14 +79,10 @@ func strip(s *jsonschema.Schema) error {
 	if s.Ref != "" || s.DynamicRef != "" || len(s.Definitions) > 0 {
 		return fmt.Errorf("schema has a reference (%q) that cannot be inlined", s.Ref+s.DynamicRef)
 	}
-	if s.Version != "" {
-		s.Version = ""
-	}
-	if s.ID != "" {
-		s.ID = ""
-	}
-	if s.Title != "" {
-		s.Title = ""
+	for _, f := range []*string{&s.Version, (*string)(&s.ID), &s.Title} {
+		if *f != "" {
+			*f = ""
+		}
 	}
 	for _, k := range []string{"$ref", "$dynamicRef", "$defs", "definitions"} {
 		if _, ok := s.Extras[k]; ok {

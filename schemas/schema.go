@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 	"github.com/santhosh-tekuri/jsonschema/v5"
@@ -479,10 +478,10 @@ type cacheEntry struct {
 
 // compileCache is an LRU bounded by entries and by bytes.
 type compileCache struct {
-	mu           sync.Mutex
+	mu           sync.Mutex // guards every field
 	lru          *simplelru.LRU[cacheKey, cacheEntry]
 	bytes, maxB  int
-	hits, misses atomic.Uint64
+	hits, misses uint64
 }
 
 var cache = newCompileCache(CacheEntries, CacheBytes)
@@ -498,10 +497,10 @@ func (c *compileCache) get(k cacheKey) (*Schema, error, bool) {
 	defer c.mu.Unlock()
 	e, ok := c.lru.Get(k)
 	if !ok {
-		c.misses.Add(1)
+		c.misses++
 		return nil, nil, false
 	}
-	c.hits.Add(1)
+	c.hits++
 	return e.s, e.err, true
 }
 
@@ -521,7 +520,6 @@ func (c *compileCache) put(k cacheKey, s *Schema, err error, size int) {
 // CacheStats reports the compile cache's hits and misses, and the schemas held.
 func CacheStats() (hits, misses uint64, held int) {
 	cache.mu.Lock()
-	held = cache.lru.Len()
-	cache.mu.Unlock()
-	return cache.hits.Load(), cache.misses.Load(), held
+	defer cache.mu.Unlock()
+	return cache.hits, cache.misses, cache.lru.Len()
 }

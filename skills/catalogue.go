@@ -69,7 +69,11 @@ func (c *Catalogue) Start(ctx context.Context) error {
 			c.local[s.Name] = s // a later folder wins
 		}
 		for _, err := range errs {
-			c.errs[errSource(err, dir)] = err
+			src := dir // the folder, unless the error names the file
+			if se, ok := err.(*Error); ok {
+				src = se.File
+			}
+			c.errs[src] = err
 			c.log.Warn("skill not served", "err", err)
 		}
 		c.mu.Unlock()
@@ -96,13 +100,6 @@ func (c *Catalogue) Start(ctx context.Context) error {
 		_ = c.Drain(context.WithoutCancel(ctx))
 		return ctx.Err()
 	}
-}
-
-func errSource(err error, fallback string) string {
-	if se, ok := err.(*Error); ok {
-		return se.File
-	}
-	return fallback
 }
 
 // run applies the object store's updates until the watch ends.

@@ -117,6 +117,10 @@ func (v *View) Load(groups []bus.Group, input json.RawMessage) Outcome {
 	if err := json.Unmarshal(input, &in); err != nil {
 		return failure(bus.CodeInvalidInput, fmt.Sprintf("Invalid arguments: %v", err))
 	}
+	return v.load(groups, in)
+}
+
+func (v *View) load(groups []bus.Group, in LoadInput) Outcome {
 	s, ok := v.Lookup(in.SkillID)
 	if !ok {
 		return failure(bus.CodeInvalidInput, fmt.Sprintf("SkillNotFoundError: Skill '%s' not found.", in.SkillID))
@@ -215,12 +219,9 @@ func (v *View) View(groups []bus.Group, input json.RawMessage) Outcome {
 	if err := json.Unmarshal(input, &in); err != nil {
 		return failure(bus.CodeInvalidInput, fmt.Sprintf("Invalid arguments: %v", err))
 	}
-	load, _ := json.Marshal(LoadInput{SkillID: in.Skill, Path: File})
-	out := v.Load(groups, load)
-	if out.Code != "" {
-		return out
+	out := v.load(groups, LoadInput{SkillID: in.Skill, Path: File})
+	if s, ok := v.Lookup(in.Skill); ok {
+		out.Output = bus.Text(strings.TrimSpace(s.Body))
 	}
-	s, _ := v.Lookup(in.Skill)
-	out.Output = bus.Text(strings.TrimSpace(s.Body))
 	return out
 }
