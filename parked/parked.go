@@ -81,7 +81,6 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 		calls: newCalls(sh, subj),
 		conts: &conts{shared: sh, active: map[string]*Batch{}, known: store.NewCache[openBatch](goneMemory)},
 	}
-	s.calls.last, s.calls.latest = st.Parked.LastRevision, st.Parked.Latest
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	s.Mends = Mends{s: s}
 	s.Cancels = Cancels{s: s}
@@ -89,11 +88,12 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 }
 
 // Start loads the caches of records and continuations and keeps them fed.
-func (s *Store) Start(ctx context.Context) error {
-	if err := s.calls.start(ctx); err != nil {
+func (s *Store) Start(ctx context.Context) (err error) {
+	if s.calls.watch, err = watch(ctx, s.calls.kv, "*.*.*", s.calls.apply); err != nil {
 		return err
 	}
-	if err := s.conts.start(ctx); err != nil {
+	s.calls.follows.Store(true)
+	if s.conts.watch, err = watch(ctx, s.conts.kv, "*.*", s.conts.applyBatch); err != nil {
 		_ = s.Stop(context.WithoutCancel(ctx))
 		return err
 	}
@@ -199,7 +199,7 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 					}
 					return Parking{Before: true, Batch: first, Differs: err}, nil
 				}
-			case forestalled(prev):
+			case prev.Kind == bus.KindQueued && prev.Status != bus.ParkParked && prev.Result != nil:
 				// A cancel ended the call before it parked (Cancels.Forestall).
 				err = errCancelledFirst
 			default:
@@ -242,11 +242,6 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 		out.Batch = b
 	}
 	return out, nil
-}
-
-// forestalled reports whether r is a record Cancels.Forestall wrote.
-func forestalled(r *Record) bool {
-	return r.Kind == bus.KindQueued && r.Status != bus.ParkParked && r.Result != nil
 }
 
 // carries reports whether run's batch may live in its one parked call's
@@ -669,7 +664,7 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 	if session != "" {
 		filter = session + ".*.*"
 	}
-	rev, err := s.calls.last(ctx, filter)
+	rev, err := s.calls.kv.LastRevision(ctx, filter)
 	if err == nil && s.calls.watch != nil {
 		err = s.calls.watch.Reached(ctx, rev)
 	}
@@ -682,7 +677,7 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 // (docs/inbox.md). One read per record of the session; a record that does
 // not decode is skipped.
 func (s Reads) FromLeader(ctx context.Context, session string) ([]*Record, error) {
-	entries, err := s.calls.latest(ctx, session+".*.*")
+	entries, err := s.calls.kv.Latest(ctx, session+".*.*")
 	if err != nil {
 		return nil, err
 	}
@@ -809,16 +804,20 @@ func (b *Batch) lacks(id string) bool {
 // and reply id so every router finishing the batch sends the same one
 // (docs/protocol.md 3.4, 6.1). 22 characters, as a NUID.
 func (b *Batch) DoneID() string {
-	h := sha256.New()
-	fmt.Fprintf(h, "io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+	return eventID("io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
 }
 
 // ResultID is a parked call's call.result id, derived like DoneID so the
 // router, a mend and a re-sent copy send the same one. 22 characters.
 func ResultID(session, replyID, callID string) string {
+	return eventID("io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
+}
+
+// eventID is the first 16 bytes of the SHA-256 of the formatted text, in
+// base64url.
+func eventID(format string, args ...any) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
+	fmt.Fprintf(h, format, args...)
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -878,12 +877,6 @@ func (s *conts) forget(key string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.known.DeleteOwn(key, rev)
-}
-
-// start loads the cache of continuations and keeps it fed.
-func (s *conts) start(ctx context.Context) (err error) {
-	s.watch, err = watch(ctx, s.kv, "*.*", s.applyBatch)
-	return err
 }
 
 // claim makes owner (the store's router) the batch's owner in phase p.
@@ -1124,7 +1117,6 @@ type openBatch struct {
 	cancelled []string
 }
 
-// brief returns b in brief.
 func brief(b *Batch) openBatch {
 	o := openBatch{phase: b.Phase, cancelled: slices.Clone(b.Cancelled)}
 	for _, id := range b.Waiting {
@@ -1168,7 +1160,7 @@ func BatchKey(session, replyID string) string { return session + "." + replyID }
 
 // shared is what calls and conts both use.
 type shared struct {
-	kv  jetstream.KeyValue
+	kv  *store.KV
 	cfg Config
 }
 
@@ -1186,8 +1178,6 @@ type calls struct {
 	lone     endings               // calls that carried their batch and ended, seen live, until their router is judged (Mends.Lone)
 	follows  atomic.Bool           // the watch delivered the initial records: later endings are seen as they happen
 	watch    *store.Watch
-	last     func(ctx context.Context, filter string) (uint64, error)                    // store.KV.LastRevision of the bucket
-	latest   func(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) // store.KV.Latest, the leader's
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {
@@ -1465,12 +1455,6 @@ func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg,
 	}
 	m, err := requestMsg(&r, source, subj)
 	return m, err == nil
-}
-
-func (c *calls) start(ctx context.Context) (err error) {
-	c.watch, err = watch(ctx, c.kv, "*.*.*", c.apply)
-	c.follows.Store(err == nil)
-	return err
 }
 
 // goneMemory is how long a record that left the parked status keeps its
