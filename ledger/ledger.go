@@ -42,23 +42,16 @@ type Entry struct {
 	State  string `json:"state"` // running, done or abandoned
 	Router string `json:"router"`
 	Claim  string `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
-	// Call is bus.CompactCallDigest of the call's tool and input (1.12):
-	// a duplicate with another is a copy of the batch with another call
-	// under this key, and gets bus.OtherCallResult, never this call's
-	// result. Absent in the entries of routers of 1.11 and before, and in
-	// those of Interrupt. Routers of 1.13 write it for those of 1.12, which
-	// compare only it.
-	Call string `json:"call,omitempty"`
-	// Canon is bus.CallDigest of the call's tool and input (1.13): equal
-	// for two inputs that hold the same JSON value, so a copy encoded again
-	// (members in another order) is the same call. Compared when both
-	// claims have it (digests.other).
+	// Call (bus.CompactCallDigest, 1.12) and Canon (bus.CallDigest, 1.13)
+	// tell a copy with another call under this key, which gets
+	// bus.OtherCallResult (digests.other). Call is absent in entries of 1.11
+	// and of Interrupt; 1.13 writes it for routers of 1.12.
+	Call     string    `json:"call,omitempty"`
 	Canon    string    `json:"canon,omitempty"`
 	Deadline time.Time `json:"deadline"`
-	// Touched is the lease of a running claim: its router renews it every
-	// heartbeat while the call runs (as the lease of an answered parked
-	// call, docs/protocol.md 6.1), and a re-send that finds it stale knows the
-	// router died. Absent in the entries of routers without leases.
+	// Touched is a running claim's lease, renewed every heartbeat; a
+	// re-send that finds it stale knows the router died. Absent in the
+	// entries of routers without leases.
 	Touched time.Time   `json:"touched,omitzero"`
 	Result  *bus.Result `json:"result,omitempty"`
 
@@ -104,15 +97,10 @@ const (
 )
 
 // Ledger runs each call that is not read-only at most once per (session,
-// reply id, call id) within the dedupe window (docs/protocol.md 3.1).
-//
-// The first router to claim the key runs the call and records its result;
-// a re-sent batch gets the recorded result, waiting for it while the first
-// run is still going and its router renews the claim's lease. A result is
-// given to the agent as soon as the worker answers: its record is written
-// in the background and retried until it lands, and meanwhile a re-send
-// that reaches this router gets it from memory. A claim that cannot be
-// made is answered unavailable (or store full), never run.
+// reply id, call id) within the dedupe window (docs/protocol.md 3.1). A
+// result the agent has before its record landed is answered from memory
+// here while the write retries; a claim that cannot be made is answered
+// unavailable (or store full), never run.
 type Ledger struct {
 	kv  jetstream.KeyValue
 	cfg Config
@@ -145,10 +133,8 @@ type Config struct {
 	// Health is noted with each write's outcome; nil: not noted.
 	Health *store.Health
 	// Landing gives the context of a write that must land (a recorded
-	// result, an abandoned claim), and the one a watch's stop holds while
-	// it runs in the background (store.Stops); nil means a context of two
-	// minutes that nothing waits for (the Landing of a life.Life of the
-	// ledger's own, never drained) but Stop.
+	// result, an abandoned claim) and of a watch's stop in the background;
+	// nil means landBudget that only Stop waits for.
 	Landing func() (context.Context, context.CancelFunc)
 }
 
@@ -265,10 +251,8 @@ type claims struct {
 	m      map[string]held
 }
 
-// held is a running claim as claims keeps it: by value, and small enough
-// (at most 128 bytes) that the map keeps it in its own slot, so a claim
-// held costs no allocation of its own. Its state is running and its
-// router claims.router.
+// held is a running claim as claims keeps it: by value, at most 128 bytes,
+// so the map keeps it in its slot with no allocation of its own.
 type held struct {
 	claim, call, canon string
 	deadline, touched  time.Time
@@ -327,15 +311,11 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Unlock()
 }
 
-// Renew renews the lease of every running claim this router holds: one
-// compare-and-set per claim on the revision it holds. A claim that moved on
-// (a durable call's result recorded by another router, or a re-send that
-// found the lease stale and took the claim over) is let go. It runs every
-// heartbeat, beside the renewal of parked batches' and answers' leases.
+// Renew renews the lease of every running claim this router holds, every
+// heartbeat: one compare-and-set per claim, renewParallel at a time so
+// thousands fit in a heartbeat. A claim that moved on (another router
+// recorded its result, or took it over) is let go.
 func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
-	// Concurrently, a few at a time: a router running thousands of long
-	// calls renews them all within the heartbeat, not one round trip after
-	// another. A failed renewal stops none of the others.
 	var g errgroup.Group
 	g.SetLimit(renewParallel)
 	for key, c := range l.held.all() {
@@ -396,20 +376,12 @@ func (l *Ledger) Abandon(key, claim string) {
 }
 
 // Record stores the result of a claimed call and returns the result the
-// agent gets: res, or, when a re-send took the claim over because this
-// router's lease had lapsed (it was cut off from the store for three
-// heartbeats), the result that re-send recorded, so that the call has one
-// answer. It waits up to recordWait for the write to land, so that a
-// result is normally recorded before anyone hears of it (a router that
-// dies after telling the agent would otherwise leave a re-send nothing but
-// unknown_outcome); past that (the bucket is electing a leader) it returns
-// and the write goes on, retried until it lands, while recorded answers for
-// key from memory. The write goes on when ctx, the caller's, has ended.
-// landed reports whether P_ledger held the returned result when Record
-// returned (its write landed at once, or the re-send's record was read):
-// false when the write was left to its background retry, even if that
-// landed within recordWait (docs/protocol.md 3.4, 1.15: a batch whose
-// every write landed so needs no awaited batch.done).
+// agent gets: res, or the one a re-send recorded when it took the claim
+// over (this router's lease lapsed), so the call has one answer. It waits
+// up to recordWait for the write, so a result is normally recorded before
+// anyone hears of it; past that the write goes on in the background, past
+// ctx too, while recorded answers key from memory. landed: P_ledger held
+// the returned result when Record returned (docs/protocol.md 3.4, 1.15).
 func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) (_ bus.Result, landed bool) {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
@@ -483,19 +455,11 @@ func pollEvery(lease time.Duration) time.Duration {
 }
 
 // wait returns the recorded result of key, waiting while another run has
-// it and its router renews the claim's lease. When the lease is stale
-// (that router died) it ends the call at once: the one re-send whose
-// compare-and-set takes the claim over records unknown_outcome (the call
-// may have run), or runs the call again when c.Retry allows (claim is then
-// this router's, to run); every other duplicate gets what that one
-// recorded. The wait never outlasts c.Expiry. A watch that misses an
-// update is covered by reading the entry from the bucket's leader.
-//
-// The duplicates of key that wait on this router share one wait (shared):
-// one watch, one poll and at most one takeover's compare-and-set at a
-// time, whose outcome every waiter gets. Each waiter keeps its own ctx and
-// expiry; the watch stops when the outcome is known or its last waiter
-// leaves.
+// it and renews its lease. A stale lease (its router died) is taken over by
+// one re-send's compare-and-set (takeOver): unknown_outcome, or a run again
+// when c.Retry allows (the claim returned is then this router's to run).
+// The wait never outlasts c.Expiry. The duplicates of key on this router
+// share one wait (shared): one watch, one poll, one takeover at a time.
 func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	if res, ok := l.pending.Load(c.Key); ok {
 		return recorded(l, c, res.(pendingResult)), nil
@@ -782,13 +746,10 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 }
 
 // Interrupt records res, the interrupted result of call key that a cancel
-// ended before it started (docs/protocol.md 3.5), as the call's one result,
-// unless the key has an entry already: a re-sent batch (3.1) then gets res
-// from the ledger, as it gets any recorded result, and the call never runs.
-// An entry that exists stands (a run claimed the call first; the cancel
-// reaches that run itself). One create, within the Bounded policy's budget;
-// nothing is written for a call that was never cancelled. It returns the
-// write's error (a conflict is none).
+// ended before it started (docs/protocol.md 3.5), unless the key has an
+// entry (a run claimed it first; the cancel reaches that run): a re-sent
+// batch gets res and the call never runs. One create; a conflict is no
+// error.
 func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) error {
 	now := time.Now().UTC()
 	e := Entry{State: stateDone, Router: l.cfg.Router, Claim: l.ids.next(), Deadline: now, Result: &res}
@@ -800,10 +761,9 @@ func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) erro
 	return err
 }
 
-// Stop waits until the records in flight have landed, the waits' loops
-// have ended (each ends once its waiters have returned) and their watches
-// have stopped, or until ctx ends. A router does not
-// call it: its drain waits for both through Config.Landing.
+// Stop waits until the records in flight have landed and the waits' loops
+// and watches have ended, or until ctx ends. A router's drain waits for
+// them through Config.Landing instead.
 func (l *Ledger) Stop(ctx context.Context) error {
 	if err := waitFor(ctx, &l.writes, "records still in flight"); err != nil {
 		return err
@@ -831,10 +791,8 @@ type Call struct {
 	// Key is the call key (session.replyid.callid), as in P_parked.
 	Key  string
 	Call bus.Call
-	// Digest is bus.CompactCallDigest (1.12) and Canon bus.CallDigest
-	// (1.13) of the call as the agent sent it (a confirmed call's parked
-	// input, not a person's edit): kept in the claim, and compared by
-	// duplicates (digests.other). Empty: neither kept nor compared.
+	// Digest (1.12) and Canon (1.13) of the call as the agent sent it (a
+	// confirmed call's parked input, not an edit): Entry.Call and Canon.
 	Digest, Canon string
 	// Timeout is how long the run may take; duplicates wait that long for
 	// an entry of a router without leases.
@@ -845,23 +803,16 @@ type Call struct {
 	// Retry: the call may run again (idempotent with max_attempts > 1,
 	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
 	Retry bool
-	// Durable: the work queue holds the call and any router records its
-	// worker's result (5.8), so a dead router's claim is waited for until
-	// its deadline, and then ends as the timeout its router would have
-	// recorded.
+	// Durable: any router records its worker's result (5.8), so a dead
+	// router's claim is waited for until its deadline, then times out.
 	Durable bool
 }
 
 // Once runs run at most once per c.Key within the dedupe window and
-// records its result (Claimed, then Record). A result that says the call
-// did not run (unavailable: no worker took it) is not recorded: the claim
-// is abandoned (Release), so that a re-send runs the call once a worker
-// can (docs/protocol.md 3.1: "an unavailable result always means nothing
-// ran, and a re-send may run the call"). Recorded, it answered every
-// re-send unavailable for the whole dedupe window, workers live or not.
-// landed is Record's: this run's result was in P_ledger when Once
-// returned; false for every other way out (a duplicate answered from the
-// ledger or from memory, a claim not made, a released one).
+// records its result (Claimed, then Record). An unavailable result (no
+// worker took it) is not recorded but released, so a re-send runs the call
+// once a worker can (docs/protocol.md 3.1). landed is Record's; false for
+// every other way out.
 func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) (_ bus.Result, landed bool) {
 	res := l.Claimed(ctx, c, func(claim Entry) bus.Result {
 		res := run()
@@ -876,11 +827,8 @@ func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) (_ bus
 }
 
 // Release abandons this router's claim of key, whose call did not run: a
-// re-send may claim it again, and a duplicate waiting for it gets
-// unavailable. Like Record, it waits up to recordWait for the write to
-// land (so that the agent's re-send finds the claim free, not a claim
-// whose lease it would have to see lapse and then end as unknown_outcome);
-// past that the write goes on in the background (Abandon).
+// re-send may claim it again, a waiting duplicate gets unavailable. Like
+// Record it waits up to recordWait, then goes on in the background (Abandon).
 func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
@@ -959,12 +907,9 @@ type digests struct{ call, canon string }
 func (e *Entry) digests() digests { return digests{e.Call, e.Canon} }
 
 // other reports whether a claim with digests held is another call than c
-// (docs/protocol.md 3.1): when both have 1.13's digest, whether those
-// differ (the inputs hold other JSON values); else, when both have 1.12's,
-// whether c has neither held's 1.12 digest as one of its own (a claim of
-// 1.12 whose input was sent canonical meets a reordered copy as the same
-// call: equal hashes of a compact and a canonical text mean one value);
-// else not (a router of 1.11 wrote held, or c has none).
+// (docs/protocol.md 3.1): by 1.13's digests when both have them, else by
+// 1.12's (held's may equal either of c's: a canonical input is compact
+// too), else not.
 func (held digests) other(c Call) bool {
 	switch {
 	case held.canon != "" && c.Canon != "":
@@ -992,13 +937,8 @@ var (
 )
 
 // Await waits until key's entry holds a result, and returns it; false when
-// ctx ends first, or the watch cannot start or ends.
-//
-// The Await calls of one key on this router share one watch (a shared wait
-// of l.awaits, as the waits of duplicates share theirs): every waiter gets
-// its outcome and keeps its own ctx; the watch stops when the outcome is
-// known or its last waiter leaves. Each waiter answered with a result
-// counts as a hit.
+// ctx ends first, or the watch cannot start or ends. The Await calls of one
+// key on this router share one watch (l.awaits); each answered is a hit.
 func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 	a := l.awaits.join(l, ctx, Call{Key: key}, (*shared).watch)
 	select {
