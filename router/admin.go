@@ -23,10 +23,9 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// registrar takes workers' registrations and heartbeats (docs/protocol.md
-// 7.1): a tool's on P.register.<tool>, a group's on P.register.group.<group>,
-// and, unless refuseShared, 1.11's on the shared P.register. NATS permissions
-// on those subjects decide who may define what (docs/security.md).
+// registrar takes workers' registrations and heartbeats on P.register.<tool>,
+// P.register.group.<group> and, unless refuseShared, 1.11's P.register
+// (docs/protocol.md 7.1, docs/security.md).
 type registrar struct {
 	*wire
 	groups       *groups.Store
@@ -266,13 +265,10 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	return x.sessionView(e.SessionID, sess), nil
 }
 
-// parkedList lists the calls parked in a session (all when ""), whichever
-// router parked them: from the cache once it caught up with the bucket's
-// last write (for at most parkedListWait). A cache still behind could leave
-// out a call that waits, which an approver's inbox would then report gone:
-// one session's records are read from the stream leader instead, and a list
-// of every session (a read per record of the bucket) is refused rather than
-// answered incomplete (docs/inbox.md).
+// parkedList lists the calls parked in a session (all when "") from the
+// cache once it caught up with the bucket (parkedListWait); a cache still
+// behind could leave a waiting call out, so one session's are then read from
+// the stream leader, and a list of every session is refused (docs/inbox.md).
 func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error) {
 	wctx, cancel := context.WithTimeout(ctx, parkedListWait)
 	recs, err := x.parked.Read.ParkedNow(wctx, session)

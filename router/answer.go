@@ -58,10 +58,8 @@ type sessionRules interface {
 	Session(id string) *groups.Session
 }
 
-// decideAnswer is the one decision on an accepted answer a to rec: the
-// answer (or a denial) is the result, a confirmed call of an external tool
-// waits again, or a confirmed call runs here. tool is nil when no longer
-// registered. It never fails (the error is parked.Decide's).
+// decideAnswer is the one decision on an accepted answer a to rec (tool:
+// nil when no longer registered); it never fails.
 func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parked.Verdict, bus.Result, error) {
 	switch {
 	case rec.Kind != bus.KindConfirm:
@@ -126,9 +124,8 @@ func (r *answers) answer(m *nats.Msg, via string) {
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
-// the subject it came on (via); a bad one is a bad_request. docs/security.md
-// has the rules: a confirmation on P.approve.<tool> names the input's digest
-// and edits nothing; on P.answer.<tool> only an open router takes one.
+// the subject it came on (via): a bad one is a bad_request (the rules are
+// docs/security.md's).
 func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)

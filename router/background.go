@@ -80,18 +80,15 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 }
 
 // mayBackground: the tool declares it, or the call asks and the tool does
-// not refuse it (no_background, 1.12: the ask is ignored), and the tool is
-// neither external, state-injected (its patch would land turns later) nor
-// cached.
+// not refuse (no_background); never an external, state-injected or cached tool.
 func mayBackground(j *job) bool {
 	d := &j.tool.Def
 	return (d.Background || j.call.Background && !d.NoBackground) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
 }
 
 // run runs j with the task's long deadline and waits up to j's own; past
-// that the call goes on as a task and its handle is the result. Copies of
-// the call (a re-sent batch's) meet at the task: stored, or running here
-// (join), or decided by the task's create (tasks.Store.Admit).
+// that the call goes on as a task, its handle the result. A re-sent copy
+// meets the task: running here (flight), stored, or at tasks.Store.Admit.
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
@@ -213,10 +210,9 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 	return b.handle(j.call, rec, timeout)
 }
 
-// drop ends this router's part in a run another copy's task follows. A call
-// outside the ledger is abandoned (its worker is not told: a cancel would
-// stop the task's run too); one through the ledger runs on to its end, since
-// the task's router may read its result there.
+// drop ends this router's part in a run another copy's task follows: a
+// call outside the ledger is abandoned (uncancelled: that would stop the
+// task's run too); one through it runs on, for the task's router to read.
 func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelFunc) {
 	b.log.Debug("router: another copy of the call made its task first", "call", j.key())
 	if d := &j.tool.Def; d.ReadOnly && !d.Durable {
@@ -247,11 +243,9 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 		UserKey: userKey(b.r.cfg.Identities, j), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
 }
 
-// userKey is the key of the bound j's task counts against beside its
-// session's: its user's; with identities, a shared-agent session's
-// (sharedAgents) is tasks.SharedKey, and a session with a login but no user,
-// like a batch without a user on an open router, has only its session's
-// bound (docs/tasks.md).
+// userKey is the bound j's task counts against beside its session's: its
+// user's, tasks.SharedKey for a shared agent's session, else none
+// (docs/tasks.md).
 func userKey(ids Identities, j *job) string {
 	if k := tasks.UserKey(j.user); k != "" {
 		return k

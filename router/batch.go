@@ -20,10 +20,8 @@ import (
 	"github.com/toolbus/toolbus/skills"
 )
 
-// batch is one model turn in flight on this router: a new batch, or the
-// continuation of one whose parked calls have all been answered. Each goes
-// through the steps of the pipeline (docs/router.md "Where each step
-// lives") from the call it starts at.
+// batch is one model turn in flight on this router, new or resumed, going
+// through the pipeline's steps (docs/router.md "Where each step lives").
 type batch struct {
 	p *pipeline
 	turn
@@ -163,10 +161,8 @@ func (r *Router) onBatch(m *nats.Msg) {
 	other := r.batches.track(b)
 	defer r.batches.untrack(b)
 	if err := r.pipe.park.sameAs(b, other); err != nil {
-		// A copy with other calls than the batch this router holds under
-		// its reply id: refused before any of its calls runs (3.1). It is
-		// forgotten before the agent hears it: a copy sent next must not
-		// meet it running here.
+		// A copy with other calls under the reply id (3.1): refused, and
+		// forgotten first, so a copy sent next does not meet it here.
 		r.batches.untrack(b)
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
 		r.reject(m, err)
@@ -176,10 +172,8 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
-	// Nothing runs here any more: a cancel from now on is for the
-	// continuation (parked and queued calls), which cancelParked handles
-	// once. Left tracked until the reply, the batch would also interrupt
-	// them itself, and each would get two results.
+	// A cancel from now on is the continuation's (cancelParked): tracked
+	// until the reply, the batch would interrupt its calls a second time.
 	r.batches.untrack(b)
 	if b.refused != nil { // a copy with other calls than its batch (docs/protocol.md 3.1)
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, b.refused)
@@ -195,11 +189,9 @@ func (r *Router) onBatch(m *nats.Msg) {
 }
 
 // decodeTurn reads and checks batch message m into e (decoded: e holds the
-// event, whatever the error), its calls into calls when it has room for
-// them (Batch.FromEventInto). Its data is checked as checkTurn reads it
-// (Batch.FromEvent), not first: a batch refused so is decoded again in
-// full, its data checked first, so that the error it gets is the one it
-// always got.
+// event, whatever the error), its calls into calls when they fit. Its data
+// is checked as it is read; a batch refused so is decoded again in full,
+// so its error is the one it always got.
 func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
 	if err = bus.DecodeHead(m, e); err == nil {
 		if _, err = w.checked(m, e, "call", bus.TypeCallBatch); err == nil {
@@ -218,9 +210,8 @@ func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Cal
 }
 
 // run executes the batch from call index start, run after run (nextRun),
-// the calls of a safe run in parallel. A run that parks calls holds back
-// the rest of the batch: whichever router records the last answer resumes
-// it. It reports whether every call has its result.
+// a safe run's calls in parallel; a run that parks calls holds back the
+// rest. It reports whether every call has its result.
 func (b *batch) run(start int) bool {
 	// The session is read from KV once per run of the batch, so a write
 	// acknowledged through another router counts, unless a new batch's
@@ -305,12 +296,9 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 			// or this copy is refused, and runs nothing.
 			return false
 		}
-		// A re-sent batch found the first one parked. Its reply still
-		// holds every call of this run, finished or parked (docs/protocol.md
-		// 3.2): the calls the first copy may still be running run here
-		// too, through the ledger (3.1: one that is not read-only gets the
-		// first run's recorded result, waiting for it), unless the first
-		// copy's continuation had their results or lists them as parked.
+		// A re-sent batch found the first one parked; its reply holds every
+		// call of this run (3.2): the others run here through the ledger
+		// (3.1), unless the first copy has their results or parked them.
 		b.executeAll(slices.DeleteFunc(execs, func(c *callState) bool {
 			return slices.ContainsFunc(b.parked, func(p bus.Parked) bool { return p.ID == c.call.ID })
 		}))
@@ -371,10 +359,8 @@ var unavailable = bus.NoWorkerResult
 // forestallBudget bounds the ledger writes of one cancel's calls (forestall).
 const forestallBudget = 5 * time.Second
 
-// cancelled ends c, which a cancel named before it started (a queued call
-// or one of a later run, docs/protocol.md 3.5), interrupted: the result is
-// recorded in the ledger first when a re-sent copy of the batch would run
-// the call through it, so the copy gets it too and the call never runs.
+// cancelled ends c, which a cancel named before it started (docs/protocol.md
+// 3.5), interrupted, recorded first where a re-sent copy would look (forestall).
 func (b *batch) cancelled(c *callState) {
 	if c.ledgered() || c.mayPark() {
 		forestall(b, []*callState{c})
@@ -383,11 +369,8 @@ func (b *batch) cancelled(c *callState) {
 }
 
 // ledgered reports whether a re-sent copy of the batch would run c through
-// the ledger (docs/protocol.md 3.1): c resolved to a worker's tool that is
-// not read-only, or is not resolved yet (it may be one). Read-only and
-// external tools, built-ins and request-scoped tools are not ledgered, and
-// a call that cannot run gets its early result again. The caller holds
-// b.mu or runs the batch.
+// the ledger (docs/protocol.md 3.1): a worker's tool that is not read-only,
+// or not resolved yet. The caller holds b.mu or runs the batch.
 func (c *callState) ledgered() bool {
 	t := &c.target
 	switch {
@@ -397,26 +380,19 @@ func (c *callState) ledgered() bool {
 	return t.Tool == nil || !t.Tool.Def.ReadOnly && !t.Tool.Def.External
 }
 
-// mayPark reports whether a re-sent copy of the batch might park c (an
-// external tool, or any tool the permission engine may ask about,
-// docs/protocol.md 6.1), or c is not resolved yet (it may be one).
-// Built-ins and calls that cannot run never park. The caller holds b.mu or
-// runs the batch.
+// mayPark reports whether a re-sent copy of the batch might park c
+// (docs/protocol.md 6.1): any tool but a built-in, of a call that can run.
+// The caller holds b.mu or runs the batch.
 func (c *callState) mayPark() bool {
 	t := &c.target
 	return c.early == nil && !t.Reset && !t.Search && !t.Read && !t.Skill && t.Code == ""
 }
 
-// forestall records the interrupted result of calls of b that a cancel
-// ended before they started: in the ledger when a re-sent copy would run
-// the call through it (ledger.Ledger.Interrupt), and in P_parked when a copy
-// might park it (parked.Cancels.Forestall, docs/protocol.md 3.5, 1.12): a
-// call that is not cancelled costs no write. The writes share
-// forestallBudget, so that a ledger without a leader delays the results
-// (and the reply) that long, not a write's budget per call. A write that
-// fails leaves a re-send free to run the call, as before; the agent's
-// result is interrupted either way. A function, not a method: batch keeps
-// to 15 methods (TestMethodsPerType).
+// forestall records the interrupted result of calls a cancel ended before
+// they started, in the ledger (ledgered) and in P_parked (mayPark), so a
+// re-sent copy neither runs nor parks them (docs/protocol.md 3.5, 1.12).
+// The writes share forestallBudget; one that fails leaves a re-send free
+// to run the call. (batch keeps to 15 methods.)
 func forestall(b *batch, calls []*callState) {
 	if len(calls) == 0 {
 		return
@@ -719,11 +695,9 @@ type canceller struct {
 	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
 }
 
-// onCancel ends the named calls of a batch running on this router: running
-// calls have their exec request abandoned (the worker cancels their context
-// from the same event), and calls not yet started never start. A malformed
-// cancel is answered with io.toolbus.error by every router (the sender
-// reads the first).
+// onCancel ends the named calls of a batch running on this router (the
+// worker cancels its own from the same event); a malformed cancel gets
+// io.toolbus.error from every router.
 func (r *canceller) onCancel(m *nats.Msg) {
 	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
 	if err == nil && e.ReplyID == "" {
@@ -740,10 +714,8 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		return
 	}
 	if c.Task != "" {
-		// A task's cancel (background.stopRun) stops its run at the worker;
-		// the task's record says it ended. A re-sent copy of its batch may
-		// be running here (it gets the task's handle): the cancel is not
-		// its (3.5, 1.12), however late it arrives.
+		// A task's cancel (background.stopRun) is for the worker, not a
+		// re-sent copy of its batch running here (3.5, 1.12).
 		return
 	}
 	for _, b := range r.running(e.SessionID, e.ReplyID) { // each copy of a re-sent batch (3.1, 3.5)
@@ -751,11 +723,9 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.parked(e.SessionID, e.ReplyID, c.Calls)
-	// Once more: a continuation this router resumed after the first look
-	// and tracked before its marks were read (parked.Reads.Marks) did not
-	// see this cancel's marks, written here only now; it is running now.
-	// A continuation tracked after this look reads them. interrupt ends
-	// only calls without a result, so a copy reached twice is ended once.
+	// Once more, for a continuation resumed since the first look that read
+	// its marks before these were written (parked.Reads.Marks); interrupt
+	// ends a call once however often it is reached.
 	for _, b := range r.running(e.SessionID, e.ReplyID) {
 		b.interrupt(c.Calls)
 	}
@@ -786,10 +756,8 @@ func (x *confirmed) cancel(session, replyID string, ids []string) {
 }
 
 // interrupt ends the calls named by ids (all when empty) that have no
-// result: their results are set under the lock, so a call that has not
-// started never starts (execute and runCalls check under the same lock),
-// and a running one has its exec request abandoned. The result events are
-// published before batch.done can be (done waits for b.publishing).
+// result, under the lock that execute and runCalls check, so an unstarted
+// one never starts; done waits for their events (b.publishing).
 func (b *batch) interrupt(ids []string) {
 	var hit, unstarted []*callState
 	b.mu.Lock()
@@ -814,10 +782,8 @@ func (b *batch) interrupt(ids []string) {
 }
 
 // runningBatches are the batches running on this router, by session and
-// reply id: what a cancel reaches (docs/protocol.md 3.5) and what a drain
-// counts. One reply id may have several copies here at once (a batch
-// re-sent while its first copy still runs, 3.1; a continuation resumed
-// beside a re-sent copy), and a cancel reaches each of them.
+// reply id, for cancels (docs/protocol.md 3.5) and drains; a reply id may
+// have several copies here at once (3.1), and a cancel reaches each.
 type runningBatches struct {
 	mu   sync.Mutex
 	m    map[batchRef]*batch   // one copy of each batch: no allocation of its own
@@ -828,10 +794,9 @@ type runningBatches struct {
 // strings, not their join, costs no allocation per batch.
 type batchRef struct{ session, replyID string }
 
-// track makes a batch reachable by cancels; untrack forgets it. It returns
-// another copy of the batch running here (nil: none), which a re-sent copy
-// is compared with (parkStep.sameAs). Both are called by the goroutine
-// that runs b (b.tracked).
+// track makes a batch reachable by cancels, and returns another copy
+// running here (parkStep.sameAs) or nil; untrack forgets it. Only b's own
+// goroutine calls them (b.tracked).
 func (rb *runningBatches) track(b *batch) *batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()

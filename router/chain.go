@@ -177,11 +177,8 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 }
 
 // quotas is the middleware of the quotas and the result cache, each looking
-// a call up once (docs/guardrails.md "When a call counts"): a cache hit
-// within cache_ttl_ms answers without running (docs/protocol.md 3.3), a
-// call over a limit ends limit_exceeded with retry_after_ms, unreachable
-// counts fail closed, and a re-sent call the ledger or a park answers is not
-// counted again. Parks are counted by admitPark.
+// a call up once (docs/guardrails.md "When a call counts"; parks are
+// counted by admitPark).
 type quotas struct {
 	lim     limiter                // nil: no limits (the cache alone)
 	cache   resultStore            // nil: no result cache
@@ -457,10 +454,9 @@ const unboundCaller = "unbound"
 // refusedWait bounds the wait for a refusal's record to be stored.
 const refusedWait = 5 * time.Second
 
-// refused records a batch or tools query refused whole before any call ran
-// (docs/guardrails.md "Audit trail"): at most audit.RefusalBurst a minute per
-// caller (its bound agent user, or the unbound sessions together), the rest
-// counted as suppressed. Refusals not the caller's doing are not recorded.
+// refused records a batch or tools query refused whole before any call ran,
+// at most audit.RefusalBurst a minute per caller (docs/guardrails.md "Audit
+// trail").
 func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string, err error) {
 	if a == nil {
 		return
@@ -524,10 +520,8 @@ func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subj
 }
 
 // once is the ledger middleware over l: a call that is not read-only runs
-// through next at most once per call key, and its result is recorded.
-// j.landed says whether that record landed before the result came back
-// (ledger.Ledger.Once): where a batch's record lands, so that its
-// batch.done need not be awaited (writtenCall, docs/protocol.md 3.4).
+// through next at most once per call key; j.landed is ledger.Ledger.Once's
+// (writtenCall).
 func once(l onceRunner) Middleware {
 	return func(next Executor) Executor {
 		return ExecFunc(func(ctx context.Context, j *job) bus.Result {

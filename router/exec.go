@@ -61,15 +61,11 @@ type job struct {
 	landed bool
 }
 
-// callContext returns the one context of call j under parent. A core
-// read-only call of one attempt gets the attempt's deadline (with its
-// grace) at once, and the attempt runs in it: one context and one timer
-// per call. Any other call gets a context without a deadline, and each
-// attempt its own under it (attemptContext). (A call through the ledger is
-// not bounded so: its claim and record must not end at the tool's
-// deadline.) Under the router's base each is a callCtx kept in the call's
-// state (callctx.go), a kid of the base's root, its timer pooled; under
-// another parent (a pipeline without that root) the context package's.
+// callContext returns the one context of call j under parent: a core
+// read-only call of one attempt gets the attempt's deadline at once (one
+// context and timer per call); any other call none, each attempt its own
+// (attemptContext), as a ledger's claim and record must outlive the tool's
+// deadline. Under the router's base it is the callState's callCtx.
 func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 	var d time.Time
 	if j.runsTool() {
@@ -101,11 +97,8 @@ func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 }
 
 // attemptContext returns the context of one attempt of j under ctx, the
-// call's, ending at d: a callCtx, the job's own the first time (a job's
-// attempts run one after another; a later one gets a new callCtx, since
-// something may still hold an ended one). Under a call's callCtx (ctx is
-// one, or a context over one that ends with it, as a span's) it is that
-// callCtx's kid (callctx.go): ended by it without the context package.
+// call's, ending at d: the job's own callCtx the first time, a new one
+// later (something may still hold an ended one).
 func (j *job) attemptContext(ctx context.Context, d time.Time) *callCtx {
 	a := &j.attempt
 	if a.done != nil {
@@ -115,13 +108,10 @@ func (j *job) attemptContext(ctx context.Context, d time.Time) *callCtx {
 	return a
 }
 
-// stopper ends a call's context: a callCtx, or the cancel func of a
-// context of the context package's (cancelFunc). An interface rather than
-// a func, so that a callCtx needs no closure for it.
+// stopper ends a call's context: a callCtx (no closure for it), or a
+// context.CancelFunc (cancelFunc, no allocation either).
 type stopper interface{ stop() }
 
-// cancelFunc is a context.CancelFunc as a stopper (a func fits an
-// interface as it is: no allocation).
 type cancelFunc context.CancelFunc
 
 func (f cancelFunc) stop() { f() }
@@ -210,10 +200,8 @@ type toolRunner struct {
 	durable Executor // durable tools' work queues
 }
 
-// runTool runs a tool call, in a span of its own: a durable tool's through
-// its work queue (which records in the ledger itself), another tool's
-// through the dedupe ledger when it is not read-only (at most once per call
-// key), straight to the executor when it is.
+// runTool runs a tool call in a span of its own, through the durable
+// tools' work queue or the core chain.
 func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
@@ -230,10 +218,8 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 }
 
 // requestReply is the executor of core NATS request/reply: io.toolbus.exec
-// to the tool's queue group, retrying read-only or idempotent tools on
-// unavailable and timeout when max_attempts allows. It sends the request
-// in the form every live worker of the tool said it reads
-// (docs/protocol.md 5.1): compact, binary or structured.
+// to the tool's queue group (docs/protocol.md 5.1), retrying read-only or
+// idempotent tools on unavailable and timeout when max_attempts allows.
 type requestReply struct {
 	replies *replies.Mux // the router's exec replies (a fresh inbox per request)
 	execs   *execSubjects
@@ -288,11 +274,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	var e bus.Event // sent and let go: on the stack, its data in a pooled buffer
 	data := execData.Get().(*[]byte)
 	execEventTo(&e, ctx, x.source, j, req, deadline, (*data)[:0])
-	// The worker's context ends at the deadline; its reply ("context
-	// deadline exceeded") may then race the router's own timer, so the
-	// router waits a little longer and judges by the clock.
-	// One context (and timer) per attempt: the watchdog cancels it too,
-	// marking the watch vanished first.
+	// The worker's reply at its deadline may race the router's timer: the
+	// router waits a grace longer and judges by the clock. The watchdog
+	// cancels the attempt too, marking the watch vanished first.
 	wctx, cancel := ctx, j.cancel
 	if !bounded {
 		a := j.attemptContext(ctx, deadline.Add(ledger.TimeoutGrace))
@@ -330,12 +314,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 }
 
 // request sends exec event e to tool's queue group and waits for the
-// reply until ctx ends, on the router's reply subscription
-// (internal/replies): the wait's inbox is the request's alone, and not
-// guessable from another's, so a late reply of a request that ended, a
-// second reply, or a worker's reply to an inbox it was not given reaches
-// no other call. The errors are nats.go's request's: ctx's,
-// ErrNoResponders for the server's 503, ErrConnectionClosed.
+// reply until ctx ends, on an inbox of the request's own (internal/replies):
+// no stray or late reply reaches another call. The errors are nats.go's
+// request's.
 func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
 	return x.replies.Request(ctx, func(inbox string) (err error) {
 		x.sendExec(tool, e, func(m *nats.Msg) {
@@ -348,9 +329,7 @@ func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*
 }
 
 // sendExec calls send with the message of exec event e to tool's queue
-// group, in the form every live worker of the tool reads. A binary
-// message and its header are reused once send returns (a core publish
-// keeps nothing of it).
+// group, in the form every live worker reads (reused once send returns).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.execs.of(x.subj.Workers, tool)
 	form := bus.ExecStructured
@@ -460,15 +439,10 @@ var (
 	internal      = bus.InternalResult
 )
 
-// execReply turns a worker's reply to call ref into the call's result, and
-// returns the state patch the worker sent, if any, for the caller to apply.
-// A result that names another session, reply or call is refused, its
-// patch unapplied: the reply's inbox (the request's own) binds a result
-// to its call, and a compact one (1.16) names none. The usual
-// reply, an exec result, is read without a pass that checks its data is
-// JSON first (bus.DecodeHead): FromEvent checks it as it reads. Any other
-// reply, or one that fails there, is decoded again in full
-// (execReplyChecked), so that its result reads as it always did.
+// execReply turns a worker's reply to call ref into the call's result and
+// the state patch to apply, if any; a reply naming another call is refused.
+// An exec result is read in one pass (FromEvent checks its JSON); any
+// other reply is decoded again in full (execReplyChecked).
 func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
 	var e bus.Event
 	var xr bus.ExecResult
@@ -538,10 +512,8 @@ func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult,
 // no text of its own.
 const toolFailedText = "Error: the tool failed without saying why."
 
-// fail makes res, a tool's or handler's own result in an error state, an
-// error result with code: its error message is the output's text, and an
-// output without a text block gets one, with fallback, before the rest
-// (docs/protocol.md 3.3: an error result still carries a readable text block).
+// fail makes res an error result with code, its message the output's text,
+// or fallback put first when it has none (docs/protocol.md 3.3).
 func fail(res *bus.Result, code, fallback string) {
 	msg := textOf(res.Output)
 	if msg == "" {
@@ -598,10 +570,8 @@ type execWatch struct {
 	prev, next *execWatch  // in execWatches' list, under its lock
 }
 
-// execWatches is the set of exec requests in flight, which the watchdog
-// (watchWorkers) ends when their worker vanished: a list through the
-// watches themselves, so that adding and removing one is two pointers,
-// not a map's insert and delete per call.
+// execWatches is the exec requests in flight, for the watchdog
+// (watchWorkers): a list through the watches, no map write per call.
 type execWatches struct {
 	mu   sync.Mutex
 	head *execWatch
@@ -649,12 +619,9 @@ func (x *execWatches) remove(w *execWatch) {
 }
 
 // watchWorkers runs every heartbeat: an exec request older than three
-// heartbeats whose call no live worker lists in its beats any more lost its
-// worker (workers list their calls in flight with every beat, and a dead
-// worker's beats expire after three), so it ends now instead of at its
-// timeout. While a live worker of the tool does not report its calls in
-// flight (a worker written from docs/protocol.md alone), nothing can be told and
-// the call waits for its timeout.
+// heartbeats whose call no live worker lists in flight lost its worker, and
+// ends now instead of at its timeout (registry.MayHold: a worker that does
+// not list its calls holds them all).
 func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registry.Registry, log *slog.Logger) {
 	if reg.Troubled(now) {
 		return // beats may be missing for want of a bucket, not of workers
@@ -674,13 +641,10 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 	}
 }
 
-// workQueue is the executor of durable tools (docs/protocol.md 5.8): the call
-// is claimed in the ledger, published to the tool's work queue (P_WORK)
-// and taken by one of its workers; the worker sends the result to the
-// routers, one of which records it in the ledger entry, and the router
-// that published the call reads it there. A worker that dies mid-call
-// stops reporting progress and JetStream delivers the call to another
-// worker; the ledger entry takes one result, so the agent never sees two.
+// workQueue is the executor of durable tools (docs/protocol.md 5.8): the
+// call is claimed in the ledger and published to the tool's work queue; any
+// router records the worker's result in the ledger entry (one result, however
+// many deliveries), where the publishing router reads it.
 type workQueue struct {
 	*wire // its source is the work messages'
 	js    jetstream.JetStream
@@ -709,10 +673,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 		if res, ok := l.Await(wctx, key); ok {
 			return res
 		}
-		// No result by the deadline, or the call was cancelled or cut off:
-		// the call ends so in the ledger, unless a result got in first; a
-		// later result is refused, and a delivery past the deadline never
-		// runs.
+		// No result by the deadline, or cancelled, or cut off: so it ends
+		// in the ledger, unless a result got in first.
 		end := timeoutResult(j.call, timeout)
 		switch {
 		case context.Cause(ctx) == errDrainDeadline:
@@ -740,12 +702,8 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 	})
 }
 
-// onResult takes a durable call's result from its worker and records it in
-// the call's ledger entry; the reply tells the worker it may acknowledge
-// the call's message. A result for a call that already has one (an
-// earlier delivery's, a timeout, a cancel) is dropped, and says so.
-// durableResults takes durable calls' results on P.result.<tool>
-// (docs/protocol.md 5.8).
+// durableResults records durable calls' results from P.result.<tool> in
+// their ledger entries (docs/protocol.md 5.8); the reply says whether.
 type durableResults struct {
 	*wire
 	reg  *registry.Registry

@@ -313,10 +313,8 @@ func readBytes(ctx context.Context, w windows, session, ref string, off int64, n
 	return head + "\n" + strings.ToValidUTF8(string(part), "\uFFFD"), nil
 }
 
-// readLines returns at most n lines of ref from line first (1-based), and
-// never more than ReadOutputMaxBytes, with a header naming them. It reads
-// windows from the start to find the line: a scan bounded by the output's
-// size (at most the offload ceiling).
+// readLines returns at most n lines (and ReadOutputMaxBytes) of ref from
+// line first (1-based), with a header naming them, scanning from the start.
 func readLines(ctx context.Context, w windows, session, ref string, first, n int64) (string, error) {
 	var (
 		off, line int64 = 0, 1

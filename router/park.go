@@ -249,10 +249,8 @@ func (r *continuations) renewLeases(now time.Time) {
 	}
 }
 
-// takeOver repairs continuations whose owner stopped renewing its lease,
-// settles again the answers whose router died before their result, and
-// mends the batches whose router died between a call's end and its
-// result joining the batch.
+// takeOver takes over the continuations and answers of routers whose
+// lease lapsed, and mends the batches they left (docs/protocol.md 6.1).
 func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
@@ -266,14 +264,11 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	for _, rec := range answered {
 		r.life.Go(func(context.Context) { r.answers.settleTaken(rec) })
 	}
-	// Calls whose router ended them and stopped before their result
-	// joined the batch (docs/protocol.md 6.1, 1.11).
 	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
-	// Lone parked calls whose router ended them and is gone, maybe before
-	// their batch.done (docs/protocol.md 6.1, 1.13): their call.result and
-	// batch.done go out again, by their ids, as their router's would.
+	// Lone calls whose router is gone, maybe before batch.done (1.13): it
+	// goes out again, under the same ids.
 	for _, rec := range r.parked.Mends.Lone(ctx, now) {
 		r.life.Go(func(context.Context) { r.answers.complete(rec, *rec.Result) })
 	}
@@ -338,10 +333,8 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 }
 
 // sameAs refuses, before any call runs, a batch re-sent under the reply id
-// of a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): other,
-// a copy running here, or a parked call's batch from the cache, whose
-// continuation is read only then. What this router has not seen is checked
-// where the copy parks (parked.Parking.Differs) or meets a record (reuse).
+// of a batch with other calls (docs/protocol.md 3.1) that runs here (other)
+// or parked; the rest is checked where the copy parks or meets a record.
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
 		if err := bus.SameCalls(b.replyID, other.data.Calls, b.data.Calls); err != nil {
@@ -359,11 +352,6 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	}
 	return parked.SameRecorded(b.data.Calls, rec)
 }
-
-// Dedupe (docs/protocol.md 3.1): a re-sent batch runs nothing twice and
-// answers what the first copy got, from P_ledger for write calls, the
-// continuation (adopt) or the call records (reuse). Read-only calls run
-// again.
 
 // reuse finishes each call an earlier copy parked that has settled since,
 // with its recorded result, and returns the calls still to park.
@@ -391,10 +379,9 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from got, the continuation an earlier copy left (nil:
-// gone or unreadable), and the records of this copy's awaited calls
-// (parked.Store.join, docs/protocol.md 6.1); others are read from KV, and one
-// with no record is described as this copy decided it (spec).
+// adopt fills the batch from got, an earlier copy's continuation (nil: gone
+// or unreadable) and records (docs/protocol.md 6.1); a call without a
+// record is listed as this copy decided it (spec).
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
 	stored := make(map[string]*parked.Record, len(got.Parked))
 	for _, rec := range got.Parked {

@@ -27,10 +27,8 @@ const replayIdle = 30 * time.Second
 const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
-	// maxUnboundReplays is where a session without its own agent user
-	// stops: the shared agent may name any session, and its made-up
-	// sessions' consumers must not fill the stream for bound sessions
-	// (issue 26). Below nats-server's default of 1,000 per stream.
+	// maxUnboundReplays bounds sessions without their own agent user, which
+	// the shared agent may make up, below bound ones' (issue 26).
 	maxUnboundReplays = 768
 )
 
@@ -70,11 +68,9 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 	return true
 }
 
-// replays serves the router-made consumers (docs/protocol.md 3.4, 6.2) on
-// P.replay.<session> and P.handoff.<kind>[.<tool>]: the router makes each
-// (pull mode, the subject's filter), checks that filter on every pull and
-// stop, and relays the pull, so only routers and the operator create
-// consumers and subject permissions decide who reads what.
+// replays serves the router-made pull consumers (docs/protocol.md 3.4, 6.2)
+// on P.replay.<session> and P.handoff.<kind>[.<tool>], checking each pull
+// and stop against the subject's filter before relaying it.
 type replays struct {
 	*wire
 	events jetstream.Stream
@@ -287,10 +283,8 @@ const (
 // errLeaderless is a consumer that has had no leader for lookupTry.
 var errLeaderless = errors.New("the consumer has no leader")
 
-// lookup is stream's consumer name, looked up again while nats-server
-// leaves it unanswered or leaderless (a leader change, a new consumer on a
-// cluster; docs/protocol.md 3.4, 1.9), so a follower gets a relayed pull or
-// a refusal, not silence.
+// lookup is stream's consumer name, looked up again while unanswered or
+// leaderless (docs/protocol.md 3.4, 1.9): a relayed pull or a refusal, not silence.
 func lookup(base context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(base, lookupAll)
 	defer cancel()
@@ -338,20 +332,16 @@ const (
 // waiting pulls: asked of a consumer, it takes nothing and changes nothing.
 var probePull = []byte(`{"batch":1,"expires":1000,"idle_heartbeat":1000000}`)
 
-// heard remembers the pull subjects this router's server was seen to have
-// interest in, for replayIdle. The zero value is ready. Before a consumer's
-// first relay the router probes it on its own inbox (probePull): a relayed
-// pull the server knows no interest for yet is answered "no responders" to
-// no one (docs/protocol.md 3.4, 1.9; TestRelayedPullRaceOnCluster).
+// heard remembers, for replayIdle, the pull subjects this router's server
+// was seen to have interest in (probePull): a pull relayed before is answered
+// "no responders" to no one (docs/protocol.md 1.9). The zero value is ready.
 type heard struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
 }
 
-// listens reports whether subject has interest on nc's server, probing
-// every listenPause for at most listenWait unless it was seen within
-// replayIdle; it reports true when a probe goes unanswered (the relay's
-// own heartbeats tell the follower then).
+// listens reports whether subject has interest on nc's server, probing for
+// at most listenWait; true when a probe goes unanswered (heartbeats tell).
 func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) bool {
 	now := time.Now()
 	h.mu.Lock()
@@ -406,9 +396,7 @@ func (h *heard) note(subject string, now time.Time) {
 const maxHandoffPulls = 1024
 
 // onHandoff serves the handoff (docs/protocol.md 6.2): a follower on
-// P.handoff.<kind>[.<tool>] gets the parked records of that kind and tool.
-// The consumer reads every call record; the router reads each pull and
-// relays only the records the subject grants (relayHandoff).
+// P.handoff.<kind>[.<tool>] gets only the records it grants (relayHandoff).
 func (r *replays) onHandoff(m *nats.Msg) {
 	e, err := bus.Decode(m)
 	if err != nil {

@@ -133,9 +133,7 @@ func permissionContext(s *groups.Session) permission.Context {
 }
 
 // nextRun returns the end of the run that starts at call i (docs/protocol.md
-// 5.2): a maximal stretch of concurrency-safe calls, or one unsafe call. A
-// reset_tools call or a skill load changes what later calls resolve to, so
-// the plan is made one run at a time.
+// 5.2): a maximal stretch of concurrency-safe calls, or one unsafe call.
 func nextRun(i, n int, safe func(k int) bool) int {
 	j := i + 1
 	if safe(i) {
@@ -175,10 +173,8 @@ type turn struct {
 	req      *groups.Request
 }
 
-// checkTurn checks a decoded io.toolbus.call.batch (its session already
-// checked against the subject): the reply id, the calls, the expiry and
-// the request; its calls are read into calls when it has room for them
-// (Batch.FromEventInto). Errors are bad_event or bad_request.
+// checkTurn checks a decoded io.toolbus.call.batch, reading its calls into
+// calls when they fit. Errors are bad_event or bad_request.
 func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
@@ -267,10 +263,8 @@ type Identities interface {
 	OwnAgent(session string) bool
 }
 
-// sharedAgents reports whether session is the shared agent's on a router
-// with identities ids (docs/security.md): it has no agent login of its own.
-// Such sessions share one pool of slots, one user's task bound, part of the
-// replay consumers and one refusal budget. False on an open router.
+// sharedAgents reports whether session is the shared agent's (no login of
+// its own) on a router with identities (docs/security.md).
 func sharedAgents(ids Identities, session string) bool {
 	if ids == nil {
 		return false
@@ -280,9 +274,8 @@ func sharedAgents(ids Identities, session string) bool {
 }
 
 // identify returns the user a batch or tools.query of session runs as
-// (docs/protocol.md 3.1): open (ids nil), the claim; a bound session, its
-// user (another claim is refused); an unbound one, no user (any claim is
-// refused). A refusal is a denied *bus.Error.
+// (docs/protocol.md 3.1): the claim on an open router, else the bound
+// user's; another claim is a denied *bus.Error.
 func identify(ids Identities, session string, claimed json.RawMessage) (json.RawMessage, error) {
 	if ids == nil {
 		return claimed, nil

@@ -492,11 +492,9 @@ func (r *wire) isRegistration(subject string) bool {
 	return ok && (rest == "" || rest[0] == '.')
 }
 
-// replyAllowed reports whether the router may answer on reply, a subject
-// the sender chose while the router publishes with the widest permissions:
-// never "$..." (JetStream API, buckets, system subjects), P.> or the router's
-// own inbox prefix, except a registration's, since only workers and routers
-// may publish on P.register.
+// replyAllowed reports whether the router, with its wide permissions, may
+// answer on the sender's reply: never "$...", P.> or its own inboxes, but
+// for a registration's (docs/security.md).
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
 	if r.isRegistration(subject) {
@@ -571,11 +569,9 @@ func (r *Router) Stop(ctx context.Context) error {
 func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 
 // Drain stops taking messages, lets the work in flight finish until ctx
-// ends, then cancels what is left (internal/life) and stops its caches. A
-// batch cut off gets no reply and no batch.done; a write call it ran is
-// recorded unknown_outcome in the ledger, so a re-send learns it. It returns an
-// error wrapping ctx's that counts the calls cut off, and is safe to call
-// twice and concurrently.
+// ends, cancels the rest (a batch cut off gets no reply; the ledger tells a
+// re-send) and stops its caches. Its error wraps ctx's and counts the calls
+// cut off. Safe to call twice and concurrently.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
@@ -783,10 +779,9 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 	return e, nil
 }
 
-// Admission (docs/protocol.md 1, busy): a message takes one of MaxInflight
-// slots. A batch or tools query with a reply subject waits at most queueWait
-// behind at most MaxQueued others, else is answered busy from the callback,
-// so the pending buffer never fills; other messages wait in the callback.
+// Admission (docs/protocol.md 1, busy): a batch or tools query waits for a
+// slot at most queueWait behind MaxQueued others, else is answered busy;
+// other messages wait in the callback.
 const queueWait = 2 * time.Second
 
 // Pending limits of the subscriptions: far above what the callbacks let

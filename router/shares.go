@@ -7,10 +7,8 @@ import (
 )
 
 // A session's share of the router's slots (docs/router.md "a session's
-// share"): one session's batches and tools queries hold at most
-// MaxSessionInflight slots, and with identities the shared agent's sessions
-// (sharedAgents) at most sharedPool together; past either they are answered
-// busy at once. Task waits are bounded apart; short verbs are not counted.
+// share"): MaxSessionInflight per session, and sharedPool for the shared
+// agent's sessions together; past either, busy at once.
 
 // DefaultSessionShare is the share of a router with maxInflight slots when
 // Config.MaxSessionInflight is zero: an eighth of the slots, but at least
