@@ -22,11 +22,9 @@ func encodedSize(e *Entry) int {
 	return size
 }
 
-// encodePooled is encode into a buffer of the pool when l's bucket keeps nothing
-// of a value once its write returns (a *store.KV): give it back with done
-// once the write has returned. A value a retry in the background still
-// holds is not given back, and the pool makes another. p is nil when the
-// value is not the pool's. (A function: Ledger keeps to 15 methods.)
+// encodePooled is encode into a pooled buffer (p; nil: not pooled) when l's
+// bucket keeps nothing of a value once its write returns (a *store.KV):
+// give it back with done then, never while a retry may hold it.
 func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 	size := encodedSize(e)
 	if !l.reuse || size > maxPooled {

@@ -171,10 +171,9 @@ const (
 	full                     // the store refused the claim for want of space
 )
 
-// claim tries to become the one run of key. timeout is how long the call
-// may take; the claim tells duplicates how long to wait. Its entry is this
-// router's claim, or, for a duplicate, the other claim's entry as read
-// (with its result when that run has recorded one).
+// claim tries to become the one run of key, for timeout (how long
+// duplicates wait); its entry is this router's claim, or a duplicate's
+// view of the other claim (with its result when recorded).
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d digests) (outcome, Entry) {
 	now := time.Now().UTC()
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
@@ -436,11 +435,9 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	return res, false
 }
 
-// stale reports whether the router of a running entry is gone: its lease
-// was not renewed for lease, by the owner's clock (Touched) or by this
-// router's since it last saw the entry change (seen; so a clock behind
-// the owner's does not wait longer). An entry without a lease (a router of
-// an earlier revision) is stale once past its deadline and grace.
+// stale reports whether the router of a running entry is gone: no renewal
+// for lease by the owner's clock (Touched) or this router's since it saw a
+// change (seen); without a lease, past its deadline and grace.
 func stale(le Entry, now, seen time.Time, lease time.Duration) bool {
 	if now.After(le.Deadline.Add(grace)) {
 		return true
@@ -507,10 +504,8 @@ type waits struct {
 	m  map[string]*shared
 }
 
-// shared is the one wait of this router for the record of a key: its
-// waiters join it (waits.join) and leave it (waits.leave), and its loop
-// (shared.loop, shared.watch) runs while it has waiters and until it has an
-// outcome.
+// shared is the one wait of this router for the record of a key; its loop
+// (loop, watch) runs while it has waiters and no outcome.
 type shared struct {
 	ctx     context.Context    // the loop's: the first waiter's values, ended by quit
 	quit    context.CancelFunc // called when the last waiter left before the outcome
@@ -523,10 +518,8 @@ type shared struct {
 	taken   atomic.Bool        // claim was given to a waiter, or abandoned
 }
 
-// join returns the wait of c.Key on this router, joined: a live one, or
-// one it starts, running loop (tracked in l.loops, which Stop waits for).
-// A wait that has ended (an outcome, or its last waiter gone) is no longer
-// listed, so a later waiter starts another.
+// join returns the live wait of c.Key on this router, joined, or one it
+// starts running loop (in l.loops); a wait that ended is no longer listed.
 func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared, *Ledger)) *shared {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -694,10 +687,9 @@ func (w *shared) loop(l *Ledger) {
 	}
 }
 
-// takeOver ends a running entry whose router is gone, with compare-and-set
-// on the revision read, so that of the duplicates that find it stale
-// exactly one decides. ok false: the entry changed first (read it again) or
-// could not be written.
+// takeOver ends a running entry whose router is gone, by compare-and-set
+// on the revision read, so exactly one duplicate decides; ok false: the
+// entry changed first or could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
 	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Call: le.Call, Canon: le.Canon, Deadline: le.Deadline}
@@ -842,11 +834,8 @@ func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 }
 
 // Claimed is the one dedupe decision for a call key: the first claim runs
-// run (which records the result in the entry), a duplicate (a re-sent
-// batch, on any router) gets the recorded result, waiting for it while the
-// first run is still going (and ending it when that run's router died), a
-// claim that cannot be written answers unavailable, and one the store
-// refuses for want of space answers store full.
+// run (which records the result), a duplicate gets the recorded result
+// (wait), a claim not written answers unavailable, or store full.
 func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
 	key := c.Key
 	if res, ok := l.pending.Load(key); ok {
@@ -1014,9 +1003,7 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 }
 
 // RecordResult records a durable call's result from its worker in the
-// call's running entry.
-// A failed result that comes past the entry's deadline is recorded as
-// late, the call's timeout.
+// call's running entry; a failure past the entry's deadline as late.
 func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Result) (bus.ExecRecorded, error) {
 	var why string
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {

@@ -282,10 +282,9 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
-// join parks, for a copy of a batch that found an earlier copy's cont, the
-// awaited calls that have no record yet (a call is listed only once its
-// record exists: docs/protocol.md 6.1), and returns the awaited records as
-// stored. With no cont it writes nothing and returns the records that exist.
+// join parks, for a copy that found an earlier copy's cont, the awaited
+// calls without a record yet (docs/protocol.md 6.1), and returns the awaited
+// records as stored; with no cont, only the records that exist.
 func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	var out, created []*Record
 	for _, r := range run.Calls {
@@ -320,8 +319,7 @@ func differs(run Run, b *Batch, recs []*Record) error {
 }
 
 // SameRecorded checks that each of recs records the call of its id among
-// calls (a copy's), where the records are all there is to compare with:
-// their batch's continuation is gone, unreadable or not read
+// calls (a copy's), where no continuation is there to compare with
 // (docs/protocol.md 3.1).
 func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	for _, rec := range recs {
@@ -383,9 +381,8 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 }
 
 // Settle ends the run that parked calls: its results join the continuation,
-// and the batch waits, or is resumed here when every answer came in (true).
-// A continuation taken over meanwhile only gets the results: setting the
-// phase too could let both routers resume it.
+// which waits, or resumes here when every answer came in (true); one taken
+// over meanwhile gets only the results, lest both routers resume it.
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
@@ -431,12 +428,9 @@ type Answered struct {
 }
 
 // Resume records a call's result in its record (answered → done), runs
-// report with the continuation as read (nil: unreadable; skipped when another
-// router closed the call), then adds the result to the continuation. The
-// last awaited result resumes the batch (true); with nothing left to run it
-// writes nothing, Finish removing the continuation after batch.done. A
-// carried batch (a lone call's, again for a gone router: Mends.Lone) resumes
-// so too.
+// report with the continuation as read (nil: unreadable), then adds the
+// result to it; the last awaited result resumes the batch (true), writing
+// nothing when nothing is left to run (Finish removes it after batch.done).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -507,10 +501,8 @@ func (m Mends) recheck(ctx context.Context, e *endings, key string, ends func(*R
 }
 
 // Mend does, for a stranded rec, what its router's Resume would have:
-// report (the call.result event, deduplicated by ResultID), then one
-// compare-and-set adding res while the continuation lacks it; the write that
-// makes the batch ready resumes it (true). A result that joined meanwhile,
-// or a batch that moved on, gets nil, false, nil.
+// report, then add res while the continuation lacks it, resuming the batch
+// it makes ready (true); nil, false, nil when there is nothing to mend.
 func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	s := m.s
 	if !endsInBatch(rec) {
@@ -541,9 +533,7 @@ var errMended = errors.New("parked: the result joined its batch")
 
 // Lone returns the records of carried calls seen ending whose router is gone
 // without outliving the end by a lease (presence.Judge): it may have died
-// before batch.done, which Resume of such a record publishes again
-// (docs/protocol.md 1.13).
-// The normal path costs no I/O.
+// before batch.done (docs/protocol.md 1.13). The normal path costs no I/O.
 func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	s := m.s
 	if s.cfg.Presence == nil {
@@ -578,9 +568,8 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 }
 
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
-// the continuation, when known, so queued calls never run (a resuming router
-// reads late marks with Reads.Marks), and ends the parked ones. It returns
-// the calls this router ended; an unknown reply costs no read.
+// a known continuation so queued calls never run (Reads.Marks) and ends the
+// parked ones, returning those this router ended.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
@@ -596,9 +585,8 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 type Cancels struct{ s *Store }
 
 // Forestall records res for c, a call a cancel ended before it started
-// (docs/protocol.md 3.5), in a cancelled record of kind queued, so a re-sent
-// copy that would park it gets res instead, even after batch.done. An
-// existing record is left as it is.
+// (docs/protocol.md 3.5), so a re-sent copy that would park it gets res; an
+// existing record stands.
 func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
 	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res}
 	if err := f.s.calls.create(ctx, r); err != nil && !store.IsConflict(err) {
@@ -672,10 +660,8 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 }
 
 // FromLeader returns the parked records of one session, oldest first, read
-// from the bucket's stream leader rather than the cache: for a list a cache
-// still behind (ParkedNow's error) could leave a waiting call out of
-// (docs/inbox.md). One read per record of the session; a record that does
-// not decode is skipped.
+// from the bucket's stream leader, for when the cache is behind
+// (docs/inbox.md); a record that does not decode is skipped.
 func (s Reads) FromLeader(ctx context.Context, session string) ([]*Record, error) {
 	entries, err := s.calls.kv.Latest(ctx, session+".*.*")
 	if err != nil {
@@ -1255,9 +1241,7 @@ func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.
 }
 
 // transition moves a record from status from to the state fn leaves it in,
-// with compare-and-set, retrying as p says. It returns bus.ErrNotParked
-// when the record is missing or in another status, bus.ErrAlreadyAnswered
-// when from is parked and an answer already won.
+// by compare-and-set; bus.ErrNotParked or bus.ErrAlreadyAnswered else.
 func (s *calls) transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
 	return s.change(ctx, key, p, func(r *Record) error {
 		if r.Status != from {
@@ -1509,10 +1493,9 @@ type endings struct {
 	dropped int // notes not kept since the last look (max)
 }
 
-// note notes when r, the record of key, ended a call as this set keeps
-// them (ends: endsInBatch, or endsCarried with the router named), kept from
-// the first time it is seen ending, or drops the note of a record that did
-// not; past max notes new ones are dropped (logged by Mends.Lone).
+// note notes, the first time, that r (of key) ended as this set keeps
+// them (ends), or drops the note when it did not; past max, new notes are
+// dropped and counted.
 func (e *endings) note(key string, r *Record, ends bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
