@@ -105,13 +105,10 @@ func (p *commandPrograms) get(cmd string) ([]string, string) {
 	return p.list, p.computed
 }
 
-// readPrograms reads, besides looseParts, every simple command of the trees
-// as the program that runs (base name, unquoted words), what wrappers run,
-// and the commands of sh -c, eval and find -exec (docs/permission.md).
-// computed is the first command whose program is known only at run time, or
-// an alias definition: no deny rule can judge it. Past 8 times the command's
-// bytes or maxParses parses the command counts as computed
-// (TestAttackDenyRuleCost).
+// readPrograms reads every simple command of the trees as the program that
+// runs, through wrappers, sh -c, eval and find -exec (docs/permission.md).
+// computed is the first command no deny rule can judge (known only at run
+// time, an alias, or past the parse budget: TestAttackDenyRuleCost).
 func readPrograms(top string) (visit func(*syntax.CallExpr), done func() (out []string, computed string)) {
 	var out []string
 	var computed string

@@ -154,10 +154,9 @@ func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 }
 
 // Register applies a registration or heartbeat that came on P.register.<on>
-// (Confine) or on Shared (docs/protocol.md 7.1): definitions are checked and
-// stored when changed, by compare-and-set, then liveness refreshed; a leave
-// applies at once. KV errors are returned, rejections are in the ack; groups
-// are the caller's.
+// (Confine) or on Shared (docs/protocol.md 7.1): changed definitions stored
+// by compare-and-set, then liveness. KV errors are returned, rejections are
+// in the ack; groups are the caller's.
 func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
@@ -682,10 +681,9 @@ func (l *liveness) Workers() map[string]int {
 	return out
 }
 
-// leave marks a worker gone in the cache, then overwrites its liveness
-// entries in KV with "left" (not deleted: a late older beat must not revive
-// it). only, when not "", confines the leave to that tool (P.register.<only>)
-// and writes it even before its beat was seen here.
+// leave marks a worker gone in the cache and KV ("left", not deleted: a
+// late older beat must not revive it); only, when set, confines it to that
+// tool, written even before its beat was seen here.
 func (l *liveness) leave(ctx context.Context, worker, only string) error {
 	l.mu.Lock()
 	var tools []string
