@@ -19,8 +19,7 @@ import (
 )
 
 // answers takes answers on P.answer.<tool> and P.approve.<tool>
-// (docs/protocol.md 6.3): validated, decided (decideAnswer), then the call's
-// result reported; the batch resumes after its last awaited call.
+// (docs/protocol.md 6.3): validated, decided (decideAnswer), then reported.
 type answers struct {
 	*wire
 	parked  parkedCalls
@@ -75,9 +74,8 @@ func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parke
 func (r *answers) onAnswer(m *nats.Msg)  { r.answer(m, viaAnswer) }
 func (r *answers) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
 
-// The subject kinds answers arrive on; NATS permissions tell them apart:
-// the approver may publish on P.approve.<tool> only, handlers (and agents
-// for request-scoped tools) on P.answer.<tool>.
+// The subject kinds answers arrive on, told apart by NATS permissions
+// (approvers on P.approve.<tool>, handlers on P.answer.<tool>).
 const (
 	viaAnswer  = "answer"
 	viaApprove = "approve"

@@ -18,9 +18,8 @@ import (
 	"github.com/toolbus/toolbus/tasks"
 )
 
-// TasksConfig configures background tasks (docs/protocol.md 5.10): a call
-// whose tool declares background, or that asks for it, goes on past its
-// timeout as a task instead of ending "timeout".
+// TasksConfig configures background tasks (docs/protocol.md 5.10): calls
+// that go on past their timeout as tasks.
 type TasksConfig struct {
 	// Off serves no tasks: such calls end at their timeout as before.
 	Off bool
@@ -38,9 +37,8 @@ type TasksConfig struct {
 // DefaultTaskRun is TasksConfig.MaxRun's default.
 const DefaultTaskRun = time.Hour
 
-// background runs the router's side of tasks: a call past its timeout
-// becomes a task; it follows the runs it owns, takes over those whose owner
-// went away, and serves P.tasks.<session>.
+// background runs the router's side of tasks: it follows the runs it owns,
+// takes over those whose owner went away, and serves P.tasks.<session>.
 type background struct {
 	*wire
 	r   *Router
@@ -114,9 +112,8 @@ type flight struct {
 	res  bus.Result
 }
 
-// wait is the result of copy c of the call f runs, without a run of its own.
-// A cancel of c's batch (ctx) ends the wait; ctx's deadline does not, the
-// first run's being earlier.
+// wait is the result of copy c of the call f runs; a cancel of c's batch
+// (ctx) ends the wait, ctx's deadline does not (the first run's is earlier).
 func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 	select {
 	case <-f.done:

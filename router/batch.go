@@ -29,31 +29,27 @@ type batch struct {
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
 	oneCall  [1]bus.Call // the calls of a new batch of one as decoded (decodeTurn)
-	// ctx is the router's (pipeline.base): each call has its own context
-	// (callContext), and a context of the batch's own would cost
-	// allocations and end nothing more.
+	// ctx is the router's (pipeline.base): each call has its own
+	// (callContext); one of the batch's would end nothing more.
 	ctx   context.Context
 	start time.Time // when the batch arrived; zero for a continuation
 
 	cont   *parked.Batch // the continuation record once the batch parked
 	parked []bus.Parked  // what this router parked (and queued) last
-	// refused is the bad_request of a copy re-sent under the reply id of
-	// a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): it
-	// gets that error instead of a reply, and runs nothing more.
+	// refused is the bad_request of a copy with other calls than its
+	// batch's (docs/protocol.md 3.1): its answer, instead of a reply.
 	refused error
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	sent1  [1]*sentEvent    // the first sent's array (publish): most batches send one event
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
-	// results is the unclosed {"results":[...] of every call, which a
-	// read-only batch's announced batch.done leaves for the reply to
-	// finish (reportStep.done): nil when the reply encodes its own.
+	// results is the unclosed {"results":[...] a read-only batch's
+	// batch.done leaves for the reply to finish (nil: the reply encodes).
 	results    []byte
 	resultsBox *[]byte // the pool's pointer to results' buffer (resultsBuf)
 
-	// tracked says runningBatches holds b: set and cleared by track and
-	// untrack, which only the goroutine that runs b calls, so that the
-	// second untrack of a batch (onBatch's deferred one) takes no lock.
+	// tracked says runningBatches holds b (only b's goroutine sets it), so
+	// a second untrack takes no lock.
 	tracked bool
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
@@ -180,9 +176,8 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.reject(m, b.refused)
 		return
 	}
-	// call.parked and batch.done are in the events stream before the
-	// reply: an agent that reconnects after it finds them there. A batch
-	// cut off gets no reply: the agent re-sends, and the ledger answers.
+	// call.parked and batch.done are stored before the reply; a batch cut
+	// off gets none (the agent re-sends, and the ledger answers).
 	if b.finishRest(complete) && m.Reply != "" {
 		b.p.report.reply(b, m.Reply)
 	}
@@ -213,8 +208,7 @@ func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Cal
 // a safe run's calls in parallel; a run that parks calls holds back the
 // rest. It reports whether every call has its result.
 func (b *batch) run(start int) bool {
-	// The session is read from KV once per run of the batch, so a write
-	// acknowledged through another router counts, unless a new batch's
+	// The session is read from KV once per run, unless a new batch's
 	// sessionrev lets the cache serve (docs/protocol.md 4.2).
 	var rev uint64
 	if start == 0 && !b.start.IsZero() {
@@ -252,9 +246,8 @@ func (b *batch) release() {
 
 func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, i) }
 
-// runCalls runs one run (next is the index after it): calls that cannot run
-// finish at once, the others are decided, then parked or executed. It
-// reports false when calls parked and the batch must wait.
+// runCalls runs one run (next is the index after it): each call finished,
+// parked or executed; false when calls parked and the batch must wait.
 func (b *batch) runCalls(run []*callState, next int) bool {
 	pc := permissionContext(b.p.sessions.Session(b.session))
 	var execs, parks []*callState
@@ -306,17 +299,15 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	}
 	b.executeAll(execs)
 	if len(parks) == 0 || b.cont == nil {
-		// Nothing parked (past the session's limit, or the continuation
-		// could not be written): every call of the run has its result,
-		// and the batch goes on.
+		// Nothing parked (past the session's limit, or not written): every
+		// call of the run has its result.
 		return true
 	}
 	return b.p.park.settle(b, next) // true when the batch goes on here
 }
 
-// executeAll executes the calls of a run: in parallel, each call once the
-// one before it passed the quotas (the calls of a run are counted in call
-// order).
+// executeAll executes the calls of a run in parallel, each once the one
+// before it passed the quotas (counted in call order).
 func (b *batch) executeAll(execs []*callState) {
 	if len(execs) == 1 {
 		b.execute(execs[0])
@@ -436,8 +427,7 @@ const (
 )
 
 // settle sets c's result once, fitted, and publishes its
-// io.toolbus.call.result. Whether the result is the record's is set with
-// it under the lock: a cancel that ended the call first reports it at once.
+// io.toolbus.call.result; false when c had one.
 func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	res = b.p.fit.fit(b, c, res)
 	b.mu.Lock()
@@ -458,9 +448,8 @@ func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	return true
 }
 
-// report records a call that ended outside the chain in the audit trail
-// (when on), and publishes its io.toolbus.call.result when it gets one
-// (reportStep).
+// report audits a call that ended outside the chain, and publishes its
+// io.toolbus.call.result (reportStep).
 func (b *batch) report(c *callState, res bus.Result) {
 	if b.p.audit != nil {
 		b.p.audit.record(b, c, res)
@@ -496,9 +485,8 @@ func take[T any](mu *sync.Mutex, s *[]T) []T {
 
 // sessionPort is the session as the steps of a batch see it.
 type sessionPort interface {
-	// Snapshot makes the session current for a run of a batch: read from
-	// KV unless rev (the batch's sessionrev) lets the cache serve
-	// (package session); the session it returns is what the run decides with.
+	// Snapshot makes the session current for a run of a batch, read from
+	// KV unless rev (the batch's sessionrev) lets the cache serve.
 	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session
 	// Session is the session as this router last read or wrote it.
 	Session(id string) *groups.Session

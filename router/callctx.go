@@ -107,9 +107,8 @@ func (c *callCtx) link(parent context.Context) bool {
 	return live
 }
 
-// callCtxOf is the callCtx that ends ctx: ctx itself, or the one ctx
-// carries whose done channel is ctx's (ctx adds values to it, nothing
-// that ends it); nil when there is none.
+// callCtxOf is the callCtx that ends ctx: ctx, or the one it carries with
+// the same done channel (ctx adds only values); nil when none.
 func callCtxOf(ctx context.Context) *callCtx {
 	if c, ok := ctx.(*callCtx); ok {
 		return c
@@ -228,9 +227,8 @@ func (c *callCtx) Err() error {
 	return nil
 }
 
-// AfterFunc is what context.AfterFunc and a context derived from c use
-// (the context package's afterFuncer): f runs in its own goroutine once c
-// ends; stop unschedules it.
+// AfterFunc is the context package's afterFuncer: f runs in its own
+// goroutine once c ends; stop unschedules it.
 func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.state.Load() != ctxLive {
@@ -253,18 +251,16 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// newCallContexts is the root of the call contexts under base: a callCtx
-// without a deadline of its own, whose kids a batch's calls are, all ended
-// with it when base ends.
+// newCallContexts is the root of the batch calls' contexts under base,
+// ending them all when base ends.
 func newCallContexts(base context.Context) *callCtx {
 	root := new(callCtx)
 	root.start(base, time.Time{})
 	return root
 }
 
-// callTimer is a call context's deadline timer, pooled: a timer whose
-// Stop reports it never fired is started again for the next call; one
-// that fired (or is firing) is let go.
+// callTimer is a call context's deadline timer, pooled while it never
+// fired.
 type callTimer struct {
 	t *time.Timer
 	c atomic.Pointer[callCtx]

@@ -24,9 +24,8 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Guard configures the guardrails of docs/guardrails.md: tool search,
-// quotas and rate limits. The zero value turns every one off, and the
-// router then behaves exactly as without them.
+// Guard configures the guardrails of docs/guardrails.md; the zero value
+// turns every one off.
 type Guard struct {
 	// Search offers search_tools beside reset_tools (docs/protocol.md 4.2).
 	Search bool
@@ -48,9 +47,8 @@ type Guard struct {
 	Now func() time.Time
 }
 
-// Executor runs one call and returns its result. Every call of a batch that
-// does not park ends through one chain built once from the config (the
-// guardrails that are on around execStep; docs/router.md "Executor chain").
+// Executor runs one call and returns its result: the chain of the
+// guardrails on, around execStep (docs/router.md "Executor chain").
 type Executor interface {
 	Exec(ctx context.Context, j *job) bus.Result
 }
@@ -365,9 +363,8 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	b.mu.Unlock()
 }
 
-// audited waits until P_AUDIT holds the records of b's calls so far, so the
-// reply follows them; one not stored within max_wait is counted and logged in
-// full, and the reply goes out. A nil trail waits for nothing.
+// audited waits until P_AUDIT holds the records of b's calls so far (one not
+// stored within max_wait is counted and logged); a nil trail waits for nothing.
 func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	if a == nil {
 		return
@@ -425,9 +422,8 @@ func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pendi
 	}
 }
 
-// natsUser is the NATS user whose credentials alone may publish in session,
-// its own agent user (docs/security.md, 1.13); "" on an open router or for
-// the shared agent's sessions.
+// natsUser is session's own agent user (docs/security.md, 1.13); "" on an
+// open router or for the shared agent's sessions.
 func (a *auditTrail) natsUser(session string) string {
 	if a.ids == nil || !bus.ValidID(session) || sharedAgents(a.ids, session) {
 		return ""

@@ -96,9 +96,8 @@ func (x *routerEvents) reply(subject, typ, session, replyID string, trace [2]str
 	return bus.SendTrusted(subject, &e, "", x.nc.PublishMsg)
 }
 
-// reportStep reports a batch's results: each call's io.toolbus.call.result
-// when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
-// events stream, and the reply.
+// reportStep reports a batch's results: call.result events, batch.done,
+// the wait for the events stream, and the reply (docs/protocol.md 3.4).
 type reportStep struct {
 	audit    *auditTrail // the audit trail; nil when off (chain.go)
 	landing  landingFunc // the router's tracked writes (nil: untracked)
@@ -175,9 +174,8 @@ func (s reportStep) done(b *batch) {
 		s.stored(b)
 		return
 	}
-	// Room for the reply's members after the results: the announce
-	// copies the message before it returns, so the reply, which carries
-	// the same results, finishes this buffer instead of encoding them again.
+	// Room for the reply's members: the announce copies the message, and
+	// the reply finishes this buffer instead of encoding the results again.
 	buf := append(resultsJSON(b, true, replySpare, resultsBuf(b)), '}')
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, buf); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)

@@ -26,9 +26,8 @@ import (
 	"github.com/toolbus/toolbus/tracing"
 )
 
-// job is one call for an executor to run: everything it needs of the batch
-// and nothing else, so a call of a new batch, of a resumed one and a
-// confirmed call run the same way.
+// job is one call for an executor to run, with all it needs of the batch,
+// so new, resumed and confirmed calls run the same way.
 type job struct {
 	session, replyID string
 	trace            [2]string       // traceparent, tracestate of the batch
@@ -44,9 +43,8 @@ type job struct {
 	c        *callState
 	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
 
-	// A read-only tool's call of one attempt has one context, with the
-	// attempt's deadline (callContext): then until and timeout are that
-	// attempt's, and cancel ends it.
+	// bounded: a read-only call of one attempt, whose context is the
+	// attempt's (callContext), ending at until; cancel ends it.
 	bounded bool
 	until   time.Time
 	timeout time.Duration
@@ -55,9 +53,8 @@ type job struct {
 	watch   execWatch // the request in flight (execWatches)
 	attempt callCtx   // the first attempt's context when not bounded (attemptContext)
 
-	// landed: the ledger held the result the chain returned when it
-	// returned (the once middleware); written and read on the call's own
-	// goroutine, and kept in callState.landed by batch.settle.
+	// landed: the ledger held the chain's result when it returned (once),
+	// on the call's own goroutine; kept in callState.landed.
 	landed bool
 }
 
@@ -143,9 +140,8 @@ func (j *job) runsTool() bool {
 	return !t.Reset && !t.Skill && !t.Search && !t.Read && t.External == nil
 }
 
-// execStep is the last executor of the chain: it runs a call that may run
-// now: reset_tools, search_tools, the skill loader and read_output here, a
-// tool through the runner (its executor, the ledger).
+// execStep is the last executor of the chain: the built-ins here, a tool
+// through the runner.
 type execStep struct {
 	runner   runnerPort
 	sessions sessionPort
@@ -192,9 +188,8 @@ func builtinResult(c bus.Call, text string, err error) bus.Result {
 	return internal(c, err)
 }
 
-// toolRunner runs a tool call through the executor its definition asks
-// for: a durable tool's work queue, else the core chain (the dedupe
-// ledger around request/reply).
+// toolRunner runs a tool call through a durable tool's work queue, or
+// the core chain (the ledger around request/reply).
 type toolRunner struct {
 	exec    Executor // the ledger, then core request/reply to the workers
 	durable Executor // durable tools' work queues
@@ -347,16 +342,14 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 	send(m)
 }
 
-// execData are the buffers of exec requests' data: a request's is free
-// once it is published (a core publish copies it). Past maxExecData a
-// buffer is let go rather than kept by the pool.
+// execData are the buffers of exec requests' data, free once published
+// (a core publish copies it); past maxExecData one is not kept.
 var execData = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxExecData = 64 << 10
 
-// execSubjects keeps P.exec.<tool> by tool name, so that a call's exec
-// request builds no subject string. Tools come and go: past
-// maxExecSubjects names it starts again.
+// execSubjects keeps P.exec.<tool> by tool name, so a call builds no
+// subject string; past maxExecSubjects names it starts again.
 type execSubjects struct {
 	mu sync.RWMutex
 	m  map[string]string
@@ -386,8 +379,7 @@ func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
 }
 
 // execEventTo makes e the io.toolbus.exec of job j from source
-// (docs/protocol.md 5.1), its data appended to buf, for a core request and
-// a durable call's work message alike.
+// (docs/protocol.md 5.1), its data appended to buf.
 func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
 	*e = bus.Head(bus.TypeExec, source)
 	e.Data = req.AppendJSON(buf)
@@ -408,9 +400,8 @@ func callDeadline(now time.Time, timeoutMS int64, batch time.Time) (deadline tim
 	return deadline, timeout
 }
 
-// requestFailed turns an exec request that got no reply into the call's
-// result; retry says whether another attempt may run it. ctx is the call's
-// context; vanished says the watchdog ended the request.
+// requestFailed turns an exec request without a reply into the call's
+// result, and whether to retry; vanished: the watchdog ended it.
 func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeout time.Duration) (bus.Result, bool) {
 	def := &j.tool.Def
 	switch {
@@ -481,9 +472,8 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 	return res, patch
 }
 
-// execReplyChecked decodes a worker's reply into e in full, its data
-// checked to be JSON: the exec result it carries, or the result the call
-// gets instead.
+// execReplyChecked decodes a worker's reply into e in full: the exec
+// result it carries, or the result the call gets instead.
 func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult, *bus.Result) {
 	refuse := func(r bus.Result) (bus.ExecResult, *bus.Result) { return bus.ExecResult{}, &r }
 	if err := bus.DecodeTo(resp, e); err != nil {
@@ -537,8 +527,7 @@ func textOf(blocks []bus.Block) string {
 }
 
 // patchState applies a worker's JSON merge patch (RFC 7386) to the
-// session's agent state, with compare-and-set so that concurrent patches
-// from two calls both land; it lands even when ctx, the call's, has ended.
+// session's agent state by compare-and-set, past ctx's end too.
 func patchState(ctx context.Context, gs *groups.Store, session string, def *bus.ToolDef, patch json.RawMessage) error {
 	if !def.StateInjected {
 		return bus.Errorf(bus.CodeToolError, "Error: the tool returned a state_patch but is not registered with state_injected; the patch was not applied.")
@@ -686,9 +675,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	})
 }
 
-// publish puts the call in the tool's work queue, its exec event as for a
-// core request. The message id is the call key: a publish retried, or a
-// claim taken again after it was abandoned, is one message.
+// publish puts the call in the tool's work queue, under the call key as
+// message id: a retried publish is one message.
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
 	var e bus.Event
 	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline, nil)

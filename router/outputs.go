@@ -22,9 +22,7 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// Stored outputs per session (protocol 5.9): agents read only their
-// session's objects, and only the bytes a result recorded, through
-// P.outputs.<session>; a result may refer only to its own call's objects.
+// Stored outputs per session (protocol 5.9).
 
 // outputsBudget bounds the store reads of one seal or one read request.
 const outputsBudget = 30 * time.Second
@@ -49,9 +47,8 @@ func (r *outputs) onOutputs(m *nats.Msg) {
 	})
 }
 
-// sealOutput checks the stored outputs a worker's result refers to and
-// returns the result with their digests; a reference to an object not this
-// call's own makes it a tool_error, its state patch dropped (protocol 3.3).
+// sealOutput returns a worker's result with the digests of the stored
+// outputs it refers to; another call's makes it a tool_error (protocol 3.3).
 func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
 	out, err := r.seal(key, res.Output)
 	if err == nil {
@@ -92,9 +89,8 @@ func hasStored(out []bus.Block) bool {
 	return slices.ContainsFunc(out, func(b bus.Block) bool { return b.Type == bus.BlockData && strings.HasPrefix(b.URL, offload.Scheme+":") })
 }
 
-// fitStep stores the output of a result that would take the batch's reply,
-// batch.done or continuation past the payload limit, before any message
-// carries it, so all show the same reference (docs/protocol.md 5.9).
+// fitStep stores the output of a result that would take the batch's
+// messages past the payload limit, before any carries it (protocol 5.9).
 type fitStep struct {
 	outputs    outputPort   // nil: nothing is stored (and nothing checked)
 	maxPayload func() int64 // the connection's payload limit
@@ -104,9 +100,8 @@ type fitStep struct {
 // parked list and the other members.
 const fitReserve = 64 << 10
 
-// fit returns res, its output stored when the batch's results and res
-// would not fit in one message. Check and reservation are one step under
-// the batch's lock, so concurrent calls cannot count on the same room.
+// fit returns res, its output stored when it would not fit beside the
+// batch's results; room is checked and reserved under the batch's lock.
 func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
 	if s.outputs == nil {
 		return res

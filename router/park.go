@@ -29,9 +29,8 @@ type parkStep struct {
 // park records b's continuation and parks the calls; false when a copy of
 // the batch parked before (the reply describes its state, nothing runs).
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
-	// The batch's own parked calls are not counted: they are a first
-	// copy's, which a re-sent copy adopts (docs/protocol.md 3.1); a batch
-	// parks a later run only once its earlier parked calls were answered.
+	// The batch's own parked calls are not counted: a re-sent copy adopts
+	// them (docs/protocol.md 3.1).
 	if n := len(s.conts.Parked(b.session, "")) - len(s.conts.Parked(b.session, b.replyID)); n+len(calls) > s.maxParked {
 		// Past the session's limit nothing more parks: these calls end
 		// here, and the batch goes on.
@@ -67,9 +66,8 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	got, err := s.conts.Park(ctx, run)
 	if errors.Is(err, parked.ErrNotOwner) {
-		// Another router took this continuation over (docs/protocol.md 6.1)
-		// and parks these calls; ending them here would publish events for
-		// parked calls, so this copy stops.
+		// Another router took the continuation over and parks these calls
+		// (docs/protocol.md 6.1): this copy stops.
 		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
 		return false
 	}
@@ -215,9 +213,8 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 		return nil
 	}
 	r.batches.track(b)
-	// A cancel that reached this router between the compare-and-set that
-	// gave it the batch and the track above found no running batch: it
-	// wrote its marks first, and they are read now (docs/protocol.md 3.5).
+	// A cancel that came before the track above wrote its marks: read
+	// them now (docs/protocol.md 3.5).
 	b.p.conts.Marks(cont)
 	return b
 }
@@ -289,9 +286,8 @@ func (r *continuations) repair(cont *parked.Batch) {
 			continue
 		}
 		if cont.IsCancelled(c.call.ID) {
-			// The agent cancelled it after the dead router started it
-			// (docs/protocol.md 3.5): it ends interrupted and never starts
-			// again, as runCalls ends a cancelled call of a resumed batch.
+			// Cancelled after the dead router started it (docs/protocol.md
+			// 3.5): it ends interrupted, never started again.
 			b.cancelled(c)
 			continue
 		}
@@ -389,9 +385,8 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 	}
 	cont := got.Batch
 	if cont == nil {
-		// The continuation is gone (the batch finished between this copy's
-		// create and its read) or unreadable: this copy's calls are as
-		// their records say (docs/protocol.md 3.1), none queued.
+		// Gone (finished since this copy's create) or unreadable: the calls
+		// are as their records say (docs/protocol.md 3.1), none queued.
 		cont = &parked.Batch{Next: len(b.calls)}
 		for _, rec := range got.Parked {
 			cont.Waiting = append(cont.Waiting, rec.Call.ID)

@@ -21,9 +21,8 @@ import (
 // replayIdle is how long a replay consumer lives once nobody pulls from it.
 const replayIdle = 30 * time.Second
 
-// Bounds on replay consumers: per session, what one router makes within
-// replayIdle; in all, what the events stream may hold before a router
-// makes no more (docs/protocol.md 3.4). Past either, limit_exceeded.
+// Bounds on replay consumers per session within replayIdle and on the
+// stream (docs/protocol.md 3.4); past either, limit_exceeded.
 const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
@@ -203,9 +202,8 @@ type jsPull struct {
 	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
 }
 
-// pullOf checks q's bounds (docs/protocol.md 3.4), fills in its default
-// batch and returns its JetStream pull; a heartbeat must fit twice in the
-// wait and be at least bus.MinConsumerHeartbeatMS (docs/security.md).
+// pullOf checks q's bounds (docs/protocol.md 3.4, docs/security.md), fills
+// in its default batch and returns its JetStream pull.
 func pullOf(q *bus.ConsumerNext) (jsPull, error) {
 	if q.Batch == 0 {
 		q.Batch = defaultBatch
@@ -271,9 +269,8 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	return c, nil
 }
 
-// Bounds of a consumer lookup: each try waits lookupTry for an answer, and
-// a consumer without a leader is looked up again every leaderPause, for at
-// most lookupTry; 10 s in all.
+// Bounds of a consumer lookup: lookupTry per try and for a leader (asked
+// every leaderPause), lookupAll in all.
 const (
 	lookupTry   = 2 * time.Second
 	leaderPause = 100 * time.Millisecond
@@ -327,9 +324,8 @@ const (
 	maxHeard    = 4096
 )
 
-// probePull is a pull request JetStream refuses (400: a heartbeat longer
-// than half its wait) before it looks at the consumer's messages or its
-// waiting pulls: asked of a consumer, it takes nothing and changes nothing.
+// probePull is a pull request JetStream refuses (400: a heartbeat over half
+// its wait) before it looks at the consumer: it changes nothing.
 var probePull = []byte(`{"batch":1,"expires":1000,"idle_heartbeat":1000000}`)
 
 // heard remembers, for replayIdle, the pull subjects this router's server
@@ -427,9 +423,8 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 	return parked.Want{Kind: kind, Tool: tool}, true
 }
 
-// relayHandoff reads one pull of consumer c and sends on m's reply subject
-// the request of every record want grants, as JetStream would (header
-// Nats-Sequence), then a closing status 404, 408 or 409.
+// relayHandoff relays one pull of consumer c to m's reply subject as
+// JetStream would: the records want grants, then a closing status.
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
 	select {
 	case r.pulls <- struct{}{}:
@@ -449,17 +444,15 @@ func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.Consumer
 	}
 }
 
-// minHandoffWait is the shortest wait a relay's fetch is made with (less
-// ends the pull); handoffSlice the longest, so a drain ends a waiting
-// relay within it.
+// minHandoffWait is the shortest wait of a relay's fetch (less ends the
+// pull); handoffSlice the longest, so a drain ends a relay within it.
 const (
 	minHandoffWait = 10 * time.Millisecond
 	handoffSlice   = time.Second
 )
 
-// fetchHandoff relays the requests of one pull, fetching until the pull's
-// batch went out ("") or a closing status; records want does not grant are
-// skipped, so one pull may fetch many times.
+// fetchHandoff relays the requests of one pull, fetching (past what want
+// does not grant) until its batch went out ("") or a closing status.
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
 	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
 	slice, beat := handoffSlice, time.Duration(q.HeartbeatMS)*time.Millisecond

@@ -24,8 +24,7 @@ type resolveStep struct {
 }
 
 // from resolves the calls of b from index i on that have no result yet; an
-// unknown or unavailable tool is read from KV and resolved again (another
-// router may have just acknowledged its registration).
+// unknown or unavailable tool is read from KV and resolved again.
 func (s resolveStep) from(b *batch, i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -105,7 +104,6 @@ type parkSpec struct {
 
 // decide applies the permission engine to a resolved, validated call: a
 // result for a denied call, a parkSpec for one that waits, or neither.
-// Built-ins and request-scoped external tools are never asked about.
 func decide(pc permission.Context, t groups.Resolved, c bus.Call, input json.RawMessage) (parkSpec, *bus.Result) {
 	switch {
 	case t.Reset, t.Skill, t.Search, t.Read:
@@ -149,8 +147,7 @@ func nextRun(i, n int, safe func(k int) bool) int {
 func (r *Router) Unknown() []string { return r.groups.Unknown(r.reg) }
 
 // storeFullOr is res, a call's "No live worker" result, unless the store
-// is full: then the workers' heartbeats are refused too, and the honest
-// answer is that the store is full (docs/protocol.md 3.3, `internal`).
+// is full, refusing the heartbeats too (docs/protocol.md 3.3).
 func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 	full, why, _ := h.Full()
 	if !full {
@@ -252,8 +249,7 @@ func newTurn(session, replyID string, trace [2]string, expiry string, data bus.B
 }
 
 // Identities binds sessions to the toolbus users whose credentials alone
-// may publish in them (docs/security.md "Identities").
-// security.Bindings implements it.
+// may publish in them (docs/security.md "Identities"; security.Bindings).
 type Identities interface {
 	// UserOf returns the toolbus user session is bound to, and whether
 	// it is bound at all.

@@ -86,9 +86,8 @@ type Config struct {
 	// Identities, when set, binds sessions to users by their credentials
 	// (docs/security.md); nil runs the router open.
 	Identities Identities
-	// Lease is how long a router's claim on work lives unrenewed (renewals
-	// every Store.Heartbeat) before another router takes it over; zero
-	// means three heartbeats.
+	// Lease is how long a router's claim on work lives unrenewed before
+	// another router takes it over; zero means three heartbeats.
 	Lease time.Duration
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
@@ -441,9 +440,8 @@ func (r *Router) loops() {
 // dispatch runs h in its own goroutine, bounded by MaxInflight (admission).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
-		// The router answers with its own permissions: a reply subject
-		// of the JetStream API, a bucket, the protocol's subjects or its
-		// own inboxes would have it act for the sender (docs/security.md).
+		// Answering there would act for the sender with the router's
+		// permissions (docs/security.md).
 		r.m.Rejected.WithLabelValues("bad_reply").Inc()
 		r.log.Debug("router: reply subject refused; answering nothing", "subject", m.Subject, "reply", m.Reply)
 		m.Reply = ""
@@ -457,9 +455,8 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		return
 	}
 	if r.isRegistration(m.Subject) {
-		// Slots of their own (docs/security.md): agents can hold every slot
-		// for minutes, and beats waiting behind them made live workers look
-		// vanished.
+		// Slots of their own (docs/security.md): beats waiting behind
+		// agents' calls made live workers look vanished.
 		r.beats <- struct{}{}
 		r.handle(r.beats, h, m, share{})
 		return
@@ -479,9 +476,8 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	r.handle(r.sem, h, m, sh)
 }
 
-// maxBeats bounds the registrations and heartbeats a router handles at
-// once, apart from MaxInflight. Since protocol 1.12 a worker sends one per
-// tool each beat (docs/protocol.md 7.1).
+// maxBeats bounds the registrations and heartbeats (one per tool each
+// beat, docs/protocol.md 7.1) a router handles at once, apart from MaxInflight.
 const maxBeats = 256
 
 // isRegistration reports whether subject is P.register or one under it
@@ -646,14 +642,12 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 	}
 }
 
-// landBudget bounds the writes that end a call (a recorded result, an
-// answer, a continuation): they are retried until they land, through a
-// leader election or a node's restart, for at most this long.
+// landBudget bounds the retries of a write that ends a call (a result, an
+// answer, a continuation) through a leader election or a restart.
 const landBudget = 2 * time.Minute
 
-// landingFunc gives the context of a write that must land: the router's
-// life.Landing, which a drain waits for; nil gives an untracked one (steps
-// under test): parent's values, not its cancellation, bounded by landBudget.
+// landingFunc gives the context of a write that must land (life.Landing);
+// nil gives an untracked one: parent's values, bounded by landBudget.
 type landingFunc func() (context.Context, context.CancelFunc)
 
 func (f landingFunc) start(parent context.Context) (context.Context, context.CancelFunc) {
@@ -700,8 +694,7 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	err := bus.Respond(w.nc, m, w.source, typ, data)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// No message can carry it: the requester hears why rather than
-		// waiting for its timeout (docs/security.md, a parked.list of every
-		// session while one session parked large inputs).
+		// waiting for its timeout (docs/security.md).
 		w.log.Warn("router: "+what+" over the max payload", "subject", m.Subject)
 		err = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeLimitExceeded,
 			"the reply (%s) is larger than the server's max payload of %d bytes; ask for less (one session, fewer ids)", typ, w.nc.MaxPayload()))
@@ -731,9 +724,8 @@ func (w *wire) answer(m *nats.Msg, typ string, out any, err error) {
 	w.respond(m, typ, out, typ+" reply")
 }
 
-// decodeCall reads m's event of type typ about one call, on P.<kind>.<tool>
-// (an answer, a durable result): the subject names the tool, the event the
-// call's session, reply and call ids; what names the event in an error.
+// decodeCall reads m's event of type typ about one call on P.<kind>.<tool>
+// (an answer, a durable result); what names it in an error.
 func (w *wire) decodeCall(m *nats.Msg, kind, typ, what string) (string, *bus.Event, error) {
 	tool, ok := w.subj.Token(m.Subject, kind)
 	if !ok || kind == "result" && !bus.ValidName(tool) {
@@ -784,9 +776,8 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 // other messages wait in the callback.
 const queueWait = 2 * time.Second
 
-// Pending limits of the subscriptions: far above what the callbacks let
-// accumulate, so that the client library's slow-consumer drop (silent to
-// the sender) stays out of reach; a drop is still logged (watchDropped).
+// Pending limits of the subscriptions: out of the callbacks' reach, so the
+// client's silent slow-consumer drop never comes (watchDropped logs one).
 const (
 	pendingMsgs  = 1 << 20
 	pendingLimit = 256 << 20
@@ -802,9 +793,8 @@ type admission struct {
 	waiting atomic.Int64
 }
 
-// admit takes a slot for m, waiting as described above; false means m was
-// not given one and the caller queues it (wait). shed says whether m is a
-// batch or tools query that may be answered busy.
+// admit takes a slot for m; false: m may be answered busy (shed) and
+// the caller queues it (wait).
 func (a *admission) admit(m *nats.Msg, shed bool) bool {
 	select {
 	case a.sem <- struct{}{}:
@@ -818,9 +808,8 @@ func (a *admission) admit(m *nats.Msg, shed bool) bool {
 	return false
 }
 
-// wait queues m for a slot, at most queueWait and behind at most maxQueued
-// others, and runs run once it has one; else answers busy and calls undone.
-// The caller's life Enter is matched here when run does not run.
+// wait queues m for a slot and runs run once it has one; else answers
+// busy, calls undone and matches the caller's life Enter.
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)
@@ -863,9 +852,8 @@ func (a *admission) busyReply(m *nats.Msg, why string) {
 	}
 }
 
-// overShare answers m busy because its session (or the unbound sessions)
-// hold their share of the slots (shares.go). A batch without a reply subject
-// is dropped and counted, never waited for in the callback.
+// overShare answers m busy as its session holds its share of the slots
+// (shares.go); one without a reply subject is dropped and counted.
 func (a *admission) overShare(m *nats.Msg, why string) {
 	a.m.Rejected.WithLabelValues(shareRefused).Inc()
 	if m.Reply == "" {

@@ -35,9 +35,8 @@ type shares struct {
 	pooled int            // slots held by sessions bound to no user
 }
 
-// newShares is the shares of a router with maxInflight slots, each
-// session's at most most (negative: no shares), and with identities ids
-// (nil: no pool).
+// newShares is the shares of a router with maxInflight slots: most per
+// session (negative: none), and a pool with identities ids.
 func newShares(maxInflight, most int, ids Identities) *shares {
 	if most < 0 {
 		return &shares{}

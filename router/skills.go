@@ -74,9 +74,8 @@ func shown(req *groups.Request, name string) bool {
 
 func loaderShown(req *groups.Request) bool { return shown(req, skills.LoaderName) }
 
-// listing puts the skill loader (and viewer) into a listing before the
-// request's external tools when a skill is visible, and returns the
-// skills_prompt.
+// listing puts the skill loader (and viewer) before the request's external
+// tools when a skill is visible, and returns the skills_prompt.
 func (s *routerSkills) listing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
 	if !loaderShown(req) {
 		return defs, ""
