@@ -59,18 +59,9 @@ func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
 
 // start loads the cache and keeps it fed until ctx ends or stop.
 func (d *definitions) start(ctx context.Context) error {
-	gw, err := store.WatchKV(ctx, d.kv, ">", d.applyGroup)
-	if err != nil {
-		return err
-	}
+	gw, err := store.WatchLoaded(ctx, d.kv, ">", d.applyGroup)
 	d.watches = []*store.Watch{gw}
-	select {
-	case <-gw.Ready():
-		return nil
-	case <-ctx.Done():
-		_ = d.stop(context.WithoutCancel(ctx))
-		return ctx.Err()
-	}
+	return err
 }
 
 // stop ends the watches, waiting for them until ctx ends; safe to call

@@ -89,11 +89,11 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 
 // Start loads the caches of records and continuations and keeps them fed.
 func (s *Store) Start(ctx context.Context) (err error) {
-	if s.calls.watch, err = watch(ctx, s.calls.kv, "*.*.*", s.calls.apply); err != nil {
+	if s.calls.watch, err = store.WatchLoaded(ctx, s.calls.kv, "*.*.*", s.calls.apply); err != nil {
 		return err
 	}
 	s.calls.follows.Store(true)
-	if s.conts.watch, err = watch(ctx, s.conts.kv, "*.*", s.conts.applyBatch); err != nil {
+	if s.conts.watch, err = store.WatchLoaded(ctx, s.conts.kv, "*.*", s.conts.applyBatch); err != nil {
 		_ = s.Stop(context.WithoutCancel(ctx))
 		return err
 	}
@@ -221,8 +221,7 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	s.calls.announce(run, out.Parked, created)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
-		// running, but only while the continuation still waits for every
-		// failed call; else another router moved it on (ErrNotOwner).
+		// running, unless another router moved it on (ErrNotOwner).
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
 			for id := range out.Failed {
 				if !b.lacks(id) {
@@ -308,9 +307,8 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	return out
 }
 
-// differs is bus.SameCalls of run's batch and an earlier copy's: its
-// continuation b, or, when that is gone or unreadable (nil), its records
-// recs (SameRecorded).
+// differs is bus.SameCalls of run's batch and an earlier copy's
+// continuation b, or (b nil) its records recs.
 func differs(run Run, b *Batch, recs []*Record) error {
 	if b != nil {
 		return bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls)
@@ -465,8 +463,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 type Mends struct{ s *Store }
 
 // Stranded returns the records of calls seen ending before cutoff whose
-// continuation, as cached, still lacks their result. The normal case costs
-// no I/O; a record returned is looked at again a lease later.
+// cached continuation still lacks their result (no I/O in the normal case).
 func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	s := m.s
 	var out []*Record
@@ -486,9 +483,8 @@ func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	return out
 }
 
-// recheck reads the record of key, noted in e: it returns the record when it
-// still ends as e's notes do (ends), and forgets the note of one that no
-// longer does or is gone; a read that fails keeps the note for next time.
+// recheck reads the record of key, noted in e: the record when it still
+// ends so (ends); the note is forgotten once it does not, kept on a failed read.
 func (m Mends) recheck(ctx context.Context, e *endings, key string, ends func(*Record) bool) *Record {
 	rec, err := m.s.Read.Get(ctx, key)
 	switch {
@@ -595,9 +591,8 @@ func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.C
 	return nil
 }
 
-// Marks adds to b, once it is tracked as running, the cancel marks this
-// router knows and b lacks, so a cancel before or after never misses
-// (docs/protocol.md 3.5).
+// Marks adds to b, once tracked as running, the cancel marks this router
+// knows and b lacks (docs/protocol.md 3.5).
 func (s Reads) Marks(b *Batch) {
 	if b.gone {
 		return // carried: nothing of it is left to run
@@ -616,9 +611,8 @@ func (s Reads) Marks(b *Batch) {
 	}
 }
 
-// TakeOver claims the work of routers that stopped renewing their leases
-// since cutoff: the continuations they ran (to repair) and the answered
-// calls whose confirmed run never reported (to settle again).
+// TakeOver claims the continuations and answered calls of routers that
+// stopped renewing their leases since cutoff.
 func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Record) {
 	return s.conts.takeOver(ctx, cutoff), s.calls.takeOverAnswers(ctx, cutoff)
 }
@@ -786,9 +780,8 @@ func (b *Batch) lacks(id string) bool {
 	return b.Phase == PhaseParked && !has && slices.Contains(b.Waiting, id)
 }
 
-// DoneID is the batch.done event's id (and Nats-Msg-Id), derived from session
-// and reply id so every router finishing the batch sends the same one
-// (docs/protocol.md 3.4, 6.1). 22 characters, as a NUID.
+// DoneID is batch.done's id (and Nats-Msg-Id), the same from every router
+// that finishes the batch (docs/protocol.md 3.4, 6.1); 22 characters.
 func (b *Batch) DoneID() string {
 	return eventID("io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
 }
@@ -879,9 +872,8 @@ var errCancelledFirst = errors.New("parked: the call was cancelled before it par
 // errParkedBefore: an earlier copy of the batch parked first.
 var errParkedBefore = errors.New("parked: this batch parked before")
 
-// parkBatch records the batch's results so far, awaited calls and next
-// index, running (lease held) or parked when settled. A new batch is created
-// (errParkedBefore: a copy parked first), a resumed one updated if owned.
+// parkBatch records the batch's results, awaited calls and next index,
+// running or parked when settled: created (errParkedBefore) or updated if owned.
 func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
 	phase := func(b *Batch) {
 		claim(b, s.cfg.Owner, PhaseRunning, "")
@@ -925,9 +917,8 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	return nil
 }
 
-// complete records the result of a parked call of the batch (mending: only
-// while the batch waits for it without it, else errMended); the one
-// completion that finds it ready resumes it (true, the lease held).
+// complete records the result of a parked call (mending: only while the
+// batch lacks it, else errMended); the one that makes it ready resumes it.
 func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result, mending bool) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
@@ -1028,8 +1019,7 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 var errChanged = errors.New("parked: the continuation changed")
 
 // update applies fn (maybe more than once; its error writes nothing) to the
-// latest continuation by compare-and-set until it lands; store.IsNotFound
-// when there is none.
+// latest continuation by compare-and-set; store.IsNotFound when none.
 func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
@@ -1171,24 +1161,8 @@ func newCalls(sh shared, subj bus.Subjects) *calls {
 		ended: endings{m: map[string]endedCall{}}, lone: endings{m: map[string]endedCall{}, max: maxLone}}
 }
 
-// watch loads the values of keys into apply and keeps it fed.
-func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*store.Watch, error) {
-	w, err := store.WatchKV(ctx, kv, keys, apply)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-w.Ready():
-		return w, nil
-	case <-ctx.Done():
-		_ = w.Stop(context.WithoutCancel(ctx))
-		return nil, ctx.Err()
-	}
-}
-
 // create stores a new parked record before its request (docs/protocol.md
-// 6.1), so an answer the moment the request arrives finds it parked; a
-// record with a status of its own (Cancels.Forestall's) keeps it.
+// 6.1); a record with a status of its own (Forestall's) keeps it.
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = cmp.Or(r.Status, bus.ParkParked), now, now.Add(s.cfg.TTL)
@@ -1307,9 +1281,8 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 // context ends, but not through a full store (store.Policy.RideOutFull).
 var answerPolicy = store.Policy{}
 
-// end moves a call from status from to status to with res as its result:
-// answered → done with the result made from its answer, or parked →
-// expired or cancelled without one; one racing router wins.
+// end moves a call from status from to status to with res as its result
+// (answered → done, parked → expired or cancelled); one racing router wins.
 func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
 	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
 		// Named for Mends.Lone: that router publishes a carried batch.done.
@@ -1426,8 +1399,7 @@ type Want struct {
 }
 
 // Request turns the value of a P_parked entry into the request event a
-// follower of w gets, from source; false when the entry is not for w: not a
-// parked call record, request-scoped, or of another kind or tool.
+// follower of w gets, from source; false when the entry is not for w.
 func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg, bool) {
 	if len(value) == 0 || w.Kind != bus.KindExternal && w.Kind != bus.KindConfirm {
 		return nil, false

@@ -85,15 +85,9 @@ func (p *Presence) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("presence: put %s: %w", p.cfg.ID, err)
 	}
-	w, err := store.WatchKV(ctx, p.kv, ">", p.apply)
+	w, err := store.WatchLoaded(ctx, p.kv, ">", p.apply)
 	if err != nil {
 		return err
-	}
-	select {
-	case <-w.Ready():
-	case <-ctx.Done():
-		_ = w.Stop(context.WithoutCancel(ctx))
-		return ctx.Err()
 	}
 	p.watch = w
 	p.live.Store(true)

@@ -83,24 +83,16 @@ func New(st *store.Store, cfg Config) *Registry {
 // Start begins watching both buckets and returns once the initial values are
 // loaded or ctx ends. The watches run until ctx ends or Stop is called.
 func (r *Registry) Start(ctx context.Context) error {
-	tw, err := store.WatchKV(ctx, r.catalog.kv, ">", r.applyTool)
+	tw, err := store.WatchLoaded(ctx, r.catalog.kv, ">", r.applyTool)
 	if err != nil {
 		return err
 	}
-	ww, err := store.WatchKV(ctx, r.liveness.kv, ">", r.applyWorker)
+	ww, err := store.WatchLoaded(ctx, r.liveness.kv, ">", r.applyWorker)
 	if err != nil {
-		_ = tw.Stop(ctx)
+		_ = tw.Stop(context.WithoutCancel(ctx))
 		return err
 	}
 	r.watches = []*store.Watch{tw, ww}
-	for _, w := range r.watches {
-		select {
-		case <-w.Ready():
-		case <-ctx.Done():
-			_ = r.Stop(context.WithoutCancel(ctx))
-			return ctx.Err()
-		}
-	}
 	r.started = r.cfg.Now()
 	return nil
 }
