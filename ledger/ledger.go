@@ -80,13 +80,11 @@ func (e *Entry) storeKey(key string) store.Key {
 const (
 	stateRunning = "running"
 	stateDone    = "done"
-	// stateAbandoned is a claim whose call never ran: the claim could not
-	// be confirmed, so the call was answered unavailable. A re-send may
-	// claim it again.
+	// stateAbandoned is a claim whose call never ran (answered
+	// unavailable); a re-send may claim it again.
 	stateAbandoned = "abandoned"
-	// grace is how long past a running entry's deadline a duplicate
-	// waits before it gives up with unknown_outcome. It covers a record
-	// that is late because the bucket was electing a leader.
+	// grace is how long past a running entry's deadline a duplicate waits
+	// (a record late through a leader election) before unknown_outcome.
 	grace = 30 * time.Second
 	// claimBudget bounds the attempts to claim a call; past it the call is
 	// unavailable, which is safe to re-send.
@@ -110,9 +108,8 @@ type Ledger struct {
 	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
-	// stops stops the watches of waits that have returned (wait, Await):
-	// a watch's stop deletes its consumer, a JetStream API request that
-	// can take 5 s on a cluster, so it runs off the caller's path.
+	// stops stops the watches of waits that returned, off the caller's
+	// path (deleting a consumer can take 5 s on a cluster).
 	stops  store.Stops
 	waits  waits          // the waits of duplicates on this router: one per key
 	awaits waits          // the Await calls on this router: one watch per key
@@ -353,9 +350,8 @@ func renewOne(ctx context.Context, l *Ledger, key string, c Entry, now time.Time
 	return nil
 }
 
-// Abandon marks a claim whose outcome is unknown as abandoned, in the
-// background: the call did not run, and a re-send must be able to claim it
-// rather than wait for a result that will never come.
+// Abandon marks, in the background, a claim whose call did not run as
+// abandoned, so a re-send claims it rather than wait in vain.
 func (l *Ledger) Abandon(key, claim string) {
 	l.writes.Go(func() {
 		ctx, cancel := l.cfg.Landing()
@@ -387,9 +383,8 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
 	val, buf := encodePooled(l, &done)
-	// The common case in one round trip: the claim is as this router left
-	// it. That write is bounded by recordWait without a context of its own,
-	// and outlives ctx.
+	// The common case in one round trip, bounded by recordWait past ctx:
+	// the claim is as this router left it.
 	start := time.Now()
 	_, err := store.UpdateDetached(ctx, l.kv, claim.storeKey(key), val, claim.rev, recordWait)
 	isFull := l.cfg.Health.Note(err)
@@ -540,9 +535,8 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared,
 	return w
 }
 
-// leave takes a waiter off w. The last one to leave before the outcome
-// ends the loop (its watch stops in the background); the last one to
-// leave after an outcome that is a claim nobody took abandons the claim.
+// leave takes a waiter off w; the last one ends the loop before the
+// outcome, or abandons after it a claim nobody took.
 func (ws *waits) leave(l *Ledger, key string, w *shared) {
 	ws.mu.Lock()
 	w.waiters--
@@ -602,15 +596,13 @@ func (w *shared) loop(l *Ledger) {
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
-	// The watch lives as long as ctx: nats.go unsubscribes it when ctx
-	// ends (js.go Subscribe), so ctx is the loop's, ended by the last
-	// waiter's leaving, which ends a create whose reply is lost too.
+	// The watch lives as long as ctx, the loop's, ended by the last
+	// waiter's leaving (nats.go unsubscribes it then).
 	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
-		// Not watch.Stop: it deletes the watch's consumer and waits for
-		// the reply (store.Stops), up to 5 s on a cluster whose meta
-		// leader moves, and the result is known already.
+		// Not watch.Stop: deleting its consumer can take 5 s on a
+		// cluster, and the result is known already (store.Stops).
 		defer l.stops.Go(watch)
 		updates = watch.Updates()
 	}
@@ -712,9 +704,8 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	rev, err := l.kv.Update(uctx, key, val, le.rev)
 	cancel()
 	if l.cfg.Health.Note(err) {
-		// The store refuses the takeover, and will until someone frees
-		// space: the dead router's call may have run, and nothing more
-		// can be known or recorded now.
+		// The store is full: the dead router's call may have run, and
+		// nothing more can be known or recorded now.
 		l.cfg.Logger.Warn("ledger: stale ledger claim not taken over: store full", "key", key, "err", err)
 		if next.State == stateRunning || c.Durable {
 			res = UnknownOutcome(c.Call)
@@ -878,9 +869,8 @@ type pendingResult struct {
 	call digests
 }
 
-// recorded is what a duplicate c gets from p, a result of l not landed
-// yet: that result, unless p is another call's. A function, not a method:
-// Ledger keeps to 15 methods (internal/life TestMethodsPerType).
+// recorded is what a duplicate c gets from p, a result not landed yet:
+// that result, unless p is another call's. (Ledger keeps to 15 methods.)
 func recorded(l *Ledger, c Call, p pendingResult) bus.Result {
 	if p.call.other(c) {
 		return bus.OtherCallResult(c.Call)
@@ -944,8 +934,7 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 }
 
 // watch is an Await wait's loop: it follows the key until its entry holds
-// a result (the outcome), the watch cannot start or ends (no result), or
-// the last waiter leaves.
+// a result, the watch ends, or the last waiter leaves.
 func (a *shared) watch(l *Ledger) {
 	defer l.loops.Done()
 	ctx, key := a.ctx, a.call.Key
@@ -978,9 +967,8 @@ func (a *shared) watch(l *Ledger) {
 // errRecorded stops a compare-and-set whose entry has its result already.
 var errRecorded = errors.New("ledger: the call has a result already")
 
-// End records res as the result of the claimed call key, unless the entry
-// has one already (a worker's result got in first): then that one stands
-// and is returned.
+// End records res as the result of the claimed call key, unless a
+// worker's result got in first: that one stands and is returned.
 func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 	ctx, cancel := l.cfg.Landing()
 	defer cancel()
