@@ -18,27 +18,22 @@ import (
 	"github.com/toolbus/toolbus/tasks"
 )
 
-// TasksConfig configures background tasks (docs/protocol.md 5.10): calls
-// that go on past their timeout as tasks.
+// TasksConfig configures background tasks (docs/protocol.md 5.10).
 type TasksConfig struct {
 	// Off serves no tasks: such calls end at their timeout as before.
 	Off bool
-	// MaxPerSession and MaxPerUser bound the running tasks; zero means
-	// tasks.DefaultMaxPerSession and tasks.DefaultMaxPerUser.
+	// MaxPerSession and MaxPerUser bound the running tasks; zero: tasks' defaults.
 	MaxPerSession, MaxPerUser int
-	// MaxRun bounds a task's run from its call's start; zero means
-	// DefaultTaskRun.
+	// MaxRun bounds a task's run from its call's start; zero means DefaultTaskRun.
 	MaxRun time.Duration
-	// Keep is how long a task's record is kept after its last change;
-	// zero means tasks.DefaultKeep.
+	// Keep is how long a task's record outlives its last change; zero: tasks.DefaultKeep.
 	Keep time.Duration
 }
 
 // DefaultTaskRun is TasksConfig.MaxRun's default.
 const DefaultTaskRun = time.Hour
 
-// background runs the router's side of tasks: it follows the runs it owns,
-// takes over those whose owner went away, and serves P.tasks.<session>.
+// background runs the router's side of tasks and serves P.tasks.<session>.
 type background struct {
 	*wire
 	r   *Router
@@ -54,8 +49,7 @@ type ownedTask struct {
 	cancel  context.CancelFunc
 }
 
-// newBackground sets background tasks up and adds their route and loop to
-// r's (nil when they are off).
+// newBackground sets tasks up, adding their route and loop (nil when off).
 func newBackground(ctx context.Context, r *Router) (*background, error) {
 	cfg := r.cfg.Tasks
 	if cfg.Off {
@@ -105,8 +99,7 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	return f.res
 }
 
-// flight is a call this router runs as a possible task until its outcome
-// (result or handle), for the copies that arrive meanwhile.
+// flight is a call run here as a possible task, for copies that come meanwhile.
 type flight struct {
 	done chan struct{} // closed once res is set
 	res  bus.Result
@@ -143,8 +136,7 @@ func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 // runFirst is run of the first copy of j on this router, started at start.
 func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.Time, timeout time.Duration) bus.Result {
 	rec := b.record(j, start)
-	// An earlier copy's task: nothing runs. A read that fails leaves the
-	// copies to meet at Admit.
+	// An earlier copy's task: nothing runs (a failed read: they meet at Admit).
 	gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
 	got, err := b.st.Get(gctx, rec.Session, rec.ID)
 	gcancel()
@@ -155,8 +147,7 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 		b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
 	}
 	runCtx, cancel := b.runContext()
-	// A cancel of the batch ends the run until the handoff; ctx's deadline
-	// does not: past the timer below the call goes on as a task.
+	// A cancel of the batch ends the run until the handoff; ctx's deadline does not.
 	cancelled := make(chan bool, 1)
 	unlink := context.AfterFunc(ctx, func() {
 		by := errors.Is(ctx.Err(), context.Canceled)
@@ -223,8 +214,7 @@ func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelF
 	}
 }
 
-// runContext is a task's run context: cancelled by the task's cancel and by
-// the router's stop, leaving the call to the router that takes it over.
+// runContext is a task's run context, ended by its cancel and the router's stop.
 func (b *background) runContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(b.r.base))
 	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
@@ -275,8 +265,7 @@ func (b *background) track(rec *tasks.Record, cancel context.CancelFunc) {
 	b.running.Store(rec.ID, ownedTask{session: rec.Session, cancel: cancel})
 }
 
-// follow waits for rec's run and ends the task with its result; a run cut
-// off by this router's stop is left to the router that takes it over.
+// follow waits for rec's run and ends the task (not when cut off by a stop).
 func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan bus.Result, cancel context.CancelFunc) {
 	res := <-done
 	for rerun(rec, res) && lctx.Err() == nil {
@@ -293,8 +282,7 @@ func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan
 	b.end(lctx, rec, res)
 }
 
-// rerun: the run lost its worker, and the tool may run again before the
-// task's deadline (at most three runs).
+// rerun: the run lost its worker, and may run again (at most three runs).
 func rerun(rec *tasks.Record, res bus.Result) bool {
 	return res.Error != nil && res.Error.Code == bus.CodeUnknownOutcome && rec.Rerun && rec.Runs < 3 && time.Now().Before(rec.Deadline)
 }
@@ -321,11 +309,9 @@ func (b *background) runAgain(ctx context.Context, rec *tasks.Record) bus.Result
 	return b.r.tools.runTool(ctx, b.longJob(rec, t, [2]string{}))
 }
 
-// end records rec's result and, when that ended the task, says so on the
-// session's events.
+// end records rec's result and publishes task.done when that ended it.
 func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result) {
-	// Not life.Landing: this runs on a loop, which a drain does not wait
-	// for as work; the end is bounded on its own, past ctx's end.
+	// A loop's, which a drain does not await: bounded on its own, past ctx.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	got, ended, err := b.st.Finish(ctx, rec.Session, rec.ID, res)
@@ -338,8 +324,7 @@ func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result)
 	}
 }
 
-// publish sends an event of typ about task rec's batch, and its call when
-// callID is set, on subject.
+// publish sends an event of typ about task rec (and callID) on subject.
 func (b *background) publish(subject, typ string, rec *tasks.Record, callID string, data any) {
 	e, err := bus.NewEvent(typ, b.source, data)
 	if err == nil {
@@ -351,8 +336,7 @@ func (b *background) publish(subject, typ string, rec *tasks.Record, callID stri
 	}
 }
 
-// tick renews the leases of the runs this router owns (stopping those that
-// ended elsewhere) and takes over the tasks whose owner's lease ran out.
+// tick renews the leases of the runs owned here and takes over lapsed ones.
 func (b *background) tick(now time.Time) {
 	ctx, cancel := context.WithTimeout(b.r.life.Background(), b.r.cfg.Store.Heartbeat)
 	defer cancel()
@@ -376,8 +360,7 @@ func (b *background) tick(now time.Time) {
 	}
 }
 
-// resume follows a task taken over: a durable call's result lands in the
-// ledger, a read-only or idempotent call runs again, others end unknown.
+// resume follows a task taken over: awaited, run again, or unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
 	ctx, cancel := b.runContext()
@@ -506,8 +489,7 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 	return reply, nil
 }
 
-// stopRun stops a cancelled task's run here when this router owns it
-// (others see it at their next renewal), and at its worker (protocol 3.5).
+// stopRun stops a cancelled task's run, here when owned and at its worker.
 func (b *background) stopRun(rec *tasks.Record) {
 	if o, ok := b.running.Load(rec.ID); ok {
 		o.(ownedTask).cancel()

@@ -81,8 +81,7 @@ func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 	return p.initBatch(new(batch), t, start)
 }
 
-// initBatch is newBatch in b, a new batch whose oneCall the turn's calls
-// may be decoded into already.
+// initBatch is newBatch in b, whose oneCall may hold the decoded calls.
 func (p *pipeline) initBatch(b *batch, t turn, start time.Time) *batch {
 	b.p, b.turn, b.start = p, t, start
 	states, calls := b.oneState[:], b.one[:] // a batch of one call: no allocation of its own
@@ -98,8 +97,7 @@ func (p *pipeline) initBatch(b *batch, t turn, start time.Time) *batch {
 	return b
 }
 
-// fromContinuation rebuilds a batch from its continuation, with the
-// results recorded so far.
+// fromContinuation rebuilds a batch from its continuation and results.
 func (p *pipeline) fromContinuation(cont *parked.Batch) (*batch, error) {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
@@ -232,12 +230,10 @@ func (b *batch) run(start int) bool {
 	return true
 }
 
-// cutOff reports whether the router's drain deadline cut the batch off:
-// it gets no more events and no reply.
+// cutOff reports whether the drain deadline cut the batch off.
 func (b *batch) cutOff() bool { return context.Cause(b.ctx) == errDrainDeadline }
 
-// release lets go of the lease of a batch cut off by the drain deadline,
-// so that another router takes its continuation over.
+// release lets go of a cut-off batch's lease, for another router.
 func (b *batch) release() {
 	if b.cont != nil {
 		b.p.conts.Release(b.cont)
@@ -285,8 +281,7 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	}
 	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
 		if b.cont != nil || b.refused != nil {
-			// Another router took the continuation over: the batch is its;
-			// or this copy is refused, and runs nothing.
+			// Taken over by another router, or this copy is refused.
 			return false
 		}
 		// A re-sent batch found the first one parked; its reply holds every
@@ -328,8 +323,7 @@ func (b *batch) executeAll(execs []*callState) {
 	wg.Wait()
 }
 
-// execute runs c through the executor chain and finishes it, unless a
-// cancel finished it first.
+// execute runs c through the executor chain, unless a cancel finished it.
 func (b *batch) execute(c *callState) {
 	j := jobOf(b, c)
 	ctx, cancel := j.callContext(b.ctx)
@@ -413,8 +407,7 @@ func forestall(b *batch, calls []*callState) {
 	}
 }
 
-// finish ends c, a call that did not run through the executor chain, with
-// res; false when the call already had a result.
+// finish ends c outside the executor chain with res; false if it had one.
 func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, outside) }
 
 // settledBy says where a call's result comes from.
@@ -426,8 +419,7 @@ const (
 	fromPark                  // outside, and the call's P_parked record's (parkStep.reuse): its event has the record's id
 )
 
-// settle sets c's result once, fitted, and publishes its
-// io.toolbus.call.result; false when c had one.
+// settle sets c's result once, fitted, and publishes it; false if c had one.
 func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	res = b.p.fit.fit(b, c, res)
 	b.mu.Lock()
@@ -448,8 +440,7 @@ func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	return true
 }
 
-// report audits a call that ended outside the chain, and publishes its
-// io.toolbus.call.result (reportStep).
+// report audits a call ended outside the chain and publishes its result.
 func (b *batch) report(c *callState, res bus.Result) {
 	if b.p.audit != nil {
 		b.p.audit.record(b, c, res)
@@ -457,8 +448,7 @@ func (b *batch) report(c *callState, res bus.Result) {
 	b.p.report.result(b, c, res)
 }
 
-// done publishes batch.done, waits until the events stream holds the
-// batch's events, and removes the continuation of a batch that parked.
+// done publishes batch.done, awaits the stream and removes the continuation.
 func (b *batch) done() {
 	b.p.report.done(b)
 	if b.cont != nil {
@@ -485,27 +475,17 @@ func take[T any](mu *sync.Mutex, s *[]T) []T {
 
 // sessionPort is the session as the steps of a batch see it.
 type sessionPort interface {
-	// Snapshot makes the session current for a run of a batch, read from
-	// KV unless rev (the batch's sessionrev) lets the cache serve.
-	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session
-	// Session is the session as this router last read or wrote it.
+	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session // session.Revisions
 	Session(id string) *groups.Session
-	// Revision is the session's KV revision as this router knows it.
 	Revision(id string) uint64
-	// Touch keeps a session in use from expiring.
 	Touch(ctx context.Context, id string) error
-	// Reset runs reset_tools.
-	Reset(ctx context.Context, id string, input json.RawMessage) (string, error)
+	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
 }
 
 // resolverPort says what a call's name runs in a session.
 type resolverPort interface {
-	// resolve resolves name against the session, the batch's request and
-	// (for skills) its user.
 	resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
-	// refresh reads a tool from KV into the cache: a registration
-	// acknowledged through another router may not have reached this one.
-	refresh(ctx context.Context, name string) error
+	refresh(ctx context.Context, name string) error // registry.Refresh
 }
 
 // continuationPort is the record of parked calls and batches (parked.Store).
@@ -514,17 +494,11 @@ type continuationPort interface {
 	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
 	Finish(ctx context.Context, b *parked.Batch) error
 	Release(b *parked.Batch)
-	// Marks adds to a continuation this router resumed the cancel marks
-	// written since it was read (parked.Reads.Marks).
 	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
-	// Held is the cached parked record of the first of calls that has
-	// one (parked.Reads.Held); Continuation the batch a record belongs to.
 	Held(session, replyID string, calls []bus.Call) *parked.Record
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
-	// Forestall records the result of a call a cancel ended before it
-	// started, which a re-sent copy might park (parked.Cancels.Forestall).
 	Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error
 }
 
@@ -538,8 +512,7 @@ type parkedStore struct {
 
 func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends, s.Cancels} }
 
-// runnerPort runs what a call resolved to: a tool through its executor
-// (exec.go, the ledger), or the skill loader.
+// runnerPort runs what a call resolved to.
 type runnerPort interface {
 	runTool(ctx context.Context, j *job) bus.Result
 	search(ctx context.Context, b *batch, c *callState) bus.Result
@@ -547,38 +520,31 @@ type runnerPort interface {
 	readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result
 }
 
-// eventPort publishes a session's events through the events stream and
-// sends replies.
+// eventPort publishes a session's events and sends replies.
 type eventPort interface {
-	// publish sends an event to the events stream, with its id given ("":
-	// a new one), and returns at once; stored waits for the stream to hold it.
+	// publish sends an event to the events stream under id ("": a new
+	// one) at once; stored waits for the stream to hold it.
 	publish(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored(ctx context.Context, evs []*sentEvent) error
-	// announce sends an event without asking for an acknowledgement
-	// (docs/protocol.md 3.4: a read-only batch's batch.done).
+	// announce sends an event without asking for an acknowledgement.
 	announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error
-	// live sends an event the events stream refuses, for live
-	// subscribers only (docs/protocol.md 3.4, call.parked).
+	// live sends an event for live subscribers only (call.parked).
 	live(typ, session, replyID, callID string, trace [2]string, data any) error
-	// reply sends an event from this router to a reply subject (core
-	// NATS).
+	// reply sends an event to a reply subject (core NATS).
 	reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error
 }
 
-// outputPort stores the output of a result that would take the batch's
-// aggregate messages past the payload limit (outputs.go).
+// outputPort stores an output that would not fit (outputs.go).
 type outputPort interface {
 	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
 }
 
-// cancelLedger is what a batch uses of the ledger itself (ledger.Ledger):
-// the calls it runs go through the executor chain's.
+// cancelLedger is what a batch uses of the ledger itself.
 type cancelLedger interface {
 	Interrupt(ctx context.Context, key string, res bus.Result) error
 }
 
-// pipeline is the batch pipeline with its ports wired. A batch holds the
-// pipeline, never the Router.
+// pipeline is the batch pipeline with its ports wired (never the Router).
 type pipeline struct {
 	sessions sessionPort
 	conts    continuationPort
@@ -619,8 +585,7 @@ func (r *Router) newPipeline() *pipeline {
 	}
 }
 
-// routerSessions is the sessionPort over the session revision cache
-// (Snapshot, Revision) and groups.Store (Session, Touch, Reset).
+// routerSessions is the sessionPort over session.Revisions and groups.Store.
 type routerSessions struct {
 	*session.Revisions
 	*groups.Store
@@ -649,8 +614,7 @@ func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
 	return x.r.tools.runTool(ctx, j)
 }
 
-// search runs the built-in search_tools over what the session and its
-// user could reach, skills included.
+// search runs search_tools over what the session and user could reach.
 func (x routerRunner) search(ctx context.Context, b *batch, c *callState) bus.Result {
 	r := x.r
 	sess := r.groups.Session(b.session)
@@ -674,8 +638,7 @@ func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call
 	return readOutput(ctx, x.r.stored.srv, session, c, input)
 }
 
-// canceller takes cancels on P.cancel.<session> (docs/protocol.md 3.5):
-// every router gets each one and ends what it runs of the batch.
+// canceller takes cancels on P.cancel.<session> (protocol 3.5), on every router.
 type canceller struct {
 	*wire
 	running    func(session, replyID string) []*batch // every copy of the batch running here
@@ -719,8 +682,7 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	}
 }
 
-// confirmed holds the cancel functions of the confirmed calls running on
-// this router, which belong to no running batch.
+// confirmed holds the cancels of the confirmed calls running here, outside batches.
 type confirmed struct {
 	calls sync.Map // call key → context.CancelFunc
 }
@@ -732,8 +694,7 @@ func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFu
 	return func() { cancel(); x.calls.Delete(key) }
 }
 
-// cancel cancels the running confirmed calls of a batch named by ids (all
-// when empty).
+// cancel cancels a batch's running confirmed calls named by ids (all when empty).
 func (x *confirmed) cancel(session, replyID string, ids []string) {
 	batch := parked.BatchKey(session, replyID) + "." // ids have no dots: the prefix is the batch's calls
 	for key, cancel := range x.calls.Range {
@@ -778,8 +739,7 @@ type runningBatches struct {
 	more map[batchRef][]*batch // the other copies, rare
 }
 
-// batchRef names a batch by its session and reply id: a map key of the two
-// strings, not their join, costs no allocation per batch.
+// batchRef names a batch: a map key of two strings, no join, no allocation.
 type batchRef struct{ session, replyID string }
 
 // track makes a batch reachable by cancels, and returns another copy
@@ -837,8 +797,7 @@ func (rb *runningBatches) untrack(b *batch) {
 	}
 }
 
-// running returns the copies of the batch of session and reply id running
-// here (none: nil).
+// running returns the copies of a batch running here (none: nil).
 func (rb *runningBatches) running(session, replyID string) []*batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()

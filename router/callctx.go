@@ -45,12 +45,10 @@ const (
 	ctxExpired
 )
 
-// callCtxKey is the Value key under which a callCtx is itself: how a
-// callCtx started under a context derived from another finds it.
+// callCtxKey is the Value key under which a callCtx is itself.
 var callCtxKey byte
 
-// start makes c, a zero callCtx, a context of parent ending at d (zero:
-// no deadline of its own); stop cancels it.
+// start makes zero c a context of parent ending at d (zero: none); stop cancels it.
 func (c *callCtx) start(parent context.Context, d time.Time) {
 	c.parent = parent
 	c.done = make(chan struct{})
@@ -120,8 +118,7 @@ func callCtxOf(ctx context.Context) *callCtx {
 	return c
 }
 
-// adopt makes k one of c's kids, ended with it; it returns c's state, and
-// a k that is not ctxLive was not adopted (c has ended).
+// adopt makes k one of c's kids and returns c's state (not ctxLive: not adopted).
 func (c *callCtx) adopt(k *callCtx) int32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -205,8 +202,7 @@ func (c *callCtx) endAs(s int32) bool {
 	return true
 }
 
-// Deadline is c's deadline, or its parent's when that is earlier or c has
-// none of its own.
+// Deadline is c's own deadline or its parent's, the earlier.
 func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, c.timed }
 func (c *callCtx) Done() <-chan struct{}       { return c.done }
 
@@ -251,16 +247,14 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// newCallContexts is the root of the batch calls' contexts under base,
-// ending them all when base ends.
+// newCallContexts is the root of the batch calls' contexts under base.
 func newCallContexts(base context.Context) *callCtx {
 	root := new(callCtx)
 	root.start(base, time.Time{})
 	return root
 }
 
-// callTimer is a call context's deadline timer, pooled while it never
-// fired.
+// callTimer is a call context's deadline timer, pooled while it never fired.
 type callTimer struct {
 	t *time.Timer
 	c atomic.Pointer[callCtx]

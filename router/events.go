@@ -66,8 +66,7 @@ func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return failed
 }
 
-// announce and reply send data the router made itself (resultsJSON, the
-// parked list it marshalled): it is not scanned again (bus.SendTrusted).
+// announce and reply send data the router made, not scanned again (bus.SendTrusted).
 func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
 	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
@@ -107,8 +106,7 @@ type reportStep struct {
 	log      *slog.Logger
 }
 
-// result publishes a finished call's io.toolbus.call.result when it gets
-// one, and counts it.
+// result publishes a finished call's io.toolbus.call.result when due, and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 	if ownEvent(b, res) && !b.cutOff() {
 		id := ""
@@ -136,8 +134,7 @@ func ownEvent(b *batch, res bus.Result) bool {
 	return b.data.Events == bus.EventsCalls || b.start.IsZero() || res.State == bus.StateInterrupted
 }
 
-// encoded returns the JSON of c's result, encoded once for its event, the
-// reply and batch.done alike.
+// encoded returns c's result's JSON, encoded once for event, reply and batch.done.
 func encoded(b *batch, c *callState) json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -186,12 +183,10 @@ func (s reportStep) done(b *batch) {
 	s.audit.audited(b, s.landing)
 }
 
-// replySpare is the room a reply needs after its results: an empty
-// "parked" and the session's revision.
+// replySpare is the room a reply needs after its results.
 const replySpare = 64
 
-// finished reports whether every call of b has its result: the reply's
-// results are then batch.done's.
+// finished reports whether every call of b has its result.
 func finished(b *batch) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -253,8 +248,7 @@ func readOnlyCall(c *callState) bool {
 	return def.ReadOnly && !def.Durable && !def.External
 }
 
-// reply sends io.toolbus.call.reply: the finished results in call order,
-// the parked calls, and the session's revision (docs/protocol.md 3.2).
+// reply sends io.toolbus.call.reply (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
 	buf, pooled := b.results, b.results != nil
 	if b.results = nil; buf == nil || len(b.parked) > 0 {
@@ -300,8 +294,7 @@ func resultsBuf(b *batch) []byte {
 	return nil
 }
 
-// releaseResults puts buf, the results of b's reply, back once nothing of
-// b refers to it any more.
+// releaseResults puts buf back once nothing of b refers to it.
 func releaseResults(b *batch, buf []byte) {
 	b.mu.Lock()
 	for _, c := range b.calls {
@@ -353,8 +346,7 @@ func resultsJSON(b *batch, all bool, spare int, buf []byte) []byte {
 	return append(buf, ']')
 }
 
-// publish publishes an event about b through the events stream, with its
-// id given ("": a new one); stored waits for it.
+// publish publishes an event about b under id ("": a new one); stored waits for it.
 func (s reportStep) publish(b *batch, id, typ, callID string, data any) {
 	ev, err := s.events.publish(id, typ, b.session, b.replyID, callID, b.trace, data)
 	if err != nil {
@@ -369,8 +361,7 @@ func (s reportStep) publish(b *batch, id, typ, callID string, data any) {
 	b.mu.Unlock()
 }
 
-// stored waits until the events stream holds every event b has published
-// so far, and P_AUDIT its audit records.
+// stored waits until the streams hold b's events and audit records so far.
 func (s reportStep) stored(b *batch) {
 	defer s.audit.audited(b, s.landing) // and its audit records, in flight beside them
 	sent := take(&b.mu, &b.sent)
@@ -388,15 +379,13 @@ func (s reportStep) stored(b *batch) {
 	_ = s.events.stored(ctx, sent)
 }
 
-// routerEventTo makes e an event about a call or batch from source: an
-// event sent and let go stays on the sender's stack.
+// routerEventTo makes e an event about a call or batch from source.
 func routerEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data any) error {
 	rawEventTo(e, source, typ, session, replyID, callID, trace, nil)
 	return e.SetData(data)
 }
 
-// rawEventTo is routerEventTo with data that is JSON already, passed as it
-// is (not boxed into an interface: no allocation).
+// rawEventTo is routerEventTo with data that is JSON already (no boxing).
 func rawEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data json.RawMessage) {
 	*e = bus.Head(typ, source)
 	e.Data = data

@@ -26,8 +26,7 @@ import (
 	"github.com/toolbus/toolbus/tracing"
 )
 
-// job is one call for an executor to run, with all it needs of the batch,
-// so new, resumed and confirmed calls run the same way.
+// job is one call for an executor to run, new, resumed or confirmed alike.
 type job struct {
 	session, replyID string
 	trace            [2]string       // traceparent, tracestate of the batch
@@ -37,8 +36,7 @@ type job struct {
 	sent             json.RawMessage // the input as the agent sent it when call's is a person's edit (a confirmed call); nil: call's
 	tool             *registry.Tool
 
-	// A batch's call and what the chain's middlewares learn of it on its
-	// way (nil b and c: a confirmed call, which runs below the chain).
+	// A batch's call (nil b and c: a confirmed call, below the chain).
 	b        *batch
 	c        *callState
 	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
@@ -76,8 +74,7 @@ func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 		}
 	}
 	if root := j.b.p.calls; root != nil && j.b.ctx == root.parent && parent == j.b.ctx {
-		// The usual case: a batch's call under the router's base, without
-		// the context package's allocations and the base's lock.
+		// The usual case: no context package allocations, no base lock.
 		j.c.ctx.start(root, d)
 		j.cancel = &j.c.ctx
 		return &j.c.ctx, j.cancel
@@ -121,8 +118,7 @@ func (j *job) key() string {
 	return j.keyed
 }
 
-// admit says the call passed the quotas: the next call of a parallel run
-// may be counted (batch.runCalls). Only the call's own goroutine calls it.
+// admit says the call passed the quotas, letting the next be counted.
 func (j *job) admit() {
 	if j.admitted != nil {
 		close(j.admitted)
@@ -130,8 +126,7 @@ func (j *job) admit() {
 	}
 }
 
-// runsTool reports whether the job is a batch's call of a registry tool
-// (not a built-in, not a request-scoped tool).
+// runsTool reports whether the job is a batch's call of a registry tool.
 func (j *job) runsTool() bool {
 	if j.c == nil || j.tool == nil {
 		return false
@@ -140,8 +135,7 @@ func (j *job) runsTool() bool {
 	return !t.Reset && !t.Skill && !t.Search && !t.Read && t.External == nil
 }
 
-// execStep is the last executor of the chain: the built-ins here, a tool
-// through the runner.
+// execStep is the last executor: the built-ins here, a tool through the runner.
 type execStep struct {
 	runner   runnerPort
 	sessions sessionPort
@@ -165,8 +159,7 @@ func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	return s.runner.runTool(ctx, j)
 }
 
-// jobOf is what the executor needs of call c of batch b, kept in c (one
-// allocation for both).
+// jobOf is what the executor needs of call c, kept in c (one allocation).
 func jobOf(b *batch, c *callState) *job {
 	c.job = job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
@@ -175,8 +168,7 @@ func jobOf(b *batch, c *callState) *job {
 	return &c.job
 }
 
-// builtinResult is the result of a built-in tool that answered text, or
-// failed with err: its own invalid_input, else internal.
+// builtinResult is a built-in's result: text, its invalid_input, else internal.
 func builtinResult(c bus.Call, text string, err error) bus.Result {
 	if err == nil {
 		return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text(text)}
@@ -188,15 +180,13 @@ func builtinResult(c bus.Call, text string, err error) bus.Result {
 	return internal(c, err)
 }
 
-// toolRunner runs a tool call through a durable tool's work queue, or
-// the core chain (the ledger around request/reply).
+// toolRunner runs a tool call through a work queue or the core chain.
 type toolRunner struct {
 	exec    Executor // the ledger, then core request/reply to the workers
 	durable Executor // durable tools' work queues
 }
 
-// runTool runs a tool call in a span of its own, through the durable
-// tools' work queue or the core chain.
+// runTool runs a tool call in a span of its own.
 func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
@@ -244,8 +234,7 @@ func (x requestReply) Exec(ctx context.Context, j *job) bus.Result {
 	return res
 }
 
-// attempt makes one exec request; retry reports an unavailable or timeout
-// outcome.
+// attempt makes one exec request; retry: unavailable or timeout.
 func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Result, bool) {
 	bounded := j.bounded && attempt == 1 // ctx is the attempt's already (callContext)
 	deadline, timeout := j.until, j.timeout
@@ -378,8 +367,7 @@ func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
 	return s
 }
 
-// execEventTo makes e the io.toolbus.exec of job j from source
-// (docs/protocol.md 5.1), its data appended to buf.
+// execEventTo makes e the io.toolbus.exec of j (protocol 5.1) in buf.
 func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
 	*e = bus.Head(bus.TypeExec, source)
 	e.Data = req.AppendJSON(buf)
@@ -408,12 +396,10 @@ func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeou
 	case errors.Is(err, nats.ErrNoResponders):
 		return unavailable(j.call), true
 	case context.Cause(ctx) == errDrainDeadline:
-		// The router's drain deadline: the worker may still finish the
-		// call, so its outcome is unknown (what the ledger records).
+		// The drain deadline: the worker may still finish, so the outcome is unknown.
 		return ledger.UnknownOutcome(j.call), false
 	case vanished && !errors.Is(err, context.DeadlineExceeded):
-		// The worker that took the call stopped beating without finishing
-		// it: a read-only or idempotent call may run again elsewhere.
+		// Its worker stopped beating: a read-only or idempotent call may run again.
 		return ledger.UnknownOutcome(j.call), def.ReadOnly || def.Idempotent
 	case errors.Is(ctx.Err(), context.Canceled):
 		return interrupted(j.call), false
@@ -463,8 +449,7 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 	case bus.StateError:
 		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
-		// A cancel reaches the worker and the router at once; whichever
-		// acts first, the call ends with the one text of docs/protocol.md 3.5.
+		// A cancel reaches worker and router at once: one text (protocol 3.5).
 		return interrupted(c), patch
 	default:
 		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
@@ -472,8 +457,7 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 	return res, patch
 }
 
-// execReplyChecked decodes a worker's reply into e in full: the exec
-// result it carries, or the result the call gets instead.
+// execReplyChecked decodes a worker's reply in full: its result, or the call's.
 func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult, *bus.Result) {
 	refuse := func(r bus.Result) (bus.ExecResult, *bus.Result) { return bus.ExecResult{}, &r }
 	if err := bus.DecodeTo(resp, e); err != nil {
@@ -498,8 +482,7 @@ func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult,
 	return xr, nil
 }
 
-// toolFailedText is the text of an error result whose tool or handler gave
-// no text of its own.
+// toolFailedText is an error result's text when the tool gave none.
 const toolFailedText = "Error: the tool failed without saying why."
 
 // fail makes res an error result with code, its message the output's text,
@@ -559,8 +542,7 @@ type execWatch struct {
 	prev, next *execWatch  // in execWatches' list, under its lock
 }
 
-// execWatches is the exec requests in flight, for the watchdog
-// (watchWorkers): a list through the watches, no map write per call.
+// execWatches is the exec requests in flight (watchWorkers), a list: no map writes.
 type execWatches struct {
 	mu   sync.Mutex
 	head *execWatch
@@ -572,8 +554,7 @@ type callRef struct{ session, replyID, id string }
 // key is the call's ledger and P_parked key (bus.CallKey).
 func (c callRef) key() string { return bus.CallKey(c.session, c.replyID, c.id) }
 
-// namedOtherBy reports whether event e names a call other than c: a
-// session, reply or call id of its own that differs from c's.
+// namedOtherBy reports whether event e names another call than c.
 func (c callRef) namedOtherBy(e *bus.Event) bool {
 	differs := func(got, want string) bool { return got != "" && got != want }
 	return differs(e.SessionID, c.session) || differs(e.ReplyID, c.replyID) || differs(e.ToolCallID, c.id)
@@ -675,8 +656,7 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	})
 }
 
-// publish puts the call in the tool's work queue, under the call key as
-// message id: a retried publish is one message.
+// publish queues the call under its key as message id (a retry is one message).
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
 	var e bus.Event
 	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline, nil)
@@ -690,8 +670,7 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 	})
 }
 
-// durableResults records durable calls' results from P.result.<tool> in
-// their ledger entries (docs/protocol.md 5.8); the reply says whether.
+// durableResults records durable results from P.result.<tool> (protocol 5.8).
 type durableResults struct {
 	*wire
 	reg  *registry.Registry
@@ -714,8 +693,7 @@ func (r *durableResults) onResult(m *nats.Msg) {
 	}
 	ctx, cancel := r.landing()
 	defer cancel()
-	// As for a core request: a failure that comes at or past the call's
-	// deadline is its timeout.
+	// As for a core request: a failure at or past the deadline is its timeout.
 	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
 	r.answer(m, bus.TypeExecRecorded, ack, err)
 }

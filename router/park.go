@@ -16,8 +16,7 @@ import (
 	"github.com/toolbus/toolbus/parked"
 )
 
-// parkStep parks the calls of a run that wait for an answer, records the
-// batch's continuation, and hands the run over to it (docs/protocol.md 6.1).
+// parkStep parks a run's waiting calls and records the continuation (6.1).
 type parkStep struct {
 	conts     continuationPort
 	subj      bus.Subjects
@@ -26,14 +25,11 @@ type parkStep struct {
 	landing   landingFunc // the router's tracked writes (nil: untracked)
 }
 
-// park records b's continuation and parks the calls; false when a copy of
-// the batch parked before (the reply describes its state, nothing runs).
+// park records b's continuation and parks the calls; false: an earlier copy parked.
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
-	// The batch's own parked calls are not counted: a re-sent copy adopts
-	// them (docs/protocol.md 3.1).
+	// Not counted: the batch's own parked calls, a re-sent copy's to adopt (3.1).
 	if n := len(s.conts.Parked(b.session, "")) - len(s.conts.Parked(b.session, b.replyID)); n+len(calls) > s.maxParked {
-		// Past the session's limit nothing more parks: these calls end
-		// here, and the batch goes on.
+		// Past the session's limit these calls end here, and the batch goes on.
 		for _, c := range calls {
 			b.finish(c, bus.ErrorResult(c.call, bus.CodeLimitExceeded, fmt.Sprintf(
 				"LimitExceededError: The session has %d calls waiting for an answer; at most %d may wait at once. Answer or cancel some first.", n, s.maxParked)))
@@ -57,8 +53,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
 		run.Announce = func(recs []*parked.Record) {
 			b.parked = s.listed(b, recs, next)
-			// For live subscribers only (docs/protocol.md 3.4): the reply
-			// lists the parked calls, and the records stay readable.
+			// For live subscribers only (protocol 3.4): the reply lists them too.
 			if err := b.p.report.events.live(bus.TypeCallParked, b.session, b.replyID, "", b.trace, bus.ParkedEvent{Calls: b.parked}); err != nil {
 				b.p.log.Warn("router: call.parked not published", "session", b.session, "reply", b.replyID, "err", err)
 			}
@@ -66,8 +61,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	got, err := s.conts.Park(ctx, run)
 	if errors.Is(err, parked.ErrNotOwner) {
-		// Another router took the continuation over and parks these calls
-		// (docs/protocol.md 6.1): this copy stops.
+		// Taken over by another router, which parks these calls (6.1): this copy stops.
 		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
 		return false
 	}
@@ -83,8 +77,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	if got.Before {
 		b.cont = nil
 		if got.Differs != nil {
-			// A copy with other calls than the batch parked under its
-			// reply id: refused whole, nothing of it parked (3.1).
+			// A copy with other calls under the reply id: refused whole (3.1).
 			b.refused = got.Differs
 			return false
 		}
@@ -103,8 +96,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	return true
 }
 
-// listed is what the reply and call.parked list: the parked calls, then
-// the calls held back behind them.
+// listed is what the reply and call.parked list: parked, then held-back calls.
 func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked {
 	out := make([]bus.Parked, 0, len(recs)+len(b.calls)-next)
 	for _, rec := range recs {
@@ -116,8 +108,7 @@ func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked
 	return out
 }
 
-// alone reports whether every call of the run ending at next but those
-// that park has its result.
+// alone reports whether every call of the run but those that park has its result.
 func alone(b *batch, calls []*callState, next int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -182,8 +173,7 @@ func (s parkStep) settle(b *batch, next int) bool {
 	return true
 }
 
-// continuations runs the parked batches (docs/protocol.md 6.1): resumes,
-// lease renewals and takeovers, expiry and cancels of parked calls.
+// continuations runs the parked batches (docs/protocol.md 6.1).
 type continuations struct {
 	*wire
 	life    *life.Life
@@ -203,8 +193,7 @@ func (r *continuations) resume(cont *parked.Batch) {
 	}
 }
 
-// continuation rebuilds and tracks the batch of cont; nil (logged) when
-// unusable.
+// continuation rebuilds and tracks the batch of cont; nil (logged) when unusable.
 func (r *continuations) continuation(cont *parked.Batch) *batch {
 	b, err := r.pipe.fromContinuation(cont)
 	if err != nil {
@@ -213,8 +202,7 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 		return nil
 	}
 	r.batches.track(b)
-	// A cancel that came before the track above wrote its marks: read
-	// them now (docs/protocol.md 3.5).
+	// A cancel that came before the track above wrote its marks (3.5): read them.
 	b.p.conts.Marks(cont)
 	return b
 }
@@ -264,8 +252,7 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
-	// Lone calls whose router is gone, maybe before batch.done (1.13): it
-	// goes out again, under the same ids.
+	// Lone calls whose router is gone (1.13): batch.done goes out again.
 	for _, rec := range r.parked.Mends.Lone(ctx, now) {
 		r.life.Go(func(context.Context) { r.answers.complete(rec, *rec.Result) })
 	}
@@ -286,8 +273,7 @@ func (r *continuations) repair(cont *parked.Batch) {
 			continue
 		}
 		if cont.IsCancelled(c.call.ID) {
-			// Cancelled after the dead router started it (docs/protocol.md
-			// 3.5): it ends interrupted, never started again.
+			// Cancelled after the dead router started it (3.5): it ends interrupted.
 			b.cancelled(c)
 			continue
 		}
@@ -314,8 +300,7 @@ func (r *continuations) sweep(now time.Time) {
 	}
 }
 
-// cancelParked interrupts the parked calls of a reply (all when ids is
-// empty) and marks its queued calls so they never run.
+// cancelParked interrupts a reply's parked calls and marks its queued ones.
 func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	ctx, cancel := r.landing()
 	defer cancel()
@@ -349,8 +334,7 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	return parked.SameRecorded(b.data.Calls, rec)
 }
 
-// reuse finishes each call an earlier copy parked that has settled since,
-// with its recorded result, and returns the calls still to park.
+// reuse settles the calls an earlier copy parked that ended since; the rest park.
 func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
@@ -360,8 +344,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil {
 			if differs := parked.SameRecorded(b.data.Calls, rec); differs != nil {
-				// Another call under this call's key: this copy is refused
-				// (docs/protocol.md 3.1), it never gets that call's result.
+				// Another call under this call's key: this copy is refused (3.1).
 				b.refused = differs
 				return nil, nil
 			}

@@ -37,15 +37,13 @@ const defaultBatch = 64
 // jsAPI is the JetStream API prefix the router's relayed pulls go to.
 const jsAPI = "$JS.API."
 
-// replayLimit counts the replay consumers one router made per session
-// within replayIdle. The zero value is ready.
+// replayLimit counts the replay consumers made per session within replayIdle.
 type replayLimit struct {
 	mu   sync.Mutex
 	made map[string][]time.Time
 }
 
-// take reports whether session may have another replay consumer now, and
-// counts it if so.
+// take reports whether session may have another replay consumer now, counting it.
 func (l *replayLimit) take(session string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -106,8 +104,7 @@ func (r *replays) onReplay(m *nats.Msg) {
 		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token, max: limit})
 }
 
-// serve answers the three requests of a feed's subject; a refused one gets
-// the error.
+// serve answers the three requests of a feed's subject.
 func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	var err error
 	switch e.Type {
@@ -139,8 +136,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) error {
 		AckPolicy:         jetstream.AckNonePolicy,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: replayIdle,
-		// As many replicas as the stream, so a node's loss does not
-		// take the consumer with it (the client asks again if it does).
+		// As many replicas as the stream: a node's loss keeps the consumer.
 		Replicas: f.stream.CachedInfo().Config.Replicas,
 		Metadata: map[string]string{feedMeta: f.tag()},
 	}
@@ -163,8 +159,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) error {
 	return nil
 }
 
-// next relays a pull from a consumer of f to JetStream with m's reply
-// subject.
+// next relays a pull from a consumer of f to JetStream with m's reply subject.
 func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) error {
 	var q bus.ConsumerNext
 	if err := e.DataAs(&q); err != nil {
@@ -193,8 +188,7 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) error {
 	return nil
 }
 
-// jsPull is the JetStream pull request (nats-server's
-// JSApiConsumerGetNextRequest) a relayed pull sends.
+// jsPull is JetStream's pull request (JSApiConsumerGetNextRequest).
 type jsPull struct {
 	Batch     int           `json:"batch"`
 	Expires   time.Duration `json:"expires,omitempty"`
@@ -247,8 +241,7 @@ func (f feed) tag() string {
 	return f.want.Kind + "." + cmp.Or(f.want.Tool, "*")
 }
 
-// owned returns consumer name when it is a router-made pull consumer of f.
-// An unknown name and another subject's consumer get the same refusal.
+// owned returns consumer name when f's router made it; else one refusal for all.
 func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	refused := bus.Errorf(bus.CodeBadRequest, "no consumer %q for %s (ask for one with %s)", name, f.what, f.create)
 	if !bus.ValidConsumerName(f.kind, name) {
@@ -310,8 +303,7 @@ func lookup(base context.Context, stream jetstream.Stream, name string) (jetstre
 	}
 }
 
-// led reports whether c's description names a leader, or is of a single
-// server's consumer (no cluster information).
+// led reports whether c has a leader, or no cluster at all.
 func led(c jetstream.Consumer) bool {
 	cl := c.CachedInfo().Cluster
 	return cl == nil || cl.Leader != ""
@@ -358,8 +350,7 @@ func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) boo
 		case err == nil || errors.Is(err, nats.ErrNoResponders):
 			nobody = true
 		default:
-			// Unanswered until the wait ended, or the router stops: relay
-			// (the follower's heartbeats tell), unless nobody listened.
+			// Unanswered until the end: relay (heartbeats tell), unless nobody listened.
 			return !nobody
 		}
 		if bus.Sleep(ctx, listenPause) != nil {
@@ -368,8 +359,7 @@ func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) boo
 	}
 }
 
-// note records subject as heard at now, forgetting what is older than
-// replayIdle once more than maxHeard are kept.
+// note records subject as heard at now, pruning past maxHeard.
 func (h *heard) note(subject string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -507,8 +497,7 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			return "404"
 		} // fewer than asked with a wait: the next fetch waits for what is left of it
 		if beat > 0 && sent == before && time.Until(deadline) >= minHandoffWait {
-			// An idle heartbeat, as JetStream sends one (docs/protocol.md 6.2,
-			// 1.9): the pull is alive.
+			// An idle heartbeat, as JetStream's (protocol 6.2, 1.9): the pull is alive.
 			_ = r.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": {"100"}, "Description": {"Idle Heartbeat"}}})
 		}
 	}

@@ -15,8 +15,7 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// resolveStep finds what each call of a batch runs and validates its
-// input, against the session as the run's snapshot left it in the cache.
+// resolveStep resolves a batch's calls and validates their inputs.
 type resolveStep struct {
 	tools  resolverPort
 	health *store.Health // an unavailable tool while the store is full says so
@@ -57,8 +56,7 @@ func (s resolveStep) from(b *batch, i int) {
 	}
 }
 
-// one finds what c runs and validates its input; a call that cannot run
-// gets its early result.
+// one finds what c runs and validates its input (else: its early result).
 func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 	c.target = s.tools.resolve(sess, b.req, b.data.User, c.call.Name)
 	c.input, c.early = validate(c.call, c.target)
@@ -67,8 +65,7 @@ func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 	}
 }
 
-// validate checks a resolved call's input against its tool's schema: the
-// input as the tool gets it, or the result of a call that cannot run.
+// validate checks a call's input against its tool's schema, or fails the call.
 func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	if t.Code != "" {
 		return nil, ptr(bus.ErrorResult(c, t.Code, t.Message))
@@ -158,8 +155,7 @@ func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 	return &r
 }
 
-// turn is a checked batch: one model turn's calls as the agent sent them,
-// with the attributes that travel with every one of them.
+// turn is a checked batch: one model turn's calls and their attributes.
 type turn struct {
 	session  string
 	replyID  string
@@ -192,8 +188,7 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	default:
 		return turn{}, bus.Errorf(bus.CodeBadRequest, "events %q must be \"batch\" (the default) or \"calls\"", data.Events)
 	}
-	// A few calls are checked for duplicates against the ones before
-	// them; a map (an allocation) only past that.
+	// Duplicates among a few calls need no map (an allocation).
 	var seen map[string]struct{}
 	if n > 8 {
 		seen = make(map[string]struct{}, n)
@@ -215,8 +210,7 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, data)
 }
 
-// dupCall reports whether id is the id of one of the calls before it:
-// those in seen when there is a map, else those in before.
+// dupCall reports whether id is among the calls before it (seen, or before).
 func dupCall(before []bus.Call, seen map[string]struct{}, id string) bool {
 	if seen != nil {
 		_, dup := seen[id]
@@ -230,8 +224,7 @@ func dupCall(before []bus.Call, seen map[string]struct{}, id string) bool {
 	return false
 }
 
-// newTurn builds a turn from checked parts: a new batch's, or those a
-// continuation kept.
+// newTurn builds a turn from checked parts.
 func newTurn(session, replyID string, trace [2]string, expiry string, data bus.Batch) (turn, error) {
 	t := turn{session: session, replyID: replyID, trace: trace, expiry: expiry, data: data}
 	if expiry != "" {
@@ -251,11 +244,9 @@ func newTurn(session, replyID string, trace [2]string, expiry string, data bus.B
 // Identities binds sessions to the toolbus users whose credentials alone
 // may publish in them (docs/security.md "Identities"; security.Bindings).
 type Identities interface {
-	// UserOf returns the toolbus user session is bound to, and whether
-	// it is bound at all.
+	// UserOf returns the toolbus user session is bound to, if bound.
 	UserOf(session string) (user string, bound bool)
-	// OwnAgent reports whether session has an agent login of its own
-	// (session-<s>, 1.13), whose batches are then not the shared agent's.
+	// OwnAgent reports whether session has an agent login of its own (1.13).
 	OwnAgent(session string) bool
 }
 

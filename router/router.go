@@ -48,15 +48,13 @@ type Config struct {
 	Prefix string
 	// Store sizes the JetStream resources the router creates at start.
 	Store store.Config
-	// MaxInflight bounds the messages the router handles at once; zero
-	// means 4096 (admission, below).
+	// MaxInflight bounds the messages handled at once; zero means 4096.
 	MaxInflight int
 	// MaxSessionInflight bounds the slots one session's batches and tools
 	// queries hold at once (shares.go); zero means
 	// DefaultSessionShare(MaxInflight), negative no share.
 	MaxSessionInflight int
-	// MaxQueued bounds the batches and queries waiting for a slot; zero
-	// means MaxInflight.
+	// MaxQueued bounds the batches and queries waiting for a slot; zero: MaxInflight.
 	MaxQueued int
 	// Groups are group definitions stored at start (from the config file).
 	Groups []bus.Group
@@ -68,36 +66,31 @@ type Config struct {
 	// Skills are local skill sources (docs/protocol.md 10), lowest priority
 	// first, each a skill folder or a folder of them, below P_skills.
 	Skills []string
-	// SkillViewer also offers AgentScope's Skill viewer tool beside
-	// load_skill_through_path (docs/protocol.md 10); off by default.
+	// SkillViewer also offers AgentScope's Skill viewer (protocol 10); off by default.
 	SkillViewer bool
 	// Limits bound what one batch may ask; zero fields take the defaults.
 	Limits Limits
 	// SessionCache bounds the sessions kept decoded in memory; zero means
 	// groups.DefaultSessionCache. Each batch run reads its session anyway.
 	SessionCache int
-	// ParkTTL is how long a call waits for an answer before it expires with
-	// a timeout result; zero means 24 hours.
+	// ParkTTL is how long a call waits for an answer; zero means 24 hours.
 	ParkTTL time.Duration
 	// RefuseSharedRegister refuses registrations on 1.11's shared
 	// P.register (bad_request) where NATS permissions confine workers to
 	// their tools' subjects (docs/security.md).
 	RefuseSharedRegister bool
-	// Identities, when set, binds sessions to users by their credentials
-	// (docs/security.md); nil runs the router open.
+	// Identities binds sessions to users (docs/security.md); nil runs open.
 	Identities Identities
 	// Lease is how long a router's claim on work lives unrenewed before
 	// another router takes it over; zero means three heartbeats.
 	Lease time.Duration
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
-	// Guard configures tool search, quotas and rate limits, the result
-	// cache and the audit trail (chain.go).
+	// Guard configures search, quotas, the result cache and the audit (chain.go).
 	Guard Guard
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
-	// Metrics is where the router's Prometheus metrics are registered; nil
-	// keeps them private.
+	// Metrics registers the router's Prometheus metrics; nil keeps them private.
 	Metrics prometheus.Registerer
 }
 
@@ -107,11 +100,9 @@ type Config struct {
 type Limits struct {
 	// MaxCalls is the most calls one batch may hold; zero means bus.MaxCalls (64).
 	MaxCalls int
-	// MaxInputBytes is the most bytes one call's input may take; zero means
-	// DefaultMaxInputBytes.
+	// MaxInputBytes bounds one call's input; zero means DefaultMaxInputBytes.
 	MaxInputBytes int
-	// MaxParked is the most calls one session may have parked at once;
-	// zero means DefaultMaxParked.
+	// MaxParked bounds a session's parked calls; zero means DefaultMaxParked.
 	MaxParked int
 }
 
@@ -133,8 +124,7 @@ func (l *Limits) defaults() {
 	}
 }
 
-// Router serves the router subjects of one deployment: a shell that builds
-// the subsystems, subscribes, dispatches and drains (docs/router.md).
+// Router serves one deployment's router subjects (docs/router.md).
 type Router struct {
 	*wire  // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
 	cfg    Config
@@ -178,8 +168,7 @@ type Router struct {
 	cut      atomic.Bool // a drain's deadline cut work off
 }
 
-// route is one subscription: a subject, its queue group ("": every router
-// gets it), its handler, and whether a full router answers it busy.
+// route is one subscription; shed: a full router answers it busy.
 type route struct {
 	subject, queue string
 	h              func(*nats.Msg)
@@ -192,8 +181,7 @@ var errDrainDeadline = life.ErrDeadline
 // StopTimeout is the drain deadline of Stop.
 const StopTimeout = 5 * time.Second
 
-// drainCleanup bounds the wait, past a drain's deadline, for the cancelled
-// handlers and the writes that must land.
+// drainCleanup bounds the wait for cancelled handlers past a drain's deadline.
 const drainCleanup = 2 * time.Second
 
 // New returns a Router on nc. Call Start to serve.
@@ -252,8 +240,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Start creates the JetStream resources, builds the subsystems and handlers,
-// and subscribes; it returns once serving, or with the first error, undone.
+// Start builds and subscribes; it returns once serving, or with the first error, undone.
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -306,8 +293,7 @@ func (r *Router) build(ctx context.Context) error {
 	bg := r.life.Background()
 	r.life.Defer(func(ctx context.Context) error {
 		if r.cut.Load() {
-			// Handlers that have not returned by the end of the cleanup
-			// window end on their own: no wait.
+			// Past the cleanup window handlers end on their own: no wait.
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithCancel(ctx)
 			cancel()
@@ -334,8 +320,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Drain)
-	// This router's presence, deleted last in the unwind (after the work
-	// was drained), so that the others count it gone only once it is.
+	// Presence goes last in the unwind: gone only once the work is.
 	r.presence = presence.New(r.store.Routers, presence.Config{ID: r.cfg.ID, Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
 	if err := r.presence.Start(bg); err != nil {
 		return fmt.Errorf("router: presence: %w", err)
@@ -356,8 +341,7 @@ func (r *Router) build(ctx context.Context) error {
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
 		Health: r.store.Health, Landing: r.life.Landing})
-	// The router stores only what the payload limit forces (outputs.go): its
-	// inline limit is the limit itself, and it never refuses an output.
+	// Stored only when the payload limit forces it; never refused.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
 	}
@@ -410,8 +394,7 @@ func (r *Router) bind() {
 	}
 }
 
-// loops starts the background loops: parked expiry, the exec watchdog,
-// leases and takeover, and the slow-consumer watch.
+// loops starts the background loops.
 func (r *Router) loops() {
 	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
@@ -422,8 +405,7 @@ func (r *Router) loops() {
 	r.life.Loop(func(ctx context.Context) {
 		life.Every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
 	})
-	// The presence has a loop of its own: slow lease renewals or takeovers
-	// must not make this router look gone.
+	// Presence beats in a loop of its own, not behind slow renewals.
 	r.life.Loop(func(ctx context.Context) {
 		life.Every(ctx, hb, func(time.Time) {
 			if err := r.presence.Beat(ctx); err != nil {
@@ -440,16 +422,14 @@ func (r *Router) loops() {
 // dispatch runs h in its own goroutine, bounded by MaxInflight (admission).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
-		// Answering there would act for the sender with the router's
-		// permissions (docs/security.md).
+		// Answering there would act for the sender (docs/security.md).
 		r.m.Rejected.WithLabelValues("bad_reply").Inc()
 		r.log.Debug("router: reply subject refused; answering nothing", "subject", m.Subject, "reply", m.Reply)
 		m.Reply = ""
 	}
 	if !r.life.Enter() {
 		if r.isRegistration(m.Subject) {
-			// A draining router still records heartbeats (see drain), on the
-			// subscription's goroutine.
+			// A draining router still records heartbeats, on the callback.
 			h(m)
 		}
 		return
@@ -480,8 +460,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 // beat, docs/protocol.md 7.1) a router handles at once, apart from MaxInflight.
 const maxBeats = 256
 
-// isRegistration reports whether subject is P.register or one under it
-// (P.register.<tool>, P.register.group.<group>).
+// isRegistration reports whether subject is P.register or under it.
 func (r *wire) isRegistration(subject string) bool {
 	shared := r.subj.Workers.SharedRegister()
 	rest, ok := strings.CutPrefix(subject, shared)
@@ -499,8 +478,7 @@ func (r *wire) replyAllowed(subject, reply string) bool {
 	return replyAllowedFor(reply, r.subj.Prefix, inbox)
 }
 
-// replyAllowedFor is replyAllowed for a deployment prefix and the router
-// connection's inbox prefix ("" or the shared "_INBOX" exclude nothing).
+// replyAllowedFor is replyAllowed for a prefix and an inbox prefix.
 func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	if reply == "" {
 		return true
@@ -514,8 +492,7 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot the caller took of sem (counted in sh) and
-// gives it back; the task is pooled, saving a closure per message.
+// handle runs h on m in the slot taken of sem, pooled (no closure).
 func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
 	r.m.Inflight.Inc()
 	t, _ := handlings.Get().(*handling)
@@ -571,8 +548,7 @@ func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
-		// Registrations stay served until the work is done, or the watchdog
-		// would take the running calls' workers for vanished.
+		// Registrations stay served until the work is done (the watchdog).
 		r.life.Defer(func(ctx context.Context) error {
 			for _, s := range register {
 				_ = s.Drain()
@@ -603,8 +579,7 @@ func (x *subscriptions) all() []*nats.Subscription {
 	return x.list
 }
 
-// drain stops the micro service and drains every subscription but those
-// keep takes, which it returns.
+// drain stops the service and drains every subscription keep does not keep.
 func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep func(subject string) bool) (kept []*nats.Subscription) {
 	x.mu.Lock()
 	subs, svc := x.list, x.svc
@@ -657,16 +632,14 @@ func (f landingFunc) start(parent context.Context) (context.Context, context.Can
 	return f()
 }
 
-// wire is what every handler shares: the connection, subjects, event
-// source, and how a message is decoded and answered (docs/protocol.md 2).
+// wire is what every handler shares: connection, subjects, decode, answer.
 type wire struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
 	source string
 	log    *slog.Logger
 	m      *metrics.Router // set in Start, before the first subscription
-	// base is the router's life's context, parent of every handler's and
-	// batch's; landing gives a must-land write's context (life.Landing).
+	// base is the router's life's context; landing a must-land write's.
 	base    context.Context
 	landing func() (context.Context, context.CancelFunc)
 }
@@ -688,13 +661,11 @@ func (w *wire) reject(m *nats.Msg, err error) {
 	}
 }
 
-// respond answers m with an event of type typ; what names the reply in the
-// log when it fails.
+// respond answers m with an event of type typ (what: for the log).
 func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	err := bus.Respond(w.nc, m, w.source, typ, data)
 	if errors.Is(err, nats.ErrMaxPayload) {
-		// No message can carry it: the requester hears why rather than
-		// waiting for its timeout (docs/security.md).
+		// No message can carry it: the requester hears why (docs/security.md).
 		w.log.Warn("router: "+what+" over the max payload", "subject", m.Subject)
 		err = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeLimitExceeded,
 			"the reply (%s) is larger than the server's max payload of %d bytes; ask for less (one session, fewer ids)", typ, w.nc.MaxPayload()))
@@ -704,8 +675,7 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	}
 }
 
-// serve is a request's one round: decode m's event, run fn on it, and answer
-// with fn's reply as an event of type reply, or with fn's error.
+// serve decodes m's event, runs fn and answers with its reply or error.
 func (w *wire) serve(m *nats.Msg, kind, typ, reply string, fn func(e *bus.Event) (any, error)) {
 	e, err := w.decode(m, kind, typ)
 	var out any
@@ -857,8 +827,7 @@ func (a *admission) busyReply(m *nats.Msg, why string) {
 func (a *admission) overShare(m *nats.Msg, why string) {
 	a.m.Rejected.WithLabelValues(shareRefused).Inc()
 	if m.Reply == "" {
-		// Debug, as a refused reply subject: a flood of them must not
-		// flood the log; toolbus_router_rejected_total counts them.
+		// Debug: a flood must not flood the log (rejected_total counts them).
 		a.log.Debug("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
 	} else {
 		a.busyReply(m, why)
@@ -866,12 +835,10 @@ func (a *admission) overShare(m *nats.Msg, why string) {
 	a.life.Leave()
 }
 
-// shareRefused is toolbus_router_rejected_total's label of the messages
-// refused past a session's share (their reply's code is busy).
+// shareRefused is rejected_total's label past a session's share.
 const shareRefused = "session_share"
 
-// watchDropped logs and counts the messages the NATS client dropped on
-// subs since the last look (last holds the counts seen).
+// watchDropped logs and counts messages the NATS client dropped.
 func (a *admission) watchDropped(subs []*nats.Subscription, last map[*nats.Subscription]int) {
 	for _, s := range subs {
 		n, err := s.Dropped()

@@ -17,17 +17,14 @@ func DefaultSessionShare(maxInflight int) int {
 	return max(maxInflight/8, min(maxInflight, 16))
 }
 
-// sharedPool is the slots the shared agent's sessions may hold together
-// with identities: three quarters, the rest kept for own logins.
+// sharedPool is the shared agent's sessions' part of the slots: three quarters.
 func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
 
-// shares counts the slots held per session. The zero value counts
-// nothing: every take succeeds.
+// shares counts the slots held per session; the zero value refuses nothing.
 type shares struct {
 	most int // of one session; 0: no shares
 	pool int // of the shared agent's sessions together; 0: no pool
-	// shared reports whether a session is the shared agent's (no agent
-	// login of its own, sharedAgents; nil: no pool).
+	// shared reports whether a session is the shared agent's (sharedAgents).
 	shared func(session string) bool
 
 	mu     sync.Mutex
@@ -59,8 +56,7 @@ type share struct {
 	pooled  bool // and against the shared agent's pool
 }
 
-// take counts one slot of session's; refused is "" or why it was refused,
-// the text of the busy reply.
+// take counts one slot of session's; refused: why not, the busy text.
 func (s *shares) take(session string) (sh share, refused string) {
 	if s.most == 0 {
 		return share{}, ""
