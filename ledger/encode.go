@@ -37,8 +37,7 @@ func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 	return appendEntry(p.b[:0], e), p
 }
 
-// done gives p back to the pool, with val, the value encodePooled made in
-// it; a nil p is none of the pool's.
+// done gives p back to the pool with val, made in it; nil p is not the pool's.
 func (p *value) done(val []byte) {
 	if p != nil && cap(val) <= maxPooled {
 		p.b = val[:0]
@@ -46,8 +45,7 @@ func (p *value) done(val []byte) {
 	}
 }
 
-// value is a buffer of the pool of the claims' and records' values;
-// maxPooled bounds the one kept (a large result's record makes its own).
+// value is a pooled buffer of values; maxPooled bounds the one kept.
 type value struct{ b []byte }
 
 var values sync.Pool

@@ -36,8 +36,7 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Entry is the P_ledger record of one call that is not read-only; the
-// claim a run holds is one too.
+// Entry is the P_ledger record of one call that is not read-only, or its claim.
 type Entry struct {
 	State  string `json:"state"` // running, done or abandoned
 	Router string `json:"router"`
@@ -59,8 +58,7 @@ type Entry struct {
 	wkey store.Key // the key with its subject, made once for the claim's writes (claim, record)
 }
 
-// entryOf decodes e, the entry Get (with err) or an update read; false
-// when there is none or it does not decode.
+// entryOf decodes e (with Get's err); false when none or it does not decode.
 func entryOf(e jetstream.KeyValueEntry, err error) (le Entry, ok bool) {
 	return le, err == nil && e != nil && json.Unmarshal(e.Value(), &le) == nil
 }
@@ -68,8 +66,7 @@ func entryOf(e jetstream.KeyValueEntry, err error) (le Entry, ok bool) {
 // recorded reports whether e holds its call's result.
 func (e *Entry) recorded() bool { return e.State == stateDone && e.Result != nil }
 
-// storeKey is key as e's writes send it: with its subject when e was
-// claimed under key.
+// storeKey is key as e's writes send it (with its subject when claimed so).
 func (e *Entry) storeKey(key string) store.Key {
 	if e.wkey.Name == key {
 		return e.wkey
@@ -80,17 +77,14 @@ func (e *Entry) storeKey(key string) store.Key {
 const (
 	stateRunning = "running"
 	stateDone    = "done"
-	// stateAbandoned is a claim whose call never ran (answered
-	// unavailable); a re-send may claim it again.
+	// stateAbandoned: never ran (answered unavailable); a re-send may claim it.
 	stateAbandoned = "abandoned"
 	// grace is how long past a running entry's deadline a duplicate waits
 	// (a record late through a leader election) before unknown_outcome.
 	grace = 30 * time.Second
-	// claimBudget bounds the attempts to claim a call; past it the call is
-	// unavailable, which is safe to re-send.
+	// claimBudget bounds the claim's attempts; past it, unavailable (safe to re-send).
 	claimBudget = 20 * time.Second
-	// recordWait is how long a call's result waits for its record before
-	// it is given to the agent anyway.
+	// recordWait bounds a result's wait for its record before the agent gets it.
 	recordWait = 2 * time.Second
 )
 
@@ -124,8 +118,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Hits is called for each call answered from the ledger; nil: not counted.
 	Hits func()
-	// Lease is how long a running claim lives without being renewed; zero
-	// means three default heartbeats.
+	// Lease is how long an unrenewed claim lives; zero means three heartbeats.
 	Lease time.Duration
 	// Health is noted with each write's outcome; nil: not noted.
 	Health *store.Health
@@ -186,8 +179,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 		return claimed, me
 	}
 	if l.cfg.Health.Note(err) {
-		// Out of space: every retry would be refused the same way, and
-		// nothing was written (a create that is refused stores nothing).
+		// Out of space: every retry would be refused, and nothing was written.
 		l.cfg.Logger.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
 		return full, me
 	}
@@ -239,8 +231,7 @@ func (c *claimIDs) next() string {
 	return string(strconv.AppendUint(append(append(buf[:0], c.prefix...), '-'), c.seq.Add(1), 10))
 }
 
-// claims are the running claims of this router, by key: their leases are
-// renewed (Renew) until they are released.
+// claims are this router's running claims, by key, renewed until released.
 type claims struct {
 	router string // every claim held is this router's
 	mu     sync.Mutex
@@ -259,8 +250,7 @@ func (c *claims) entry(h held) Entry {
 	return Entry{State: stateRunning, Router: c.router, Claim: h.claim, Call: h.call, Canon: h.canon, Deadline: h.deadline, Touched: h.touched, rev: h.rev}
 }
 
-// hold starts renewing the lease of this router's running claim of key;
-// release stops it.
+// hold starts renewing this router's running claim of key; release stops.
 func (c *claims) hold(key string, claim Entry) {
 	c.mu.Lock()
 	c.m[key] = held{claim: claim.Claim, call: claim.Call, canon: claim.Canon, deadline: claim.Deadline, touched: claim.Touched, rev: claim.rev}
@@ -275,8 +265,7 @@ func (c *claims) release(key, claim string) {
 	c.mu.Unlock()
 }
 
-// current returns claim as this router holds it now (its latest revision
-// and lease, after renewals).
+// current returns claim with its latest revision and lease.
 func (c *claims) current(key string, claim Entry) Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -323,8 +312,7 @@ func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
 // renewParallel bounds the lease renewals in flight at once.
 const renewParallel = 32
 
-// renewOne renews l's claim c of key (a function, not a method: Ledger
-// keeps to 15 methods, TestMethodsPerType).
+// renewOne renews l's claim c of key (Ledger keeps to 15 methods).
 func renewOne(ctx context.Context, l *Ledger, key string, c Entry, now time.Time) error {
 	for range 2 { // a conflict: read the entry once and try again if it is still ours
 		c.Touched = now.UTC()
@@ -440,8 +428,7 @@ func stale(le Entry, now, seen time.Time, lease time.Duration) bool {
 	return !le.Touched.IsZero() && (now.Sub(le.Touched) > lease || now.Sub(seen) > lease)
 }
 
-// pollEvery is how often a duplicate looks at the entry it waits for when
-// the watch brings nothing: a third of the lease, at most a second.
+// pollEvery is how often a waiting duplicate polls: lease/3, at most 1 s.
 func pollEvery(lease time.Duration) time.Duration {
 	return min(max(lease/3, 10*time.Millisecond), time.Second)
 }
@@ -481,8 +468,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 			}
 			return w.res, nil
 		}
-		// A takeover to run the call again: one waiter runs it, before it
-		// leaves (a last waiter leaving abandons a claim nobody took).
+		// A takeover to run again: one waiter runs it before it leaves.
 		took := w.taken.CompareAndSwap(false, true)
 		l.waits.leave(l, c.Key, w)
 		if took {
@@ -492,8 +478,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	}
 }
 
-// waits are a router's waits for the record of a key (duplicates', or
-// Await's), by key: one each (shared), however many waiters the key has.
+// waits are this router's waits for keys' records: one each (shared).
 type waits struct {
 	mu sync.Mutex
 	m  map[string]*shared
@@ -522,8 +507,7 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared,
 		w.waiters++
 		return w
 	}
-	// The loop outlives its first waiter when others joined: its context
-	// is its own, ended when its last waiter leaves (the values stay).
+	// The loop outlives its first waiter: its own context, ended by the last.
 	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
 	w := &shared{ctx: lctx, quit: quit, call: c, waiters: 1, done: make(chan struct{})}
 	if ws.m == nil {
@@ -571,8 +555,7 @@ func (ws *waits) end(l *Ledger, key string, w *shared, res bus.Result, hit bool,
 	}
 }
 
-// unclaimed abandons w's claim when no waiter took it to run: the call
-// did not run, and a re-send may claim it again.
+// unclaimed abandons w's claim when no waiter took it to run.
 func (w *shared) unclaimed(l *Ledger, key string) {
 	if w.taken.CompareAndSwap(false, true) {
 		l.held.release(key, w.claim.Claim)
@@ -589,8 +572,7 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// loop is w's: the watch, poll and takeover of key for its waiters, until
-// an outcome (waits.end) or until its last waiter leaves (quit).
+// loop is w's watch, poll and takeover, until an outcome or no waiter.
 func (w *shared) loop(l *Ledger) {
 	defer l.loops.Done()
 	ctx, c := w.ctx, w.call
@@ -777,11 +759,9 @@ type Call struct {
 	// Digest (1.12) and Canon (1.13) of the call as the agent sent it (a
 	// confirmed call's parked input, not an edit): Entry.Call and Canon.
 	Digest, Canon string
-	// Timeout is how long the run may take; duplicates wait that long for
-	// an entry of a router without leases.
+	// Timeout is how long the run may take (a lease-less entry's wait).
 	Timeout time.Duration
-	// Expiry is the batch's expirytime: a duplicate's wait ends then, with
-	// the call's timeout. Zero when the batch has none.
+	// Expiry is the batch's expirytime, ending a duplicate's wait; zero: none.
 	Expiry time.Time
 	// Retry: the call may run again (idempotent with max_attempts > 1,
 	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
@@ -841,8 +821,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 			return bus.OtherCallResult(c.Call) // another call under this key: no wait, no result of it
 		}
 		if claim.recorded() {
-			// The entry read holds the result: no watch to wait on
-			// (a consumer's create and delete through the meta leader).
+			// The entry read holds the result: no watch to wait on.
 			l.cfg.Hits()
 			return *claim.Result
 		}
@@ -862,8 +841,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 	}
 }
 
-// pendingResult is a recorded result that has not landed yet, with its
-// claim's call digests.
+// pendingResult is a recorded result not landed yet, with its digests.
 type pendingResult struct {
 	res  bus.Result
 	call digests
@@ -879,8 +857,7 @@ func recorded(l *Ledger, c Call, p pendingResult) bus.Result {
 	return p.res
 }
 
-// digests are the call digests a claim holds: call, 1.12's
-// (bus.CompactCallDigest), and canon, 1.13's (bus.CallDigest).
+// digests are a claim's call (1.12) and canon (1.13) digests.
 type digests struct{ call, canon string }
 
 func (e *Entry) digests() digests { return digests{e.Call, e.Canon} }
@@ -908,8 +885,7 @@ func StoreFull(c bus.Call, h *store.Health) bus.Result {
 		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 }
 
-// Unavailable and UnknownOutcome are bus's results, named as the ledger's
-// callers know them.
+// Unavailable and UnknownOutcome are bus's results, by the ledger's names.
 var (
 	Unavailable    = bus.NotRecordedResult
 	UnknownOutcome = bus.UnknownOutcomeResult
@@ -1023,6 +999,5 @@ func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Res
 	return bus.ExecRecorded{Recorded: true}, nil
 }
 
-// TimeoutGrace is how long past a call's deadline the router still waits
-// for the worker's reply before it reports the timeout itself.
+// TimeoutGrace is how long past a deadline the router awaits the worker.
 const TimeoutGrace = 50 * time.Millisecond
