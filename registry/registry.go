@@ -37,8 +37,7 @@ type Tool struct {
 
 // Config configures a Registry.
 type Config struct {
-	// Heartbeat is the workers' heartbeat; a worker is live while its last
-	// beat is younger than three of them. Zero means bus.DefaultHeartbeat.
+	// Heartbeat is the workers' (live for three of them); zero: bus.DefaultHeartbeat.
 	Heartbeat time.Duration
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
@@ -63,8 +62,7 @@ type Registry struct {
 	started      time.Time                                    // when Start had the initial values
 }
 
-// New returns a Registry over the store's tools and workers buckets. Call
-// Start before use.
+// New returns a Registry over the store's buckets; call Start before use.
 func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = bus.DefaultHeartbeat
@@ -80,8 +78,7 @@ func New(st *store.Store, cfg Config) *Registry {
 	return r
 }
 
-// Start begins watching both buckets and returns once the initial values are
-// loaded or ctx ends. The watches run until ctx ends or Stop is called.
+// Start watches both buckets, returning once loaded or ctx ends.
 func (r *Registry) Start(ctx context.Context) error {
 	tw, err := store.WatchLoaded(ctx, r.catalog.kv, ">", r.applyTool)
 	if err != nil {
@@ -97,12 +94,10 @@ func (r *Registry) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watches, waiting for them until ctx ends. It is safe to
-// call twice.
+// Stop ends the watches, waiting for them until ctx ends; safe twice.
 func (r *Registry) Stop(ctx context.Context) error { return store.StopAll(ctx, r.watches...) }
 
-// Version changes whenever the cache changes; callers use it to invalidate
-// what they derived from the cache.
+// Version changes whenever the cache does, for what was derived from it.
 func (r *Registry) Version() uint64 { return r.version.Load() }
 
 // Refresh reads tool name, and its workers when none is live, from KV: a
@@ -192,8 +187,7 @@ func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (b
 			continue
 		}
 		if _, made := r.consumers.Load(name); d != nil && d.Def.Durable && !made {
-			// The work consumer, made once per router process
-			// (CreateOrUpdate is idempotent, so routers racing is fine).
+			// Once per router process (CreateOrUpdate is idempotent).
 			if err := r.workConsumer(ctx, name); err != nil {
 				return ack, err
 			}
@@ -206,8 +200,7 @@ func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (b
 	return ack, nil
 }
 
-// repeated returns each tool's beat when reg repeats the cached definition
-// (a heartbeat, accepted without a write), else nil.
+// repeated returns each tool's beat when reg repeats the cached definition.
 func (r *Registry) repeated(reg bus.Register) map[string]*bus.WorkerBeat {
 	out := make(map[string]*bus.WorkerBeat, len(reg.Tools))
 	for i := range reg.Tools {
@@ -236,8 +229,7 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 	return bv
 }
 
-// Check returns why d cannot be registered, or "" when it can. It compiles
-// the schema; it does not look at conflicts.
+// Check returns why d cannot be registered ("": it can), compiling its schema.
 func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if !bus.ValidName(d.Name) {
 		return fmt.Sprintf("name %q must match ^[A-Za-z0-9_-]{1,64}$", d.Name), nil
@@ -287,8 +279,7 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	return "", s
 }
 
-// store writes d unless it is invalid or conflicts; it returns the rejection
-// reason, or an error when KV fails.
+// store writes d unless invalid or in conflict: a rejection reason or KV's error.
 func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (string, error) {
 	reason, s := Check(&d)
 	if reason != "" {
@@ -384,8 +375,7 @@ func (c *catalog) applyTool(e jetstream.KeyValueEntry) {
 // put caches t, unless a newer revision of it, or its delete, is cached.
 func (c *catalog) put(t *Tool) { c.tools.Put(t.Def.Name, t.rev, t) }
 
-// A P_tools value is the definition with "registered" (first registration,
-// unix ns), which orders every router's listing.
+// A P_tools value is the definition with "registered" (unix ns), the list's order.
 const registeredKey = `"registered"`
 
 // encodeRecord returns the stored value of d.
@@ -482,8 +472,7 @@ func (l *liveness) Troubled(now time.Time) bool {
 	return !l.trouble.IsZero() && now.Sub(l.trouble) < 4*l.heartbeat
 }
 
-// MayHold reports whether a live worker of tool may run call key: one lists
-// it in flight, or one does not report its calls.
+// MayHold reports whether a live worker of tool may be running call key.
 func (l *liveness) MayHold(tool, key string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -584,8 +573,7 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 	return nil
 }
 
-// sawBeat records a beat taken but not stored, unless rd was overtaken by a
-// leave or a later beat.
+// sawBeat records a beat taken but not stored, unless rd was overtaken.
 func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.ExecForm, rd *reading) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -597,8 +585,7 @@ func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.Exec
 	l.keep(tool, worker, b)
 }
 
-// setBeat records b unless a newer revision is known already; remove drops
-// the entry instead (a delete or purge).
+// setBeat records b unless a newer revision is known; remove drops it.
 func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -637,14 +624,12 @@ func (l *liveness) keep(tool, worker string, b beat) {
 	l.version.Add(1)
 }
 
-// Live reports whether a call to the tool can be served: it is external, or
-// at least one worker has beaten within three heartbeats.
+// Live reports whether t is external or a worker beat within three heartbeats.
 func (l *liveness) Live(t *Tool) bool {
 	return t.Def.External || l.liveExcept(t.Def.Name, "")
 }
 
-// liveExcept reports whether a worker other than except beat for tool
-// within three heartbeats.
+// liveExcept reports whether a worker but except beat for tool lately.
 func (l *liveness) liveExcept(tool, except string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -738,8 +723,7 @@ func (l *liveness) probe(ctx context.Context, tool string) error {
 	return nil
 }
 
-// leaderLister reads the latest values of a bucket's keys from its stream
-// leader (store.KV).
+// leaderLister reads the latest values from a bucket's stream leader (store.KV).
 type leaderLister interface {
 	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
 }
