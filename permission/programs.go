@@ -43,8 +43,7 @@ func launches(part string) bool {
 // building one per part cost 1.5 GB for a 1 MiB command).
 var unquoteWord = strings.NewReplacer(`'`, "", `"`, "", `\`, "")
 
-// assignment reports whether a shell word is a variable assignment
-// (NAME=...), which a command may put before its program.
+// assignment reports whether a shell word is a variable assignment (NAME=...).
 func assignment(word string) bool {
 	name, _, ok := strings.Cut(word, "=")
 	if !ok || name == "" {
@@ -65,8 +64,7 @@ const (
 	maxParses  = 64
 )
 
-// commandPrograms holds a command's syntax trees and its programs for deny
-// and ask rules, read with the writes or on first use.
+// commandPrograms holds a command's syntax trees and programs, read once.
 type commandPrograms struct {
 	trees    []*syntax.File
 	parsed   bool
