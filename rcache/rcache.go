@@ -66,8 +66,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Cache is the result cache. It is safe for concurrent use; every router
-// of a deployment shares its entries.
+// Cache is the result cache, shared by a deployment's routers; concurrency-safe.
 type Cache struct {
 	kv  jetstream.KeyValue
 	now func() time.Time
@@ -172,8 +171,7 @@ func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.
 	return err == nil
 }
 
-// mark adds {"toolbus_cache": {"hit": true, ...}} to an object (or absent)
-// metadata.
+// mark adds {"toolbus_cache": {"hit": true, ...}} to object (or absent) metadata.
 func mark(meta json.RawMessage, stored, age int64) json.RawMessage {
 	m := map[string]json.RawMessage{}
 	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil {
