@@ -163,9 +163,8 @@ func Subject(s bus.Subjects, session, tool string) string {
 	return s.Prefix + "." + kind + "." + session + "." + tool
 }
 
-// Write publishes rec, with input as the policy allows, without awaiting the
-// acknowledgement (Stored does). The call key as message id stores a call
-// once. An error means rec could not be encoded.
+// Write publishes rec (input as the policy allows) under the call key as message id,
+// without awaiting the acknowledgement (Stored does); an error: rec did not encode.
 func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`) // what the tool gets for no input

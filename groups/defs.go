@@ -167,9 +167,8 @@ func (d *definitions) allGroups() []bus.Group {
 	return append([]bus.Group{basicMeta}, d.Groups()...)
 }
 
-// resetDef returns the definition of reset_tools: one boolean property per
-// meta group in registration order, "default": false, the group's
-// description, and no "required". It reports false without meta groups.
+// resetDef returns reset_tools' definition: a boolean property per meta group, in
+// order, described, default false, none required; false without meta groups.
 func (d *definitions) resetDef() (bus.ToolDef, bool) {
 	meta := d.metaGroups()
 	if len(meta) == 0 {

@@ -40,9 +40,8 @@ type Session = session.Session
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = session.ErrAbort
 
-// Store owns one router's groups and sessions, embedding definitions,
-// session.Store and activation behind one handle, and composes views. Safe
-// for concurrent use.
+// Store owns one router's groups and sessions (definitions, session.Store and
+// activation behind one handle) and composes views; concurrency-safe.
 type Store struct {
 	*definitions
 	*session.Store

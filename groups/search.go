@@ -97,9 +97,8 @@ func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	return in, nil
 }
 
-// toolIndex is the search index over the registry's tools, changed one
-// tool at a time when a definition or a group changes (not on worker
-// beats): a tool's document id stays its own while it is registered.
+// toolIndex is the search index over the registry's tools, changed a tool at a
+// time when a definition or group changes; a tool keeps its document id.
 type toolIndex struct {
 	regVersion uint64 // the registry's version the tools were read at
 	groups     []bus.Group
@@ -271,9 +270,8 @@ func (v *View) skillReach(sk SkillDoc) (visible bool, via string, ok bool) {
 	return viaMeta(v.store.Groups(), sk.Groups)
 }
 
-// Search runs search_tools: it ranks what the session could reach and with
-// activate switches the matches' groups on (as reset_tools does). Errors are
-// invalid_input *bus.Error and change nothing.
+// Search runs search_tools: it ranks what the session could reach and with activate
+// switches the matches' groups on; errors are invalid_input and change nothing.
 func (v *View) Search(ctx context.Context, session string, input json.RawMessage, skills []SkillDoc) (string, error) {
 	in, err := ParseSearch(input)
 	if err != nil {

@@ -24,9 +24,8 @@ type RequestTool struct {
 	Schema *schemas.Schema
 }
 
-// defaultRequest is what a batch without a request configuration gets:
-// one value for all, which nobody changes (a Request is read only once
-// checked), so that the usual batch costs no allocation here.
+// defaultRequest is what a batch without a request configuration gets: one shared,
+// never-changed value, so the usual batch costs no allocation here.
 var defaultRequest = &Request{Mode: bus.MergeExternalPriority}
 
 // CheckRequest validates a request-scoped configuration (nil means the
@@ -229,9 +228,8 @@ func (v *View) Groups() []bus.GroupInfo {
 	return out
 }
 
-// Deferred returns, for a deferred listing (docs/protocol.md 4.1), each
-// inactive meta group with the tools reach could activate, and each
-// deferred tool's group.
+// Deferred returns, for a deferred listing (docs/protocol.md 4.1), each inactive
+// meta group with the tools reach could activate, and each such tool's group.
 func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
 	byGroup := map[string][]bus.ToolDef{}
 	of := map[string]string{}

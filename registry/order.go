@@ -137,9 +137,8 @@ var errBeaten = errors.New("registry: another beat was stored first")
 // beatAttempts bounds the writes of one beat lost to the worker's other beats.
 const beatAttempts = 4
 
-// putBeat stores a beat at key by compare-and-set on rev (0: none). When
-// another write got in first it returns that revision with errLeft or
-// errBeaten.
+// putBeat stores a beat at key by compare-and-set on rev (0: none); another write
+// first returns its revision with errLeft or errBeaten.
 func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
 	var (
 		n   uint64

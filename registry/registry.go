@@ -45,9 +45,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Registry is one deployment's tools (catalog) and workers (liveness),
-// embedded behind one handle, and decides registrations. Safe for
-// concurrent use.
+// Registry is one deployment's tools (catalog) and workers (liveness) behind one
+// handle, and decides registrations; concurrency-safe.
 type Registry struct {
 	*catalog
 	*liveness
@@ -485,9 +484,8 @@ func (l *liveness) MayHold(tool, key string) bool {
 	return false
 }
 
-// ExecForm is the exec form every live worker of tool reads
-// (docs/protocol.md 5.1): the least any of them declared; structured when
-// none is live.
+// ExecForm is the exec form every live worker of tool reads (docs/protocol.md 5.1):
+// the least any declared; structured when none is live.
 func (l *liveness) ExecForm(tool string) bus.ExecForm {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
