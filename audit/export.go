@@ -27,9 +27,8 @@ type Filter struct {
 	Tool    string
 }
 
-// Export calls fn with every record f selects, oldest first, up to the last
-// one the stream's leader held when it started: the ordered consumer's
-// replica may lag, so it reads on until that one comes.
+// Export calls fn with every record f selects, oldest first, up to the leader's last
+// when it started: it reads on past a lagging replica until that one comes.
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
 	name := s.Stream(Stream)
 	stream, err := js.Stream(ctx, name)

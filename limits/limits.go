@@ -248,9 +248,8 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}, nil
 }
 
-// budget adds the call's cost to today's counter of r's budget (if any);
-// past the budget it is taken back and refused. Acknowledged totals are
-// unique, so exactly the calls that fit are admitted.
+// budget adds the call's cost to today's counter of r's budget (if any), taking it
+// back past the budget: unique acknowledged totals admit exactly the calls that fit.
 func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
 	if r.Budget == nil {
 		return nil, nil, nil

@@ -95,9 +95,8 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return c, nil
 }
 
-// Key is a call's cache key, digesting the whole definition so a changed
-// one never matches, and whether it is cacheable. A user-scoped tool
-// without a user is cached per session.
+// Key is a call's cache key, digesting the whole definition, and whether it is
+// cacheable; a user-scoped tool without a user is cached per session.
 func Key(d *bus.ToolDef, session, user string, input json.RawMessage) (string, bool) {
 	if d.CacheTTLMS <= 0 || CheckDef(d) != "" {
 		return "", false

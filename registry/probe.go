@@ -9,9 +9,8 @@ import (
 // probeBound bounds one probe of the workers bucket, past its callers.
 const probeBound = 5 * time.Second
 
-// probes coalesces the probes of one tool's workers, so a burst of calls to a
-// dead tool costs the store one read, yet every caller gets a probe that
-// began after it came. (singleflight would share one already under way.)
+// probes coalesces the probes of one tool's workers: one read per burst, yet each
+// caller gets a probe begun after it came (singleflight would share an older one).
 type probes struct {
 	mu   sync.Mutex
 	runs map[string]*probeRun // tool → the probe running now

@@ -527,9 +527,8 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 	}
 }
 
-// record stores one beat of rd's worker for tool. A refused beat still counts
-// here and a full store is no error (docs/registry.md); a beat read before a
-// leave is dropped (compare-and-set on the revision read).
+// record stores one beat of rd's worker for tool; a refused beat still counts here
+// (docs/registry.md), and one read before a leave is dropped (compare-and-set).
 func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, rd *reading) error {
 	worker := rd.worker
 	l.mu.RLock()
