@@ -95,11 +95,9 @@ type Outcome struct {
 type Config struct {
 	// MaxAge is how long records are kept; zero means DefaultMaxAge.
 	MaxAge time.Duration `json:"max_age,omitempty"`
-	// MaxBytes bounds the stream (the oldest records go first); zero
-	// means no bound but MaxAge.
+	// MaxBytes bounds the stream (oldest first); zero: no bound but MaxAge.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
-	// Inputs, when true, records each call's input (redacted); otherwise
-	// only its digest.
+	// Inputs records each call's input (redacted); otherwise only its digest.
 	Inputs bool `json:"inputs,omitempty"`
 	// Redact names input members (at any depth, case-insensitive) whose
 	// values are replaced by "[redacted]" before a record is written.
@@ -119,8 +117,7 @@ type Trail struct {
 	cfg  Config
 }
 
-// New creates (or updates) the audit stream; records go through a
-// store.Publisher of the Trail's own on nc.
+// New creates (or updates) the audit stream, with a store.Publisher on nc.
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
@@ -166,9 +163,8 @@ func Subject(s bus.Subjects, session, tool string) string {
 	return s.Prefix + "." + kind + "." + session + "." + tool
 }
 
-// Write publishes rec, with input as the policy allows, without awaiting the
-// acknowledgement (Stored does). The call key as message id stores a call
-// once. An error means rec could not be encoded.
+// Write publishes rec (input as the policy allows) under the call key as message id,
+// without awaiting the acknowledgement (Stored does); an error: rec did not encode.
 func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`) // what the tool gets for no input
@@ -189,8 +185,7 @@ func (t *Trail) WriteRefusal(rec *Record) (*Pending, error) {
 	return t.publish(rec, "refused."+rec.Router+"."+nuid.Next())
 }
 
-// publish sends rec with message id id; an error means it could not be
-// encoded.
+// publish sends rec under message id id; an error: rec did not encode.
 func (t *Trail) publish(rec *Record, id string) (*Pending, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {

@@ -27,9 +27,8 @@ type Filter struct {
 	Tool    string
 }
 
-// Export calls fn with every record f selects, oldest first, up to the last
-// one the stream's leader held when it started: the ordered consumer's
-// replica may lag, so it reads on until that one comes.
+// Export calls fn with every record f selects, oldest first, up to the leader's last
+// when it started: it reads on past a lagging replica until that one comes.
 func Export(ctx context.Context, js jetstream.JetStream, s bus.Subjects, f Filter, fn func(json.RawMessage) error) error {
 	name := s.Stream(Stream)
 	stream, err := js.Stream(ctx, name)
@@ -59,8 +58,7 @@ type export struct {
 	seen uint64 // the sequence of the last record read
 }
 
-// leaderLast asks the stream's leader for its last record on filter (0: none),
-// retrying while no leader answers.
+// leaderLast asks the stream's leader for its last record on filter (0: none).
 func leaderLast(ctx context.Context, stream jetstream.Stream, filter string) (uint64, time.Time, error) {
 	for retries := 1; ; retries++ {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -105,8 +103,7 @@ func (e *export) run(ctx context.Context, fn func(json.RawMessage) error) error 
 	return nil
 }
 
-// fetch passes the replica's next records (those up to e.last) to fn and
-// returns how many it read.
+// fetch passes the replica's next records up to e.last to fn, and counts them.
 func (e *export) fetch(ctx context.Context, fn func(json.RawMessage) error) (int, error) {
 	batch, err := e.cons.FetchNoWait(exportBatch)
 	if err != nil {

@@ -40,8 +40,7 @@ func (r *Refusals) Take(caller string, now time.Time) (record bool, suppressed i
 	w := r.m[caller]
 	if w == nil {
 		if len(r.m) >= maxCallers {
-			// Drop the callers whose window ended, or every caller
-			// when none did.
+			// Drop the callers whose window ended, else every caller.
 			maps.DeleteFunc(r.m, func(_ string, w *refusalWindow) bool { return now.Sub(w.start) >= RefusalWindow })
 			if len(r.m) >= maxCallers {
 				clear(r.m)

@@ -59,22 +59,12 @@ func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
 
 // start loads the cache and keeps it fed until ctx ends or stop.
 func (d *definitions) start(ctx context.Context) error {
-	gw, err := store.WatchKV(ctx, d.kv, ">", d.applyGroup)
-	if err != nil {
-		return err
-	}
+	gw, err := store.WatchLoaded(ctx, d.kv, ">", d.applyGroup)
 	d.watches = []*store.Watch{gw}
-	select {
-	case <-gw.Ready():
-		return nil
-	case <-ctx.Done():
-		_ = d.stop(context.WithoutCancel(ctx))
-		return ctx.Err()
-	}
+	return err
 }
 
-// stop ends the watches, waiting for them until ctx ends; safe to call
-// twice.
+// stop ends the watches, waiting for them until ctx ends; safe twice.
 func (d *definitions) stop(ctx context.Context) error { return store.StopAll(ctx, d.watches...) }
 
 func (d *definitions) applyGroup(e jetstream.KeyValueEntry) {
@@ -100,8 +90,7 @@ type groupRecord struct {
 	Registered int64 `json:"registered"`
 }
 
-// newGroup is the cached form of g at revision rev, first put at order
-// (unix ns; zero: before records carried it, the revision stands in).
+// newGroup is g cached at rev, first put at order (zero: rev stands in).
 func newGroup(g bus.Group, rev uint64, order int64) *group {
 	if order == 0 {
 		order = int64(rev)
@@ -141,8 +130,7 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 	return nil
 }
 
-// Delete removes a group definition; sessions keep nothing of it that
-// matters, since an undefined group is never active.
+// Delete removes a group definition (an undefined group is never active).
 func (d *definitions) Delete(ctx context.Context, name string) error {
 	if err := d.groups.Delete(ctx, name); err != nil {
 		return fmt.Errorf("groups: %w", err)
@@ -159,22 +147,19 @@ func (d *definitions) Group(name string) (bus.Group, bool) {
 	return g.def, true
 }
 
-// Groups returns the defined groups (basic excluded) in registration order.
-// The slice must not be modified.
+// Groups returns the defined groups (no basic) in order; do not modify.
 func (d *definitions) Groups() []bus.Group { return *d.ordered.Load() }
 
 func (d *definitions) hasMeta() bool {
 	return d.searchBasic || slices.ContainsFunc(d.Groups(), func(g bus.Group) bool { return g.Scope == bus.ScopeMeta })
 }
 
-// metaGroups are the groups the model switches, in registration order;
-// with search on, basic first.
+// metaGroups are the groups the model switches (with search, basic first).
 func (d *definitions) metaGroups() []bus.Group {
 	return slices.DeleteFunc(slices.Clone(d.allGroups()), func(g bus.Group) bool { return g.Scope != bus.ScopeMeta })
 }
 
-// allGroups is Groups with, when search is on, basic first: the order a
-// tool's first group and a deferred listing's namespaces are taken in.
+// allGroups is Groups with basic first when search is on.
 func (d *definitions) allGroups() []bus.Group {
 	if !d.searchBasic {
 		return d.Groups()
@@ -182,9 +167,8 @@ func (d *definitions) allGroups() []bus.Group {
 	return append([]bus.Group{basicMeta}, d.Groups()...)
 }
 
-// resetDef returns the definition of reset_tools: one boolean property per
-// meta group in registration order, "default": false, the group's
-// description, and no "required". It reports false without meta groups.
+// resetDef returns reset_tools' definition: a boolean property per meta group, in
+// order, described, default false, none required; false without meta groups.
 func (d *definitions) resetDef() (bus.ToolDef, bool) {
 	meta := d.metaGroups()
 	if len(meta) == 0 {

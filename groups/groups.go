@@ -25,8 +25,7 @@ type Config struct {
 	Search bool
 	// Pinned tools and groups are visible to every session (search.go).
 	Pinned Pins
-	// Quotas is the router's quota policy, read only to name its unknown
-	// tools (Unknown).
+	// Quotas is the quota policy, read only to name unknown tools.
 	Quotas limits.Policy
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
@@ -41,9 +40,8 @@ type Session = session.Session
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = session.ErrAbort
 
-// Store owns one router's groups and sessions, embedding definitions,
-// session.Store and activation behind one handle, and composes views. Safe
-// for concurrent use.
+// Store owns one router's groups and sessions (definitions, session.Store and
+// activation behind one handle) and composes views; concurrency-safe.
 type Store struct {
 	*definitions
 	*session.Store
@@ -53,8 +51,7 @@ type Store struct {
 	search searchCache // the tool search index (search.go)
 }
 
-// New returns a Store over the store's groups and sessions buckets. Call
-// Start before use.
+// New returns a Store over the groups and sessions buckets; Start it.
 func New(st *store.Store, cfg Config) *Store {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	defs := newDefinitions(st.Groups, cfg.Logger)
@@ -63,8 +60,7 @@ func New(st *store.Store, cfg Config) *Store {
 	return &Store{definitions: defs, Store: sess, activation: &activation{defs: defs, sessions: sess, pinned: cfg.Pinned.Groups}, cfg: cfg}
 }
 
-// sessionConfig is the session store's part of cfg; a fresh session starts
-// with the groups defined active_by_default.
+// sessionConfig is cfg's session part, with active_by_default groups.
 func sessionConfig(cfg Config, defs *definitions) session.Config {
 	sc := cfg.Session
 	sc.ActiveByDefault = func() (names []string) {
@@ -82,8 +78,7 @@ func sessionConfig(cfg Config, defs *definitions) session.Config {
 // are not watched: there may be too many, and batches read them anyway.
 func (s *Store) Start(ctx context.Context) error { return s.definitions.start(ctx) }
 
-// Stop ends the watches, waiting for them until ctx ends; safe to call
-// twice.
+// Stop ends the watches, waiting for them until ctx ends; safe twice.
 func (s *Store) Stop(ctx context.Context) error { return s.definitions.stop(ctx) }
 
 // CheckGroup validates a group definition.

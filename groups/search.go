@@ -27,8 +27,7 @@ const (
 	MaxSearchQuery     = 1000 // bytes
 )
 
-// Pins are tools and groups every session sees whatever its activation (a
-// tool still needs a live worker).
+// Pins are tools and groups every session sees (a tool needs a live worker).
 type Pins struct {
 	Tools  []string `json:"tools,omitempty"`
 	Groups []string `json:"groups,omitempty"`
@@ -59,8 +58,7 @@ func (s *Store) searchDef() (bus.ToolDef, bool) {
 func (s *Store) pinnedTool(name string) bool  { return slices.Contains(s.cfg.Pinned.Tools, name) }
 func (s *Store) pinnedGroup(name string) bool { return slices.Contains(s.cfg.Pinned.Groups, name) }
 
-// SkillDoc is a skill the session's user could load, as the router's
-// catalogue knows it: skills are searched beside tools.
+// SkillDoc is a skill the session's user could load, searched beside tools.
 type SkillDoc struct {
 	Name, Description string
 	Groups            []string // the groups the skill belongs to; none: always visible
@@ -73,8 +71,7 @@ type SearchInput struct {
 	Activate bool   `json:"activate,omitempty"`
 }
 
-// ParseSearch checks search_tools' input (query, limit in [1, 50], activate);
-// errors are invalid_input for the model.
+// ParseSearch checks search_tools' input; errors are invalid_input.
 func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	var in SearchInput
 	dec := json.NewDecoder(bytes.NewReader(input))
@@ -100,9 +97,8 @@ func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	return in, nil
 }
 
-// toolIndex is the search index over the registry's tools, changed one
-// tool at a time when a definition or a group changes (not on worker
-// beats): a tool's document id stays its own while it is registered.
+// toolIndex is the search index over the registry's tools, changed a tool at a
+// time when a definition or group changes; a tool keeps its document id.
 type toolIndex struct {
 	regVersion uint64 // the registry's version the tools were read at
 	groups     []bus.Group
@@ -117,8 +113,7 @@ type toolIndex struct {
 	listIDs []int
 }
 
-// searchCache holds the index; mu guards it: written by sync, read while a
-// search maps documents to tools.
+// searchCache holds the index; mu guards it (sync writes, searches read).
 type searchCache struct {
 	mu  sync.RWMutex
 	cur *toolIndex
@@ -149,8 +144,7 @@ func newToolIndex() *toolIndex {
 	return &toolIndex{ix: search.New(nil), ids: map[string]int{}}
 }
 
-// sync brings the index to tools and gs, re-indexing only what changed. It
-// keeps tools, which must not change afterwards.
+// sync brings the index to tools and gs, re-indexing what changed (keeps tools).
 func (ti *toolIndex) sync(tools []*registry.Tool, ver uint64, gs []bus.Group) {
 	changed := changedGroups(ti.groups, gs)
 	ti.syncs++
@@ -189,8 +183,7 @@ func (ti *toolIndex) sync(tools []*registry.Tool, ver uint64, gs []bus.Group) {
 	ti.regVersion, ti.groups, ti.list, ti.listIDs = ver, gs, tools, ids
 }
 
-// changedGroups names the groups that differ between old and cur: added,
-// removed, or with another definition; nil when none does.
+// changedGroups names the groups added, removed or changed; nil when none.
 func changedGroups(old, cur []bus.Group) map[string]bool {
 	if slices.EqualFunc(old, cur, bus.Group.Equal) {
 		return nil
@@ -246,8 +239,7 @@ type match struct {
 	activate         string // the meta group that makes it visible; "" when visible or none can
 }
 
-// reach says whether the session can find t: visible now, or via a meta
-// group it may activate.
+// reach says whether the session can find t: visible, or via a meta group.
 func (v *View) reach(t *registry.Tool) (visible bool, via string, ok bool) {
 	if v.req.Mode == bus.MergeExternalOnly || v.req.external(t.Def.Name) != nil || !v.reg.Live(t) {
 		return false, "", false
@@ -258,8 +250,7 @@ func (v *View) reach(t *registry.Tool) (visible bool, via string, ok bool) {
 	return viaMeta(v.store.allGroups(), v.groupsOf(t))
 }
 
-// viaMeta is reach for something in the groups named: through the first of
-// groups that is a meta group and holds it, or not at all.
+// viaMeta is reach through the first meta group of groups that holds it.
 func viaMeta(groups []bus.Group, names []string) (visible bool, via string, ok bool) {
 	for _, g := range groups {
 		if g.Scope == bus.ScopeMeta && slices.Contains(names, g.Name) {
@@ -279,9 +270,8 @@ func (v *View) skillReach(sk SkillDoc) (visible bool, via string, ok bool) {
 	return viaMeta(v.store.Groups(), sk.Groups)
 }
 
-// Search runs search_tools: it ranks what the session could reach and with
-// activate switches the matches' groups on (as reset_tools does). Errors are
-// invalid_input *bus.Error and change nothing.
+// Search runs search_tools: it ranks what the session could reach and with activate
+// switches the matches' groups on; errors are invalid_input and change nothing.
 func (v *View) Search(ctx context.Context, session string, input json.RawMessage, skills []SkillDoc) (string, error) {
 	in, err := ParseSearch(input)
 	if err != nil {
@@ -329,8 +319,7 @@ func (v *View) Search(ctx context.Context, session string, input json.RawMessage
 	return b.String() + text, nil
 }
 
-// find ranks tools and skills for query, best first, at most limit, among
-// what the session could reach.
+// find ranks tools and skills the session could reach for query (at most limit).
 func (v *View) find(query string, limit int, skills []SkillDoc) []match {
 	ti, done := v.store.index(v.reg)
 	defer done()
@@ -374,16 +363,14 @@ func firstLine(s string) string {
 const resetDescription = "Activate or deactivate tool groups. Pass the final set: every group set to true is active " +
 	"afterwards and every other group is inactive. Deactivate groups you no longer need."
 
-// activation switches a session's meta groups for reset_tools (Reset) and
-// search_tools (activate), one compare-and-set each.
+// activation switches meta groups for reset_tools and search_tools.
 type activation struct {
 	defs     *definitions
 	sessions *session.Store
 	pinned   []string // the groups pinned visible (Config.Pinned)
 }
 
-// Reset runs reset_tools (input: the final set of meta groups); an invalid
-// input is an invalid_input *bus.Error and changes nothing.
+// Reset runs reset_tools (the final meta groups); bad input changes nothing.
 func (a *activation) Reset(ctx context.Context, session string, input json.RawMessage) (string, error) {
 	keys, vals, err := orderedObject(input)
 	if err != nil {

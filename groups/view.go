@@ -24,9 +24,8 @@ type RequestTool struct {
 	Schema *schemas.Schema
 }
 
-// defaultRequest is what a batch without a request configuration gets:
-// one value for all, which nobody changes (a Request is read only once
-// checked), so that the usual batch costs no allocation here.
+// defaultRequest is what a batch without a request configuration gets: one shared,
+// never-changed value, so the usual batch costs no allocation here.
 var defaultRequest = &Request{Mode: bus.MergeExternalPriority}
 
 // CheckRequest validates a request-scoped configuration (nil means the
@@ -57,8 +56,7 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %q is listed twice", t.Name)
 		}
 		seen[t.Name] = true
-		// Cached by the compile cache; the request's schemas count together
-		// against schemas.MaxSubschemas (docs/protocol.md 4.3, 13).
+		// Cached; the request's schemas count together (protocol 4.3, 13).
 		s, err := schemas.Compile(t.InputSchema)
 		if err != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %s: %v", t.Name, err)
@@ -80,8 +78,7 @@ func (r *Request) external(name string) *RequestTool {
 	return nil
 }
 
-// View is the tool set one session sees under one request. It is cheap to
-// build (no KV reads) and never changes the registry.
+// View is the tool set one session sees under one request (no KV reads).
 type View struct {
 	store *Store
 	reg   *registry.Registry
@@ -108,11 +105,9 @@ type Resolved struct {
 	Reset    bool
 	// Search is search_tools, which the router runs like reset_tools.
 	Search bool
-	// Read marks read_output, which the router runs itself; Tool then holds
-	// its definition and schema (set by the router).
+	// Read marks read_output, run by the router (Tool set by it).
 	Read bool
-	// Skill marks the skill loader, which the router runs itself; Tool then
-	// holds its definition and schema (set by the router).
+	// Skill marks the skill loader, run by the router (Tool set by it).
 	Skill bool
 	// Code and Message describe why the name cannot be called.
 	Code    string
@@ -233,9 +228,8 @@ func (v *View) Groups() []bus.GroupInfo {
 	return out
 }
 
-// Deferred returns, for a deferred listing (docs/protocol.md 4.1), each
-// inactive meta group with the tools reach could activate, and each
-// deferred tool's group.
+// Deferred returns, for a deferred listing (docs/protocol.md 4.1), each inactive
+// meta group with the tools reach could activate, and each such tool's group.
 func (v *View) Deferred() ([]schemas.Namespace, map[string]string) {
 	byGroup := map[string][]bus.ToolDef{}
 	of := map[string]string{}

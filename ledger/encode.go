@@ -22,11 +22,9 @@ func encodedSize(e *Entry) int {
 	return size
 }
 
-// encodePooled is encode into a buffer of the pool when l's bucket keeps nothing
-// of a value once its write returns (a *store.KV): give it back with done
-// once the write has returned. A value a retry in the background still
-// holds is not given back, and the pool makes another. p is nil when the
-// value is not the pool's. (A function: Ledger keeps to 15 methods.)
+// encodePooled is encode into a pooled buffer (p; nil: not pooled) when l's
+// bucket keeps nothing of a value once its write returns (a *store.KV):
+// give it back with done then, never while a retry may hold it.
 func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 	size := encodedSize(e)
 	if !l.reuse || size > maxPooled {
@@ -39,8 +37,7 @@ func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 	return appendEntry(p.b[:0], e), p
 }
 
-// done gives p back to the pool, with val, the value encodePooled made in
-// it; a nil p is none of the pool's.
+// done gives p back to the pool with val, made in it; nil p is not the pool's.
 func (p *value) done(val []byte) {
 	if p != nil && cap(val) <= maxPooled {
 		p.b = val[:0]
@@ -48,8 +45,7 @@ func (p *value) done(val []byte) {
 	}
 }
 
-// value is a buffer of the pool of the claims' and records' values;
-// maxPooled bounds the one kept (a large result's record makes its own).
+// value is a pooled buffer of values; maxPooled bounds the one kept.
 type value struct{ b []byte }
 
 var values sync.Pool

@@ -36,29 +36,21 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Entry is the P_ledger record of one call that is not read-only; the
-// claim a run holds is one too.
+// Entry is the P_ledger record of one call that is not read-only, or its claim.
 type Entry struct {
 	State  string `json:"state"` // running, done or abandoned
 	Router string `json:"router"`
 	Claim  string `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
-	// Call is bus.CompactCallDigest of the call's tool and input (1.12):
-	// a duplicate with another is a copy of the batch with another call
-	// under this key, and gets bus.OtherCallResult, never this call's
-	// result. Absent in the entries of routers of 1.11 and before, and in
-	// those of Interrupt. Routers of 1.13 write it for those of 1.12, which
-	// compare only it.
-	Call string `json:"call,omitempty"`
-	// Canon is bus.CallDigest of the call's tool and input (1.13): equal
-	// for two inputs that hold the same JSON value, so a copy encoded again
-	// (members in another order) is the same call. Compared when both
-	// claims have it (digests.other).
+	// Call (bus.CompactCallDigest, 1.12) and Canon (bus.CallDigest, 1.13)
+	// tell a copy with another call under this key, which gets
+	// bus.OtherCallResult (digests.other). Call is absent in entries of 1.11
+	// and of Interrupt; 1.13 writes it for routers of 1.12.
+	Call     string    `json:"call,omitempty"`
 	Canon    string    `json:"canon,omitempty"`
 	Deadline time.Time `json:"deadline"`
-	// Touched is the lease of a running claim: its router renews it every
-	// heartbeat while the call runs (as the lease of an answered parked
-	// call, docs/protocol.md 6.1), and a re-send that finds it stale knows the
-	// router died. Absent in the entries of routers without leases.
+	// Touched is a running claim's lease, renewed every heartbeat; a
+	// re-send that finds it stale knows the router died. Absent in the
+	// entries of routers without leases.
 	Touched time.Time   `json:"touched,omitzero"`
 	Result  *bus.Result `json:"result,omitempty"`
 
@@ -66,8 +58,7 @@ type Entry struct {
 	wkey store.Key // the key with its subject, made once for the claim's writes (claim, record)
 }
 
-// entryOf decodes e, the entry Get (with err) or an update read; false
-// when there is none or it does not decode.
+// entryOf decodes e (with Get's err); false when none or it does not decode.
 func entryOf(e jetstream.KeyValueEntry, err error) (le Entry, ok bool) {
 	return le, err == nil && e != nil && json.Unmarshal(e.Value(), &le) == nil
 }
@@ -75,8 +66,7 @@ func entryOf(e jetstream.KeyValueEntry, err error) (le Entry, ok bool) {
 // recorded reports whether e holds its call's result.
 func (e *Entry) recorded() bool { return e.State == stateDone && e.Result != nil }
 
-// storeKey is key as e's writes send it: with its subject when e was
-// claimed under key.
+// storeKey is key as e's writes send it (with its subject when claimed so).
 func (e *Entry) storeKey(key string) store.Key {
 	if e.wkey.Name == key {
 		return e.wkey
@@ -87,32 +77,22 @@ func (e *Entry) storeKey(key string) store.Key {
 const (
 	stateRunning = "running"
 	stateDone    = "done"
-	// stateAbandoned is a claim whose call never ran: the claim could not
-	// be confirmed, so the call was answered unavailable. A re-send may
-	// claim it again.
+	// stateAbandoned: never ran (answered unavailable); a re-send may claim it.
 	stateAbandoned = "abandoned"
-	// grace is how long past a running entry's deadline a duplicate
-	// waits before it gives up with unknown_outcome. It covers a record
-	// that is late because the bucket was electing a leader.
+	// grace is how long past a running entry's deadline a duplicate waits
+	// (a record late through a leader election) before unknown_outcome.
 	grace = 30 * time.Second
-	// claimBudget bounds the attempts to claim a call; past it the call is
-	// unavailable, which is safe to re-send.
+	// claimBudget bounds the claim's attempts; past it, unavailable (safe to re-send).
 	claimBudget = 20 * time.Second
-	// recordWait is how long a call's result waits for its record before
-	// it is given to the agent anyway.
+	// recordWait bounds a result's wait for its record before the agent gets it.
 	recordWait = 2 * time.Second
 )
 
 // Ledger runs each call that is not read-only at most once per (session,
-// reply id, call id) within the dedupe window (docs/protocol.md 3.1).
-//
-// The first router to claim the key runs the call and records its result;
-// a re-sent batch gets the recorded result, waiting for it while the first
-// run is still going and its router renews the claim's lease. A result is
-// given to the agent as soon as the worker answers: its record is written
-// in the background and retried until it lands, and meanwhile a re-send
-// that reaches this router gets it from memory. A claim that cannot be
-// made is answered unavailable (or store full), never run.
+// reply id, call id) within the dedupe window (docs/protocol.md 3.1). A
+// result the agent has before its record landed is answered from memory
+// here while the write retries; a claim that cannot be made is answered
+// unavailable (or store full), never run.
 type Ledger struct {
 	kv  jetstream.KeyValue
 	cfg Config
@@ -122,9 +102,8 @@ type Ledger struct {
 	held    claims   // running claims of this router: their leases are renewed
 	writes  sync.WaitGroup
 	ids     claimIDs
-	// stops stops the watches of waits that have returned (wait, Await):
-	// a watch's stop deletes its consumer, a JetStream API request that
-	// can take 5 s on a cluster, so it runs off the caller's path.
+	// stops stops the watches of waits that returned, off the caller's
+	// path (deleting a consumer can take 5 s on a cluster).
 	stops  store.Stops
 	waits  waits          // the waits of duplicates on this router: one per key
 	awaits waits          // the Await calls on this router: one watch per key
@@ -139,16 +118,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Hits is called for each call answered from the ledger; nil: not counted.
 	Hits func()
-	// Lease is how long a running claim lives without being renewed; zero
-	// means three default heartbeats.
+	// Lease is how long an unrenewed claim lives; zero means three heartbeats.
 	Lease time.Duration
 	// Health is noted with each write's outcome; nil: not noted.
 	Health *store.Health
 	// Landing gives the context of a write that must land (a recorded
-	// result, an abandoned claim), and the one a watch's stop holds while
-	// it runs in the background (store.Stops); nil means a context of two
-	// minutes that nothing waits for (the Landing of a life.Life of the
-	// ledger's own, never drained) but Stop.
+	// result, an abandoned claim) and of a watch's stop in the background;
+	// nil means landBudget that only Stop waits for.
 	Landing func() (context.Context, context.CancelFunc)
 }
 
@@ -185,10 +161,9 @@ const (
 	full                     // the store refused the claim for want of space
 )
 
-// claim tries to become the one run of key. timeout is how long the call
-// may take; the claim tells duplicates how long to wait. Its entry is this
-// router's claim, or, for a duplicate, the other claim's entry as read
-// (with its result when that run has recorded one).
+// claim tries to become the one run of key, for timeout (how long
+// duplicates wait); its entry is this router's claim, or a duplicate's
+// view of the other claim (with its result when recorded).
 func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d digests) (outcome, Entry) {
 	now := time.Now().UTC()
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
@@ -204,8 +179,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 		return claimed, me
 	}
 	if l.cfg.Health.Note(err) {
-		// Out of space: every retry would be refused the same way, and
-		// nothing was written (a create that is refused stores nothing).
+		// Out of space: every retry would be refused, and nothing was written.
 		l.cfg.Logger.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
 		return full, me
 	}
@@ -257,18 +231,15 @@ func (c *claimIDs) next() string {
 	return string(strconv.AppendUint(append(append(buf[:0], c.prefix...), '-'), c.seq.Add(1), 10))
 }
 
-// claims are the running claims of this router, by key: their leases are
-// renewed (Renew) until they are released.
+// claims are this router's running claims, by key, renewed until released.
 type claims struct {
 	router string // every claim held is this router's
 	mu     sync.Mutex
 	m      map[string]held
 }
 
-// held is a running claim as claims keeps it: by value, and small enough
-// (at most 128 bytes) that the map keeps it in its own slot, so a claim
-// held costs no allocation of its own. Its state is running and its
-// router claims.router.
+// held is a running claim as claims keeps it: by value, at most 128 bytes,
+// so the map keeps it in its slot with no allocation of its own.
 type held struct {
 	claim, call, canon string
 	deadline, touched  time.Time
@@ -279,8 +250,7 @@ func (c *claims) entry(h held) Entry {
 	return Entry{State: stateRunning, Router: c.router, Claim: h.claim, Call: h.call, Canon: h.canon, Deadline: h.deadline, Touched: h.touched, rev: h.rev}
 }
 
-// hold starts renewing the lease of this router's running claim of key;
-// release stops it.
+// hold starts renewing this router's running claim of key; release stops.
 func (c *claims) hold(key string, claim Entry) {
 	c.mu.Lock()
 	c.m[key] = held{claim: claim.Claim, call: claim.Call, canon: claim.Canon, deadline: claim.Deadline, touched: claim.Touched, rev: claim.rev}
@@ -295,8 +265,7 @@ func (c *claims) release(key, claim string) {
 	c.mu.Unlock()
 }
 
-// current returns claim as this router holds it now (its latest revision
-// and lease, after renewals).
+// current returns claim with its latest revision and lease.
 func (c *claims) current(key string, claim Entry) Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -327,15 +296,11 @@ func (c *claims) renewed(key string, claim Entry, rev uint64) {
 	c.mu.Unlock()
 }
 
-// Renew renews the lease of every running claim this router holds: one
-// compare-and-set per claim on the revision it holds. A claim that moved on
-// (a durable call's result recorded by another router, or a re-send that
-// found the lease stale and took the claim over) is let go. It runs every
-// heartbeat, beside the renewal of parked batches' and answers' leases.
+// Renew renews the lease of every running claim this router holds, every
+// heartbeat: one compare-and-set per claim, renewParallel at a time so
+// thousands fit in a heartbeat. A claim that moved on (another router
+// recorded its result, or took it over) is let go.
 func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
-	// Concurrently, a few at a time: a router running thousands of long
-	// calls renews them all within the heartbeat, not one round trip after
-	// another. A failed renewal stops none of the others.
 	var g errgroup.Group
 	g.SetLimit(renewParallel)
 	for key, c := range l.held.all() {
@@ -347,8 +312,7 @@ func (l *Ledger) Renew(ctx context.Context, now time.Time) error {
 // renewParallel bounds the lease renewals in flight at once.
 const renewParallel = 32
 
-// renewOne renews l's claim c of key (a function, not a method: Ledger
-// keeps to 15 methods, TestMethodsPerType).
+// renewOne renews l's claim c of key (Ledger keeps to 15 methods).
 func renewOne(ctx context.Context, l *Ledger, key string, c Entry, now time.Time) error {
 	for range 2 { // a conflict: read the entry once and try again if it is still ours
 		c.Touched = now.UTC()
@@ -374,9 +338,8 @@ func renewOne(ctx context.Context, l *Ledger, key string, c Entry, now time.Time
 	return nil
 }
 
-// Abandon marks a claim whose outcome is unknown as abandoned, in the
-// background: the call did not run, and a re-send must be able to claim it
-// rather than wait for a result that will never come.
+// Abandon marks, in the background, a claim whose call did not run as
+// abandoned, so a re-send claims it rather than wait in vain.
 func (l *Ledger) Abandon(key, claim string) {
 	l.writes.Go(func() {
 		ctx, cancel := l.cfg.Landing()
@@ -396,29 +359,20 @@ func (l *Ledger) Abandon(key, claim string) {
 }
 
 // Record stores the result of a claimed call and returns the result the
-// agent gets: res, or, when a re-send took the claim over because this
-// router's lease had lapsed (it was cut off from the store for three
-// heartbeats), the result that re-send recorded, so that the call has one
-// answer. It waits up to recordWait for the write to land, so that a
-// result is normally recorded before anyone hears of it (a router that
-// dies after telling the agent would otherwise leave a re-send nothing but
-// unknown_outcome); past that (the bucket is electing a leader) it returns
-// and the write goes on, retried until it lands, while recorded answers for
-// key from memory. The write goes on when ctx, the caller's, has ended.
-// landed reports whether P_ledger held the returned result when Record
-// returned (its write landed at once, or the re-send's record was read):
-// false when the write was left to its background retry, even if that
-// landed within recordWait (docs/protocol.md 3.4, 1.15: a batch whose
-// every write landed so needs no awaited batch.done).
+// agent gets: res, or the one a re-send recorded when it took the claim
+// over (this router's lease lapsed), so the call has one answer. It waits
+// up to recordWait for the write, so a result is normally recorded before
+// anyone hears of it; past that the write goes on in the background, past
+// ctx too, while recorded answers key from memory. landed: P_ledger held
+// the returned result when Record returned (docs/protocol.md 3.4, 1.15).
 func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Result) (_ bus.Result, landed bool) {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
 	val, buf := encodePooled(l, &done)
-	// The common case in one round trip: the claim is as this router left
-	// it. That write is bounded by recordWait without a context of its own,
-	// and outlives ctx.
+	// The common case in one round trip, bounded by recordWait past ctx:
+	// the claim is as this router left it.
 	start := time.Now()
 	_, err := store.UpdateDetached(ctx, l.kv, claim.storeKey(key), val, claim.rev, recordWait)
 	isFull := l.cfg.Health.Note(err)
@@ -464,11 +418,9 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	return res, false
 }
 
-// stale reports whether the router of a running entry is gone: its lease
-// was not renewed for lease, by the owner's clock (Touched) or by this
-// router's since it last saw the entry change (seen; so a clock behind
-// the owner's does not wait longer). An entry without a lease (a router of
-// an earlier revision) is stale once past its deadline and grace.
+// stale reports whether the router of a running entry is gone: no renewal
+// for lease by the owner's clock (Touched) or this router's since it saw a
+// change (seen); without a lease, past its deadline and grace.
 func stale(le Entry, now, seen time.Time, lease time.Duration) bool {
 	if now.After(le.Deadline.Add(grace)) {
 		return true
@@ -476,26 +428,17 @@ func stale(le Entry, now, seen time.Time, lease time.Duration) bool {
 	return !le.Touched.IsZero() && (now.Sub(le.Touched) > lease || now.Sub(seen) > lease)
 }
 
-// pollEvery is how often a duplicate looks at the entry it waits for when
-// the watch brings nothing: a third of the lease, at most a second.
+// pollEvery is how often a waiting duplicate polls: lease/3, at most 1 s.
 func pollEvery(lease time.Duration) time.Duration {
 	return min(max(lease/3, 10*time.Millisecond), time.Second)
 }
 
 // wait returns the recorded result of key, waiting while another run has
-// it and its router renews the claim's lease. When the lease is stale
-// (that router died) it ends the call at once: the one re-send whose
-// compare-and-set takes the claim over records unknown_outcome (the call
-// may have run), or runs the call again when c.Retry allows (claim is then
-// this router's, to run); every other duplicate gets what that one
-// recorded. The wait never outlasts c.Expiry. A watch that misses an
-// update is covered by reading the entry from the bucket's leader.
-//
-// The duplicates of key that wait on this router share one wait (shared):
-// one watch, one poll and at most one takeover's compare-and-set at a
-// time, whose outcome every waiter gets. Each waiter keeps its own ctx and
-// expiry; the watch stops when the outcome is known or its last waiter
-// leaves.
+// it and renews its lease. A stale lease (its router died) is taken over by
+// one re-send's compare-and-set (takeOver): unknown_outcome, or a run again
+// when c.Retry allows (the claim returned is then this router's to run).
+// The wait never outlasts c.Expiry. The duplicates of key on this router
+// share one wait (shared): one watch, one poll, one takeover at a time.
 func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	if res, ok := l.pending.Load(c.Key); ok {
 		return recorded(l, c, res.(pendingResult)), nil
@@ -525,8 +468,7 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 			}
 			return w.res, nil
 		}
-		// A takeover to run the call again: one waiter runs it, before it
-		// leaves (a last waiter leaving abandons a claim nobody took).
+		// A takeover to run again: one waiter runs it before it leaves.
 		took := w.taken.CompareAndSwap(false, true)
 		l.waits.leave(l, c.Key, w)
 		if took {
@@ -536,17 +478,14 @@ func (l *Ledger) wait(ctx context.Context, c Call) (bus.Result, *Entry) {
 	}
 }
 
-// waits are a router's waits for the record of a key (duplicates', or
-// Await's), by key: one each (shared), however many waiters the key has.
+// waits are this router's waits for keys' records: one each (shared).
 type waits struct {
 	mu sync.Mutex
 	m  map[string]*shared
 }
 
-// shared is the one wait of this router for the record of a key: its
-// waiters join it (waits.join) and leave it (waits.leave), and its loop
-// (shared.loop, shared.watch) runs while it has waiters and until it has an
-// outcome.
+// shared is the one wait of this router for the record of a key; its loop
+// (loop, watch) runs while it has waiters and no outcome.
 type shared struct {
 	ctx     context.Context    // the loop's: the first waiter's values, ended by quit
 	quit    context.CancelFunc // called when the last waiter left before the outcome
@@ -559,10 +498,8 @@ type shared struct {
 	taken   atomic.Bool        // claim was given to a waiter, or abandoned
 }
 
-// join returns the wait of c.Key on this router, joined: a live one, or
-// one it starts, running loop (tracked in l.loops, which Stop waits for).
-// A wait that has ended (an outcome, or its last waiter gone) is no longer
-// listed, so a later waiter starts another.
+// join returns the live wait of c.Key on this router, joined, or one it
+// starts running loop (in l.loops); a wait that ended is no longer listed.
 func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared, *Ledger)) *shared {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
@@ -570,8 +507,7 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared,
 		w.waiters++
 		return w
 	}
-	// The loop outlives its first waiter when others joined: its context
-	// is its own, ended when its last waiter leaves (the values stay).
+	// The loop outlives its first waiter: its own context, ended by the last.
 	lctx, quit := context.WithCancel(context.WithoutCancel(ctx))
 	w := &shared{ctx: lctx, quit: quit, call: c, waiters: 1, done: make(chan struct{})}
 	if ws.m == nil {
@@ -583,9 +519,8 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared,
 	return w
 }
 
-// leave takes a waiter off w. The last one to leave before the outcome
-// ends the loop (its watch stops in the background); the last one to
-// leave after an outcome that is a claim nobody took abandons the claim.
+// leave takes a waiter off w; the last one ends the loop before the
+// outcome, or abandons after it a claim nobody took.
 func (ws *waits) leave(l *Ledger, key string, w *shared) {
 	ws.mu.Lock()
 	w.waiters--
@@ -620,8 +555,7 @@ func (ws *waits) end(l *Ledger, key string, w *shared, res bus.Result, hit bool,
 	}
 }
 
-// unclaimed abandons w's claim when no waiter took it to run: the call
-// did not run, and a re-send may claim it again.
+// unclaimed abandons w's claim when no waiter took it to run.
 func (w *shared) unclaimed(l *Ledger, key string) {
 	if w.taken.CompareAndSwap(false, true) {
 		l.held.release(key, w.claim.Claim)
@@ -638,22 +572,19 @@ func isClosed(ch chan struct{}) bool {
 	}
 }
 
-// loop is w's: the watch, poll and takeover of key for its waiters, until
-// an outcome (waits.end) or until its last waiter leaves (quit).
+// loop is w's watch, poll and takeover, until an outcome or no waiter.
 func (w *shared) loop(l *Ledger) {
 	defer l.loops.Done()
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
-	// The watch lives as long as ctx: nats.go unsubscribes it when ctx
-	// ends (js.go Subscribe), so ctx is the loop's, ended by the last
-	// waiter's leaving, which ends a create whose reply is lost too.
+	// The watch lives as long as ctx, the loop's, ended by the last
+	// waiter's leaving (nats.go unsubscribes it then).
 	watch, err := l.kv.Watch(ctx, key)
 	var updates <-chan jetstream.KeyValueEntry
 	if err == nil {
-		// Not watch.Stop: it deletes the watch's consumer and waits for
-		// the reply (store.Stops), up to 5 s on a cluster whose meta
-		// leader moves, and the result is known already.
+		// Not watch.Stop: deleting its consumer can take 5 s on a
+		// cluster, and the result is known already (store.Stops).
 		defer l.stops.Go(watch)
 		updates = watch.Updates()
 	}
@@ -730,10 +661,9 @@ func (w *shared) loop(l *Ledger) {
 	}
 }
 
-// takeOver ends a running entry whose router is gone, with compare-and-set
-// on the revision read, so that of the duplicates that find it stale
-// exactly one decides. ok false: the entry changed first (read it again) or
-// could not be written.
+// takeOver ends a running entry whose router is gone, by compare-and-set
+// on the revision read, so exactly one duplicate decides; ok false: the
+// entry changed first or could not be written.
 func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bus.Result, *Entry, bool) {
 	now := time.Now().UTC()
 	next := Entry{Router: l.cfg.Router, Claim: l.ids.next(), Call: le.Call, Canon: le.Canon, Deadline: le.Deadline}
@@ -756,9 +686,8 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 	rev, err := l.kv.Update(uctx, key, val, le.rev)
 	cancel()
 	if l.cfg.Health.Note(err) {
-		// The store refuses the takeover, and will until someone frees
-		// space: the dead router's call may have run, and nothing more
-		// can be known or recorded now.
+		// The store is full: the dead router's call may have run, and
+		// nothing more can be known or recorded now.
 		l.cfg.Logger.Warn("ledger: stale ledger claim not taken over: store full", "key", key, "err", err)
 		if next.State == stateRunning || c.Durable {
 			res = UnknownOutcome(c.Call)
@@ -782,13 +711,10 @@ func (l *Ledger) takeOver(ctx context.Context, key string, le Entry, c Call) (bu
 }
 
 // Interrupt records res, the interrupted result of call key that a cancel
-// ended before it started (docs/protocol.md 3.5), as the call's one result,
-// unless the key has an entry already: a re-sent batch (3.1) then gets res
-// from the ledger, as it gets any recorded result, and the call never runs.
-// An entry that exists stands (a run claimed the call first; the cancel
-// reaches that run itself). One create, within the Bounded policy's budget;
-// nothing is written for a call that was never cancelled. It returns the
-// write's error (a conflict is none).
+// ended before it started (docs/protocol.md 3.5), unless the key has an
+// entry (a run claimed it first; the cancel reaches that run): a re-sent
+// batch gets res and the call never runs. One create; a conflict is no
+// error.
 func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) error {
 	now := time.Now().UTC()
 	e := Entry{State: stateDone, Router: l.cfg.Router, Claim: l.ids.next(), Deadline: now, Result: &res}
@@ -800,10 +726,9 @@ func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) erro
 	return err
 }
 
-// Stop waits until the records in flight have landed, the waits' loops
-// have ended (each ends once its waiters have returned) and their watches
-// have stopped, or until ctx ends. A router does not
-// call it: its drain waits for both through Config.Landing.
+// Stop waits until the records in flight have landed and the waits' loops
+// and watches have ended, or until ctx ends. A router's drain waits for
+// them through Config.Landing instead.
 func (l *Ledger) Stop(ctx context.Context) error {
 	if err := waitFor(ctx, &l.writes, "records still in flight"); err != nil {
 		return err
@@ -831,37 +756,26 @@ type Call struct {
 	// Key is the call key (session.replyid.callid), as in P_parked.
 	Key  string
 	Call bus.Call
-	// Digest is bus.CompactCallDigest (1.12) and Canon bus.CallDigest
-	// (1.13) of the call as the agent sent it (a confirmed call's parked
-	// input, not a person's edit): kept in the claim, and compared by
-	// duplicates (digests.other). Empty: neither kept nor compared.
+	// Digest (1.12) and Canon (1.13) of the call as the agent sent it (a
+	// confirmed call's parked input, not an edit): Entry.Call and Canon.
 	Digest, Canon string
-	// Timeout is how long the run may take; duplicates wait that long for
-	// an entry of a router without leases.
+	// Timeout is how long the run may take (a lease-less entry's wait).
 	Timeout time.Duration
-	// Expiry is the batch's expirytime: a duplicate's wait ends then, with
-	// the call's timeout. Zero when the batch has none.
+	// Expiry is the batch's expirytime, ending a duplicate's wait; zero: none.
 	Expiry time.Time
 	// Retry: the call may run again (idempotent with max_attempts > 1,
 	// docs/protocol.md 5.6), so a dead router's claim is taken over to run it.
 	Retry bool
-	// Durable: the work queue holds the call and any router records its
-	// worker's result (5.8), so a dead router's claim is waited for until
-	// its deadline, and then ends as the timeout its router would have
-	// recorded.
+	// Durable: any router records its worker's result (5.8), so a dead
+	// router's claim is waited for until its deadline, then times out.
 	Durable bool
 }
 
 // Once runs run at most once per c.Key within the dedupe window and
-// records its result (Claimed, then Record). A result that says the call
-// did not run (unavailable: no worker took it) is not recorded: the claim
-// is abandoned (Release), so that a re-send runs the call once a worker
-// can (docs/protocol.md 3.1: "an unavailable result always means nothing
-// ran, and a re-send may run the call"). Recorded, it answered every
-// re-send unavailable for the whole dedupe window, workers live or not.
-// landed is Record's: this run's result was in P_ledger when Once
-// returned; false for every other way out (a duplicate answered from the
-// ledger or from memory, a claim not made, a released one).
+// records its result (Claimed, then Record). An unavailable result (no
+// worker took it) is not recorded but released, so a re-send runs the call
+// once a worker can (docs/protocol.md 3.1). landed is Record's; false for
+// every other way out.
 func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) (_ bus.Result, landed bool) {
 	res := l.Claimed(ctx, c, func(claim Entry) bus.Result {
 		res := run()
@@ -876,11 +790,8 @@ func (l *Ledger) Once(ctx context.Context, c Call, run func() bus.Result) (_ bus
 }
 
 // Release abandons this router's claim of key, whose call did not run: a
-// re-send may claim it again, and a duplicate waiting for it gets
-// unavailable. Like Record, it waits up to recordWait for the write to
-// land (so that the agent's re-send finds the claim free, not a claim
-// whose lease it would have to see lapse and then end as unknown_outcome);
-// past that the write goes on in the background (Abandon).
+// re-send may claim it again, a waiting duplicate gets unavailable. Like
+// Record it waits up to recordWait, then goes on in the background (Abandon).
 func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 	claim = l.held.current(key, claim)
 	defer l.held.release(key, claim.Claim)
@@ -894,11 +805,8 @@ func (l *Ledger) Release(ctx context.Context, key string, claim Entry) {
 }
 
 // Claimed is the one dedupe decision for a call key: the first claim runs
-// run (which records the result in the entry), a duplicate (a re-sent
-// batch, on any router) gets the recorded result, waiting for it while the
-// first run is still going (and ending it when that run's router died), a
-// claim that cannot be written answers unavailable, and one the store
-// refuses for want of space answers store full.
+// run (which records the result), a duplicate gets the recorded result
+// (wait), a claim not written answers unavailable, or store full.
 func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.Result) bus.Result {
 	key := c.Key
 	if res, ok := l.pending.Load(key); ok {
@@ -913,8 +821,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 			return bus.OtherCallResult(c.Call) // another call under this key: no wait, no result of it
 		}
 		if claim.recorded() {
-			// The entry read holds the result: no watch to wait on
-			// (a consumer's create and delete through the meta leader).
+			// The entry read holds the result: no watch to wait on.
 			l.cfg.Hits()
 			return *claim.Result
 		}
@@ -934,16 +841,14 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 	}
 }
 
-// pendingResult is a recorded result that has not landed yet, with its
-// claim's call digests.
+// pendingResult is a recorded result not landed yet, with its digests.
 type pendingResult struct {
 	res  bus.Result
 	call digests
 }
 
-// recorded is what a duplicate c gets from p, a result of l not landed
-// yet: that result, unless p is another call's. A function, not a method:
-// Ledger keeps to 15 methods (internal/life TestMethodsPerType).
+// recorded is what a duplicate c gets from p, a result not landed yet:
+// that result, unless p is another call's. (Ledger keeps to 15 methods.)
 func recorded(l *Ledger, c Call, p pendingResult) bus.Result {
 	if p.call.other(c) {
 		return bus.OtherCallResult(c.Call)
@@ -952,19 +857,15 @@ func recorded(l *Ledger, c Call, p pendingResult) bus.Result {
 	return p.res
 }
 
-// digests are the call digests a claim holds: call, 1.12's
-// (bus.CompactCallDigest), and canon, 1.13's (bus.CallDigest).
+// digests are a claim's call (1.12) and canon (1.13) digests.
 type digests struct{ call, canon string }
 
 func (e *Entry) digests() digests { return digests{e.Call, e.Canon} }
 
 // other reports whether a claim with digests held is another call than c
-// (docs/protocol.md 3.1): when both have 1.13's digest, whether those
-// differ (the inputs hold other JSON values); else, when both have 1.12's,
-// whether c has neither held's 1.12 digest as one of its own (a claim of
-// 1.12 whose input was sent canonical meets a reordered copy as the same
-// call: equal hashes of a compact and a canonical text mean one value);
-// else not (a router of 1.11 wrote held, or c has none).
+// (docs/protocol.md 3.1): by 1.13's digests when both have them, else by
+// 1.12's (held's may equal either of c's: a canonical input is compact
+// too), else not.
 func (held digests) other(c Call) bool {
 	switch {
 	case held.canon != "" && c.Canon != "":
@@ -984,21 +885,15 @@ func StoreFull(c bus.Call, h *store.Health) bus.Result {
 		"InternalError: %s: JetStream refused to record the call of tool '%s' (%s); it did not run. Call it again once the operator has freed space.", store.FullText, c.Name, why))
 }
 
-// Unavailable and UnknownOutcome are bus's results, named as the ledger's
-// callers know them.
+// Unavailable and UnknownOutcome are bus's results, by the ledger's names.
 var (
 	Unavailable    = bus.NotRecordedResult
 	UnknownOutcome = bus.UnknownOutcomeResult
 )
 
 // Await waits until key's entry holds a result, and returns it; false when
-// ctx ends first, or the watch cannot start or ends.
-//
-// The Await calls of one key on this router share one watch (a shared wait
-// of l.awaits, as the waits of duplicates share theirs): every waiter gets
-// its outcome and keeps its own ctx; the watch stops when the outcome is
-// known or its last waiter leaves. Each waiter answered with a result
-// counts as a hit.
+// ctx ends first, or the watch cannot start or ends. The Await calls of one
+// key on this router share one watch (l.awaits); each answered is a hit.
 func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 	a := l.awaits.join(l, ctx, Call{Key: key}, (*shared).watch)
 	select {
@@ -1015,8 +910,7 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 }
 
 // watch is an Await wait's loop: it follows the key until its entry holds
-// a result (the outcome), the watch cannot start or ends (no result), or
-// the last waiter leaves.
+// a result, the watch ends, or the last waiter leaves.
 func (a *shared) watch(l *Ledger) {
 	defer l.loops.Done()
 	ctx, key := a.ctx, a.call.Key
@@ -1049,9 +943,8 @@ func (a *shared) watch(l *Ledger) {
 // errRecorded stops a compare-and-set whose entry has its result already.
 var errRecorded = errors.New("ledger: the call has a result already")
 
-// End records res as the result of the claimed call key, unless the entry
-// has one already (a worker's result got in first): then that one stands
-// and is returned.
+// End records res as the result of the claimed call key, unless a
+// worker's result got in first: that one stands and is returned.
 func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 	ctx, cancel := l.cfg.Landing()
 	defer cancel()
@@ -1074,9 +967,7 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 }
 
 // RecordResult records a durable call's result from its worker in the
-// call's running entry.
-// A failed result that comes past the entry's deadline is recorded as
-// late, the call's timeout.
+// call's running entry; a failure past the entry's deadline as late.
 func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Result) (bus.ExecRecorded, error) {
 	var why string
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -1108,6 +999,5 @@ func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Res
 	return bus.ExecRecorded{Recorded: true}, nil
 }
 
-// TimeoutGrace is how long past a call's deadline the router still waits
-// for the worker's reply before it reports the timeout itself.
+// TimeoutGrace is how long past a deadline the router awaits the worker.
 const TimeoutGrace = 50 * time.Millisecond

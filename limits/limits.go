@@ -47,13 +47,11 @@ type Call struct {
 	ReadOnly bool
 	User     string
 	Session  string
-	// CacheHit says the result cache answers the call: only rules with
-	// CacheHits count it.
+	// CacheHit: the result cache answers the call (counted by CacheHits rules).
 	CacheHit bool
 }
 
-// Refusal is a call over one of its limits: nothing ran and nothing was
-// counted.
+// Refusal is a call over one of its limits: nothing ran, nothing counted.
 type Refusal struct {
 	Rule       string
 	Kind       string // KindRate or KindBudget
@@ -138,8 +136,7 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
-// key digests the call's values of the rule's dimensions: a valid KV key
-// whatever the names.
+// key digests the call's values of the rule's dimensions into a KV key.
 func (l *Limiter) key(r *Rule, c Call) string {
 	h := sha256.New()
 	for _, p := range r.Per {
@@ -204,8 +201,7 @@ type gcra struct {
 
 var errRefused = errors.New("limits: refused")
 
-// rate takes one slot of rule r's rate (if any) for key, or refuses with
-// the time until the slot frees.
+// rate takes a slot of r's rate (if any) for key, or refuses until one frees.
 func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
 	if r.Rate == nil {
 		return nil, nil, nil
@@ -252,9 +248,8 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}, nil
 }
 
-// budget adds the call's cost to today's counter of r's budget (if any);
-// past the budget it is taken back and refused. Acknowledged totals are
-// unique, so exactly the calls that fit are admitted.
+// budget adds the call's cost to today's counter of r's budget (if any), taking it
+// back past the budget: unique acknowledged totals admit exactly the calls that fit.
 func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
 	if r.Budget == nil {
 		return nil, nil, nil
@@ -296,8 +291,7 @@ type Usage struct {
 	Left int64  `json:"left"`
 	// Limit is the rate's burst or the budget's units.
 	Limit int64 `json:"limit"`
-	// ResetMS is how long until everything used is back (a rate) or the
-	// day ends (a budget).
+	// ResetMS is how long until all is back (a rate) or the day ends (a budget).
 	ResetMS int64 `json:"reset_ms"`
 }
 
@@ -477,8 +471,7 @@ type Rule struct {
 type Rate struct {
 	Calls      int   `json:"calls"`
 	IntervalMS int64 `json:"interval_ms"`
-	// Burst is how many calls may come at once after a quiet spell; zero
-	// means Calls.
+	// Burst is how many calls may come at once after a quiet spell; zero: Calls.
 	Burst int `json:"burst,omitempty"`
 }
 
@@ -494,8 +487,7 @@ func (r *Rate) emission() time.Duration {
 	return time.Duration(r.IntervalMS) * time.Millisecond / time.Duration(r.Calls)
 }
 
-// Check validates the configuration and applies defaults. It changes
-// nothing when it returns an error.
+// Check validates the configuration and applies defaults; an error changes nothing.
 func (c *Policy) Check() error {
 	if len(c.Rules) > MaxRules {
 		return fmt.Errorf("limits: %d rules, at most %d", len(c.Rules), MaxRules)

@@ -30,37 +30,31 @@ import (
 
 // Config configures a Store.
 type Config struct {
-	// TTL is how long a call stays parked before it expires with a timeout
-	// result; zero means DefaultTTL.
+	// TTL is how long a call stays parked before it times out; zero means DefaultTTL.
 	TTL time.Duration
-	// Owner is the id of the router using the store, written as the owner
-	// of the work it leases.
+	// Owner is the id of the router using the store, owner of what it leases.
 	Owner string
 	// Source is the router's CloudEvents source, of the handoff requests.
 	Source string
-	// Publish publishes the live handoff requests (docs/protocol.md 6.2);
-	// nil publishes none.
+	// Publish publishes the live handoff requests (protocol 6.2); nil: none.
 	Publish func(*nats.Msg) error
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
-	// Presence says whether the router that ended a lone parked call is
-	// gone (Mends.Lone); nil keeps no notes of lone calls.
+	// Presence judges the routers of lone calls (Mends.Lone); nil: no notes.
 	Presence *presence.Presence
 }
 
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
 const DefaultTTL = 24 * time.Hour
 
-// Store is the parked calls and continuations of one deployment, over
-// P_parked. It is safe for concurrent use.
+// Store is one deployment's parked calls and continuations (P_parked); concurrency-safe.
 type Store struct {
 	calls *calls
 	conts *conts
 	cfg   Config
 	Read  Reads // reads from the watch-fed cache (Parked) or the store
 	Mends Mends // the results lost between a call's end and its batch
-	// Cancels records calls cancelled before they started that a re-sent
-	// copy might park.
+	// Cancels records calls cancelled before they started.
 	Cancels Cancels
 }
 
@@ -81,7 +75,6 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 		calls: newCalls(sh, subj),
 		conts: &conts{shared: sh, active: map[string]*Batch{}, known: store.NewCache[openBatch](goneMemory)},
 	}
-	s.calls.last, s.calls.latest = st.Parked.LastRevision, st.Parked.Latest
 	s.Read = Reads{calls: s.calls, conts: s.conts}
 	s.Mends = Mends{s: s}
 	s.Cancels = Cancels{s: s}
@@ -89,11 +82,12 @@ func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
 }
 
 // Start loads the caches of records and continuations and keeps them fed.
-func (s *Store) Start(ctx context.Context) error {
-	if err := s.calls.start(ctx); err != nil {
+func (s *Store) Start(ctx context.Context) (err error) {
+	if s.calls.watch, err = store.WatchLoaded(ctx, s.calls.kv, "*.*.*", s.calls.apply); err != nil {
 		return err
 	}
-	if err := s.conts.start(ctx); err != nil {
+	s.calls.follows.Store(true)
+	if s.conts.watch, err = store.WatchLoaded(ctx, s.conts.kv, "*.*", s.conts.applyBatch); err != nil {
 		_ = s.Stop(context.WithoutCancel(ctx))
 		return err
 	}
@@ -105,8 +99,7 @@ func (s *Store) Stop(ctx context.Context) error {
 	return store.StopAll(ctx, s.calls.watch, s.conts.watch)
 }
 
-// Renew renews the lease of every continuation and answered call this
-// router holds; one taken over or moved on is let go.
+// Renew renews the leases this router holds, letting go of those moved on.
 func (s *Store) Renew(ctx context.Context, now time.Time) error {
 	owner, at := s.cfg.Owner, now.UTC()
 	return errors.Join(
@@ -175,8 +168,7 @@ func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	return s.parkCalls(ctx, run)
 }
 
-// parkCalls writes the records of run's calls, whose continuation is
-// written, then announces them.
+// parkCalls writes the records of run's calls, then announces them.
 func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	out := Parking{Batch: run.Batch}
 	var created []*Record
@@ -187,19 +179,17 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 			switch {
 			case rerr != nil:
 			case carried(prev) != nil:
-				// A first copy of this batch carried its continuation in
-				// this call's record: that copy is the batch, this one's goes.
+				// A first copy carried its continuation in this record: it is the batch.
 				if s.conts.remove(ctx, run.Batch) {
 					first := carried(prev)
 					err := differs(run, first, nil)
 					if err != nil {
-						// A copy with other calls: the records it wrote
-						// before this conflict are no call of that batch.
+						// A copy with other calls: its records written so far are no call of it.
 						unpark(ctx, s.calls, created)
 					}
 					return Parking{Before: true, Batch: first, Differs: err}, nil
 				}
-			case forestalled(prev):
+			case prev.Kind == bus.KindQueued && prev.Status != bus.ParkParked && prev.Result != nil:
 				// A cancel ended the call before it parked (Cancels.Forestall).
 				err = errCancelledFirst
 			default:
@@ -221,8 +211,7 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	s.calls.announce(run, out.Parked, created)
 	if run.Alone && len(out.Failed) > 0 {
 		// A call that did not park is awaited in vain: the run goes back to
-		// running, but only while the continuation still waits for every
-		// failed call; else another router moved it on (ErrNotOwner).
+		// running, unless another router moved it on (ErrNotOwner).
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
 			for id := range out.Failed {
 				if !b.lacks(id) {
@@ -244,19 +233,12 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 	return out, nil
 }
 
-// forestalled reports whether r is a record Cancels.Forestall wrote.
-func forestalled(r *Record) bool {
-	return r.Kind == bus.KindQueued && r.Status != bus.ParkParked && r.Result != nil
-}
-
-// carries reports whether run's batch may live in its one parked call's
-// record: a new batch whose last call alone waits.
+// carries: a new batch whose last call alone waits lives in that call's record.
 func carries(run Run) bool {
 	return run.Batch.rev == 0 && run.Alone && len(run.Calls) == 1 && run.Next >= len(run.Batch.Data.Calls)
 }
 
-// parkCarried parks run's one call with the continuation inside its record:
-// one create. A conflict is a first copy of the batch that parked already.
+// parkCarried parks run's one call carrying the continuation: one create.
 func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Parking, error) {
 	b, r := run.Batch, run.Calls[0]
 	b.Results, b.Waiting, b.Next = run.Results, waiting, run.Next
@@ -287,10 +269,9 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	return Parking{Batch: b, Parked: []*Record{r}}, nil
 }
 
-// join parks, for a copy of a batch that found an earlier copy's cont, the
-// awaited calls that have no record yet (a call is listed only once its
-// record exists: docs/protocol.md 6.1), and returns the awaited records as
-// stored. With no cont it writes nothing and returns the records that exist.
+// join parks, for a copy that found an earlier copy's cont, the awaited
+// calls without a record yet (docs/protocol.md 6.1), and returns the awaited
+// records as stored; with no cont, only the records that exist.
 func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	var out, created []*Record
 	for _, r := range run.Calls {
@@ -314,9 +295,8 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 	return out
 }
 
-// differs is bus.SameCalls of run's batch and an earlier copy's: its
-// continuation b, or, when that is gone or unreadable (nil), its records
-// recs (SameRecorded).
+// differs is bus.SameCalls of run's batch and an earlier copy's
+// continuation b, or (b nil) its records recs.
 func differs(run Run, b *Batch, recs []*Record) error {
 	if b != nil {
 		return bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls)
@@ -325,8 +305,7 @@ func differs(run Run, b *Batch, recs []*Record) error {
 }
 
 // SameRecorded checks that each of recs records the call of its id among
-// calls (a copy's), where the records are all there is to compare with:
-// their batch's continuation is gone, unreadable or not read
+// calls (a copy's), where no continuation is there to compare with
 // (docs/protocol.md 3.1).
 func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	for _, rec := range recs {
@@ -341,8 +320,7 @@ func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	return nil
 }
 
-// unpark removes the unannounced records of a refused copy (Parking.Differs).
-// A function: calls keeps to 15 methods (TestMethodsPerType).
+// unpark removes a refused copy's unannounced records (calls keeps to 15 methods).
 func unpark(ctx context.Context, c *calls, recs []*Record) {
 	for _, r := range recs {
 		if _, err := store.Delete(ctx, c.kv, r.Key(), store.Bounded); err != nil {
@@ -351,8 +329,7 @@ func unpark(ctx context.Context, c *calls, recs []*Record) {
 	}
 }
 
-// announce hands run's parked records to run.Announce, then publishes the
-// live requests of those this router created.
+// announce hands run's records to run.Announce, then publishes the live requests.
 func (c *calls) announce(run Run, parked, created []*Record) {
 	if run.Announce != nil {
 		run.Announce(parked)
@@ -378,8 +355,7 @@ func carried(r *Record) *Batch {
 	return b
 }
 
-// Continuation is the continuation of rec's batch: the one rec carries,
-// or the one under the batch's key.
+// Continuation is rec's batch's continuation: carried by rec, or under its key.
 func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 	if b := carried(rec); b != nil {
 		return b, nil
@@ -388,9 +364,8 @@ func (s Reads) Continuation(ctx context.Context, rec *Record) (*Batch, error) {
 }
 
 // Settle ends the run that parked calls: its results join the continuation,
-// and the batch waits, or is resumed here when every answer came in (true).
-// A continuation taken over meanwhile only gets the results: setting the
-// phase too could let both routers resume it.
+// which waits, or resumes here when every answer came in (true); one taken
+// over meanwhile gets only the results, lest both routers resume it.
 func (s *Store) Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*Batch, bool, error) {
 	b, err := s.conts.update(ctx, session, replyID, func(b *Batch) error {
 		for id, res := range results {
@@ -424,8 +399,7 @@ const (
 	Confirmed                // a confirmed call runs on this router, under a lease: parked → answered
 )
 
-// Decide validates an answer against its record, may rewrite either, and
-// returns its verdict (and, for Done, the result).
+// Decide validates an answer against its record, maybe rewriting either.
 type Decide func(*Record, *bus.Answer) (Verdict, bus.Result, error)
 
 // Answered is what Answer did.
@@ -436,12 +410,9 @@ type Answered struct {
 }
 
 // Resume records a call's result in its record (answered → done), runs
-// report with the continuation as read (nil: unreadable; skipped when another
-// router closed the call), then adds the result to the continuation. The
-// last awaited result resumes the batch (true); with nothing left to run it
-// writes nothing, Finish removing the continuation after batch.done. A
-// carried batch (a lone call's, again for a gone router: Mends.Lone) resumes
-// so too.
+// report with the continuation as read (nil: unreadable), then adds the
+// result to it; the last awaited result resumes the batch (true), writing
+// nothing when nothing is left to run (Finish removes it after batch.done).
 func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	if rec.Status == bus.ParkParked { // only the transition that ended the call completes it
 		return nil, false, bus.Errorf(bus.CodeNotParked, "call %s is still parked: it has no result to record", rec.Call.ID)
@@ -452,8 +423,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 				return nil, false, err
 			}
 			if len(rec.Batch) > 0 {
-				// Only the close says this router ended the call: the one
-				// that takes the answer over resumes it.
+				// Only the close says this router ended it: a taker-over resumes it.
 				return nil, false, fmt.Errorf("parked: answered call %s not closed: %w", rec.Key(), err)
 			}
 			s.cfg.Logger.Warn("parked: answered call not closed", "key", rec.Key(), "err", err)
@@ -461,8 +431,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 	}
 	cont, err := s.Read.Continuation(ctx, rec)
 	report(cont)
-	// Nothing to write when nothing is left to run: the continuation stays
-	// until batch.done so the others' mends cover a stop (protocol 1.13).
+	// Nothing left to run: the continuation stays until batch.done (1.13).
 	if err == nil && (cont.gone || cont.last(rec.Call.ID)) {
 		cont.Results[rec.Call.ID] = res
 		claim(cont, s.cfg.Owner, PhaseResumed, rec.Call.ID)
@@ -476,8 +445,7 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 type Mends struct{ s *Store }
 
 // Stranded returns the records of calls seen ending before cutoff whose
-// continuation, as cached, still lacks their result. The normal case costs
-// no I/O; a record returned is looked at again a lease later.
+// cached continuation still lacks their result (no I/O in the normal case).
 func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	s := m.s
 	var out []*Record
@@ -497,9 +465,8 @@ func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
 	return out
 }
 
-// recheck reads the record of key, noted in e: it returns the record when it
-// still ends as e's notes do (ends), and forgets the note of one that no
-// longer does or is gone; a read that fails keeps the note for next time.
+// recheck reads the record of key, noted in e: the record when it still
+// ends so (ends); the note is forgotten once it does not, kept on a failed read.
 func (m Mends) recheck(ctx context.Context, e *endings, key string, ends func(*Record) bool) *Record {
 	rec, err := m.s.Read.Get(ctx, key)
 	switch {
@@ -512,10 +479,8 @@ func (m Mends) recheck(ctx context.Context, e *endings, key string, ends func(*R
 }
 
 // Mend does, for a stranded rec, what its router's Resume would have:
-// report (the call.result event, deduplicated by ResultID), then one
-// compare-and-set adding res while the continuation lacks it; the write that
-// makes the batch ready resumes it (true). A result that joined meanwhile,
-// or a batch that moved on, gets nil, false, nil.
+// report, then add res while the continuation lacks it, resuming the batch
+// it makes ready (true); nil, false, nil when there is nothing to mend.
 func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report func(*Batch)) (*Batch, bool, error) {
 	s := m.s
 	if !endsInBatch(rec) {
@@ -540,15 +505,12 @@ func (m Mends) Mend(ctx context.Context, rec *Record, res bus.Result, report fun
 	return b, resume, nil
 }
 
-// errMended: the continuation has the result Mend would add, or no longer
-// waits for it.
+// errMended: the continuation has the result, or no longer waits for it.
 var errMended = errors.New("parked: the result joined its batch")
 
 // Lone returns the records of carried calls seen ending whose router is gone
 // without outliving the end by a lease (presence.Judge): it may have died
-// before batch.done, which Resume of such a record publishes again
-// (docs/protocol.md 1.13).
-// The normal path costs no I/O.
+// before batch.done (docs/protocol.md 1.13). The normal path costs no I/O.
 func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	s := m.s
 	if s.cfg.Presence == nil {
@@ -576,16 +538,14 @@ func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
 	return out
 }
 
-// Expire ends the parked calls whose time is up with a timeout result; it
-// returns those this router ended.
+// Expire ends the parked calls whose time is up, returning those ended here.
 func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 	return s.calls.endAll(ctx, s.calls.expired(now), bus.ParkExpired, bus.CodeTimeout, "Tool execution timeout after "+s.cfg.TTL.String())
 }
 
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
-// the continuation, when known, so queued calls never run (a resuming router
-// reads late marks with Reads.Marks), and ends the parked ones. It returns
-// the calls this router ended; an unknown reply costs no read.
+// a known continuation so queued calls never run (Reads.Marks) and ends the
+// parked ones, returning those this router ended.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
 	recs := s.calls.list(session, replyID)
 	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
@@ -596,14 +556,12 @@ func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []strin
 	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
 }
 
-// Cancels records the calls a cancel ended before they started (its own
-// type: Store keeps to 15 methods); it is Store.Cancels.
+// Cancels records the calls a cancel ended before they started (Store.Cancels).
 type Cancels struct{ s *Store }
 
 // Forestall records res for c, a call a cancel ended before it started
-// (docs/protocol.md 3.5), in a cancelled record of kind queued, so a re-sent
-// copy that would park it gets res instead, even after batch.done. An
-// existing record is left as it is.
+// (docs/protocol.md 3.5), so a re-sent copy that would park it gets res; an
+// existing record stands.
 func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
 	r := &Record{Session: session, ReplyID: replyID, Call: c, Kind: bus.KindQueued, Status: bus.ParkCancelled, Result: &res}
 	if err := f.s.calls.create(ctx, r); err != nil && !store.IsConflict(err) {
@@ -612,9 +570,8 @@ func (f Cancels) Forestall(ctx context.Context, session, replyID string, c bus.C
 	return nil
 }
 
-// Marks adds to b, once it is tracked as running, the cancel marks this
-// router knows and b lacks, so a cancel before or after never misses
-// (docs/protocol.md 3.5).
+// Marks adds to b, once tracked as running, the cancel marks this router
+// knows and b lacks (docs/protocol.md 3.5).
 func (s Reads) Marks(b *Batch) {
 	if b.gone {
 		return // carried: nothing of it is left to run
@@ -633,9 +590,8 @@ func (s Reads) Marks(b *Batch) {
 	}
 }
 
-// TakeOver claims the work of routers that stopped renewing their leases
-// since cutoff: the continuations they ran (to repair) and the answered
-// calls whose confirmed run never reported (to settle again).
+// TakeOver claims the continuations and answered calls of routers that
+// stopped renewing their leases since cutoff.
 func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Record) {
 	return s.conts.takeOver(ctx, cutoff), s.calls.takeOverAnswers(ctx, cutoff)
 }
@@ -654,12 +610,10 @@ func (s *Store) Finish(ctx context.Context, b *Batch) error {
 	return nil
 }
 
-// Release stops renewing the lease of a batch this router works on, so
-// another router takes it over.
+// Release stops renewing the lease of a batch, for another router to take.
 func (s *Store) Release(b *Batch) { s.conts.leases.release(batchKey(b.Key())) }
 
-// Parked returns the parked records of a session ("" for all), of one reply
-// id when given, oldest first, from the cache.
+// Parked returns the cached parked records of a session ("": all), oldest first.
 func (s Reads) Parked(session, replyID string) []*Record { return s.calls.list(session, replyID) }
 
 // ParkedNow is Parked once the cache caught up with the bucket's leader
@@ -669,7 +623,7 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 	if session != "" {
 		filter = session + ".*.*"
 	}
-	rev, err := s.calls.last(ctx, filter)
+	rev, err := s.calls.kv.LastRevision(ctx, filter)
 	if err == nil && s.calls.watch != nil {
 		err = s.calls.watch.Reached(ctx, rev)
 	}
@@ -677,12 +631,10 @@ func (s Reads) ParkedNow(ctx context.Context, session string) ([]*Record, error)
 }
 
 // FromLeader returns the parked records of one session, oldest first, read
-// from the bucket's stream leader rather than the cache: for a list a cache
-// still behind (ParkedNow's error) could leave a waiting call out of
-// (docs/inbox.md). One read per record of the session; a record that does
-// not decode is skipped.
+// from the bucket's stream leader, for when the cache is behind
+// (docs/inbox.md); a record that does not decode is skipped.
 func (s Reads) FromLeader(ctx context.Context, session string) ([]*Record, error) {
-	entries, err := s.calls.latest(ctx, session+".*.*")
+	entries, err := s.calls.kv.Latest(ctx, session+".*.*")
 	if err != nil {
 		return nil, err
 	}
@@ -702,8 +654,7 @@ func (s Reads) FromLeader(ctx context.Context, session string) ([]*Record, error
 	return recs, nil
 }
 
-// Held returns the cached parked record of the first of calls, nil when none
-// (one lookup per call, no allocation; docs/protocol.md 3.1).
+// Held returns the cached parked record of the first of calls (no allocation).
 func (s Reads) Held(session, replyID string, calls []bus.Call) *Record {
 	var buf [192]byte
 	s.calls.mu.RLock()
@@ -751,11 +702,9 @@ func (s Reads) Batch(ctx context.Context, session, replyID string) (*Batch, erro
 type Phase string
 
 const (
-	// PhaseRunning: the router that parked calls is still finishing the
-	// run they belong to.
+	// PhaseRunning: the router that parked calls is finishing their run.
 	PhaseRunning Phase = "running"
-	// PhaseParked: waiting for answers; whoever records the last one
-	// resumes the batch.
+	// PhaseParked: waiting for answers; the last one's recorder resumes it.
 	PhaseParked Phase = "parked"
 	// PhaseResumed: a router runs the rest of the batch.
 	PhaseResumed Phase = "resumed"
@@ -775,8 +724,7 @@ type Batch struct {
 	Phase       Phase                 `json:"phase"`
 	Cancelled   []string              `json:"cancelled,omitempty"`  // call ids to interrupt before they run; "*" for all
 	ResumedBy   string                `json:"resumed_by,omitempty"` // why it resumed: the call whose result made it ready, "run" or "takeover"
-	// Owner, while running or resumed, renews Touched (a lease); another
-	// router takes the batch over once Touched is stale.
+	// Owner, while active, renews Touched (a lease); stale, it is taken over.
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched"`
 
@@ -784,8 +732,7 @@ type Batch struct {
 	gone bool // carried in a record, or removed: Finish has nothing to delete
 }
 
-// last reports whether the result of call id is the last one b waits for
-// while parked, with nothing of the batch left to run after it.
+// last reports whether id's result is the last b awaits, nothing after it.
 func (b *Batch) last(id string) bool {
 	if b.Phase != PhaseParked || b.Next < len(b.Data.Calls) || !slices.Contains(b.Waiting, id) {
 		return false
@@ -798,35 +745,34 @@ func (b *Batch) last(id string) bool {
 	return true
 }
 
-// lacks reports whether b waits for answers, the result of call id among
-// them, without that result.
+// lacks reports whether b, parked, awaits id's result without it.
 func (b *Batch) lacks(id string) bool {
 	_, has := b.Results[id]
 	return b.Phase == PhaseParked && !has && slices.Contains(b.Waiting, id)
 }
 
-// DoneID is the batch.done event's id (and Nats-Msg-Id), derived from session
-// and reply id so every router finishing the batch sends the same one
-// (docs/protocol.md 3.4, 6.1). 22 characters, as a NUID.
+// DoneID is batch.done's id (and Nats-Msg-Id), the same from every router
+// that finishes the batch (docs/protocol.md 3.4, 6.1); 22 characters.
 func (b *Batch) DoneID() string {
-	h := sha256.New()
-	fmt.Fprintf(h, "io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
-	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
+	return eventID("io.toolbus.batch.done\x00%d:%s\x00%s", len(b.Session), b.Session, b.ReplyID)
 }
 
-// ResultID is a parked call's call.result id, derived like DoneID so the
-// router, a mend and a re-sent copy send the same one. 22 characters.
+// ResultID is a parked call's call.result id, derived like DoneID.
 func ResultID(session, replyID, callID string) string {
+	return eventID("io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
+}
+
+// eventID is the first 16 bytes of the formatted text's SHA-256, base64url.
+func eventID(format string, args ...any) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "io.toolbus.call.result\x00%d:%s\x00%d:%s\x00%s", len(session), session, len(replyID), replyID, callID)
+	fmt.Fprintf(h, format, args...)
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:16])
 }
 
 // Key returns the continuation's P_parked key, BatchKey(Session, ReplyID).
 func (b *Batch) Key() string { return BatchKey(b.Session, b.ReplyID) }
 
-// Active reports whether a router is working on the batch (running or
-// resumed), as opposed to waiting for answers.
+// Active reports whether a router works on the batch (running or resumed).
 func (b *Batch) Active() bool { return b.Phase == PhaseRunning || b.Phase == PhaseResumed }
 
 // Ready reports whether every awaited call has its result.
@@ -837,8 +783,7 @@ func (b *Batch) Ready() bool {
 	})
 }
 
-// IsCancelled reports whether the agent cancelled call id while the batch
-// was parked (or cancelled every call).
+// IsCancelled reports whether the agent cancelled call id (or every call).
 func (b *Batch) IsCancelled(id string) bool {
 	return slices.Contains(b.Cancelled, "*") || slices.Contains(b.Cancelled, id)
 }
@@ -850,14 +795,12 @@ type conts struct {
 	mu     sync.RWMutex
 	active map[string]*Batch  // continuations running or resumed, for lease takeovers
 	leases leaseSet[batchKey] // continuations this router works on and renews
-	// known is every continuation known to exist, in brief, fed by the
-	// watch and own writes (for Cancel, Marks and Mends.Stranded).
+	// known is every continuation known to exist, in brief (Cancel, Marks, Stranded).
 	known *store.Cache[openBatch]
 	watch *store.Watch
 }
 
-// knows reports whether the continuation of key exists as far as this
-// router knows.
+// knows reports whether key's continuation exists as far as this router knows.
 func (s *conts) knows(key string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -872,18 +815,11 @@ func (s *conts) note(b *Batch) {
 	s.known.Put(b.Key(), b.rev, brief(b))
 }
 
-// forget records that this router deleted the continuation of key, at
-// revision rev (0: unknown).
+// forget records this router's delete of key at rev (0: unknown).
 func (s *conts) forget(key string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.known.DeleteOwn(key, rev)
-}
-
-// start loads the cache of continuations and keeps it fed.
-func (s *conts) start(ctx context.Context) (err error) {
-	s.watch, err = watch(ctx, s.kv, "*.*", s.applyBatch)
-	return err
 }
 
 // claim makes owner (the store's router) the batch's owner in phase p.
@@ -900,9 +836,8 @@ var errCancelledFirst = errors.New("parked: the call was cancelled before it par
 // errParkedBefore: an earlier copy of the batch parked first.
 var errParkedBefore = errors.New("parked: this batch parked before")
 
-// parkBatch records the batch's results so far, awaited calls and next
-// index, running (lease held) or parked when settled. A new batch is created
-// (errParkedBefore: a copy parked first), a resumed one updated if owned.
+// parkBatch records the batch's results, awaited calls and next index,
+// running or parked when settled: created (errParkedBefore) or updated if owned.
 func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.Result, waiting []string, next int, settled bool) error {
 	phase := func(b *Batch) {
 		claim(b, s.cfg.Owner, PhaseRunning, "")
@@ -946,9 +881,8 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	return nil
 }
 
-// complete records the result of a parked call of the batch (mending: only
-// while the batch waits for it without it, else errMended); the one
-// completion that finds it ready resumes it (true, the lease held).
+// complete records the result of a parked call (mending: only while the
+// batch lacks it, else errMended); the one that makes it ready resumes it.
 func (s *conts) complete(ctx context.Context, session, replyID, callID string, res bus.Result, mending bool) (*Batch, bool, error) {
 	var resume bool
 	b, err := s.update(ctx, session, replyID, func(b *Batch) error {
@@ -972,8 +906,7 @@ func (s *conts) complete(ctx context.Context, session, replyID, callID string, r
 	return b, resume, nil
 }
 
-// cancel marks calls of a parked batch (all when ids is empty) so that
-// they never run; a batch that never parked is no error.
+// cancel marks calls of a parked batch (all when ids is empty) never to run.
 func (s *conts) cancel(ctx context.Context, session, replyID string, ids []string) error {
 	marks := ids
 	if len(marks) == 0 {
@@ -987,8 +920,7 @@ func (s *conts) cancel(ctx context.Context, session, replyID string, ids []strin
 			}
 		}
 		if len(b.Cancelled) == n {
-			// Every router gets the cancel: the first one's write is
-			// enough, the others read it.
+			// Every router gets the cancel: the first one's write is enough.
 			return store.ErrNoChange
 		}
 		return nil
@@ -1000,8 +932,7 @@ func (s *conts) cancel(ctx context.Context, session, replyID string, ids []strin
 	return err
 }
 
-// takeOver claims the active batches whose owner has not renewed its lease
-// since cutoff; the batches returned are this router's to repair.
+// takeOver claims active batches whose lease lapsed before cutoff, to repair.
 func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 	var out []*Batch
 	for _, stale := range s.stale(cutoff) {
@@ -1049,8 +980,7 @@ func (s *conts) remove(ctx context.Context, b *Batch) bool {
 var errChanged = errors.New("parked: the continuation changed")
 
 // update applies fn (maybe more than once; its error writes nothing) to the
-// latest continuation by compare-and-set until it lands; store.IsNotFound
-// when there is none.
+// latest continuation by compare-and-set; store.IsNotFound when none.
 func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Batch) error) (*Batch, error) {
 	key := BatchKey(session, replyID)
 	b, rev, err := cas(ctx, s.kv, key, store.UntilLanded, fmt.Errorf("parked: batch %s: %w", key, jetstream.ErrKeyNotFound), func(b *Batch) error {
@@ -1102,8 +1032,7 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	}
 }
 
-// stale returns, from the cache, the active continuations whose lease was
-// last renewed before cutoff.
+// stale returns the cached active continuations not renewed since cutoff.
 func (s *conts) stale(cutoff time.Time) []*Batch {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -1116,15 +1045,13 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation in brief, as Cancel, Marks and Stranded need
-// it: phase, awaited calls without a result, cancel marks.
+// openBatch is a continuation in brief: phase, missing results, cancel marks.
 type openBatch struct {
 	phase     Phase
 	missing   []string
 	cancelled []string
 }
 
-// brief returns b in brief.
 func brief(b *Batch) openBatch {
 	o := openBatch{phase: b.Phase, cancelled: slices.Clone(b.Cancelled)}
 	for _, id := range b.Waiting {
@@ -1135,8 +1062,7 @@ func brief(b *Batch) openBatch {
 	return o
 }
 
-// await is what a continuation, as the cache has it, does about an ended
-// call of its batch.
+// await is what a cached continuation does about an ended call of its batch.
 type await int
 
 const (
@@ -1159,8 +1085,7 @@ func (s *conts) awaits(n endedCall) await {
 	return awaitStranded
 }
 
-// Record is a parked call (bus.ParkRecord: the inbox and the CLI read it
-// too; only this package writes it).
+// Record is a parked call (bus.ParkRecord; only this package writes it).
 type Record = bus.ParkRecord
 
 // BatchKey is the P_parked key of a batch's continuation: <session>.<replyid>.
@@ -1168,12 +1093,11 @@ func BatchKey(session, replyID string) string { return session + "." + replyID }
 
 // shared is what calls and conts both use.
 type shared struct {
-	kv  jetstream.KeyValue
+	kv  *store.KV
 	cfg Config
 }
 
-// calls holds the call records (<session>.<replyid>.<callid>): transitions,
-// live requests, and the watch-fed cache of parked and answered ones.
+// calls holds the call records: transitions, live requests and caches.
 type calls struct {
 	shared
 	subj   bus.Subjects
@@ -1186,8 +1110,6 @@ type calls struct {
 	lone     endings               // calls that carried their batch and ended, seen live, until their router is judged (Mends.Lone)
 	follows  atomic.Bool           // the watch delivered the initial records: later endings are seen as they happen
 	watch    *store.Watch
-	last     func(ctx context.Context, filter string) (uint64, error)                    // store.KV.LastRevision of the bucket
-	latest   func(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) // store.KV.Latest, the leader's
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {
@@ -1195,24 +1117,8 @@ func newCalls(sh shared, subj bus.Subjects) *calls {
 		ended: endings{m: map[string]endedCall{}}, lone: endings{m: map[string]endedCall{}, max: maxLone}}
 }
 
-// watch loads the values of keys into apply and keeps it fed.
-func watch(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*store.Watch, error) {
-	w, err := store.WatchKV(ctx, kv, keys, apply)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-w.Ready():
-		return w, nil
-	case <-ctx.Done():
-		_ = w.Stop(context.WithoutCancel(ctx))
-		return nil, ctx.Err()
-	}
-}
-
 // create stores a new parked record before its request (docs/protocol.md
-// 6.1), so an answer the moment the request arrives finds it parked; a
-// record with a status of its own (Cancels.Forestall's) keeps it.
+// 6.1); a record with a status of its own (Forestall's) keeps it.
 func (s *calls) create(ctx context.Context, r *Record) error {
 	now := time.Now().UTC()
 	r.Status, r.Created, r.Expires = cmp.Or(r.Status, bus.ParkParked), now, now.Add(s.cfg.TTL)
@@ -1244,8 +1150,7 @@ func read[T any](ctx context.Context, kv jetstream.KeyValue, key string) (*T, ui
 	return v, e.Revision(), nil
 }
 
-// cas applies fn to the decoded value of key with compare-and-set
-// (store.Update, retrying as p says); missing is the error for no value.
+// cas applies fn to key's decoded value by compare-and-set (store.Update).
 func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.Policy, missing error, fn func(*T) error) (*T, uint64, error) {
 	var v *T
 	rev, err := store.Update(ctx, kv, key, p, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -1265,9 +1170,7 @@ func cas[T any](ctx context.Context, kv jetstream.KeyValue, key string, p store.
 }
 
 // transition moves a record from status from to the state fn leaves it in,
-// with compare-and-set, retrying as p says. It returns bus.ErrNotParked
-// when the record is missing or in another status, bus.ErrAlreadyAnswered
-// when from is parked and an answer already won.
+// by compare-and-set; bus.ErrNotParked or bus.ErrAlreadyAnswered else.
 func (s *calls) transition(ctx context.Context, key string, from bus.ParkStatus, p store.Policy, fn func(*Record) error) (*Record, error) {
 	return s.change(ctx, key, p, func(r *Record) error {
 		if r.Status != from {
@@ -1315,8 +1218,7 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		return nil
 	})
 	if store.IsFull(err) {
-		// Nothing changed, and nothing will until someone frees space: the
-		// answerer hears so at once and may answer again later.
+		// Nothing changed until space is freed: the answerer may answer again later.
 		return out, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
 	}
 	if err != nil {
@@ -1329,13 +1231,11 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 	return out, nil
 }
 
-// answerPolicy retries an answer's write until it lands or the caller's
-// context ends, but not through a full store (store.Policy.RideOutFull).
+// answerPolicy retries an answer's write until it lands, not through a full store.
 var answerPolicy = store.Policy{}
 
-// end moves a call from status from to status to with res as its result:
-// answered → done with the result made from its answer, or parked →
-// expired or cancelled without one; one racing router wins.
+// end moves a call from status from to status to with res as its result
+// (answered → done, parked → expired or cancelled); one racing router wins.
 func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
 	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
 		// Named for Mends.Lone: that router publishes a carried batch.done.
@@ -1344,8 +1244,7 @@ func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, re
 	})
 }
 
-// endAll ends the parked calls recs, to status, each with the error result
-// of code and text; it returns those this router ended.
+// endAll ends the parked calls recs with code's error, returning those ended here.
 func (s *calls) endAll(ctx context.Context, recs []*Record, status bus.ParkStatus, code, text string) []*Record {
 	var out []*Record
 	for _, r := range recs {
@@ -1356,8 +1255,7 @@ func (s *calls) endAll(ctx context.Context, recs []*Record, status bus.ParkStatu
 	return out
 }
 
-// change applies fn to the record key with compare-and-set and keeps the
-// cache and the leases in step with the outcome.
+// change applies fn to record key by compare-and-set, updating cache and leases.
 func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(*Record) error) (*Record, error) {
 	r, rev, err := cas(ctx, s.kv, key, p, bus.Errorf(bus.CodeNotParked, "no parked call %s", key), fn)
 	if err != nil {
@@ -1376,8 +1274,7 @@ func (s *calls) change(ctx context.Context, key string, p store.Policy, fn func(
 	return r, nil
 }
 
-// takeOverAnswers claims answered calls whose lease lapsed before cutoff,
-// to settle again through the ledger.
+// takeOverAnswers claims answered calls whose lease lapsed before cutoff.
 func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record {
 	var out []*Record
 	stale := slices.DeleteFunc(s.answeredBefore(cutoff), func(key string) bool { return s.leases.holds(callKey(key)) })
@@ -1397,11 +1294,9 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 	return out
 }
 
-// The record is the handoff (docs/protocol.md 6.2): followers read it from
-// P_parked's stream (Request); live subscribers get it on core NATS.
+// The record is the handoff (protocol 6.2); live subscribers get it on core NATS.
 
-// live publishes r's request (not for request-scoped tools); a lost publish
-// loses nothing: followers read the record.
+// live publishes r's request (not request-scoped); followers read the record anyway.
 func (s *calls) live(r *Record) {
 	if s.cfg.Publish == nil || r.RequestScoped {
 		return
@@ -1421,8 +1316,7 @@ type confirmRequest struct {
 	SuggestedRules []bus.Rule `json:"suggested_rules"`
 }
 
-// requestMsg is r's io.toolbus.external.request or io.toolbus.confirm.request
-// (docs/protocol.md 6.2) on its live subject, from source.
+// requestMsg is r's external or confirm request (protocol 6.2) from source.
 func requestMsg(r *Record, source string, subj bus.Subjects) (*nats.Msg, error) {
 	typ, subject := bus.TypeExternalReq, subj.Handoffs.External(r.Call.Name)
 	req := bus.HandoffRequest{Call: r.Call, InputDigest: r.InputDigest, User: r.User, Context: r.Context, Subject: r.Subject, Expires: r.Expires}
@@ -1452,8 +1346,7 @@ type Want struct {
 }
 
 // Request turns the value of a P_parked entry into the request event a
-// follower of w gets, from source; false when the entry is not for w: not a
-// parked call record, request-scoped, or of another kind or tool.
+// follower of w gets, from source; false when the entry is not for w.
 func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg, bool) {
 	if len(value) == 0 || w.Kind != bus.KindExternal && w.Kind != bus.KindConfirm {
 		return nil, false
@@ -1467,14 +1360,7 @@ func Request(value []byte, w Want, subj bus.Subjects, source string) (*nats.Msg,
 	return m, err == nil
 }
 
-func (c *calls) start(ctx context.Context) (err error) {
-	c.watch, err = watch(ctx, c.kv, "*.*.*", c.apply)
-	c.follows.Store(err == nil)
-	return err
-}
-
-// goneMemory is how long a record that left the parked status keeps its
-// tombstone, so a late older revision cannot list it as parked again.
+// goneMemory is how long a tombstone keeps a late older revision out.
 const goneMemory = time.Minute
 
 func (c *calls) apply(e jetstream.KeyValueEntry) {
@@ -1505,8 +1391,7 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 	}
 	c.ended.note(key, &r, endsInBatch(&r))
 	if c.follows.Load() && c.cfg.Presence != nil {
-		// Only endings seen as they happen: the initial load holds the
-		// records of a day, whose routers are long gone.
+		// Only endings seen live: the initial load's routers are long gone.
 		c.lone.note(key, &r, endsCarried(&r) && r.Owner != "")
 	}
 	if r.Status == bus.ParkParked {
@@ -1525,10 +1410,9 @@ type endings struct {
 	dropped int // notes not kept since the last look (max)
 }
 
-// note notes when r, the record of key, ended a call as this set keeps
-// them (ends: endsInBatch, or endsCarried with the router named), kept from
-// the first time it is seen ending, or drops the note of a record that did
-// not; past max notes new ones are dropped (logged by Mends.Lone).
+// note notes, the first time, that r (of key) ended as this set keeps
+// them (ends), or drops the note when it did not; past max, new notes are
+// dropped and counted.
 func (e *endings) note(key string, r *Record, ends bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -1546,28 +1430,23 @@ func (e *endings) note(key string, r *Record, ends bool) {
 	e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, router: r.Owner, seen: time.Now()}
 }
 
-// maxLone bounds the notes of lone calls a router keeps: each lives about
-// a lease, so this is that many lone parked calls ended within a lease.
+// maxLone bounds the notes of lone calls ended within a lease.
 const maxLone = 1 << 16
 
-// endsCarried reports whether r is a call that carried its batch (nothing
-// of the batch left to run after it) and ended with its result.
+// endsCarried reports whether r carried its batch and ended with its result.
 func endsCarried(r *Record) bool { return endedWithResult(r) && len(r.Batch) > 0 }
 
-// endedCall is a call that this router's watch saw end, and when; for a
-// call that carried its batch, the router that ended it.
+// endedCall is a call seen ending, when, and (carried) by which router.
 type endedCall struct {
 	session, replyID, callID string
 	router                   string
 	seen                     time.Time
 }
 
-// endsInBatch reports whether r is a call that ended with its result in a
-// batch whose continuation is under the batch's own key, not carried by r.
+// endsInBatch reports whether r ended with its result, not carrying its batch.
 func endsInBatch(r *Record) bool { return endedWithResult(r) && len(r.Batch) == 0 }
 
-// endedWithResult reports whether r ended (done, expired, cancelled) with
-// its result.
+// endedWithResult reports whether r ended (done, expired, cancelled) with its result.
 func endedWithResult(r *Record) bool {
 	switch r.Status {
 	case bus.ParkDone, bus.ParkExpired, bus.ParkCancelled:
@@ -1589,8 +1468,7 @@ func (e *endings) before(cutoff time.Time) map[string]endedCall {
 	return out
 }
 
-// takeDropped returns how many notes were not kept since it was last
-// called.
+// takeDropped returns how many notes were dropped since it was last called.
 func (e *endings) takeDropped() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -1616,8 +1494,7 @@ func (e *endings) later(key string) {
 	}
 }
 
-// note caches a copy of r, which this router just wrote at r.Rev (callers
-// change theirs).
+// note caches a copy of r, which this router just wrote at r.Rev.
 func (c *calls) note(key string, r *Record) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1653,8 +1530,7 @@ func (c *calls) where(keep func(*Record) bool) []*Record {
 	return out
 }
 
-// answeredBefore returns the keys of the answered calls whose lease was
-// last renewed before cutoff.
+// answeredBefore returns the keys of answered calls not renewed since cutoff.
 func (c *calls) answeredBefore(cutoff time.Time) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -1667,15 +1543,13 @@ func (c *calls) answeredBefore(cutoff time.Time) []string {
 	return stale
 }
 
-// callKey and batchKey are the two kinds of P_parked key whose leases a
-// router renews, typed so nothing counts dots.
+// callKey and batchKey are the leased kinds of P_parked key.
 type (
 	callKey  string
 	batchKey string
 )
 
-// leaseSet is the set of keys whose lease this router renews; the zero
-// value is empty. Safe for concurrent use.
+// leaseSet is the keys whose lease this router renews; concurrency-safe.
 type leaseSet[K ~string] struct{ m sync.Map } // K → nil
 
 func (l *leaseSet[K]) hold(k K)    { l.m.Store(k, nil) }
@@ -1694,8 +1568,7 @@ func (l *leaseSet[K]) held() []K {
 	return out
 }
 
-// renewOwned renews by compare-and-set the leases of l still owned (touch),
-// letting go of the others, and returns the last other error.
+// renewOwned renews l's leases still owned (touch), releasing the others.
 func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) (failed error) {
 	for _, key := range l.held() {
 		_, _, err := cas(ctx, kv, string(key), p, errNotOwner, func(v *T) error {

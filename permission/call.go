@@ -18,8 +18,7 @@ import (
 	"github.com/toolbus/toolbus/shellcmd"
 )
 
-// call is one call prepared for matching: the rule field read once, the
-// command split once, the path resolved once.
+// call is one call prepared for matching: field read, command split, path resolved once.
 type call struct {
 	def   *bus.ToolDef
 	value string // the rule field
@@ -43,8 +42,7 @@ type call struct {
 	resolved links    // resolve cache
 }
 
-// newCall is the call of a tool whose rule matcher reads a field of its
-// input (command or path), that field analysed.
+// newCall is the call of a tool whose rule matcher reads a field, analysed.
 func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
 	value, ok := field(input, def.RuleField)
 	c := newValueCall(def, value, ok, pc.WorkDirs)
@@ -60,8 +58,7 @@ func newCall(pc Context, def *bus.ToolDef, input json.RawMessage) *call {
 // Analysis costs about 1 µs per byte (docs/security.md).
 const MaxCommand = 64 << 10
 
-// newValueCall is newCall with the rule field read: value, and ok when
-// the field is present and a string.
+// newValueCall is newCall with the rule field read (ok: present, a string).
 func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *call {
 	c := &call{def: def, value: value, ok: ok}
 	if !c.ok {
@@ -78,8 +75,7 @@ func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *c
 		c.resolved = links{}
 		c.bases = bases(workDirs)
 		if def.PathBase != "" {
-			// The tool's own directory first: relative inputs are where
-			// it will write, and relative patterns are read from there too.
+			// The tool's own directory first: relative inputs and patterns are read there.
 			c.bases = append([]string{filepath.Clean(def.PathBase)}, slices.DeleteFunc(c.bases, func(b string) bool { return b == def.PathBase })...)
 			if len(workDirs) == 0 {
 				c.bases = c.bases[:1] // not the router's own directory
@@ -103,8 +99,7 @@ func newValueCall(def *bus.ToolDef, value string, ok bool, workDirs []string) *c
 // allow rules judge; deny, ask and safety checks see the written form too.
 func (c *call) real() string { return c.paths[len(c.paths)-1] }
 
-// field returns the string at name in input: a top-level key, or a JSON
-// pointer when name starts with "/".
+// field returns the string at name in input: a key, or a JSON pointer ("/...").
 func field(input json.RawMessage, name string) (string, bool) {
 	if name == "" {
 		return "", false
@@ -128,8 +123,7 @@ func field(input json.RawMessage, name string) (string, bool) {
 	return s, ok
 }
 
-// matches reports whether the pattern rule r (tool already checked or not)
-// matches the call.
+// matches reports whether the pattern rule r matches the call.
 func (c *call) matches(r bus.Rule) bool {
 	if !toolMatches(r, c.def) {
 		return false
@@ -213,8 +207,7 @@ func (c *call) targets() []string {
 	return nil
 }
 
-// covers reports whether an allow pattern matches one part of the command
-// or one form of the path.
+// covers reports whether an allow pattern matches one command part or path form.
 func (c *call) covers(pattern, target string) bool {
 	if c.def.RuleMatcher == bus.MatcherCommand {
 		return compileCommand(pattern).match(target, true)
@@ -225,8 +218,7 @@ func (c *call) covers(pattern, target string) bool {
 // maxSuggested bounds an ask's suggested rules; a command needing more gets none.
 const maxSuggested = 32
 
-// suggest returns allow rules that would allow the call next time: none
-// when more than maxSuggested would be needed.
+// suggest returns allow rules for next time; none past maxSuggested.
 func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 	tool := bus.Rule{Tool: c.def.Name, Behavior: Allow}
 	if !c.ok || (c.def.RuleMatcher != bus.MatcherCommand && c.def.RuleMatcher != bus.MatcherPath) {
@@ -292,8 +284,7 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// bases returns the absolute, cleaned work dirs, or the process working
-// directory when there are none.
+// bases returns the absolute, cleaned work dirs, or the process's own.
 func bases(workDirs []string) []string {
 	if out := absDirs(workDirs); len(out) > 0 {
 		return out
@@ -378,8 +369,7 @@ func (c *call) readWrites(workDirs []string, programs bool) {
 	}
 }
 
-// writeMatches reports whether the deny or ask rule r matches one of the
-// command's writes, as a rule of WriteTool (or "*").
+// writeMatches reports whether deny or ask rule r matches a write (as WriteTool).
 func (c *call) writeMatches(r bus.Rule) bool {
 	return slices.ContainsFunc(c.writes, func(w *call) bool { return w.matches(r) })
 }
@@ -402,8 +392,7 @@ func (c *call) writesGranted(pc Context, mode string) (string, bool) {
 	return "", true
 }
 
-// editDirs are the directories accept_edits allows edits in: the
-// session's, or with none the tool's own.
+// editDirs are where accept_edits allows edits: the session's, else the tool's.
 func editDirs(pc Context, def *bus.ToolDef) []string {
 	if len(pc.WorkDirs) == 0 && def.PathBase != "" {
 		return []string{def.PathBase}
@@ -463,8 +452,7 @@ func (m commandPattern) match(s string, exact bool) bool {
 	return strings.Contains(s, m.p)
 }
 
-// normalize trims s and collapses white space runs to one space (no copy
-// when already so).
+// normalize trims s and collapses white space runs (no copy when already so).
 func normalize(s string) string {
 	if t := strings.TrimSpace(s); normalized(t) {
 		return t
@@ -634,8 +622,7 @@ func looseParts(s string) []string {
 	return out
 }
 
-// dangerous reports which shellcmd.Protected name the call's path, written
-// or resolved, hits.
+// dangerous reports which shellcmd.Protected name the call's path hits.
 func (c *call) dangerous() (string, bool) {
 	if c.def.RuleMatcher == bus.MatcherCommand && c.ok {
 		return c.dangerousWrite()
@@ -671,8 +658,7 @@ func (c *call) dangerousWrite() (string, bool) {
 	return "", false
 }
 
-// maxLinks bounds the symlinks followed while resolving one path, as the
-// kernel does (ELOOP).
+// maxLinks bounds the symlinks followed for one path, as the kernel's ELOOP.
 const maxLinks = 40
 
 // links caches resolve's results for one call.
@@ -727,8 +713,7 @@ func Resolve(p string) string {
 	return done
 }
 
-// patternForms returns a path pattern's absolute forms, against each base,
-// also with its literal leading directories resolved.
+// patternForms returns a path pattern's absolute forms, literal prefix resolved too.
 func (c *call) patternForms(pattern string) []string {
 	var abs []string
 	if filepath.IsAbs(pattern) {

@@ -226,8 +226,7 @@ func unjudged(c *call, rules []bus.Rule) (bus.Rule, string, bool) {
 	return bus.Rule{}, "", false
 }
 
-// programRule returns the first deny or ask rule with a pattern for def:
-// the rules that read a command's programs.
+// programRule returns def's first deny or ask rule with a pattern.
 func programRule(def *bus.ToolDef, rules []bus.Rule) (bus.Rule, bool) {
 	for _, r := range rules {
 		if b := behavior(r); (b == Deny || b == Ask) && r.Pattern != "" && toolMatches(r, def) {

@@ -43,8 +43,7 @@ func launches(part string) bool {
 // building one per part cost 1.5 GB for a 1 MiB command).
 var unquoteWord = strings.NewReplacer(`'`, "", `"`, "", `\`, "")
 
-// assignment reports whether a shell word is a variable assignment
-// (NAME=...), which a command may put before its program.
+// assignment reports whether a shell word is a variable assignment (NAME=...).
 func assignment(word string) bool {
 	name, _, ok := strings.Cut(word, "=")
 	if !ok || name == "" {
@@ -65,8 +64,7 @@ const (
 	maxParses  = 64
 )
 
-// commandPrograms holds a command's syntax trees and its programs for deny
-// and ask rules, read with the writes or on first use.
+// commandPrograms holds a command's syntax trees and programs, read once.
 type commandPrograms struct {
 	trees    []*syntax.File
 	parsed   bool
@@ -105,13 +103,10 @@ func (p *commandPrograms) get(cmd string) ([]string, string) {
 	return p.list, p.computed
 }
 
-// readPrograms reads, besides looseParts, every simple command of the trees
-// as the program that runs (base name, unquoted words), what wrappers run,
-// and the commands of sh -c, eval and find -exec (docs/permission.md).
-// computed is the first command whose program is known only at run time, or
-// an alias definition: no deny rule can judge it. Past 8 times the command's
-// bytes or maxParses parses the command counts as computed
-// (TestAttackDenyRuleCost).
+// readPrograms reads every simple command of the trees as the program that
+// runs, through wrappers, sh -c, eval and find -exec (docs/permission.md).
+// computed is the first command no deny rule can judge (known only at run
+// time, an alias, or past the parse budget: TestAttackDenyRuleCost).
 func readPrograms(top string) (visit func(*syntax.CallExpr), done func() (out []string, computed string)) {
 	var out []string
 	var computed string

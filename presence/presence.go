@@ -46,8 +46,7 @@ type Value struct {
 	HeartbeatMS int64  `json:"heartbeat_ms"`
 }
 
-// Presence is this router's key and its view of the others'. Safe for
-// concurrent use.
+// Presence is this router's key and its view of the others'; concurrency-safe.
 type Presence struct {
 	kv    jetstream.KeyValue
 	cfg   Config
@@ -85,15 +84,9 @@ func (p *Presence) Start(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("presence: put %s: %w", p.cfg.ID, err)
 	}
-	w, err := store.WatchKV(ctx, p.kv, ">", p.apply)
+	w, err := store.WatchLoaded(ctx, p.kv, ">", p.apply)
 	if err != nil {
 		return err
-	}
-	select {
-	case <-w.Ready():
-	case <-ctx.Done():
-		_ = w.Stop(context.WithoutCancel(ctx))
-		return ctx.Err()
 	}
 	p.watch = w
 	p.live.Store(true)
@@ -151,16 +144,14 @@ func (p *Presence) apply(e jetstream.KeyValueEntry) {
 	p.peers[id] = cur
 }
 
-// Verdict is what a Presence says of a router about a moment it ended
-// something (Judge).
+// Verdict is what a Presence says of a router about a moment it ended something.
 type Verdict int
 
 // The verdicts of Judge.
 const (
 	// Unsure: the router may still be finishing; look again later.
 	Unsure Verdict = iota
-	// Outlived: the same router process renewed its key a lease after the
-	// moment: it had a lease to finish.
+	// Outlived: the same process renewed its key a lease after the moment.
 	Outlived
 	// Gone: the router's key is gone (a clean stop), stale (no renewal for
 	// a lease), not seen for a lease after the moment, or now held by a

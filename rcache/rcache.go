@@ -66,8 +66,7 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Cache is the result cache. It is safe for concurrent use; every router
-// of a deployment shares its entries.
+// Cache is the result cache, shared by a deployment's routers; concurrency-safe.
 type Cache struct {
 	kv  jetstream.KeyValue
 	now func() time.Time
@@ -96,9 +95,8 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return c, nil
 }
 
-// Key is a call's cache key, digesting the whole definition so a changed
-// one never matches, and whether it is cacheable. A user-scoped tool
-// without a user is cached per session.
+// Key is a call's cache key, digesting the whole definition, and whether it is
+// cacheable; a user-scoped tool without a user is cached per session.
 func Key(d *bus.ToolDef, session, user string, input json.RawMessage) (string, bool) {
 	if d.CacheTTLMS <= 0 || CheckDef(d) != "" {
 		return "", false
@@ -172,8 +170,7 @@ func (c *Cache) Put(ctx context.Context, key string, ttl time.Duration, res bus.
 	return err == nil
 }
 
-// mark adds {"toolbus_cache": {"hit": true, ...}} to an object (or absent)
-// metadata.
+// mark adds {"toolbus_cache": {"hit": true, ...}} to object (or absent) metadata.
 func mark(meta json.RawMessage, stored, age int64) json.RawMessage {
 	m := map[string]json.RawMessage{}
 	if len(meta) > 0 && json.Unmarshal(meta, &m) != nil {

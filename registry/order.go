@@ -62,8 +62,7 @@ func (o *readOrder) leave(worker string, tools []string) uint64 {
 	return o.last
 }
 
-// reading returns the tools of worker's registrations being applied, whose
-// beats may land after a leave.
+// reading returns the tools of worker's open registrations (beats may land late).
 func (o *readOrder) reading(worker string) []string {
 	var tools []string
 	for _, rd := range o.open {
@@ -86,8 +85,7 @@ func (o *readOrder) landed(worker string, tools []string, seq uint64) {
 	o.prune()
 }
 
-// leftAfter reports whether a leave of worker's tool was read after the
-// registration numbered seq (0: at all, as far as it is kept).
+// leftAfter reports whether a leave of worker's tool was read after seq (0: ever).
 func (o *readOrder) leftAfter(tool, worker string, seq uint64) bool {
 	m, ok := o.leaves[beatKey(tool, worker)]
 	return ok && m.seq > seq
@@ -108,8 +106,7 @@ func (o *readOrder) prune() {
 	maps.DeleteFunc(o.leaves, func(_ string, m leaveMark) bool { return !m.writing && m.seq < first })
 }
 
-// reading is one registration as read (liveness.read): its number, and
-// per tool what the cache held of the worker's beat then.
+// reading is one registration as read, with each tool's beat as cached then.
 type reading struct {
 	worker string
 	seq    uint64
@@ -131,21 +128,17 @@ func (rd *reading) overtaken(l *liveness, tool string) bool {
 	return ok && b.left && !rd.seen[tool].left
 }
 
-// errLeft says that a beat was not stored: its key says the worker left
-// since the beat was read.
+// errLeft: a beat not stored, its key saying the worker left since.
 var errLeft = errors.New("registry: the worker left since its beat was read")
 
-// errBeaten says that a beat was not stored: another beat of the worker
-// was stored since it was read.
+// errBeaten: a beat not stored, another beat of the worker stored since.
 var errBeaten = errors.New("registry: another beat was stored first")
 
-// beatAttempts bounds the writes of one beat: each lost to another beat of
-// the same worker (on another router, or read before it on this one).
+// beatAttempts bounds the writes of one beat lost to the worker's other beats.
 const beatAttempts = 4
 
-// putBeat stores a beat at key by compare-and-set on rev (0: none). When
-// another write got in first it returns that revision with errLeft or
-// errBeaten.
+// putBeat stores a beat at key by compare-and-set on rev (0: none); another write
+// first returns its revision with errLeft or errBeaten.
 func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
 	var (
 		n   uint64

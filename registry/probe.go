@@ -6,13 +6,11 @@ import (
 	"time"
 )
 
-// probeBound is how long one probe of the workers bucket may take once
-// it runs for its callers, whichever of them gives up first.
+// probeBound bounds one probe of the workers bucket, past its callers.
 const probeBound = 5 * time.Second
 
-// probes coalesces the probes of one tool's workers, so a burst of calls to a
-// dead tool costs the store one read, yet every caller gets a probe that
-// began after it came. (singleflight would share one already under way.)
+// probes coalesces the probes of one tool's workers: one read per burst, yet each
+// caller gets a probe begun after it came (singleflight would share an older one).
 type probes struct {
 	mu   sync.Mutex
 	runs map[string]*probeRun // tool → the probe running now
@@ -25,8 +23,7 @@ type probeRun struct {
 	next *probeRun // shared by whoever comes while this one runs
 }
 
-// do runs fn for key, or shares a run that starts after the call; fn's
-// context outlives callers, bounded by probeBound.
+// do runs fn for key, or shares a run that starts after the call.
 func (p *probes) do(ctx context.Context, key string, fn func(context.Context) error) error {
 	p.mu.Lock()
 	if p.runs == nil {
@@ -54,8 +51,7 @@ func (p *probes) do(ctx context.Context, key string, fn func(context.Context) er
 	}
 }
 
-// run waits for the probe before it, if any, runs fn, and hands the key
-// to the probe that waits after it.
+// run waits for the probe before it, runs fn, and hands the key on.
 func (p *probes) run(ctx context.Context, key string, r, after *probeRun, fn func(context.Context) error) {
 	if after != nil {
 		<-after.done

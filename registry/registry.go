@@ -37,8 +37,7 @@ type Tool struct {
 
 // Config configures a Registry.
 type Config struct {
-	// Heartbeat is the workers' heartbeat; a worker is live while its last
-	// beat is younger than three of them. Zero means bus.DefaultHeartbeat.
+	// Heartbeat is the workers' (live for three of them); zero: bus.DefaultHeartbeat.
 	Heartbeat time.Duration
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
@@ -46,9 +45,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Registry is one deployment's tools (catalog) and workers (liveness),
-// embedded behind one handle, and decides registrations. Safe for
-// concurrent use.
+// Registry is one deployment's tools (catalog) and workers (liveness) behind one
+// handle, and decides registrations; concurrency-safe.
 type Registry struct {
 	*catalog
 	*liveness
@@ -63,8 +61,7 @@ type Registry struct {
 	started      time.Time                                    // when Start had the initial values
 }
 
-// New returns a Registry over the store's tools and workers buckets. Call
-// Start before use.
+// New returns a Registry over the store's buckets; call Start before use.
 func New(st *store.Store, cfg Config) *Registry {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = bus.DefaultHeartbeat
@@ -80,37 +77,26 @@ func New(st *store.Store, cfg Config) *Registry {
 	return r
 }
 
-// Start begins watching both buckets and returns once the initial values are
-// loaded or ctx ends. The watches run until ctx ends or Stop is called.
+// Start watches both buckets, returning once loaded or ctx ends.
 func (r *Registry) Start(ctx context.Context) error {
-	tw, err := store.WatchKV(ctx, r.catalog.kv, ">", r.applyTool)
+	tw, err := store.WatchLoaded(ctx, r.catalog.kv, ">", r.applyTool)
 	if err != nil {
 		return err
 	}
-	ww, err := store.WatchKV(ctx, r.liveness.kv, ">", r.applyWorker)
+	ww, err := store.WatchLoaded(ctx, r.liveness.kv, ">", r.applyWorker)
 	if err != nil {
-		_ = tw.Stop(ctx)
+		_ = tw.Stop(context.WithoutCancel(ctx))
 		return err
 	}
 	r.watches = []*store.Watch{tw, ww}
-	for _, w := range r.watches {
-		select {
-		case <-w.Ready():
-		case <-ctx.Done():
-			_ = r.Stop(context.WithoutCancel(ctx))
-			return ctx.Err()
-		}
-	}
 	r.started = r.cfg.Now()
 	return nil
 }
 
-// Stop ends the watches, waiting for them until ctx ends. It is safe to
-// call twice.
+// Stop ends the watches, waiting for them until ctx ends; safe twice.
 func (r *Registry) Stop(ctx context.Context) error { return store.StopAll(ctx, r.watches...) }
 
-// Version changes whenever the cache changes; callers use it to invalidate
-// what they derived from the cache.
+// Version changes whenever the cache does, for what was derived from it.
 func (r *Registry) Version() uint64 { return r.version.Load() }
 
 // Refresh reads tool name, and its workers when none is live, from KV: a
@@ -154,10 +140,9 @@ func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 }
 
 // Register applies a registration or heartbeat that came on P.register.<on>
-// (Confine) or on Shared (docs/protocol.md 7.1): definitions are checked and
-// stored when changed, by compare-and-set, then liveness refreshed; a leave
-// applies at once. KV errors are returned, rejections are in the ack; groups
-// are the caller's.
+// (Confine) or on Shared (docs/protocol.md 7.1): changed definitions stored
+// by compare-and-set, then liveness. KV errors are returned, rejections are
+// in the ack; groups are the caller's.
 func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
@@ -201,8 +186,7 @@ func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (b
 			continue
 		}
 		if _, made := r.consumers.Load(name); d != nil && d.Def.Durable && !made {
-			// The work consumer, made once per router process
-			// (CreateOrUpdate is idempotent, so routers racing is fine).
+			// Once per router process (CreateOrUpdate is idempotent).
 			if err := r.workConsumer(ctx, name); err != nil {
 				return ack, err
 			}
@@ -215,8 +199,7 @@ func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (b
 	return ack, nil
 }
 
-// repeated returns each tool's beat when reg repeats the cached definition
-// (a heartbeat, accepted without a write), else nil.
+// repeated returns each tool's beat when reg repeats the cached definition.
 func (r *Registry) repeated(reg bus.Register) map[string]*bus.WorkerBeat {
 	out := make(map[string]*bus.WorkerBeat, len(reg.Tools))
 	for i := range reg.Tools {
@@ -245,8 +228,7 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 	return bv
 }
 
-// Check returns why d cannot be registered, or "" when it can. It compiles
-// the schema; it does not look at conflicts.
+// Check returns why d cannot be registered ("": it can), compiling its schema.
 func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if !bus.ValidName(d.Name) {
 		return fmt.Sprintf("name %q must match ^[A-Za-z0-9_-]{1,64}$", d.Name), nil
@@ -296,8 +278,7 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	return "", s
 }
 
-// store writes d unless it is invalid or conflicts; it returns the rejection
-// reason, or an error when KV fails.
+// store writes d unless invalid or in conflict: a rejection reason or KV's error.
 func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (string, error) {
 	reason, s := Check(&d)
 	if reason != "" {
@@ -393,8 +374,7 @@ func (c *catalog) applyTool(e jetstream.KeyValueEntry) {
 // put caches t, unless a newer revision of it, or its delete, is cached.
 func (c *catalog) put(t *Tool) { c.tools.Put(t.Def.Name, t.rev, t) }
 
-// A P_tools value is the definition with "registered" (first registration,
-// unix ns), which orders every router's listing.
+// A P_tools value is the definition with "registered" (unix ns), the list's order.
 const registeredKey = `"registered"`
 
 // encodeRecord returns the stored value of d.
@@ -491,8 +471,7 @@ func (l *liveness) Troubled(now time.Time) bool {
 	return !l.trouble.IsZero() && now.Sub(l.trouble) < 4*l.heartbeat
 }
 
-// MayHold reports whether a live worker of tool may run call key: one lists
-// it in flight, or one does not report its calls.
+// MayHold reports whether a live worker of tool may be running call key.
 func (l *liveness) MayHold(tool, key string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -505,9 +484,8 @@ func (l *liveness) MayHold(tool, key string) bool {
 	return false
 }
 
-// ExecForm is the exec form every live worker of tool reads
-// (docs/protocol.md 5.1): the least any of them declared; structured when
-// none is live.
+// ExecForm is the exec form every live worker of tool reads (docs/protocol.md 5.1):
+// the least any declared; structured when none is live.
 func (l *liveness) ExecForm(tool string) bus.ExecForm {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -549,9 +527,8 @@ func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*readi
 	}
 }
 
-// record stores one beat of rd's worker for tool. A refused beat still counts
-// here and a full store is no error (docs/registry.md); a beat read before a
-// leave is dropped (compare-and-set on the revision read).
+// record stores one beat of rd's worker for tool; a refused beat still counts here
+// (docs/registry.md), and one read before a leave is dropped (compare-and-set).
 func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, rd *reading) error {
 	worker := rd.worker
 	l.mu.RLock()
@@ -593,8 +570,7 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 	return nil
 }
 
-// sawBeat records a beat taken but not stored, unless rd was overtaken by a
-// leave or a later beat.
+// sawBeat records a beat taken but not stored, unless rd was overtaken.
 func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.ExecForm, rd *reading) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -606,8 +582,7 @@ func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.Exec
 	l.keep(tool, worker, b)
 }
 
-// setBeat records b unless a newer revision is known already; remove drops
-// the entry instead (a delete or purge).
+// setBeat records b unless a newer revision is known; remove drops it.
 func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -646,14 +621,12 @@ func (l *liveness) keep(tool, worker string, b beat) {
 	l.version.Add(1)
 }
 
-// Live reports whether a call to the tool can be served: it is external, or
-// at least one worker has beaten within three heartbeats.
+// Live reports whether t is external or a worker beat within three heartbeats.
 func (l *liveness) Live(t *Tool) bool {
 	return t.Def.External || l.liveExcept(t.Def.Name, "")
 }
 
-// liveExcept reports whether a worker other than except beat for tool
-// within three heartbeats.
+// liveExcept reports whether a worker but except beat for tool lately.
 func (l *liveness) liveExcept(tool, except string) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -682,10 +655,9 @@ func (l *liveness) Workers() map[string]int {
 	return out
 }
 
-// leave marks a worker gone in the cache, then overwrites its liveness
-// entries in KV with "left" (not deleted: a late older beat must not revive
-// it). only, when not "", confines the leave to that tool (P.register.<only>)
-// and writes it even before its beat was seen here.
+// leave marks a worker gone in the cache and KV ("left", not deleted: a
+// late older beat must not revive it); only, when set, confines it to that
+// tool, written even before its beat was seen here.
 func (l *liveness) leave(ctx context.Context, worker, only string) error {
 	l.mu.Lock()
 	var tools []string
@@ -748,8 +720,7 @@ func (l *liveness) probe(ctx context.Context, tool string) error {
 	return nil
 }
 
-// leaderLister reads the latest values of a bucket's keys from its stream
-// leader (store.KV).
+// leaderLister reads the latest values from a bucket's stream leader (store.KV).
 type leaderLister interface {
 	Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error)
 }

@@ -23,10 +23,9 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// registrar takes workers' registrations and heartbeats (docs/protocol.md
-// 7.1): a tool's on P.register.<tool>, a group's on P.register.group.<group>,
-// and, unless refuseShared, 1.11's on the shared P.register. NATS permissions
-// on those subjects decide who may define what (docs/security.md).
+// registrar takes workers' registrations and heartbeats on P.register.<tool>,
+// P.register.group.<group> and, unless refuseShared, 1.11's P.register
+// (docs/protocol.md 7.1, docs/security.md).
 type registrar struct {
 	*wire
 	groups       *groups.Store
@@ -73,8 +72,7 @@ func (x *registrar) onRegister(m *nats.Msg) {
 	})
 }
 
-// defineGroup stores the group of a registration on its own subject,
-// P.register.group.<name>; anything else it brings is rejected.
+// defineGroup stores a registration's group on P.register.group.<name>, rejecting the rest.
 func (x *registrar) defineGroup(ctx context.Context, name string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
@@ -96,8 +94,7 @@ func (x *registrar) defineGroup(ctx context.Context, name string, reg bus.Regist
 	return ack, nil
 }
 
-// putGroups stores gs and returns the rejected ones, or the error of a
-// store that failed.
+// putGroups stores gs and returns the rejected ones, or a store's error.
 func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Rejection, error) {
 	var rejects []bus.Rejection
 	for _, g := range gs {
@@ -112,8 +109,7 @@ func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Reject
 	return rejects, nil
 }
 
-// warnShared logs, at most once a minute, that a worker of protocol 1.11
-// registers on the shared subject this router refuses.
+// warnShared logs, at most once a minute, a refused 1.11 registration.
 func (x *registrar) warnShared(source string) {
 	now := time.Now().UnixNano()
 	last := x.sharedWarned.Load()
@@ -181,8 +177,7 @@ func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, e
 	return nil, bus.Errorf(bus.CodeBadRequest, "unknown admin verb %q", verb)
 }
 
-// parkedListWait bounds how long parked.list waits for this router's cache
-// of parked calls to catch up with the bucket.
+// parkedListWait bounds parked.list's wait for the cache to catch up.
 const parkedListWait = 2 * time.Second
 
 // sessionView is the reply of session.get.
@@ -212,8 +207,7 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	var update func(*groups.Session) error
 	switch verb {
 	case "session.get":
-		// Read from KV: the answer must show every write acknowledged so far,
-		// through whichever router.
+		// From KV: every write acknowledged so far, through any router.
 		return x.sessionView(e.SessionID, x.groups.Refresh(ctx, e.SessionID)), nil
 	case "session.delete":
 		if err := x.groups.DeleteSession(ctx, e.SessionID); err != nil {
@@ -266,13 +260,10 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	return x.sessionView(e.SessionID, sess), nil
 }
 
-// parkedList lists the calls parked in a session (all when ""), whichever
-// router parked them: from the cache once it caught up with the bucket's
-// last write (for at most parkedListWait). A cache still behind could leave
-// out a call that waits, which an approver's inbox would then report gone:
-// one session's records are read from the stream leader instead, and a list
-// of every session (a read per record of the bucket) is refused rather than
-// answered incomplete (docs/inbox.md).
+// parkedList lists the calls parked in a session (all when "") from the
+// cache once it caught up with the bucket (parkedListWait); a cache still
+// behind could leave a waiting call out, so one session's are then read from
+// the stream leader, and a list of every session is refused (docs/inbox.md).
 func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error) {
 	wctx, cancel := context.WithTimeout(ctx, parkedListWait)
 	recs, err := x.parked.Read.ParkedNow(wctx, session)
@@ -304,8 +295,7 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	live := x.reg.Workers()
 	st := bus.Status{Router: x.id, Tools: []bus.ToolStatus{}, Groups: len(x.groups.Groups()),
 		Sessions: x.groups.Sessions(), Parked: len(x.parked.Read.Parked("", "")), Store: bus.StoreStatus{State: "ok"}, Warnings: x.groups.Unknown(x.reg)}
-	// The sessions stored in KV, not only those this router holds decoded:
-	// the bucket keeps one record per session (history 1).
+	// Stored in KV, not only those decoded here (one record per session).
 	if kvs, err := x.store.Sessions.Status(ctx); err == nil {
 		n := int(kvs.Values())
 		st.SessionsStored = &n
@@ -323,8 +313,7 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	return st
 }
 
-// limitsVerb runs the guardrails' admin verbs (docs/protocol.md 9):
-// limits (what is used and left) and limits.reset.
+// limitsVerb runs limits and limits.reset (docs/protocol.md 9).
 func (x *adminVerbs) limitsVerb(ctx context.Context, verb string, e *bus.Event) (any, error) {
 	var q struct {
 		Rule    string `json:"rule,omitempty"`
@@ -393,8 +382,7 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	if err != nil {
 		return nil, err
 	}
-	// A listing reads the session from KV: it is once per model turn, and
-	// it must reflect an activation made through any router.
+	// From KV: a turn must see an activation made through any router.
 	ctx, cancel := context.WithTimeout(r.base, 5*time.Second)
 	defer cancel()
 	view := r.groups.View(r.reg, r.groups.Refresh(ctx, session), req)
@@ -406,8 +394,7 @@ func (r *toolsLister) list(session string, q bus.ToolsQuery) (*bus.ToolsList, er
 	if q.Deferred {
 		var ns []schemas.Namespace
 		ns, deferred = view.Deferred()
-		// The provider's tool search stands in for search_tools, which
-		// stays callable (docs/protocol.md 4.1).
+		// The provider's tool search stands in for search_tools (protocol 4.1).
 		defs = slices.DeleteFunc(defs, func(d bus.ToolDef) bool { return d.Name == groups.SearchTools })
 		tools, err = schemas.ExportDeferred(q.Format, defs, ns)
 	} else {

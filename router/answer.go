@@ -18,9 +18,7 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// answers takes answers on P.answer.<tool> and P.approve.<tool>
-// (docs/protocol.md 6.3): validated, decided (decideAnswer), then the call's
-// result reported; the batch resumes after its last awaited call.
+// answers takes answers on P.answer.<tool> and P.approve.<tool> (protocol 6.3).
 type answers struct {
 	*wire
 	parked  parkedCalls
@@ -51,17 +49,13 @@ type toolLookup interface {
 	Live(t *registry.Tool) bool
 }
 
-// sessionRules is what answers uses of the sessions: the rules a
-// confirmation remembers, and what they now allow.
+// sessionRules is what answers uses of the sessions (remembered rules).
 type sessionRules interface {
 	Update(ctx context.Context, id string, fn func(*groups.Session) error) (*groups.Session, error)
 	Session(id string) *groups.Session
 }
 
-// decideAnswer is the one decision on an accepted answer a to rec: the
-// answer (or a denial) is the result, a confirmed call of an external tool
-// waits again, or a confirmed call runs here. tool is nil when no longer
-// registered. It never fails (the error is parked.Decide's).
+// decideAnswer decides an accepted answer a to rec (tool nil: unregistered).
 func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parked.Verdict, bus.Result, error) {
 	switch {
 	case rec.Kind != bus.KindConfirm:
@@ -77,9 +71,7 @@ func decideAnswer(rec *parked.Record, a *bus.Answer, tool *registry.Tool) (parke
 func (r *answers) onAnswer(m *nats.Msg)  { r.answer(m, viaAnswer) }
 func (r *answers) onApprove(m *nats.Msg) { r.answer(m, viaApprove) }
 
-// The subject kinds answers arrive on; NATS permissions tell them apart:
-// the approver may publish on P.approve.<tool> only, handlers (and agents
-// for request-scoped tools) on P.answer.<tool>.
+// The subjects answers come on, told apart by NATS permissions.
 const (
 	viaAnswer  = "answer"
 	viaApprove = "approve"
@@ -97,8 +89,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	}
 	ctx, cancel := r.landing()
 	defer cancel()
-	// The one registry lookup of this answer (Answer refuses a record of
-	// another tool), shared by check, settle and a confirmed call's run.
+	// The one registry lookup of this answer, shared by check, settle and run.
 	t, _ := r.reg.Lookup(tool)
 	decide := func(rec *parked.Record, a *bus.Answer) (parked.Verdict, bus.Result, error) {
 		if err := r.checkAnswer(rec, a, via, t); err != nil {
@@ -117,8 +108,7 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	}
 	r.m.Answers.WithLabelValues("accepted").Inc()
 	if a.Confirmed != nil {
-		// Before the ack: a batch the agent sends once the answer is
-		// acknowledged must find the rules in place, not ask again.
+		// Before the ack: the agent's next batch must find the rules in place.
 		r.remember(ctx, got.Record.Session, a.Rules)
 	}
 	r.respond(m, bus.TypeAnswerAck, bus.AnswerAck{Accepted: true}, "answer ack")
@@ -126,9 +116,8 @@ func (r *answers) answer(m *nats.Msg, via string) {
 }
 
 // checkAnswer validates an answer against the kind of call it answers and
-// the subject it came on (via); a bad one is a bad_request. docs/security.md
-// has the rules: a confirmation on P.approve.<tool> names the input's digest
-// and edits nothing; on P.answer.<tool> only an open router takes one.
+// the subject it came on (via): a bad one is a bad_request (the rules are
+// docs/security.md's).
 func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *registry.Tool) error {
 	if via == viaApprove && rec.Kind != bus.KindConfirm {
 		return bus.Errorf(bus.CodeBadRequest, "call %s is parked as %s, not for a confirmation: P.approve.<tool> takes confirmations only; its answer goes to %s", rec.Call.ID, rec.Kind, rec.Subject)
@@ -146,8 +135,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 		if a.Reason != "" && (*a.Confirmed || len(a.Reason) > bus.MaxDenyReason) {
 			return bus.Errorf(bus.CodeBadRequest, "a confirmation's reason goes with \"confirmed\": false only, at most %d bytes", bus.MaxDenyReason)
 		}
-		// Required on the approver's subject of a secured router; an open
-		// router takes a confirmation without it, as before.
+		// Required on a secured router's approver subject; an open one may skip it.
 		if err := checkDigest(rec, a, via == viaApprove && r.secured); err != nil {
 			return err
 		}
@@ -197,8 +185,7 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 	return nil
 }
 
-// checkDigest checks a confirmation's input_digest against the parked
-// input's; required says it must be given.
+// checkDigest checks a confirmation's input_digest; required: it must be given.
 func checkDigest(rec *parked.Record, a *bus.Answer, required bool) error {
 	want := rec.InputDigest
 	if want == "" { // parked before records carried it
@@ -272,8 +259,7 @@ func answerResult(c bus.Call, a *bus.Answer) bus.Result {
 	return res
 }
 
-// deniedByUser is the result of a confirmation answered no; the reason,
-// when given, follows the fixed text (6.3).
+// deniedByUser is a confirmation answered no, with its reason (6.3).
 func deniedByUser(c bus.Call, reason string) bus.Result {
 	text := fmt.Sprintf("<system-reminder>The execution of tool \"%s\" is denied by user!</system-reminder>", c.Name)
 	if reason != "" {
@@ -282,8 +268,7 @@ func deniedByUser(c bus.Call, reason string) bus.Result {
 	return bus.ErrorResult(c, bus.CodeDenied, text)
 }
 
-// settle reports the result of an accepted answer as its verdict says.
-// tool is the call's tool as the caller looked it up, once.
+// settle reports an accepted answer's result as its verdict says.
 func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	rec := got.Record
 	if got.Answer.Confirmed != nil && len(got.Answer.Rules) > 0 { // remembered by answer
@@ -308,8 +293,7 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	r.complete(rec, res)
 }
 
-// settleTaken settles again an answered call taken over from a router that
-// stopped before it made the call's result.
+// settleTaken settles again an answered call taken over from a stopped router.
 func (r *answers) settleTaken(rec *parked.Record) {
 	tool, _ := r.reg.Lookup(rec.Call.Name)
 	v, res, _ := decideAnswer(rec, rec.Answer, tool)
@@ -319,8 +303,7 @@ func (r *answers) settleTaken(rec *parked.Record) {
 	r.settle(parked.Answered{Record: rec, Verdict: v, Answer: rec.Answer}, tool)
 }
 
-// runConfirmed runs a confirmed call, with its edited input, as any call of
-// its batch would run; a cancel of the batch reaches it through confirming.
+// runConfirmed runs a confirmed call as its batch would (cancels: confirming).
 func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *parked.Batch) bus.Result {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
@@ -340,8 +323,7 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 	return r.runTool(ctx, j)
 }
 
-// confirmCovered confirms the batch's other confirm parks the session's
-// rules now allow: "yes, and remember" is not asked twice.
+// confirmCovered confirms the batch's other confirm parks the rules now allow.
 func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
@@ -364,16 +346,13 @@ func (r *answers) confirmCovered(answered *parked.Record) {
 	}
 }
 
-// complete reports a parked call's result, records it, and resumes the
-// batch when it was the last one awaited.
+// complete reports a parked call's result, records it, and resumes its batch.
 func (r *answers) complete(rec *parked.Record, res bus.Result) { r.record(rec, res, r.parked.Resume) }
 
-// mend completes, as its stopped router would have, a call whose result
-// never joined the batch (parked.Mends.Stranded, docs/protocol.md 6.1).
+// mend completes a stranded call as its stopped router would have (6.1).
 func (r *answers) mend(rec *parked.Record) { r.record(rec, *rec.Result, r.parked.Mend) }
 
-// record reports rec's result res, has join add it to the batch (Resume,
-// Mend), and resumes the batch when join says so.
+// record reports rec's result, joins it to the batch (join) and maybe resumes it.
 func (r *answers) record(rec *parked.Record, res bus.Result, join func(context.Context, *parked.Record, bus.Result, func(*parked.Batch)) (*parked.Batch, bool, error)) {
 	ctx, cancel := r.landing()
 	defer cancel()
@@ -396,8 +375,7 @@ func (r *answers) record(rec *parked.Record, res bus.Result, join func(context.C
 	}
 	cont, resume, err := join(ctx, rec, res, report)
 	if err != nil {
-		// A bus error: another router made the result (it took the answer
-		// over, or this router's lease lapsed while it ran) and reports it.
+		// A bus error: another router made the result and reports it.
 		r.log.Warn("router: parked result not recorded", "key", rec.Key(), "err", err)
 		return
 	}

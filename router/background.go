@@ -18,29 +18,22 @@ import (
 	"github.com/toolbus/toolbus/tasks"
 )
 
-// TasksConfig configures background tasks (docs/protocol.md 5.10): a call
-// whose tool declares background, or that asks for it, goes on past its
-// timeout as a task instead of ending "timeout".
+// TasksConfig configures background tasks (docs/protocol.md 5.10).
 type TasksConfig struct {
 	// Off serves no tasks: such calls end at their timeout as before.
 	Off bool
-	// MaxPerSession and MaxPerUser bound the running tasks; zero means
-	// tasks.DefaultMaxPerSession and tasks.DefaultMaxPerUser.
+	// MaxPerSession and MaxPerUser bound the running tasks; zero: tasks' defaults.
 	MaxPerSession, MaxPerUser int
-	// MaxRun bounds a task's run from its call's start; zero means
-	// DefaultTaskRun.
+	// MaxRun bounds a task's run from its call's start; zero means DefaultTaskRun.
 	MaxRun time.Duration
-	// Keep is how long a task's record is kept after its last change;
-	// zero means tasks.DefaultKeep.
+	// Keep is how long a task's record outlives its last change; zero: tasks.DefaultKeep.
 	Keep time.Duration
 }
 
 // DefaultTaskRun is TasksConfig.MaxRun's default.
 const DefaultTaskRun = time.Hour
 
-// background runs the router's side of tasks: a call past its timeout
-// becomes a task; it follows the runs it owns, takes over those whose owner
-// went away, and serves P.tasks.<session>.
+// background runs the router's side of tasks and serves P.tasks.<session>.
 type background struct {
 	*wire
 	r   *Router
@@ -56,8 +49,7 @@ type ownedTask struct {
 	cancel  context.CancelFunc
 }
 
-// newBackground sets background tasks up and adds their route and loop to
-// r's (nil when they are off).
+// newBackground sets tasks up, adding their route and loop (nil when off).
 func newBackground(ctx context.Context, r *Router) (*background, error) {
 	cfg := r.cfg.Tasks
 	if cfg.Off {
@@ -80,18 +72,15 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 }
 
 // mayBackground: the tool declares it, or the call asks and the tool does
-// not refuse it (no_background, 1.12: the ask is ignored), and the tool is
-// neither external, state-injected (its patch would land turns later) nor
-// cached.
+// not refuse (no_background); never an external, state-injected or cached tool.
 func mayBackground(j *job) bool {
 	d := &j.tool.Def
 	return (d.Background || j.call.Background && !d.NoBackground) && !d.External && !d.StateInjected && d.CacheTTLMS == 0
 }
 
 // run runs j with the task's long deadline and waits up to j's own; past
-// that the call goes on as a task and its handle is the result. Copies of
-// the call (a re-sent batch's) meet at the task: stored, or running here
-// (join), or decided by the task's create (tasks.Store.Admit).
+// that the call goes on as a task, its handle the result. A re-sent copy
+// meets the task: running here (flight), stored, or at tasks.Store.Admit.
 func (b *background) run(ctx context.Context, j *job) bus.Result {
 	start := time.Now()
 	deadline, timeout := callDeadline(start, j.tool.Def.TimeoutMS, j.deadline)
@@ -110,16 +99,14 @@ func (b *background) run(ctx context.Context, j *job) bus.Result {
 	return f.res
 }
 
-// flight is a call this router runs as a possible task until its outcome
-// (result or handle), for the copies that arrive meanwhile.
+// flight is a call run here as a possible task, for copies that come meanwhile.
 type flight struct {
 	done chan struct{} // closed once res is set
 	res  bus.Result
 }
 
-// wait is the result of copy c of the call f runs, without a run of its own.
-// A cancel of c's batch (ctx) ends the wait; ctx's deadline does not, the
-// first run's being earlier.
+// wait is the result of copy c of the call f runs; a cancel of c's batch
+// (ctx) ends the wait, ctx's deadline does not (the first run's is earlier).
 func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 	select {
 	case <-f.done:
@@ -149,8 +136,7 @@ func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 // runFirst is run of the first copy of j on this router, started at start.
 func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.Time, timeout time.Duration) bus.Result {
 	rec := b.record(j, start)
-	// An earlier copy's task: nothing runs. A read that fails leaves the
-	// copies to meet at Admit.
+	// An earlier copy's task: nothing runs (a failed read: they meet at Admit).
 	gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
 	got, err := b.st.Get(gctx, rec.Session, rec.ID)
 	gcancel()
@@ -161,8 +147,7 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 		b.log.Warn("router: background task not read", "task", rec.ID, "err", err)
 	}
 	runCtx, cancel := b.runContext()
-	// A cancel of the batch ends the run until the handoff; ctx's deadline
-	// does not: past the timer below the call goes on as a task.
+	// A cancel of the batch ends the run until the handoff; ctx's deadline does not.
 	cancelled := make(chan bool, 1)
 	unlink := context.AfterFunc(ctx, func() {
 		by := errors.Is(ctx.Err(), context.Canceled)
@@ -213,10 +198,9 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 	return b.handle(j.call, rec, timeout)
 }
 
-// drop ends this router's part in a run another copy's task follows. A call
-// outside the ledger is abandoned (its worker is not told: a cancel would
-// stop the task's run too); one through the ledger runs on to its end, since
-// the task's router may read its result there.
+// drop ends this router's part in a run another copy's task follows: a
+// call outside the ledger is abandoned (uncancelled: that would stop the
+// task's run too); one through it runs on, for the task's router to read.
 func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelFunc) {
 	b.log.Debug("router: another copy of the call made its task first", "call", j.key())
 	if d := &j.tool.Def; d.ReadOnly && !d.Durable {
@@ -230,8 +214,7 @@ func (b *background) drop(j *job, done <-chan bus.Result, cancel context.CancelF
 	}
 }
 
-// runContext is a task's run context: cancelled by the task's cancel and by
-// the router's stop, leaving the call to the router that takes it over.
+// runContext is a task's run context, ended by its cancel and the router's stop.
 func (b *background) runContext() (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(b.r.base))
 	stop := context.AfterFunc(b.r.life.Background(), func() { cancel(errDrainDeadline) })
@@ -247,11 +230,9 @@ func (b *background) record(j *job, start time.Time) *tasks.Record {
 		UserKey: userKey(b.r.cfg.Identities, j), Rerun: d.ReadOnly || d.Idempotent, Durable: d.Durable, Runs: 1}
 }
 
-// userKey is the key of the bound j's task counts against beside its
-// session's: its user's; with identities, a shared-agent session's
-// (sharedAgents) is tasks.SharedKey, and a session with a login but no user,
-// like a batch without a user on an open router, has only its session's
-// bound (docs/tasks.md).
+// userKey is the bound j's task counts against beside its session's: its
+// user's, tasks.SharedKey for a shared agent's session, else none
+// (docs/tasks.md).
 func userKey(ids Identities, j *job) string {
 	if k := tasks.UserKey(j.user); k != "" {
 		return k
@@ -284,8 +265,7 @@ func (b *background) track(rec *tasks.Record, cancel context.CancelFunc) {
 	b.running.Store(rec.ID, ownedTask{session: rec.Session, cancel: cancel})
 }
 
-// follow waits for rec's run and ends the task with its result; a run cut
-// off by this router's stop is left to the router that takes it over.
+// follow waits for rec's run and ends the task (not when cut off by a stop).
 func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan bus.Result, cancel context.CancelFunc) {
 	res := <-done
 	for rerun(rec, res) && lctx.Err() == nil {
@@ -302,8 +282,7 @@ func (b *background) follow(lctx context.Context, rec *tasks.Record, done <-chan
 	b.end(lctx, rec, res)
 }
 
-// rerun: the run lost its worker, and the tool may run again before the
-// task's deadline (at most three runs).
+// rerun: the run lost its worker, and may run again (at most three runs).
 func rerun(rec *tasks.Record, res bus.Result) bool {
 	return res.Error != nil && res.Error.Code == bus.CodeUnknownOutcome && rec.Rerun && rec.Runs < 3 && time.Now().Before(rec.Deadline)
 }
@@ -330,11 +309,9 @@ func (b *background) runAgain(ctx context.Context, rec *tasks.Record) bus.Result
 	return b.r.tools.runTool(ctx, b.longJob(rec, t, [2]string{}))
 }
 
-// end records rec's result and, when that ended the task, says so on the
-// session's events.
+// end records rec's result and publishes task.done when that ended it.
 func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result) {
-	// Not life.Landing: this runs on a loop, which a drain does not wait
-	// for as work; the end is bounded on its own, past ctx's end.
+	// A loop's, which a drain does not await: bounded on its own, past ctx.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	got, ended, err := b.st.Finish(ctx, rec.Session, rec.ID, res)
@@ -347,8 +324,7 @@ func (b *background) end(ctx context.Context, rec *tasks.Record, res bus.Result)
 	}
 }
 
-// publish sends an event of typ about task rec's batch, and its call when
-// callID is set, on subject.
+// publish sends an event of typ about task rec (and callID) on subject.
 func (b *background) publish(subject, typ string, rec *tasks.Record, callID string, data any) {
 	e, err := bus.NewEvent(typ, b.source, data)
 	if err == nil {
@@ -360,8 +336,7 @@ func (b *background) publish(subject, typ string, rec *tasks.Record, callID stri
 	}
 }
 
-// tick renews the leases of the runs this router owns (stopping those that
-// ended elsewhere) and takes over the tasks whose owner's lease ran out.
+// tick renews the leases of the runs owned here and takes over lapsed ones.
 func (b *background) tick(now time.Time) {
 	ctx, cancel := context.WithTimeout(b.r.life.Background(), b.r.cfg.Store.Heartbeat)
 	defer cancel()
@@ -385,8 +360,7 @@ func (b *background) tick(now time.Time) {
 	}
 }
 
-// resume follows a task taken over: a durable call's result lands in the
-// ledger, a read-only or idempotent call runs again, others end unknown.
+// resume follows a task taken over: awaited, run again, or unknown.
 func (b *background) resume(rec *tasks.Record) {
 	b.log.Info("router: background task taken over", "task", rec.ID, "tool", rec.Tool)
 	ctx, cancel := b.runContext()
@@ -515,8 +489,7 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 	return reply, nil
 }
 
-// stopRun stops a cancelled task's run here when this router owns it
-// (others see it at their next renewal), and at its worker (protocol 3.5).
+// stopRun stops a cancelled task's run, here when owned and at its worker.
 func (b *background) stopRun(rec *tasks.Record) {
 	if o, ok := b.running.Load(rec.ID); ok {
 		o.(ownedTask).cancel()

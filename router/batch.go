@@ -20,10 +20,8 @@ import (
 	"github.com/toolbus/toolbus/skills"
 )
 
-// batch is one model turn in flight on this router: a new batch, or the
-// continuation of one whose parked calls have all been answered. Each goes
-// through the steps of the pipeline (docs/router.md "Where each step
-// lives") from the call it starts at.
+// batch is one model turn in flight on this router, new or resumed, going
+// through the pipeline's steps (docs/router.md "Where each step lives").
 type batch struct {
 	p *pipeline
 	turn
@@ -31,31 +29,27 @@ type batch struct {
 	one      [1]*callState // calls of a batch of one
 	oneState [1]callState
 	oneCall  [1]bus.Call // the calls of a new batch of one as decoded (decodeTurn)
-	// ctx is the router's (pipeline.base): each call has its own context
-	// (callContext), and a context of the batch's own would cost
-	// allocations and end nothing more.
+	// ctx is the router's (pipeline.base): each call has its own
+	// (callContext); one of the batch's would end nothing more.
 	ctx   context.Context
 	start time.Time // when the batch arrived; zero for a continuation
 
 	cont   *parked.Batch // the continuation record once the batch parked
 	parked []bus.Parked  // what this router parked (and queued) last
-	// refused is the bad_request of a copy re-sent under the reply id of
-	// a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): it
-	// gets that error instead of a reply, and runs nothing more.
+	// refused is the bad_request of a copy with other calls than its
+	// batch's (docs/protocol.md 3.1): its answer, instead of a reply.
 	refused error
 
 	sent   []*sentEvent     // events published and not yet known to be stored
 	sent1  [1]*sentEvent    // the first sent's array (publish): most batches send one event
 	audits []*audit.Pending // audit records on their way to P_AUDIT (chain.go)
-	// results is the unclosed {"results":[...] of every call, which a
-	// read-only batch's announced batch.done leaves for the reply to
-	// finish (reportStep.done): nil when the reply encodes its own.
+	// results is the unclosed {"results":[...] a read-only batch's
+	// batch.done leaves for the reply to finish (nil: the reply encodes).
 	results    []byte
 	resultsBox *[]byte // the pool's pointer to results' buffer (resultsBuf)
 
-	// tracked says runningBatches holds b: set and cleared by track and
-	// untrack, which only the goroutine that runs b calls, so that the
-	// second untrack of a batch (onBatch's deferred one) takes no lock.
+	// tracked says runningBatches holds b (only b's goroutine sets it), so
+	// a second untrack takes no lock.
 	tracked bool
 
 	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
@@ -87,8 +81,7 @@ func (p *pipeline) newBatch(t turn, start time.Time) *batch {
 	return p.initBatch(new(batch), t, start)
 }
 
-// initBatch is newBatch in b, a new batch whose oneCall the turn's calls
-// may be decoded into already.
+// initBatch is newBatch in b, whose oneCall may hold the decoded calls.
 func (p *pipeline) initBatch(b *batch, t turn, start time.Time) *batch {
 	b.p, b.turn, b.start = p, t, start
 	states, calls := b.oneState[:], b.one[:] // a batch of one call: no allocation of its own
@@ -104,8 +97,7 @@ func (p *pipeline) initBatch(b *batch, t turn, start time.Time) *batch {
 	return b
 }
 
-// fromContinuation rebuilds a batch from its continuation, with the
-// results recorded so far.
+// fromContinuation rebuilds a batch from its continuation and results.
 func (p *pipeline) fromContinuation(cont *parked.Batch) (*batch, error) {
 	t, err := newTurn(cont.Session, cont.ReplyID, [2]string{cont.TraceParent, cont.TraceState}, cont.Expiry, cont.Data)
 	if err != nil {
@@ -163,10 +155,8 @@ func (r *Router) onBatch(m *nats.Msg) {
 	other := r.batches.track(b)
 	defer r.batches.untrack(b)
 	if err := r.pipe.park.sameAs(b, other); err != nil {
-		// A copy with other calls than the batch this router holds under
-		// its reply id: refused before any of its calls runs (3.1). It is
-		// forgotten before the agent hears it: a copy sent next must not
-		// meet it running here.
+		// A copy with other calls under the reply id (3.1): refused, and
+		// forgotten first, so a copy sent next does not meet it here.
 		r.batches.untrack(b)
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
 		r.reject(m, err)
@@ -176,30 +166,25 @@ func (r *Router) onBatch(m *nats.Msg) {
 		r.log.Warn("router: session not touched", "session", b.session, "err", err)
 	}
 	complete := b.run(0)
-	// Nothing runs here any more: a cancel from now on is for the
-	// continuation (parked and queued calls), which cancelParked handles
-	// once. Left tracked until the reply, the batch would also interrupt
-	// them itself, and each would get two results.
+	// A cancel from now on is the continuation's (cancelParked): tracked
+	// until the reply, the batch would interrupt its calls a second time.
 	r.batches.untrack(b)
 	if b.refused != nil { // a copy with other calls than its batch (docs/protocol.md 3.1)
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, b.refused)
 		r.reject(m, b.refused)
 		return
 	}
-	// call.parked and batch.done are in the events stream before the
-	// reply: an agent that reconnects after it finds them there. A batch
-	// cut off gets no reply: the agent re-sends, and the ledger answers.
+	// call.parked and batch.done are stored before the reply; a batch cut
+	// off gets none (the agent re-sends, and the ledger answers).
 	if b.finishRest(complete) && m.Reply != "" {
 		b.p.report.reply(b, m.Reply)
 	}
 }
 
 // decodeTurn reads and checks batch message m into e (decoded: e holds the
-// event, whatever the error), its calls into calls when it has room for
-// them (Batch.FromEventInto). Its data is checked as checkTurn reads it
-// (Batch.FromEvent), not first: a batch refused so is decoded again in
-// full, its data checked first, so that the error it gets is the one it
-// always got.
+// event, whatever the error), its calls into calls when they fit. Its data
+// is checked as it is read; a batch refused so is decoded again in full,
+// so its error is the one it always got.
 func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
 	if err = bus.DecodeHead(m, e); err == nil {
 		if _, err = w.checked(m, e, "call", bus.TypeCallBatch); err == nil {
@@ -218,12 +203,10 @@ func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Cal
 }
 
 // run executes the batch from call index start, run after run (nextRun),
-// the calls of a safe run in parallel. A run that parks calls holds back
-// the rest of the batch: whichever router records the last answer resumes
-// it. It reports whether every call has its result.
+// a safe run's calls in parallel; a run that parks calls holds back the
+// rest. It reports whether every call has its result.
 func (b *batch) run(start int) bool {
-	// The session is read from KV once per run of the batch, so a write
-	// acknowledged through another router counts, unless a new batch's
+	// The session is read from KV once per run, unless a new batch's
 	// sessionrev lets the cache serve (docs/protocol.md 4.2).
 	var rev uint64
 	if start == 0 && !b.start.IsZero() {
@@ -247,12 +230,10 @@ func (b *batch) run(start int) bool {
 	return true
 }
 
-// cutOff reports whether the router's drain deadline cut the batch off:
-// it gets no more events and no reply.
+// cutOff reports whether the drain deadline cut the batch off.
 func (b *batch) cutOff() bool { return context.Cause(b.ctx) == errDrainDeadline }
 
-// release lets go of the lease of a batch cut off by the drain deadline,
-// so that another router takes its continuation over.
+// release lets go of a cut-off batch's lease, for another router.
 func (b *batch) release() {
 	if b.cont != nil {
 		b.p.conts.Release(b.cont)
@@ -261,9 +242,8 @@ func (b *batch) release() {
 
 func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, i) }
 
-// runCalls runs one run (next is the index after it): calls that cannot run
-// finish at once, the others are decided, then parked or executed. It
-// reports false when calls parked and the batch must wait.
+// runCalls runs one run (next is the index after it): each call finished,
+// parked or executed; false when calls parked and the batch must wait.
 func (b *batch) runCalls(run []*callState, next int) bool {
 	pc := permissionContext(b.p.sessions.Session(b.session))
 	var execs, parks []*callState
@@ -301,16 +281,12 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	}
 	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
 		if b.cont != nil || b.refused != nil {
-			// Another router took the continuation over: the batch is its;
-			// or this copy is refused, and runs nothing.
+			// Taken over by another router, or this copy is refused.
 			return false
 		}
-		// A re-sent batch found the first one parked. Its reply still
-		// holds every call of this run, finished or parked (docs/protocol.md
-		// 3.2): the calls the first copy may still be running run here
-		// too, through the ledger (3.1: one that is not read-only gets the
-		// first run's recorded result, waiting for it), unless the first
-		// copy's continuation had their results or lists them as parked.
+		// A re-sent batch found the first one parked; its reply holds every
+		// call of this run (3.2): the others run here through the ledger
+		// (3.1), unless the first copy has their results or parked them.
 		b.executeAll(slices.DeleteFunc(execs, func(c *callState) bool {
 			return slices.ContainsFunc(b.parked, func(p bus.Parked) bool { return p.ID == c.call.ID })
 		}))
@@ -318,17 +294,15 @@ func (b *batch) runCalls(run []*callState, next int) bool {
 	}
 	b.executeAll(execs)
 	if len(parks) == 0 || b.cont == nil {
-		// Nothing parked (past the session's limit, or the continuation
-		// could not be written): every call of the run has its result,
-		// and the batch goes on.
+		// Nothing parked (past the session's limit, or not written): every
+		// call of the run has its result.
 		return true
 	}
 	return b.p.park.settle(b, next) // true when the batch goes on here
 }
 
-// executeAll executes the calls of a run: in parallel, each call once the
-// one before it passed the quotas (the calls of a run are counted in call
-// order).
+// executeAll executes the calls of a run in parallel, each once the one
+// before it passed the quotas (counted in call order).
 func (b *batch) executeAll(execs []*callState) {
 	if len(execs) == 1 {
 		b.execute(execs[0])
@@ -349,8 +323,7 @@ func (b *batch) executeAll(execs []*callState) {
 	wg.Wait()
 }
 
-// execute runs c through the executor chain and finishes it, unless a
-// cancel finished it first.
+// execute runs c through the executor chain, unless a cancel finished it.
 func (b *batch) execute(c *callState) {
 	j := jobOf(b, c)
 	ctx, cancel := j.callContext(b.ctx)
@@ -371,10 +344,8 @@ var unavailable = bus.NoWorkerResult
 // forestallBudget bounds the ledger writes of one cancel's calls (forestall).
 const forestallBudget = 5 * time.Second
 
-// cancelled ends c, which a cancel named before it started (a queued call
-// or one of a later run, docs/protocol.md 3.5), interrupted: the result is
-// recorded in the ledger first when a re-sent copy of the batch would run
-// the call through it, so the copy gets it too and the call never runs.
+// cancelled ends c, which a cancel named before it started (docs/protocol.md
+// 3.5), interrupted, recorded first where a re-sent copy would look (forestall).
 func (b *batch) cancelled(c *callState) {
 	if c.ledgered() || c.mayPark() {
 		forestall(b, []*callState{c})
@@ -383,11 +354,8 @@ func (b *batch) cancelled(c *callState) {
 }
 
 // ledgered reports whether a re-sent copy of the batch would run c through
-// the ledger (docs/protocol.md 3.1): c resolved to a worker's tool that is
-// not read-only, or is not resolved yet (it may be one). Read-only and
-// external tools, built-ins and request-scoped tools are not ledgered, and
-// a call that cannot run gets its early result again. The caller holds
-// b.mu or runs the batch.
+// the ledger (docs/protocol.md 3.1): a worker's tool that is not read-only,
+// or not resolved yet. The caller holds b.mu or runs the batch.
 func (c *callState) ledgered() bool {
 	t := &c.target
 	switch {
@@ -397,26 +365,19 @@ func (c *callState) ledgered() bool {
 	return t.Tool == nil || !t.Tool.Def.ReadOnly && !t.Tool.Def.External
 }
 
-// mayPark reports whether a re-sent copy of the batch might park c (an
-// external tool, or any tool the permission engine may ask about,
-// docs/protocol.md 6.1), or c is not resolved yet (it may be one).
-// Built-ins and calls that cannot run never park. The caller holds b.mu or
-// runs the batch.
+// mayPark reports whether a re-sent copy of the batch might park c
+// (docs/protocol.md 6.1): any tool but a built-in, of a call that can run.
+// The caller holds b.mu or runs the batch.
 func (c *callState) mayPark() bool {
 	t := &c.target
 	return c.early == nil && !t.Reset && !t.Search && !t.Read && !t.Skill && t.Code == ""
 }
 
-// forestall records the interrupted result of calls of b that a cancel
-// ended before they started: in the ledger when a re-sent copy would run
-// the call through it (ledger.Ledger.Interrupt), and in P_parked when a copy
-// might park it (parked.Cancels.Forestall, docs/protocol.md 3.5, 1.12): a
-// call that is not cancelled costs no write. The writes share
-// forestallBudget, so that a ledger without a leader delays the results
-// (and the reply) that long, not a write's budget per call. A write that
-// fails leaves a re-send free to run the call, as before; the agent's
-// result is interrupted either way. A function, not a method: batch keeps
-// to 15 methods (TestMethodsPerType).
+// forestall records the interrupted result of calls a cancel ended before
+// they started, in the ledger (ledgered) and in P_parked (mayPark), so a
+// re-sent copy neither runs nor parks them (docs/protocol.md 3.5, 1.12).
+// The writes share forestallBudget; one that fails leaves a re-send free
+// to run the call. (batch keeps to 15 methods.)
 func forestall(b *batch, calls []*callState) {
 	if len(calls) == 0 {
 		return
@@ -446,8 +407,7 @@ func forestall(b *batch, calls []*callState) {
 	}
 }
 
-// finish ends c, a call that did not run through the executor chain, with
-// res; false when the call already had a result.
+// finish ends c outside the executor chain with res; false if it had one.
 func (b *batch) finish(c *callState, res bus.Result) bool { return b.settle(c, res, outside) }
 
 // settledBy says where a call's result comes from.
@@ -459,9 +419,7 @@ const (
 	fromPark                  // outside, and the call's P_parked record's (parkStep.reuse): its event has the record's id
 )
 
-// settle sets c's result once, fitted, and publishes its
-// io.toolbus.call.result. Whether the result is the record's is set with
-// it under the lock: a cancel that ended the call first reports it at once.
+// settle sets c's result once, fitted, and publishes it; false if c had one.
 func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	res = b.p.fit.fit(b, c, res)
 	b.mu.Lock()
@@ -482,9 +440,7 @@ func (b *batch) settle(c *callState, res bus.Result, by settledBy) bool {
 	return true
 }
 
-// report records a call that ended outside the chain in the audit trail
-// (when on), and publishes its io.toolbus.call.result when it gets one
-// (reportStep).
+// report audits a call ended outside the chain and publishes its result.
 func (b *batch) report(c *callState, res bus.Result) {
 	if b.p.audit != nil {
 		b.p.audit.record(b, c, res)
@@ -492,8 +448,7 @@ func (b *batch) report(c *callState, res bus.Result) {
 	b.p.report.result(b, c, res)
 }
 
-// done publishes batch.done, waits until the events stream holds the
-// batch's events, and removes the continuation of a batch that parked.
+// done publishes batch.done, awaits the stream and removes the continuation.
 func (b *batch) done() {
 	b.p.report.done(b)
 	if b.cont != nil {
@@ -520,28 +475,17 @@ func take[T any](mu *sync.Mutex, s *[]T) []T {
 
 // sessionPort is the session as the steps of a batch see it.
 type sessionPort interface {
-	// Snapshot makes the session current for a run of a batch: read from
-	// KV unless rev (the batch's sessionrev) lets the cache serve
-	// (package session); the session it returns is what the run decides with.
-	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session
-	// Session is the session as this router last read or wrote it.
+	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session // session.Revisions
 	Session(id string) *groups.Session
-	// Revision is the session's KV revision as this router knows it.
 	Revision(id string) uint64
-	// Touch keeps a session in use from expiring.
 	Touch(ctx context.Context, id string) error
-	// Reset runs reset_tools.
-	Reset(ctx context.Context, id string, input json.RawMessage) (string, error)
+	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
 }
 
 // resolverPort says what a call's name runs in a session.
 type resolverPort interface {
-	// resolve resolves name against the session, the batch's request and
-	// (for skills) its user.
 	resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
-	// refresh reads a tool from KV into the cache: a registration
-	// acknowledged through another router may not have reached this one.
-	refresh(ctx context.Context, name string) error
+	refresh(ctx context.Context, name string) error // registry.Refresh
 }
 
 // continuationPort is the record of parked calls and batches (parked.Store).
@@ -550,17 +494,11 @@ type continuationPort interface {
 	Settle(ctx context.Context, session, replyID string, results map[string]bus.Result) (*parked.Batch, bool, error)
 	Finish(ctx context.Context, b *parked.Batch) error
 	Release(b *parked.Batch)
-	// Marks adds to a continuation this router resumed the cancel marks
-	// written since it was read (parked.Reads.Marks).
 	Marks(b *parked.Batch)
 	Get(ctx context.Context, key string) (*parked.Record, error)
 	Parked(session, replyID string) []*parked.Record
-	// Held is the cached parked record of the first of calls that has
-	// one (parked.Reads.Held); Continuation the batch a record belongs to.
 	Held(session, replyID string, calls []bus.Call) *parked.Record
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
-	// Forestall records the result of a call a cancel ended before it
-	// started, which a re-sent copy might park (parked.Cancels.Forestall).
 	Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error
 }
 
@@ -574,8 +512,7 @@ type parkedStore struct {
 
 func parkedPort(s *parked.Store) parkedStore { return parkedStore{s, s.Read, s.Mends, s.Cancels} }
 
-// runnerPort runs what a call resolved to: a tool through its executor
-// (exec.go, the ledger), or the skill loader.
+// runnerPort runs what a call resolved to.
 type runnerPort interface {
 	runTool(ctx context.Context, j *job) bus.Result
 	search(ctx context.Context, b *batch, c *callState) bus.Result
@@ -583,38 +520,31 @@ type runnerPort interface {
 	readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result
 }
 
-// eventPort publishes a session's events through the events stream and
-// sends replies.
+// eventPort publishes a session's events and sends replies.
 type eventPort interface {
-	// publish sends an event to the events stream, with its id given ("":
-	// a new one), and returns at once; stored waits for the stream to hold it.
+	// publish sends an event to the events stream under id ("": a new
+	// one) at once; stored waits for the stream to hold it.
 	publish(id, typ, session, replyID, callID string, trace [2]string, data any) (*sentEvent, error)
 	stored(ctx context.Context, evs []*sentEvent) error
-	// announce sends an event without asking for an acknowledgement
-	// (docs/protocol.md 3.4: a read-only batch's batch.done).
+	// announce sends an event without asking for an acknowledgement.
 	announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error
-	// live sends an event the events stream refuses, for live
-	// subscribers only (docs/protocol.md 3.4, call.parked).
+	// live sends an event for live subscribers only (call.parked).
 	live(typ, session, replyID, callID string, trace [2]string, data any) error
-	// reply sends an event from this router to a reply subject (core
-	// NATS).
+	// reply sends an event to a reply subject (core NATS).
 	reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error
 }
 
-// outputPort stores the output of a result that would take the batch's
-// aggregate messages past the payload limit (outputs.go).
+// outputPort stores an output that would not fit (outputs.go).
 type outputPort interface {
 	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
 }
 
-// cancelLedger is what a batch uses of the ledger itself (ledger.Ledger):
-// the calls it runs go through the executor chain's.
+// cancelLedger is what a batch uses of the ledger itself.
 type cancelLedger interface {
 	Interrupt(ctx context.Context, key string, res bus.Result) error
 }
 
-// pipeline is the batch pipeline with its ports wired. A batch holds the
-// pipeline, never the Router.
+// pipeline is the batch pipeline with its ports wired (never the Router).
 type pipeline struct {
 	sessions sessionPort
 	conts    continuationPort
@@ -655,8 +585,7 @@ func (r *Router) newPipeline() *pipeline {
 	}
 }
 
-// routerSessions is the sessionPort over the session revision cache
-// (Snapshot, Revision) and groups.Store (Session, Touch, Reset).
+// routerSessions is the sessionPort over session.Revisions and groups.Store.
 type routerSessions struct {
 	*session.Revisions
 	*groups.Store
@@ -685,8 +614,7 @@ func (x routerRunner) runTool(ctx context.Context, j *job) bus.Result {
 	return x.r.tools.runTool(ctx, j)
 }
 
-// search runs the built-in search_tools over what the session and its
-// user could reach, skills included.
+// search runs search_tools over what the session and user could reach.
 func (x routerRunner) search(ctx context.Context, b *batch, c *callState) bus.Result {
 	r := x.r
 	sess := r.groups.Session(b.session)
@@ -710,8 +638,7 @@ func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call
 	return readOutput(ctx, x.r.stored.srv, session, c, input)
 }
 
-// canceller takes cancels on P.cancel.<session> (docs/protocol.md 3.5):
-// every router gets each one and ends what it runs of the batch.
+// canceller takes cancels on P.cancel.<session> (protocol 3.5), on every router.
 type canceller struct {
 	*wire
 	running    func(session, replyID string) []*batch // every copy of the batch running here
@@ -719,11 +646,9 @@ type canceller struct {
 	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
 }
 
-// onCancel ends the named calls of a batch running on this router: running
-// calls have their exec request abandoned (the worker cancels their context
-// from the same event), and calls not yet started never start. A malformed
-// cancel is answered with io.toolbus.error by every router (the sender
-// reads the first).
+// onCancel ends the named calls of a batch running on this router (the
+// worker cancels its own from the same event); a malformed cancel gets
+// io.toolbus.error from every router.
 func (r *canceller) onCancel(m *nats.Msg) {
 	e, err := r.decode(m, "cancel", bus.TypeCallCancel)
 	if err == nil && e.ReplyID == "" {
@@ -740,10 +665,8 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		return
 	}
 	if c.Task != "" {
-		// A task's cancel (background.stopRun) stops its run at the worker;
-		// the task's record says it ended. A re-sent copy of its batch may
-		// be running here (it gets the task's handle): the cancel is not
-		// its (3.5, 1.12), however late it arrives.
+		// A task's cancel (background.stopRun) is for the worker, not a
+		// re-sent copy of its batch running here (3.5, 1.12).
 		return
 	}
 	for _, b := range r.running(e.SessionID, e.ReplyID) { // each copy of a re-sent batch (3.1, 3.5)
@@ -751,18 +674,15 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	}
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.parked(e.SessionID, e.ReplyID, c.Calls)
-	// Once more: a continuation this router resumed after the first look
-	// and tracked before its marks were read (parked.Reads.Marks) did not
-	// see this cancel's marks, written here only now; it is running now.
-	// A continuation tracked after this look reads them. interrupt ends
-	// only calls without a result, so a copy reached twice is ended once.
+	// Once more, for a continuation resumed since the first look that read
+	// its marks before these were written (parked.Reads.Marks); interrupt
+	// ends a call once however often it is reached.
 	for _, b := range r.running(e.SessionID, e.ReplyID) {
 		b.interrupt(c.Calls)
 	}
 }
 
-// confirmed holds the cancel functions of the confirmed calls running on
-// this router, which belong to no running batch.
+// confirmed holds the cancels of the confirmed calls running here, outside batches.
 type confirmed struct {
 	calls sync.Map // call key → context.CancelFunc
 }
@@ -774,8 +694,7 @@ func (x *confirmed) add(session, replyID, callID string, cancel context.CancelFu
 	return func() { cancel(); x.calls.Delete(key) }
 }
 
-// cancel cancels the running confirmed calls of a batch named by ids (all
-// when empty).
+// cancel cancels a batch's running confirmed calls named by ids (all when empty).
 func (x *confirmed) cancel(session, replyID string, ids []string) {
 	batch := parked.BatchKey(session, replyID) + "." // ids have no dots: the prefix is the batch's calls
 	for key, cancel := range x.calls.Range {
@@ -786,10 +705,8 @@ func (x *confirmed) cancel(session, replyID string, ids []string) {
 }
 
 // interrupt ends the calls named by ids (all when empty) that have no
-// result: their results are set under the lock, so a call that has not
-// started never starts (execute and runCalls check under the same lock),
-// and a running one has its exec request abandoned. The result events are
-// published before batch.done can be (done waits for b.publishing).
+// result, under the lock that execute and runCalls check, so an unstarted
+// one never starts; done waits for their events (b.publishing).
 func (b *batch) interrupt(ids []string) {
 	var hit, unstarted []*callState
 	b.mu.Lock()
@@ -814,24 +731,20 @@ func (b *batch) interrupt(ids []string) {
 }
 
 // runningBatches are the batches running on this router, by session and
-// reply id: what a cancel reaches (docs/protocol.md 3.5) and what a drain
-// counts. One reply id may have several copies here at once (a batch
-// re-sent while its first copy still runs, 3.1; a continuation resumed
-// beside a re-sent copy), and a cancel reaches each of them.
+// reply id, for cancels (docs/protocol.md 3.5) and drains; a reply id may
+// have several copies here at once (3.1), and a cancel reaches each.
 type runningBatches struct {
 	mu   sync.Mutex
 	m    map[batchRef]*batch   // one copy of each batch: no allocation of its own
 	more map[batchRef][]*batch // the other copies, rare
 }
 
-// batchRef names a batch by its session and reply id: a map key of the two
-// strings, not their join, costs no allocation per batch.
+// batchRef names a batch: a map key of two strings, no join, no allocation.
 type batchRef struct{ session, replyID string }
 
-// track makes a batch reachable by cancels; untrack forgets it. It returns
-// another copy of the batch running here (nil: none), which a re-sent copy
-// is compared with (parkStep.sameAs). Both are called by the goroutine
-// that runs b (b.tracked).
+// track makes a batch reachable by cancels, and returns another copy
+// running here (parkStep.sameAs) or nil; untrack forgets it. Only b's own
+// goroutine calls them (b.tracked).
 func (rb *runningBatches) track(b *batch) *batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
@@ -884,8 +797,7 @@ func (rb *runningBatches) untrack(b *batch) {
 	}
 }
 
-// running returns the copies of the batch of session and reply id running
-// here (none: nil).
+// running returns the copies of a batch running here (none: nil).
 func (rb *runningBatches) running(session, replyID string) []*batch {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()

@@ -9,31 +9,17 @@ import (
 	"time"
 )
 
-// callCtx is a call's context without the context package's
-// allocations and locks: a call's own (job.callContext: the router's base
-// context, with the attempt's deadline for a core read-only call of one
-// attempt, else with none) and each attempt's of another call (its
-// deadline, under the call's: job.attemptContext). It does what
-// context.WithDeadline(parent, d) (or WithCancel) does with one
-// allocation (its done channel; stop is its cancel, a stopper) where
-// WithDeadline takes five, and a pooled timer: it lives in its callState or
-// job. How its parent ends it depends on the parent:
-//
-//   - a callCtx, or a context whose Done is a callCtx's (a value context
-//     over one, as a span's): it is among that callCtx's kids, which end
-//     with it, under its own lock only. A batch's call is a kid of the root
-//     over the router's base (newCallContexts), which ends them all when
-//     the base ends (the drain's deadline): no place among the base's
-//     children (a map insert and delete under the base's lock, which every
-//     call of the router takes);
-//   - any other context: through context.AfterFunc on it (the context
-//     package's allocations, as any child of a foreign context).
-//
-// Its Value is its parent's (and itself for callCtxKey): context.Cause of a
-// call ended by the base is the base's cause (errDrainDeadline, which
-// requestFailed looks for), else its own Err, as for a context of
-// WithDeadline's. A context derived from it (WithCancel, AfterFunc) is
-// ended by it through AfterFunc below.
+// callCtx is a call's or an attempt's context (job.callContext,
+// job.attemptContext) without the context package's allocations and locks:
+// what context.WithDeadline does with one allocation (its done channel)
+// where WithDeadline takes five, and a pooled timer; it lives in its
+// callState or job. A parent that is a callCtx, or whose Done is one's (a
+// span's value context), ends it as one of its kids, under that one's lock
+// only; a batch's calls are kids of the root over the router's base
+// (newCallContexts), so no call takes the base's lock. Any other parent
+// ends it through context.AfterFunc. Its Value is its parent's, so
+// context.Cause of a call the base ended is the base's (errDrainDeadline);
+// a context derived from it is ended through its AfterFunc.
 type callCtx struct {
 	parent   context.Context // its values; and what ends it unless up does
 	up       *callCtx        // the callCtx whose kid it is; nil: none
@@ -59,12 +45,10 @@ const (
 	ctxExpired
 )
 
-// callCtxKey is the Value key under which a callCtx is itself: how a
-// callCtx started under a context derived from another finds it.
+// callCtxKey is the Value key under which a callCtx is itself.
 var callCtxKey byte
 
-// start makes c, a zero callCtx, a context of parent ending at d (zero:
-// no deadline of its own); stop cancels it.
+// start makes zero c a context of parent ending at d (zero: none); stop cancels it.
 func (c *callCtx) start(parent context.Context, d time.Time) {
 	c.parent = parent
 	c.done = make(chan struct{})
@@ -121,9 +105,8 @@ func (c *callCtx) link(parent context.Context) bool {
 	return live
 }
 
-// callCtxOf is the callCtx that ends ctx: ctx itself, or the one ctx
-// carries whose done channel is ctx's (ctx adds values to it, nothing
-// that ends it); nil when there is none.
+// callCtxOf is the callCtx that ends ctx: ctx, or the one it carries with
+// the same done channel (ctx adds only values); nil when none.
 func callCtxOf(ctx context.Context) *callCtx {
 	if c, ok := ctx.(*callCtx); ok {
 		return c
@@ -135,50 +118,37 @@ func callCtxOf(ctx context.Context) *callCtx {
 	return c
 }
 
-// adopt makes k one of c's kids, ended with it; it returns c's state, and
-// a k that is not ctxLive was not adopted (c has ended).
+// adopt makes k one of c's kids and returns c's state (not ctxLive: not adopted).
 func (c *callCtx) adopt(k *callCtx) int32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.state.Load(); s != ctxLive {
 		return s
 	}
-	push(&c.kids, k)
+	k.prev, k.next, k.linked = nil, c.kids, true
+	if c.kids != nil {
+		c.kids.prev = k
+	}
+	c.kids = k
 	return ctxLive
 }
 
-// drop unlinks kid k from c.
+// drop takes kid k, if linked, out of c's kids.
 func (c *callCtx) drop(k *callCtx) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	unlink(&c.kids, k)
-}
-
-// push puts c first in the list at head (a callCtx's kids), under the lock
-// that guards it.
-func push(head **callCtx, c *callCtx) {
-	c.prev, c.next, c.linked = nil, *head, true
-	if *head != nil {
-		(*head).prev = c
-	}
-	*head = c
-}
-
-// unlink takes c out of the list at head, if it is in it, under the lock
-// that guards it.
-func unlink(head **callCtx, c *callCtx) {
-	if !c.linked {
+	if !k.linked {
 		return
 	}
-	if c.prev != nil {
-		c.prev.next = c.next
+	if k.prev != nil {
+		k.prev.next = k.next
 	} else {
-		*head = c.next
+		c.kids = k.next
 	}
-	if c.next != nil {
-		c.next.prev = c.prev
+	if k.next != nil {
+		k.next.prev = k.prev
 	}
-	c.prev, c.next, c.linked = nil, nil, false
+	k.prev, k.next, k.linked = nil, nil, false
 }
 
 // stop cancels c (stopper).
@@ -192,19 +162,17 @@ func endedBy(parent context.Context) int32 {
 	return ctxCanceled
 }
 
-// end ends c in state s, once: its kids ended in the same state, then its
-// done channel closed, before it returns (as a cancel of the context
-// package ends its children), its timer stopped, its AfterFuncs started, and it
-// taken off its parent's kids.
+// end ends c in state s, once: its kids, then its done channel, before it
+// returns (as the context package does); then its timer, AfterFuncs and
+// place among its parent's kids.
 func (c *callCtx) end(s int32) {
 	if c.endAs(s) && c.up != nil {
 		c.up.drop(c)
 	}
 }
 
-// endAs ends c in state s unless it ended already (false), without taking
-// it off its parent's kids. It holds c.mu while it ends the
-// kids (each under its own mu: parent before kid, never the other way).
+// endAs is end but for the parent's kids (false: ended already). It holds
+// c.mu while it ends the kids: parent's lock before kid's, never the other way.
 func (c *callCtx) endAs(s int32) bool {
 	c.mu.Lock()
 	if !c.state.CompareAndSwap(ctxLive, s) {
@@ -234,8 +202,7 @@ func (c *callCtx) endAs(s int32) bool {
 	return true
 }
 
-// Deadline is c's deadline, or its parent's when that is earlier or c has
-// none of its own.
+// Deadline is c's own deadline or its parent's, the earlier.
 func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, c.timed }
 func (c *callCtx) Done() <-chan struct{}       { return c.done }
 
@@ -256,9 +223,8 @@ func (c *callCtx) Err() error {
 	return nil
 }
 
-// AfterFunc is what context.AfterFunc and a context derived from c use
-// (the context package's afterFuncer): f runs in its own goroutine once c
-// ends; stop unschedules it.
+// AfterFunc is the context package's afterFuncer: f runs in its own
+// goroutine once c ends; stop unschedules it.
 func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	c.mu.Lock()
 	if c.state.Load() != ctxLive {
@@ -281,18 +247,14 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 	}
 }
 
-// newCallContexts is the root of the call contexts under base: a callCtx
-// without a deadline of its own, whose kids a batch's calls are, all ended
-// with it when base ends.
+// newCallContexts is the root of the batch calls' contexts under base.
 func newCallContexts(base context.Context) *callCtx {
 	root := new(callCtx)
 	root.start(base, time.Time{})
 	return root
 }
 
-// callTimer is a call context's deadline timer, pooled: a timer whose
-// Stop reports it never fired is started again for the next call; one
-// that fired (or is firing) is let go.
+// callTimer is a call context's deadline timer, pooled while it never fired.
 type callTimer struct {
 	t *time.Timer
 	c atomic.Pointer[callCtx]

@@ -24,33 +24,25 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Guard configures the guardrails of docs/guardrails.md: tool search,
-// quotas and rate limits. The zero value turns every one off, and the
-// router then behaves exactly as without them.
+// Guard configures the guardrails of docs/guardrails.md; the zero value is all off.
 type Guard struct {
 	// Search offers search_tools beside reset_tools (docs/protocol.md 4.2).
 	Search bool
-	// ReadOutput offers read_output, which reads a part of one of the
-	// session's stored outputs (docs/protocol.md 11).
+	// ReadOutput offers read_output (docs/protocol.md 11).
 	ReadOutput bool
 	// Pinned tools and groups are visible to every session.
 	Pinned groups.Pins
 	// Limits are the quotas and rate limits shared by every router.
 	Limits limits.Policy
-	// Audit, when set, writes one audit record per call to P_AUDIT
-	// (docs/guardrails.md); nil writes none.
+	// Audit, when set, writes one audit record per call to P_AUDIT; nil: none.
 	Audit *audit.Config
-	// Cache turns on the result cache of tools whose definition has
-	// cache_ttl_ms; off, such tools run every time.
+	// Cache turns on the result cache of tools with cache_ttl_ms.
 	Cache bool
-	// Now is the limits' and the cache's clock; nil means time.Now (tests
-	// pass a fake one).
+	// Now is the limits' and the cache's clock; nil means time.Now.
 	Now func() time.Time
 }
 
-// Executor runs one call and returns its result. Every call of a batch that
-// does not park ends through one chain built once from the config (the
-// guardrails that are on around execStep; docs/router.md "Executor chain").
+// Executor runs one call and returns its result (docs/router.md "Executor chain").
 type Executor interface {
 	Exec(ctx context.Context, j *job) bus.Result
 }
@@ -64,8 +56,7 @@ func (f ExecFunc) Exec(ctx context.Context, j *job) bus.Result { return f(ctx, j
 // Middleware wraps an Executor.
 type Middleware func(Executor) Executor
 
-// chain wraps last in mws, the first outermost; a nil middleware (a
-// guardrail that is off) is left out.
+// chain wraps last in mws, the first outermost, leaving out nil ones.
 func chain(last Executor, mws ...Middleware) Executor {
 	for i := len(mws) - 1; i >= 0; i-- {
 		if mws[i] != nil {
@@ -83,8 +74,7 @@ type guardrails struct {
 	limits *limits.Limiter // serves the limits admin verbs
 }
 
-// middlewares is the chain's order: audit outermost (it records what the
-// rest decided), then the quotas and the result cache.
+// middlewares is the chain's order: audit outermost, then quotas and cache.
 func (g guardrails) middlewares() []Middleware {
 	var mws []Middleware
 	if g.audit != nil {
@@ -96,8 +86,7 @@ func (g guardrails) middlewares() []Middleware {
 	return mws
 }
 
-// newGuardrails sets up the guardrails the config turns on; counted tells
-// the quotas whether an earlier copy of a batch counted a call.
+// newGuardrails sets up the guardrails the config turns on.
 func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, subj bus.Subjects, cfg Config, log *slog.Logger, sessions *groups.Store, counted countedPort) (guardrails, error) {
 	var g guardrails
 	if ac := cfg.Guard.Audit; ac != nil {
@@ -157,8 +146,7 @@ func (r recordedCalls) counted(ctx context.Context, key string, parks bool) bool
 	return err == nil
 }
 
-// register registers c with reg (when set), or returns the collector of
-// that name already registered (a second router in one process).
+// register registers c with reg (when set), or returns the one registered.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if reg == nil {
 		return c, nil
@@ -177,11 +165,8 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 }
 
 // quotas is the middleware of the quotas and the result cache, each looking
-// a call up once (docs/guardrails.md "When a call counts"): a cache hit
-// within cache_ttl_ms answers without running (docs/protocol.md 3.3), a
-// call over a limit ends limit_exceeded with retry_after_ms, unreachable
-// counts fail closed, and a re-sent call the ledger or a park answers is not
-// counted again. Parks are counted by admitPark.
+// a call up once (docs/guardrails.md "When a call counts"; parks are
+// counted by admitPark).
 type quotas struct {
 	lim     limiter                // nil: no limits (the cache alone)
 	cache   resultStore            // nil: no result cache
@@ -201,8 +186,7 @@ type limiter interface {
 	Check(ctx context.Context, c limits.Call) (*limits.Refusal, error)
 }
 
-// countedPort tells whether an earlier copy of a batch recorded a call:
-// its parked record (a call that parks) or its ledger entry.
+// countedPort tells whether an earlier copy of a batch recorded a call.
 type countedPort interface {
 	counted(ctx context.Context, key string, parks bool) bool
 }
@@ -250,8 +234,7 @@ func (q *quotas) lookup(ctx context.Context, j *job) (key string, hit *bus.Resul
 	return key, nil
 }
 
-// admit counts j's call, which runs now or is answered from the cache
-// (hit); a result when it does not run.
+// admit counts j's call (hit: answered from the cache); a result if it may not run.
 func (q *quotas) admit(ctx context.Context, j *job, hit bool) *bus.Result {
 	if q.lim == nil {
 		return nil
@@ -263,8 +246,7 @@ func (q *quotas) admit(ctx context.Context, j *job, hit bool) *bus.Result {
 	return q.check(ctx, j.c, limits.Call{Tool: d.Name, ReadOnly: d.ReadOnly, User: userOf(j.user), Session: j.session, CacheHit: hit})
 }
 
-// admitPark counts call c of batch b, which parks, when its target is a
-// registry tool; a result when it does not park.
+// admitPark counts parked call c of a registry tool; a result if it may not park.
 func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	t := c.target.Tool
 	if t == nil || c.target.Skill || c.target.Read {
@@ -368,9 +350,8 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 	b.mu.Unlock()
 }
 
-// audited waits until P_AUDIT holds the records of b's calls so far, so the
-// reply follows them; one not stored within max_wait is counted and logged in
-// full, and the reply goes out. A nil trail waits for nothing.
+// audited waits until P_AUDIT holds the records of b's calls so far (one not
+// stored within max_wait is counted and logged); a nil trail waits for nothing.
 func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	if a == nil {
 		return
@@ -386,8 +367,7 @@ func (a *auditTrail) audited(b *batch, landing landingFunc) {
 	}
 }
 
-// lose counts an audit record that could not be stored and logs it in
-// full (rec, or its encoding data), so that a log shipper still has it.
+// lose counts an audit record not stored and logs it in full for log shippers.
 func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 	if a.lost != nil {
 		a.lost.Inc()
@@ -398,8 +378,7 @@ func (a *auditTrail) lose(rec *audit.Record, data []byte, err error) {
 	a.log.Error("router: audit record not stored", "record", json.RawMessage(data), "err", err)
 }
 
-// recordParked writes the audit record of a parked call that ended and waits
-// until P_AUDIT holds it or ctx ends; a nil trail records nothing.
+// recordParked writes an ended parked call's audit record and awaits it.
 func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res bus.Result) {
 	if a == nil {
 		return
@@ -411,8 +390,7 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
 	r.DurationMS = time.Since(rec.Created).Milliseconds()
 	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
-	// Stored before the call's result is recorded: a parked call ends at a
-	// person's pace, so the round trip is not worth overlapping.
+	// Stored first: a parked call ends at a person's pace, no need to overlap.
 	p, err := a.tr.Write(r, rec.Call.Input)
 	a.land(ctx, r, p, err)
 }
@@ -428,9 +406,8 @@ func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pendi
 	}
 }
 
-// natsUser is the NATS user whose credentials alone may publish in session,
-// its own agent user (docs/security.md, 1.13); "" on an open router or for
-// the shared agent's sessions.
+// natsUser is session's own agent user (docs/security.md, 1.13); "" on an
+// open router or for the shared agent's sessions.
 func (a *auditTrail) natsUser(session string) string {
 	if a.ids == nil || !bus.ValidID(session) || sharedAgents(a.ids, session) {
 		return ""
@@ -450,24 +427,21 @@ func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.R
 	return rec
 }
 
-// unboundCaller is the one caller all unbound sessions' refusals count
-// against, since their session ids are the sender's to vary.
+// unboundCaller is the one caller all unbound sessions' refusals count against.
 const unboundCaller = "unbound"
 
 // refusedWait bounds the wait for a refusal's record to be stored.
 const refusedWait = 5 * time.Second
 
-// refused records a batch or tools query refused whole before any call ran
-// (docs/guardrails.md "Audit trail"): at most audit.RefusalBurst a minute per
-// caller (its bound agent user, or the unbound sessions together), the rest
-// counted as suppressed. Refusals not the caller's doing are not recorded.
+// refused records a batch or tools query refused whole before any call ran,
+// at most audit.RefusalBurst a minute per caller (docs/guardrails.md "Audit
+// trail").
 func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string, err error) {
 	if a == nil {
 		return
 	}
 	if !bus.ValidID(session) {
-		// The shared agent may publish on any token: such a refusal is
-		// recorded under no session, the token quoted (issue 26).
+		// The shared agent may publish on any token: recorded under no session (issue 26).
 		if len(session) > 128 {
 			session = session[:128]
 		}
@@ -505,8 +479,7 @@ func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string,
 	a.land(ctx, rec, p, err)
 }
 
-// refusedRequest records the refusal of a request on subject, P.<kind>.<session>
-// (e its event, when it decoded), as refused does.
+// refusedRequest records a refused request on P.<kind>.<session>, as refused does.
 func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subject, kind string, e *bus.Event, err error) {
 	session, ok := subj.Token(subject, kind)
 	if !ok {
@@ -524,10 +497,8 @@ func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subj
 }
 
 // once is the ledger middleware over l: a call that is not read-only runs
-// through next at most once per call key, and its result is recorded.
-// j.landed says whether that record landed before the result came back
-// (ledger.Ledger.Once): where a batch's record lands, so that its
-// batch.done need not be awaited (writtenCall, docs/protocol.md 3.4).
+// through next at most once per call key; j.landed is ledger.Ledger.Once's
+// (writtenCall).
 func once(l onceRunner) Middleware {
 	return func(next Executor) Executor {
 		return ExecFunc(func(ctx context.Context, j *job) bus.Result {

@@ -19,11 +19,8 @@ import (
 )
 
 // routerEvents is the eventPort: session events through JetStream
-// (store.Publisher), so that an agent that reconnects reads them from
-// P_EVENTS and an event counts as sent once the stream has acknowledged it.
-// A batch's events cost one wait; a failed publish is retried with the same
-// message id until the caller's context ends. Live subscribers get it
-// whatever the stream answers. Replies go out on core NATS.
+// (store.Publisher: sent once the stream acknowledged them, one wait per
+// batch, retried under the same id), replies on core NATS.
 type routerEvents struct {
 	*wire
 	pub *store.Publisher
@@ -69,8 +66,7 @@ func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 	return failed
 }
 
-// announce and reply send data the router made itself (resultsJSON, the
-// parked list it marshalled): it is not scanned again (bus.SendTrusted).
+// announce and reply send data the router made, not scanned again (bus.SendTrusted).
 func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
 	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
@@ -99,9 +95,8 @@ func (x *routerEvents) reply(subject, typ, session, replyID string, trace [2]str
 	return bus.SendTrusted(subject, &e, "", x.nc.PublishMsg)
 }
 
-// reportStep reports a batch's results: each call's io.toolbus.call.result
-// when it gets one (docs/protocol.md 3.4), batch.done, the wait for the
-// events stream, and the reply.
+// reportStep reports a batch's results: call.result events, batch.done,
+// the wait for the events stream, and the reply (docs/protocol.md 3.4).
 type reportStep struct {
 	audit    *auditTrail // the audit trail; nil when off (chain.go)
 	landing  landingFunc // the router's tracked writes (nil: untracked)
@@ -111,8 +106,7 @@ type reportStep struct {
 	log      *slog.Logger
 }
 
-// result publishes a finished call's io.toolbus.call.result when it gets
-// one, and counts it.
+// result publishes a finished call's io.toolbus.call.result when due, and counts it.
 func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 	if ownEvent(b, res) && !b.cutOff() {
 		id := ""
@@ -135,15 +129,12 @@ func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 }
 
 // ownEvent reports whether a result gets an io.toolbus.call.result of its
-// own (docs/protocol.md 3.4): the batch asks for one per call, it finishes
-// after the reply, or a cancel ended it. Any other result is carried by the
-// reply and batch.done.
+// own (docs/protocol.md 3.4); the others are carried by the reply and batch.done.
 func ownEvent(b *batch, res bus.Result) bool {
 	return b.data.Events == bus.EventsCalls || b.start.IsZero() || res.State == bus.StateInterrupted
 }
 
-// encoded returns the JSON of c's result, encoded once for its event, the
-// reply and batch.done alike.
+// encoded returns c's result's JSON, encoded once for event, reply and batch.done.
 func encoded(b *batch, c *callState) json.RawMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -153,10 +144,9 @@ func encoded(b *batch, c *callState) json.RawMessage {
 	return c.raw
 }
 
-// appendEncoded appends the JSON of c's result to buf. A result not encoded
-// yet is encoded into buf itself and kept as c.raw, a slice of buf capped at
-// its end: nothing writes over bytes a buffer already holds (appends past
-// them only), so c.raw stays valid however buf grows. b.mu is held.
+// appendEncoded appends the JSON of c's result to buf, encoding it there the
+// first time and keeping that slice, capped, as c.raw (appends never write
+// over it). b.mu is held.
 func appendEncoded(buf []byte, c *callState) []byte {
 	if c.raw != nil {
 		return append(buf, c.raw...)
@@ -171,10 +161,8 @@ func appendEncoded(buf []byte, c *callState) []byte {
 	return out
 }
 
-// done publishes batch.done with every result in call order and waits
-// until the events stream holds the batch's events; the batch.done of a
-// batch a re-send answers again without it (unawaitedDone) is announced,
-// and nothing waits (docs/protocol.md 3.4).
+// done publishes batch.done and waits until the events stream holds the
+// batch's events, or only announces it (unawaitedDone, docs/protocol.md 3.4).
 func (s reportStep) done(b *batch) {
 	b.publishing.Wait()
 	if !unawaitedDone(b) {
@@ -183,9 +171,8 @@ func (s reportStep) done(b *batch) {
 		s.stored(b)
 		return
 	}
-	// Room for the reply's members after the results: the announce
-	// copies the message before it returns, so the reply, which carries
-	// the same results, finishes this buffer instead of encoding them again.
+	// Room for the reply's members: the announce copies the message, and
+	// the reply finishes this buffer instead of encoding the results again.
 	buf := append(resultsJSON(b, true, replySpare, resultsBuf(b)), '}')
 	if err := s.events.announce(bus.TypeBatchDone, b.session, b.replyID, "", b.trace, buf); err != nil {
 		s.log.Warn("router: event not published", "type", bus.TypeBatchDone, "session", b.session, "err", err)
@@ -196,12 +183,10 @@ func (s reportStep) done(b *batch) {
 	s.audit.audited(b, s.landing)
 }
 
-// replySpare is the room a reply needs after its results: an empty
-// "parked" and the session's revision.
+// replySpare is the room a reply needs after its results.
 const replySpare = 64
 
-// finished reports whether every call of b has its result: the reply's
-// results are then batch.done's.
+// finished reports whether every call of b has its result.
 func finished(b *batch) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -213,12 +198,9 @@ func finished(b *batch) bool {
 	return true
 }
 
-// doneID is the id of b's batch.done: a batch that parked has the one its
-// continuation derives, so that every router that finishes it (its owner,
-// and one that took a lapsed lease over after the owner published) sends
-// the same Nats-Msg-Id and the events stream stores batch.done once
-// (docs/protocol.md 3.4, 6.1); any other batch gets a new one, as a re-sent
-// copy's batch.done is stored again (3.1).
+// doneID is the id of b's batch.done: for a batch that parked, its
+// continuation's, the same from every router that finishes it, so the
+// stream stores it once (docs/protocol.md 3.4, 6.1); else a new one.
 func doneID(b *batch) string {
 	if b.cont == nil {
 		return ""
@@ -227,12 +209,9 @@ func doneID(b *batch) string {
 }
 
 // unawaitedDone reports whether b's batch.done is published without
-// awaiting the events stream (docs/protocol.md 3.4, 1.4 and 1.15): b is a
-// new batch that parked nothing and did not ask for "events": "calls",
-// and each of its calls either changed nothing a re-send would not change
-// again (readOnlyCall) or is a write whose result the ledger held before
-// the reply (writtenCall), which a re-send gets from there without running
-// it. It decides from what b's calls already hold: no read, no write.
+// awaiting the events stream (docs/protocol.md 3.4, 1.4 and 1.15): a new
+// batch that parked nothing, did not ask for per-call events, and whose
+// every call is a readOnlyCall or a writtenCall (a re-send changes nothing).
 func unawaitedDone(b *batch) bool {
 	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
 		return false
@@ -246,9 +225,8 @@ func unawaitedDone(b *batch) bool {
 }
 
 // writtenCall: c ran a worker's tool through the ledger (core, not
-// durable, not external) and its record landed before the chain gave its
-// result (callState.landed: ledger.Ledger.Record's write landed at once,
-// not through its background retry, and no cancel settled c first).
+// durable, not external) and its record landed before the chain returned
+// (callState.landed).
 func writtenCall(c *callState) bool {
 	t := c.target
 	if !c.landed || c.early != nil || t.Code != "" || t.Reset || t.Search || t.Skill || t.Read || t.External != nil || t.Tool == nil {
@@ -270,8 +248,7 @@ func readOnlyCall(c *callState) bool {
 	return def.ReadOnly && !def.Durable && !def.External
 }
 
-// reply sends io.toolbus.call.reply: the finished results in call order,
-// the parked calls, and the session's revision (docs/protocol.md 3.2).
+// reply sends io.toolbus.call.reply (docs/protocol.md 3.2).
 func (s reportStep) reply(b *batch, subject string) {
 	buf, pooled := b.results, b.results != nil
 	if b.results = nil; buf == nil || len(b.parked) > 0 {
@@ -301,11 +278,9 @@ func (s reportStep) reply(b *batch, subject string) {
 	}
 }
 
-// resultsBufs are the buffers of read-only batches' results: batch.done's,
-// which the reply finishes. Both messages are copied as they are published
-// (core NATS), and the calls' encoded results (callState.raw), slices of
-// the buffer, are let go before it goes back (releaseResults): the reply is
-// a read-only batch's last use of them.
+// resultsBufs are the buffers of read-only batches' results, batch.done's
+// that the reply finishes; both are copied as they are published, and the
+// reply is the last use (releaseResults).
 var resultsBufs sync.Pool
 
 const maxPooledResults = 64 << 10
@@ -319,8 +294,7 @@ func resultsBuf(b *batch) []byte {
 	return nil
 }
 
-// releaseResults puts buf, the results of b's reply, back once nothing of
-// b refers to it any more.
+// releaseResults puts buf back once nothing of b refers to it.
 func releaseResults(b *batch, buf []byte) {
 	b.mu.Lock()
 	for _, c := range b.calls {
@@ -338,10 +312,9 @@ func releaseResults(b *batch, buf []byte) {
 	resultsBufs.Put(p)
 }
 
-// resultsJSON returns {"results":[...] of b's finished calls (all:
-// every call) in call order, unclosed, with room for spare more bytes: in
-// buf when it has the room (an empty buffer of resultsBufs), else in a
-// new one.
+// resultsJSON returns {"results":[...] of b's finished calls (all: every
+// call) in call order, unclosed, with room for spare more bytes; in buf
+// when it has the room.
 func resultsJSON(b *batch, all bool, spare int, buf []byte) []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -373,8 +346,7 @@ func resultsJSON(b *batch, all bool, spare int, buf []byte) []byte {
 	return append(buf, ']')
 }
 
-// publish publishes an event about b through the events stream, with its
-// id given ("": a new one); stored waits for it.
+// publish publishes an event about b under id ("": a new one); stored waits for it.
 func (s reportStep) publish(b *batch, id, typ, callID string, data any) {
 	ev, err := s.events.publish(id, typ, b.session, b.replyID, callID, b.trace, data)
 	if err != nil {
@@ -389,17 +361,15 @@ func (s reportStep) publish(b *batch, id, typ, callID string, data any) {
 	b.mu.Unlock()
 }
 
-// stored waits until the events stream holds every event b has published
-// so far, and P_AUDIT its audit records.
+// stored waits until the streams hold b's events and audit records so far.
 func (s reportStep) stored(b *batch) {
 	defer s.audit.audited(b, s.landing) // and its audit records, in flight beside them
 	sent := take(&b.mu, &b.sent)
 	if len(sent) == 0 {
 		return
 	}
-	// The acknowledgements come while the batch is the router's tracked
-	// work: they are awaited in its context, and a landing one (which a
-	// drain's deadline does not cut) is made only for what is left.
+	// Awaited in the batch's context; a landing one (which a drain's
+	// deadline does not cut) only for what is left.
 	if store.Settled(b.ctx, sent) {
 		_ = s.events.stored(b.ctx, sent) // waits for nothing: notes the health
 		return
@@ -409,15 +379,13 @@ func (s reportStep) stored(b *batch) {
 	_ = s.events.stored(ctx, sent)
 }
 
-// routerEventTo makes e an event about a call or batch from source: an
-// event sent and let go stays on the sender's stack.
+// routerEventTo makes e an event about a call or batch from source.
 func routerEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data any) error {
 	rawEventTo(e, source, typ, session, replyID, callID, trace, nil)
 	return e.SetData(data)
 }
 
-// rawEventTo is routerEventTo with data that is JSON already, passed as it
-// is (not boxed into an interface: no allocation).
+// rawEventTo is routerEventTo with data that is JSON already (no boxing).
 func rawEventTo(e *bus.Event, source, typ, session, replyID, callID string, trace [2]string, data json.RawMessage) {
 	*e = bus.Head(typ, source)
 	e.Data = data

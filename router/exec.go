@@ -26,9 +26,7 @@ import (
 	"github.com/toolbus/toolbus/tracing"
 )
 
-// job is one call for an executor to run: everything it needs of the batch
-// and nothing else, so a call of a new batch, of a resumed one and a
-// confirmed call run the same way.
+// job is one call for an executor to run, new, resumed or confirmed alike.
 type job struct {
 	session, replyID string
 	trace            [2]string       // traceparent, tracestate of the batch
@@ -38,15 +36,13 @@ type job struct {
 	sent             json.RawMessage // the input as the agent sent it when call's is a person's edit (a confirmed call); nil: call's
 	tool             *registry.Tool
 
-	// A batch's call and what the chain's middlewares learn of it on its
-	// way (nil b and c: a confirmed call, which runs below the chain).
+	// A batch's call (nil b and c: a confirmed call, below the chain).
 	b        *batch
 	c        *callState
 	admitted chan struct{} // closed once the quotas counted the call (job.admit); nil when nobody waits
 
-	// A read-only tool's call of one attempt has one context, with the
-	// attempt's deadline (callContext): then until and timeout are that
-	// attempt's, and cancel ends it.
+	// bounded: a read-only call of one attempt, whose context is the
+	// attempt's (callContext), ending at until; cancel ends it.
 	bounded bool
 	until   time.Time
 	timeout time.Duration
@@ -55,21 +51,16 @@ type job struct {
 	watch   execWatch // the request in flight (execWatches)
 	attempt callCtx   // the first attempt's context when not bounded (attemptContext)
 
-	// landed: the ledger held the result the chain returned when it
-	// returned (the once middleware); written and read on the call's own
-	// goroutine, and kept in callState.landed by batch.settle.
+	// landed: the ledger held the chain's result when it returned (once),
+	// on the call's own goroutine; kept in callState.landed.
 	landed bool
 }
 
-// callContext returns the one context of call j under parent. A core
-// read-only call of one attempt gets the attempt's deadline (with its
-// grace) at once, and the attempt runs in it: one context and one timer
-// per call. Any other call gets a context without a deadline, and each
-// attempt its own under it (attemptContext). (A call through the ledger is
-// not bounded so: its claim and record must not end at the tool's
-// deadline.) Under the router's base each is a callCtx kept in the call's
-// state (callctx.go), a kid of the base's root, its timer pooled; under
-// another parent (a pipeline without that root) the context package's.
+// callContext returns the one context of call j under parent: a core
+// read-only call of one attempt gets the attempt's deadline at once (one
+// context and timer per call); any other call none, each attempt its own
+// (attemptContext), as a ledger's claim and record must outlive the tool's
+// deadline. Under the router's base it is the callState's callCtx.
 func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 	var d time.Time
 	if j.runsTool() {
@@ -83,8 +74,7 @@ func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 		}
 	}
 	if root := j.b.p.calls; root != nil && j.b.ctx == root.parent && parent == j.b.ctx {
-		// The usual case: a batch's call under the router's base, without
-		// the context package's allocations and the base's lock.
+		// The usual case: no context package allocations, no base lock.
 		j.c.ctx.start(root, d)
 		j.cancel = &j.c.ctx
 		return &j.c.ctx, j.cancel
@@ -101,11 +91,8 @@ func (j *job) callContext(parent context.Context) (context.Context, stopper) {
 }
 
 // attemptContext returns the context of one attempt of j under ctx, the
-// call's, ending at d: a callCtx, the job's own the first time (a job's
-// attempts run one after another; a later one gets a new callCtx, since
-// something may still hold an ended one). Under a call's callCtx (ctx is
-// one, or a context over one that ends with it, as a span's) it is that
-// callCtx's kid (callctx.go): ended by it without the context package.
+// call's, ending at d: the job's own callCtx the first time, a new one
+// later (something may still hold an ended one).
 func (j *job) attemptContext(ctx context.Context, d time.Time) *callCtx {
 	a := &j.attempt
 	if a.done != nil {
@@ -115,13 +102,10 @@ func (j *job) attemptContext(ctx context.Context, d time.Time) *callCtx {
 	return a
 }
 
-// stopper ends a call's context: a callCtx, or the cancel func of a
-// context of the context package's (cancelFunc). An interface rather than
-// a func, so that a callCtx needs no closure for it.
+// stopper ends a call's context: a callCtx (no closure for it), or a
+// context.CancelFunc (cancelFunc, no allocation either).
 type stopper interface{ stop() }
 
-// cancelFunc is a context.CancelFunc as a stopper (a func fits an
-// interface as it is: no allocation).
 type cancelFunc context.CancelFunc
 
 func (f cancelFunc) stop() { f() }
@@ -134,8 +118,7 @@ func (j *job) key() string {
 	return j.keyed
 }
 
-// admit says the call passed the quotas: the next call of a parallel run
-// may be counted (batch.runCalls). Only the call's own goroutine calls it.
+// admit says the call passed the quotas, letting the next be counted.
 func (j *job) admit() {
 	if j.admitted != nil {
 		close(j.admitted)
@@ -143,8 +126,7 @@ func (j *job) admit() {
 	}
 }
 
-// runsTool reports whether the job is a batch's call of a registry tool
-// (not a built-in, not a request-scoped tool).
+// runsTool reports whether the job is a batch's call of a registry tool.
 func (j *job) runsTool() bool {
 	if j.c == nil || j.tool == nil {
 		return false
@@ -153,9 +135,7 @@ func (j *job) runsTool() bool {
 	return !t.Reset && !t.Skill && !t.Search && !t.Read && t.External == nil
 }
 
-// execStep is the last executor of the chain: it runs a call that may run
-// now: reset_tools, search_tools, the skill loader and read_output here, a
-// tool through the runner (its executor, the ledger).
+// execStep is the last executor: the built-ins here, a tool through the runner.
 type execStep struct {
 	runner   runnerPort
 	sessions sessionPort
@@ -179,8 +159,7 @@ func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	return s.runner.runTool(ctx, j)
 }
 
-// jobOf is what the executor needs of call c of batch b, kept in c (one
-// allocation for both).
+// jobOf is what the executor needs of call c, kept in c (one allocation).
 func jobOf(b *batch, c *callState) *job {
 	c.job = job{session: b.session, replyID: b.replyID, trace: b.trace, deadline: b.deadline,
 		user: b.data.User, context: b.data.Context,
@@ -189,8 +168,7 @@ func jobOf(b *batch, c *callState) *job {
 	return &c.job
 }
 
-// builtinResult is the result of a built-in tool that answered text, or
-// failed with err: its own invalid_input, else internal.
+// builtinResult is a built-in's result: text, its invalid_input, else internal.
 func builtinResult(c bus.Call, text string, err error) bus.Result {
 	if err == nil {
 		return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text(text)}
@@ -202,18 +180,13 @@ func builtinResult(c bus.Call, text string, err error) bus.Result {
 	return internal(c, err)
 }
 
-// toolRunner runs a tool call through the executor its definition asks
-// for: a durable tool's work queue, else the core chain (the dedupe
-// ledger around request/reply).
+// toolRunner runs a tool call through a work queue or the core chain.
 type toolRunner struct {
 	exec    Executor // the ledger, then core request/reply to the workers
 	durable Executor // durable tools' work queues
 }
 
-// runTool runs a tool call, in a span of its own: a durable tool's through
-// its work queue (which records in the ledger itself), another tool's
-// through the dedupe ledger when it is not read-only (at most once per call
-// key), straight to the executor when it is.
+// runTool runs a tool call in a span of its own.
 func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 	ctx, span := tracing.StartTool(tracing.Extract(ctx, j.trace[0], j.trace[1]), trace.SpanKindClient, j.call.Name, j.call.ID, j.session)
 	defer span.End()
@@ -230,10 +203,8 @@ func (t *toolRunner) runTool(ctx context.Context, j *job) bus.Result {
 }
 
 // requestReply is the executor of core NATS request/reply: io.toolbus.exec
-// to the tool's queue group, retrying read-only or idempotent tools on
-// unavailable and timeout when max_attempts allows. It sends the request
-// in the form every live worker of the tool said it reads
-// (docs/protocol.md 5.1): compact, binary or structured.
+// to the tool's queue group (docs/protocol.md 5.1), retrying read-only or
+// idempotent tools on unavailable and timeout when max_attempts allows.
 type requestReply struct {
 	replies *replies.Mux // the router's exec replies (a fresh inbox per request)
 	execs   *execSubjects
@@ -263,8 +234,7 @@ func (x requestReply) Exec(ctx context.Context, j *job) bus.Result {
 	return res
 }
 
-// attempt makes one exec request; retry reports an unavailable or timeout
-// outcome.
+// attempt makes one exec request; retry: unavailable or timeout.
 func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Result, bool) {
 	bounded := j.bounded && attempt == 1 // ctx is the attempt's already (callContext)
 	deadline, timeout := j.until, j.timeout
@@ -288,11 +258,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	var e bus.Event // sent and let go: on the stack, its data in a pooled buffer
 	data := execData.Get().(*[]byte)
 	execEventTo(&e, ctx, x.source, j, req, deadline, (*data)[:0])
-	// The worker's context ends at the deadline; its reply ("context
-	// deadline exceeded") may then race the router's own timer, so the
-	// router waits a little longer and judges by the clock.
-	// One context (and timer) per attempt: the watchdog cancels it too,
-	// marking the watch vanished first.
+	// The worker's reply at its deadline may race the router's timer: the
+	// router waits a grace longer and judges by the clock. The watchdog
+	// cancels the attempt too, marking the watch vanished first.
 	wctx, cancel := ctx, j.cancel
 	if !bounded {
 		a := j.attemptContext(ctx, deadline.Add(ledger.TimeoutGrace))
@@ -330,12 +298,9 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 }
 
 // request sends exec event e to tool's queue group and waits for the
-// reply until ctx ends, on the router's reply subscription
-// (internal/replies): the wait's inbox is the request's alone, and not
-// guessable from another's, so a late reply of a request that ended, a
-// second reply, or a worker's reply to an inbox it was not given reaches
-// no other call. The errors are nats.go's request's: ctx's,
-// ErrNoResponders for the server's 503, ErrConnectionClosed.
+// reply until ctx ends, on an inbox of the request's own (internal/replies):
+// no stray or late reply reaches another call. The errors are nats.go's
+// request's.
 func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
 	return x.replies.Request(ctx, func(inbox string) (err error) {
 		x.sendExec(tool, e, func(m *nats.Msg) {
@@ -348,9 +313,7 @@ func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*
 }
 
 // sendExec calls send with the message of exec event e to tool's queue
-// group, in the form every live worker of the tool reads. A binary
-// message and its header are reused once send returns (a core publish
-// keeps nothing of it).
+// group, in the form every live worker reads (reused once send returns).
 func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) {
 	subject := x.execs.of(x.subj.Workers, tool)
 	form := bus.ExecStructured
@@ -368,16 +331,14 @@ func (x requestReply) sendExec(tool string, e *bus.Event, send func(*nats.Msg)) 
 	send(m)
 }
 
-// execData are the buffers of exec requests' data: a request's is free
-// once it is published (a core publish copies it). Past maxExecData a
-// buffer is let go rather than kept by the pool.
+// execData are the buffers of exec requests' data, free once published
+// (a core publish copies it); past maxExecData one is not kept.
 var execData = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxExecData = 64 << 10
 
-// execSubjects keeps P.exec.<tool> by tool name, so that a call's exec
-// request builds no subject string. Tools come and go: past
-// maxExecSubjects names it starts again.
+// execSubjects keeps P.exec.<tool> by tool name, so a call builds no
+// subject string; past maxExecSubjects names it starts again.
 type execSubjects struct {
 	mu sync.RWMutex
 	m  map[string]string
@@ -406,9 +367,7 @@ func (x *execSubjects) of(w bus.WorkerSubjects, tool string) string {
 	return s
 }
 
-// execEventTo makes e the io.toolbus.exec of job j from source
-// (docs/protocol.md 5.1), its data appended to buf, for a core request and
-// a durable call's work message alike.
+// execEventTo makes e the io.toolbus.exec of j (protocol 5.1) in buf.
 func execEventTo(e *bus.Event, ctx context.Context, source string, j *job, req bus.ExecRequest, deadline time.Time, buf []byte) {
 	*e = bus.Head(bus.TypeExec, source)
 	e.Data = req.AppendJSON(buf)
@@ -429,21 +388,18 @@ func callDeadline(now time.Time, timeoutMS int64, batch time.Time) (deadline tim
 	return deadline, timeout
 }
 
-// requestFailed turns an exec request that got no reply into the call's
-// result; retry says whether another attempt may run it. ctx is the call's
-// context; vanished says the watchdog ended the request.
+// requestFailed turns an exec request without a reply into the call's
+// result, and whether to retry; vanished: the watchdog ended it.
 func requestFailed(ctx context.Context, err error, vanished bool, j *job, timeout time.Duration) (bus.Result, bool) {
 	def := &j.tool.Def
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return unavailable(j.call), true
 	case context.Cause(ctx) == errDrainDeadline:
-		// The router's drain deadline: the worker may still finish the
-		// call, so its outcome is unknown (what the ledger records).
+		// The drain deadline: the worker may still finish, so the outcome is unknown.
 		return ledger.UnknownOutcome(j.call), false
 	case vanished && !errors.Is(err, context.DeadlineExceeded):
-		// The worker that took the call stopped beating without finishing
-		// it: a read-only or idempotent call may run again elsewhere.
+		// Its worker stopped beating: a read-only or idempotent call may run again.
 		return ledger.UnknownOutcome(j.call), def.ReadOnly || def.Idempotent
 	case errors.Is(ctx.Err(), context.Canceled):
 		return interrupted(j.call), false
@@ -460,15 +416,10 @@ var (
 	internal      = bus.InternalResult
 )
 
-// execReply turns a worker's reply to call ref into the call's result, and
-// returns the state patch the worker sent, if any, for the caller to apply.
-// A result that names another session, reply or call is refused, its
-// patch unapplied: the reply's inbox (the request's own) binds a result
-// to its call, and a compact one (1.16) names none. The usual
-// reply, an exec result, is read without a pass that checks its data is
-// JSON first (bus.DecodeHead): FromEvent checks it as it reads. Any other
-// reply, or one that fails there, is decoded again in full
-// (execReplyChecked), so that its result reads as it always did.
+// execReply turns a worker's reply to call ref into the call's result and
+// the state patch to apply, if any; a reply naming another call is refused.
+// An exec result is read in one pass (FromEvent checks its JSON); any
+// other reply is decoded again in full (execReplyChecked).
 func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
 	var e bus.Event
 	var xr bus.ExecResult
@@ -498,8 +449,7 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 	case bus.StateError:
 		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
-		// A cancel reaches the worker and the router at once; whichever
-		// acts first, the call ends with the one text of docs/protocol.md 3.5.
+		// A cancel reaches worker and router at once: one text (protocol 3.5).
 		return interrupted(c), patch
 	default:
 		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
@@ -507,9 +457,7 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 	return res, patch
 }
 
-// execReplyChecked decodes a worker's reply into e in full, its data
-// checked to be JSON: the exec result it carries, or the result the call
-// gets instead.
+// execReplyChecked decodes a worker's reply in full: its result, or the call's.
 func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult, *bus.Result) {
 	refuse := func(r bus.Result) (bus.ExecResult, *bus.Result) { return bus.ExecResult{}, &r }
 	if err := bus.DecodeTo(resp, e); err != nil {
@@ -534,14 +482,11 @@ func execReplyChecked(c bus.Call, resp *nats.Msg, e *bus.Event) (bus.ExecResult,
 	return xr, nil
 }
 
-// toolFailedText is the text of an error result whose tool or handler gave
-// no text of its own.
+// toolFailedText is an error result's text when the tool gave none.
 const toolFailedText = "Error: the tool failed without saying why."
 
-// fail makes res, a tool's or handler's own result in an error state, an
-// error result with code: its error message is the output's text, and an
-// output without a text block gets one, with fallback, before the rest
-// (docs/protocol.md 3.3: an error result still carries a readable text block).
+// fail makes res an error result with code, its message the output's text,
+// or fallback put first when it has none (docs/protocol.md 3.3).
 func fail(res *bus.Result, code, fallback string) {
 	msg := textOf(res.Output)
 	if msg == "" {
@@ -565,8 +510,7 @@ func textOf(blocks []bus.Block) string {
 }
 
 // patchState applies a worker's JSON merge patch (RFC 7386) to the
-// session's agent state, with compare-and-set so that concurrent patches
-// from two calls both land; it lands even when ctx, the call's, has ended.
+// session's agent state by compare-and-set, past ctx's end too.
 func patchState(ctx context.Context, gs *groups.Store, session string, def *bus.ToolDef, patch json.RawMessage) error {
 	if !def.StateInjected {
 		return bus.Errorf(bus.CodeToolError, "Error: the tool returned a state_patch but is not registered with state_injected; the patch was not applied.")
@@ -598,10 +542,7 @@ type execWatch struct {
 	prev, next *execWatch  // in execWatches' list, under its lock
 }
 
-// execWatches is the set of exec requests in flight, which the watchdog
-// (watchWorkers) ends when their worker vanished: a list through the
-// watches themselves, so that adding and removing one is two pointers,
-// not a map's insert and delete per call.
+// execWatches is the exec requests in flight (watchWorkers), a list: no map writes.
 type execWatches struct {
 	mu   sync.Mutex
 	head *execWatch
@@ -613,8 +554,7 @@ type callRef struct{ session, replyID, id string }
 // key is the call's ledger and P_parked key (bus.CallKey).
 func (c callRef) key() string { return bus.CallKey(c.session, c.replyID, c.id) }
 
-// namedOtherBy reports whether event e names a call other than c: a
-// session, reply or call id of its own that differs from c's.
+// namedOtherBy reports whether event e names another call than c.
 func (c callRef) namedOtherBy(e *bus.Event) bool {
 	differs := func(got, want string) bool { return got != "" && got != want }
 	return differs(e.SessionID, c.session) || differs(e.ReplyID, c.replyID) || differs(e.ToolCallID, c.id)
@@ -649,12 +589,9 @@ func (x *execWatches) remove(w *execWatch) {
 }
 
 // watchWorkers runs every heartbeat: an exec request older than three
-// heartbeats whose call no live worker lists in its beats any more lost its
-// worker (workers list their calls in flight with every beat, and a dead
-// worker's beats expire after three), so it ends now instead of at its
-// timeout. While a live worker of the tool does not report its calls in
-// flight (a worker written from docs/protocol.md alone), nothing can be told and
-// the call waits for its timeout.
+// heartbeats whose call no live worker lists in flight lost its worker, and
+// ends now instead of at its timeout (registry.MayHold: a worker that does
+// not list its calls holds them all).
 func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registry.Registry, log *slog.Logger) {
 	if reg.Troubled(now) {
 		return // beats may be missing for want of a bucket, not of workers
@@ -674,13 +611,10 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 	}
 }
 
-// workQueue is the executor of durable tools (docs/protocol.md 5.8): the call
-// is claimed in the ledger, published to the tool's work queue (P_WORK)
-// and taken by one of its workers; the worker sends the result to the
-// routers, one of which records it in the ledger entry, and the router
-// that published the call reads it there. A worker that dies mid-call
-// stops reporting progress and JetStream delivers the call to another
-// worker; the ledger entry takes one result, so the agent never sees two.
+// workQueue is the executor of durable tools (docs/protocol.md 5.8): the
+// call is claimed in the ledger and published to the tool's work queue; any
+// router records the worker's result in the ledger entry (one result, however
+// many deliveries), where the publishing router reads it.
 type workQueue struct {
 	*wire // its source is the work messages'
 	js    jetstream.JetStream
@@ -709,10 +643,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 		if res, ok := l.Await(wctx, key); ok {
 			return res
 		}
-		// No result by the deadline, or the call was cancelled or cut off:
-		// the call ends so in the ledger, unless a result got in first; a
-		// later result is refused, and a delivery past the deadline never
-		// runs.
+		// No result by the deadline, or cancelled, or cut off: so it ends
+		// in the ledger, unless a result got in first.
 		end := timeoutResult(j.call, timeout)
 		switch {
 		case context.Cause(ctx) == errDrainDeadline:
@@ -724,9 +656,7 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	})
 }
 
-// publish puts the call in the tool's work queue, its exec event as for a
-// core request. The message id is the call key: a publish retried, or a
-// claim taken again after it was abandoned, is one message.
+// publish queues the call under its key as message id (a retry is one message).
 func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
 	var e bus.Event
 	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline, nil)
@@ -740,12 +670,7 @@ func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) erro
 	})
 }
 
-// onResult takes a durable call's result from its worker and records it in
-// the call's ledger entry; the reply tells the worker it may acknowledge
-// the call's message. A result for a call that already has one (an
-// earlier delivery's, a timeout, a cancel) is dropped, and says so.
-// durableResults takes durable calls' results on P.result.<tool>
-// (docs/protocol.md 5.8).
+// durableResults records durable results from P.result.<tool> (protocol 5.8).
 type durableResults struct {
 	*wire
 	reg  *registry.Registry
@@ -768,8 +693,7 @@ func (r *durableResults) onResult(m *nats.Msg) {
 	}
 	ctx, cancel := r.landing()
 	defer cancel()
-	// As for a core request: a failure that comes at or past the call's
-	// deadline is its timeout.
+	// As for a core request: a failure at or past the deadline is its timeout.
 	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
 	r.answer(m, bus.TypeExecRecorded, ack, err)
 }

@@ -22,9 +22,7 @@ import (
 	"github.com/toolbus/toolbus/schemas"
 )
 
-// Stored outputs per session (protocol 5.9): agents read only their
-// session's objects, and only the bytes a result recorded, through
-// P.outputs.<session>; a result may refer only to its own call's objects.
+// Stored outputs per session (protocol 5.9).
 
 // outputsBudget bounds the store reads of one seal or one read request.
 const outputsBudget = 30 * time.Second
@@ -49,9 +47,8 @@ func (r *outputs) onOutputs(m *nats.Msg) {
 	})
 }
 
-// sealOutput checks the stored outputs a worker's result refers to and
-// returns the result with their digests; a reference to an object not this
-// call's own makes it a tool_error, its state patch dropped (protocol 3.3).
+// sealOutput returns a worker's result with the digests of the stored
+// outputs it refers to; another call's makes it a tool_error (protocol 3.3).
 func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.RawMessage) (bus.Result, json.RawMessage) {
 	out, err := r.seal(key, res.Output)
 	if err == nil {
@@ -66,8 +63,7 @@ func (r *outputs) sealOutput(session, key string, res bus.Result, patch json.Raw
 	return internal(bus.Call{ID: res.ID, Name: res.Name}, fmt.Errorf("checking the stored output: %w", err)), nil
 }
 
-// sealAnswer is sealOutput for an external answer: a refused reference is
-// a bad_request and the call stays parked.
+// sealAnswer is sealOutput for an external answer (refused: bad_request).
 func (r *outputs) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
 	sealed, err := r.seal(key, out)
 	if be := (*offload.BlockError)(nil); errors.As(err, &be) {
@@ -76,8 +72,7 @@ func (r *outputs) sealAnswer(key string, out []bus.Block) ([]bus.Block, error) {
 	return sealed, err
 }
 
-// seal records the digests of the stored outputs out refers to, for call
-// key; out as it is when it refers to none.
+// seal records the digests of the stored outputs out refers to, for call key.
 func (r *outputs) seal(key string, out []bus.Block) ([]bus.Block, error) {
 	if !hasStored(out) {
 		return out, nil
@@ -92,21 +87,18 @@ func hasStored(out []bus.Block) bool {
 	return slices.ContainsFunc(out, func(b bus.Block) bool { return b.Type == bus.BlockData && strings.HasPrefix(b.URL, offload.Scheme+":") })
 }
 
-// fitStep stores the output of a result that would take the batch's reply,
-// batch.done or continuation past the payload limit, before any message
-// carries it, so all show the same reference (docs/protocol.md 5.9).
+// fitStep stores the output of a result that would take the batch's
+// messages past the payload limit, before any carries it (protocol 5.9).
 type fitStep struct {
 	outputs    outputPort   // nil: nothing is stored (and nothing checked)
 	maxPayload func() int64 // the connection's payload limit
 }
 
-// fitReserve is kept free in each aggregate message for the envelope, the
-// parked list and the other members.
+// fitReserve is kept free in each aggregate message for the rest of it.
 const fitReserve = 64 << 10
 
-// fit returns res, its output stored when the batch's results and res
-// would not fit in one message. Check and reservation are one step under
-// the batch's lock, so concurrent calls cannot count on the same room.
+// fit returns res, its output stored when it would not fit beside the
+// batch's results; room is checked and reserved under the batch's lock.
 func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
 	if s.outputs == nil {
 		return res
@@ -142,8 +134,7 @@ func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
 // resultOverhead bounds what a result takes beside its output.
 const resultOverhead = 1 << 10
 
-// takenLocked is how many bytes the batch's results take in an aggregate
-// message, bounding those that came from elsewhere (a continuation).
+// takenLocked bounds the bytes the batch's results take in one message.
 func (b *batch) takenLocked() int64 {
 	var n int64
 	for _, c := range b.calls {
@@ -157,8 +148,7 @@ func (b *batch) takenLocked() int64 {
 	return n
 }
 
-// ReadOutputName is the built-in tool that reads part of a stored output of
-// the session (docs/protocol.md 11), offered with Guard.ReadOutput.
+// ReadOutputName is read_output (docs/protocol.md 11; Guard.ReadOutput).
 const ReadOutputName = "read_output"
 
 // Bounds of one read_output call.
@@ -202,8 +192,7 @@ var readOutputTool = sync.OnceValues(func() (*registry.Tool, error) {
 // readShown reports whether read_output is offered and in a request's view.
 func readShown(on bool, req *groups.Request) bool { return on && shown(req, ReadOutputName) }
 
-// withReadOutput puts read_output into a listing before the request's
-// external tools when it is shown.
+// withReadOutput puts read_output before the request's tools when shown.
 func withReadOutput(on bool, req *groups.Request, defs []bus.ToolDef) []bus.ToolDef {
 	if !readShown(on, req) {
 		return defs
@@ -212,8 +201,7 @@ func withReadOutput(on bool, req *groups.Request, defs []bus.ToolDef) []bus.Tool
 	return slices.Insert(slices.Clip(defs), at, readOutputDef())
 }
 
-// resolveRead resolves read_output when it is shown; ok is false for any
-// other name.
+// resolveRead resolves read_output when it is shown (ok: the name is it).
 func resolveRead(on bool, req *groups.Request, name string) (groups.Resolved, bool) {
 	if name != ReadOutputName || !readShown(on, req) {
 		return groups.Resolved{}, false
@@ -238,8 +226,7 @@ type windows interface {
 	Serve(ctx context.Context, session string, g offload.Get) (*offload.Chunk, error)
 }
 
-// readOutput runs read_output for session: the session's own outputs only
-// (the server refuses another session's as missing), one bounded range.
+// readOutput runs read_output on one bounded range of session's own outputs.
 func readOutput(ctx context.Context, w windows, session string, c bus.Call, input json.RawMessage) bus.Result {
 	var in readInput
 	if err := json.Unmarshal(input, &in); err != nil {
@@ -283,8 +270,7 @@ func clampLimit(l *int64, def, most int64) int64 {
 	return min(*l, most)
 }
 
-// readBytes returns at most n bytes of ref from off, cut at runes, with a
-// header naming them.
+// readBytes returns at most n bytes of ref from off, cut at runes, with a header.
 func readBytes(ctx context.Context, w windows, session, ref string, off int64, n int) (string, error) {
 	ch, err := w.Serve(ctx, session, offload.Get{URL: ref, Offset: off, Max: n + utf8.UTFMax})
 	if err != nil {
@@ -313,10 +299,8 @@ func readBytes(ctx context.Context, w windows, session, ref string, off int64, n
 	return head + "\n" + strings.ToValidUTF8(string(part), "\uFFFD"), nil
 }
 
-// readLines returns at most n lines of ref from line first (1-based), and
-// never more than ReadOutputMaxBytes, with a header naming them. It reads
-// windows from the start to find the line: a scan bounded by the output's
-// size (at most the offload ceiling).
+// readLines returns at most n lines (and ReadOutputMaxBytes) of ref from
+// line first (1-based), with a header naming them, scanning from the start.
 func readLines(ctx context.Context, w windows, session, ref string, first, n int64) (string, error) {
 	var (
 		off, line int64 = 0, 1
@@ -399,8 +383,7 @@ func notText(ch *offload.Chunk) error {
 	return fmt.Errorf("the output is %s (%d bytes), not text: read_output reads text only", ch.MediaType, ch.Size)
 }
 
-// textual reports whether a stored output's media type is text: text/*,
-// JSON, XML and their +json / +xml kinds.
+// textual reports whether a media type is text, JSON or XML.
 func textual(media string) bool {
 	mt, _, err := mime.ParseMediaType(media)
 	if err != nil {

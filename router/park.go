@@ -16,8 +16,7 @@ import (
 	"github.com/toolbus/toolbus/parked"
 )
 
-// parkStep parks the calls of a run that wait for an answer, records the
-// batch's continuation, and hands the run over to it (docs/protocol.md 6.1).
+// parkStep parks a run's waiting calls and records the continuation (6.1).
 type parkStep struct {
 	conts     continuationPort
 	subj      bus.Subjects
@@ -26,15 +25,11 @@ type parkStep struct {
 	landing   landingFunc // the router's tracked writes (nil: untracked)
 }
 
-// park records b's continuation and parks the calls; false when a copy of
-// the batch parked before (the reply describes its state, nothing runs).
+// park records b's continuation and parks the calls; false: an earlier copy parked.
 func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int) bool {
-	// The batch's own parked calls are not counted: they are a first
-	// copy's, which a re-sent copy adopts (docs/protocol.md 3.1); a batch
-	// parks a later run only once its earlier parked calls were answered.
+	// Not counted: the batch's own parked calls, a re-sent copy's to adopt (3.1).
 	if n := len(s.conts.Parked(b.session, "")) - len(s.conts.Parked(b.session, b.replyID)); n+len(calls) > s.maxParked {
-		// Past the session's limit nothing more parks: these calls end
-		// here, and the batch goes on.
+		// Past the session's limit these calls end here, and the batch goes on.
 		for _, c := range calls {
 			b.finish(c, bus.ErrorResult(c.call, bus.CodeLimitExceeded, fmt.Sprintf(
 				"LimitExceededError: The session has %d calls waiting for an answer; at most %d may wait at once. Answer or cancel some first.", n, s.maxParked)))
@@ -58,8 +53,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
 		run.Announce = func(recs []*parked.Record) {
 			b.parked = s.listed(b, recs, next)
-			// For live subscribers only (docs/protocol.md 3.4): the reply
-			// lists the parked calls, and the records stay readable.
+			// For live subscribers only (protocol 3.4): the reply lists them too.
 			if err := b.p.report.events.live(bus.TypeCallParked, b.session, b.replyID, "", b.trace, bus.ParkedEvent{Calls: b.parked}); err != nil {
 				b.p.log.Warn("router: call.parked not published", "session", b.session, "reply", b.replyID, "err", err)
 			}
@@ -67,9 +61,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	}
 	got, err := s.conts.Park(ctx, run)
 	if errors.Is(err, parked.ErrNotOwner) {
-		// Another router took this continuation over (docs/protocol.md 6.1)
-		// and parks these calls; ending them here would publish events for
-		// parked calls, so this copy stops.
+		// Taken over by another router, which parks these calls (6.1): this copy stops.
 		b.p.log.Warn("router: continuation taken over by another router; this copy stops", "session", b.session, "reply", b.replyID, "err", err)
 		return false
 	}
@@ -85,8 +77,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	if got.Before {
 		b.cont = nil
 		if got.Differs != nil {
-			// A copy with other calls than the batch parked under its
-			// reply id: refused whole, nothing of it parked (3.1).
+			// A copy with other calls under the reply id: refused whole (3.1).
 			b.refused = got.Differs
 			return false
 		}
@@ -105,8 +96,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	return true
 }
 
-// listed is what the reply and call.parked list: the parked calls, then
-// the calls held back behind them.
+// listed is what the reply and call.parked list: parked, then held-back calls.
 func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked {
 	out := make([]bus.Parked, 0, len(recs)+len(b.calls)-next)
 	for _, rec := range recs {
@@ -118,8 +108,7 @@ func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked
 	return out
 }
 
-// alone reports whether every call of the run ending at next but those
-// that park has its result.
+// alone reports whether every call of the run but those that park has its result.
 func alone(b *batch, calls []*callState, next int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -184,8 +173,7 @@ func (s parkStep) settle(b *batch, next int) bool {
 	return true
 }
 
-// continuations runs the parked batches (docs/protocol.md 6.1): resumes,
-// lease renewals and takeovers, expiry and cancels of parked calls.
+// continuations runs the parked batches (docs/protocol.md 6.1).
 type continuations struct {
 	*wire
 	life    *life.Life
@@ -205,8 +193,7 @@ func (r *continuations) resume(cont *parked.Batch) {
 	}
 }
 
-// continuation rebuilds and tracks the batch of cont; nil (logged) when
-// unusable.
+// continuation rebuilds and tracks the batch of cont; nil (logged) when unusable.
 func (r *continuations) continuation(cont *parked.Batch) *batch {
 	b, err := r.pipe.fromContinuation(cont)
 	if err != nil {
@@ -215,9 +202,7 @@ func (r *continuations) continuation(cont *parked.Batch) *batch {
 		return nil
 	}
 	r.batches.track(b)
-	// A cancel that reached this router between the compare-and-set that
-	// gave it the batch and the track above found no running batch: it
-	// wrote its marks first, and they are read now (docs/protocol.md 3.5).
+	// A cancel that came before the track above wrote its marks (3.5): read them.
 	b.p.conts.Marks(cont)
 	return b
 }
@@ -249,10 +234,8 @@ func (r *continuations) renewLeases(now time.Time) {
 	}
 }
 
-// takeOver repairs continuations whose owner stopped renewing its lease,
-// settles again the answers whose router died before their result, and
-// mends the batches whose router died between a call's end and its
-// result joining the batch.
+// takeOver takes over the continuations and answers of routers whose
+// lease lapsed, and mends the batches they left (docs/protocol.md 6.1).
 func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
@@ -266,14 +249,10 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	for _, rec := range answered {
 		r.life.Go(func(context.Context) { r.answers.settleTaken(rec) })
 	}
-	// Calls whose router ended them and stopped before their result
-	// joined the batch (docs/protocol.md 6.1, 1.11).
 	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
-	// Lone parked calls whose router ended them and is gone, maybe before
-	// their batch.done (docs/protocol.md 6.1, 1.13): their call.result and
-	// batch.done go out again, by their ids, as their router's would.
+	// Lone calls whose router is gone (1.13): batch.done goes out again.
 	for _, rec := range r.parked.Mends.Lone(ctx, now) {
 		r.life.Go(func(context.Context) { r.answers.complete(rec, *rec.Result) })
 	}
@@ -294,9 +273,7 @@ func (r *continuations) repair(cont *parked.Batch) {
 			continue
 		}
 		if cont.IsCancelled(c.call.ID) {
-			// The agent cancelled it after the dead router started it
-			// (docs/protocol.md 3.5): it ends interrupted and never starts
-			// again, as runCalls ends a cancelled call of a resumed batch.
+			// Cancelled after the dead router started it (3.5): it ends interrupted.
 			b.cancelled(c)
 			continue
 		}
@@ -323,8 +300,7 @@ func (r *continuations) sweep(now time.Time) {
 	}
 }
 
-// cancelParked interrupts the parked calls of a reply (all when ids is
-// empty) and marks its queued calls so they never run.
+// cancelParked interrupts a reply's parked calls and marks its queued ones.
 func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	ctx, cancel := r.landing()
 	defer cancel()
@@ -338,10 +314,8 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 }
 
 // sameAs refuses, before any call runs, a batch re-sent under the reply id
-// of a batch with other calls (bus.SameCalls, docs/protocol.md 3.1): other,
-// a copy running here, or a parked call's batch from the cache, whose
-// continuation is read only then. What this router has not seen is checked
-// where the copy parks (parked.Parking.Differs) or meets a record (reuse).
+// of a batch with other calls (docs/protocol.md 3.1) that runs here (other)
+// or parked; the rest is checked where the copy parks or meets a record.
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
 		if err := bus.SameCalls(b.replyID, other.data.Calls, b.data.Calls); err != nil {
@@ -360,13 +334,7 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	return parked.SameRecorded(b.data.Calls, rec)
 }
 
-// Dedupe (docs/protocol.md 3.1): a re-sent batch runs nothing twice and
-// answers what the first copy got, from P_ledger for write calls, the
-// continuation (adopt) or the call records (reuse). Read-only calls run
-// again.
-
-// reuse finishes each call an earlier copy parked that has settled since,
-// with its recorded result, and returns the calls still to park.
+// reuse settles the calls an earlier copy parked that ended since; the rest park.
 func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
@@ -376,8 +344,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil {
 			if differs := parked.SameRecorded(b.data.Calls, rec); differs != nil {
-				// Another call under this call's key: this copy is refused
-				// (docs/protocol.md 3.1), it never gets that call's result.
+				// Another call under this call's key: this copy is refused (3.1).
 				b.refused = differs
 				return nil, nil
 			}
@@ -391,10 +358,9 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	return keep, keepSpecs
 }
 
-// adopt fills the batch from got, the continuation an earlier copy left (nil:
-// gone or unreadable), and the records of this copy's awaited calls
-// (parked.Store.join, docs/protocol.md 6.1); others are read from KV, and one
-// with no record is described as this copy decided it (spec).
+// adopt fills the batch from got, an earlier copy's continuation (nil: gone
+// or unreadable) and records (docs/protocol.md 6.1); a call without a
+// record is listed as this copy decided it (spec).
 func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs []parkSpec, got parked.Parking) {
 	stored := make(map[string]*parked.Record, len(got.Parked))
 	for _, rec := range got.Parked {
@@ -402,9 +368,8 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 	}
 	cont := got.Batch
 	if cont == nil {
-		// The continuation is gone (the batch finished between this copy's
-		// create and its read) or unreadable: this copy's calls are as
-		// their records say (docs/protocol.md 3.1), none queued.
+		// Gone (finished since this copy's create) or unreadable: the calls
+		// are as their records say (docs/protocol.md 3.1), none queued.
 		cont = &parked.Batch{Next: len(b.calls)}
 		for _, rec := range got.Parked {
 			cont.Waiting = append(cont.Waiting, rec.Call.ID)

@@ -21,16 +21,13 @@ import (
 // replayIdle is how long a replay consumer lives once nobody pulls from it.
 const replayIdle = 30 * time.Second
 
-// Bounds on replay consumers: per session, what one router makes within
-// replayIdle; in all, what the events stream may hold before a router
-// makes no more (docs/protocol.md 3.4). Past either, limit_exceeded.
+// Bounds on replay consumers per session within replayIdle and on the
+// stream (docs/protocol.md 3.4); past either, limit_exceeded.
 const (
 	maxSessionReplays = 8
 	maxReplays        = 1024
-	// maxUnboundReplays is where a session without its own agent user
-	// stops: the shared agent may name any session, and its made-up
-	// sessions' consumers must not fill the stream for bound sessions
-	// (issue 26). Below nats-server's default of 1,000 per stream.
+	// maxUnboundReplays bounds sessions without their own agent user, which
+	// the shared agent may make up, below bound ones' (issue 26).
 	maxUnboundReplays = 768
 )
 
@@ -40,15 +37,13 @@ const defaultBatch = 64
 // jsAPI is the JetStream API prefix the router's relayed pulls go to.
 const jsAPI = "$JS.API."
 
-// replayLimit counts the replay consumers one router made per session
-// within replayIdle. The zero value is ready.
+// replayLimit counts the replay consumers made per session within replayIdle.
 type replayLimit struct {
 	mu   sync.Mutex
 	made map[string][]time.Time
 }
 
-// take reports whether session may have another replay consumer now, and
-// counts it if so.
+// take reports whether session may have another replay consumer now, counting it.
 func (l *replayLimit) take(session string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -70,11 +65,9 @@ func (l *replayLimit) take(session string, now time.Time) bool {
 	return true
 }
 
-// replays serves the router-made consumers (docs/protocol.md 3.4, 6.2) on
-// P.replay.<session> and P.handoff.<kind>[.<tool>]: the router makes each
-// (pull mode, the subject's filter), checks that filter on every pull and
-// stop, and relays the pull, so only routers and the operator create
-// consumers and subject permissions decide who reads what.
+// replays serves the router-made pull consumers (docs/protocol.md 3.4, 6.2)
+// on P.replay.<session> and P.handoff.<kind>[.<tool>], checking each pull
+// and stop against the subject's filter before relaying it.
 type replays struct {
 	*wire
 	events jetstream.Stream
@@ -111,8 +104,7 @@ func (r *replays) onReplay(m *nats.Msg) {
 		create: bus.TypeReplay, ready: bus.TypeReplayReady, what: "session " + token, max: limit})
 }
 
-// serve answers the three requests of a feed's subject; a refused one gets
-// the error.
+// serve answers the three requests of a feed's subject.
 func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	var err error
 	switch e.Type {
@@ -144,8 +136,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) error {
 		AckPolicy:         jetstream.AckNonePolicy,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: replayIdle,
-		// As many replicas as the stream, so a node's loss does not
-		// take the consumer with it (the client asks again if it does).
+		// As many replicas as the stream: a node's loss keeps the consumer.
 		Replicas: f.stream.CachedInfo().Config.Replicas,
 		Metadata: map[string]string{feedMeta: f.tag()},
 	}
@@ -168,8 +159,7 @@ func (r *replays) make(m *nats.Msg, e *bus.Event, f feed) error {
 	return nil
 }
 
-// next relays a pull from a consumer of f to JetStream with m's reply
-// subject.
+// next relays a pull from a consumer of f to JetStream with m's reply subject.
 func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) error {
 	var q bus.ConsumerNext
 	if err := e.DataAs(&q); err != nil {
@@ -198,8 +188,7 @@ func (r *replays) next(m *nats.Msg, e *bus.Event, f feed) error {
 	return nil
 }
 
-// jsPull is the JetStream pull request (nats-server's
-// JSApiConsumerGetNextRequest) a relayed pull sends.
+// jsPull is JetStream's pull request (JSApiConsumerGetNextRequest).
 type jsPull struct {
 	Batch     int           `json:"batch"`
 	Expires   time.Duration `json:"expires,omitempty"`
@@ -207,9 +196,8 @@ type jsPull struct {
 	Heartbeat time.Duration `json:"idle_heartbeat,omitempty"`
 }
 
-// pullOf checks q's bounds (docs/protocol.md 3.4), fills in its default
-// batch and returns its JetStream pull; a heartbeat must fit twice in the
-// wait and be at least bus.MinConsumerHeartbeatMS (docs/security.md).
+// pullOf checks q's bounds (docs/protocol.md 3.4, docs/security.md), fills
+// in its default batch and returns its JetStream pull.
 func pullOf(q *bus.ConsumerNext) (jsPull, error) {
 	if q.Batch == 0 {
 		q.Batch = defaultBatch
@@ -253,8 +241,7 @@ func (f feed) tag() string {
 	return f.want.Kind + "." + cmp.Or(f.want.Tool, "*")
 }
 
-// owned returns consumer name when it is a router-made pull consumer of f.
-// An unknown name and another subject's consumer get the same refusal.
+// owned returns consumer name when f's router made it; else one refusal for all.
 func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	refused := bus.Errorf(bus.CodeBadRequest, "no consumer %q for %s (ask for one with %s)", name, f.what, f.create)
 	if !bus.ValidConsumerName(f.kind, name) {
@@ -275,9 +262,8 @@ func (r *replays) owned(f feed, name string) (jetstream.Consumer, error) {
 	return c, nil
 }
 
-// Bounds of a consumer lookup: each try waits lookupTry for an answer, and
-// a consumer without a leader is looked up again every leaderPause, for at
-// most lookupTry; 10 s in all.
+// Bounds of a consumer lookup: lookupTry per try and for a leader (asked
+// every leaderPause), lookupAll in all.
 const (
 	lookupTry   = 2 * time.Second
 	leaderPause = 100 * time.Millisecond
@@ -287,10 +273,8 @@ const (
 // errLeaderless is a consumer that has had no leader for lookupTry.
 var errLeaderless = errors.New("the consumer has no leader")
 
-// lookup is stream's consumer name, looked up again while nats-server
-// leaves it unanswered or leaderless (a leader change, a new consumer on a
-// cluster; docs/protocol.md 3.4, 1.9), so a follower gets a relayed pull or
-// a refusal, not silence.
+// lookup is stream's consumer name, looked up again while unanswered or
+// leaderless (docs/protocol.md 3.4, 1.9): a relayed pull or a refusal, not silence.
 func lookup(base context.Context, stream jetstream.Stream, name string) (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(base, lookupAll)
 	defer cancel()
@@ -319,8 +303,7 @@ func lookup(base context.Context, stream jetstream.Stream, name string) (jetstre
 	}
 }
 
-// led reports whether c's description names a leader, or is of a single
-// server's consumer (no cluster information).
+// led reports whether c has a leader, or no cluster at all.
 func led(c jetstream.Consumer) bool {
 	cl := c.CachedInfo().Cluster
 	return cl == nil || cl.Leader != ""
@@ -333,25 +316,20 @@ const (
 	maxHeard    = 4096
 )
 
-// probePull is a pull request JetStream refuses (400: a heartbeat longer
-// than half its wait) before it looks at the consumer's messages or its
-// waiting pulls: asked of a consumer, it takes nothing and changes nothing.
+// probePull is a pull request JetStream refuses (400: a heartbeat over half
+// its wait) before it looks at the consumer: it changes nothing.
 var probePull = []byte(`{"batch":1,"expires":1000,"idle_heartbeat":1000000}`)
 
-// heard remembers the pull subjects this router's server was seen to have
-// interest in, for replayIdle. The zero value is ready. Before a consumer's
-// first relay the router probes it on its own inbox (probePull): a relayed
-// pull the server knows no interest for yet is answered "no responders" to
-// no one (docs/protocol.md 3.4, 1.9; TestRelayedPullRaceOnCluster).
+// heard remembers, for replayIdle, the pull subjects this router's server
+// was seen to have interest in (probePull): a pull relayed before is answered
+// "no responders" to no one (docs/protocol.md 1.9). The zero value is ready.
 type heard struct {
 	mu   sync.Mutex
 	seen map[string]time.Time
 }
 
-// listens reports whether subject has interest on nc's server, probing
-// every listenPause for at most listenWait unless it was seen within
-// replayIdle; it reports true when a probe goes unanswered (the relay's
-// own heartbeats tell the follower then).
+// listens reports whether subject has interest on nc's server, probing for
+// at most listenWait; true when a probe goes unanswered (heartbeats tell).
 func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) bool {
 	now := time.Now()
 	h.mu.Lock()
@@ -372,8 +350,7 @@ func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) boo
 		case err == nil || errors.Is(err, nats.ErrNoResponders):
 			nobody = true
 		default:
-			// Unanswered until the wait ended, or the router stops: relay
-			// (the follower's heartbeats tell), unless nobody listened.
+			// Unanswered until the end: relay (heartbeats tell), unless nobody listened.
 			return !nobody
 		}
 		if bus.Sleep(ctx, listenPause) != nil {
@@ -382,8 +359,7 @@ func (h *heard) listens(base context.Context, nc *nats.Conn, subject string) boo
 	}
 }
 
-// note records subject as heard at now, forgetting what is older than
-// replayIdle once more than maxHeard are kept.
+// note records subject as heard at now, pruning past maxHeard.
 func (h *heard) note(subject string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -406,9 +382,7 @@ func (h *heard) note(subject string, now time.Time) {
 const maxHandoffPulls = 1024
 
 // onHandoff serves the handoff (docs/protocol.md 6.2): a follower on
-// P.handoff.<kind>[.<tool>] gets the parked records of that kind and tool.
-// The consumer reads every call record; the router reads each pull and
-// relays only the records the subject grants (relayHandoff).
+// P.handoff.<kind>[.<tool>] gets only the records it grants (relayHandoff).
 func (r *replays) onHandoff(m *nats.Msg) {
 	e, err := bus.Decode(m)
 	if err != nil {
@@ -439,9 +413,8 @@ func (r *replays) handoffWant(subject string) (parked.Want, bool) {
 	return parked.Want{Kind: kind, Tool: tool}, true
 }
 
-// relayHandoff reads one pull of consumer c and sends on m's reply subject
-// the request of every record want grants, as JetStream would (header
-// Nats-Sequence), then a closing status 404, 408 or 409.
+// relayHandoff relays one pull of consumer c to m's reply subject as
+// JetStream would: the records want grants, then a closing status.
 func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) {
 	select {
 	case r.pulls <- struct{}{}:
@@ -461,17 +434,15 @@ func (r *replays) relayHandoff(m *nats.Msg, c jetstream.Consumer, q bus.Consumer
 	}
 }
 
-// minHandoffWait is the shortest wait a relay's fetch is made with (less
-// ends the pull); handoffSlice the longest, so a drain ends a waiting
-// relay within it.
+// minHandoffWait is the shortest wait of a relay's fetch (less ends the
+// pull); handoffSlice the longest, so a drain ends a relay within it.
 const (
 	minHandoffWait = 10 * time.Millisecond
 	handoffSlice   = time.Second
 )
 
-// fetchHandoff relays the requests of one pull, fetching until the pull's
-// batch went out ("") or a closing status; records want does not grant are
-// skipped, so one pull may fetch many times.
+// fetchHandoff relays the requests of one pull, fetching (past what want
+// does not grant) until its batch went out ("") or a closing status.
 func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Consumer, q bus.ConsumerNext, want parked.Want) string {
 	deadline := time.Now().Add(time.Duration(q.ExpiresMS) * time.Millisecond)
 	slice, beat := handoffSlice, time.Duration(q.HeartbeatMS)*time.Millisecond
@@ -526,8 +497,7 @@ func (r *replays) fetchHandoff(ctx context.Context, reply string, c jetstream.Co
 			return "404"
 		} // fewer than asked with a wait: the next fetch waits for what is left of it
 		if beat > 0 && sent == before && time.Until(deadline) >= minHandoffWait {
-			// An idle heartbeat, as JetStream sends one (docs/protocol.md 6.2,
-			// 1.9): the pull is alive.
+			// An idle heartbeat, as JetStream's (protocol 6.2, 1.9): the pull is alive.
 			_ = r.nc.PublishMsg(&nats.Msg{Subject: reply, Header: nats.Header{"Status": {"100"}, "Description": {"Idle Heartbeat"}}})
 		}
 	}

@@ -15,8 +15,7 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// resolveStep finds what each call of a batch runs and validates its
-// input, against the session as the run's snapshot left it in the cache.
+// resolveStep resolves a batch's calls and validates their inputs.
 type resolveStep struct {
 	tools  resolverPort
 	health *store.Health // an unavailable tool while the store is full says so
@@ -24,8 +23,7 @@ type resolveStep struct {
 }
 
 // from resolves the calls of b from index i on that have no result yet; an
-// unknown or unavailable tool is read from KV and resolved again (another
-// router may have just acknowledged its registration).
+// unknown or unavailable tool is read from KV and resolved again.
 func (s resolveStep) from(b *batch, i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -58,8 +56,7 @@ func (s resolveStep) from(b *batch, i int) {
 	}
 }
 
-// one finds what c runs and validates its input; a call that cannot run
-// gets its early result.
+// one finds what c runs and validates its input (else: its early result).
 func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 	c.target = s.tools.resolve(sess, b.req, b.data.User, c.call.Name)
 	c.input, c.early = validate(c.call, c.target)
@@ -68,8 +65,7 @@ func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 	}
 }
 
-// validate checks a resolved call's input against its tool's schema: the
-// input as the tool gets it, or the result of a call that cannot run.
+// validate checks a call's input against its tool's schema, or fails the call.
 func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	if t.Code != "" {
 		return nil, ptr(bus.ErrorResult(c, t.Code, t.Message))
@@ -105,7 +101,6 @@ type parkSpec struct {
 
 // decide applies the permission engine to a resolved, validated call: a
 // result for a denied call, a parkSpec for one that waits, or neither.
-// Built-ins and request-scoped external tools are never asked about.
 func decide(pc permission.Context, t groups.Resolved, c bus.Call, input json.RawMessage) (parkSpec, *bus.Result) {
 	switch {
 	case t.Reset, t.Skill, t.Search, t.Read:
@@ -133,9 +128,7 @@ func permissionContext(s *groups.Session) permission.Context {
 }
 
 // nextRun returns the end of the run that starts at call i (docs/protocol.md
-// 5.2): a maximal stretch of concurrency-safe calls, or one unsafe call. A
-// reset_tools call or a skill load changes what later calls resolve to, so
-// the plan is made one run at a time.
+// 5.2): a maximal stretch of concurrency-safe calls, or one unsafe call.
 func nextRun(i, n int, safe func(k int) bool) int {
 	j := i + 1
 	if safe(i) {
@@ -151,8 +144,7 @@ func nextRun(i, n int, safe func(k int) bool) int {
 func (r *Router) Unknown() []string { return r.groups.Unknown(r.reg) }
 
 // storeFullOr is res, a call's "No live worker" result, unless the store
-// is full: then the workers' heartbeats are refused too, and the honest
-// answer is that the store is full (docs/protocol.md 3.3, `internal`).
+// is full, refusing the heartbeats too (docs/protocol.md 3.3).
 func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 	full, why, _ := h.Full()
 	if !full {
@@ -163,8 +155,7 @@ func storeFullOr(c bus.Call, h *store.Health, res *bus.Result) *bus.Result {
 	return &r
 }
 
-// turn is a checked batch: one model turn's calls as the agent sent them,
-// with the attributes that travel with every one of them.
+// turn is a checked batch: one model turn's calls and their attributes.
 type turn struct {
 	session  string
 	replyID  string
@@ -175,10 +166,8 @@ type turn struct {
 	req      *groups.Request
 }
 
-// checkTurn checks a decoded io.toolbus.call.batch (its session already
-// checked against the subject): the reply id, the calls, the expiry and
-// the request; its calls are read into calls when it has room for them
-// (Batch.FromEventInto). Errors are bad_event or bad_request.
+// checkTurn checks a decoded io.toolbus.call.batch, reading its calls into
+// calls when they fit. Errors are bad_event or bad_request.
 func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
@@ -199,8 +188,7 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	default:
 		return turn{}, bus.Errorf(bus.CodeBadRequest, "events %q must be \"batch\" (the default) or \"calls\"", data.Events)
 	}
-	// A few calls are checked for duplicates against the ones before
-	// them; a map (an allocation) only past that.
+	// Duplicates among a few calls need no map (an allocation).
 	var seen map[string]struct{}
 	if n > 8 {
 		seen = make(map[string]struct{}, n)
@@ -222,8 +210,7 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, data)
 }
 
-// dupCall reports whether id is the id of one of the calls before it:
-// those in seen when there is a map, else those in before.
+// dupCall reports whether id is among the calls before it (seen, or before).
 func dupCall(before []bus.Call, seen map[string]struct{}, id string) bool {
 	if seen != nil {
 		_, dup := seen[id]
@@ -237,8 +224,7 @@ func dupCall(before []bus.Call, seen map[string]struct{}, id string) bool {
 	return false
 }
 
-// newTurn builds a turn from checked parts: a new batch's, or those a
-// continuation kept.
+// newTurn builds a turn from checked parts.
 func newTurn(session, replyID string, trace [2]string, expiry string, data bus.Batch) (turn, error) {
 	t := turn{session: session, replyID: replyID, trace: trace, expiry: expiry, data: data}
 	if expiry != "" {
@@ -256,21 +242,16 @@ func newTurn(session, replyID string, trace [2]string, expiry string, data bus.B
 }
 
 // Identities binds sessions to the toolbus users whose credentials alone
-// may publish in them (docs/security.md "Identities").
-// security.Bindings implements it.
+// may publish in them (docs/security.md "Identities"; security.Bindings).
 type Identities interface {
-	// UserOf returns the toolbus user session is bound to, and whether
-	// it is bound at all.
+	// UserOf returns the toolbus user session is bound to, if bound.
 	UserOf(session string) (user string, bound bool)
-	// OwnAgent reports whether session has an agent login of its own
-	// (session-<s>, 1.13), whose batches are then not the shared agent's.
+	// OwnAgent reports whether session has an agent login of its own (1.13).
 	OwnAgent(session string) bool
 }
 
-// sharedAgents reports whether session is the shared agent's on a router
-// with identities ids (docs/security.md): it has no agent login of its own.
-// Such sessions share one pool of slots, one user's task bound, part of the
-// replay consumers and one refusal budget. False on an open router.
+// sharedAgents reports whether session is the shared agent's (no login of
+// its own) on a router with identities (docs/security.md).
 func sharedAgents(ids Identities, session string) bool {
 	if ids == nil {
 		return false
@@ -280,9 +261,8 @@ func sharedAgents(ids Identities, session string) bool {
 }
 
 // identify returns the user a batch or tools.query of session runs as
-// (docs/protocol.md 3.1): open (ids nil), the claim; a bound session, its
-// user (another claim is refused); an unbound one, no user (any claim is
-// refused). A refusal is a denied *bus.Error.
+// (docs/protocol.md 3.1): the claim on an open router, else the bound
+// user's; another claim is a denied *bus.Error.
 func identify(ids Identities, session string, claimed json.RawMessage) (json.RawMessage, error) {
 	if ids == nil {
 		return claimed, nil

@@ -48,15 +48,13 @@ type Config struct {
 	Prefix string
 	// Store sizes the JetStream resources the router creates at start.
 	Store store.Config
-	// MaxInflight bounds the messages the router handles at once; zero
-	// means 4096 (admission, below).
+	// MaxInflight bounds the messages handled at once; zero means 4096.
 	MaxInflight int
 	// MaxSessionInflight bounds the slots one session's batches and tools
 	// queries hold at once (shares.go); zero means
 	// DefaultSessionShare(MaxInflight), negative no share.
 	MaxSessionInflight int
-	// MaxQueued bounds the batches and queries waiting for a slot; zero
-	// means MaxInflight.
+	// MaxQueued bounds the batches and queries waiting for a slot; zero: MaxInflight.
 	MaxQueued int
 	// Groups are group definitions stored at start (from the config file).
 	Groups []bus.Group
@@ -68,37 +66,31 @@ type Config struct {
 	// Skills are local skill sources (docs/protocol.md 10), lowest priority
 	// first, each a skill folder or a folder of them, below P_skills.
 	Skills []string
-	// SkillViewer also offers AgentScope's Skill viewer tool beside
-	// load_skill_through_path (docs/protocol.md 10); off by default.
+	// SkillViewer also offers AgentScope's Skill viewer (protocol 10); off by default.
 	SkillViewer bool
 	// Limits bound what one batch may ask; zero fields take the defaults.
 	Limits Limits
 	// SessionCache bounds the sessions kept decoded in memory; zero means
 	// groups.DefaultSessionCache. Each batch run reads its session anyway.
 	SessionCache int
-	// ParkTTL is how long a call waits for an answer before it expires with
-	// a timeout result; zero means 24 hours.
+	// ParkTTL is how long a call waits for an answer; zero means 24 hours.
 	ParkTTL time.Duration
 	// RefuseSharedRegister refuses registrations on 1.11's shared
 	// P.register (bad_request) where NATS permissions confine workers to
 	// their tools' subjects (docs/security.md).
 	RefuseSharedRegister bool
-	// Identities, when set, binds sessions to users by their credentials
-	// (docs/security.md); nil runs the router open.
+	// Identities binds sessions to users (docs/security.md); nil runs open.
 	Identities Identities
-	// Lease is how long a router's claim on work lives unrenewed (renewals
-	// every Store.Heartbeat) before another router takes it over; zero
-	// means three heartbeats.
+	// Lease is how long a router's claim on work lives unrenewed before
+	// another router takes it over; zero means three heartbeats.
 	Lease time.Duration
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
-	// Guard configures tool search, quotas and rate limits, the result
-	// cache and the audit trail (chain.go).
+	// Guard configures search, quotas, the result cache and the audit (chain.go).
 	Guard Guard
 	// Logger receives the router's logs; nil discards.
 	Logger *slog.Logger
-	// Metrics is where the router's Prometheus metrics are registered; nil
-	// keeps them private.
+	// Metrics registers the router's Prometheus metrics; nil keeps them private.
 	Metrics prometheus.Registerer
 }
 
@@ -108,11 +100,9 @@ type Config struct {
 type Limits struct {
 	// MaxCalls is the most calls one batch may hold; zero means bus.MaxCalls (64).
 	MaxCalls int
-	// MaxInputBytes is the most bytes one call's input may take; zero means
-	// DefaultMaxInputBytes.
+	// MaxInputBytes bounds one call's input; zero means DefaultMaxInputBytes.
 	MaxInputBytes int
-	// MaxParked is the most calls one session may have parked at once;
-	// zero means DefaultMaxParked.
+	// MaxParked bounds a session's parked calls; zero means DefaultMaxParked.
 	MaxParked int
 }
 
@@ -134,8 +124,7 @@ func (l *Limits) defaults() {
 	}
 }
 
-// Router serves the router subjects of one deployment: a shell that builds
-// the subsystems, subscribes, dispatches and drains (docs/router.md).
+// Router serves one deployment's router subjects (docs/router.md).
 type Router struct {
 	*wire  // connection, subjects, source, logger, metrics, base context, landing: decode, reject, respond
 	cfg    Config
@@ -179,8 +168,7 @@ type Router struct {
 	cut      atomic.Bool // a drain's deadline cut work off
 }
 
-// route is one subscription: a subject, its queue group ("": every router
-// gets it), its handler, and whether a full router answers it busy.
+// route is one subscription; shed: a full router answers it busy.
 type route struct {
 	subject, queue string
 	h              func(*nats.Msg)
@@ -193,8 +181,7 @@ var errDrainDeadline = life.ErrDeadline
 // StopTimeout is the drain deadline of Stop.
 const StopTimeout = 5 * time.Second
 
-// drainCleanup bounds the wait, past a drain's deadline, for the cancelled
-// handlers and the writes that must land.
+// drainCleanup bounds the wait for cancelled handlers past a drain's deadline.
 const drainCleanup = 2 * time.Second
 
 // New returns a Router on nc. Call Start to serve.
@@ -253,8 +240,7 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 // ID returns the router's instance id.
 func (r *Router) ID() string { return r.cfg.ID }
 
-// Start creates the JetStream resources, builds the subsystems and handlers,
-// and subscribes; it returns once serving, or with the first error, undone.
+// Start builds and subscribes; it returns once serving, or with the first error, undone.
 func (r *Router) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -307,8 +293,7 @@ func (r *Router) build(ctx context.Context) error {
 	bg := r.life.Background()
 	r.life.Defer(func(ctx context.Context) error {
 		if r.cut.Load() {
-			// Handlers that have not returned by the end of the cleanup
-			// window end on their own: no wait.
+			// Past the cleanup window handlers end on their own: no wait.
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithCancel(ctx)
 			cancel()
@@ -335,8 +320,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	r.life.Defer(r.skills.cat.Drain)
-	// This router's presence, deleted last in the unwind (after the work
-	// was drained), so that the others count it gone only once it is.
+	// Presence goes last in the unwind: gone only once the work is.
 	r.presence = presence.New(r.store.Routers, presence.Config{ID: r.cfg.ID, Heartbeat: r.cfg.Store.Heartbeat, Logger: r.log})
 	if err := r.presence.Start(bg); err != nil {
 		return fmt.Errorf("router: presence: %w", err)
@@ -357,8 +341,7 @@ func (r *Router) build(ctx context.Context) error {
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
 	r.led = ledger.New(r.store.Ledger, ledger.Config{Router: r.cfg.ID, Logger: r.log, Hits: r.m.DedupeHits.Inc, Lease: r.cfg.Lease,
 		Health: r.store.Health, Landing: r.life.Landing})
-	// The router stores only what the payload limit forces (outputs.go): its
-	// inline limit is the limit itself, and it never refuses an output.
+	// Stored only when the payload limit forces it; never refused.
 	if r.outputs, err = offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: int(r.nc.MaxPayload()), Max: 1 << 50}); err != nil {
 		return err
 	}
@@ -411,8 +394,7 @@ func (r *Router) bind() {
 	}
 }
 
-// loops starts the background loops: parked expiry, the exec watchdog,
-// leases and takeover, and the slow-consumer watch.
+// loops starts the background loops.
 func (r *Router) loops() {
 	interval := min(max(cmp.Or(r.cfg.ParkTTL, parked.DefaultTTL)/10, 10*time.Millisecond), time.Second)
 	hb := r.cfg.Store.Heartbeat
@@ -423,8 +405,7 @@ func (r *Router) loops() {
 	r.life.Loop(func(ctx context.Context) {
 		life.Every(ctx, hb, func(now time.Time) { r.conts.renewLeases(now); r.conts.takeOver(now, r.cfg.Lease) })
 	})
-	// The presence has a loop of its own: slow lease renewals or takeovers
-	// must not make this router look gone.
+	// Presence beats in a loop of its own, not behind slow renewals.
 	r.life.Loop(func(ctx context.Context) {
 		life.Every(ctx, hb, func(time.Time) {
 			if err := r.presence.Beat(ctx); err != nil {
@@ -441,25 +422,21 @@ func (r *Router) loops() {
 // dispatch runs h in its own goroutine, bounded by MaxInflight (admission).
 func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
-		// The router answers with its own permissions: a reply subject
-		// of the JetStream API, a bucket, the protocol's subjects or its
-		// own inboxes would have it act for the sender (docs/security.md).
+		// Answering there would act for the sender (docs/security.md).
 		r.m.Rejected.WithLabelValues("bad_reply").Inc()
 		r.log.Debug("router: reply subject refused; answering nothing", "subject", m.Subject, "reply", m.Reply)
 		m.Reply = ""
 	}
 	if !r.life.Enter() {
 		if r.isRegistration(m.Subject) {
-			// A draining router still records heartbeats (see drain), on the
-			// subscription's goroutine.
+			// A draining router still records heartbeats, on the callback.
 			h(m)
 		}
 		return
 	}
 	if r.isRegistration(m.Subject) {
-		// Slots of their own (docs/security.md): agents can hold every slot
-		// for minutes, and beats waiting behind them made live workers look
-		// vanished.
+		// Slots of their own (docs/security.md): beats waiting behind
+		// agents' calls made live workers look vanished.
 		r.beats <- struct{}{}
 		r.handle(r.beats, h, m, share{})
 		return
@@ -479,24 +456,20 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	r.handle(r.sem, h, m, sh)
 }
 
-// maxBeats bounds the registrations and heartbeats a router handles at
-// once, apart from MaxInflight. Since protocol 1.12 a worker sends one per
-// tool each beat (docs/protocol.md 7.1).
+// maxBeats bounds the registrations and heartbeats (one per tool each
+// beat, docs/protocol.md 7.1) a router handles at once, apart from MaxInflight.
 const maxBeats = 256
 
-// isRegistration reports whether subject is P.register or one under it
-// (P.register.<tool>, P.register.group.<group>).
+// isRegistration reports whether subject is P.register or under it.
 func (r *wire) isRegistration(subject string) bool {
 	shared := r.subj.Workers.SharedRegister()
 	rest, ok := strings.CutPrefix(subject, shared)
 	return ok && (rest == "" || rest[0] == '.')
 }
 
-// replyAllowed reports whether the router may answer on reply, a subject
-// the sender chose while the router publishes with the widest permissions:
-// never "$..." (JetStream API, buckets, system subjects), P.> or the router's
-// own inbox prefix, except a registration's, since only workers and routers
-// may publish on P.register.
+// replyAllowed reports whether the router, with its wide permissions, may
+// answer on the sender's reply: never "$...", P.> or its own inboxes, but
+// for a registration's (docs/security.md).
 func (r *wire) replyAllowed(subject, reply string) bool {
 	inbox := r.nc.Opts.InboxPrefix
 	if r.isRegistration(subject) {
@@ -505,8 +478,7 @@ func (r *wire) replyAllowed(subject, reply string) bool {
 	return replyAllowedFor(reply, r.subj.Prefix, inbox)
 }
 
-// replyAllowedFor is replyAllowed for a deployment prefix and the router
-// connection's inbox prefix ("" or the shared "_INBOX" exclude nothing).
+// replyAllowedFor is replyAllowed for a prefix and an inbox prefix.
 func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	if reply == "" {
 		return true
@@ -520,8 +492,7 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot the caller took of sem (counted in sh) and
-// gives it back; the task is pooled, saving a closure per message.
+// handle runs h on m in the slot taken of sem, pooled (no closure).
 func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
 	r.m.Inflight.Inc()
 	t, _ := handlings.Get().(*handling)
@@ -571,16 +542,13 @@ func (r *Router) Stop(ctx context.Context) error {
 func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 
 // Drain stops taking messages, lets the work in flight finish until ctx
-// ends, then cancels what is left (internal/life) and stops its caches. A
-// batch cut off gets no reply and no batch.done; a write call it ran is
-// recorded unknown_outcome in the ledger, so a re-send learns it. It returns an
-// error wrapping ctx's that counts the calls cut off, and is safe to call
-// twice and concurrently.
+// ends, cancels the rest (a batch cut off gets no reply; the ledger tells a
+// re-send) and stops its caches. Its error wraps ctx's and counts the calls
+// cut off. Safe to call twice and concurrently.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
-		// Registrations stay served until the work is done, or the watchdog
-		// would take the running calls' workers for vanished.
+		// Registrations stay served until the work is done (the watchdog).
 		r.life.Defer(func(ctx context.Context) error {
 			for _, s := range register {
 				_ = s.Drain()
@@ -611,8 +579,7 @@ func (x *subscriptions) all() []*nats.Subscription {
 	return x.list
 }
 
-// drain stops the micro service and drains every subscription but those
-// keep takes, which it returns.
+// drain stops the service and drains every subscription keep does not keep.
 func (x *subscriptions) drain(ctx context.Context, nc *nats.Conn, keep func(subject string) bool) (kept []*nats.Subscription) {
 	x.mu.Lock()
 	subs, svc := x.list, x.svc
@@ -650,14 +617,12 @@ func waitClosed(ctx context.Context, s *nats.Subscription) {
 	}
 }
 
-// landBudget bounds the writes that end a call (a recorded result, an
-// answer, a continuation): they are retried until they land, through a
-// leader election or a node's restart, for at most this long.
+// landBudget bounds the retries of a write that ends a call (a result, an
+// answer, a continuation) through a leader election or a restart.
 const landBudget = 2 * time.Minute
 
-// landingFunc gives the context of a write that must land: the router's
-// life.Landing, which a drain waits for; nil gives an untracked one (steps
-// under test): parent's values, not its cancellation, bounded by landBudget.
+// landingFunc gives the context of a write that must land (life.Landing);
+// nil gives an untracked one: parent's values, bounded by landBudget.
 type landingFunc func() (context.Context, context.CancelFunc)
 
 func (f landingFunc) start(parent context.Context) (context.Context, context.CancelFunc) {
@@ -667,16 +632,14 @@ func (f landingFunc) start(parent context.Context) (context.Context, context.Can
 	return f()
 }
 
-// wire is what every handler shares: the connection, subjects, event
-// source, and how a message is decoded and answered (docs/protocol.md 2).
+// wire is what every handler shares: connection, subjects, decode, answer.
 type wire struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
 	source string
 	log    *slog.Logger
 	m      *metrics.Router // set in Start, before the first subscription
-	// base is the router's life's context, parent of every handler's and
-	// batch's; landing gives a must-land write's context (life.Landing).
+	// base is the router's life's context; landing a must-land write's.
 	base    context.Context
 	landing func() (context.Context, context.CancelFunc)
 }
@@ -698,14 +661,11 @@ func (w *wire) reject(m *nats.Msg, err error) {
 	}
 }
 
-// respond answers m with an event of type typ; what names the reply in the
-// log when it fails.
+// respond answers m with an event of type typ (what: for the log).
 func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	err := bus.Respond(w.nc, m, w.source, typ, data)
 	if errors.Is(err, nats.ErrMaxPayload) {
-		// No message can carry it: the requester hears why rather than
-		// waiting for its timeout (docs/security.md, a parked.list of every
-		// session while one session parked large inputs).
+		// No message can carry it: the requester hears why (docs/security.md).
 		w.log.Warn("router: "+what+" over the max payload", "subject", m.Subject)
 		err = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeLimitExceeded,
 			"the reply (%s) is larger than the server's max payload of %d bytes; ask for less (one session, fewer ids)", typ, w.nc.MaxPayload()))
@@ -715,8 +675,7 @@ func (w *wire) respond(m *nats.Msg, typ string, data any, what string) {
 	}
 }
 
-// serve is a request's one round: decode m's event, run fn on it, and answer
-// with fn's reply as an event of type reply, or with fn's error.
+// serve decodes m's event, runs fn and answers with its reply or error.
 func (w *wire) serve(m *nats.Msg, kind, typ, reply string, fn func(e *bus.Event) (any, error)) {
 	e, err := w.decode(m, kind, typ)
 	var out any
@@ -735,9 +694,8 @@ func (w *wire) answer(m *nats.Msg, typ string, out any, err error) {
 	w.respond(m, typ, out, typ+" reply")
 }
 
-// decodeCall reads m's event of type typ about one call, on P.<kind>.<tool>
-// (an answer, a durable result): the subject names the tool, the event the
-// call's session, reply and call ids; what names the event in an error.
+// decodeCall reads m's event of type typ about one call on P.<kind>.<tool>
+// (an answer, a durable result); what names it in an error.
 func (w *wire) decodeCall(m *nats.Msg, kind, typ, what string) (string, *bus.Event, error) {
 	tool, ok := w.subj.Token(m.Subject, kind)
 	if !ok || kind == "result" && !bus.ValidName(tool) {
@@ -783,15 +741,13 @@ func (w *wire) checked(m *nats.Msg, e *bus.Event, kind, typ string) (*bus.Event,
 	return e, nil
 }
 
-// Admission (docs/protocol.md 1, busy): a message takes one of MaxInflight
-// slots. A batch or tools query with a reply subject waits at most queueWait
-// behind at most MaxQueued others, else is answered busy from the callback,
-// so the pending buffer never fills; other messages wait in the callback.
+// Admission (docs/protocol.md 1, busy): a batch or tools query waits for a
+// slot at most queueWait behind MaxQueued others, else is answered busy;
+// other messages wait in the callback.
 const queueWait = 2 * time.Second
 
-// Pending limits of the subscriptions: far above what the callbacks let
-// accumulate, so that the client library's slow-consumer drop (silent to
-// the sender) stays out of reach; a drop is still logged (watchDropped).
+// Pending limits of the subscriptions: out of the callbacks' reach, so the
+// client's silent slow-consumer drop never comes (watchDropped logs one).
 const (
 	pendingMsgs  = 1 << 20
 	pendingLimit = 256 << 20
@@ -807,9 +763,8 @@ type admission struct {
 	waiting atomic.Int64
 }
 
-// admit takes a slot for m, waiting as described above; false means m was
-// not given one and the caller queues it (wait). shed says whether m is a
-// batch or tools query that may be answered busy.
+// admit takes a slot for m; false: m may be answered busy (shed) and
+// the caller queues it (wait).
 func (a *admission) admit(m *nats.Msg, shed bool) bool {
 	select {
 	case a.sem <- struct{}{}:
@@ -823,9 +778,8 @@ func (a *admission) admit(m *nats.Msg, shed bool) bool {
 	return false
 }
 
-// wait queues m for a slot, at most queueWait and behind at most maxQueued
-// others, and runs run once it has one; else answers busy and calls undone.
-// The caller's life Enter is matched here when run does not run.
+// wait queues m for a slot and runs run once it has one; else answers
+// busy, calls undone and matches the caller's life Enter.
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)
@@ -868,14 +822,12 @@ func (a *admission) busyReply(m *nats.Msg, why string) {
 	}
 }
 
-// overShare answers m busy because its session (or the unbound sessions)
-// hold their share of the slots (shares.go). A batch without a reply subject
-// is dropped and counted, never waited for in the callback.
+// overShare answers m busy as its session holds its share of the slots
+// (shares.go); one without a reply subject is dropped and counted.
 func (a *admission) overShare(m *nats.Msg, why string) {
 	a.m.Rejected.WithLabelValues(shareRefused).Inc()
 	if m.Reply == "" {
-		// Debug, as a refused reply subject: a flood of them must not
-		// flood the log; toolbus_router_rejected_total counts them.
+		// Debug: a flood must not flood the log (rejected_total counts them).
 		a.log.Debug("router: a batch without a reply subject dropped: its session holds its share of the slots", "subject", m.Subject, "why", why)
 	} else {
 		a.busyReply(m, why)
@@ -883,12 +835,10 @@ func (a *admission) overShare(m *nats.Msg, why string) {
 	a.life.Leave()
 }
 
-// shareRefused is toolbus_router_rejected_total's label of the messages
-// refused past a session's share (their reply's code is busy).
+// shareRefused is rejected_total's label past a session's share.
 const shareRefused = "session_share"
 
-// watchDropped logs and counts the messages the NATS client dropped on
-// subs since the last look (last holds the counts seen).
+// watchDropped logs and counts messages the NATS client dropped.
 func (a *admission) watchDropped(subs []*nats.Subscription, last map[*nats.Subscription]int) {
 	for _, s := range subs {
 		n, err := s.Dropped()

@@ -7,10 +7,8 @@ import (
 )
 
 // A session's share of the router's slots (docs/router.md "a session's
-// share"): one session's batches and tools queries hold at most
-// MaxSessionInflight slots, and with identities the shared agent's sessions
-// (sharedAgents) at most sharedPool together; past either they are answered
-// busy at once. Task waits are bounded apart; short verbs are not counted.
+// share"): MaxSessionInflight per session, and sharedPool for the shared
+// agent's sessions together; past either, busy at once.
 
 // DefaultSessionShare is the share of a router with maxInflight slots when
 // Config.MaxSessionInflight is zero: an eighth of the slots, but at least
@@ -19,17 +17,14 @@ func DefaultSessionShare(maxInflight int) int {
 	return max(maxInflight/8, min(maxInflight, 16))
 }
 
-// sharedPool is the slots the shared agent's sessions may hold together
-// with identities: three quarters, the rest kept for own logins.
+// sharedPool is the shared agent's sessions' part of the slots: three quarters.
 func sharedPool(maxInflight int) int { return maxInflight - maxInflight/4 }
 
-// shares counts the slots held per session. The zero value counts
-// nothing: every take succeeds.
+// shares counts the slots held per session; the zero value refuses nothing.
 type shares struct {
 	most int // of one session; 0: no shares
 	pool int // of the shared agent's sessions together; 0: no pool
-	// shared reports whether a session is the shared agent's (no agent
-	// login of its own, sharedAgents; nil: no pool).
+	// shared reports whether a session is the shared agent's (sharedAgents).
 	shared func(session string) bool
 
 	mu     sync.Mutex
@@ -37,9 +32,8 @@ type shares struct {
 	pooled int            // slots held by sessions bound to no user
 }
 
-// newShares is the shares of a router with maxInflight slots, each
-// session's at most most (negative: no shares), and with identities ids
-// (nil: no pool).
+// newShares is the shares of a router with maxInflight slots: most per
+// session (negative: none), and a pool with identities ids.
 func newShares(maxInflight, most int, ids Identities) *shares {
 	if most < 0 {
 		return &shares{}
@@ -62,8 +56,7 @@ type share struct {
 	pooled  bool // and against the shared agent's pool
 }
 
-// take counts one slot of session's; refused is "" or why it was refused,
-// the text of the busy reply.
+// take counts one slot of session's; refused: why not, the busy text.
 func (s *shares) take(session string) (sh share, refused string) {
 	if s.most == 0 {
 		return share{}, ""

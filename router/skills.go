@@ -18,14 +18,12 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// routerSkills is the router's skill catalogue and the compiled loader
-// schemas, one per set of visible skill names.
+// routerSkills is the skill catalogue and the compiled loader schemas.
 type routerSkills struct {
 	cat    *skills.Catalogue
 	groups *groups.Store
 	viewer bool // also offer AgentScope's Skill viewer (Config.SkillViewer)
-	// schemas are the compiled loader schemas by their JSON, the
-	// maxLoaderSchemas used last.
+	// schemas are the loader schemas compiled, the last maxLoaderSchemas used.
 	schemas *lru.Cache[string, *schemas.Schema]
 }
 
@@ -74,9 +72,8 @@ func shown(req *groups.Request, name string) bool {
 
 func loaderShown(req *groups.Request) bool { return shown(req, skills.LoaderName) }
 
-// listing puts the skill loader (and viewer) into a listing before the
-// request's external tools when a skill is visible, and returns the
-// skills_prompt.
+// listing puts the skill loader (and viewer) before the request's external
+// tools when a skill is visible, and returns the skills_prompt.
 func (s *routerSkills) listing(view *groups.View, req *groups.Request, user string, defs []bus.ToolDef) ([]bus.ToolDef, string) {
 	if !loaderShown(req) {
 		return defs, ""
@@ -95,8 +92,7 @@ func (s *routerSkills) listing(view *groups.View, req *groups.Request, user stri
 	return defs, sv.Prompt()
 }
 
-// resolveName resolves a call's name: the skill loader when it is shown
-// and a skill is visible, else as the group view says.
+// resolveName resolves the skill loader when shown and useful, else via view.
 func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
 	if (name != skills.LoaderName && name != skills.ViewerName) || !loaderShown(req) {
 		return view.Resolve(name)
@@ -116,8 +112,7 @@ func (s *routerSkills) resolveName(view *groups.View, req *groups.Request, user 
 	return groups.Resolved{Tool: &registry.Tool{Def: def, Schema: schema}, Skill: true}
 }
 
-// viewerDef is the Skill viewer's definition when the router offers it, a
-// skill is visible and no request-scoped tool takes its name.
+// viewerDef is the Skill viewer's definition when offered and shown.
 func (s *routerSkills) viewerDef(sv *skills.View, req *groups.Request) (bus.ToolDef, bool) {
 	if !s.viewer || !shown(req, skills.ViewerName) {
 		return bus.ToolDef{}, false
@@ -136,8 +131,7 @@ func (s *routerSkills) schema(raw json.RawMessage) (*schemas.Schema, error) {
 	return sc, err
 }
 
-// loadSkill runs the skill loader (or viewer); a successful load activates,
-// for this session, the groups whose activate_on_skill names the skill.
+// loadSkill runs the loader (or viewer), activating its skill's groups.
 func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.RawMessage, call bus.Call, input json.RawMessage) bus.Result {
 	gs := s.groups.Groups()
 	sv := s.view(s.groups.Session(session), userOf(user))

@@ -18,8 +18,7 @@ const (
 	b  = 0.75
 )
 
-// MaxWeight bounds a field's weight, so a document's length stays a small
-// exact integer.
+// MaxWeight bounds a field's weight, keeping lengths small exact integers.
 const MaxWeight = 100
 
 // Field is one piece of a document's text and how much a word in it counts.
@@ -110,8 +109,7 @@ func (ix *Index) Replace(id int, d Doc) bool {
 	return true
 }
 
-// insert indexes d as document id (a new slot at the end, or the free
-// slot id), counting its terms in tf (cleared first).
+// insert indexes d as id (a new or free slot), counting terms in tf.
 func (ix *Index) insert(id int32, d Doc, tf map[string]uint32) {
 	clear(tf)
 	var n int64

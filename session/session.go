@@ -30,11 +30,9 @@ type Config struct {
 	// IdleTTL is the sessions bucket's TTL; a session in use is touched at
 	// half of it, so only idle ones expire. Zero means bus.DefaultSessionTTL.
 	IdleTTL time.Duration
-	// CacheSize bounds the sessions kept in memory (the least recently
-	// used are dropped first); zero means DefaultCacheSize.
+	// CacheSize bounds the sessions kept (LRU); zero means DefaultCacheSize.
 	CacheSize int
-	// ActiveByDefault returns the groups a session never written starts
-	// with active; nil means none.
+	// ActiveByDefault gives a never-written session's active groups; nil: none.
 	ActiveByDefault func() []string
 }
 
@@ -62,8 +60,7 @@ type Session struct {
 	cached time.Time // when this router's cache took it (local clock)
 }
 
-// Revision is the KV revision the session was read at; 0 for a session that
-// is not stored yet.
+// Revision is the KV revision the session was read at; 0: not stored.
 func (s *Session) Revision() uint64 { return s.rev }
 
 // IsActive reports whether group g is active in the session (basic always is).
@@ -102,8 +99,7 @@ func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
 	return &Store{kv: kv, cfg: cfg, lru: lru}
 }
 
-// Session returns the cached session, or a fresh one; not to be modified.
-// Reads that must see other routers' writes use Refresh.
+// Session returns the cached or a fresh session; not to be modified.
 func (s *Store) Session(id string) *Session {
 	s.mu.RLock() // Peek: Refresh, once per batch run, keeps the recency
 	sess, ok := s.lru.Peek(id)
@@ -157,8 +153,7 @@ func decodeSession(entry jetstream.KeyValueEntry) (*Session, error) {
 	return sess, nil
 }
 
-// Refresh reads a session from KV into the cache (on error: the cache), for
-// answers a stale cache would get wrong.
+// Refresh reads a session from KV into the cache (on error: the cache).
 func (s *Store) Refresh(ctx context.Context, id string) *Session {
 	sess, _ := s.Read(ctx, id)
 	return sess
@@ -206,8 +201,7 @@ func (s *Store) Read(ctx context.Context, id string) (sess *Session, absent bool
 	return sess, false
 }
 
-// Stored reports whether the session exists in KV as far as the cache
-// knows (a session dropped from the cache counts as not stored).
+// Stored reports whether the session exists in KV as far as the cache knows.
 func (s *Store) Stored(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -322,8 +316,7 @@ func (s *Revisions) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watch and waits for it until ctx ends; safe to call
-// twice.
+// Stop ends the watch and waits for it until ctx ends; safe twice.
 func (s *Revisions) Stop(ctx context.Context) error { return store.StopAll(ctx, s.watch) }
 
 // seen records that session id was written at revision rev.
@@ -342,16 +335,14 @@ func (s *Revisions) seen(id string, rev uint64) {
 	s.last = max(s.last, rev)
 }
 
-// current reports whether a cached session at revision have holds every
-// write of it the watch has seen.
+// current reports whether a session cached at have holds every write seen.
 func (s *Revisions) current(id string, have uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.running() && have >= s.floor && have >= s.newer[id]
 }
 
-// running reports whether the watch runs (no more news once it ended: every
-// batch is read). s.mu is held.
+// running reports whether the watch runs. s.mu is held.
 func (s *Revisions) running() bool { return s.ready && (s.watch == nil || !s.watch.Ended()) }
 
 // Snapshot makes session id current for a batch run: a KV read, unless rev
@@ -373,8 +364,7 @@ func (s *Revisions) Snapshot(ctx context.Context, id string, rev uint64) *Sessio
 	return sess
 }
 
-// miss records that session id was read absent when the watch had
-// delivered every write up to revision at.
+// miss records session id read absent with the watch at revision at.
 func (s *Revisions) miss(id string, at uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -67,6 +67,22 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 	return cw, nil
 }
 
+// WatchLoaded is WatchKV that returns once the initial values are applied;
+// when ctx ends first it stops the watch and returns ctx's error.
+func WatchLoaded(ctx context.Context, kv jetstream.KeyValue, keys string, apply func(jetstream.KeyValueEntry)) (*Watch, error) {
+	w, err := WatchKV(ctx, kv, keys, apply)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-w.ready:
+		return w, nil
+	case <-ctx.Done():
+		_ = w.Stop(context.WithoutCancel(ctx))
+		return nil, ctx.Err()
+	}
+}
+
 // reach notes that the entry at rev is applied, and wakes the Reached
 // calls it satisfies.
 func (w *Watch) reach(rev uint64) {
