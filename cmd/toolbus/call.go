@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,10 +37,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if err := checkID(fs, "--session", cn.session); err != nil {
-		return err
-	}
-	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {
+	if *replyID, err = cn.replyID(fs, *replyID); err != nil {
 		return err
 	}
 	if *timeout < 0 {
@@ -99,14 +97,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		reply = &bus.Reply{Results: append(reply.Results, late...), Parked: []bus.Parked{}}
 	}
 	if *asJSON {
-		if err := writeJSON(stdout, reply); err != nil {
-			return err
-		}
+		err = writeJSON(stdout, reply)
 	} else {
 		renderReply(stdout, reply, cn.session, *replyID)
 		suggestTools(ctx, cl, cn.session, reply, stderr)
 	}
-	return replyError(reply)
+	return cmp.Or(err, replyError(reply))
 }
 
 // callBatch builds the batch: one call from the positional tool and input
@@ -114,29 +110,27 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // made from the reply id, so a re-send with --reply-id is the same call.
 func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.Batch, error) {
 	var b bus.Batch
-	if batchFile != "" {
-		if len(pos) != 0 {
-			return b, usageError(fs, "call takes either --batch or a tool and its input, not both")
-		}
+	switch {
+	case batchFile != "" && len(pos) != 0:
+		return b, usageError(fs, "call takes either --batch or a tool and its input, not both")
+	case batchFile != "":
 		raw, err := readInput(batchFile, os.Stdin)
 		if err != nil {
 			return b, err
 		}
+		into := any(&b) // {"calls": [...]}, or the array of calls
 		if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
-			err = json.Unmarshal(raw, &b.Calls)
-		} else {
-			err = json.Unmarshal(raw, &b)
+			into = &b.Calls
 		}
-		if err != nil {
+		if err := json.Unmarshal(raw, into); err != nil {
 			return b, usageError(fs, "--batch %s: not a batch: %v", batchFile, err)
 		}
 		if len(b.Calls) == 0 {
 			return b, usageError(fs, "--batch %s holds no calls", batchFile)
 		}
-	} else {
-		if len(pos) < 1 || len(pos) > 2 {
-			return b, usageError(fs, "call takes a tool name and an optional JSON input, got %d arguments", len(pos))
-		}
+	case len(pos) < 1 || len(pos) > 2:
+		return b, usageError(fs, "call takes a tool name and an optional JSON input, got %d arguments", len(pos))
+	default:
 		input := "{}"
 		if len(pos) == 2 {
 			input = pos[1]
@@ -492,10 +486,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) != 0 {
 		return usageError(fs, "turn takes no arguments (the message comes from --in or standard input)")
 	}
-	if err := checkID(fs, "--session", cn.session); err != nil {
-		return err
-	}
-	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {
+	if *replyID, err = cn.replyID(fs, *replyID); err != nil {
 		return err
 	}
 	msg, err := readInput(*in, os.Stdin)
@@ -536,14 +527,11 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if out.Messages == nil {
-		out.Messages = []json.RawMessage{}
-	}
 	if err := writeJSON(stdout, struct {
 		Messages []json.RawMessage `json:"messages"`
 		Parked   []bus.Parked      `json:"parked"`
 		ReplyID  string            `json:"reply_id"`
-	}{Messages: out.Messages, Parked: out.Parked, ReplyID: *replyID}); err != nil {
+	}{Messages: append([]json.RawMessage{}, out.Messages...), Parked: out.Parked, ReplyID: *replyID}); err != nil {
 		return err
 	}
 	if len(out.Parked) > 0 {

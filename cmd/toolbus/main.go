@@ -150,10 +150,6 @@ type conn struct {
 	anySession bool
 }
 
-// Every command's --user is the toolbus (runtime) user, never the NATS
-// login (that is --nats-user). The commands without a use for it refuse it
-// in parse (noUserFlag), so it is never ignored.
-
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"
 
@@ -244,11 +240,11 @@ func parseNone(fs *flag.FlagSet, args []string) error {
 	return err
 }
 
-// replyIDFlag is a --reply-id's value, checked, or a fresh reply id when
-// it is empty.
-func replyIDFlag(fs *flag.FlagSet, id string) (string, error) {
-	if id == "" {
-		return client.NewReplyID(), nil
+// replyID checks --session and returns the batch's reply id: id
+// (--reply-id's), checked, or a fresh one when it is empty.
+func (cn *conn) replyID(fs *flag.FlagSet, id string) (string, error) {
+	if err := checkID(fs, "--session", cn.session); err != nil || id == "" {
+		return client.NewReplyID(), err
 	}
 	return id, checkID(fs, "--reply-id", id)
 }

@@ -49,8 +49,8 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 1 {
 		return usageError(fs, "parked takes at most a call id, got %d arguments", len(pos))
 	}
-	if len(pos) == 1 {
-		if err := checkID(fs, "call id", pos[0]); err != nil {
+	for _, id := range pos {
+		if err := checkID(fs, "call id", id); err != nil {
 			return err
 		}
 	}
@@ -78,16 +78,14 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	raw, calls, err := listParked(ctx, cl, session)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if len(pos) == 1 {
+	case len(pos) == 1:
 		return showParked(stdout, calls, pos[0], session, *asJSON)
-	}
-	if *asJSON {
+	case *asJSON:
 		return writeJSON(stdout, raw)
-	}
-	if len(calls) == 0 {
+	case len(calls) == 0:
 		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
 	}
