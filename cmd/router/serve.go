@@ -189,22 +189,18 @@ func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDi
 	}
 	go func() {
 		defer close(reloaded)
-		for {
-			select {
-			case <-done:
-				return
-			case <-hup:
-				if err := tokens.Reload(); err != nil {
-					log.Error("mcp: tokens not reloaded; the previous ones stay", "err", err)
-				} else {
-					log.Info("mcp: tokens reloaded", "file", o.tokens)
-				}
+		for range hup { // until stop closes it
+			if err := tokens.Reload(); err != nil {
+				log.Error("mcp: tokens not reloaded; the previous ones stay", "err", err)
+			} else {
+				log.Info("mcp: tokens reloaded", "file", o.tokens)
 			}
 		}
 	}()
 	fmt.Fprintf(stdout, "toolbus: MCP (streamable HTTP) at http://%s/mcp/<session> (confirmations: %s)\n", ln.Addr(), policy)
 	return func() {
 		signal.Stop(hup)
+		close(hup) // no signal comes after Stop
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(ctx)
