@@ -423,18 +423,13 @@ func blockText(b bus.Block) string {
 	case b.Type == bus.BlockData && b.URL != "":
 		return fmt.Sprintf("[data %s, %s]", b.MediaType, b.URL)
 	case b.Type == bus.BlockData:
-		return fmt.Sprintf("[data %s, %d bytes]", b.MediaType, dataLen(b.Data))
+		n := len(b.Data) // its encoded length when it does not decode
+		if data, err := base64.StdEncoding.DecodeString(b.Data); err == nil {
+			n = len(data)
+		}
+		return fmt.Sprintf("[data %s, %d bytes]", b.MediaType, n)
 	}
 	return fmt.Sprintf("[%s block]", b.Type)
-}
-
-// dataLen is the decoded length of base64 data, or its encoded length when
-// it does not decode.
-func dataLen(s string) int {
-	if n, err := base64.StdEncoding.DecodeString(s); err == nil {
-		return len(n)
-	}
-	return len(s)
 }
 
 // firstText is the first block of blocks as one short line.
@@ -545,8 +540,11 @@ func toolEntry(raw json.RawMessage) (name, description string) {
 // line of it), then the groups with [x] for the active ones.
 func renderTools(w io.Writer, l *bus.ToolsList) {
 	for _, raw := range l.Tools {
-		name, desc := toolEntry(raw)
-		fmt.Fprintln(w, toolLine(name, desc))
+		line, desc := toolEntry(raw)
+		if first, _, _ := strings.Cut(strings.TrimSpace(desc), "\n"); first != "" {
+			line += " — " + first
+		}
+		fmt.Fprintln(w, clean(line))
 	}
 	if len(l.Groups) > 0 {
 		fmt.Fprintln(w, "\ngroups:")
@@ -560,14 +558,6 @@ func renderTools(w io.Writer, l *bus.ToolsList) {
 			fmt.Fprintln(w, "  "+clean(line))
 		}
 	}
-}
-
-func toolLine(name, desc string) string {
-	first, _, _ := strings.Cut(strings.TrimSpace(desc), "\n")
-	if first == "" {
-		return clean(name)
-	}
-	return clean(name + " — " + first)
 }
 
 // groupLine is "  [x] name (scope) — description", [ ] when inactive.

@@ -197,18 +197,13 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	case err != nil:
 		return fmt.Errorf("admin limits: the reply is not a list: %w", err)
-	}
-	return printUsage(stdout, r.Limits)
-}
-
-func printUsage(w io.Writer, us []limits.Usage) error {
-	if len(us) == 0 {
-		_, err := fmt.Fprintln(w, "no quota or rate limit counts these calls")
+	case len(r.Limits) == 0:
+		_, err = fmt.Fprintln(stdout, "no quota or rate limit counts these calls")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tKIND\tPER\tUSED\tLEFT\tLIMIT\tRESETS IN")
-	for _, u := range us {
+	for _, u := range r.Limits {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\n", u.Rule, u.Kind, u.Per, u.Used, u.Left, u.Limit, (time.Duration(u.ResetMS) * time.Millisecond).Round(time.Second))
 	}
 	return tw.Flush()
