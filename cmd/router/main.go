@@ -192,8 +192,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var w *worker.Worker
 	if *withBuiltin {
 		// The built-in worker needs its own connection: the router answers
-		// no reply subject under its own inbox prefix.
-		bnc, err := builtinConn(conn)
+		// no reply subject under its own inbox prefix. It logs in as the
+		// router with the inbox prefix "<router's>-builtin" (a secured router
+		// user may use _INBOX.>).
+		bconn := conn
+		bconn.InboxPrefix = strings.TrimSuffix(conn.InboxPrefix, ".") + "-builtin"
+		bnc, err := bconn.Connect("toolbus-router-builtin", nats.MaxReconnects(-1))
 		if err == nil {
 			defer bnc.Close()
 			w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
@@ -251,13 +255,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	obs.Drain(ctx, drains)
 	return nil
-}
-
-// builtinConn connects the built-in worker with the router's login and the
-// inbox prefix "<router's>-builtin" (a secured router user may use _INBOX.>).
-func builtinConn(conn natsconn.Config) (*nats.Conn, error) {
-	conn.InboxPrefix = strings.TrimSuffix(conn.InboxPrefix, ".") + "-builtin"
-	return conn.Connect("toolbus-router-builtin", nats.MaxReconnects(-1))
 }
 
 // secureDir returns the server configuration of --secure dir, generating the
@@ -359,18 +356,14 @@ func storeDir(data, listen string) (string, error) {
 		return "", fmt.Errorf("store: %w", err)
 	}
 	dir := filepath.Join(cache, "toolbus")
-	for _, d := range []string{dir, filepath.Join(dir, "data-"+storeName(listen))} {
+	name := strings.NewReplacer(":", "-", "[", "", "]", "", "/", "-").Replace(listen) // 127.0.0.1-4222
+	for _, d := range []string{dir, filepath.Join(dir, "data-"+name)} {
 		if err := private.Mkdir(d, 0o077, storeWhat); err != nil {
 			return "", fmt.Errorf("store: %w", err)
 		}
 		dir = d
 	}
 	return dir, nil
-}
-
-// storeName is listen as a file name: 127.0.0.1-4222.
-func storeName(listen string) string {
-	return strings.NewReplacer(":", "-", "[", "", "]", "", "/", "-").Replace(listen)
 }
 
 // explicitStore makes or checks a --data directory.
