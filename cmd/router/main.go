@@ -111,14 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if url != "" || *natsConfig != "" {
 			return errors.New("--secure starts the embedded server with generated users; it goes with neither --nats nor --nats-config")
 		}
-		if err := secureMode(*secure, stdout); err != nil {
+		if *natsConfig, err = secureDir(*secure, *prefix, *listen, stdout); err != nil {
 			return err
 		}
-		cfgFile, err := secureDir(*secure, *prefix, *listen, stdout)
-		if err != nil {
-			return err
-		}
-		*natsConfig = cfgFile
 		if *identities != "" {
 			return errors.New("--secure binds sessions with DIR/users.json; it goes without --identities")
 		}
@@ -257,9 +252,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// secureDir returns the server configuration of --secure dir, generating the
-// roles' users when there are none, and says where each role's credentials are.
+// secureDir makes --secure dir private (secureMode) and returns its server
+// configuration, generating the roles' users when there are none, and says
+// where each role's credentials are.
 func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
+	if err := secureMode(dir, stdout); err != nil {
+		return "", err
+	}
 	cfgFile := filepath.Join(dir, security.ServerConfigFile)
 	if _, err := os.Stat(cfgFile); err == nil {
 		if refreshed, err := security.Refresh(dir); err != nil {
