@@ -328,24 +328,19 @@ func waitFor(timeout time.Duration, ok func() bool) bool {
 	return true
 }
 
-// StreamLeader returns the index of the node that leads stream in the
-// global account, or -1 when none does (an election is going on).
-func (c *Cluster) StreamLeader(stream string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, s := range c.nodes {
-		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			return i
-		}
-	}
-	return -1
-}
-
-// WaitStreamLeader waits until stream has a leader and returns its node.
+// WaitStreamLeader waits until stream (in the global account) has a leader
+// and returns its node.
 func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
-	i := -1
-	if !waitFor(timeout, func() bool { i = c.StreamLeader(stream); return i >= 0 }) {
+	leader := -1
+	if !waitFor(timeout, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		leader = slices.IndexFunc(c.nodes, func(s *server.Server) bool {
+			return s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
+		})
+		return leader >= 0
+	}) {
 		return -1, fmt.Errorf("embedded: stream %s has no leader after %v", stream, timeout)
 	}
-	return i, nil
+	return leader, nil
 }
