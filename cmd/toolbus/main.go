@@ -159,7 +159,7 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	cn.nats.RegisterFlagsWithout(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
+	cn.nats.RegisterFlags(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	common := cli.FlagNames(fs)
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
