@@ -671,9 +671,14 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 		select {
 		case <-ctx.Done():
 			return out, ctx.Err()
-		case <-tick.C:
-			for _, p := range f.poll(ctx) {
-				moved(p)
+		case <-tick.C: // a listing that fails only loses the news: the result still comes as an event
+			lctx, cancel := context.WithTimeout(ctx, pollEvery)
+			_, calls, _ := listParked(lctx, f.cl, f.session)
+			cancel()
+			for _, p := range calls {
+				if p.ReplyID == f.replyID {
+					moved(p)
+				}
 			}
 		case p := <-f.parked:
 			moved(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind})
@@ -688,15 +693,6 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 		}
 	}
 	return out, nil
-}
-
-// poll lists the reply's parked calls; a listing that fails only loses the
-// news (the result still comes as an event).
-func (f *follower) poll(ctx context.Context) []bus.ParkedCall {
-	ctx, cancel := context.WithTimeout(ctx, pollEvery)
-	defer cancel()
-	_, calls, _ := listParked(ctx, f.cl, f.session)
-	return slices.DeleteFunc(calls, func(p bus.ParkedCall) bool { return p.ReplyID != f.replyID })
 }
 
 // blocksText is the text of blocks on one line ([kind] for others).
