@@ -59,14 +59,11 @@ type Options struct {
 	Logf func(format string, args ...any)
 }
 
-// ioCallers is the caller count of the I/O-bound tool measurement.
-const ioCallers = 64
-
-// minProfile is the shortest CPU profile of the router process.
-const minProfile = 10 * time.Second
-
-// minSlice is the shortest warm-up.
-const minSlice = 100 * time.Millisecond
+const (
+	ioCallers  = 64                     // the caller count of the I/O-bound tool measurement
+	minProfile = 10 * time.Second       // the shortest CPU profile of the router process
+	minSlice   = 100 * time.Millisecond // the shortest warm-up
+)
 
 func (o *Options) defaults() {
 	if o.Duration <= 0 {
