@@ -170,18 +170,17 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 		return nil, err
 	}
 	hw, err := worker.New(hnc, worker.Config{Prefix: o.Prefix, Heartbeat: soakHeartbeat})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
+			External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
+			func(context.Context, *worker.Call, struct{}) (string, error) {
+				return "", errors.New("external: never run")
+			})
 	}
-	err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
-		External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
-		func(context.Context, *worker.Call, struct{}) (string, error) {
-			return "", errors.New("external: never run")
-		})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = hw.Start(ctx)
 	}
-	if err := hw.Start(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = hw.Stop(context.WithoutCancel(ctx)) }()
