@@ -108,13 +108,8 @@ func (l *watchLines) of(e *bus.Event, withSession bool) string {
 				continue
 			}
 			res := *e
-			res.ToolCallID = r.ID
-			res.Type = bus.TypeCallResult // rendered as a result
-			raw, err := json.Marshal(r)
-			if err != nil {
-				continue
-			}
-			res.Data = raw
+			res.ToolCallID, res.Type = r.ID, bus.TypeCallResult // rendered as a result
+			res.Data, _ = json.Marshal(r)                       // decoded from JSON just now
 			out += "\n" + strings.Replace(eventLine(&res, withSession), bus.TypeCallResult, bus.TypeBatchDone, 1)
 		}
 	}
