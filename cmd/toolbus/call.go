@@ -620,13 +620,11 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 			}
 			switch e.Type {
 			case bus.TypeCallProgress:
-				var p bus.Progress
-				if e.DataAs(&p) == nil {
+				if p, ok := dataOf[bus.Progress](e); ok {
 					fmt.Fprintf(w, "progress %s #%d: %s\n", e.ToolCallID, p.Seq, blocksText(p.Output))
 				}
 			case bus.TypeCallParked:
-				var p bus.ParkedEvent
-				if e.DataAs(&p) == nil {
+				if p, ok := dataOf[bus.ParkedEvent](e); ok {
 					for _, c := range p.Calls {
 						select {
 						case f.parked <- c:
@@ -635,8 +633,7 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 					}
 				}
 			case bus.TypeCallResult:
-				var r bus.Result
-				if e.DataAs(&r) == nil {
+				if r, ok := dataOf[bus.Result](e); ok {
 					select {
 					case f.results <- r:
 					default: // more results than calls: not ours to wait for

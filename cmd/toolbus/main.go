@@ -481,39 +481,37 @@ func orDash(s string) string { return cmp.Or(s, "-") }
 func eventSummary(e *bus.Event) string {
 	switch e.Type {
 	case bus.TypeCallResult:
-		var r bus.Result
-		if e.DataAs(&r) != nil {
-			break
+		if r, ok := dataOf[bus.Result](e); ok {
+			return strings.TrimSpace(r.Name + " " + r.State + ": " + firstText(r.Output))
 		}
-		return strings.TrimSpace(r.Name + " " + r.State + ": " + firstText(r.Output))
 	case bus.TypeCallProgress:
-		var p bus.Progress
-		if e.DataAs(&p) != nil {
-			break
+		if p, ok := dataOf[bus.Progress](e); ok {
+			return strings.TrimSpace(fmt.Sprintf("#%d %s", p.Seq, firstText(p.Output)))
 		}
-		return strings.TrimSpace(fmt.Sprintf("#%d %s", p.Seq, firstText(p.Output)))
 	case bus.TypeCallParked:
-		var p bus.ParkedEvent
-		if e.DataAs(&p) != nil {
-			break
+		if p, ok := dataOf[bus.ParkedEvent](e); ok {
+			parts := make([]string, len(p.Calls))
+			for i, c := range p.Calls {
+				parts[i] = fmt.Sprintf("%s/%s (%s)", c.ID, c.Name, c.Kind)
+			}
+			return "parked " + strings.Join(parts, ", ")
 		}
-		parts := make([]string, len(p.Calls))
-		for i, c := range p.Calls {
-			parts[i] = fmt.Sprintf("%s/%s (%s)", c.ID, c.Name, c.Kind)
-		}
-		return "parked " + strings.Join(parts, ", ")
 	case bus.TypeBatchDone:
-		var d bus.BatchDone
-		if e.DataAs(&d) != nil {
-			break
+		if d, ok := dataOf[bus.BatchDone](e); ok {
+			parts := make([]string, len(d.Results))
+			for i, r := range d.Results {
+				parts[i] = r.ID + " " + r.State
+			}
+			return fmt.Sprintf("reply %s done: %s", orDash(e.ReplyID), strings.Join(parts, ", "))
 		}
-		parts := make([]string, len(d.Results))
-		for i, r := range d.Results {
-			parts[i] = r.ID + " " + r.State
-		}
-		return fmt.Sprintf("reply %s done: %s", orDash(e.ReplyID), strings.Join(parts, ", "))
 	}
 	return short(string(e.Data))
+}
+
+// dataOf decodes e's data as a T; false when it does not decode.
+func dataOf[T any](e *bus.Event) (v T, ok bool) {
+	ok = e.DataAs(&v) == nil
+	return v, ok
 }
 
 // toolEntry reads name and description of a listed tool in any format: the
