@@ -424,9 +424,7 @@ func skillLine(s bus.SkillInfo) string {
 		b.WriteString(" [groups " + strings.Join(s.Groups, ", ") + "]")
 	}
 	digest := strings.TrimPrefix(s.Digest, "sha256:")
-	if len(digest) > 12 {
-		digest = digest[:12]
-	}
+	digest = digest[:min(12, len(digest))]
 	return clean(b.String()) + fmt.Sprintf("\t%s\t%s\t(%s)", clean(s.Description), clean(s.Source), clean(digest))
 }
 
