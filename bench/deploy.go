@@ -230,7 +230,8 @@ func rawPayload() ([]byte, error) {
 func (d *deployment) status(ctx context.Context) (st bus.Status, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return st, client.New(d.ctl, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
+	err = client.New(d.ctl, client.Config{Source: "bench/agent"}).Admin(ctx, "status", "", nil, &st)
+	return st, err // st after the call: in one return, the order of the two is unspecified
 }
 
 // pollStatus asks for the router's status until ok accepts it, within

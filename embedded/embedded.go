@@ -74,11 +74,7 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		_ = ln.Close()
 	}
-	wait := cfg.ReadyTimeout
-	if wait <= 0 {
-		wait = 10 * time.Second
-	}
-	return serve(opts, wait, "nats-server")
+	return serve(opts, cmp.Or(max(cfg.ReadyTimeout, 0), 10*time.Second), "nats-server")
 }
 
 // serve starts a server of opts (whose messages may be 8 MiB) and waits
@@ -147,17 +143,11 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 
 func startCluster(cfg ClusterConfig) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, nodes: make([]*server.Server, clusterNodes)}
-	for range clusterNodes {
-		cp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		rp, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		c.clients, c.routes = append(c.clients, cp), append(c.routes, rp)
+	ports, err := freePorts(2 * clusterNodes)
+	if err != nil {
+		return nil, err
 	}
+	c.clients, c.routes = ports[:clusterNodes], ports[clusterNodes:]
 	for i := range clusterNodes {
 		if err := c.Start(i); err != nil {
 			c.stopNodes()
@@ -171,13 +161,18 @@ func startCluster(cfg ClusterConfig) (*Cluster, error) {
 	return c, nil
 }
 
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("embedded: no free port: %w", err)
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("embedded: no free port: %w", err)
+		}
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // Start starts node i, which must be stopped (or never started), on its
@@ -201,12 +196,8 @@ func (c *Cluster) Start(i int) error {
 		JetStream:  true,
 		StoreDir:   filepath.Join(c.cfg.Dir, fmt.Sprintf("n%d", i)),
 		NoSigs:     true,
-		Cluster: server.ClusterOpts{
-			Name: c.cfg.Name,
-			Host: "127.0.0.1",
-			Port: c.routes[i],
-		},
-		Routes: routes,
+		Cluster:    server.ClusterOpts{Name: c.cfg.Name, Host: "127.0.0.1", Port: c.routes[i]},
+		Routes:     routes,
 	}
 	s, err := serve(opts, 20*time.Second, fmt.Sprintf("node %d", i))
 	c.nodes[i] = s
@@ -337,24 +328,19 @@ func waitFor(timeout time.Duration, ok func() bool) bool {
 	return true
 }
 
-// StreamLeader returns the index of the node that leads stream in the
-// global account, or -1 when none does (an election is going on).
-func (c *Cluster) StreamLeader(stream string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, s := range c.nodes {
-		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			return i
-		}
-	}
-	return -1
-}
-
-// WaitStreamLeader waits until stream has a leader and returns its node.
+// WaitStreamLeader waits until stream (in the global account) has a leader
+// and returns its node.
 func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
-	i := -1
-	if !waitFor(timeout, func() bool { i = c.StreamLeader(stream); return i >= 0 }) {
+	leader := -1
+	if !waitFor(timeout, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		leader = slices.IndexFunc(c.nodes, func(s *server.Server) bool {
+			return s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
+		})
+		return leader >= 0
+	}) {
 		return -1, fmt.Errorf("embedded: stream %s has no leader after %v", stream, timeout)
 	}
-	return i, nil
+	return leader, nil
 }

@@ -134,15 +134,9 @@ const (
 	TokenHeader = "X-Toolbus-Token"
 )
 
-// NewToken returns a random token of 32 hex digits (128 bits).
-func NewToken() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
-	return hex.EncodeToString(b)
-}
-
 // Token returns the token to use: token when given, else the first line
-// of the file tokenFile, else a new random one (generated reports so).
+// of the file tokenFile, else a new random one of 32 hex digits, 128 bits
+// (generated reports so).
 func Token(token, tokenFile string) (tok string, generated bool, err error) {
 	switch {
 	case token != "" && tokenFile != "":
@@ -157,7 +151,9 @@ func Token(token, tokenFile string) (tok string, generated bool, err error) {
 		tok, _, _ = strings.Cut(string(b), "\n")
 		tok = strings.TrimSpace(tok)
 	default:
-		return NewToken(), true, nil
+		b := make([]byte, 16)
+		_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
+		return hex.EncodeToString(b), true, nil
 	}
 	if len(tok) < 16 {
 		return "", false, errors.New("inbox: the token must have at least 16 characters")
@@ -172,19 +168,10 @@ func CheckListen(addr string, generated bool) error {
 	if err != nil {
 		return fmt.Errorf("inbox: listen address %q: %w", addr, err)
 	}
-	if Loopback(host) || !generated {
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() || !generated {
 		return nil
 	}
 	return fmt.Errorf("inbox: %s is not a loopback address: give the page a token of your own (--inbox-token or --inbox-token-file) to serve it there", addr)
-}
-
-// Loopback reports whether host names only the local machine.
-func Loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // guard checks the token every request must carry and sets the headers

@@ -83,14 +83,10 @@ func FromEnv() Config {
 // RegisterFlags defines --nats and the credential flags on fs, with c's
 // current values (typically FromEnv's) as their defaults, so a flag
 // overrides its environment variable. Secrets are never shown as defaults
-// in the usage text.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) { c.RegisterFlagsWithout(fs) }
-
-// RegisterFlagsWithout is RegisterFlags leaving out the flags named in
-// skip, for a command that uses one of the names for something else
-// (toolbus skills' --user is the skill's user); --nats-user, always
-// defined, is the same as --user.
-func (c *Config) RegisterFlagsWithout(fs *flag.FlagSet, skip ...string) {
+// in the usage text. It leaves out the flags named in skip, for a command
+// that uses one of the names for something else (toolbus's --user is the
+// toolbus user); --nats-user, always defined, is the same as --user.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, skip ...string) {
 	c.URLs = cmp.Or(c.URLs, DefaultURL)
 	fs.StringVar(&c.URLs, "nats", c.URLs, "NATS server URL, or several comma-separated; $NATS_URL when set, else "+DefaultURL)
 	c.registerAuth(fs, skip)

@@ -138,13 +138,7 @@ func (d *duration) Set(s string) error {
 	return nil
 }
 
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s is not a duration string (e.g. \"24h\")", b)
-	}
-	return d.Set(s)
-}
+func (d *duration) UnmarshalJSON(b []byte) error { return setJSON(d, b) }
 
 func (d duration) MarshalJSON() ([]byte, error) {
 	if d == 0 {
@@ -202,19 +196,19 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-func (b *byteSize) UnmarshalJSON(raw []byte) error {
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		var n json.Number
-		if json.Unmarshal(raw, &n) != nil {
-			return fmt.Errorf("%s is not a size in bytes", raw)
-		}
-		s = n.String()
-	}
-	return b.Set(s)
-}
+func (b *byteSize) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }
 
 func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
+
+// setJSON sets v from a JSON string, or from any other JSON value (a
+// number) as written, as its flag would be set.
+func setJSON(v flag.Value, raw []byte) error {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		s = string(raw)
+	}
+	return v.Set(s)
+}
 
 // auditConfig is the audit block of the config file.
 type auditConfig struct {

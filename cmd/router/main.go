@@ -111,14 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if url != "" || *natsConfig != "" {
 			return errors.New("--secure starts the embedded server with generated users; it goes with neither --nats nor --nats-config")
 		}
-		if err := secureMode(*secure, stdout); err != nil {
+		if *natsConfig, err = secureDir(*secure, *prefix, *listen, stdout); err != nil {
 			return err
 		}
-		cfgFile, err := secureDir(*secure, *prefix, *listen, stdout)
-		if err != nil {
-			return err
-		}
-		*natsConfig = cfgFile
 		if *identities != "" {
 			return errors.New("--secure binds sessions with DIR/users.json; it goes without --identities")
 		}
@@ -192,8 +187,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var w *worker.Worker
 	if *withBuiltin {
 		// The built-in worker needs its own connection: the router answers
-		// no reply subject under its own inbox prefix.
-		bnc, err := builtinConn(conn)
+		// no reply subject under its own inbox prefix. It logs in as the
+		// router with the inbox prefix "<router's>-builtin" (a secured router
+		// user may use _INBOX.>).
+		bconn := conn
+		bconn.InboxPrefix = strings.TrimSuffix(conn.InboxPrefix, ".") + "-builtin"
+		bnc, err := bconn.Connect("toolbus-router-builtin", nats.MaxReconnects(-1))
 		if err == nil {
 			defer bnc.Close()
 			w, err = worker.New(bnc, worker.Config{Prefix: *prefix, Heartbeat: *heartbeat, Logger: log, Observer: obs.WorkerObserver(0),
@@ -253,16 +252,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// builtinConn connects the built-in worker with the router's login and the
-// inbox prefix "<router's>-builtin" (a secured router user may use _INBOX.>).
-func builtinConn(conn natsconn.Config) (*nats.Conn, error) {
-	conn.InboxPrefix = strings.TrimSuffix(conn.InboxPrefix, ".") + "-builtin"
-	return conn.Connect("toolbus-router-builtin", nats.MaxReconnects(-1))
-}
-
-// secureDir returns the server configuration of --secure dir, generating the
-// roles' users when there are none, and says where each role's credentials are.
+// secureDir makes --secure dir private (secureMode) and returns its server
+// configuration, generating the roles' users when there are none, and says
+// where each role's credentials are.
 func secureDir(dir, prefix, listen string, stdout io.Writer) (string, error) {
+	if err := secureMode(dir, stdout); err != nil {
+		return "", err
+	}
 	cfgFile := filepath.Join(dir, security.ServerConfigFile)
 	if _, err := os.Stat(cfgFile); err == nil {
 		if refreshed, err := security.Refresh(dir); err != nil {
@@ -359,18 +355,14 @@ func storeDir(data, listen string) (string, error) {
 		return "", fmt.Errorf("store: %w", err)
 	}
 	dir := filepath.Join(cache, "toolbus")
-	for _, d := range []string{dir, filepath.Join(dir, "data-"+storeName(listen))} {
+	name := strings.NewReplacer(":", "-", "[", "", "]", "", "/", "-").Replace(listen) // 127.0.0.1-4222
+	for _, d := range []string{dir, filepath.Join(dir, "data-"+name)} {
 		if err := private.Mkdir(d, 0o077, storeWhat); err != nil {
 			return "", fmt.Errorf("store: %w", err)
 		}
 		dir = d
 	}
 	return dir, nil
-}
-
-// storeName is listen as a file name: 127.0.0.1-4222.
-func storeName(listen string) string {
-	return strings.NewReplacer(":", "-", "[", "", "]", "", "/", "-").Replace(listen)
 }
 
 // explicitStore makes or checks a --data directory.

@@ -189,22 +189,18 @@ func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDi
 	}
 	go func() {
 		defer close(reloaded)
-		for {
-			select {
-			case <-done:
-				return
-			case <-hup:
-				if err := tokens.Reload(); err != nil {
-					log.Error("mcp: tokens not reloaded; the previous ones stay", "err", err)
-				} else {
-					log.Info("mcp: tokens reloaded", "file", o.tokens)
-				}
+		for range hup { // until stop closes it
+			if err := tokens.Reload(); err != nil {
+				log.Error("mcp: tokens not reloaded; the previous ones stay", "err", err)
+			} else {
+				log.Info("mcp: tokens reloaded", "file", o.tokens)
 			}
 		}
 	}()
 	fmt.Fprintf(stdout, "toolbus: MCP (streamable HTTP) at http://%s/mcp/<session> (confirmations: %s)\n", ln.Addr(), policy)
 	return func() {
 		signal.Stop(hup)
+		close(hup) // no signal comes after Stop
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(ctx)
@@ -229,21 +225,16 @@ func inboxFlags(fs *flag.FlagSet) *inboxOptions {
 	return o
 }
 
-// conn is the inbox's own login, never the router's: the approver's under
-// --secure (approver true), else the router's settings on its own connection.
-func (o *inboxOptions) conn(router natsconn.Config, secureDir string) (c natsconn.Config, approver bool, err error) {
-	c, err = ownLogin(router, secureDir, security.RoleApprover, "", "", "--inbox-listen: %s has no approver user (%s)",
-		"--inbox-listen: the inbox must not answer with the router's credentials; run `toolbus inbox` with the approver's (or operator's) login instead, or use --secure")
-	return c, secureDir != "" && err == nil, err
-}
-
 // serve starts the inbox; stop ends it and its connection. Without
 // --inbox-listen it serves nothing and stop is nil.
 func (o *inboxOptions) serve(ctx context.Context, router natsconn.Config, secureDir, prefix string, stdout io.Writer, log *slog.Logger) (stop func(), err error) {
 	if o.listen == "" {
 		return nil, nil
 	}
-	c, approver, err := o.conn(router, secureDir)
+	// The inbox's own login, never the router's: the approver's under
+	// --secure, else the router's settings on a connection of its own.
+	c, err := ownLogin(router, secureDir, security.RoleApprover, "", "", "--inbox-listen: %s has no approver user (%s)",
+		"--inbox-listen: the inbox must not answer with the router's credentials; run `toolbus inbox` with the approver's (or operator's) login instead, or use --secure")
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +242,7 @@ func (o *inboxOptions) serve(ctx context.Context, router natsconn.Config, secure
 	if err != nil {
 		return nil, fmt.Errorf("--inbox-listen: %w", err)
 	}
-	r, err := inbox.Open(ctx, nc, o.listen, o.token, o.tokenFile, inbox.Config{Prefix: prefix, Approver: approver, Logger: log})
+	r, err := inbox.Open(ctx, nc, o.listen, o.token, o.tokenFile, inbox.Config{Prefix: prefix, Approver: secureDir != "", Logger: log})
 	if err != nil {
 		nc.Close()
 		return nil, err

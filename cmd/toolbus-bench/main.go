@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/cmd/toolbus-bench/soak"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/natsconn"
 )
 
@@ -187,30 +188,23 @@ func progressLine(w io.Writer, what string, total time.Duration) (stop func()) {
 	if !ok {
 		return func() {}
 	}
-	every, before, after, clear := 2*time.Second, "\r\033[K", "", "\r\033[K"
+	every, before, after := 2*time.Second, "\r\033[K", "" // before clears the line
 	if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		every, before, after, clear = 30*time.Second, "", "\n", "" // a line every 30 s, none to clear
+		every, before, after = 30*time.Second, "", "\n" // a line every 30 s, none to clear
 	}
 	start := time.Now()
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
 	ended := make(chan struct{})
 	go func() {
 		defer close(ended)
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				fmt.Fprint(f, clear)
-				return
-			case <-t.C:
-				line := fmt.Sprintf("%s: %s", what, time.Since(start).Round(time.Second))
-				if total > 0 {
-					line += fmt.Sprintf(" of about %s", total.Round(time.Second))
-				}
-				fmt.Fprint(f, before+line+after)
+		life.Every(ctx, every, func(time.Time) {
+			line := fmt.Sprintf("%s: %s", what, time.Since(start).Round(time.Second))
+			if total > 0 {
+				line += fmt.Sprintf(" of about %s", total.Round(time.Second))
 			}
-		}
+			fmt.Fprint(f, before+line+after)
+		})
+		fmt.Fprint(f, before)
 	}()
-	return func() { close(done); <-ended }
+	return func() { cancel(); <-ended }
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -36,10 +37,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if err := checkID(fs, "--session", cn.session); err != nil {
-		return err
-	}
-	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {
+	if *replyID, err = cn.replyID(fs, *replyID); err != nil {
 		return err
 	}
 	if *timeout < 0 {
@@ -99,14 +97,12 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		reply = &bus.Reply{Results: append(reply.Results, late...), Parked: []bus.Parked{}}
 	}
 	if *asJSON {
-		if err := writeJSON(stdout, reply); err != nil {
-			return err
-		}
+		err = writeJSON(stdout, reply)
 	} else {
 		renderReply(stdout, reply, cn.session, *replyID)
 		suggestTools(ctx, cl, cn.session, reply, stderr)
 	}
-	return replyError(reply)
+	return cmp.Or(err, replyError(reply))
 }
 
 // callBatch builds the batch: one call from the positional tool and input
@@ -114,29 +110,27 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // made from the reply id, so a re-send with --reply-id is the same call.
 func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.Batch, error) {
 	var b bus.Batch
-	if batchFile != "" {
-		if len(pos) != 0 {
-			return b, usageError(fs, "call takes either --batch or a tool and its input, not both")
-		}
+	switch {
+	case batchFile != "" && len(pos) != 0:
+		return b, usageError(fs, "call takes either --batch or a tool and its input, not both")
+	case batchFile != "":
 		raw, err := readInput(batchFile, os.Stdin)
 		if err != nil {
 			return b, err
 		}
+		into := any(&b) // {"calls": [...]}, or the array of calls
 		if bytes.HasPrefix(bytes.TrimSpace(raw), []byte("[")) {
-			err = json.Unmarshal(raw, &b.Calls)
-		} else {
-			err = json.Unmarshal(raw, &b)
+			into = &b.Calls
 		}
-		if err != nil {
+		if err := json.Unmarshal(raw, into); err != nil {
 			return b, usageError(fs, "--batch %s: not a batch: %v", batchFile, err)
 		}
 		if len(b.Calls) == 0 {
 			return b, usageError(fs, "--batch %s holds no calls", batchFile)
 		}
-	} else {
-		if len(pos) < 1 || len(pos) > 2 {
-			return b, usageError(fs, "call takes a tool name and an optional JSON input, got %d arguments", len(pos))
-		}
+	case len(pos) < 1 || len(pos) > 2:
+		return b, usageError(fs, "call takes a tool name and an optional JSON input, got %d arguments", len(pos))
+	default:
 		input := "{}"
 		if len(pos) == 2 {
 			input = pos[1]
@@ -492,10 +486,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) != 0 {
 		return usageError(fs, "turn takes no arguments (the message comes from --in or standard input)")
 	}
-	if err := checkID(fs, "--session", cn.session); err != nil {
-		return err
-	}
-	if *replyID, err = replyIDFlag(fs, *replyID); err != nil {
+	if *replyID, err = cn.replyID(fs, *replyID); err != nil {
 		return err
 	}
 	msg, err := readInput(*in, os.Stdin)
@@ -536,14 +527,11 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if out.Messages == nil {
-		out.Messages = []json.RawMessage{}
-	}
 	if err := writeJSON(stdout, struct {
 		Messages []json.RawMessage `json:"messages"`
 		Parked   []bus.Parked      `json:"parked"`
 		ReplyID  string            `json:"reply_id"`
-	}{Messages: out.Messages, Parked: out.Parked, ReplyID: *replyID}); err != nil {
+	}{Messages: append([]json.RawMessage{}, out.Messages...), Parked: out.Parked, ReplyID: *replyID}); err != nil {
 		return err
 	}
 	if len(out.Parked) > 0 {
@@ -632,13 +620,11 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 			}
 			switch e.Type {
 			case bus.TypeCallProgress:
-				var p bus.Progress
-				if e.DataAs(&p) == nil {
+				if p, ok := dataOf[bus.Progress](e); ok {
 					fmt.Fprintf(w, "progress %s #%d: %s\n", e.ToolCallID, p.Seq, blocksText(p.Output))
 				}
 			case bus.TypeCallParked:
-				var p bus.ParkedEvent
-				if e.DataAs(&p) == nil {
+				if p, ok := dataOf[bus.ParkedEvent](e); ok {
 					for _, c := range p.Calls {
 						select {
 						case f.parked <- c:
@@ -647,8 +633,7 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 					}
 				}
 			case bus.TypeCallResult:
-				var r bus.Result
-				if e.DataAs(&r) == nil {
+				if r, ok := dataOf[bus.Result](e); ok {
 					select {
 					case f.results <- r:
 					default: // more results than calls: not ours to wait for
@@ -683,9 +668,14 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 		select {
 		case <-ctx.Done():
 			return out, ctx.Err()
-		case <-tick.C:
-			for _, p := range f.poll(ctx) {
-				moved(p)
+		case <-tick.C: // a listing that fails only loses the news: the result still comes as an event
+			lctx, cancel := context.WithTimeout(ctx, pollEvery)
+			_, calls, _ := listParked(lctx, f.cl, f.session)
+			cancel()
+			for _, p := range calls {
+				if p.ReplyID == f.replyID {
+					moved(p)
+				}
 			}
 		case p := <-f.parked:
 			moved(bus.ParkedCall{ID: p.ID, Name: p.Name, Kind: p.Kind})
@@ -700,15 +690,6 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 		}
 	}
 	return out, nil
-}
-
-// poll lists the reply's parked calls; a listing that fails only loses the
-// news (the result still comes as an event).
-func (f *follower) poll(ctx context.Context) []bus.ParkedCall {
-	ctx, cancel := context.WithTimeout(ctx, pollEvery)
-	defer cancel()
-	_, calls, _ := listParked(ctx, f.cl, f.session)
-	return slices.DeleteFunc(calls, func(p bus.ParkedCall) bool { return p.ReplyID != f.replyID })
 }
 
 // blocksText is the text of blocks on one line ([kind] for others).

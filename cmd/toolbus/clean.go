@@ -13,7 +13,7 @@ import (
 // TestAttackTerminalSpoofedConfirmation). A tool's output printed by call
 // and fetch is left as it is.
 func clean(s string) string {
-	if !needsClean(s) {
+	if strings.IndexFunc(s, escaped) < 0 {
 		return s
 	}
 	var b strings.Builder
@@ -40,21 +40,15 @@ func clean(s string) string {
 	return b.String()
 }
 
-// needsClean reports whether clean would change s.
-func needsClean(s string) bool {
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
-			return true
-		}
-		i += n
-	}
-	return false
+// escaped reports whether clean may escape r: a control or bidi control,
+// or utf8.RuneError, which an invalid byte decodes to.
+func escaped(r rune) bool {
+	return r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // cleanLines is clean for each line of s.
 func cleanLines(s string) string {
-	if !needsClean(strings.ReplaceAll(s, "\n", "")) {
+	if strings.IndexFunc(strings.ReplaceAll(s, "\n", ""), escaped) < 0 {
 		return s
 	}
 	lines := strings.Split(s, "\n")

@@ -44,10 +44,7 @@ func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *asJSON {
-		if list.Groups == nil {
-			list.Groups = []bus.GroupInfo{}
-		}
-		return writeJSON(stdout, list.Groups)
+		return writeJSON(stdout, append([]bus.GroupInfo{}, list.Groups...)) // [] when none
 	}
 	for _, g := range list.Groups {
 		fmt.Fprintln(stdout, groupLine(g))
@@ -77,17 +74,14 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		renderReply(stdout, reply, cn.session, replyID)
 		return fmt.Errorf("%s did not finish in reply %s", groups.ResetTools, replyID)
 	}
-	res := reply.Results[0]
-	if *asJSON {
-		if err := writeJSON(stdout, res); err != nil {
-			return err
-		}
+	if res := reply.Results[0]; *asJSON {
+		err = writeJSON(stdout, res)
 	} else {
 		for _, b := range res.Output {
 			fmt.Fprintln(stdout, blockText(b))
 		}
 	}
-	return replyError(reply)
+	return cmp.Or(err, replyError(reply))
 }
 
 // editGroups runs `groups put FILE` (a group definition, docs/protocol.md
@@ -430,9 +424,7 @@ func skillLine(s bus.SkillInfo) string {
 		b.WriteString(" [groups " + strings.Join(s.Groups, ", ") + "]")
 	}
 	digest := strings.TrimPrefix(s.Digest, "sha256:")
-	if len(digest) > 12 {
-		digest = digest[:12]
-	}
+	digest = digest[:min(12, len(digest))]
 	return clean(b.String()) + fmt.Sprintf("\t%s\t%s\t(%s)", clean(s.Description), clean(s.Source), clean(digest))
 }
 

@@ -150,10 +150,6 @@ type conn struct {
 	anySession bool
 }
 
-// Every command's --user is the toolbus (runtime) user, never the NATS
-// login (that is --nats-user). The commands without a use for it refuse it
-// in parse (noUserFlag), so it is never ignored.
-
 // defaultSession is the session of the command line unless --session says.
 const defaultSession = "cli"
 
@@ -163,7 +159,7 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cn := &conn{nats: natsconn.FromEnv()}
-	cn.nats.RegisterFlagsWithout(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
+	cn.nats.RegisterFlags(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
 	common := cli.FlagNames(fs)
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
@@ -244,11 +240,11 @@ func parseNone(fs *flag.FlagSet, args []string) error {
 	return err
 }
 
-// replyIDFlag is a --reply-id's value, checked, or a fresh reply id when
-// it is empty.
-func replyIDFlag(fs *flag.FlagSet, id string) (string, error) {
-	if id == "" {
-		return client.NewReplyID(), nil
+// replyID checks --session and returns the batch's reply id: id
+// (--reply-id's), checked, or a fresh one when it is empty.
+func (cn *conn) replyID(fs *flag.FlagSet, id string) (string, error) {
+	if err := checkID(fs, "--session", cn.session); err != nil || id == "" {
+		return client.NewReplyID(), err
 	}
 	return id, checkID(fs, "--reply-id", id)
 }
@@ -427,18 +423,13 @@ func blockText(b bus.Block) string {
 	case b.Type == bus.BlockData && b.URL != "":
 		return fmt.Sprintf("[data %s, %s]", b.MediaType, b.URL)
 	case b.Type == bus.BlockData:
-		return fmt.Sprintf("[data %s, %d bytes]", b.MediaType, dataLen(b.Data))
+		n := len(b.Data) // its encoded length when it does not decode
+		if data, err := base64.StdEncoding.DecodeString(b.Data); err == nil {
+			n = len(data)
+		}
+		return fmt.Sprintf("[data %s, %d bytes]", b.MediaType, n)
 	}
 	return fmt.Sprintf("[%s block]", b.Type)
-}
-
-// dataLen is the decoded length of base64 data, or its encoded length when
-// it does not decode.
-func dataLen(s string) int {
-	if n, err := base64.StdEncoding.DecodeString(s); err == nil {
-		return len(n)
-	}
-	return len(s)
 }
 
 // firstText is the first block of blocks as one short line.
@@ -490,39 +481,37 @@ func orDash(s string) string { return cmp.Or(s, "-") }
 func eventSummary(e *bus.Event) string {
 	switch e.Type {
 	case bus.TypeCallResult:
-		var r bus.Result
-		if e.DataAs(&r) != nil {
-			break
+		if r, ok := dataOf[bus.Result](e); ok {
+			return strings.TrimSpace(r.Name + " " + r.State + ": " + firstText(r.Output))
 		}
-		return strings.TrimSpace(r.Name + " " + r.State + ": " + firstText(r.Output))
 	case bus.TypeCallProgress:
-		var p bus.Progress
-		if e.DataAs(&p) != nil {
-			break
+		if p, ok := dataOf[bus.Progress](e); ok {
+			return strings.TrimSpace(fmt.Sprintf("#%d %s", p.Seq, firstText(p.Output)))
 		}
-		return strings.TrimSpace(fmt.Sprintf("#%d %s", p.Seq, firstText(p.Output)))
 	case bus.TypeCallParked:
-		var p bus.ParkedEvent
-		if e.DataAs(&p) != nil {
-			break
+		if p, ok := dataOf[bus.ParkedEvent](e); ok {
+			parts := make([]string, len(p.Calls))
+			for i, c := range p.Calls {
+				parts[i] = fmt.Sprintf("%s/%s (%s)", c.ID, c.Name, c.Kind)
+			}
+			return "parked " + strings.Join(parts, ", ")
 		}
-		parts := make([]string, len(p.Calls))
-		for i, c := range p.Calls {
-			parts[i] = fmt.Sprintf("%s/%s (%s)", c.ID, c.Name, c.Kind)
-		}
-		return "parked " + strings.Join(parts, ", ")
 	case bus.TypeBatchDone:
-		var d bus.BatchDone
-		if e.DataAs(&d) != nil {
-			break
+		if d, ok := dataOf[bus.BatchDone](e); ok {
+			parts := make([]string, len(d.Results))
+			for i, r := range d.Results {
+				parts[i] = r.ID + " " + r.State
+			}
+			return fmt.Sprintf("reply %s done: %s", orDash(e.ReplyID), strings.Join(parts, ", "))
 		}
-		parts := make([]string, len(d.Results))
-		for i, r := range d.Results {
-			parts[i] = r.ID + " " + r.State
-		}
-		return fmt.Sprintf("reply %s done: %s", orDash(e.ReplyID), strings.Join(parts, ", "))
 	}
 	return short(string(e.Data))
+}
+
+// dataOf decodes e's data as a T; false when it does not decode.
+func dataOf[T any](e *bus.Event) (v T, ok bool) {
+	ok = e.DataAs(&v) == nil
+	return v, ok
 }
 
 // toolEntry reads name and description of a listed tool in any format: the
@@ -549,8 +538,11 @@ func toolEntry(raw json.RawMessage) (name, description string) {
 // line of it), then the groups with [x] for the active ones.
 func renderTools(w io.Writer, l *bus.ToolsList) {
 	for _, raw := range l.Tools {
-		name, desc := toolEntry(raw)
-		fmt.Fprintln(w, toolLine(name, desc))
+		line, desc := toolEntry(raw)
+		if first, _, _ := strings.Cut(strings.TrimSpace(desc), "\n"); first != "" {
+			line += " — " + first
+		}
+		fmt.Fprintln(w, clean(line))
 	}
 	if len(l.Groups) > 0 {
 		fmt.Fprintln(w, "\ngroups:")
@@ -564,14 +556,6 @@ func renderTools(w io.Writer, l *bus.ToolsList) {
 			fmt.Fprintln(w, "  "+clean(line))
 		}
 	}
-}
-
-func toolLine(name, desc string) string {
-	first, _, _ := strings.Cut(strings.TrimSpace(desc), "\n")
-	if first == "" {
-		return clean(name)
-	}
-	return clean(name + " — " + first)
 }
 
 // groupLine is "  [x] name (scope) — description", [ ] when inactive.

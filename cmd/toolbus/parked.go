@@ -49,8 +49,8 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 1 {
 		return usageError(fs, "parked takes at most a call id, got %d arguments", len(pos))
 	}
-	if len(pos) == 1 {
-		if err := checkID(fs, "call id", pos[0]); err != nil {
+	for _, id := range pos {
+		if err := checkID(fs, "call id", id); err != nil {
 			return err
 		}
 	}
@@ -78,16 +78,14 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	}
 	raw, calls, err := listParked(ctx, cl, session)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
-	}
-	if len(pos) == 1 {
+	case len(pos) == 1:
 		return showParked(stdout, calls, pos[0], session, *asJSON)
-	}
-	if *asJSON {
+	case *asJSON:
 		return writeJSON(stdout, raw)
-	}
-	if len(calls) == 0 {
+	case len(calls) == 0:
 		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
 	}
@@ -196,24 +194,16 @@ func where(session string) string {
 	return "session " + session
 }
 
-// sessionOf is the session a command looks in: --session when given, else
-// "" (every session: the call id finds its session).
-func sessionOf(fs *flag.FlagSet, cn *conn) string {
-	if cli.Given(fs, "session") {
-		return cn.session
-	}
-	return ""
-}
-
-// answerTarget says which parked call an answer goes to.
+// answerTarget says which parked call an answer goes to: --reply and
+// --tool, and --session when given.
 type answerTarget struct {
 	replyID, tool *string
 }
 
-// addFlags adds --reply and --tool to fs.
-func (a *answerTarget) addFlags(fs *flag.FlagSet) {
-	a.replyID = fs.String("reply", "", "reply id of the call's batch (default: looked up with parked.list)")
-	a.tool = fs.String("tool", "", "tool of the call (default: looked up with parked.list)")
+// answerFlags adds --reply and --tool to fs.
+func answerFlags(fs *flag.FlagSet) answerTarget {
+	return answerTarget{replyID: fs.String("reply", "", "reply id of the call's batch (default: looked up with parked.list)"),
+		tool: fs.String("tool", "", "tool of the call (default: looked up with parked.list)")}
 }
 
 // parse parses the command line: n positional arguments, the first a call
@@ -240,13 +230,20 @@ func (a *answerTarget) parse(fs *flag.FlagSet, args []string, n int, wrong strin
 	return pos, nil
 }
 
-// resolve returns the parked call to answer: from the flags when session,
-// --reply and --tool are given and lookup is false, else found with
-// parked.list (in every session when session is ""). A call found there
+// resolve returns the parked call to answer: from the flags when
+// --session, --reply and --tool are given, unless lookup says to look it
+// up anyway (a call not listed is then as the flags say), else found with
+// parked.list (in every session without --session). A call found there
 // must be of kind.
-func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, id, kind string, lookup bool) (bus.ParkedCall, error) {
-	if !lookup && session != "" && *a.replyID != "" && *a.tool != "" {
-		return bus.ParkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}, nil
+func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn *conn, id, kind string, lookup bool) (bus.ParkedCall, error) {
+	session := "" // every session: the call id finds its session
+	if cli.Given(fs, "session") {
+		session = cn.session
+	}
+	flags := bus.ParkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}
+	given := session != "" && *a.replyID != "" && *a.tool != ""
+	if given && !lookup {
+		return flags, nil
 	}
 	// Call ids a batch's model gave are unique in practice, so session may
 	// be "" (every session); finding several asks for --session or --reply.
@@ -255,6 +252,9 @@ func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, session, 
 		return bus.ParkedCall{}, err
 	}
 	found, err := matching(calls, session, id, *a.replyID, *a.tool)
+	if errors.Is(err, bus.ErrNotParked) && given {
+		return flags, nil // the router refuses it precisely
+	}
 	if err != nil {
 		return bus.ParkedCall{}, err
 	}
@@ -301,8 +301,7 @@ func answerError(id string, err error) error {
 
 func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("answer", stderr)
-	var target answerTarget
-	target.addFlags(fs)
+	target := answerFlags(fs)
 	failed := fs.Bool("error", false, "answer with state error: the output says why the tool failed")
 	pos, err := target.parse(fs, args, 2, "answer takes a call id and the output, got %d arguments")
 	if err != nil {
@@ -318,7 +317,7 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	p, err := target.resolve(ctx, cl, sessionOf(fs, cn), id, bus.KindExternal, false)
+	p, err := target.resolve(ctx, cl, fs, cn, id, bus.KindExternal, false)
 	if err != nil {
 		return answerError(id, err)
 	}
@@ -358,8 +357,7 @@ func parseOutput(s string) []bus.Block {
 
 func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("confirm", stderr)
-	var target answerTarget
-	target.addFlags(fs)
+	target := answerFlags(fs)
 	deny := fs.Bool("deny", false, "refuse the call: it ends denied")
 	remember := fs.Bool("remember", false, "add the call's suggested rules to the session, so such calls run without asking")
 	input := fs.String("input", "", "run the call with this JSON input instead (validated again; sent on P.answer.<tool>, which only an open router takes for a confirmation)")
@@ -381,13 +379,8 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	// Looked up even with --reply and --tool, for the input's digest; a
-	// call not listed is confirmed as the flags say, and refused precisely.
-	session := sessionOf(fs, cn)
-	p, err := target.resolve(ctx, cl, session, id, bus.KindConfirm, true)
-	if errors.Is(err, bus.ErrNotParked) && session != "" && *target.replyID != "" && *target.tool != "" {
-		p, err = target.resolve(ctx, cl, session, id, bus.KindConfirm, false)
-	}
+	// Looked up even with --reply and --tool, for the input's digest.
+	p, err := target.resolve(ctx, cl, fs, cn, id, bus.KindConfirm, true)
 	if err != nil {
 		return answerError(id, err)
 	}

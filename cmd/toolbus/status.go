@@ -62,10 +62,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if in.Metadata["prefix"] != "" && in.Metadata["prefix"] != cn.prefix {
 				continue
 			}
-			it := instance{Kind: kind[len("toolbus-"):], ID: in.ID, Meta: in.Metadata}
-			if id := in.Metadata[it.Kind]; id != "" {
-				it.ID = id // the instance id toolbus uses, not micro's own
-			}
+			it := instance{Kind: kind[len("toolbus-"):], Meta: in.Metadata}
+			it.ID = cmp.Or(in.Metadata[it.Kind], in.ID) // the instance id toolbus uses, not micro's own
 			for _, ep := range in.Endpoints {
 				it.Tools = append(it.Tools, ep.Name)
 			}
@@ -188,31 +186,24 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *asJSON {
 		return writeJSON(stdout, raw)
 	}
-	if *reset {
-		var r struct {
-			Reset int `json:"reset"`
-		}
-		_ = json.Unmarshal(raw, &r)
-		_, err := fmt.Fprintf(stdout, "reset %d count(s)\n", r.Reset)
-		return err
-	}
-	var list struct {
+	var r struct {
+		Reset  int            `json:"reset"`
 		Limits []limits.Usage `json:"limits"`
 	}
-	if err := json.Unmarshal(raw, &list); err != nil {
+	err = json.Unmarshal(raw, &r)
+	switch {
+	case *reset:
+		_, err = fmt.Fprintf(stdout, "reset %d count(s)\n", r.Reset)
+		return err
+	case err != nil:
 		return fmt.Errorf("admin limits: the reply is not a list: %w", err)
-	}
-	return printUsage(stdout, list.Limits)
-}
-
-func printUsage(w io.Writer, us []limits.Usage) error {
-	if len(us) == 0 {
-		_, err := fmt.Fprintln(w, "no quota or rate limit counts these calls")
+	case len(r.Limits) == 0:
+		_, err = fmt.Fprintln(stdout, "no quota or rate limit counts these calls")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RULE\tKIND\tPER\tUSED\tLEFT\tLIMIT\tRESETS IN")
-	for _, u := range us {
+	for _, u := range r.Limits {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%v\n", u.Rule, u.Kind, u.Per, u.Used, u.Left, u.Limit, (time.Duration(u.ResetMS) * time.Millisecond).Round(time.Second))
 	}
 	return tw.Flush()
@@ -250,9 +241,8 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *since > 0 {
 		f.Since = time.Now().Add(-*since)
 	}
-	var tw *tabwriter.Writer
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0) // unused with --json
 	if !*asJSON {
-		tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TIME\tSESSION\tCALL\tTOOL\tUSER\tDECISION\tBY\tOUTCOME\tMS")
 	}
 	err = audit.Export(ctx, js, cl.Subjects(), f, func(raw json.RawMessage) error {
@@ -280,10 +270,7 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if tw != nil {
-		return tw.Flush()
-	}
-	return nil
+	return tw.Flush()
 }
 
 // runSecurity is `toolbus security config`: the roles' permissions for an

@@ -108,13 +108,8 @@ func (l *watchLines) of(e *bus.Event, withSession bool) string {
 				continue
 			}
 			res := *e
-			res.ToolCallID = r.ID
-			res.Type = bus.TypeCallResult // rendered as a result
-			raw, err := json.Marshal(r)
-			if err != nil {
-				continue
-			}
-			res.Data = raw
+			res.ToolCallID, res.Type = r.ID, bus.TypeCallResult // rendered as a result
+			res.Data, _ = json.Marshal(r)                       // decoded from JSON just now
 			out += "\n" + strings.Replace(eventLine(&res, withSession), bus.TypeCallResult, bus.TypeBatchDone, 1)
 		}
 	}
@@ -147,22 +142,18 @@ func runWatchHandoff(ctx context.Context, args []string, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	kind, subject := "external", bus.NewSubjects(cn.prefix).Handoffs.External(tool)
+	kind, subject := "external", cl.Subjects().Handoffs.External(tool)
 	if *confirm {
-		kind, subject = "confirm", bus.NewSubjects(cn.prefix).Handoffs.Confirm(tool)
-	}
-	forTool := tool
-	if tool == "*" {
-		forTool = ""
+		kind, subject = "confirm", cl.Subjects().Handoffs.Confirm(tool)
 	}
 	// The router-made consumer delivers every call still parked, oldest
 	// first, then new ones; no JetStream permission needed.
-	ev, err := cl.Parked().Follow(ctx, kind, forTool)
+	ev, err := cl.Parked().Follow(ctx, kind, strings.TrimPrefix(tool, "*")) // "": every tool
 	if err != nil {
 		return fmt.Errorf("follow %s: %w", subject, err)
 	}
 	defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
-	fmt.Fprintf(stderr, "following %s, the calls parked in bucket %s, from the oldest (Ctrl-C to stop)\n", subject, bus.NewSubjects(cn.prefix).Bucket(bus.BucketParked))
+	fmt.Fprintf(stderr, "following %s, the calls parked in bucket %s, from the oldest (Ctrl-C to stop)\n", subject, cl.Subjects().Bucket(bus.BucketParked))
 	// Each request as one line: readable, or the CloudEvent as compact JSON.
 	line := func(e *bus.Event) ([]byte, error) {
 		switch {
@@ -247,6 +238,5 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	f := facade.New(cl, facade.Config{Confirm: policy})
 	defer func() { _ = f.Drain(context.WithoutCancel(ctx)) }()
-	in := io.Reader(os.Stdin)
-	return f.ServeStdio(ctx, cn.session, *user, in, stdout)
+	return f.ServeStdio(ctx, cn.session, *user, os.Stdin, stdout)
 }

@@ -232,24 +232,15 @@ func SplitList(v string) []string {
 // executable, on $PATH, or builds them into tmp inside the module; it
 // returns their paths and where they came from.
 func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), names ...string) (paths []string, from string, err error) {
-	// find returns the path look gives each name, unless it finds one not.
-	find := func(look func(name string) (string, error)) ([]string, bool) {
+	// in returns the paths of names in d when every one is an executable there.
+	in := func(d string) ([]string, bool) {
 		ps := make([]string, len(names))
 		for i, n := range names {
-			var err error
-			if ps[i], err = look(n); err != nil {
+			if ps[i] = filepath.Join(d, n); !isExecutable(ps[i]) {
 				return nil, false
 			}
 		}
 		return ps, true
-	}
-	in := func(d string) ([]string, bool) {
-		return find(func(n string) (string, error) {
-			if p := filepath.Join(d, n); isExecutable(p) {
-				return p, nil
-			}
-			return "", os.ErrNotExist
-		})
 	}
 	list := strings.Join(names, " and ")
 	if dir != "" {
@@ -263,10 +254,13 @@ func Helpers(ctx context.Context, dir, tmp string, logf func(string, ...any), na
 			return ps, "next to " + exe, nil
 		}
 	}
-	if ps, ok := find(osexec.LookPath); ok {
-		return ps, "$PATH", nil
+	ps := make([]string, len(names))
+	for i, n := range names {
+		if ps[i], err = osexec.LookPath(n); err != nil {
+			return build(ctx, tmp, logf, names, list)
+		}
 	}
-	return build(ctx, tmp, logf, names, list)
+	return ps, "$PATH", nil
 }
 
 // build builds names from the toolbus module the current directory is in.

@@ -170,18 +170,17 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 		return nil, err
 	}
 	hw, err := worker.New(hnc, worker.Config{Prefix: o.Prefix, Heartbeat: soakHeartbeat})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
+			External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
+			func(context.Context, *worker.Call, struct{}) (string, error) {
+				return "", errors.New("external: never run")
+			})
 	}
-	err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
-		External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
-		func(context.Context, *worker.Call, struct{}) (string, error) {
-			return "", errors.New("external: never run")
-		})
-	if err != nil {
-		return nil, err
+	if err == nil {
+		err = hw.Start(ctx)
 	}
-	if err := hw.Start(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = hw.Stop(context.WithoutCancel(ctx)) }()
@@ -350,11 +349,8 @@ func doneMissing(b *soakBatch) bool {
 func (t *soakTracker) report(effects map[string][]string, faults []soakFault, elapsed time.Duration) *Report {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	rep := &Report{Faults: faults, Errors: map[string]int{}, ByKind: map[string]*soakKindReport{},
+	rep := &Report{Faults: append([]soakFault{}, faults...), Errors: map[string]int{}, ByKind: map[string]*soakKindReport{},
 		DurationS: elapsed.Round(time.Millisecond).Seconds(), Problems: []soakProblem{}}
-	if rep.Faults == nil {
-		rep.Faults = []soakFault{}
-	}
 	for _, k := range soakKinds {
 		rep.ByKind[k.name] = &soakKindReport{}
 	}
@@ -412,36 +408,31 @@ func (t *soakTracker) report(effects map[string][]string, faults []soakFault, el
 			continue
 		}
 		rep.Completed, k.Completed = rep.Completed+1, k.Completed+1
-		r := c.final
-		if r.State == bus.StateSuccess {
-			if summary(*r) != "success/: "+c.want {
-				rep.WrongResults++
-				t.problem(rep, c, fmt.Sprintf("wrong result: want %q", c.want))
-			} else if c.kind.effect && c.effects == 0 {
-				rep.WrongResults++
-				t.problem(rep, c, "success without its side effect")
-			} else {
-				rep.Succeeded, k.Succeeded = rep.Succeeded+1, k.Succeeded+1
-			}
-		} else {
-			code := r.State
-			if r.Error != nil {
-				code = r.Error.Code
-			}
+		r, code := c.final, c.final.State
+		if r.Error != nil {
+			code = r.Error.Code
+		}
+		wrong := ""
+		switch {
+		case r.State == bus.StateSuccess && summary(*r) != "success/: "+c.want:
+			wrong = fmt.Sprintf("wrong result: want %q", c.want)
+		case r.State == bus.StateSuccess && c.kind.effect && c.effects == 0:
+			wrong = "success without its side effect"
+		case r.State == bus.StateSuccess:
+			rep.Succeeded, k.Succeeded = rep.Succeeded+1, k.Succeeded+1
+		case code == bus.CodeUnknownOutcome && c.kind.durable:
+			wrong = "unknown_outcome for a durable call (its call should have gone to another worker)"
+		case code == bus.CodeUnknownOutcome && c.effects > 0:
+			rep.UnknownRan++
+		case code != bus.CodeUnknownOutcome && code != bus.CodeTimeout: // neither a fault's honest outcome nor a success
+			wrong = "unexpected error result " + code
+		}
+		if r.State != bus.StateSuccess {
 			rep.Errors[code]++
-			switch {
-			case code == bus.CodeUnknownOutcome && c.kind.durable:
-				rep.WrongResults++
-				t.problem(rep, c, "unknown_outcome for a durable call (its call should have gone to another worker)")
-			case code == bus.CodeUnknownOutcome:
-				if c.effects > 0 {
-					rep.UnknownRan++
-				}
-			case code == bus.CodeTimeout:
-			default: // neither a fault's honest outcome nor a success
-				rep.WrongResults++
-				t.problem(rep, c, "unexpected error result "+code)
-			}
+		}
+		if wrong != "" {
+			rep.WrongResults++
+			t.problem(rep, c, wrong)
 		}
 		d := c.finalAt.Sub(c.batch.first)
 		k.lat = append(k.lat, d)
@@ -702,18 +693,13 @@ type soakFault struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// faultKinds is the order faults are injected in, round robin.
-func (d *soakDeploy) faultKinds() []string {
-	if d.cluster != nil {
-		return []string{"kill_worker", "kill_router", "stop_nats_node"}
-	}
-	return []string{"kill_worker", "kill_router"}
-}
-
 // inject runs fault number n (kind by n, target by how many of that kind
 // came before) and returns it once the victim is back.
 func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down time.Duration) soakFault {
-	kinds := d.faultKinds()
+	kinds := []string{"kill_worker", "kill_router", "stop_nats_node"} // round robin
+	if d.cluster == nil {
+		kinds = kinds[:2] // no NATS faults on --nats
+	}
 	kind, k := kinds[n%len(kinds)], n/len(kinds)
 	f := soakFault{AtMS: time.Since(start).Milliseconds(), Kind: kind}
 	t0 := time.Now()
@@ -732,7 +718,11 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 			err = p.start(context.WithoutCancel(ctx))
 		}
 	case "stop_nats_node":
-		stream := d.faultStreams()[k%len(d.faultStreams())]
+		// The streams whose leader a NATS fault stops, in turn.
+		s := bus.NewSubjects(d.prefix)
+		streams := []string{"KV_" + s.Bucket(bus.BucketLedger), "KV_" + s.Bucket(bus.BucketParked), s.Stream(bus.StreamEvents),
+			"KV_" + s.Bucket(bus.BucketSessions)}
+		stream := streams[k%len(streams)]
 		node, lerr := d.cluster.WaitStreamLeader(stream, 30*time.Second)
 		if lerr != nil {
 			node = k % d.cluster.Nodes()
@@ -752,11 +742,4 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		f.Error = err.Error()
 	}
 	return f
-}
-
-// faultStreams are the streams whose leader a NATS fault stops, in turn.
-func (d *soakDeploy) faultStreams() []string {
-	s := bus.NewSubjects(d.prefix)
-	return []string{"KV_" + s.Bucket(bus.BucketLedger), "KV_" + s.Bucket(bus.BucketParked), s.Stream(bus.StreamEvents),
-		"KV_" + s.Bucket(bus.BucketSessions)}
 }
