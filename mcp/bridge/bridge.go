@@ -324,7 +324,7 @@ func busy(tr transport.Interface, err error, last time.Time) bool {
 
 // checkNames warns once about names in enable_tools or disable_tools that
 // no tool of the server has (a typo, or a tool renamed by a new version of
-// the server), and keeps them for Unknown.
+// the server), and keeps them to warn again only when they change.
 func (l *link) checkNames(tools []mcp.Tool) {
 	unknown := l.s.unknownNames(tools)
 	l.mu.Lock()
@@ -334,19 +334,6 @@ func (l *link) checkNames(tools []mcp.Tool) {
 	if changed && len(unknown) > 0 {
 		l.log.Warn("bridge: enable_tools/disable_tools name tools the MCP server does not have", "names", unknown)
 	}
-}
-
-// Unknown returns the names in the server's enable_tools and disable_tools
-// that its last tools/list did not have (nil before it was listed).
-func (b *Bridge) Unknown(server string) []string {
-	for _, l := range b.links {
-		if l.s.Name == server {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return slices.Clone(l.unknown)
-		}
-	}
-	return nil
 }
 
 // graceful keeps a disconnected server's worker for the grace period, then

@@ -367,15 +367,6 @@ func (t *Tokens) Reload() error {
 	return nil
 }
 
-// ParseTokens decodes a token file's bytes; name is for errors.
-func ParseTokens(name string, b []byte) (*Tokens, error) {
-	entries, err := parseTokens(name, b)
-	if err != nil {
-		return nil, err
-	}
-	return &Tokens{entries: entries}, nil
-}
-
 // minTokenBytes is the least length of a plaintext token.
 const minTokenBytes = 16
 
