@@ -318,8 +318,7 @@ func announceParked(e *bus.Event, id string, notify func(string)) bool {
 }
 
 // interruptOnEnd reports whether a call whose context ended is interrupted
-// on the bus: always, but for a kept call (a task's) when the facade closes,
-// which stays parked for another process to learn its end.
+// on the bus: always, but for a kept call (a task's) when the facade closes.
 func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
@@ -499,8 +498,8 @@ type structurer struct {
 func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
-		if err == nil && res != nil && !handleWithoutSchema(res) {
-			structureText(res)
+		if err == nil && res != nil && !handleWithoutSchema(res) && !res.IsError && res.StructuredContent == nil && len(res.RawStructuredContent) == 0 &&
+			!structureText(res) {
 			st.restore(ctx, res)
 		}
 		return res, err
@@ -510,9 +509,6 @@ func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 // restore sets res.StructuredContent from a stored output it links to; when
 // none serves, a result with stored links becomes an isError saying why.
 func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
-	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
-		return
-	}
 	var links []mcp.ResourceLink
 	for _, c := range res.Content {
 		if l, ok := c.(mcp.ResourceLink); ok && st.ours(l.URI) {
@@ -565,20 +561,17 @@ func jsonish(media string) bool {
 }
 
 // structureText sets res.StructuredContent from its one text block when
-// that holds a JSON object.
-func structureText(res *mcp.CallToolResult) {
-	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 || len(res.Content) != 1 {
-		return
-	}
-	tc, ok := res.Content[0].(mcp.TextContent)
-	if !ok {
-		return
+// that holds a JSON object, and reports whether it did.
+func structureText(res *mcp.CallToolResult) bool {
+	tc, ok := mcp.TextContent{}, len(res.Content) == 1
+	if ok {
+		tc, ok = res.Content[0].(mcp.TextContent)
 	}
 	raw := bytes.TrimSpace([]byte(tc.Text))
-	if len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
-		return
+	if ok = ok && len(raw) > 0 && raw[0] == '{' && json.Valid(raw); ok {
+		res.StructuredContent = json.RawMessage(raw)
 	}
-	res.StructuredContent = json.RawMessage(raw)
+	return ok
 }
 
 // Revision downgrade (docs/mcp.md "Revision downgrade", whose table says
@@ -607,7 +600,6 @@ func revisionOf(version string) revision {
 	return revLatest
 }
 
-// revisionFrom is the revision of the request in ctx.
 func revisionFrom(ctx context.Context) revision {
 	return revisionOf(server.RequestProtocolVersion(ctx))
 }

@@ -134,7 +134,8 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 // request state stored in the facade's bucket (stateRecord), so any facade
 // process serves the retry that brings the answer.
 
-// Input request keys of the two kinds of rounds.
+// Input request keys of the two kinds of rounds (inputQuestion also marks
+// a request state asking a bridged server's question).
 const (
 	inputConfirm  = "confirm"
 	inputQuestion = "question"
@@ -296,7 +297,7 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 	r := base
 	r.Park = a.Park
 	if a.Question != nil {
-		r.Kind, r.AskReplyID = kindQuestion, a.ReplyID
+		r.Kind, r.AskReplyID = inputQuestion, a.ReplyID
 	} else {
 		r.Deadline = a.deadline
 	}
@@ -323,18 +324,14 @@ func (c *confirmer) forget(state string) {
 // while, then forgets its request state.
 func (c *confirmer) keepResult(p *pending) {
 	<-p.done
-	if bus.Sleep(c.closing, resultKept) != nil {
-		// Closing: the stored state stays for another process.
-		c.mu.Lock()
-		delete(c.pending, p.state)
-		c.mu.Unlock()
-		return
-	}
+	closing := bus.Sleep(c.closing, resultKept) != nil
 	c.mu.Lock()
 	state := p.state
 	delete(c.pending, state)
 	c.mu.Unlock()
-	c.forget(state)
+	if !closing { // else the stored state stays for another process
+		c.forget(state)
+	}
 }
 
 // resume is the retry of a call that asked its host: the answer is
@@ -397,9 +394,6 @@ func stillRunningText(r stateRecord, session string) string {
 // for the client's retry once the call has ended.
 const resultKept = time.Minute
 
-// kindQuestion marks a request state asking a bridged server's question.
-const kindQuestion = "question"
-
 // stateRecord is the request state of a 2026-07-28 call waiting for its
 // host's user, under r.<session>.<user digest>.<state>: keyed by the retry's
 // own session and user, so another's, a forged or an expired state finds
@@ -411,7 +405,7 @@ type stateRecord struct {
 	CallID  string     `json:"call_id"`
 	ReplyID string     `json:"reply_id"`
 	Park    bus.Parked `json:"park"`
-	// Kind is kindQuestion for a bridged server's question (AskReplyID:
+	// Kind is inputQuestion for a bridged server's question (AskReplyID:
 	// the bridge's batch that parked it); "" for a confirmation.
 	Kind       string    `json:"kind,omitempty"`
 	AskReplyID string    `json:"ask_reply_id,omitempty"`
@@ -463,7 +457,7 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", r.Tool, "err", err)
 	}
 	a := ask{Park: r.Park, ReplyID: r.ReplyID, deadline: r.Deadline}
-	if r.Kind == kindQuestion {
+	if r.Kind == inputQuestion {
 		qn, ok := questionOf(r.Park, r.Tool, r.CallID, c.user)
 		if !ok {
 			return unknownState(req.Params.RequestState), nil
@@ -508,7 +502,7 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 				}
 				return nil, ctx.Err()
 			}
-			if wctx.Err() != nil && r.Kind == kindQuestion {
+			if wctx.Err() != nil && r.Kind == inputQuestion {
 				return mcp.NewToolResultError(stillRunningText(*r, c.session)), nil
 			}
 			if wctx.Err() != nil {
