@@ -186,8 +186,8 @@ type link struct {
 	progress map[string]*inflight // progress token → call
 }
 
-// inflight is a bus call being run by the server, with its context and
-// the gate its progress goes through.
+// inflight is a bus call the server runs, with its context and the gate its
+// progress goes through.
 type inflight struct {
 	call *worker.Call
 	ctx  context.Context
@@ -244,8 +244,7 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// The revisions of initialize (up to 2025-11-25) have ping, the
-	// standalone stream and cancellation, and every server still answers.
+	// The revisions of initialize (to 2025-11-25): every server answers them.
 	opts := []mcpclient.ClientOption{mcpclient.WithLegacyProtocolOnly()}
 	if l.s.Transport != TransportSSE {
 		// mcp-go's SSE client cannot answer a server's requests: declaring
@@ -312,11 +311,9 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 }
 
 // busy reports whether a ping that failed with err only waited behind the
-// server's other output: it timed out, and a stdio server wrote after the
-// ping before it was sent. A single-threaded server writing a large result
-// answers a ping only once the result is out (a 6 MiB line, under load, took
-// longer than the 5 s PingTimeout); a server that wrote nothing for a whole
-// ping interval and timeout is not busy but gone.
+// server's other output: it timed out, and a stdio server wrote since the
+// ping before it. A single-threaded server answers a ping only once a large
+// result is out (a 6 MiB line under load took longer than PingTimeout).
 func busy(tr transport.Interface, err error, last time.Time) bool {
 	st, ok := tr.(*stdioTransport)
 	return ok && errors.Is(err, context.DeadlineExceeded) && st.heardSince(last)
@@ -549,10 +546,8 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", cr.s.Name)), nil
 			}
 			rctx, ids := withRequestIDs(ctx, f)
-			var (
-				res *mcp.CallToolResult
-				err error
-			)
+			var res *mcp.CallToolResult
+			var err error
 			if asTask {
 				res, err = cr.callTask(rctx, cl, req, c)
 			} else {

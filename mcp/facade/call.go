@@ -574,9 +574,7 @@ func structureText(res *mcp.CallToolResult) bool {
 	return ok
 }
 
-// Revision downgrade (docs/mcp.md "Revision downgrade", whose table says
-// which member each revision added): a host gets only the members and
-// content types its MCP revision defines.
+// Revision downgrade: docs/mcp.md "Revision downgrade" has the table.
 
 // revision orders the MCP revisions; an unknown or empty version is taken
 // as the newest (mcp-go negotiates only the ones it knows).

@@ -129,10 +129,8 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 	}
 }
 
-// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and "Bridged
-// servers' questions reach the host"): an input_required result with a
-// request state stored in the facade's bucket (stateRecord), so any facade
-// process serves the retry that brings the answer.
+// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms"): its request
+// state is stored (stateRecord), so any facade process serves the retry.
 
 // Input request keys of the two kinds of rounds (inputQuestion also marks
 // a request state asking a bridged server's question).
@@ -513,10 +511,8 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 	}
 }
 
-// A bridged server's question put to the host (docs/mcp.md "Bridged
-// servers' questions"): under host_user the question a bridged tool parks
-// for the host's own user is asked through elicitation; the first answer
-// from anywhere wins, and a host that cannot show it leaves it to others.
+// A bridged server's question put to the host: docs/mcp.md "Bridged
+// servers' questions".
 
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.

@@ -497,11 +497,8 @@ func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	return downgradeTools(revisionFrom(ctx), out)
 }
 
-// Calm lists (docs/mcp.md "Calm lists"): a listing change is applied on the
-// trailing edge, Calm after the last change, at most MaxCalm after the burst
-// began; a host's own tools/list applies a pending change at once.
-
-// Calm and MaxCalm bound the coalescing of list changes.
+// Calm and MaxCalm bound the coalescing of list changes (docs/mcp.md "Calm
+// lists"); a host's own tools/list applies a pending change at once.
 const (
 	Calm    = 250 * time.Millisecond
 	MaxCalm = time.Second

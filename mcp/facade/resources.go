@@ -25,9 +25,7 @@ import (
 	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
-// Resources of a session (docs/mcp.md "Facade mapping: resources"): the
-// bridged servers' resources, through P.resources.<server>, and the
-// session's stored outputs, through P.outputs.<session>.
+// Resources of a session: docs/mcp.md "Mapping: resources".
 
 // DefaultMaxResource bounds what one resources/read of a stored output
 // returns (Config.MaxResource).

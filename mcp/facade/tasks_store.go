@@ -451,9 +451,8 @@ func kvDeleted(m *nats.Msg) bool {
 	return op == "DEL" || op == "PURGE"
 }
 
-// Task status notifications at 2026-07-28 (docs/mcp.md "Task notifications
-// on subscriptions/listen"): mcp-go drops taskIds, so a listen naming task
-// ids is served whole here, from the records' KV subjects.
+// A subscriptions/listen naming task ids is served here, since mcp-go drops
+// taskIds (docs/mcp.md "Task notifications on subscriptions/listen").
 
 const (
 	methodSubscriptionsListen = string(mcp.MethodSubscriptionsListen)
