@@ -345,10 +345,7 @@ func (c *caller) timeout(ctx context.Context, name string) time.Duration {
 	ms := int64(bus.DefaultTimeoutMS)
 	if list, err := c.list(ctx, c.session, c.user, bus.FormatToolbus); err == nil {
 		for _, raw := range list.Tools {
-			var d struct {
-				Name      string `json:"name"`
-				TimeoutMS int64  `json:"timeout_ms"`
-			}
+			var d bus.ToolDef
 			if json.Unmarshal(raw, &d) == nil && d.Name == name && d.TimeoutMS > 0 {
 				ms = d.TimeoutMS
 			}

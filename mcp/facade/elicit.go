@@ -521,8 +521,7 @@ type relayer struct {
 	session   string
 	user      string
 	mayElicit func(context.Context) bool
-	take      func(p bus.Parked, prefix string) (bus.Question, bool) // session.questionFor
-	release   func(id string)                                        // a taken question is done with
+	asked     claims // the questions the session's hosts are asked
 	log       *slog.Logger
 }
 
@@ -591,11 +590,11 @@ func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, 
 	}
 }
 
-// questionFor is parseQuestion for the session's user, claiming the
-// question: false when a host of the session has it already.
-func (s *session) questionFor(p bus.Parked, prefix string) (bus.Question, bool) {
-	q, ok := parseQuestion(p, prefix, s.user)
-	return q, ok && s.asked.claim(p.ID)
+// take is parseQuestion for the session's user, claiming the question:
+// false when a host of the session has it already.
+func (q *relayer) take(p bus.Parked, prefix string) (bus.Question, bool) {
+	qn, ok := parseQuestion(p, prefix, q.user)
+	return qn, ok && q.asked.claim(p.ID)
 }
 
 // parseQuestion reports whether p is a question of a server the call's
@@ -647,7 +646,7 @@ func (c *claims) unclaim(id string) {
 const maxAsked = 64
 
 func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn bus.Question) {
-	defer q.release(p.ID)
+	defer q.asked.unclaim(p.ID)
 	params, ok := questionParams(qn, canElicitURL(ctx))
 	if !ok {
 		return

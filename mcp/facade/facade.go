@@ -273,7 +273,6 @@ type session struct {
 	questions *relayer
 	resources *resources // resources.go
 	tasks     *taskFront // tasks*.go
-	asked     claims     // the questions its hosts are asked
 	cross     *crossing  // crossing.go
 
 	// Guarded by the table's mu.
@@ -372,7 +371,7 @@ func (f *Facade) wire(s *session) {
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
-	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, log: f.cfg.Logger}
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, nc: f.nc, prefix: f.cl.Subjects().Prefix,
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}

@@ -127,9 +127,7 @@ func (s *resources) bridgedServers(ctx context.Context) []string {
 	}
 	var out []string
 	for _, raw := range list.Tools {
-		var d struct {
-			MCP *bus.MCPRef `json:"mcp"`
-		}
+		var d bus.ToolDef
 		if json.Unmarshal(raw, &d) == nil && d.MCP != nil && d.MCP.Server != "" && !slices.Contains(out, d.MCP.Server) {
 			out = append(out, d.MCP.Server)
 		}
