@@ -10,6 +10,7 @@ import (
 	"mime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -159,6 +160,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	if req.Params.Meta != nil {
 		token = req.Params.Meta.ProgressToken
 	}
+	quiet := token == nil && req.Params.Task == nil // a host that gives up on its own (parkFor)
 	progress := 0
 	notify := func(msg string) {
 		if token == nil {
@@ -230,7 +232,6 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				}
 				return result(*early), nil
 			}
-			quiet := token == nil && req.Params.Task == nil
 			deadline = start.Add(c.cfg.parkFor(c.timeout(ctx, req.Params.Name), quiet))
 			if o.onPark != nil {
 				o.onPark(*parked, deadline)
@@ -239,12 +240,9 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				o.confirm <- ask{Park: *parked, ReplyID: replyID, deadline: deadline}
 			} else if parked.Kind == "confirm" && c.mayElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
-				elicited := make(chan struct{})
-				go func() {
-					defer close(elicited)
-					c.confirm(ectx, *parked, replyID)
-				}()
-				defer func() { stop(); <-elicited }()
+				var elicit sync.WaitGroup
+				elicit.Go(func() { c.confirm(ectx, *parked, replyID) })
+				defer func() { stop(); elicit.Wait() }()
 			}
 			notify(fmt.Sprintf("waiting for %s on %s until %s", kindText(parked.Kind), parked.Subject, deadline.UTC().Format(time.RFC3339)))
 			t := time.NewTimer(time.Until(deadline))
@@ -257,7 +255,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			notify(fmt.Sprintf("still waiting for %s on %s (%s left)", kindText(parked.Kind), parked.Subject,
 				time.Until(deadline).Round(time.Second)))
 		case <-wait:
-			if token == nil && req.Params.Task == nil {
+			if quiet {
 				return mcp.NewToolResultError(stillParkedText(b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, c.session)), nil
 			}
 			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s) after its deadline (%s): answer it on %s (reply id %s, session %s).",
