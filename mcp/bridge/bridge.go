@@ -244,7 +244,8 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// The revisions of initialize (to 2025-11-25): every server answers them.
+	// The revisions of initialize (up to 2025-11-25) have ping, the
+	// standalone stream and cancellation, and every server still answers.
 	opts := []mcpclient.ClientOption{mcpclient.WithLegacyProtocolOnly()}
 	if l.s.Transport != TransportSSE {
 		// mcp-go's SSE client cannot answer a server's requests: declaring

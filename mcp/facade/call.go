@@ -493,11 +493,13 @@ type structurer struct {
 func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
-		if err == nil && res != nil && !handleWithoutSchema(res) && !res.IsError && res.StructuredContent == nil && len(res.RawStructuredContent) == 0 &&
-			!structureText(res) {
+		if err != nil || res == nil || handleWithoutSchema(res) || res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
+			return res, err
+		}
+		if !structureText(res) {
 			st.restore(ctx, res)
 		}
-		return res, err
+		return res, nil
 	}
 }
 
@@ -558,15 +560,16 @@ func jsonish(media string) bool {
 // structureText sets res.StructuredContent from its one text block when
 // that holds a JSON object, and reports whether it did.
 func structureText(res *mcp.CallToolResult) bool {
-	tc, ok := mcp.TextContent{}, len(res.Content) == 1
-	if ok {
-		tc, ok = res.Content[0].(mcp.TextContent)
+	if len(res.Content) != 1 {
+		return false
 	}
+	tc, ok := res.Content[0].(mcp.TextContent)
 	raw := bytes.TrimSpace([]byte(tc.Text))
-	if ok = ok && len(raw) > 0 && raw[0] == '{' && json.Valid(raw); ok {
-		res.StructuredContent = json.RawMessage(raw)
+	if !ok || len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
+		return false
 	}
-	return ok
+	res.StructuredContent = json.RawMessage(raw)
+	return true
 }
 
 // Revision downgrade: docs/mcp.md "Revision downgrade" has the table.

@@ -103,7 +103,8 @@ type Facade struct {
 	listed  atomic.Int64 // for the tests and measurements
 }
 
-type key struct { // names a session's MCP server
+// key names a session's MCP server.
+type key struct {
 	session, user string
 	confirm       Confirm
 	stdio         bool
@@ -779,7 +780,8 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	}
 	out := make([]mcpGroup, 0, len(list.Groups))
 	for _, g := range list.Groups {
-		out = append(out, mcpGroup{Name: g.Name, Description: g.Description, Meta: map[string]any{activeMetaKey: g.Active, scopeMetaKey: g.Scope}})
+		out = append(out, mcpGroup{Name: g.Name, Description: g.Description,
+			Meta: map[string]any{activeMetaKey: g.Active, scopeMetaKey: g.Scope}})
 	}
 	return response(m.ID, map[string]any{"groups": out}, nil)
 }

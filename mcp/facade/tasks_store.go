@@ -43,7 +43,7 @@ type taskRecord struct {
 	Tool    string               `json:"tool"`
 	CallID  string               `json:"call_id"`            // the bus call
 	ReplyID string               `json:"reply_id"`           // its batch's reply id
-	BusTask string               `json:"bus_task,omitempty"` // the bus task (docs/protocol.md 5.10) it went on as, past its timeout
+	BusTask string               `json:"bus_task,omitempty"` // the bus task it went on as (docs/protocol.md 5.10)
 	Status  mcp.TaskStatus       `json:"status"`
 	Message string               `json:"message,omitempty"`
 	Inputs  map[string]taskInput `json:"inputs,omitempty"` // what it waits for its host to answer, by key
@@ -198,7 +198,8 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
 
-type taskIndex struct { // the (session, user)'s live tasks
+// taskIndex is the (session, user)'s live tasks.
+type taskIndex struct {
 	Tasks []indexEntry `json:"tasks"`
 }
 
