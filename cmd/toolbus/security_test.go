@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -187,7 +188,11 @@ func TestSecurityToken(t *testing.T) {
 	if !ok || len(token) < 40 || !strings.Contains(out, "\n"+facade.HashToken(token)+"\n") || strings.Contains(entry, token) {
 		t.Fatalf("output:\n%s", out)
 	}
-	toks, err := facade.ParseTokens("tokens.yaml", []byte(entry))
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte(entry), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	toks, err := facade.LoadTokens(path)
 	if err != nil {
 		t.Fatalf("the entry does not parse: %v\n%s", err, entry)
 	}

@@ -186,8 +186,8 @@ type link struct {
 	progress map[string]*inflight // progress token → call
 }
 
-// inflight is a bus call being run by the server, with its context and
-// the gate its progress goes through.
+// inflight is a bus call the server runs, with its context and the gate its
+// progress goes through.
 type inflight struct {
 	call *worker.Call
 	ctx  context.Context
@@ -312,11 +312,9 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 }
 
 // busy reports whether a ping that failed with err only waited behind the
-// server's other output: it timed out, and a stdio server wrote after the
-// ping before it was sent. A single-threaded server writing a large result
-// answers a ping only once the result is out (a 6 MiB line, under load, took
-// longer than the 5 s PingTimeout); a server that wrote nothing for a whole
-// ping interval and timeout is not busy but gone.
+// server's other output: it timed out, and a stdio server wrote since the
+// ping before it. A single-threaded server answers a ping only once a large
+// result is out (a 6 MiB line under load took longer than PingTimeout).
 func busy(tr transport.Interface, err error, last time.Time) bool {
 	st, ok := tr.(*stdioTransport)
 	return ok && errors.Is(err, context.DeadlineExceeded) && st.heardSince(last)
@@ -324,7 +322,7 @@ func busy(tr transport.Interface, err error, last time.Time) bool {
 
 // checkNames warns once about names in enable_tools or disable_tools that
 // no tool of the server has (a typo, or a tool renamed by a new version of
-// the server), and keeps them for Unknown.
+// the server), and keeps them to warn again only when they change.
 func (l *link) checkNames(tools []mcp.Tool) {
 	unknown := l.s.unknownNames(tools)
 	l.mu.Lock()
@@ -334,19 +332,6 @@ func (l *link) checkNames(tools []mcp.Tool) {
 	if changed && len(unknown) > 0 {
 		l.log.Warn("bridge: enable_tools/disable_tools name tools the MCP server does not have", "names", unknown)
 	}
-}
-
-// Unknown returns the names in the server's enable_tools and disable_tools
-// that its last tools/list did not have (nil before it was listed).
-func (b *Bridge) Unknown(server string) []string {
-	for _, l := range b.links {
-		if l.s.Name == server {
-			l.mu.Lock()
-			defer l.mu.Unlock()
-			return slices.Clone(l.unknown)
-		}
-	}
-	return nil
 }
 
 // graceful keeps a disconnected server's worker for the grace period, then
@@ -562,10 +547,8 @@ func (cr *caller) handler(tool string, asTask, retry bool) worker.Handler {
 				return errorResult(fmt.Sprintf("Error: MCP server %q is not connected", cr.s.Name)), nil
 			}
 			rctx, ids := withRequestIDs(ctx, f)
-			var (
-				res *mcp.CallToolResult
-				err error
-			)
+			var res *mcp.CallToolResult
+			var err error
 			if asTask {
 				res, err = cr.callTask(rctx, cl, req, c)
 			} else {

@@ -25,10 +25,8 @@ import (
 // bytes a message; HTTP transports send notifications/cancelled when a call's
 // context ends (mcp-go does only over stdio).
 func newTransport(s *Server, limit int64, log *slog.Logger) (transport.Interface, error) {
-	var (
-		t   transport.Interface
-		err error
-	)
+	var t transport.Interface
+	var err error
 	switch s.Transport {
 	case TransportStdio:
 		return newStdio(s, limit, log)
@@ -276,8 +274,8 @@ func withRequestIDs(ctx context.Context, call *inflight) (context.Context, *requ
 
 func (r *requestIDs) add(id mcp.RequestId) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.ids = append(r.ids, id)
-	r.mu.Unlock()
 }
 
 func (r *requestIDs) list() []mcp.RequestId {

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 
@@ -72,36 +73,19 @@ type Sessions []string
 // ParseSessions checks each pattern.
 func ParseSessions(patterns []string) (Sessions, error) {
 	for _, p := range patterns {
-		if err := checkPattern(p); err != nil {
-			return nil, err
+		if prefix, wild := strings.CutSuffix(p, "*"); !bus.ValidID(p) && !(wild && (prefix == "" || bus.ValidID(prefix))) {
+			return nil, fmt.Errorf("facade: session pattern %q is neither a session id (^[A-Za-z0-9_-]{1,128}$) nor one's prefix followed by *", p)
 		}
 	}
 	return Sessions(patterns), nil
 }
 
-func checkPattern(p string) error {
-	if prefix, ok := strings.CutSuffix(p, "*"); ok {
-		if prefix == "" || bus.ValidID(prefix) {
-			return nil
-		}
-	} else if bus.ValidID(p) {
-		return nil
-	}
-	return fmt.Errorf("facade: session pattern %q is neither a session id (^[A-Za-z0-9_-]{1,128}$) nor one's prefix followed by *", p)
-}
-
 // Allows reports whether id matches one of the patterns.
 func (s Sessions) Allows(id string) bool {
-	for _, p := range s {
-		if prefix, ok := strings.CutSuffix(p, "*"); ok {
-			if strings.HasPrefix(id, prefix) {
-				return true
-			}
-		} else if p == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s, func(p string) bool {
+		prefix, wild := strings.CutSuffix(p, "*")
+		return p == id || wild && strings.HasPrefix(id, prefix)
+	})
 }
 
 // Authenticator turns an HTTP request into the identity it acts for. It
@@ -365,15 +349,6 @@ func (t *Tokens) Reload() error {
 	t.entries = entries
 	t.mu.Unlock()
 	return nil
-}
-
-// ParseTokens decodes a token file's bytes; name is for errors.
-func ParseTokens(name string, b []byte) (*Tokens, error) {
-	entries, err := parseTokens(name, b)
-	if err != nil {
-		return nil, err
-	}
-	return &Tokens{entries: entries}, nil
 }
 
 // minTokenBytes is the least length of a plaintext token.

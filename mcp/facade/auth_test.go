@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -80,12 +81,12 @@ func TestCheckListen(t *testing.T) {
 func TestParseTokens(t *testing.T) {
 	good := "tokens:\n- {name: a, token: " + HashToken("secret-of-alice-123") + ", user: alice, sessions: [s1, \"dev-*\"], confirm: approvers}\n" +
 		"- {token: secret-of-bob-12345, user: bob, sessions: [\"*\"]}\n"
-	tk, err := ParseTokens("good", []byte(good))
+	entries, err := parseTokens("good", []byte(good))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tk.entries) != 2 || tk.entries[0].confirm != ConfirmApprovers || tk.entries[1].name != "token 2" {
-		t.Fatalf("%+v", tk.entries)
+	if len(entries) != 2 || entries[0].confirm != ConfirmApprovers || entries[1].name != "token 2" {
+		t.Fatalf("%+v", entries)
 	}
 	for name, bad := range map[string]string{
 		"empty":          "tokens: []",
@@ -99,7 +100,7 @@ func TestParseTokens(t *testing.T) {
 		"twice":          "tokens:\n- {token: secret-of-bob-12345, user: bob, sessions: [s1]}\n- {token: secret-of-bob-12345, user: eve, sessions: [s1]}",
 		"not yaml":       "tokens: [",
 	} {
-		if _, err := ParseTokens(name, []byte(bad)); err == nil {
+		if _, err := parseTokens(name, []byte(bad)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
@@ -109,11 +110,11 @@ func FuzzParseTokens(f *testing.F) {
 	f.Add([]byte("tokens:\n- {token: secret-of-bob-12345, user: bob, sessions: [s1, \"x*\"], confirm: host_user}"))
 	f.Add([]byte(`{"tokens":[{"token":"sha256:00","user":"u","sessions":["*"]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		tk, err := ParseTokens("fuzz", b)
+		entries, err := parseTokens("fuzz", b)
 		if err != nil {
 			return
 		}
-		for _, e := range tk.entries {
+		for _, e := range entries {
 			if e.user == "" || len(e.sessions) == 0 {
 				t.Fatalf("accepted an entry without user or sessions: %+v", e)
 			}
@@ -131,9 +132,13 @@ const (
 // team-*, host_user) and bob (b1, approvers).
 func newTokenEnv(t *testing.T) *env {
 	t.Helper()
-	tk, err := ParseTokens("test", []byte("tokens:\n"+
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(path, []byte("tokens:\n"+
 		"- {name: alice, token: "+HashToken(aliceToken)+", user: alice, sessions: [a1, \"team-*\"], confirm: host_user}\n"+
-		"- {name: bob, token: "+bobToken+", user: bob, sessions: [b1], confirm: approvers}\n"))
+		"- {name: bob, token: "+bobToken+", user: bob, sessions: [b1], confirm: approvers}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := LoadTokens(path)
 	if err != nil {
 		t.Fatal(err)
 	}

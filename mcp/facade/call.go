@@ -10,6 +10,7 @@ import (
 	"mime"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -159,6 +160,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	if req.Params.Meta != nil {
 		token = req.Params.Meta.ProgressToken
 	}
+	quiet := token == nil && req.Params.Task == nil // a host that gives up on its own (parkFor)
 	progress := 0
 	notify := func(msg string) {
 		if token == nil {
@@ -230,7 +232,6 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				}
 				return result(*early), nil
 			}
-			quiet := token == nil && req.Params.Task == nil
 			deadline = start.Add(c.cfg.parkFor(c.timeout(ctx, req.Params.Name), quiet))
 			if o.onPark != nil {
 				o.onPark(*parked, deadline)
@@ -239,12 +240,9 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				o.confirm <- ask{Park: *parked, ReplyID: replyID, deadline: deadline}
 			} else if parked.Kind == "confirm" && c.mayElicit(ctx) {
 				ectx, stop := context.WithCancel(ctx)
-				elicited := make(chan struct{})
-				go func() {
-					defer close(elicited)
-					c.confirm(ectx, *parked, replyID)
-				}()
-				defer func() { stop(); <-elicited }()
+				var elicit sync.WaitGroup
+				elicit.Go(func() { c.confirm(ectx, *parked, replyID) })
+				defer func() { stop(); elicit.Wait() }()
 			}
 			notify(fmt.Sprintf("waiting for %s on %s until %s", kindText(parked.Kind), parked.Subject, deadline.UTC().Format(time.RFC3339)))
 			t := time.NewTimer(time.Until(deadline))
@@ -257,7 +255,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			notify(fmt.Sprintf("still waiting for %s on %s (%s left)", kindText(parked.Kind), parked.Subject,
 				time.Until(deadline).Round(time.Second)))
 		case <-wait:
-			if token == nil && req.Params.Task == nil {
+			if quiet {
 				return mcp.NewToolResultError(stillParkedText(b.Calls[0].ID, req.Params.Name, parked.Kind, parked.Subject, replyID, c.session)), nil
 			}
 			return mcp.NewToolResultError(fmt.Sprintf("The call %s of tool %s is still parked (%s) after its deadline (%s): answer it on %s (reply id %s, session %s).",
@@ -318,8 +316,7 @@ func announceParked(e *bus.Event, id string, notify func(string)) bool {
 }
 
 // interruptOnEnd reports whether a call whose context ended is interrupted
-// on the bus: always, but for a kept call (a task's) when the facade closes,
-// which stays parked for another process to learn its end.
+// on the bus: always, but for a kept call (a task's) when the facade closes.
 func interruptOnEnd(keep bool, closing context.Context) bool {
 	return !keep || closing.Err() == nil
 }
@@ -346,10 +343,7 @@ func (c *caller) timeout(ctx context.Context, name string) time.Duration {
 	ms := int64(bus.DefaultTimeoutMS)
 	if list, err := c.list(ctx, c.session, c.user, bus.FormatToolbus); err == nil {
 		for _, raw := range list.Tools {
-			var d struct {
-				Name      string `json:"name"`
-				TimeoutMS int64  `json:"timeout_ms"`
-			}
+			var d bus.ToolDef
 			if json.Unmarshal(raw, &d) == nil && d.Name == name && d.TimeoutMS > 0 {
 				ms = d.TimeoutMS
 			}
@@ -499,20 +493,19 @@ type structurer struct {
 func (st structurer) wrap(h server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := h(ctx, req)
-		if err == nil && res != nil && !handleWithoutSchema(res) {
-			structureText(res)
+		if err != nil || res == nil || handleWithoutSchema(res) || res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
+			return res, err
+		}
+		if !structureText(res) {
 			st.restore(ctx, res)
 		}
-		return res, err
+		return res, nil
 	}
 }
 
 // restore sets res.StructuredContent from a stored output it links to; when
 // none serves, a result with stored links becomes an isError saying why.
 func (st structurer) restore(ctx context.Context, res *mcp.CallToolResult) {
-	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 {
-		return
-	}
 	var links []mcp.ResourceLink
 	for _, c := range res.Content {
 		if l, ok := c.(mcp.ResourceLink); ok && st.ours(l.URI) {
@@ -565,25 +558,21 @@ func jsonish(media string) bool {
 }
 
 // structureText sets res.StructuredContent from its one text block when
-// that holds a JSON object.
-func structureText(res *mcp.CallToolResult) {
-	if res.IsError || res.StructuredContent != nil || len(res.RawStructuredContent) > 0 || len(res.Content) != 1 {
-		return
+// that holds a JSON object, and reports whether it did.
+func structureText(res *mcp.CallToolResult) bool {
+	if len(res.Content) != 1 {
+		return false
 	}
 	tc, ok := res.Content[0].(mcp.TextContent)
-	if !ok {
-		return
-	}
 	raw := bytes.TrimSpace([]byte(tc.Text))
-	if len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
-		return
+	if !ok || len(raw) == 0 || raw[0] != '{' || !json.Valid(raw) {
+		return false
 	}
 	res.StructuredContent = json.RawMessage(raw)
+	return true
 }
 
-// Revision downgrade (docs/mcp.md "Revision downgrade", whose table says
-// which member each revision added): a host gets only the members and
-// content types its MCP revision defines.
+// Revision downgrade: docs/mcp.md "Revision downgrade" has the table.
 
 // revision orders the MCP revisions; an unknown or empty version is taken
 // as the newest (mcp-go negotiates only the ones it knows).
@@ -607,7 +596,6 @@ func revisionOf(version string) revision {
 	return revLatest
 }
 
-// revisionFrom is the revision of the request in ctx.
 func revisionFrom(ctx context.Context) revision {
 	return revisionOf(server.RequestProtocolVersion(ctx))
 }

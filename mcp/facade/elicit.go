@@ -129,12 +129,11 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 	}
 }
 
-// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms" and "Bridged
-// servers' questions reach the host"): an input_required result with a
-// request state stored in the facade's bucket (stateRecord), so any facade
-// process serves the retry that brings the answer.
+// The 2026-07-28 multi round trip (docs/mcp.md "Who confirms"): its request
+// state is stored (stateRecord), so any facade process serves the retry.
 
-// Input request keys of the two kinds of rounds.
+// Input request keys of the two kinds of rounds (inputQuestion also marks
+// a request state asking a bridged server's question).
 const (
 	inputConfirm  = "confirm"
 	inputQuestion = "question"
@@ -296,7 +295,7 @@ func (c *confirmer) newRound(ctx context.Context, base stateRecord, a ask) (stri
 	r := base
 	r.Park = a.Park
 	if a.Question != nil {
-		r.Kind, r.AskReplyID = kindQuestion, a.ReplyID
+		r.Kind, r.AskReplyID = inputQuestion, a.ReplyID
 	} else {
 		r.Deadline = a.deadline
 	}
@@ -323,18 +322,14 @@ func (c *confirmer) forget(state string) {
 // while, then forgets its request state.
 func (c *confirmer) keepResult(p *pending) {
 	<-p.done
-	if bus.Sleep(c.closing, resultKept) != nil {
-		// Closing: the stored state stays for another process.
-		c.mu.Lock()
-		delete(c.pending, p.state)
-		c.mu.Unlock()
-		return
-	}
+	closing := bus.Sleep(c.closing, resultKept) != nil
 	c.mu.Lock()
 	state := p.state
 	delete(c.pending, state)
 	c.mu.Unlock()
-	c.forget(state)
+	if !closing { // else the stored state stays for another process
+		c.forget(state)
+	}
 }
 
 // resume is the retry of a call that asked its host: the answer is
@@ -397,9 +392,6 @@ func stillRunningText(r stateRecord, session string) string {
 // for the client's retry once the call has ended.
 const resultKept = time.Minute
 
-// kindQuestion marks a request state asking a bridged server's question.
-const kindQuestion = "question"
-
 // stateRecord is the request state of a 2026-07-28 call waiting for its
 // host's user, under r.<session>.<user digest>.<state>: keyed by the retry's
 // own session and user, so another's, a forged or an expired state finds
@@ -411,7 +403,7 @@ type stateRecord struct {
 	CallID  string     `json:"call_id"`
 	ReplyID string     `json:"reply_id"`
 	Park    bus.Parked `json:"park"`
-	// Kind is kindQuestion for a bridged server's question (AskReplyID:
+	// Kind is inputQuestion for a bridged server's question (AskReplyID:
 	// the bridge's batch that parked it); "" for a confirmation.
 	Kind       string    `json:"kind,omitempty"`
 	AskReplyID string    `json:"ask_reply_id,omitempty"`
@@ -463,7 +455,7 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", r.Tool, "err", err)
 	}
 	a := ask{Park: r.Park, ReplyID: r.ReplyID, deadline: r.Deadline}
-	if r.Kind == kindQuestion {
+	if r.Kind == inputQuestion {
 		qn, ok := questionOf(r.Park, r.Tool, r.CallID, c.user)
 		if !ok {
 			return unknownState(req.Params.RequestState), nil
@@ -508,7 +500,7 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 				}
 				return nil, ctx.Err()
 			}
-			if wctx.Err() != nil && r.Kind == kindQuestion {
+			if wctx.Err() != nil && r.Kind == inputQuestion {
 				return mcp.NewToolResultError(stillRunningText(*r, c.session)), nil
 			}
 			if wctx.Err() != nil {
@@ -519,10 +511,8 @@ func (c *confirmer) resumeStored(ctx context.Context, req mcp.CallToolRequest) (
 	}
 }
 
-// A bridged server's question put to the host (docs/mcp.md "Bridged
-// servers' questions"): under host_user the question a bridged tool parks
-// for the host's own user is asked through elicitation; the first answer
-// from anywhere wins, and a host that cannot show it leaves it to others.
+// A bridged server's question put to the host: docs/mcp.md "Bridged
+// servers' questions".
 
 // relayer puts a session's bridged servers' questions to its host and
 // answers their parks with the host's choice.
@@ -531,8 +521,7 @@ type relayer struct {
 	session   string
 	user      string
 	mayElicit func(context.Context) bool
-	take      func(p bus.Parked, prefix string) (bus.Question, bool) // session.questionFor
-	release   func(id string)                                        // a taken question is done with
+	asked     claims // the questions the session's hosts are asked
 	log       *slog.Logger
 }
 
@@ -601,11 +590,11 @@ func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, 
 	}
 }
 
-// questionFor is parseQuestion for the session's user, claiming the
-// question: false when a host of the session has it already.
-func (s *session) questionFor(p bus.Parked, prefix string) (bus.Question, bool) {
-	q, ok := parseQuestion(p, prefix, s.user)
-	return q, ok && s.asked.claim(p.ID)
+// take is parseQuestion for the session's user, claiming the question:
+// false when a host of the session has it already.
+func (q *relayer) take(p bus.Parked, prefix string) (bus.Question, bool) {
+	qn, ok := parseQuestion(p, prefix, q.user)
+	return qn, ok && q.asked.claim(p.ID)
 }
 
 // parseQuestion reports whether p is a question of a server the call's
@@ -657,7 +646,7 @@ func (c *claims) unclaim(id string) {
 const maxAsked = 64
 
 func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn bus.Question) {
-	defer q.release(p.ID)
+	defer q.asked.unclaim(p.ID)
 	params, ok := questionParams(qn, canElicitURL(ctx))
 	if !ok {
 		return

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -152,7 +153,7 @@ func (f *Facade) Closed() <-chan struct{} { return f.life.Closed() }
 
 type ctxKey int
 
-const contextKey ctxKey = 0
+const contextKey ctxKey = 0 // the request's ContextHeader
 
 // Handler serves streamable HTTP at /mcp/<session> (sessionOf; else 404).
 // Every request is authenticated (Config.Auth; 401 with a challenge), then
@@ -235,9 +236,7 @@ func sessionOf(r *http.Request) (id string, ok bool) {
 // ServeStdio serves the session over stdio as user until ctx ends or in
 // closes, with Config.Confirm. Stdio has no authentication: it is for a
 // desktop host whose user owns the facade's credentials.
-func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in interface {
-	Read([]byte) (int, error)
-}, out interface{ Write([]byte) (int, error) }) error {
+func (f *Facade) ServeStdio(ctx context.Context, sessionID, user string, in io.Reader, out io.Writer) error {
 	if !bus.ValidID(sessionID) {
 		return fmt.Errorf("facade: session id %q must match ^[A-Za-z0-9_-]{1,128}$", sessionID)
 	}
@@ -260,9 +259,8 @@ type session struct {
 	user   string
 	policy Confirm
 	stdio  bool
-	// noTasks: a facade whose login cannot reach its bucket (a stdio host
-	// on an agent's credentials) offers no MCP tasks; parked calls are
-	// held open with progress instead.
+	// noTasks: its login cannot reach the bucket (a stdio host on an
+	// agent's credentials): no MCP tasks, parked calls held with progress.
 	noTasks bool
 	mcp     *server.MCPServer
 	http    *server.StreamableHTTPServer
@@ -270,14 +268,12 @@ type session struct {
 	ctx     context.Context
 	cancel  context.CancelFunc // ends its polling (eviction, Close)
 
-	// Its parts (Facade.wire makes them; the session itself keeps the
-	// tool listing and its calm).
+	// Its parts (Facade.wire); the session keeps the listing and its calm.
 	calls     *caller    // call.go
 	confirms  *confirmer // elicit.go
 	questions *relayer
 	resources *resources // resources.go
 	tasks     *taskFront // tasks*.go
-	asked     claims     // the questions its hosts are asked
 	cross     *crossing  // crossing.go
 
 	// Guarded by the table's mu.
@@ -376,7 +372,7 @@ func (f *Facade) wire(s *session) {
 		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
-	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, take: s.questionFor, release: s.asked.unclaim, log: f.cfg.Logger}
+	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, log: f.cfg.Logger}
 	s.confirms.questions, s.confirms.cancel = s.questions, f.cl.Cancel
 	s.resources = &resources{session: s.id, user: s.user, list: f.list, nc: f.nc, prefix: f.cl.Subjects().Prefix,
 		fetch: f.cl.Outputs(), maxResource: f.cfg.MaxResource, log: f.cfg.Logger}
@@ -501,11 +497,8 @@ func (s *session) filter(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
 	return downgradeTools(revisionFrom(ctx), out)
 }
 
-// Calm lists (docs/mcp.md "Calm lists"): a listing change is applied on the
-// trailing edge, Calm after the last change, at most MaxCalm after the burst
-// began; a host's own tools/list applies a pending change at once.
-
-// Calm and MaxCalm bound the coalescing of list changes.
+// Calm and MaxCalm bound the coalescing of list changes (docs/mcp.md "Calm
+// lists"); a host's own tools/list applies a pending change at once.
 const (
 	Calm    = 250 * time.Millisecond
 	MaxCalm = time.Second
@@ -554,7 +547,7 @@ func (s *session) applyLocked(coalesce bool, tools []server.ServerTool, order ma
 		due = next
 	}
 	if c.timer == nil {
-		c.timer = time.AfterFunc(time.Until(due), s.applyPending)
+		c.timer = time.AfterFunc(time.Until(due), s.flush)
 		return
 	}
 	c.timer.Reset(time.Until(due))
@@ -571,19 +564,11 @@ func (s *session) setLocked(now time.Time) {
 	c.sent++
 }
 
-func (s *session) applyPending() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.calm.pending || s.ctx.Err() != nil {
-		return
-	}
-	s.setLocked(time.Now())
-}
-
+// flush applies a pending change now (its timer, or a host's tools/list).
 func (s *session) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.calm.pending {
+	if s.calm.pending && s.ctx.Err() == nil {
 		s.setLocked(time.Now())
 	}
 }
@@ -651,16 +636,14 @@ func (t *table) touchLocked(s *session, delta int) {
 	s.last = time.Now()
 }
 
-// busyLocked reports whether s serves a request or holds a call waiting for
-// its host user; it is not dropped then.
-func (t *table) busyLocked(s *session) bool {
-	return s.active > 0 || s.confirms.busy()
-}
+// busy reports whether s serves a request or holds a call waiting for its
+// host user; it is not dropped then. Called with the table's mu held.
+func (s *session) busy() bool { return s.active > 0 || s.confirms.busy() }
 
 func (t *table) evictOneLocked() bool {
 	var lru *session
 	for _, s := range t.sessions {
-		if !t.busyLocked(s) && (lru == nil || s.last.Before(lru.last)) {
+		if !s.busy() && (lru == nil || s.last.Before(lru.last)) {
 			lru = s
 		}
 	}
@@ -680,9 +663,7 @@ func (t *table) dropLocked(s *session) {
 }
 
 func (t *table) sweep() {
-	every := min(t.idle/2, time.Minute)
-	every = max(every, 10*time.Millisecond)
-	tk := time.NewTicker(every)
+	tk := time.NewTicker(max(min(t.idle/2, time.Minute), 10*time.Millisecond))
 	defer tk.Stop()
 	for {
 		select {
@@ -698,7 +679,7 @@ func (t *table) dropIdle(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, s := range t.sessions {
-		if now.Sub(s.last) > t.idle && !t.busyLocked(s) {
+		if now.Sub(s.last) > t.idle && !s.busy() {
 			t.dropLocked(s)
 		}
 	}
@@ -745,15 +726,6 @@ type mcpGroup struct {
 	Name        string         `json:"name"`
 	Description string         `json:"description,omitempty"`
 	Meta        map[string]any `json:"_meta"`
-}
-
-func groupsOf(gs []bus.GroupInfo) []mcpGroup {
-	out := make([]mcpGroup, 0, len(gs))
-	for _, g := range gs {
-		out = append(out, mcpGroup{Name: g.Name, Description: g.Description,
-			Meta: map[string]any{activeMetaKey: g.Active, scopeMetaKey: g.Scope}})
-	}
-	return out
 }
 
 // groupsChanged records the session's groups and tells its hosts when
@@ -806,7 +778,12 @@ func (s *session) groupsAnswer(ctx context.Context, m *rpcMessage) []byte {
 	if err != nil {
 		return response(m.ID, nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()})
 	}
-	return response(m.ID, map[string]any{"groups": groupsOf(list.Groups)}, nil)
+	out := make([]mcpGroup, 0, len(list.Groups))
+	for _, g := range list.Groups {
+		out = append(out, mcpGroup{Name: g.Name, Description: g.Description,
+			Meta: map[string]any{activeMetaKey: g.Active, scopeMetaKey: g.Scope}})
+	}
+	return response(m.ID, map[string]any{"groups": out}, nil)
 }
 
 // take takes a message the facade answers itself (grouping, or tasks when

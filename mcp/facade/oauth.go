@@ -97,10 +97,8 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 	if err != nil {
 		return nil, err
 	}
-	if isURL(cfg.JWKS) {
-		if err := checkJWKSURL(cfg.JWKS); err != nil {
-			return nil, err
-		}
+	if err := checkJWKSURL(cfg.JWKS); err != nil {
+		return nil, err
 	}
 	cfg.UserClaim = cmp.Or(cfg.UserClaim, "sub")
 	cfg.SessionsClaim = cmp.Or(cfg.SessionsClaim, "toolbus_sessions")
@@ -124,7 +122,11 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 
 func isURL(s string) bool { return strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://") }
 
+// checkJWKSURL checks a JWKS that is a URL (not a file).
 func checkJWKSURL(s string) error {
+	if !isURL(s) {
+		return nil
+	}
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("facade: JWKS URL %q is not a URL", s)
@@ -160,14 +162,8 @@ func (o *OAuth) Authenticate(r *http.Request) (Identity, error) {
 	h := tok.Headers[0]
 	var std jwt.Claims
 	var claims map[string]any
-	verified := false
-	for _, k := range o.candidates(r.Context(), h.KeyID, h.Algorithm) {
-		if tok.Claims(k.Key, &std, &claims) == nil {
-			verified = true
-			break
-		}
-	}
-	if !verified {
+	verifies := func(k jose.JSONWebKey) bool { return tok.Claims(k.Key, &std, &claims) == nil }
+	if !slices.ContainsFunc(o.candidates(r.Context(), h.KeyID, h.Algorithm), verifies) {
 		return Identity{}, errors.New("the token's signature matches no key of the issuer")
 	}
 	if std.Expiry == nil {

@@ -62,10 +62,10 @@ func hostAnswersQuestion(t *testing.T, version string) {
 	}
 }
 
-// TestQuestionFor: only a question of the called tool's server, for the
+// TestQuestionFor (relayer.take): only a question of the called tool's server, for the
 // session's user, parked as external, is put to a host, once.
 func TestQuestionFor(t *testing.T) {
-	s := &session{id: "s1", user: "alice"}
+	s := &relayer{session: "s1", user: "alice"}
 	in := func(server, user string) json.RawMessage {
 		b, _ := json.Marshal(map[string]any{"server": server, "user": user, "mode": "form", "message": "?", "calls": []string{"c"}})
 		return b
@@ -86,7 +86,7 @@ func TestQuestionFor(t *testing.T) {
 		{"a server whose name holds __", bus.Parked{ID: "p7", Name: "mcp__a__b__elicit", Kind: bus.KindExternal, Input: in("a__b", "alice")}, "a__b__ask", true},
 		{"bad input", bus.Parked{ID: "p8", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: json.RawMessage(`[]`)}, "q__ask", false},
 	} {
-		if _, got := s.questionFor(tc.p, tc.prefix); got != tc.want {
+		if _, got := s.take(tc.p, tc.prefix); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -101,8 +101,8 @@ func FuzzQuestionFor(f *testing.F) {
 	f.Add("mcp__a__b__elicit", `{"server":"a__b","user":"alice"}`, "a__b__x")
 	f.Add("mcp____elicit", `{"server":""}`, "__")
 	f.Fuzz(func(t *testing.T, name, input, prefix string) {
-		s := &session{id: "s1", user: "alice"}
-		q, ok := s.questionFor(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, prefix)
+		s := &relayer{session: "s1", user: "alice"}
+		q, ok := s.take(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, prefix)
 		if ok && (name != "mcp__"+q.Server+"__elicit" || len(prefix) <= len(q.Server)+1 || prefix[:len(q.Server)+2] != q.Server+"__") {
 			t.Fatalf("took %q for %q (prefix %q)", input, name, prefix)
 		}

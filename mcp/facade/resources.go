@@ -25,9 +25,7 @@ import (
 	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
-// Resources of a session (docs/mcp.md "Facade mapping: resources"): the
-// bridged servers' resources, through P.resources.<server>, and the
-// session's stored outputs, through P.outputs.<session>.
+// Resources of a session: docs/mcp.md "Mapping: resources".
 
 // DefaultMaxResource bounds what one resources/read of a stored output
 // returns (Config.MaxResource).
@@ -129,9 +127,7 @@ func (s *resources) bridgedServers(ctx context.Context) []string {
 	}
 	var out []string
 	for _, raw := range list.Tools {
-		var d struct {
-			MCP *bus.MCPRef `json:"mcp"`
-		}
+		var d bus.ToolDef
 		if json.Unmarshal(raw, &d) == nil && d.MCP != nil && d.MCP.Server != "" && !slices.Contains(out, d.MCP.Server) {
 			out = append(out, d.MCP.Server)
 		}

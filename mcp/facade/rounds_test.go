@@ -364,7 +364,7 @@ func TestNewRound(t *testing.T) {
 	qp := bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: qin}
 	qn, _ := questionOf(qp, "mcp__q__ask", "c1", "alice")
 	state, r, res := c.newRound(t.Context(), base, ask{Park: qp, ReplyID: "r2", Question: &qn})
-	if !idPattern.MatchString(state) || r.Kind != kindQuestion || r.AskReplyID != "r2" || r.Park.ID != "p1" || r.ReplyID != "r1" ||
+	if !idPattern.MatchString(state) || r.Kind != inputQuestion || r.AskReplyID != "r2" || r.Park.ID != "p1" || r.ReplyID != "r1" ||
 		!r.Expires.Equal(base.Deadline.Add(resultKept)) || res.RequestState != state || res.ResultType != mcp.ResultTypeInputRequired {
 		t.Fatalf("question round: %s %+v %+v", state, r, res)
 	}

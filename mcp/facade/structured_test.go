@@ -17,7 +17,8 @@ import (
 )
 
 // TestStructureText: a tool with an output schema whose result is one JSON
-// object as text gets it as structuredContent; nothing else changes.
+// object as text gets it as structuredContent (structurer.wrap); nothing
+// else changes.
 func TestStructureText(t *testing.T) {
 	img := mcp.NewImageContent("aGk=", "image/png")
 	for _, tc := range []struct {
@@ -38,7 +39,10 @@ func TestStructureText(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(tc.res.Content)
-			structureText(tc.res)
+			wrapped := structurer{session: "s1"}.wrap(func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) { return tc.res, nil })
+			if _, err := wrapped(t.Context(), mcp.CallToolRequest{}); err != nil {
+				t.Fatal(err)
+			}
 			got := ""
 			if tc.res.StructuredContent != nil {
 				raw, _ := json.Marshal(tc.res.StructuredContent)

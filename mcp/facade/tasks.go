@@ -22,10 +22,8 @@ import (
 	"github.com/toolbus/toolbus/mcp/bridge"
 )
 
-// MCP tasks are the facade's, not mcp-go's (docs/mcp.md "MCP tasks are the
-// facade's, stored in KV"): a task is a record in the facade's bucket
-// (tasks_store.go), answered by any facade process; the one that created it
-// runs the call, others learn its end from the bus.
+// MCP tasks are the facade's, not mcp-go's: docs/mcp.md "MCP tasks are the
+// facade's, stored in KV".
 
 // rpcMessage is one JSON-RPC message as the facade reads it: a request, a
 // notification or a response.
@@ -525,9 +523,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// The tasks extension's input (2026-07-28, docs/mcp.md "Tasks: input"): a
-// task waiting for its host is input_required with inputRequests, and
-// tasks/update answers by key; the record holds the answers.
+// The tasks extension's input (2026-07-28): docs/mcp.md "Tasks: input".
 
 const methodTasksUpdate = "tasks/update"
 

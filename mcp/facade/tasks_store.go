@@ -34,24 +34,19 @@ const (
 	taskPollMS = 500
 )
 
-// taskRecord is a task as stored in the bucket, under
-// t.<session>.<user digest>.<task id>: written before the CreateTaskResult
-// is returned, so any facade process answers for it.
+// taskRecord is a task as stored under t.<session>.<user digest>.<task id>,
+// before the CreateTaskResult is returned: any facade process answers for it.
 type taskRecord struct {
-	ID      string `json:"id"`
-	Session string `json:"session"`
-	User    string `json:"user"`
-	Tool    string `json:"tool"`
-	CallID  string `json:"call_id"`  // the bus call
-	ReplyID string `json:"reply_id"` // its batch's reply id
-	// BusTask is the bus task the call went on as (docs/protocol.md
-	// 5.10) once past its timeout; the MCP task follows it (tasks.go).
-	BusTask string         `json:"bus_task,omitempty"`
-	Status  mcp.TaskStatus `json:"status"`
-	Message string         `json:"message,omitempty"`
-	// Inputs are what the task waits for its host to answer, by key
-	// (tasks.go).
-	Inputs  map[string]taskInput `json:"inputs,omitempty"`
+	ID      string               `json:"id"`
+	Session string               `json:"session"`
+	User    string               `json:"user"`
+	Tool    string               `json:"tool"`
+	CallID  string               `json:"call_id"`            // the bus call
+	ReplyID string               `json:"reply_id"`           // its batch's reply id
+	BusTask string               `json:"bus_task,omitempty"` // the bus task it went on as (docs/protocol.md 5.10)
+	Status  mcp.TaskStatus       `json:"status"`
+	Message string               `json:"message,omitempty"`
+	Inputs  map[string]taskInput `json:"inputs,omitempty"` // what it waits for its host to answer, by key
 	Created time.Time            `json:"created"`
 	Updated time.Time            `json:"updated"`
 	TTLMS   int64                `json:"ttl_ms"`
@@ -64,8 +59,6 @@ func (r *taskRecord) expires() time.Time {
 	return r.Created.Add(time.Duration(r.TTLMS) * time.Millisecond)
 }
 
-func (r *taskRecord) expired(now time.Time) bool { return now.After(r.expires()) }
-
 // task is the record as MCP shows it.
 func (r *taskRecord) task() mcp.Task {
 	ttl, poll := r.TTLMS, int64(taskPollMS)
@@ -73,8 +66,8 @@ func (r *taskRecord) task() mcp.Task {
 		LastUpdatedAt: r.Updated.UTC().Format(time.RFC3339Nano), TTL: &ttl, PollInterval: &poll}
 }
 
-// idPattern is a task id and a request state: 128 random bits in hex.
-// Anything else names nothing and is never made into a key.
+// idPattern is a task id and a request state: 128 random bits in hex;
+// anything else is never made into a key.
 var idPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 func newID() string {
@@ -97,11 +90,11 @@ func userKey(kind, session, user string, id ...string) string {
 	return strings.Join(append([]string{kind, session, digest(user)}, id...), ".")
 }
 
-// errNoStore: the bucket cannot be reached; nothing was published.
-var errNoStore = errors.New("facade: the tasks bucket is unavailable")
-
-// errNotFound: no such record for this session and user.
-var errNotFound = errors.New("task not found")
+var (
+	errNoStore      = errors.New("facade: the tasks bucket is unavailable") // nothing was published
+	errNotFound     = errors.New("task not found")                          // for this session and user
+	errTooManyTasks = errors.New("facade")                                  // the (session, user) keeps MaxTasks live tasks
+)
 
 // kvStore is the facade's bucket, bound (or created) on first use; reads go
 // to the leader and writes are compare-and-set (docs/protocol.md 8).
@@ -204,9 +197,6 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	}
 	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
-
-// errTooManyTasks: the (session, user) keeps MaxTasks live tasks.
-var errTooManyTasks = errors.New("facade")
 
 // taskIndex is the (session, user)'s live tasks.
 type taskIndex struct {
@@ -313,7 +303,7 @@ func (st *kvStore) getTask(ctx context.Context, session, user, id string) (*task
 		return nil, err
 	}
 	// The key names the session and user; the record must agree.
-	if r.Session != session || r.User != user || r.ID != id || r.expired(time.Now()) {
+	if r.Session != session || r.User != user || r.ID != id || time.Now().After(r.expires()) {
 		return nil, errNotFound
 	}
 	return &r, nil
@@ -420,10 +410,9 @@ func (st *kvStore) follow(ctx context.Context, session, user string, changes <-c
 	}
 }
 
-// taskChange is one write of a task record (rec nil: deleted).
 type taskChange struct {
 	id  string
-	rec *taskRecord
+	rec *taskRecord // nil: deleted
 }
 
 // watchChanges yields every write of the (session, user)'s task records
@@ -463,9 +452,8 @@ func kvDeleted(m *nats.Msg) bool {
 	return op == "DEL" || op == "PURGE"
 }
 
-// Task status notifications at 2026-07-28 (docs/mcp.md "Task notifications
-// on subscriptions/listen"): mcp-go drops taskIds, so a listen naming task
-// ids is served whole here, from the records' KV subjects.
+// A subscriptions/listen naming task ids is served here, since mcp-go drops
+// taskIds (docs/mcp.md "Task notifications on subscriptions/listen").
 
 const (
 	methodSubscriptionsListen = string(mcp.MethodSubscriptionsListen)
@@ -625,14 +613,16 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	return map[string]any{"_meta": meta}, nil
 }
 
+// startListen takes a place of the maxListens listen streams; false when
+// none is free. endListen frees it.
 func (t *taskRunners) startListen() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.listens >= maxListens {
-		return false
+	ok := t.listens < maxListens
+	if ok {
+		t.listens++
 	}
-	t.listens++
-	return true
+	return ok
 }
 
 func (t *taskRunners) endListen() {

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -131,8 +133,12 @@ func startEnvWith(t *testing.T, guard router.Guard, mod func(*facade.Config)) *e
 		t.Fatal(err)
 	}
 	e.bus = client.New(e.conn(t, xtest.RoleClient), client.Config{Source: "test/agent"})
-	tokens, err := facade.ParseTokens("interop", []byte("tokens:\n- {name: alice, token: "+facade.HashToken(token)+
-		", user: alice, sessions: [\"*\"], confirm: host_user}\n"))
+	tokenFile := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokenFile, []byte("tokens:\n- {name: alice, token: "+facade.HashToken(token)+
+		", user: alice, sessions: [\"*\"], confirm: host_user}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := facade.LoadTokens(tokenFile)
 	if err != nil {
 		t.Fatal(err)
 	}

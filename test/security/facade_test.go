@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -25,15 +27,24 @@ const (
 	sharedToken = "token-of-bob-shared-000002"
 )
 
+// loadTokens loads a token file holding text.
+func loadTokens(t *testing.T, text string) *facade.Tokens {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	must(t, os.WriteFile(path, []byte(text), 0o600))
+	tk, err := facade.LoadTokens(path)
+	must(t, err)
+	return tk
+}
+
 // mcpFacade serves the facade over HTTP, logged in as the generated
 // facade user, with two tokens: alice (session s1, host_user) and bob
 // (session s3, approvers); the harness binds s1 to alice and s3 to bob.
 func (d *deployment) mcpFacade(t *testing.T) (url string, l *login) {
 	t.Helper()
-	tk, err := facade.ParseTokens("test", []byte("tokens:\n"+
+	tk := loadTokens(t, "tokens:\n"+
 		"- {name: alice, token: "+facade.HashToken(hostToken)+", user: alice, sessions: [s1], confirm: host_user}\n"+
-		"- {name: bob, token: "+facade.HashToken(sharedToken)+", user: bob, sessions: [s3], confirm: approvers}\n"))
-	must(t, err)
+		"- {name: bob, token: "+facade.HashToken(sharedToken)+", user: bob, sessions: [s3], confirm: approvers}\n")
 	l = d.conn(security.RoleFacade)
 	f := facade.New(client.New(l.nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Auth: tk, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(f.Handler())
@@ -179,8 +190,7 @@ func TestFacadeBindingRefused403(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
 	const malloryToken = "token-of-mallory-000000003"
-	tk, err := facade.ParseTokens("test", []byte("tokens:\n- {name: mallory, token: "+facade.HashToken(malloryToken)+", user: mallory, sessions: [s1]}\n"))
-	must(t, err)
+	tk := loadTokens(t, "tokens:\n- {name: mallory, token: "+facade.HashToken(malloryToken)+", user: mallory, sessions: [s1]}\n")
 	f := facade.New(client.New(d.conn(security.RoleFacade).nc, client.Config{Source: "toolbus/mcp"}), facade.Config{Auth: tk, Logger: slog.New(slog.DiscardHandler)})
 	hs := httptest.NewServer(f.Handler())
 	t.Cleanup(func() { hs.Close(); f.Drain(testkit.StopContext(t)) })
