@@ -334,6 +334,19 @@ func (l *link) checkNames(tools []mcp.Tool) {
 	}
 }
 
+// Unknown returns the names in the server's enable_tools and disable_tools
+// that its last tools/list did not have (nil before it was listed).
+func (b *Bridge) Unknown(server string) []string {
+	for _, l := range b.links {
+		if l.s.Name == server {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return slices.Clone(l.unknown)
+		}
+	}
+	return nil
+}
+
 // graceful keeps a disconnected server's worker for the grace period, then
 // withdraws it unless the server is connected again by then.
 func (l *link) graceful(ctx context.Context) {
