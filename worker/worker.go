@@ -110,10 +110,7 @@ type Worker struct {
 	log    *slog.Logger
 	off    *offload.Offloader
 
-	// The parts: the table of calls accepted, running and cancelled
-	// (calls.go), the registrations and heartbeats (serve.go), and the
-	// executor that runs one call and makes its result (exec.go).
-	calls *callTable
+	calls *callTable // calls.go; reg: serve.go; exec: exec.go (docs/worker.md, "Shape")
 	reg   *registrar
 	exec  *executor
 
@@ -129,18 +126,13 @@ type Worker struct {
 	stopOnce sync.Once
 	stopErr  error
 
-	// life counts the calls accepted and not yet answered; its Context,
-	// base, is the parent of every call's context, cancelled with
-	// errDrained when a drain's deadline passes with calls still running.
-	// waiting counts the requests waiting for a slot, at most maxWaiting
-	// (waitLimit); busyN the requests answered busy.
-	waiting, busyN atomic.Int64
+	waiting, busyN atomic.Int64 // requests waiting for a slot (at most maxWaiting), answered busy
 	maxWaiting     int
 
-	life   *life.Life
-	base   context.Context
-	cutN   int           // calls running when the drain's deadline passed
-	closed chan struct{} // closed when Drain has returned
+	life   *life.Life      // the calls accepted and not yet answered
+	base   context.Context // life's: every call's parent, cancelled with errDrained past a drain's deadline
+	cutN   int             // calls running when the drain's deadline passed
+	closed chan struct{}   // closed when Drain has returned
 }
 
 // ErrStarted is returned when tools are added after Start.
@@ -268,27 +260,27 @@ func (w *Worker) Served() []string {
 	if w.serve == nil {
 		return nil
 	}
-	return w.serve.served()
+	var names []string
+	for _, t := range w.serve.endpoints() {
+		names = append(names, t.def.Name)
+	}
+	return names
 }
 
 // waitLimit bounds the requests that wait for a slot, across the worker:
 // four per slot, at least 1024; more are answered busy at once.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
-// pendingMsgs is the capacity of the endpoints' channel (readers.go). A
-// reader never waits for a slot (a request waits for one in a goroutine,
-// or is answered busy), so the channel holds only what arrives while no
-// reader is free to take it; the capacity is far above that, so that the
-// NATS client's silent slow-consumer drop (the router then waited for the
-// call's timeout) stays out of reach. A burst of 10,000 sessions on a
-// loaded machine overflowed the 1,024 messages of an earlier limit.
+// pendingMsgs is the capacity of the endpoints' channel (readers.go): far
+// above what arrives while no reader is free, so that the NATS client's
+// silent slow-consumer drop stays out of reach (docs/worker.md, "Waiting
+// and busy").
 const pendingMsgs = 1 << 16
 
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
 func (w *Worker) registration() bus.Register {
-	// BinaryExec, CompactExec: this worker reads exec requests in every
-	// form and answers each in the form it came in (docs/protocol.md 5.1).
+	// This worker reads every exec form and answers in the form it came in (5.1).
 	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: w.calls.queuedByTool(), BinaryExec: true, CompactExec: true}
 	w.mu.Lock()
 	for _, t := range w.tools {
@@ -298,13 +290,9 @@ func (w *Worker) registration() bus.Register {
 	return reg
 }
 
-// request is one exec request from its arrival to its answer: the
-// message, its event as decoded (err when it did not decode), the key it
-// is listed under, the call it becomes and the result's scratch. Requests
-// are pooled (requests) and the Call is allocated on its own: a handler
-// may keep its *Call (a late Progress), and nothing else outlives the
-// answer (the call's strings and raw members are the message's, which
-// nats.go allocated, the keys carved).
+// request is one exec request from its arrival to its answer, pooled; its
+// Call is allocated on its own, since a handler may keep it (docs/worker.md,
+// "one allocation per exec request").
 type request struct {
 	m       nats.Msg
 	e       bus.Event
@@ -330,9 +318,6 @@ func newRequest(m *nats.Msg) *request {
 }
 
 func (w *Worker) onExec(t *tool, r *request) {
-	// The envelope is read before waiting for a slot, so that a call
-	// waiting for one is already listed in the heartbeats (routers end calls
-	// that no live worker lists as vanished).
 	if !t.accepted.Load() {
 		select {
 		case <-t.decided: // rejected; delivered before the endpoint went
@@ -354,8 +339,8 @@ func (w *Worker) onExec(t *tool, r *request) {
 		}
 		return
 	}
-	// The data is checked as it is decoded (executor.serve, ExecData):
-	// not here too.
+	// Decoded before waiting for a slot, so that a waiting call is listed in
+	// the beats; the data is checked as executor.serve reads it.
 	r.err = bus.DecodeHead(&r.m, &r.e)
 	select {
 	case w.sem <- struct{}{}:
@@ -364,10 +349,8 @@ func (w *Worker) onExec(t *tool, r *request) {
 		return
 	default:
 	}
-	// Every slot is busy. The request waits for one in a goroutine, so
-	// that the reader goes on reading and the NATS client never drops
-	// requests as a slow consumer (silent: the router waited for the
-	// call's timeout); past maxWaiting it is answered busy at once.
+	// Every slot is busy: the request waits in a goroutine, so that the
+	// reader reads on; past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
 		w.waiting.Add(-1)
 		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
@@ -381,9 +364,7 @@ func (w *Worker) onExec(t *tool, r *request) {
 		w.obs.Waiting(-1)
 		if r.err == nil {
 			if exp, _ := r.e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
-				// Its deadline passed while it waited: the router has answered
-				// it with a timeout, so running it would be wasted work.
-				w.release(r.key, r.tracked)
+				w.release(r.key, r.tracked) // the router answered it timeout meanwhile
 				return
 			}
 		}
@@ -391,9 +372,8 @@ func (w *Worker) onExec(t *tool, r *request) {
 	}()
 }
 
-// dispatch serves one accepted exec request in its slot, on the goroutine
-// that took it: a reader (readers.go), or the one it waited for its slot
-// in.
+// dispatch serves an accepted request in its slot, on the goroutine that
+// took it (a reader, or the one it waited for its slot in).
 func (w *Worker) dispatch(t *tool, r *request) {
 	r.w, r.t = w, t
 	r.run()
@@ -483,9 +463,7 @@ func (r *coreReply) result(out *bus.Event) {
 			err = bus.PublishBinary(r.w.nc, r.m.Reply, out, true)
 		} else if bus.IsBinary(r.m.Header) {
 			err = bus.PublishBinary(r.w.nc, r.m.Reply, out, false)
-		} else {
-			// The data is ExecResult.AppendJSON's, which checked every raw
-			// member: sent without a second scan, in Send's pooled message.
+		} else { // AppendJSON's data, checked already
 			err = bus.SendTrusted(r.m.Reply, out, "", r.w.nc.PublishMsg)
 		}
 		if err != nil {
@@ -568,8 +546,7 @@ func (w *Worker) drain(ctx context.Context) error {
 	}
 	w.stopLoop()
 	w.loops.Wait()
-	if w.nc.IsConnected() {
-		// Routers stop choosing this worker before its subscriptions go.
+	if w.nc.IsConnected() { // routers stop choosing this worker before its subscriptions go
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		leave := bus.Register{Worker: w.cfg.ID, Leaving: true, Tools: w.registration().Tools} // one leave per tool (7.1)
 		if _, err := w.reg.send(sctx, leave, w.reg.every); err != nil {
@@ -577,9 +554,8 @@ func (w *Worker) drain(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Drain: the endpoint subscriptions drain, so requests already
-	// delivered to this worker are still served (the readers take what is
-	// left), then we wait for the calls accepted so far.
+	// The endpoints drain (the readers serve what they delivered), then the
+	// calls accepted so far are waited for.
 	var err error
 	if w.serve != nil {
 		w.serve.stop(ctx)
@@ -607,11 +583,9 @@ func absentIfNull(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// Observer is told what a worker does, for metrics; metrics.NewWorker
-// returns one that keeps Prometheus metrics. The worker package defines the
-// hook and imports no metrics library: a tool author who wants none links
-// none. Its methods are called from many goroutines at once and must return
-// quickly.
+// Observer is told what a worker does, for metrics (metrics.NewWorker keeps
+// Prometheus ones; this package links no metrics library). Its methods are
+// called from many goroutines at once and must return quickly.
 type Observer interface {
 	// Waiting is called with +1 when a request starts waiting for a free
 	// slot (Config.MaxConcurrent) and with -1 when it gets one.
