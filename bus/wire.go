@@ -1,14 +1,8 @@
 // Package bus is the wire contract of toolbus in one place: the CloudEvent ⇄
-// NATS message mapping (structured JSON mode on send; structured and binary
-// ce- headers on receive), subject builders, event types, error codes,
+// NATS message mapping, subject builders, event types, error codes,
 // identifier rules, the JSON shapes of every event's data, and the names and
-// defaults of the JetStream buckets and streams (package store creates them;
-// package embedded starts a nats-server).
-//
-// The codec is hand-written over a plain struct rather than routed through
-// sdk-go's event.Event: the router decodes and encodes several events per tool
-// call, and a struct with encoding/json costs a fraction of the generic event
-// model. Conformance with sdk-go is checked in the tests in both directions.
+// defaults of the JetStream buckets and streams (docs/bus.md). The codec is
+// hand-written over a plain struct, checked against sdk-go in the tests.
 package bus
 
 import (
@@ -126,16 +120,10 @@ type Detail struct {
 }
 
 // Block is one piece of output the model reads: a text block, or a data block
-// that holds exactly one of Data (base64) and URL. Size, optional on a data
-// block with a URL, is the length in bytes of what the URL refers to (set on
-// an output stored in the outputs object store, docs/protocol.md 5.9).
-//
-// The descriptive members (docs/protocol.md 3.3) say where a block came from and
-// how it is meant: URI is the resource a block's content is (an MCP embedded
-// resource, on text and data blocks; a text block with a URI may carry the
-// resource's MediaType); Name, Title and Description name what a data block's
-// URL refers to (an MCP resource link); Annotations are the content's
-// audience, priority and last modification.
+// that holds exactly one of Data (base64) and URL; Size is the length of what
+// a URL refers to (docs/protocol.md 5.9). URI, Name, Title, Description and
+// Annotations describe where a block came from and how it is meant, as MCP's
+// embedded resources and resource links do (docs/protocol.md 3.3).
 type Block struct {
 	Type        string       `json:"type"`
 	Text        string       `json:"text,omitempty"`
@@ -150,10 +138,8 @@ type Block struct {
 	Annotations *Annotations `json:"annotations,omitempty"`
 }
 
-// Annotations describe a block's content (docs/protocol.md 3.3), as MCP content
-// annotations do: Audience lists who it is for ("user", "assistant"),
-// Priority its importance from 0 (optional) to 1 (required), LastModified
-// when it last changed (RFC 3339).
+// Annotations describe a block's content as MCP content annotations do
+// (docs/protocol.md 3.3): audience, priority from 0 to 1, last modification.
 type Annotations struct {
 	Audience     []string `json:"audience,omitempty"`
 	Priority     *float64 `json:"priority,omitempty"`
@@ -327,23 +313,18 @@ type Register struct {
 	Groups  []Group   `json:"groups,omitempty"`
 	Tools   []ToolDef `json:"tools,omitempty"`
 	Leaving bool      `json:"leaving,omitempty"`
-	// BinaryExec says the worker takes io.toolbus.exec in CloudEvents
-	// binary mode (docs/protocol.md 5.1) and answers each request in the
-	// mode it came in; false: structured mode only (a worker of the
-	// previous revision).
+	// BinaryExec says the worker takes io.toolbus.exec in binary mode as
+	// well and answers each request in the mode it came in (5.1).
 	BinaryExec bool `json:"binary_exec,omitempty"`
 	// CompactExec, only with BinaryExec, says the worker takes the compact
 	// binary form as well and answers it in the compact form (1.16).
 	CompactExec bool `json:"compact_exec,omitempty"`
-	// InFlight lists, per tool, the calls the worker is running, as
-	// CallKey values: routers use it to tell a worker that vanished
-	// mid-call from a slow one (an extension of docs/protocol.md 7). A worker
-	// that sends it, even empty, promises to list every call it runs; nil
-	// (null or absent) means the worker does not report them.
+	// InFlight lists, per tool, the calls the worker is running (CallKey
+	// values; docs/protocol.md 7): a worker that sends it, even empty,
+	// lists every call it runs; nil means it does not report them.
 	InFlight map[string][]string `json:"inflight"`
-	// Refused lists the definitions that could not be decoded (an unknown
-	// member, no input_schema): UnmarshalJSON leaves them out of Tools and
-	// the registry rejects them with this reason. Never sent.
+	// Refused lists the definitions UnmarshalJSON could not decode, with
+	// the reason the registry rejects them. Never sent.
 	Refused []Rejection `json:"-"`
 }
 
@@ -529,10 +510,8 @@ type ParkedCall struct {
 	Reason         string          `json:"reason,omitempty"`
 	Created        time.Time       `json:"created"`
 	Expires        time.Time       `json:"expires"`
-	// Since 1.14: the record's KV revision, who the call is for, its
-	// context and whether it is request-scoped, as in P_parked (6.1), so
-	// an approver reads a call's record through a router, which reads the
-	// bucket's leader, and needs no JetStream API (docs/inbox.md).
+	// Since 1.14, as in P_parked (6.1), so that an approver needs no
+	// JetStream API (docs/inbox.md).
 	Revision      uint64          `json:"revision,omitempty"`
 	User          json.RawMessage `json:"user,omitempty"`
 	Context       json.RawMessage `json:"context,omitempty"`
@@ -622,13 +601,9 @@ type Replay struct {
 }
 
 // ReplayReady is the data of io.toolbus.events.replay.ready: the pull
-// consumer the router made on Stream, filtered on the session's events.
-// It is deleted once nobody pulled from it for Idle.
-//
-// Heartbeat (1.9) says the router honours ConsumerNext.HeartbeatMS: a
-// follower that reads false (a router of 1.8) asks with none and keeps the
-// older rule for a lost consumer (no closing status within the wait plus
-// 10 s).
+// consumer the router made on Stream, filtered on the session's events,
+// deleted once nobody pulled from it for Idle. Heartbeat (1.9) says the
+// router honours ConsumerNext.HeartbeatMS (docs/protocol.md 3.4).
 type ReplayReady struct {
 	Stream    string `json:"stream"`
 	Consumer  string `json:"consumer"`
@@ -647,15 +622,9 @@ type HandoffFollow struct {
 // ConsumerNext is the data of io.toolbus.consumer.next (docs/protocol.md
 // 3.4): pull up to Batch messages (1 to MaxConsumerBatch; zero means 64)
 // from the router-made consumer named Consumer, waiting up to ExpiresMS
-// milliseconds (0 to MaxConsumerWaitMS; zero means answer at once). The
-// router relays the pull to JetStream with the request's reply subject, so
-// the messages and JetStream's closing status come from the server itself.
-//
-// HeartbeatMS (1.9), when set, asks for an idle heartbeat (a message with
-// only a header "Status: 100") every HeartbeatMS milliseconds while the
-// pull waits and sends nothing: MinConsumerHeartbeatMS to ExpiresMS/2. A
-// follower that hears nothing at all within two heartbeats knows its pull
-// was lost on the way (docs/protocol.md 3.4) and pulls again.
+// milliseconds (0 to MaxConsumerWaitMS; zero means answer at once), with an
+// idle heartbeat every HeartbeatMS (1.9; MinConsumerHeartbeatMS to
+// ExpiresMS/2) while it waits.
 type ConsumerNext struct {
 	Consumer    string `json:"consumer"`
 	Batch       int    `json:"batch,omitempty"`
@@ -681,8 +650,7 @@ const (
 
 // NewConsumerName returns a router-made consumer's name: kind ("replay",
 // "handoff"), a dash and 128 random bits in lowercase base32 (26
-// characters). Knowing a name grants nothing (a router serves it only on
-// the subject it was made for); it is random so that no one can guess one.
+// characters), so that no one can guess one.
 func NewConsumerName(kind string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
