@@ -17,17 +17,10 @@ import (
 	"github.com/toolbus/toolbus/internal/replies"
 )
 
-// KV is a bucket whose Get returns the latest acknowledged write.
-//
-// On a replicated bucket, jetstream's Get is a direct get, which any replica
-// may answer, including a follower that has not applied the latest write
-// yet. A decision taken on such a read (is this call still parked? which
-// groups are active?) would be taken on a state that another router has
-// already changed. KV therefore reads a replicated bucket from its stream
-// leader, through the stream's message-get API. A single-replica bucket has
-// no followers, and keeps the cheaper direct get.
-//
-// Every other method is the bucket's own (watches, puts, creates, updates).
+// KV is a bucket whose Get returns the latest acknowledged write: a
+// replicated bucket is read from its stream leader, through the stream's
+// message-get API, since a direct get may be a lagging follower's
+// (docs/store.md, "leader reads"). Every other method is the bucket's own.
 type KV struct {
 	jetstream.KeyValue
 	nc     *nats.Conn
@@ -117,10 +110,8 @@ func (k *KV) LastRevision(ctx context.Context, filter string) (uint64, error) {
 
 // Latest returns the latest value of every key matching filter (a key
 // with wildcards), deleted and purged keys left out, read from the stream
-// leader one message at a time. A key listing (ListKeysFiltered) is served
-// by an ephemeral consumer, which a replicated bucket may place on a
-// follower that has not applied the latest acknowledged writes; Latest sees
-// them all. It costs one request per message of the matching keys, plus one.
+// leader one message at a time (a key listing's consumer may be a lagging
+// follower's): one request per message of the matching keys, plus one.
 func (k *KV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) {
 	var (
 		latest = map[string]*entry{}
@@ -319,14 +310,11 @@ const attemptTimeout = 5 * time.Second
 var ErrNoChange = errors.New("store: no change")
 
 // Update writes the value that fn derives from the latest value of key (nil
-// when the key is absent or deleted), with compare-and-set on the revision
-// it read: a create when absent, an update otherwise. It retries with a
-// fresh read, and calls fn again, whenever another writer got in first or
-// JetStream failed transiently, until the write lands or the policy's
-// budget or ctx runs out. A write whose acknowledgement was lost is
-// recognised on the next read (the stored value is the one written) and
-// counts as landed. An error from fn ends Update with that error and
-// nothing written. It returns the revision of the value now stored.
+// when absent), with compare-and-set on the revision it read, retrying with
+// a fresh read and fn again after a conflict or a transient error, within
+// the policy. A write whose acknowledgement was lost is recognised on the
+// next read and counts as landed. An error from fn ends Update, nothing
+// written. It returns the revision of the value now stored.
 func Update(ctx context.Context, kv jetstream.KeyValue, key string, p Policy, fn func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
 	var sent []byte // the value of an attempt whose outcome is unknown
 	return retry(ctx, p, func(ctx context.Context) (uint64, error) {

@@ -13,18 +13,12 @@ import (
 )
 
 // The compare-and-set writes of a bucket (Create, Update) are the router's
-// hot path: a call that is not read-only claims its ledger key and records
-// its result. jetstream's kvs checks the key with a regular expression,
-// builds its header map and decodes the acknowledgement with
-// encoding/json; those three were a sixth of the router's CPU per write
-// call (docs/performance.md, "Issue 27: router CPU, session 10"). KV sends
-// the same message itself (subject $KV.<bucket>.<key>, header
+// hot path (the ledger's claim and record). KV sends jetstream's message
+// itself (subject $KV.<bucket>.<key>, header
 // Nats-Expected-Last-Subject-Sequence) and reads a plain acknowledgement
-// by hand. Any other outcome (an error reply, no reply, a key jetstream
-// would refuse, an acknowledgement it cannot read) goes to jetstream's
-// own method, which writes again: a refused write is refused again the
-// same way (nothing was stored), and the error, its wrapping and the
-// handling of a deleted key are jetstream's.
+// by hand (docs/store.md); any other outcome goes to jetstream's own
+// method, which writes again: a refused write is refused again the same
+// way, and the error is jetstream's.
 
 // Update writes value to key if its latest revision is revision.
 func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
@@ -99,12 +93,9 @@ func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte
 	return kv.Update(ctx, key.Name, value, revision)
 }
 
-// casMsg is a write in flight, its message and header with it: nats.go
-// keeps nothing of a message once it is sent (PublishMsg serializes the
-// header into its own buffer), so each serves the next write. Its header
-// holds the one key for good, its value val, whose string is a view of
-// num while the message is sent: no map write or clear, and no string
-// made for the revision.
+// casMsgs are writes in flight, pooled: nats.go keeps nothing of a message
+// once it is sent. A header holds its one key for good, its value a view
+// of num while the message is sent.
 var casMsgs = sync.Pool{New: func() any {
 	cm := &casMsg{h: nats.Header{}}
 	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]

@@ -124,12 +124,9 @@ func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
 }
 
 // Settled waits, until ctx ends, for the acknowledgements of ps as the
-// first round of Stored does (for at most their AckWait), and reports
-// whether the stream holds every one. A refusal, or an acknowledgement that
-// did not come within AckWait, is kept for Stored, which publishes the
-// message again; the messages still awaited when ctx ends are Stored's to
-// wait for. So a caller can wait in a context it has anyway, and make one
-// for Stored only when something is left.
+// first round of Stored does, and reports whether the stream holds every
+// one; what failed or is still awaited is left for Stored. So a caller
+// makes a context for Stored only when something is left.
 func Settled(ctx context.Context, ps []*Pending) bool {
 	for _, x := range ps {
 		if x == nil || x.ack == nil && x.err == nil && x.pub == nil { // not a Publisher's
@@ -149,18 +146,12 @@ func Settled(ctx context.Context, ps []*Pending) bool {
 }
 
 // Stored waits until the stream holds every message of ps, publishing
-// again (with the same message id, which the stream stores once) those
-// whose publish failed or whose acknowledgement did not come within
-// AckWait, until ctx ends or MaxWait has passed — but not through a full
-// store (a full account or server refuses a message as long as nobody
-// frees space) nor after an error that is not transient ("duplicate
-// message id is in process" is: see codeInProcess), nor once the
-// publisher's connection is closed (their Err is then
-// nats.ErrConnectionClosed). Messages go in
-// rounds: all of a round are published together and share one AckWait,
-// so a leader change that loses every acknowledgement costs one AckWait,
-// not one per message. It returns the messages it could not store, each
-// with its Err: none when every one is stored.
+// again (same message id) those whose publish failed or whose
+// acknowledgement did not come within AckWait, until ctx ends or MaxWait
+// has passed; not through a full store, an error that is not transient
+// (retried), or a closed connection (nats.ErrConnectionClosed). A round's
+// messages share one AckWait. It returns the messages it could not store,
+// each with its Err.
 func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
 	if p.cfg.MaxWait > 0 {
 		var cancel context.CancelFunc
@@ -195,12 +186,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		if len(again) == 0 {
 			break
 		}
-		if p.js.Conn().IsClosed() {
-			// Nothing stores them now. Without this they went round
-			// until ctx ended: a first publish through jetstream
-			// after the close fails with an error that wraps none
-			// ("error creating async reply handler: nats: connection
-			// closed"), which looks transient.
+		if p.js.Conn().IsClosed() { // jetstream's error after a close wraps none: it looks transient
 			for _, x := range again {
 				x.err = nats.ErrConnectionClosed
 			}

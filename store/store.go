@@ -132,12 +132,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
 		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
 		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
-		// The routers' presence (package presence, docs/protocol.md 8,
-		// 1.13): one small key per router, renewed every heartbeat; keys
-		// expire three heartbeats after their last renewal, and the bucket
-		// holds at most 1 MiB (thousands of routers). The deployment's
-		// storage, as the other buckets: an account may have no memory
-		// storage (a managed service).
+		// One small key per router (docs/protocol.md 8, 1.13), at most 1 MiB.
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
 			MaxValueSize: 256, MaxBytes: 1 << 20}},
 	}
@@ -168,17 +163,14 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if err != nil {
 		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamEvents), err)
 	}
-	// The parked records are the handoff (docs/protocol.md 6.2, 1.6): no
-	// stream of requests is made any more.
+	// The parked records are the handoff (docs/protocol.md 6.2, 1.6).
 	if st.ParkedStream, err = provision(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketParked), err)
 	}
-	// Durable calls wait here for a worker. Work-queue retention removes a
-	// call once its worker acknowledges it (after its result is recorded);
-	// the message id (the call key) makes a re-sent batch's publish one
-	// message within the dedupe window.
+	// Durable calls wait here for a worker, until it acknowledges them; the
+	// message id (the call key) dedupes a re-sent batch's publish.
 	st.Work, err = createStream(ctx, js, jetstream.StreamConfig{
 		Name: s.Stream(bus.StreamWork), Description: "toolbus durable calls waiting for a worker",
 		Subjects: []string{s.All("work")}, Retention: jetstream.WorkQueuePolicy, MaxAge: cfg.DedupeWindow,
@@ -191,9 +183,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	// The outputs bucket: an object store's stream, but without rollups
-	// (protocol 5.9), so a writer can neither replace an object another
-	// stored nor wipe the bucket with Nats-Rollup: all.
+	// The outputs bucket: an object store's stream without rollups (5.9),
+	// so that a writer can neither replace nor wipe another's objects.
 	outputs := s.ObjectStore(bus.ObjectOutputs)
 	if _, err = createStream(ctx, js, jetstream.StreamConfig{Name: "OBJ_" + outputs, Description: "toolbus outputs too large to send inline",
 		Subjects: []string{"$O." + outputs + ".C.>", "$O." + outputs + ".M.>"}, MaxAge: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes,
@@ -254,12 +245,10 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 	return os, nil
 }
 
-// MCPConfig is the bucket of the MCP facades' task records and 2026-07-28
-// request states (docs/mcp.md), so that any facade process answers
-// tasks/get, tasks/cancel or a retry: kept at most bus.MCPStateMaxAge, one
-// revision per key, values up to 1 MiB (a task's final CallToolResult).
-// Routers create it (Setup); a facade that finds it missing creates it
-// with the same configuration and never updates one that exists.
+// MCPConfig is the bucket of the MCP facades' task records and request
+// states (docs/mcp.md): kept at most bus.MCPStateMaxAge, one revision per
+// key, values up to 1 MiB. Routers create it (Setup); a facade that finds
+// it missing creates it likewise.
 func MCPConfig(s bus.Subjects, replicas int, storage jetstream.StorageType) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketMCP), Description: "toolbus MCP facade tasks and request states",
 		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: positive(replicas, 1), Storage: storage}

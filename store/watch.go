@@ -156,12 +156,10 @@ func (w *Watch) Stop(ctx context.Context) error {
 	}
 }
 
-// Stops stops KV watches off their callers' paths. In nats.go v1.55 a
-// KeyWatcher's Stop also deletes the library-made ordered consumer with a
-// synchronous CONSUMER.DELETE bounded by 5 s, which a cluster's meta leader
-// change takes whole. Past MaxStops in flight a stop runs on its caller's
-// goroutine (back-pressure); each holds a Landing context so a drain waits
-// for it, and Wait does too. The zero value is usable.
+// Stops stops KV watches off their callers' paths: a KeyWatcher's Stop
+// deletes its consumer synchronously, up to 5 s through a meta leader
+// change (docs/store.md). Past MaxStops in flight a stop runs on its
+// caller's goroutine. The zero value is usable.
 type Stops struct {
 	// Landing, when set, gives the context each background stop holds
 	// while it runs (life.Life.Landing); its cancel is called when the
