@@ -33,10 +33,8 @@ const (
 
 // follower reads a router-made consumer (docs/protocol.md 3.4, 6.2) through
 // its router's verbs, asking for another from the next sequence when it is
-// lost, so it needs no JetStream permission. Each pull has its own reply
-// subject <inbox>.<n> under one subscription, so an earlier pull still alive
-// after a resend delivers its messages without its closing status ending
-// the newer pull.
+// lost. Each pull has its own reply subject <inbox>.<n>, so that an earlier
+// pull's closing status never ends a newer one.
 type follower struct {
 	c        *Client
 	subject  string // P.replay.<session> or P.handoff.<kind>[.<tool>]
@@ -142,9 +140,7 @@ func (f *follower) pull(ctx context.Context) error {
 			return errLost // 409 consumer deleted, 503 no responders, the router's refusal ...
 		default: // a stored message, or a request the router relays (6.2)
 			got++
-			if seq, ok := seqOf(m); ok {
-				// The highest yet: two routers relaying two pulls of a
-				// handoff consumer may deliver out of order.
+			if seq, ok := seqOf(m); ok { // two routers' relays may come out of order
 				f.next = max(f.next, seq+1)
 			}
 			if !f.deliver(m) {

@@ -17,11 +17,10 @@ import (
 const AllSessions = ""
 
 // ListingWatch tells its caller that a session's tool listing may have
-// changed ("list again", never what): a write to the session's record, or
-// for every session (AllSessions) to definitions, groups, workers' arrivals
-// and leaves, and skills. It uses plain subscriptions, not JetStream watches,
-// so security.RoleFacade suffices; what it misses (a reconnection) the caller
-// catches by listing on a timer too. Records that do not decode are ignored.
+// changed: a write to the session's record, or for every session
+// (AllSessions) to definitions, groups, workers' arrivals and leaves, and
+// skills. Plain subscriptions, so security.RoleFacade suffices; what it
+// misses (a reconnection) the caller catches by listing on a timer too.
 type ListingWatch struct {
 	nc      *nats.Conn
 	changed func(session string)
