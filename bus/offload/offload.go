@@ -98,9 +98,6 @@ func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 	return o, nil
 }
 
-// Limits returns the limits in effect.
-func (o *Offloader) Limits() Limits { return o.lim }
-
 // Inline is the largest encoded output sent inline in a message that also
 // carries extra bytes of its own (metadata, a state patch): the inline
 // limit, capped by the connection's payload limit less Reserve and extra.

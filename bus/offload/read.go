@@ -33,9 +33,6 @@ func NewStore(nc *nats.Conn, bucket string) *Store {
 	return &Store{nc: nc, bucket: bucket, api: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket, direct: "$JS.API.DIRECT.GET.OBJ_" + bucket}
 }
 
-// Bucket is the bucket the store reads.
-func (s *Store) Bucket() string { return s.bucket }
-
 // ErrNotFound is an object that is not (or no longer) in the bucket.
 var ErrNotFound = errors.New("no such object (it may have expired)")
 
