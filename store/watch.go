@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // Watch feeds a cache from a KV bucket: it calls apply for every current
@@ -201,12 +203,8 @@ func (s *Stops) InFlight() int { return int(s.inFlight.Load()) }
 // (then it returns an error; the stops still end on their own, each bounded
 // by its request's wait).
 func (s *Stops) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	if !life.WaitFor(ctx, &s.wg) {
 		return fmt.Errorf("store: %d watch stops still in flight: %w", s.InFlight(), ctx.Err())
 	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // readers are the goroutines that take the exec requests of every tool
@@ -277,11 +279,4 @@ func (r *reader) fire() {
 func (rs *readers) close() { rs.once.Do(func() { close(rs.quit) }) }
 
 // wait waits until every reader has exited, or ctx ends.
-func (rs *readers) wait(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { rs.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
+func (rs *readers) wait(ctx context.Context) { life.WaitFor(ctx, &rs.wg) }

@@ -270,6 +270,9 @@ func (l *Life) drain(ctx context.Context) error {
 	return err
 }
 
+// WaitFor waits for wg until ctx ends; false when ctx ended first.
+func WaitFor(ctx context.Context, wg *sync.WaitGroup) bool { return wait(ctx, waited(wg), nil) }
+
 // waited is closed once wg's Wait returns.
 func waited(wg *sync.WaitGroup) <-chan struct{} {
 	done := make(chan struct{})

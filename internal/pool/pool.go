@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // MaxIdle is how many goroutines of one pool may wait for work at once; one
@@ -96,12 +98,8 @@ func (p *Pool) Idle() int { return int(p.idleN.Load()) }
 // own). Go must not be called after Close. It is safe to call twice.
 func (p *Pool) Close(ctx context.Context) error {
 	p.once.Do(func() { close(p.quit) })
-	done := make(chan struct{})
-	go func() { p.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	if !life.WaitFor(ctx, &p.wg) {
 		return fmt.Errorf("pool: close: %w", ctx.Err())
 	}
+	return nil
 }
