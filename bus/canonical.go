@@ -21,9 +21,8 @@ import (
 // digits as sent). Text that is not one JSON value, or nests deeper than
 // maxCanonicalDepth, stands for itself.
 
-// maxCanonicalDepth bounds the nesting canonical follows (its recursion);
-// routers refuse inputs nested deeper than 128 (schemas.MaxInputDepth)
-// before they run.
+// maxCanonicalDepth bounds canonical's recursion (routers refuse inputs
+// nested deeper than schemas.MaxInputDepth anyway).
 const maxCanonicalDepth = 1000
 
 // canonicaliser writes the canonical form of one JSON text.
@@ -43,12 +42,11 @@ type member struct{ start, colon, end int }
 
 var canonicalisers = sync.Pool{New: func() any { return new(canonicaliser) }}
 
-// getCanonicaliser takes a canonicaliser from the pool; its buf is empty,
+// getCanonicaliser takes a canonicaliser from the pool; its empty buf is
 // lent to the caller until putCanonicaliser.
 func getCanonicaliser() *canonicaliser { return canonicalisers.Get().(*canonicaliser) }
 
-// putCanonicaliser gives c back with buf, the buffer it lent grown, to lend
-// again (unless its buffers grew large).
+// putCanonicaliser gives c back with buf, the buffer it lent, grown.
 func putCanonicaliser(c *canonicaliser, buf []byte) {
 	c.src, c.out, c.members = nil, nil, c.members[:0]
 	if cap(buf)+cap(c.scratch)+cap(c.digits) <= 64<<10 {
@@ -282,9 +280,8 @@ func (c *canonicaliser) str() bool {
 	return false
 }
 
-// The single-character escapes of JSON strings (escapes) and the
-// characters they stand for (escaped), in the same order: all but '/' are
-// how a canonical text writes those characters.
+// The single-character escapes of JSON strings and the characters they
+// stand for: all but '/' are how a canonical text writes them.
 const (
 	escapes = `"\/bfnrt`
 	escaped = "\"\\/\b\f\n\r\t"
@@ -337,8 +334,7 @@ func (c *canonicaliser) skipDigits() {
 	}
 }
 
-// number writes the number at src[i] by its exact value: the digits d
-// without leading or trailing zeros and the exponent e of d × 10^e, in
+// number writes the number at src[i] by its exact value, d × 10^e, in
 // ECMAScript's Number::toString layout.
 func (c *canonicaliser) number() bool {
 	start := c.i
@@ -412,8 +408,7 @@ func (c *canonicaliser) number() bool {
 }
 
 // appendDecimal appends d × 10^exp (d digits, no leading or trailing
-// zero) as ECMAScript's Number::toString lays out a number's shortest
-// digits: n is where the decimal point falls among them.
+// zero) as ECMAScript's Number::toString lays them out.
 func appendDecimal(b, d []byte, exp int) []byte {
 	k := len(d)
 	n := k + exp

@@ -152,7 +152,7 @@ func (e *Event) Encode() ([]byte, error) {
 }
 
 // encodedSize is the length of e's encoding when no attribute needs
-// escaping: the attribute names, quotes and commas take at most 224 bytes.
+// escaping (names, quotes and commas: at most 224 bytes).
 func (e *Event) encodedSize() int {
 	n := 224 + len(e.Data) + len(e.DataBase64)
 	for _, a := range e.attrs() {
@@ -193,8 +193,7 @@ func appendAttr(b []byte, key, v string) []byte {
 	return appendField(b, key, v)
 }
 
-// appendField appends key (the member's punctuation and name) and the JSON
-// string v.
+// appendField appends key (punctuation and name) and the JSON string v.
 func appendField(b []byte, key, v string) []byte { return appendString(append(b, key...), v) }
 
 const hexDigits = "0123456789abcdef"
@@ -276,8 +275,7 @@ func (e *Event) msg(subject, msgID string, shared bool) (*nats.Msg, error) {
 	return &s.m, nil
 }
 
-// eventKeys are the headers of a structured event's message, in the order
-// eventHeader gives their values.
+// eventKeys are the headers of a structured event's message, in eventHeader's order.
 var eventKeys = [...]string{HeaderContentType, natsMsgID, HeaderTraceParent, HeaderTraceState}
 
 // eventHeader is the value of each of eventKeys for e sent with msgID, ""
@@ -333,8 +331,7 @@ func fillHeader(h nats.Header, store, keys, vals []string) {
 	}
 }
 
-// done lets go of hb's message and header values once it is sent (the
-// keys stay, for the next of this shape).
+// done lets go of hb's message and header values once it is sent.
 func (hb *headerBuf) done() {
 	hb.m = nats.Msg{}
 	clear(hb.vals)
@@ -383,8 +380,7 @@ type sendBuf struct {
 // natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
 const natsMsgID = "Nats-Msg-Id"
 
-// maxPooledSend bounds the encodings kept for reuse: a large reply's
-// buffer is let go rather than held by the pool.
+// maxPooledSend bounds the encodings kept for reuse.
 const maxPooledSend = 64 << 10
 
 var sends = sync.Pool{New: func() any {
@@ -538,8 +534,7 @@ func decodeFlatData(b []byte, e *Event, check, view bool) bool {
 	return true
 }
 
-// setStrings sets each attribute of vals that is set to its value, all of
-// them slices of one new string of n bytes.
+// setStrings sets each attribute of vals that is set, as slices of one new string.
 func setStrings(attrs [nAttrs]*string, vals *[nAttrs][]byte, n int) {
 	var all strings.Builder
 	all.Grow(n)
@@ -611,8 +606,7 @@ func attrSlot(key string) int {
 	return -1
 }
 
-// knownValues are the constant values decodeFlat reads without an
-// allocation, by slot.
+// knownValues are the constant values decodeFlat reads without an allocation.
 var knownValues = [nAttrs][]string{
 	slotSpec:        {SpecVersion},
 	slotType:        {TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin},
@@ -692,9 +686,8 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	return e.Validate()
 }
 
-// exactHeader is the attribute slot of header k when k is a ce- header of
-// an attribute or content-type, named as binaryKeys spell them (plain
-// true); anything else goes through decodeBinary's general path.
+// exactHeader is the attribute slot of header k when k is named as
+// binaryKeys spell it (plain true); else decodeBinary's general path reads it.
 func exactHeader(k string) (slot int, plain bool) {
 	if k == HeaderContentType {
 		return slotContentType, true
@@ -706,15 +699,13 @@ func exactHeader(k string) (slot int, plain bool) {
 	return slot, true
 }
 
-// attrNames are the attributes' names by slot, as decodeBinary's errors
-// name them.
+// attrNames are the attributes' names by slot.
 var attrNames = [nAttrs]string{slotSpec: "specversion", slotID: "id", slotSource: "source", slotType: "type",
 	slotSubject: "subject", slotContentType: "datacontenttype", slotTime: "time", slotSession: "sessionid",
 	slotReply: "replyid", slotToolCall: "toolcallid", slotTraceParent: "traceparent", slotTraceState: "tracestate",
 	slotExpiry: "expirytime"}
 
-// plainValue reports whether header value v is ASCII without '%': valid
-// UTF-8 that url.PathUnescape returns as it is.
+// plainValue reports whether header value v is ASCII without '%'.
 func plainValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
