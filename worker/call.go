@@ -44,21 +44,17 @@ type Call struct {
 	seq   int
 	patch json.RawMessage
 
-	// sc is where the usual result is written while the call runs (the
-	// request's, pooled: worker.go); nil before and after.
-	sc *scratch
+	sc *scratch // the request's, for the usual result while the call runs; nil before and after
 }
 
-// scratch holds a call's usual result, a text block, and the event that
-// carries a result, from the handler's return until the result is sent.
+// scratch holds a call's usual result, a text block, and its event.
 type scratch struct {
 	res   bus.ExecResult
 	block [1]bus.Block
 	out   bus.Event
 }
 
-// textResult is a success whose output is the one text block s, in the
-// call's scratch.
+// textResult is a success of the one text block s, in the call's scratch.
 func (c *Call) textResult(s string) *bus.ExecResult {
 	sc := c.sc
 	if sc == nil { // not while serve runs the call: never the pooled one
@@ -269,9 +265,8 @@ func (c *callCtx) stop() {
 	}
 }
 
-// cause is context.Cause of the context without making it: its parent's, or
-// the stop's when first; an expired deadline is not told apart (the router
-// answered timeout already).
+// cause is context.Cause of the context without making it (an expired
+// deadline is not told apart: the router answered timeout already).
 func (c *callCtx) cause() error {
 	if c.made.Load() {
 		return context.Cause(c.ctx)
@@ -285,8 +280,7 @@ func (c *callCtx) cause() error {
 	return context.Cause(c.parent)
 }
 
-// Deadline is the request's expiry, or the parent's deadline when that
-// is earlier, as context.WithDeadline's.
+// Deadline is the earlier of the request's expiry and the parent's deadline.
 func (c *callCtx) Deadline() (time.Time, bool) {
 	pd, ok := c.parent.Deadline()
 	if ok && (c.deadline.IsZero() || pd.Before(c.deadline)) {

@@ -35,8 +35,7 @@ func newDiscovery(subj bus.Subjects, workerID, version string) *discovery {
 	}}
 }
 
-// start subscribes the nine control subjects: each verb for every
-// service, for this service's name, and for this instance.
+// start subscribes each verb for every service, this name and this instance.
 func (d *discovery) start(nc *nats.Conn, endpoints func() []*tool) error {
 	d.endpoints, d.started = endpoints, time.Now().UTC()
 	for _, verb := range []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb} {
@@ -55,8 +54,7 @@ func (d *discovery) start(nc *nats.Conn, endpoints func() []*tool) error {
 	return nil
 }
 
-// answer answers one discovery request; its data is ignored, as the micro
-// library does.
+// answer answers one discovery request (its data is ignored, as micro does).
 func (d *discovery) answer(verb micro.Verb, m *nats.Msg) {
 	var v any
 	switch verb {

@@ -19,8 +19,7 @@ type workQueue struct {
 }
 
 // take is the queue's loop: it takes a call only when the worker has a free
-// slot, acks it once a router recorded the result, and reports progress
-// every third of AckWait so a dead worker's call goes to another.
+// slot; the call reports progress every third of AckWait until recorded.
 func (q workQueue) take(ctx context.Context) {
 	w, t := q.w, q.t
 	defer w.loops.Done()
@@ -41,8 +40,7 @@ func (q workQueue) take(ctx context.Context) {
 	}
 	ackWait := cons.CachedInfo().Config.AckWait
 	for {
-		if !t.accepted.Load() {
-			// Rejected (or not yet accepted): take no call with this definition.
+		if !t.accepted.Load() { // not (yet) accepted: take no call with this definition
 			if bus.Sleep(ctx, retry) != nil {
 				return
 			}
@@ -104,8 +102,8 @@ func (q workQueue) run(msg jetstream.Msg, ackWait time.Duration) {
 	})
 }
 
-// workReply answers a durable call: its result goes to the routers, which
-// record it; then the message is acknowledged and leaves the queue.
+// workReply answers a durable call: its result goes to the routers, then
+// the message is acknowledged.
 type workReply struct {
 	w        *Worker
 	msg      jetstream.Msg
@@ -128,8 +126,7 @@ func (r *workReply) beat(every time.Duration) {
 	}
 }
 
-// recordWindow bounds how long past a call's deadline its result is still
-// offered to the routers.
+// recordWindow bounds how long past its deadline a result is offered.
 const recordWindow = time.Minute
 
 func (r *workReply) result(out *bus.Event) {

@@ -30,10 +30,9 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call as c (zeroed, the caller's)
-// and answers through rp; key is the call's listed key ("" when none). The
-// usual result and its event are written in sc (zeroed), which the caller
-// may reuse once serve returns.
+// serve checks one exec request, runs the call as c (zeroed) and answers
+// through rp; key is the call's listed key ("" when none). The usual result
+// and its event are written in sc (zeroed), reusable once serve returns.
 func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, sc *scratch, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
@@ -135,15 +134,13 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	}
 }
 
-// results are the buffers results are encoded in; one that grew past
-// maxPooledResult (a large output) is let go rather than kept.
+// results are the buffers results are encoded in, up to maxPooledResult.
 var results = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxPooledResult = 64 << 10
 
-// fit makes a result's output fit the message (offload.Fit); an output above
-// MaxOutput or that cannot be stored becomes an error result with neither
-// output nor state patch.
+// fit makes a result's output fit the message (offload.Fit); one that
+// cannot becomes an error result without the state patch.
 func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
 	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
 	if err == nil && len(out) == len(res.Output) && (len(out) == 0 || &out[0] == &res.Output[0]) {

@@ -20,8 +20,7 @@ import (
 )
 
 // RejectObserver is an Observer that is also told when a router rejects a
-// tool's registration, so the worker stops serving it (metrics.Worker
-// counts them). An Observer without this method is simply not told.
+// tool's registration, so the worker stops serving it (metrics.Worker).
 type RejectObserver interface {
 	Rejected(tool, reason string)
 }
@@ -142,9 +141,8 @@ func (s *serving) reject(t *tool, reason string) {
 }
 
 // sync makes the endpoints those of the accepted tools that are not
-// durable (a durable tool's loop reads tool.accepted itself). A rejected
-// tool's subscription drains: the requests it delivered are answered
-// unserved (worker.onExec).
+// durable; a rejected tool's subscription drains, what it delivered
+// answered unserved.
 func (s *serving) sync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -192,8 +190,7 @@ func (t *tool) isDecided() bool {
 }
 
 // stop ends the discovery and drains every endpoint for good, waiting
-// until ctx ends for the server to have sent all it will; the readers
-// then serve what the endpoints delivered and exit (wait).
+// until ctx ends; the readers then serve what was delivered and exit.
 func (s *serving) stop(ctx context.Context) {
 	s.mu.Lock()
 	if s.stopped || s.subs == nil {
@@ -342,8 +339,7 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 	return ack, first
 }
 
-// ordered reports whether a registration is sent one request after
-// another: until every request of one was acknowledged (Registered).
+// ordered: until a registration was acknowledged, its requests go one by one.
 func (r *registrar) ordered() bool {
 	select {
 	case <-r.registered:

@@ -205,11 +205,9 @@ func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
 // Start subscribes the cancel subject and every tool in its queue group,
 // registers with the routers, and keeps registering every heartbeat until
-// Stop. A tool runs calls only once a router accepted it (a request before
-// the first acknowledgement waits for it); a tool a router rejects is
-// unsubscribed at once, logged as an error and counted (RejectObserver),
-// and registered again, with the same definition, at every beat. A
-// registration that no router answers is retried at the next beat.
+// Stop. A tool runs calls only once a router accepted it; a rejected tool
+// is unsubscribed, logged and counted (RejectObserver), and registered
+// again every beat (docs/worker.md).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -225,9 +223,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool is an endpoint, listed by NATS micro discovery, so `nats
-	// micro ls/info/stats` show the workers and their tools, until a router
-	// rejects it (serve.go, discovery.go).
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
 		disc: newDiscovery(w.subj, w.cfg.ID, w.cfg.Version), slots: w.cfg.MaxConcurrent}
 	if err := w.serve.start(); err != nil {
@@ -267,8 +262,7 @@ func (w *Worker) Served() []string {
 	return names
 }
 
-// waitLimit bounds the requests that wait for a slot, across the worker:
-// four per slot, at least 1024; more are answered busy at once.
+// waitLimit bounds the requests that wait for a slot; more are answered busy.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
 // pendingMsgs is the capacity of the endpoints' channel (readers.go): far
@@ -396,9 +390,8 @@ func (w *executor) unserved(t *tool, m *nats.Msg) {
 		"this worker's definition of %q was not accepted by the routers; it does not serve it", t.def.Name))
 }
 
-// busy answers a request that found every one of slots busy and waiting
-// others waiting: the router reports the call unavailable at once. n
-// counts the busy answers so far.
+// busy answers a request that found every slot busy and waiting others
+// waiting; n counts the busy answers so far.
 func (w *executor) busy(t *tool, m *nats.Msg, n int64, slots, waiting int) {
 	if bo, ok := w.obs.(BusyObserver); ok {
 		bo.Busy(t.def.Name)
@@ -418,8 +411,7 @@ type BusyObserver interface {
 }
 
 // accept counts a call the worker took, listed in its heartbeats by key
-// from now until release; tracked says whether a drain waits for it (one
-// delivered after the drain began is served, not waited for).
+// until release; tracked says whether a drain waits for it.
 func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string, tracked bool) {
 	tracked = w.life.Enter()
 	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
@@ -491,12 +483,10 @@ const StopTimeout = 5 * time.Second
 const drainCleanup = time.Second
 
 // Drain stops the worker: it tells the routers it is leaving, stops taking
-// calls at once, and lets the calls in flight finish until ctx ends. Then
-// it cancels the calls still running (they send no result: the routers see
-// them vanish, as from a worker that stopped) and returns after at most a
-// short cleanup, with an error that wraps ctx's and counts the calls cut
-// off. It is safe to call twice and concurrently; later calls wait for the
-// first and return its result.
+// calls, and lets the calls in flight finish until ctx ends; then it
+// cancels those still running (they send no result) and returns after a
+// short cleanup with an error counting them. It is safe to call twice and
+// concurrently; later calls return the first's result.
 func (w *Worker) Drain(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopErr = w.drain(ctx)
