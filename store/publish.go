@@ -44,9 +44,7 @@ type PublisherConfig struct {
 
 // Publisher publishes messages to a stream asynchronously, each with a
 // message id the stream stores once, and Stored waits until the stream
-// holds them: a batch of messages costs one wait, not one round trip
-// each. The router's session events and the audit trail both use one. It
-// is safe for concurrent use.
+// holds them: one wait per batch of messages. Safe for concurrent use.
 type Publisher struct {
 	js  jetstream.JetStream
 	cfg PublisherConfig
@@ -205,12 +203,9 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 	return lost
 }
 
-// codeInProcess is JetStream's "duplicate message id is in process": the
-// stream's leader has proposed a message with the same id and not stored
-// it yet — an earlier publish of this one whose acknowledgement did not
-// come in time. It may still be stored, or be dropped by a leader change,
-// so the answer says nothing yet: asked again later, the stream answers
-// with the first one's sequence (a duplicate), or stores this one.
+// codeInProcess is JetStream's "duplicate message id is in process": an
+// earlier publish of the message is proposed, not stored yet; asked again
+// later, the stream answers it stored or stores this one.
 const codeInProcess = 10158
 
 // retried reports whether Stored publishes a message that failed with err
