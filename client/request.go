@@ -17,9 +17,8 @@ import (
 	waits "github.com/toolbus/toolbus/internal/replies"
 )
 
-// requester is what the Client's verbs share: it sends an event of the
-// agent's source as a request (retrying busy), reads the reply of the type
-// wanted or the router's error, and keeps the sessions' revisions.
+// requester is what the Client's verbs share: requests (retrying busy),
+// their replies or errors, and the sessions' revisions.
 type requester struct {
 	nc      *nats.Conn
 	subj    bus.Subjects
@@ -63,8 +62,7 @@ func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf
 	return e, nil
 }
 
-// batchBufs are the buffers Call encodes its batches in, kept while the
-// request is under way; one that grew past maxPooledBatch is let go.
+// batchBufs are the buffers Call encodes its batches in, up to maxPooledBatch.
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxPooledBatch = 64 << 10
@@ -149,9 +147,8 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	return re.DataAs(out)
 }
 
-// send sends e as a request, retrying a busy reply (docs/protocol.md 1:
-// nothing ran) with a growing, jittered backoff until ctx ends or until
-// passes, when the last reply is returned.
+// send sends e as a request, retrying a busy reply (nothing ran) with a
+// growing, jittered backoff until ctx ends or until passes.
 func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	defer runtime.KeepAlive(c) // c owns the reply subscription (New's runtime.AddCleanup)
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
@@ -215,7 +212,7 @@ func (c *requester) window(ctx context.Context, session, ref string, off int64) 
 }
 
 // maxRevs bounds the sessions whose revision a Client remembers; past it
-// the memory starts afresh (a batch without a revision is read as before).
+// the memory starts afresh.
 const maxRevs = 4096
 
 // sessionRevs remembers each session's revision of the last reply or
@@ -233,8 +230,7 @@ func (s *sessionRevs) get(session string) uint64 {
 	return s.rev[session]
 }
 
-// saw records a revision a router reported for session; 0 is ignored, and
-// an older revision never replaces a newer one.
+// saw records a revision a router reported for session, unless older or 0.
 func (s *sessionRevs) saw(session string, rev uint64) {
 	if rev == 0 || session == "" {
 		return
