@@ -61,8 +61,7 @@ type Life struct {
 	draining bool
 	landOpen bool // landing writes are taken (until the end of the cleanup window)
 	// The landing writes in flight, and a channel closed when they fall to
-	// none (nil while there are none): not a WaitGroup, since a write may
-	// begin while the drain waits for them, which a WaitGroup forbids.
+	// none: a write may begin while the drain waits, which a WaitGroup forbids.
 	landN    int
 	landIdle chan struct{}
 	work     sync.WaitGroup
@@ -215,8 +214,7 @@ func (l *Life) drain(ctx context.Context) error {
 	l.mu.Lock()
 	l.draining = true
 	l.mu.Unlock()
-	// One window for all the waits below: a closed channel, not a timer's,
-	// whose single tick only the first wait would see.
+	// One window for all the waits below: a closed channel (a timer ticks once).
 	var (
 		cleanup chan struct{}
 		timer   *time.Timer
