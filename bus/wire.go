@@ -39,9 +39,8 @@ type Batch struct {
 	// batch.done; "" (or EventsBatch) stores only batch.done for the calls
 	// whose results come back in the reply (docs/protocol.md 3.4).
 	Events string `json:"events,omitempty"`
-	// SessionRev is the session revision of an earlier reply or listing of
-	// this session, sent back so that a router whose cached session is at
-	// least as new skips the session's read (docs/protocol.md 4.2); 0: absent.
+	// SessionRev is the session revision of an earlier reply or listing,
+	// sent back so that a router may skip the session's read (4.2); 0: absent.
 	SessionRev uint64 `json:"sessionrev,omitempty"`
 }
 
@@ -268,9 +267,8 @@ type BatchDone struct {
 // the reply id.
 type Cancel struct {
 	Calls []string `json:"calls,omitempty"`
-	// Task names the background task whose run a router stops (1.12,
-	// docs/protocol.md 3.5): the cancel is for the workers, and routers
-	// leave the batches of its reply id alone.
+	// Task names the background task whose run a router stops (3.5); the
+	// batches of its reply id are left alone.
 	Task string `json:"task,omitempty"`
 }
 
@@ -280,9 +278,8 @@ type ToolsQuery struct {
 	Format  string   `json:"format,omitempty"`
 	// User selects the skills visible to that user (docs/protocol.md 10).
 	User json.RawMessage `json:"user,omitempty"`
-	// Deferred also lists the tools of the inactive meta groups, marked
-	// for the provider's own tool search (docs/protocol.md 4.1); only the
-	// openai-responses and anthropic formats take it.
+	// Deferred also lists the tools of the inactive meta groups for the
+	// provider's own tool search (4.1; openai-responses and anthropic).
 	Deferred bool `json:"deferred,omitempty"`
 }
 
@@ -396,9 +393,8 @@ type ToolDef struct {
 	// Background: a call that reaches its timeout goes on as a background
 	// task instead of ending "timeout" (docs/protocol.md 5.10).
 	Background bool `json:"background,omitempty"`
-	// NoBackground: a call's own "background": true ask is ignored, so
-	// its calls end at TimeoutMS as always (docs/protocol.md 5.10, 7.2;
-	// 1.12). The tool's author keeps its timeout.
+	// NoBackground: a call's own "background": true ask is ignored
+	// (docs/protocol.md 5.10, 7.2).
 	NoBackground bool   `json:"no_background,omitempty"`
 	TimeoutMS    int64  `json:"timeout_ms"`
 	MaxAttempts  int    `json:"max_attempts"`
@@ -406,24 +402,19 @@ type ToolDef struct {
 	RuleMatcher  string `json:"rule_matcher"`
 	RuleField    string `json:"rule_field,omitempty"`
 	// PathBase is the absolute directory a rule_matcher "path" tool
-	// resolves its relative path arguments against (a built-in's
-	// --workdir), so that permission rules judge the file the tool will
-	// really touch (docs/protocol.md 6.4).
+	// resolves its relative path arguments against (docs/protocol.md 6.4).
 	PathBase string  `json:"path_base,omitempty"`
 	MCP      *MCPRef `json:"mcp,omitempty"`
 	// CacheTTLMS, on a read-only or idempotent tool, lets the router answer
-	// a repeated call from its result cache for this long; CacheScope says
-	// whose calls share an entry: "session" (the default), "user" or
-	// "global" (docs/protocol.md 7.2).
+	// a repeated call from its result cache for this long; CacheScope is
+	// "session" (the default), "user" or "global" (docs/protocol.md 7.2).
 	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
 	CacheScope string `json:"cache_scope,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for (docs/protocol.md
-// 7.2, 12): Annotations are the MCP tool's own annotations, as the server
-// sent them (absent hints stay absent); TaskSupport is its
-// execution.taskSupport ("forbidden", "optional" or "required"; "" when the
-// server said nothing, which MCP reads as forbidden).
+// 7.2, 12), with its annotations as the server sent them and its
+// execution.taskSupport ("" when the server said nothing).
 type MCPRef struct {
 	Server      string          `json:"server"`
 	Tool        string          `json:"tool"`
@@ -483,9 +474,7 @@ type Answer struct {
 const MaxDenyReason = 2048
 
 // ExecRecorded is the data of io.toolbus.exec.recorded, a router's reply to
-// a durable call's result: Recorded is false when the call already had a
-// result (an earlier delivery's, a timeout, a cancel) and this one was
-// dropped. Either way the worker acknowledges the work message.
+// a durable call's result: Recorded is false when the call already had one.
 type ExecRecorded struct {
 	Recorded bool   `json:"recorded"`
 	Reason   string `json:"reason,omitempty"`
