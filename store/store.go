@@ -1,9 +1,7 @@
-// Package store owns the JetStream side of toolbus: creating the buckets and
-// streams of docs/protocol.md section 8, the one compare-and-set helper every
-// read-modify-write goes through (with the conflict codes of single-node and
-// replicated streams and one bounded retry policy), reads that see the
-// latest acknowledged write on a replicated bucket, and the watch that feeds
-// every cache.
+// Package store owns the JetStream side of toolbus: the buckets and streams
+// of docs/protocol.md section 8, the one compare-and-set helper every
+// read-modify-write goes through, reads that see the latest acknowledged
+// write on a replicated bucket, and the watch that feeds every cache.
 package store
 
 import (
@@ -37,10 +35,8 @@ type Config struct {
 	// OutputsTTL is how long a stored output (docs/protocol.md 5.9) is kept;
 	// zero means bus.DefaultOutputsTTL.
 	OutputsTTL time.Duration
-	// OutputsMaxBytes bounds the outputs object store; when it is full, a
-	// new output is refused (the call ends as a tool error that says so)
-	// and nothing stored is dropped. Zero or negative means no bound but
-	// OutputsTTL.
+	// OutputsMaxBytes bounds the outputs object store (when full, a new
+	// output is refused); zero or negative means no bound but OutputsTTL.
 	OutputsMaxBytes int64
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
@@ -51,10 +47,8 @@ type Config struct {
 	WorkAckWait time.Duration
 	// Memory, when true, keeps everything in memory instead of files.
 	Memory bool
-	// EventsMemory keeps only the events stream in memory: events are for
-	// agents that reconnect, and writing two per call to disk is most of
-	// the server's cost per call. Parked calls, sessions and the ledger
-	// stay on disk.
+	// EventsMemory keeps only the events stream in memory (two writes per
+	// call); parked calls, sessions and the ledger stay on disk.
 	EventsMemory bool
 }
 
@@ -84,28 +78,20 @@ const DefaultWorkAckWait = 30 * time.Second
 
 // Store holds the JetStream resources of one deployment.
 type Store struct {
-	JS       jetstream.JetStream
-	Tools    *KV
-	Workers  *KV
-	Groups   *KV
-	Sessions *KV
-	Parked   *KV
-	Ledger   *KV
-	// Routers is the routers' presence (package presence, docs/protocol.md
-	// 8): one key per router, renewed every heartbeat.
-	Routers *KV
-	Events  jetstream.Stream
-	// ParkedStream is the stream under Parked (KV_<bucket>): handlers and
-	// approvers follow the handoff from it, through a router
-	// (docs/protocol.md 6.2).
-	ParkedStream jetstream.Stream
+	JS           jetstream.JetStream
+	Tools        *KV
+	Workers      *KV
+	Groups       *KV
+	Sessions     *KV
+	Parked       *KV
+	Ledger       *KV
+	Routers      *KV // the routers' presence (docs/protocol.md 8)
+	Events       jetstream.Stream
+	ParkedStream jetstream.Stream // under Parked: the handoff's (docs/protocol.md 6.2)
 	Work         jetstream.Stream // durable calls, a work queue
 	Skills       jetstream.ObjectStore
 	Outputs      jetstream.ObjectStore
-	// Health is what this process has seen of the store's space: writers
-	// on the hot path note their outcome in it, and the router reports it
-	// in `status` (docs/protocol.md 9).
-	Health *Health
+	Health       *Health // what this process has seen of the store's space (docs/protocol.md 9)
 
 	subj        bus.Subjects
 	workAckWait time.Duration
@@ -200,11 +186,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	return st, nil
 }
 
-// WorkConsumer creates (or keeps) the consumer from which the workers of a
-// durable tool take its calls: one shared, durable pull consumer per tool,
-// so each call goes to one worker, and to another when its worker stops
-// reporting progress for WorkAckWait. Routers make it when a worker
-// registers the tool.
+// WorkConsumer creates (or keeps) the one shared pull consumer from which
+// the workers of a durable tool take its calls (docs/protocol.md 5.8).
 func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 	cfg := jetstream.ConsumerConfig{
 		Durable: st.subj.Workers.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
@@ -222,9 +205,7 @@ func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	return provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
 }
 
-// provision returns what create makes, retried with the Provision policy:
-// through a leader election of the cluster's meta layer, and a forming
-// cluster's "insufficient resources".
+// provision returns what create makes, retried with the Provision policy.
 func provision[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
 	var v T
 	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
