@@ -41,12 +41,10 @@ const (
 // Config describes a deployment. The zero value is one nats-server node and
 // no router.
 type Config struct {
-	// Cluster starts a 3-node cluster and replicates every bucket and
-	// stream three times (Router.Store.Replicas is set to 3).
+	// Cluster starts a 3-node cluster and replicates everything three times.
 	Cluster bool
-	// Server, when set, is an already running nats-server to deploy on
-	// (several deployments with different prefixes on one server); Close
-	// leaves it running.
+	// Server, when set, is a running nats-server to deploy on; Close leaves
+	// it running.
 	Server *server.Server
 	// Dir holds the servers' stores; "" means a temporary directory that
 	// Close removes.
@@ -58,8 +56,7 @@ type Config struct {
 	Router router.Config
 	// Heartbeat of the routers and the workers; zero means DefaultHeartbeat.
 	Heartbeat time.Duration
-	// Bound limits every wait (worker registration, WaitLive, EveryRouter)
-	// on top of the caller's context; zero means DefaultBound.
+	// Bound limits every wait on top of the caller's context; zero means DefaultBound.
 	Bound time.Duration
 	// Options are added to every connection the deployment opens.
 	Options []nats.Option
@@ -120,8 +117,7 @@ func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	return d, nil
 }
 
-// withDefaults returns cfg with its zero durations set, and three replicas
-// on a cluster.
+// withDefaults returns cfg with its defaults set.
 func (cfg Config) withDefaults() Config {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -142,8 +138,7 @@ func (cfg Config) withDefaults() Config {
 // drain.
 const StopTimeout = 10 * time.Second
 
-// Close stops everything the deployment started, in reverse order, also
-// after a test stopped some of it.
+// Close stops everything the deployment started, in reverse order.
 func (d *Deployment) Close() {
 	workers, routers := d.Fleet.take()
 	d.Readiness.forget()
@@ -260,8 +255,7 @@ func (f *Fleet) AddWorker(ctx context.Context, spec WorkerSpec) (*worker.Worker,
 	}
 }
 
-// serving returns the ids of the routers that still serve: neither closed
-// nor cut off from the server.
+// serving returns the ids of the routers neither closed nor cut off.
 func (f *Fleet) serving() map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -280,8 +274,7 @@ func (f *Fleet) serving() map[string]bool {
 	return out
 }
 
-// take returns the workers and the routers and forgets the workers (a
-// test may still read Routers after Close).
+// take returns the workers and the routers and forgets the workers.
 func (f *Fleet) take() ([]*worker.Worker, []*router.Router) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -308,8 +301,7 @@ type Net struct {
 	next  int // the node of the next connection
 }
 
-// start starts the servers, unless Config.Server gave one; a "" dir
-// becomes a temporary directory that shutdown removes.
+// start starts the servers, unless Config.Server gave one.
 func (n *Net) start(cluster bool) error {
 	if n.Server != nil {
 		return nil
@@ -409,8 +401,7 @@ func (n *Net) take() []*nats.Conn {
 	return conns
 }
 
-// shutdown closes conns, then stops the servers and removes the store
-// directory if they were made here.
+// shutdown closes conns, then stops the servers and the store made here.
 func (n *Net) shutdown(conns []*nats.Conn) {
 	for _, nc := range conns {
 		nc.Close()
@@ -569,8 +560,7 @@ func (r *Readiness) WaitGone(ctx context.Context, names ...string) error {
 	})
 }
 
-// waitServed waits, on a cluster with routers, until a request sent on
-// every node finds a router.
+// waitServed waits, on a cluster, until a request on every node finds a router.
 func (r *Readiness) waitServed(ctx context.Context) error {
 	if r.net.Cluster == nil || len(r.fleet.serving()) == 0 {
 		return nil
