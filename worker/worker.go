@@ -55,15 +55,13 @@ type Config struct {
 	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
-	// InlineLimit is the encoded size of an output (its "output" array as
-	// JSON) above which its largest blocks are stored in the outputs object
-	// store and replaced by references (docs/protocol.md 5.9); zero means
-	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
-	// less 64 KiB for the envelope, caps it in any case.
+	// InlineLimit is the encoded size of an output above which its largest
+	// blocks are stored in the outputs object store as references
+	// (docs/protocol.md 5.9); zero means offload.DefaultInlineLimit (1 MiB),
+	// capped by the payload limit less 64 KiB.
 	InlineLimit int
-	// MaxOutput is the encoded output size above which a result is refused,
-	// even by the object store: the call ends as a tool error that says so.
-	// Zero means offload.DefaultMaxOutput (64 MiB).
+	// MaxOutput is the encoded output size above which a result is refused
+	// as a tool error; zero means offload.DefaultMaxOutput (64 MiB).
 	MaxOutput int64
 }
 
@@ -79,9 +77,8 @@ type tool struct {
 	h   Handler
 
 	requests, calls, errors, nanos atomic.Int64 // for micro stats (discovery.go)
-	// accepted says a router accepted the tool's registration: only then
-	// is it served (serve.go). decided is closed at the first
-	// acknowledgement that accepts or rejects it.
+	// accepted: a router accepted the registration, so it is served;
+	// decided is closed at the first acknowledgement that names it.
 	accepted   atomic.Bool
 	decided    chan struct{}
 	decideOnce sync.Once
@@ -300,8 +297,7 @@ type request struct {
 	t       *tool
 }
 
-// requests are the requests between two calls; run puts one back once its
-// call is answered and released.
+// requests are the pooled requests; run puts one back once it is answered.
 var requests = sync.Pool{New: func() any { return new(request) }}
 
 // newRequest is a pooled request for m.
@@ -383,8 +379,7 @@ func (r *request) run() {
 	requests.Put(r)
 }
 
-// unserved answers a request of a tool whose definition no router
-// accepted: it never runs.
+// unserved answers a request of a tool no router accepted: it never runs.
 func (w *executor) unserved(t *tool, m *nats.Msg) {
 	_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
 		"this worker's definition of %q was not accepted by the routers; it does not serve it", t.def.Name))
