@@ -12,13 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The compare-and-set writes of a bucket (Create, Update) are the router's
-// hot path (the ledger's claim and record). KV sends jetstream's message
-// itself (subject $KV.<bucket>.<key>, header
-// Nats-Expected-Last-Subject-Sequence) and reads a plain acknowledgement
-// by hand (docs/store.md); any other outcome goes to jetstream's own
-// method, which writes again: a refused write is refused again the same
-// way, and the error is jetstream's.
+// The compare-and-set writes of a bucket (Create, Update), the router's hot
+// path: KV sends jetstream's message itself and reads a plain
+// acknowledgement by hand (docs/store.md); any other outcome goes to
+// jetstream's own method, which writes again (refused again the same way).
 
 // Update writes value to key if its latest revision is revision.
 func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
@@ -33,10 +30,9 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetst
 	return CreateWithin(ctx, k, Key{Name: key}, value, 0)
 }
 
-// Key is a key of a bucket with the subject its writes are sent to: a
-// caller that writes one key more than once (the ledger's claim and
-// record) makes it once with KeyOf, so each write does not make the
-// subject's string again. A Key{Name: key} makes it per write.
+// Key is a key of a bucket with the subject its writes are sent to, made
+// once with KeyOf by a caller that writes one key more than once; a
+// Key{Name: key} makes it per write.
 type Key struct {
 	Name    string
 	subject string // "$KV.<bucket>.<Name>", or "": made per write (or the write is jetstream's)
@@ -51,17 +47,13 @@ func KeyOf(kv jetstream.KeyValue, key string) Key {
 }
 
 // UpdateWithin is kv.Update bounded by within as well as ctx (zero: ctx
-// alone). On a KV the bound costs no context of its own unless the write
-// goes to jetstream: the ledger's claim and record are bounded so on
-// every write call.
+// alone), without a context of its own unless the write goes to jetstream.
 func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
 	return casWithin(ctx, kv, key, value, revision, false, within, false)
 }
 
-// UpdateDetached is UpdateWithin(context.WithoutCancel(ctx), ...): a
-// write that outlives its caller's context, bounded by within alone (the
-// ledger's record of a result), without making that context unless the
-// write goes to jetstream.
+// UpdateDetached is UpdateWithin(context.WithoutCancel(ctx), ...), without
+// making that context unless the write goes to jetstream.
 func UpdateDetached(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
 	return casWithin(ctx, kv, key, value, revision, false, within, true)
 }
@@ -111,8 +103,7 @@ type casMsg struct {
 
 // casWrite writes value to key at revision (0: the key must not exist) and
 // reports the new revision; ok is false for any outcome but a plain
-// acknowledgement, which the caller then leaves to jetstream. It waits
-// until ctx ends (unless detached) or, when within is set, for that long.
+// acknowledgement. It waits until ctx ends (unless detached) or within.
 func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint64, within time.Duration, detached bool) (uint64, bool) {
 	var done <-chan struct{}
 	switch {

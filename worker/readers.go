@@ -66,9 +66,8 @@ func (rs *readers) start() *readers {
 	return rs
 }
 
-// spawner starts the readers fire asks for: from the goroutine that made
-// the readers, so that they carry its profiler labels (a timer's
-// goroutine carries none).
+// spawner starts the readers fire asks for, so that they carry the
+// profiler labels of the goroutine that made the readers.
 func (rs *readers) spawner() {
 	defer rs.wg.Done()
 	for {
@@ -99,9 +98,8 @@ type reader struct {
 	rs    *readers
 	state atomic.Int32
 	timer *time.Timer
-	// wake takes the one promotion of a follower (it is sent under
-	// idleMu as the reader leaves idle, so it never blocks); idle is its
-	// timer as a follower, reused.
+	// wake takes the one promotion of a follower (sent under idleMu, never
+	// blocking); idle is its timer as a follower.
 	wake chan struct{}
 	idle *time.Timer
 }
@@ -196,8 +194,7 @@ func (r *reader) follow() bool {
 	return false
 }
 
-// unfollow takes r off the followers, unless a promotion took it first
-// (false).
+// unfollow takes r off the followers, unless a promotion took it first.
 func (rs *readers) unfollow(r *reader) bool {
 	rs.idleMu.Lock()
 	defer rs.idleMu.Unlock()
@@ -273,9 +270,8 @@ func (r *reader) fire() {
 	}
 }
 
-// close makes the readers serve what the channel holds and exit; the
-// subscriptions that deliver into it must be closed first. It does not
-// wait for them (wait does).
+// close makes the readers serve what the channel holds and exit, once the
+// subscriptions that deliver into it are closed; wait waits for them.
 func (rs *readers) close() { rs.once.Do(func() { close(rs.quit) }) }
 
 // wait waits until every reader has exited, or ctx ends.
