@@ -8,8 +8,7 @@ import (
 )
 
 // AppendJSON appends r as json.Marshal would give it, but for whitespace in
-// the raw members (copied as the router checked them) and unescaped HTML:
-// without reflection and with a flat stack, since it runs per call attempt.
+// the raw members and unescaped HTML, without reflection (docs/bus.md).
 func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	b = appendField(b, `{"call":{"id":`, r.Call.ID)
 	b = appendField(b, `,"name":`, r.Call.Name)
@@ -30,8 +29,7 @@ func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// appendRaw appends a raw JSON member, null when it is empty (as
-// json.Marshal writes a nil json.RawMessage), compacted.
+// appendRaw appends a raw JSON member compacted, null when it is empty.
 func appendRaw(b []byte, raw json.RawMessage) []byte {
 	if len(raw) == 0 {
 		return append(b, "null"...)
@@ -40,8 +38,7 @@ func appendRaw(b []byte, raw json.RawMessage) []byte {
 }
 
 // appendCompact appends raw without insignificant whitespace, as
-// json.Marshal writes a json.RawMessage; raw that is not JSON is copied as
-// it is (callers check outside input first).
+// json.Marshal does; raw that is not JSON is copied as it is.
 func appendCompact(b []byte, raw []byte) []byte {
 	if !hasSpace(raw) {
 		return append(b, raw...)
@@ -72,8 +69,7 @@ func appendChecked(b []byte, raw []byte, member string) ([]byte, error) {
 	return appendCompact(b, raw), nil
 }
 
-// appendMember appends the member key with raw when raw is set (see
-// appendChecked).
+// appendMember appends the member key with raw (appendChecked) when set.
 func appendMember(b []byte, key string, raw []byte) ([]byte, error) {
 	if len(raw) == 0 {
 		return b, nil
@@ -81,9 +77,7 @@ func appendMember(b []byte, key string, raw []byte) ([]byte, error) {
 	return appendChecked(append(append(append(b, `,"`...), key...), `":`...), raw, key)
 }
 
-// AppendJSON appends r as JSON, the value json.Marshal gives (see
-// ExecRequest.AppendJSON): a result is encoded once per call, for its
-// event, the reply and batch.done alike.
+// AppendJSON appends r as JSON, the value json.Marshal gives.
 func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 	b = appendField(b, `{"id":`, r.ID)
 	b = appendField(b, `,"name":`, r.Name)
@@ -119,8 +113,7 @@ func (r *Result) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// AppendJSON appends r as JSON, the value json.Marshal gives (see
-// ExecRequest.AppendJSON): a worker sends one per call.
+// AppendJSON appends r as JSON, the value json.Marshal gives.
 func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
 	b = appendField(b, `{"state":`, r.State)
 	b, err := appendOutput(b, r.Output)
@@ -136,8 +129,7 @@ func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// AppendJSON appends p as json.Marshal writes it; an invalid raw member of
-// a block is an error, as for ExecResult.AppendJSON.
+// AppendJSON appends p as JSON, the value json.Marshal gives.
 func (p *Progress) AppendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, int64(p.Seq), 10)
@@ -148,8 +140,7 @@ func (p *Progress) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// appendOutput appends the "output" member: null for a nil slice, as
-// json.Marshal writes it.
+// appendOutput appends the "output" member: null for a nil slice.
 func appendOutput(b []byte, out []Block) ([]byte, error) {
 	b = append(b, `,"output":`...)
 	if out == nil {
@@ -158,8 +149,7 @@ func appendOutput(b []byte, out []Block) ([]byte, error) {
 	return AppendBlocks(b, out)
 }
 
-// AppendBlocks appends out as a JSON array of blocks, as the encoders of
-// this package write an output.
+// AppendBlocks appends out as a JSON array of blocks.
 func AppendBlocks(b []byte, out []Block) ([]byte, error) {
 	return appendArray(b, len(out), func(b []byte, i int) ([]byte, error) { return out[i].appendJSON(b) })
 }
@@ -197,14 +187,11 @@ func outputSize(out []Block) int {
 	return n
 }
 
-// AppendJSONString appends s as a JSON string, as the bus's encoders
-// write strings: quotes, backslashes and control characters escaped,
-// invalid UTF-8 replaced by U+FFFD.
+// AppendJSONString appends s as a JSON string, as the bus's encoders do.
 func AppendJSONString(b []byte, s string) []byte { return appendString(b, s) }
 
-// AppendJSON appends b as JSON, the value json.Marshal gives (see
-// ExecRequest.AppendJSON): an agent sends one per model turn. A raw member
-// that is not JSON is refused, as json.Marshal refuses it.
+// AppendJSON appends b as JSON, the value json.Marshal gives; a raw member
+// that is not JSON is refused.
 func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 	out = append(out, `{"calls":`...)
 	var err error

@@ -6,13 +6,11 @@ import (
 )
 
 // FromEvent reads an io.toolbus.call.batch's data into d as DataAs does; the
-// plain form the SDKs write is read by a small scanner in two allocations,
-// anything else by DataAs (FuzzBatchFlat holds the two to one result).
+// plain form the SDKs write by a small scanner (FuzzBatchFlat).
 func (d *Batch) FromEvent(e *Event) error { return d.FromEventInto(e, nil) }
 
 // FromEventInto is FromEvent whose calls, read in the plain form, are
-// kept in calls when it has room for them (a caller's array for the usual
-// batch of one call): one allocation less.
+// kept in calls when it has room for them.
 func (d *Batch) FromEventInto(e *Event, calls []Call) error {
 	if decodeBatchFlat(e.Data, d, calls) {
 		return nil
@@ -26,9 +24,8 @@ type flatCall struct {
 	background      bool
 }
 
-// decodeBatchFlat reads b into d when b is in the plain form, and reports
-// whether it was; d is then set in full, its calls in into when it has
-// room for them.
+// decodeBatchFlat reads b into d, its calls in into when it has room, and
+// reports whether b was in the plain form.
 func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	var callsBuf [4]flatCall
 	calls := callsBuf[:0]
@@ -62,8 +59,7 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	if !ok || !p.end() || seen&1 == 0 {
 		return false
 	}
-	// The strings and raw members share one buffer; each raw member's
-	// capacity ends where it does, so an append reallocates it.
+	// One buffer; each raw member's capacity ends where it does.
 	n := len(events) + len(user) + len(context)
 	for _, c := range calls {
 		n += len(c.id) + len(c.name) + len(c.input)
@@ -94,9 +90,8 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	return true
 }
 
-// flatCallAt reads the call object at p: an "id" and a "name" (plain
-// strings), an "input" object and "background" true or false, each at
-// most once, at least one of them.
+// flatCallAt reads the call object at p: "id", "name" (plain strings),
+// "input" (an object) and "background", each at most once.
 func flatCallAt(p *flatParser) (c flatCall, ok bool) {
 	seen, ok := p.object(func(key []byte) uint16 {
 		var ok bool

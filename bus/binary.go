@@ -9,8 +9,7 @@ import (
 )
 
 // BinaryMsg returns a NATS message to subject carrying e in binary mode
-// (docs/protocol.md 1): attributes in ce- headers, percent-encoded where
-// needed, the data as body, trace context as in structured mode.
+// (docs/protocol.md 1): attributes in ce- headers, the data as body.
 func BinaryMsg(subject string, e *Event) *nats.Msg {
 	vals := binaryAttrs(e)
 	return headerMsg(subject, e.Data, binaryKeys[:], vals[:])
@@ -22,22 +21,19 @@ func CompactMsg(subject string, e *Event) *nats.Msg {
 	return headerMsg(subject, e.Data, compactKeys[:], vals[:])
 }
 
-// headerMsg is a message to subject with data and a header of its own
-// holding keys: vals.
+// headerMsg is a message to subject with data and a header keys: vals.
 func headerMsg(subject string, data []byte, keys, vals []string) *nats.Msg {
 	h := make(nats.Header, 16)
 	fillHeader(h, make([]string, len(keys)), keys, vals)
 	return &nats.Msg{Subject: subject, Header: h, Data: data}
 }
 
-// binaryKeys are the binary mode's headers, in the order binaryAttrs gives
-// their values.
+// binaryKeys are the binary mode's headers, in binaryAttrs' order.
 var binaryKeys = [...]string{"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-subject", "ce-time",
 	"ce-sessionid", "ce-replyid", "ce-toolcallid", "ce-traceparent", "ce-tracestate", "ce-expirytime",
 	HeaderContentType, HeaderTraceParent, HeaderTraceState}
 
-// binaryAttrs returns the value of each of binaryKeys for e, as a header
-// value (headerValue), "" for a header it does not get.
+// binaryAttrs returns each of binaryKeys' header value for e ("" for none).
 func binaryAttrs(e *Event) (vals [len(binaryKeys)]string) {
 	vals = [...]string{e.SpecVersion, e.ID, e.Source, e.Type, e.Subject, e.Time, e.SessionID, e.ReplyID,
 		e.ToolCallID, e.TraceParent, e.TraceState, e.ExpiryTime, cmp.Or(e.DataContentType, ContentTypeJSON), "", ""}
@@ -55,9 +51,8 @@ func escapeAll(vals []string) {
 	}
 }
 
-// headerValue is v as a ce- header value: unchanged when it holds only
-// characters that need no percent-encoding (identifiers, times, most
-// sources), else url.PathEscape'd, which Decode reverses.
+// headerValue is v as a ce- header value: url.PathEscape'd (which Decode
+// reverses) unless it needs no escaping.
 func headerValue(v string) string {
 	for i := 0; i < len(v); i++ {
 		if !unescaped[v[i]] {
@@ -67,8 +62,8 @@ func headerValue(v string) string {
 	return v
 }
 
-// unescaped are the bytes a header value carries as they are (headerValue):
-// one load per byte, where the comparisons were up to eleven.
+// unescaped are the bytes a header value carries as they are: a table, one
+// load per byte.
 var unescaped = func() (t [256]bool) {
 	for c := range 256 {
 		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
@@ -78,9 +73,7 @@ var unescaped = func() (t [256]bool) {
 }()
 
 // ExecForm is the form of an io.toolbus.exec and of its result
-// (docs/protocol.md 5.1, 5.2): a router sends a tool's exec in the form
-// every live worker of the tool reads, and a worker answers in the form
-// the exec came in.
+// (docs/protocol.md 5.1, 5.2).
 type ExecForm uint8
 
 const (
@@ -89,10 +82,8 @@ const (
 	ExecCompact                    // compact binary mode (1.16): workers that declare compact_exec as well
 )
 
-// compactKeys are the compact form's headers, in the order compactAttrs
-// gives their values: binary mode without time, datacontenttype (the data
-// is JSON), subject and the trace headers' copies outside ce-
-// (docs/protocol.md 5.1). A worker's result sets only the first four.
+// compactKeys are the compact form's headers (docs/protocol.md 5.1), in
+// compactAttrs' order; a worker's result sets only the first four.
 var compactKeys = [...]string{"ce-specversion", "ce-id", "ce-source", "ce-type", "ce-sessionid", "ce-replyid",
 	"ce-toolcallid", "ce-expirytime", "ce-traceparent", "ce-tracestate"}
 
@@ -105,8 +96,7 @@ func compactAttrs(e *Event) (vals [len(compactKeys)]string) {
 }
 
 // CompactForm reports whether a binary-mode message h whose event decoded
-// as e came in the compact form: one without datacontenttype, which the
-// binary form always states.
+// as e came in the compact form: without datacontenttype.
 func CompactForm(h nats.Header, e *Event) bool { return e.DataContentType == "" && IsBinary(h) }
 
 // PublishBinary sends e on subject over nc in binary mode, in the compact
@@ -117,9 +107,8 @@ func PublishBinary(nc *nats.Conn, subject string, e *Event, compact bool) error 
 	return err
 }
 
-// binaryHeaders and compactHeaders are the headerBufs of messages nats.go
-// writes out before its send returns (a core publish or request), one
-// pool per form, so that each keeps its shape.
+// binaryHeaders and compactHeaders are the headerBufs of WithBinaryMsg,
+// one pool per form, so that each keeps its shape.
 var (
 	binaryHeaders = sync.Pool{New: func() any {
 		return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
@@ -142,8 +131,7 @@ func WithBinaryMsg(subject string, e *Event, compact bool, send func(*nats.Msg))
 	withHeader(&binaryHeaders, binaryKeys[:], vals[:], subject, e.Data, send)
 }
 
-// withHeader calls send with data on subject under a header of pool's
-// holding keys: vals, and puts the header back once send returns.
+// withHeader calls send with data on subject under a pooled header keys: vals.
 func withHeader(pool *sync.Pool, keys, vals []string, subject string, data []byte, send func(*nats.Msg)) {
 	b := pool.Get().(*headerBuf)
 	b.fill(keys, vals)

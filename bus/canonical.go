@@ -10,42 +10,19 @@ import (
 	"unicode/utf8"
 )
 
-// The canonical form of a JSON value (docs/protocol.md 3.1, 1.13): one
-// text per value, so that two inputs hold the same JSON value exactly when
-// their canonical texts are equal bytes. It is what SameInput compares and
-// CallDigest hashes, so the two agree by construction. The same value is
-// JSON Schema's equality of instances (the one the router's input schemas
-// apply to const and enum):
-//
-//   - objects: the same members, in any order, with insignificant white
-//     space anywhere; members are written sorted by the bytes of their
-//     canonical names. A name given twice keeps both members, in the order
-//     sent (decoders keep the first or the last: such objects are equal only
-//     to themselves, members in the same order);
-//   - arrays: the same elements in the same order;
-//   - strings: the same characters, however escaped (`\u00e9` is `é`, `\/`
-//     is `/`, a surrogate pair is its character); written with `"`, `\` and
-//     the control characters escaped (`\b`, `\f`, `\n`, `\r`, `\t`, else
-//     `\u00XX`), everything else as UTF-8. A lone surrogate escape stays an
-//     escape (lowercase) and bytes that are not UTF-8 stay as they were:
-//     decoders read those differently, so they equal only themselves;
-//   - numbers: the same mathematical value, exactly (1, 1.0, 1e0 and 10e-1
-//     are one number; 9007199254740993 and 9007199254740992 are two, though
-//     one float64 holds both): written as ECMAScript writes a number, with
-//     the exact decimal digits (1, 0.5, 1e+21, 1.5e-7, -0 as 0). A number
-//     whose exponent has more than 15 digits is written as sent;
-//   - true, false and null.
-//
-// Text that is not one JSON value, or nests deeper than maxCanonicalDepth,
-// has no canonical form: it stands for itself, its bytes as they were.
-// Every canonical text is JSON holding the value it was made from, so two
-// texts that are equal bytes hold the same value whichever way they were
-// made: the form may tell apart two spellings of one value (a deep or odd
-// one), never join two values.
+// The canonical form of a JSON value, as docs/protocol.md 3.1 (1.13)
+// defines it: one text per value, so that two inputs hold the same JSON
+// value exactly when their canonical texts are equal bytes; SameInput
+// compares it and CallDigest hashes it. Members are sorted by the bytes of
+// their canonical names (a name given twice keeps both, in order), strings
+// unescaped but for `"`, `\` and control characters (a lone surrogate stays
+// an escape, bytes that are not UTF-8 stay as they were), numbers in
+// ECMAScript's layout of their exact digits (an exponent of more than 15
+// digits as sent). Text that is not one JSON value, or nests deeper than
+// maxCanonicalDepth, stands for itself.
 
-// maxCanonicalDepth bounds the nesting canonical follows (its recursion);
-// routers refuse inputs nested deeper than 128 (schemas.MaxInputDepth)
-// before they run.
+// maxCanonicalDepth bounds canonical's recursion (routers refuse inputs
+// nested deeper than schemas.MaxInputDepth anyway).
 const maxCanonicalDepth = 1000
 
 // canonicaliser writes the canonical form of one JSON text.
@@ -65,12 +42,11 @@ type member struct{ start, colon, end int }
 
 var canonicalisers = sync.Pool{New: func() any { return new(canonicaliser) }}
 
-// getCanonicaliser takes a canonicaliser from the pool; its buf is empty,
+// getCanonicaliser takes a canonicaliser from the pool; its empty buf is
 // lent to the caller until putCanonicaliser.
 func getCanonicaliser() *canonicaliser { return canonicalisers.Get().(*canonicaliser) }
 
-// putCanonicaliser gives c back with buf, the buffer it lent grown, to lend
-// again (unless its buffers grew large).
+// putCanonicaliser gives c back with buf, the buffer it lent, grown.
 func putCanonicaliser(c *canonicaliser, buf []byte) {
 	c.src, c.out, c.members = nil, nil, c.members[:0]
 	if cap(buf)+cap(c.scratch)+cap(c.digits) <= 64<<10 {
@@ -304,9 +280,8 @@ func (c *canonicaliser) str() bool {
 	return false
 }
 
-// The single-character escapes of JSON strings (escapes) and the
-// characters they stand for (escaped), in the same order: all but '/' are
-// how a canonical text writes those characters.
+// The single-character escapes of JSON strings and the characters they
+// stand for: all but '/' are how a canonical text writes them.
 const (
 	escapes = `"\/bfnrt`
 	escaped = "\"\\/\b\f\n\r\t"
@@ -359,8 +334,7 @@ func (c *canonicaliser) skipDigits() {
 	}
 }
 
-// number writes the number at src[i] by its exact value: the digits d
-// without leading or trailing zeros and the exponent e of d × 10^e, in
+// number writes the number at src[i] by its exact value, d × 10^e, in
 // ECMAScript's Number::toString layout.
 func (c *canonicaliser) number() bool {
 	start := c.i
@@ -434,8 +408,7 @@ func (c *canonicaliser) number() bool {
 }
 
 // appendDecimal appends d × 10^exp (d digits, no leading or trailing
-// zero) as ECMAScript's Number::toString lays out a number's shortest
-// digits: n is where the decimal point falls among them.
+// zero) as ECMAScript's Number::toString lays them out.
 func appendDecimal(b, d []byte, exp int) []byte {
 	k := len(d)
 	n := k + exp

@@ -47,9 +47,8 @@ func NewEvent(typ, source string, data any) (*Event, error) {
 	return &e, nil
 }
 
-// Head is a new event of type typ from source without data, as NewEvent
-// makes it (a fresh id, the current time), by value: an event that is sent
-// and let go then stays off the heap.
+// Head is NewEvent without data, by value: an event that is sent and let
+// go then stays off the heap.
 func Head(typ, source string) Event {
 	id, at := stamp()
 	return Event{SpecVersion: SpecVersion, ID: id, Source: source, Type: typ,
@@ -142,10 +141,9 @@ func isJSONContentType(ct string) bool {
 	return mt == ContentTypeJSON || strings.HasSuffix(mt, "+json") || mt == "text/json"
 }
 
-// Encode returns the event in structured JSON mode. It writes the JSON by
-// hand (the router encodes several events per call, and reflection with a
-// re-compacted data payload dominated that cost); Data must hold valid JSON,
-// which a fast scan checks.
+// Encode returns the event in structured JSON mode, written by hand (the
+// router encodes several events per call); Data must hold valid JSON, which
+// a fast scan checks.
 func (e *Event) Encode() ([]byte, error) {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return nil, fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
@@ -154,7 +152,7 @@ func (e *Event) Encode() ([]byte, error) {
 }
 
 // encodedSize is the length of e's encoding when no attribute needs
-// escaping: the attribute names, quotes and commas take at most 224 bytes.
+// escaping (names, quotes and commas: at most 224 bytes).
 func (e *Event) encodedSize() int {
 	n := 224 + len(e.Data) + len(e.DataBase64)
 	for _, a := range e.attrs() {
@@ -195,8 +193,7 @@ func appendAttr(b []byte, key, v string) []byte {
 	return appendField(b, key, v)
 }
 
-// appendField appends key (the member's punctuation and name) and the JSON
-// string v.
+// appendField appends key (punctuation and name) and the JSON string v.
 func appendField(b []byte, key, v string) []byte { return appendString(append(b, key...), v) }
 
 const hexDigits = "0123456789abcdef"
@@ -258,11 +255,9 @@ func (e *Event) StoredMsg(subject string) (*nats.Msg, error) {
 	return e.msg(subject, e.ID, false)
 }
 
-// msg is Msg with msgID, when set, as Nats-Msg-Id. With shared, an event
-// without trace context or msgID gets the one read-only plainHeader
-// instead of a map of its own: only the senders of this package ask for
-// it, with calls that never modify a header. Otherwise the message, its
-// header values and its header map take three allocations.
+// msg is Msg with msgID, when set, as Nats-Msg-Id. With shared (this
+// package's senders, which never modify a header), an event without trace
+// context or msgID gets the read-only plainHeader instead of a map.
 func (e *Event) msg(subject, msgID string, shared bool) (*nats.Msg, error) {
 	b, err := e.Encode()
 	if err != nil {
@@ -280,8 +275,7 @@ func (e *Event) msg(subject, msgID string, shared bool) (*nats.Msg, error) {
 	return &s.m, nil
 }
 
-// eventKeys are the headers of a structured event's message, in the order
-// eventHeader gives their values.
+// eventKeys are the headers of a structured event's message, in eventHeader's order.
 var eventKeys = [...]string{HeaderContentType, natsMsgID, HeaderTraceParent, HeaderTraceState}
 
 // eventHeader is the value of each of eventKeys for e sent with msgID, ""
@@ -294,11 +288,9 @@ func (e *Event) eventHeader(msgID string) [len(eventKeys)]string {
 	return [...]string{ContentTypeEvent, msgID, e.TraceParent, ts}
 }
 
-// headerBuf is a message and its header, each value of which is a
-// one-string slice of vals, so the header takes no allocation of its own.
-// Pooled, a header of the shape the previous one had (the same keys set:
-// the exec requests of one router, as a rule) keeps its keys, and only
-// its values are written: no map operation per message.
+// headerBuf is a pooled message and its header, each value a one-string
+// slice of vals; a header of the previous one's shape (the same keys set)
+// keeps its keys, and only its values are written.
 type headerBuf struct {
 	m     nats.Msg
 	h     nats.Header
@@ -324,8 +316,8 @@ func (hb *headerBuf) fill(keys, vals []string) {
 }
 
 // fillHeader writes each value of vals that is set into store, in order,
-// and, unless keys is nil, sets h[keys[i]] to its one-string slice of store
-// (with nil keys, h has those keys already, each a slice of store).
+// and, unless keys is nil (h has them already), sets h[keys[i]] to its
+// one-string slice of store.
 func fillHeader(h nats.Header, store, keys, vals []string) {
 	n := 0
 	for i, v := range vals {
@@ -339,25 +331,18 @@ func fillHeader(h nats.Header, store, keys, vals []string) {
 	}
 }
 
-// done lets go of hb's message and header values once it is sent (the
-// keys stay, for the next of this shape).
+// done lets go of hb's message and header values once it is sent.
 func (hb *headerBuf) done() {
 	hb.m = nats.Msg{}
 	clear(hb.vals)
 }
 
-// Send publishes e on subject over nc (core NATS, structured mode, Data
+// SendWith publishes e on subject through send (structured mode, Data
 // checked as Encode does), with msgID, when set, as its Nats-Msg-Id, so a
-// stream stores it once. Encoding, message and header are pooled: five
-// allocations fewer than NewEvent, Msg and PublishMsg.
-func Send(nc *nats.Conn, subject string, e *Event, msgID string) error {
-	return SendWith(subject, e, msgID, nc.PublishMsg)
-}
-
-// SendWith is Send through send, which gets the message (pooled, as
-// Send's) and may set its reply subject: it must not keep the message
-// after it returns (a core publish keeps nothing of it). The client's
-// requests go through it with their own reply subjects.
+// stream stores it once. Encoding, message and header are pooled (five
+// allocations fewer than NewEvent, Msg and PublishMsg): send may set the
+// reply subject but must not keep the message after it returns (a core
+// publish keeps nothing of it).
 func SendWith(subject string, e *Event, msgID string, send func(*nats.Msg) error) error {
 	if len(e.Data) > 0 && !fastjson.Valid(e.Data) {
 		return fmt.Errorf("bus: encode %s: data is not valid JSON", e.Type)
@@ -395,8 +380,7 @@ type sendBuf struct {
 // natsMsgID is JetStream's deduplication header (jetstream.MsgIDHeader).
 const natsMsgID = "Nats-Msg-Id"
 
-// maxPooledSend bounds the encodings kept for reuse: a large reply's
-// buffer is let go rather than held by the pool.
+// maxPooledSend bounds the encodings kept for reuse.
 const maxPooledSend = 64 << 10
 
 var sends = sync.Pool{New: func() any {
@@ -404,9 +388,8 @@ var sends = sync.Pool{New: func() any {
 }}
 
 // plainHeader is the header of every event without trace context that this
-// package sends itself: nats.Conn's PublishMsg and RequestMsg only read a
-// header, so one map serves them all. It must never reach code that writes
-// headers (jetstream.PublishMsg adds Nats-Msg-Id, for one).
+// package sends itself (nats.Conn only reads it); it must never reach code
+// that writes headers, such as jetstream.PublishMsg.
 var plainHeader = nats.Header{HeaderContentType: {ContentTypeEvent}}
 
 // Decode reads the event of a NATS message in structured or binary mode and
@@ -419,9 +402,8 @@ func Decode(m *nats.Msg) (*Event, error) {
 	return e, nil
 }
 
-// DecodeTo is Decode into e, which it overwrites: a caller that reads a
-// binary-mode event and lets it go keeps it off the heap (the router's
-// exec results).
+// DecodeTo is Decode into e, which it overwrites, so that an event read and
+// let go can stay off the heap.
 func DecodeTo(m *nats.Msg, e *Event) error {
 	*e = Event{}
 	if IsBinary(m.Header) {
@@ -436,15 +418,12 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 
 // DecodeHead is DecodeTo for a caller that owns m's data and decodes the
 // event's data next with a checking decoder (DataAs, FromEvent): the data is
-// not checked to be JSON here, and may be a slice of m.Data, sparing one
-// pass.
+// not checked here, and may be a slice of m.Data.
 func DecodeHead(m *nats.Msg, e *Event) error { return decodeHead(m, e, false) }
 
-// DecodeHeadView is DecodeHead whose attributes, when the plain form is
-// read, are views of m's data rather than a copy of theirs (no
-// allocation): for a caller that lets the event go once it has read what
-// it keeps (the client's reply, whose results Reply.FromEvent copies),
-// and never changes m.Data. The attributes keep m.Data alive.
+// DecodeHeadView is DecodeHead whose attributes, in the plain form, are
+// views of m's data rather than copies: for a caller that never changes
+// m.Data and copies what it keeps (the client's reply).
 func DecodeHeadView(m *nats.Msg, e *Event) error { return decodeHead(m, e, true) }
 
 func decodeHead(m *nats.Msg, e *Event, view bool) error {
@@ -504,9 +483,8 @@ func decodeStructured(b []byte, e *Event) error {
 
 // decodeFlat reads b, a structured event, when it has the plain form
 // toolbus's senders write (known attributes once, printable ASCII strings
-// without escapes, object or array data); else it reports false and the
-// general decoder judges (FuzzDecodeFlat holds the two to one event). Its
-// attributes are slices of one string: one allocation in all.
+// without escapes, object or array data), in one allocation; else it
+// reports false and the general decoder judges (FuzzDecodeFlat).
 func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false) }
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
@@ -556,8 +534,7 @@ func decodeFlatData(b []byte, e *Event, check, view bool) bool {
 	return true
 }
 
-// setStrings sets each attribute of vals that is set to its value, all of
-// them slices of one new string of n bytes.
+// setStrings sets each attribute of vals that is set, as slices of one new string.
 func setStrings(attrs [nAttrs]*string, vals *[nAttrs][]byte, n int) {
 	var all strings.Builder
 	all.Grow(n)
@@ -594,8 +571,7 @@ func (e *Event) attrs() [nAttrs]*string {
 }
 
 // attrSlot is the slot of the attribute named key, slotData for data, -1
-// for any other name. A switch, not a loop over attrNames: decodeFlat
-// calls it for every member of every event.
+// for any other name (a switch: it runs for every member of every event).
 func attrSlot(key string) int {
 	switch key {
 	case "specversion":
@@ -630,8 +606,7 @@ func attrSlot(key string) int {
 	return -1
 }
 
-// knownValues are the constant values decodeFlat reads without an
-// allocation, by slot.
+// knownValues are the constant values decodeFlat reads without an allocation.
 var knownValues = [nAttrs][]string{
 	slotSpec:        {SpecVersion},
 	slotType:        {TypeCallBatch, TypeExecResult, TypeToolsQuery, TypeAnswer, TypeCallCancel, TypeRegister, TypeAdmin},
@@ -656,19 +631,15 @@ func isNull(b json.RawMessage) bool { return len(b) == 4 && string(b) == "null" 
 func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	e.Data = body
 	attrs := e.attrs()
-	// Header names are read case-insensitively, so two may name one
-	// attribute: with different values that is bad_event, never a choice by
-	// map order. from is each attribute's header; others keeps extensions
-	// toolbus does not read, to compare.
+	// Two headers may name one attribute (names are case-insensitive): with
+	// different values that is bad_event, never a choice by map order. from
+	// is each attribute's header; others keeps the other extensions.
 	var from [nAttrs]string
 	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {
 		var name, v string
 		slot, plain := exactHeader(k)
-		if plain && len(vs) > 0 && plainValue(vs[0]) {
-			// A header named as binaryKeys spell it, with a value of ASCII
-			// and no escape: what the general path below would make of it,
-			// without lowering the name or scanning the value twice.
+		if plain && len(vs) > 0 && plainValue(vs[0]) { // as binaryKeys spell it, ASCII, no escape
 			name, v = attrNames[slot], vs[0]
 		} else {
 			slot = -1
@@ -689,9 +660,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 					return Errorf(CodeBadEvent, "header %s: %v", k, err)
 				}
 			}
-			if !utf8.ValidString(v) {
-				// CloudEvents attributes are Unicode strings; JSON would turn
-				// the bytes into U+FFFD, so the event would change on the way.
+			if !utf8.ValidString(v) { // JSON would turn the bytes into U+FFFD
 				return Errorf(CodeBadEvent, "header %s is not UTF-8", k)
 			}
 			slot = attrSlot(name)
@@ -717,9 +686,8 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	return e.Validate()
 }
 
-// exactHeader is the attribute slot of header k when k is a ce- header of
-// an attribute or content-type, named as binaryKeys spell them (plain
-// true); anything else goes through decodeBinary's general path.
+// exactHeader is the attribute slot of header k when k is named as
+// binaryKeys spell it (plain true); else decodeBinary's general path reads it.
 func exactHeader(k string) (slot int, plain bool) {
 	if k == HeaderContentType {
 		return slotContentType, true
@@ -731,15 +699,13 @@ func exactHeader(k string) (slot int, plain bool) {
 	return slot, true
 }
 
-// attrNames are the attributes' names by slot, as decodeBinary's errors
-// name them.
+// attrNames are the attributes' names by slot.
 var attrNames = [nAttrs]string{slotSpec: "specversion", slotID: "id", slotSource: "source", slotType: "type",
 	slotSubject: "subject", slotContentType: "datacontenttype", slotTime: "time", slotSession: "sessionid",
 	slotReply: "replyid", slotToolCall: "toolcallid", slotTraceParent: "traceparent", slotTraceState: "tracestate",
 	slotExpiry: "expirytime"}
 
-// plainValue reports whether header value v is ASCII without '%': valid
-// UTF-8 that url.PathUnescape returns as it is.
+// plainValue reports whether header value v is ASCII without '%'.
 func plainValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
@@ -750,10 +716,8 @@ func plainValue(v string) bool {
 }
 
 // IsBinary reports whether a message carries its event in CloudEvents
-// binary mode (ce- attributes), as Decode reads it. The usual structured
-// message has one content-type header, which one lookup tells, then the
-// exact-name lookups come and the case-insensitive scan only runs on
-// messages that need it.
+// binary mode (ce- attributes), as Decode reads it: exact lookups first,
+// a case-insensitive scan only when they tell nothing.
 func IsBinary(h nats.Header) bool {
 	switch len(h) {
 	case 0:

@@ -4,12 +4,10 @@ import (
 	"encoding/json"
 )
 
-// FromEvent decodes an io.toolbus.exec's data into r as DataAs does, with the
-// same result and errors. The form a router writes (docs/protocol.md 5.1) is
-// read by a flat scan that copies nothing: the raw members are slices of
-// e.Data, which the caller must not reuse while r is in use, and the call's
-// id and name are idOf's strings when they spell them. Anything else is read
-// by DataAs.
+// FromEvent decodes an io.toolbus.exec's data into r as DataAs does. The
+// form a router writes is read by a flat scan that copies nothing: the raw
+// members are slices of e.Data (not to be reused while r is in use), the
+// call's id and name idOf's strings when they spell them.
 func (r *ExecRequest) FromEvent(e *Event, idOf ...string) error {
 	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {
 		return nil
@@ -26,8 +24,8 @@ const (
 	execState
 )
 
-// execFlat reads b into r when it has the plain form, reporting false
-// (r then holds anything) for every other input, valid or not.
+// execFlat reads b into r, reporting false (r then holds anything) unless
+// b has the plain form.
 func execFlat(b []byte, r *ExecRequest, idOf []string) bool {
 	*r = ExecRequest{}
 	p := flatParser{b: b}

@@ -6,8 +6,7 @@ import (
 )
 
 // FromEvent reads an io.toolbus.exec.result's data into xr as DataAs does;
-// the plain form the workers write is read by a small scanner in two
-// allocations, anything else by DataAs (FuzzExecResultFlat holds them to one).
+// the plain form the workers write by a small scanner (FuzzExecResultFlat).
 func (xr *ExecResult) FromEvent(e *Event) error {
 	if decodeExecResultFlat(e.Data, xr) {
 		return nil
@@ -24,8 +23,7 @@ var (
 	blockTypes = []string{BlockText}
 )
 
-// decodeExecResultFlat reads b into xr when b is in the plain form, and
-// reports whether it was; xr is then set in full.
+// decodeExecResultFlat reads b into xr and reports whether it was in the plain form.
 func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 	var state []byte
 	var blocksBuf [4]flatBlock
@@ -72,8 +70,7 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 	return true
 }
 
-// flatTextBlock reads the block object at p: a "type" and, optionally, a
-// "text", both plain strings.
+// flatTextBlock reads the block object at p: "type" and optionally "text".
 func flatTextBlock(p *flatParser) (bl flatBlock, ok bool) {
 	seen, ok := p.object(func(key []byte) uint16 {
 		v, ok := p.plain()

@@ -159,8 +159,7 @@ func unescape(c byte) byte {
 	return 0
 }
 
-// addUnescaped is addString for s, a string str read, with its escapes
-// undone.
+// addUnescaped is addString for s, a string str read, with its escapes undone.
 func addUnescaped(w *strings.Builder, s []byte) string {
 	off := w.Len()
 	for i := 0; i < len(s); i++ {
@@ -174,9 +173,7 @@ func addUnescaped(w *strings.Builder, s []byte) string {
 	return w.String()[off:]
 }
 
-// addString writes v to w and returns it as a string that shares w's
-// buffer: the strings of one reader take one allocation when w was grown
-// to hold them all first.
+// addString writes v to w and returns it as a string that shares w's buffer.
 func addString(w *strings.Builder, v []byte) string {
 	off := w.Len()
 	w.Write(v)
@@ -224,8 +221,7 @@ func (p *flatParser) raw(kinds string) ([]byte, bool) {
 // anyValue is raw's kinds for every value it reads.
 const anyValue = `{["ntf0123456789`
 
-// value finds the end of the JSON object or array at p.i; end is the
-// index after it.
+// value finds the end of the JSON object or array at p.i.
 func (p *flatParser) value() (end int, ok bool) {
 	depth, in := 0, false
 	for j := p.i; j < len(p.b); j++ {
@@ -250,9 +246,7 @@ func (p *flatParser) value() (end int, ok bool) {
 	return 0, false
 }
 
-// dataAs is e.DataAs(r) for a plain-form reader's fallback, through a new
-// T: what DataAs decodes into escapes to the heap, and r, the caller's,
-// may be on its stack.
+// dataAs is e.DataAs(r) through a new T, so that r may stay on its caller's stack.
 func dataAs[T any](e *Event, r *T) error {
 	d := new(T)
 	err := e.DataAs(d)

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// This file holds the records more than one package reads or writes, so
-// that each has one encoder and one decoder (docs/router.md "Layout").
+// The records more than one package reads or writes: one encoder and one
+// decoder each (docs/router.md "Layout").
 
 // WorkerBeat is a P_workers value (docs/protocol.md 8): a worker's liveness
 // for one tool, keyed <tool>.<worker>, written by the registry.
@@ -18,15 +18,12 @@ type WorkerBeat struct {
 	// InFlight is absent for a worker that does not report its calls in
 	// flight, and a list (CallKey), possibly empty, for one that does.
 	InFlight []string `json:"inflight,omitempty"`
-	// Binary says the worker takes exec requests in binary mode, and
-	// Compact, only with Binary, in the compact form too (docs/protocol.md
-	// 5.1).
+	// Binary and Compact are the exec forms the worker takes (5.1).
 	Binary  bool `json:"binary,omitempty"`
 	Compact bool `json:"compact,omitempty"`
 }
 
-// Form is the exec form the beat's worker declared it reads, the most
-// capable one (compact only with binary).
+// Form is the most capable exec form the beat's worker reads.
 func (v WorkerBeat) Form() ExecForm {
 	switch {
 	case v.Binary && v.Compact:
@@ -41,8 +38,7 @@ func (v WorkerBeat) Form() ExecForm {
 var WorkerLeft = []byte(`{"left":true}`)
 
 // Encode returns the beat's P_workers value: inflight present (possibly
-// empty) only for a worker that reports its calls, binary and compact only
-// when true.
+// empty) only for a worker that reports its calls.
 func (v WorkerBeat) Encode() []byte {
 	if v.Left {
 		return WorkerLeft
@@ -59,8 +55,7 @@ func (v WorkerBeat) Encode() []byte {
 	return b
 }
 
-// DecodeWorkerBeat reads a P_workers value; a value that is not a beat
-// reads as a live worker that says nothing more.
+// DecodeWorkerBeat reads a P_workers value (one that is not a beat: live).
 func DecodeWorkerBeat(b []byte) WorkerBeat {
 	var v WorkerBeat
 	_ = json.Unmarshal(b, &v)
@@ -141,13 +136,11 @@ type ParkRecord struct {
 	// Batch is the continuation when this call is the batch's only wait
 	// (docs/protocol.md 6.1, 1.6), opaque to all but package parked.
 	Batch json.RawMessage `json:"batch,omitempty"`
-	// AnsweredBy and AnsweredAt say who answered (the answer's
-	// CloudEvents source, a claim; "<source> via P.approve" when it came
-	// on the approver's subject) and when (docs/protocol.md 6.1).
+	// AnsweredBy and AnsweredAt say who answered (the answer's source, a
+	// claim) and when (docs/protocol.md 6.1).
 	AnsweredBy string    `json:"answered_by,omitempty"`
 	AnsweredAt time.Time `json:"answered_at,omitzero"`
-	// Owner and Touched are an answered call's lease: its router renews
-	// Touched while it runs the call; once stale another takes it over.
+	// Owner and Touched are an answered call's lease, renewed while it runs.
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched,omitzero"`
 	Created time.Time `json:"created"`
@@ -182,8 +175,7 @@ type HandoffRequest struct {
 }
 
 // Question is a bridged MCP server's question as the input of a parked call
-// of mcp__<server>__elicit (docs/mcp.md "Bridge mapping"): written by the
-// bridge, read by the facade, one record so the two cannot drift.
+// of mcp__<server>__elicit (docs/mcp.md "Bridge mapping").
 type Question struct {
 	// Server is the bridged server's name (the middle of its tools' names).
 	Server string `json:"server"`
@@ -198,10 +190,8 @@ type Question struct {
 	RequestedSchema json.RawMessage `json:"requested_schema,omitempty"`
 	URL             string          `json:"url,omitempty"`
 	ElicitationID   string          `json:"elicitation_id,omitempty"`
-	// Calls are the ids of the bus calls that were running on the server
-	// when it asked (over streamable HTTP, the one whose stream it came on).
+	// Calls are the ids of the bus calls running on the server when it asked.
 	Calls []string `json:"calls"`
-	// Refused says why the previous answer was not taken (it did not fit
-	// the schema); the question is asked again.
+	// Refused says why the previous answer was not taken; it is asked again.
 	Refused string `json:"refused,omitempty"`
 }

@@ -2,11 +2,9 @@ package bus
 
 import "strings"
 
-// FromEvent decodes an io.toolbus.call.reply's data into r as DataAs does,
-// with the same result and errors. A plain reply of finished calls is read by
-// one flat pass; anything else (errors, metadata, parked calls, escapes,
-// non-ASCII) by DataAs. It checks what it reads, so it serves after
-// DecodeHead.
+// FromEvent decodes an io.toolbus.call.reply's data into r as DataAs does;
+// a plain reply of finished calls in one flat pass that checks what it reads
+// (so it serves after DecodeHead).
 func (r *Reply) FromEvent(e *Event) error {
 	if len(e.Data) > 0 && replyFlat(e.Data, r) {
 		return nil
@@ -14,15 +12,13 @@ func (r *Reply) FromEvent(e *Event) error {
 	return dataAs(e, r)
 }
 
-// Bounds of the flat read: a reply with more results or blocks is read
-// by DataAs.
+// Bounds of the flat read; a larger reply is read by DataAs.
 const (
 	flatResults = 8
 	flatBlocks  = 16
 )
 
-// flatReply is what the flat read collects before it makes the reply:
-// each string as it is in the data (escaped), in order.
+// flatReply is what the flat read collects: each string as it is in the data.
 type flatReply struct {
 	results [flatResults]struct {
 		id, name, state []byte
@@ -34,8 +30,7 @@ type flatReply struct {
 	size   int // the strings' bytes, escaped (at least their unescaped bytes)
 }
 
-// replyFlat reads b into r when it has the plain form, reporting false
-// (r untouched) for every other input, valid or not.
+// replyFlat reads b into r, reporting false (r untouched) unless b has the plain form.
 func replyFlat(b []byte, r *Reply) bool {
 	var f flatReply
 	p := flatParser{b: b}
@@ -130,16 +125,14 @@ func (f *flatReply) block(p *flatParser) bool {
 	return true
 }
 
-// oneResult is the usual reply's one result of one block, in one
-// allocation.
+// oneResult is the usual reply's one result of one block, in one allocation.
 type oneResult struct {
 	result [1]Result
 	block  [1]Block
 }
 
 // fill makes r's results: their strings slices of one string, their
-// blocks of one array (the usual one result of one block: both in one
-// oneResult).
+// blocks of one array.
 func (f *flatReply) fill(r *Reply) {
 	var all strings.Builder
 	all.Grow(f.size)

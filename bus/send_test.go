@@ -41,7 +41,7 @@ func TestSendIsMsg(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.SessionID, e.ReplyID, e.TraceParent, e.TraceState = "s1", "r\"1", tc.trace[0], tc.trace[1]
-		if err := bus.Send(nc, "ev.s1", e, tc.msgID); err != nil {
+		if err := bus.SendWith("ev.s1", e, tc.msgID, nc.PublishMsg); err != nil {
 			t.Fatal(err)
 		}
 		got, err := sub.NextMsg(5 * time.Second)
@@ -63,11 +63,11 @@ func TestSendIsMsg(t *testing.T) {
 		}
 	}
 	bad := &bus.Event{SpecVersion: bus.SpecVersion, ID: "x", Source: "s", Type: "t", Data: json.RawMessage(`{`)}
-	if err := bus.Send(nc, "ev.s1", bad, ""); err == nil {
+	if err := bus.SendWith("ev.s1", bad, "", nc.PublishMsg); err == nil {
 		t.Error("data that is not JSON was sent")
 	}
 	ok := &bus.Event{SpecVersion: bus.SpecVersion, ID: "after", Source: "s", Type: "t"}
-	if err := bus.Send(nc, "ev.s1", ok, ""); err != nil {
+	if err := bus.SendWith("ev.s1", ok, "", nc.PublishMsg); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := sub.NextMsg(5 * time.Second); err != nil || !json.Valid(m.Data) || string(m.Data) != `{"specversion":"1.0","id":"after","source":"s","type":"t"}` {

@@ -40,8 +40,14 @@ func stamp() (id, at string) {
 // fraction t needs (time.RFC3339Nano), what Event.Expiry parses.
 func FormatExpiry(t time.Time) string {
 	t = t.UTC()
+	return carve(len(time.RFC3339Nano)+8, func(b []byte) []byte { return t.AppendFormat(b, time.RFC3339Nano) })
+}
+
+// carve is a string of at most n bytes that fill appends, carved out of
+// a shared block.
+func carve(n int, fill func([]byte) []byte) string {
 	l := locals.Get().(*local)
-	s := l.Make(len(time.RFC3339Nano)+8, func(b []byte) []byte { return t.AppendFormat(b, time.RFC3339Nano) })
+	s := l.Make(n, fill)
 	locals.Put(l)
 	return s
 }
@@ -93,23 +99,15 @@ func (g *idGen) append(b []byte) []byte {
 
 // EventsMsg is Events(session) carved out of a shared block, for the subject
 // of a message sent and let go; a subject that is kept is Events'.
-func (s Subjects) EventsMsg(session string) string {
-	l := locals.Get().(*local)
-	subj := l.Make(len(s.p)+len("events.")+len(session), func(b []byte) []byte {
-		return append(append(append(b, s.p...), "events."...), session...)
-	})
-	locals.Put(l)
-	return subj
-}
+func (s Subjects) EventsMsg(session string) string { return carveSubject(s, "events.", session) }
 
 // CallMsg is s.Call(session) carved as EventsMsg is, for the subject of
 // a batch that is sent and let go (client.Call names one per batch). A
 // function, not a method: Subjects keeps to 15 methods (TestMethodsPerType).
-func CallMsg(s Subjects, session string) string {
-	l := locals.Get().(*local)
-	subj := l.Make(len(s.p)+len("call.")+len(session), func(b []byte) []byte {
-		return append(append(append(b, s.p...), "call."...), session...)
+func CallMsg(s Subjects, session string) string { return carveSubject(s, "call.", session) }
+
+func carveSubject(s Subjects, verb, session string) string {
+	return carve(len(s.p)+len(verb)+len(session), func(b []byte) []byte {
+		return append(append(append(b, s.p...), verb...), session...)
 	})
-	locals.Put(l)
-	return subj
 }

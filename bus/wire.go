@@ -1,14 +1,8 @@
 // Package bus is the wire contract of toolbus in one place: the CloudEvent ⇄
-// NATS message mapping (structured JSON mode on send; structured and binary
-// ce- headers on receive), subject builders, event types, error codes,
+// NATS message mapping, subject builders, event types, error codes,
 // identifier rules, the JSON shapes of every event's data, and the names and
-// defaults of the JetStream buckets and streams (package store creates them;
-// package embedded starts a nats-server).
-//
-// The codec is hand-written over a plain struct rather than routed through
-// sdk-go's event.Event: the router decodes and encodes several events per tool
-// call, and a struct with encoding/json costs a fraction of the generic event
-// model. Conformance with sdk-go is checked in the tests in both directions.
+// defaults of the JetStream buckets and streams (docs/bus.md). The codec is
+// hand-written over a plain struct, checked against sdk-go in the tests.
 package bus
 
 import (
@@ -45,9 +39,8 @@ type Batch struct {
 	// batch.done; "" (or EventsBatch) stores only batch.done for the calls
 	// whose results come back in the reply (docs/protocol.md 3.4).
 	Events string `json:"events,omitempty"`
-	// SessionRev is the session revision of an earlier reply or listing of
-	// this session, sent back so that a router whose cached session is at
-	// least as new skips the session's read (docs/protocol.md 4.2); 0: absent.
+	// SessionRev is the session revision of an earlier reply or listing,
+	// sent back so that a router may skip the session's read (4.2); 0: absent.
 	SessionRev uint64 `json:"sessionrev,omitempty"`
 }
 
@@ -126,16 +119,10 @@ type Detail struct {
 }
 
 // Block is one piece of output the model reads: a text block, or a data block
-// that holds exactly one of Data (base64) and URL. Size, optional on a data
-// block with a URL, is the length in bytes of what the URL refers to (set on
-// an output stored in the outputs object store, docs/protocol.md 5.9).
-//
-// The descriptive members (docs/protocol.md 3.3) say where a block came from and
-// how it is meant: URI is the resource a block's content is (an MCP embedded
-// resource, on text and data blocks; a text block with a URI may carry the
-// resource's MediaType); Name, Title and Description name what a data block's
-// URL refers to (an MCP resource link); Annotations are the content's
-// audience, priority and last modification.
+// that holds exactly one of Data (base64) and URL; Size is the length of what
+// a URL refers to (docs/protocol.md 5.9). URI, Name, Title, Description and
+// Annotations describe where a block came from and how it is meant, as MCP's
+// embedded resources and resource links do (docs/protocol.md 3.3).
 type Block struct {
 	Type        string       `json:"type"`
 	Text        string       `json:"text,omitempty"`
@@ -150,10 +137,8 @@ type Block struct {
 	Annotations *Annotations `json:"annotations,omitempty"`
 }
 
-// Annotations describe a block's content (docs/protocol.md 3.3), as MCP content
-// annotations do: Audience lists who it is for ("user", "assistant"),
-// Priority its importance from 0 (optional) to 1 (required), LastModified
-// when it last changed (RFC 3339).
+// Annotations describe a block's content as MCP content annotations do
+// (docs/protocol.md 3.3): audience, priority from 0 to 1, last modification.
 type Annotations struct {
 	Audience     []string `json:"audience,omitempty"`
 	Priority     *float64 `json:"priority,omitempty"`
@@ -282,9 +267,8 @@ type BatchDone struct {
 // the reply id.
 type Cancel struct {
 	Calls []string `json:"calls,omitempty"`
-	// Task names the background task whose run a router stops (1.12,
-	// docs/protocol.md 3.5): the cancel is for the workers, and routers
-	// leave the batches of its reply id alone.
+	// Task names the background task whose run a router stops (3.5); the
+	// batches of its reply id are left alone.
 	Task string `json:"task,omitempty"`
 }
 
@@ -294,9 +278,8 @@ type ToolsQuery struct {
 	Format  string   `json:"format,omitempty"`
 	// User selects the skills visible to that user (docs/protocol.md 10).
 	User json.RawMessage `json:"user,omitempty"`
-	// Deferred also lists the tools of the inactive meta groups, marked
-	// for the provider's own tool search (docs/protocol.md 4.1); only the
-	// openai-responses and anthropic formats take it.
+	// Deferred also lists the tools of the inactive meta groups for the
+	// provider's own tool search (4.1; openai-responses and anthropic).
 	Deferred bool `json:"deferred,omitempty"`
 }
 
@@ -327,23 +310,18 @@ type Register struct {
 	Groups  []Group   `json:"groups,omitempty"`
 	Tools   []ToolDef `json:"tools,omitempty"`
 	Leaving bool      `json:"leaving,omitempty"`
-	// BinaryExec says the worker takes io.toolbus.exec in CloudEvents
-	// binary mode (docs/protocol.md 5.1) and answers each request in the
-	// mode it came in; false: structured mode only (a worker of the
-	// previous revision).
+	// BinaryExec says the worker takes io.toolbus.exec in binary mode as
+	// well and answers each request in the mode it came in (5.1).
 	BinaryExec bool `json:"binary_exec,omitempty"`
 	// CompactExec, only with BinaryExec, says the worker takes the compact
 	// binary form as well and answers it in the compact form (1.16).
 	CompactExec bool `json:"compact_exec,omitempty"`
-	// InFlight lists, per tool, the calls the worker is running, as
-	// CallKey values: routers use it to tell a worker that vanished
-	// mid-call from a slow one (an extension of docs/protocol.md 7). A worker
-	// that sends it, even empty, promises to list every call it runs; nil
-	// (null or absent) means the worker does not report them.
+	// InFlight lists, per tool, the calls the worker is running (CallKey
+	// values; docs/protocol.md 7): a worker that sends it, even empty,
+	// lists every call it runs; nil means it does not report them.
 	InFlight map[string][]string `json:"inflight"`
-	// Refused lists the definitions that could not be decoded (an unknown
-	// member, no input_schema): UnmarshalJSON leaves them out of Tools and
-	// the registry rejects them with this reason. Never sent.
+	// Refused lists the definitions UnmarshalJSON could not decode, with
+	// the reason the registry rejects them. Never sent.
 	Refused []Rejection `json:"-"`
 }
 
@@ -415,9 +393,8 @@ type ToolDef struct {
 	// Background: a call that reaches its timeout goes on as a background
 	// task instead of ending "timeout" (docs/protocol.md 5.10).
 	Background bool `json:"background,omitempty"`
-	// NoBackground: a call's own "background": true ask is ignored, so
-	// its calls end at TimeoutMS as always (docs/protocol.md 5.10, 7.2;
-	// 1.12). The tool's author keeps its timeout.
+	// NoBackground: a call's own "background": true ask is ignored
+	// (docs/protocol.md 5.10, 7.2).
 	NoBackground bool   `json:"no_background,omitempty"`
 	TimeoutMS    int64  `json:"timeout_ms"`
 	MaxAttempts  int    `json:"max_attempts"`
@@ -425,24 +402,19 @@ type ToolDef struct {
 	RuleMatcher  string `json:"rule_matcher"`
 	RuleField    string `json:"rule_field,omitempty"`
 	// PathBase is the absolute directory a rule_matcher "path" tool
-	// resolves its relative path arguments against (a built-in's
-	// --workdir), so that permission rules judge the file the tool will
-	// really touch (docs/protocol.md 6.4).
+	// resolves its relative path arguments against (docs/protocol.md 6.4).
 	PathBase string  `json:"path_base,omitempty"`
 	MCP      *MCPRef `json:"mcp,omitempty"`
 	// CacheTTLMS, on a read-only or idempotent tool, lets the router answer
-	// a repeated call from its result cache for this long; CacheScope says
-	// whose calls share an entry: "session" (the default), "user" or
-	// "global" (docs/protocol.md 7.2).
+	// a repeated call from its result cache for this long; CacheScope is
+	// "session" (the default), "user" or "global" (docs/protocol.md 7.2).
 	CacheTTLMS int64  `json:"cache_ttl_ms,omitempty"`
 	CacheScope string `json:"cache_scope,omitempty"`
 }
 
 // MCPRef names the MCP server tool a bridged tool stands for (docs/protocol.md
-// 7.2, 12): Annotations are the MCP tool's own annotations, as the server
-// sent them (absent hints stay absent); TaskSupport is its
-// execution.taskSupport ("forbidden", "optional" or "required"; "" when the
-// server said nothing, which MCP reads as forbidden).
+// 7.2, 12), with its annotations as the server sent them and its
+// execution.taskSupport ("" when the server said nothing).
 type MCPRef struct {
 	Server      string          `json:"server"`
 	Tool        string          `json:"tool"`
@@ -502,9 +474,7 @@ type Answer struct {
 const MaxDenyReason = 2048
 
 // ExecRecorded is the data of io.toolbus.exec.recorded, a router's reply to
-// a durable call's result: Recorded is false when the call already had a
-// result (an earlier delivery's, a timeout, a cancel) and this one was
-// dropped. Either way the worker acknowledges the work message.
+// a durable call's result: Recorded is false when the call already had one.
 type ExecRecorded struct {
 	Recorded bool   `json:"recorded"`
 	Reason   string `json:"reason,omitempty"`
@@ -529,10 +499,8 @@ type ParkedCall struct {
 	Reason         string          `json:"reason,omitempty"`
 	Created        time.Time       `json:"created"`
 	Expires        time.Time       `json:"expires"`
-	// Since 1.14: the record's KV revision, who the call is for, its
-	// context and whether it is request-scoped, as in P_parked (6.1), so
-	// an approver reads a call's record through a router, which reads the
-	// bucket's leader, and needs no JetStream API (docs/inbox.md).
+	// Since 1.14, as in P_parked (6.1), so that an approver needs no
+	// JetStream API (docs/inbox.md).
 	Revision      uint64          `json:"revision,omitempty"`
 	User          json.RawMessage `json:"user,omitempty"`
 	Context       json.RawMessage `json:"context,omitempty"`
@@ -622,13 +590,9 @@ type Replay struct {
 }
 
 // ReplayReady is the data of io.toolbus.events.replay.ready: the pull
-// consumer the router made on Stream, filtered on the session's events.
-// It is deleted once nobody pulled from it for Idle.
-//
-// Heartbeat (1.9) says the router honours ConsumerNext.HeartbeatMS: a
-// follower that reads false (a router of 1.8) asks with none and keeps the
-// older rule for a lost consumer (no closing status within the wait plus
-// 10 s).
+// consumer the router made on Stream, filtered on the session's events,
+// deleted once nobody pulled from it for Idle. Heartbeat (1.9) says the
+// router honours ConsumerNext.HeartbeatMS (docs/protocol.md 3.4).
 type ReplayReady struct {
 	Stream    string `json:"stream"`
 	Consumer  string `json:"consumer"`
@@ -647,15 +611,9 @@ type HandoffFollow struct {
 // ConsumerNext is the data of io.toolbus.consumer.next (docs/protocol.md
 // 3.4): pull up to Batch messages (1 to MaxConsumerBatch; zero means 64)
 // from the router-made consumer named Consumer, waiting up to ExpiresMS
-// milliseconds (0 to MaxConsumerWaitMS; zero means answer at once). The
-// router relays the pull to JetStream with the request's reply subject, so
-// the messages and JetStream's closing status come from the server itself.
-//
-// HeartbeatMS (1.9), when set, asks for an idle heartbeat (a message with
-// only a header "Status: 100") every HeartbeatMS milliseconds while the
-// pull waits and sends nothing: MinConsumerHeartbeatMS to ExpiresMS/2. A
-// follower that hears nothing at all within two heartbeats knows its pull
-// was lost on the way (docs/protocol.md 3.4) and pulls again.
+// milliseconds (0 to MaxConsumerWaitMS; zero means answer at once), with an
+// idle heartbeat every HeartbeatMS (1.9; MinConsumerHeartbeatMS to
+// ExpiresMS/2) while it waits.
 type ConsumerNext struct {
 	Consumer    string `json:"consumer"`
 	Batch       int    `json:"batch,omitempty"`
@@ -681,8 +639,7 @@ const (
 
 // NewConsumerName returns a router-made consumer's name: kind ("replay",
 // "handoff"), a dash and 128 random bits in lowercase base32 (26
-// characters). Knowing a name grants nothing (a router serves it only on
-// the subject it was made for); it is random so that no one can guess one.
+// characters), so that no one can guess one.
 func NewConsumerName(kind string) string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)

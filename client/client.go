@@ -27,8 +27,7 @@ import (
 type Config struct {
 	// Prefix is the deployment's subject prefix; "" means bus.DefaultPrefix.
 	Prefix string
-	// Source is the CloudEvents source of the agent; "" means
-	// "toolbus/client".
+	// Source is the CloudEvents source of the agent; "" means "toolbus/client".
 	Source string
 	// Timeout bounds requests whose context has no deadline; zero means
 	// 10 minutes for calls and 10 seconds for everything else.
@@ -59,13 +58,12 @@ type Client struct {
 func New(nc *nats.Conn, cfg Config) *Client {
 	cfg.Source = cmp.Or(cfg.Source, "toolbus/client")
 	subj := bus.NewSubjects(cfg.Prefix)
-	// offload.New fails only on bad jetstream options, and passes none.
+	// offload.New fails only on bad jetstream options, and gets none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
 	rep := newReplies(nc)
 	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
 		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
-	// The reply subscription's cleanup is the requester's, which a request
-	// under way holds, not the Client's, which its caller may drop mid-call.
+	// On the requester, which requests under way hold, not on the Client.
 	runtime.AddCleanup(c.rq, (*replies).close, rep)
 	return c
 }
@@ -155,8 +153,7 @@ func (c *Client) Publish(session string, b bus.Batch, opts ...CallOption) (strin
 	if err != nil {
 		return "", err
 	}
-	// The id is the caller's to keep: a copy, not a slice of the block
-	// Head carves ids from (internal/slab), which it would keep alive.
+	// A copy: the carved id would keep its whole block alive (internal/slab).
 	return strings.Clone(e.ID), bus.Publish(c.nc, c.subj.Call(session), e)
 }
 

@@ -13,18 +13,16 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// Bounds of the follower's relayed pulls: messages per pull, its wait on
-// the server, and the grace for the closing status when the router sends no
-// heartbeats (1.8 and older).
+// Bounds of the follower's relayed pulls: messages per pull, its wait, and
+// the grace for the closing status without heartbeats (1.8 and older).
 const (
 	followBatch = 256
 	followWait  = 5 * time.Second
 	followGrace = 10 * time.Second
 )
 
-// Heartbeats (docs/protocol.md 3.4): a pull asks for one every followBeat;
-// a pull that brings nothing within followQuiet was lost and is sent again,
-// and after followSilences of them the consumer is asked for again.
+// Heartbeats (docs/protocol.md 3.4): a pull that brings nothing within
+// followQuiet is sent again, followSilences times before a new consumer.
 const (
 	followBeat     = time.Second
 	followQuiet    = 2 * followBeat
@@ -33,10 +31,8 @@ const (
 
 // follower reads a router-made consumer (docs/protocol.md 3.4, 6.2) through
 // its router's verbs, asking for another from the next sequence when it is
-// lost, so it needs no JetStream permission. Each pull has its own reply
-// subject <inbox>.<n> under one subscription, so an earlier pull still alive
-// after a resend delivers its messages without its closing status ending
-// the newer pull.
+// lost. Each pull has its own reply subject <inbox>.<n>, so that an earlier
+// pull's closing status never ends a newer one.
 type follower struct {
 	c        *Client
 	subject  string // P.replay.<session> or P.handoff.<kind>[.<tool>]
@@ -90,8 +86,7 @@ func (f *follower) run(ctx context.Context) {
 	}
 }
 
-// errLost says the consumer is gone; errSilent that its pulls went
-// unanswered.
+// errLost: the consumer is gone; errSilent: its pulls went unanswered.
 var (
 	errLost   = errors.New("client: consumer lost")
 	errSilent = errors.New("client: consumer does not answer")
@@ -142,9 +137,7 @@ func (f *follower) pull(ctx context.Context) error {
 			return errLost // 409 consumer deleted, 503 no responders, the router's refusal ...
 		default: // a stored message, or a request the router relays (6.2)
 			got++
-			if seq, ok := seqOf(m); ok {
-				// The highest yet: two routers relaying two pulls of a
-				// handoff consumer may deliver out of order.
+			if seq, ok := seqOf(m); ok { // two routers' relays may come out of order
 				f.next = max(f.next, seq+1)
 			}
 			if !f.deliver(m) {
@@ -155,16 +148,15 @@ func (f *follower) pull(ctx context.Context) error {
 	return nil
 }
 
-// recv is the next message on the pulls' inbox, or
-// context.DeadlineExceeded at deadline.
+// recv is the next message on the pulls' inbox, until deadline.
 func (f *follower) recv(ctx context.Context, deadline time.Time) (*nats.Msg, error) {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	return f.sub.NextMsgWithContext(ctx)
 }
 
-// quiet is what a pull that brought nothing means: with heartbeats, lost on
-// its way and sent again, up to followSilences; without, the consumer lost.
+// quiet is what a pull that brought nothing means: with heartbeats, a pull
+// lost (up to followSilences); without, the consumer lost.
 func (f *follower) quiet() error {
 	if !f.beats {
 		return errLost
@@ -175,8 +167,7 @@ func (f *follower) quiet() error {
 	return nil
 }
 
-// drop forgets the consumer and its inbox: what its pulls still deliver
-// goes nowhere, and the next consumer starts from f.next.
+// drop forgets the consumer and its inbox; the next starts from f.next.
 func (f *follower) drop() {
 	f.consumer = ""
 	if f.sub != nil {
@@ -185,8 +176,7 @@ func (f *follower) drop() {
 	}
 }
 
-// stop asks the router to delete the consumer, which the server would
-// drop once idle anyway, and drops it.
+// stop asks the router to delete the consumer, and drops it.
 func (f *follower) stop() {
 	if f.consumer != "" {
 		if e, err := f.c.rq.event(bus.TypeConsumerStop, f.session, bus.ConsumerStop{Consumer: f.consumer}); err == nil {
@@ -198,8 +188,7 @@ func (f *follower) stop() {
 }
 
 // seqOf is the stream sequence of a message a pull delivered: from its
-// reply subject when JetStream sent it, from its Nats-Sequence header when
-// the router relayed a handoff request (docs/protocol.md 6.2).
+// reply subject, or its Nats-Sequence header when a router relayed it (6.2).
 func seqOf(m *nats.Msg) (uint64, bool) {
 	if seq, ok := streamSeq(m.Reply); ok {
 		return seq, true
@@ -224,16 +213,14 @@ func streamSeq(reply string) (uint64, bool) {
 	return n, err == nil
 }
 
-// refusal reports whether m, which came on a pull's own inbox, is the
-// router's refusal (io.toolbus.error) rather than a handoff request the
-// router relays there (docs/protocol.md 6.2, 1.6).
+// refusal reports whether m, on a pull's own inbox, is the router's refusal
+// rather than a handoff request it relays there (6.2).
 func refusal(m *nats.Msg) bool {
 	e, err := bus.Decode(m)
 	return err != nil || e.Type == bus.TypeError
 }
 
-// start asks for the follower's consumer and follows it, returning its
-// events.
+// start asks for the follower's consumer and follows it.
 func (f *follower) start(ctx context.Context) (*Events, error) {
 	ctx, ev := newEvents(ctx)
 	f.deliver = func(m *nats.Msg) bool { return ev.send(ctx, m) }

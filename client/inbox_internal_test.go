@@ -52,7 +52,7 @@ func TestRepliesRequest(t *testing.T) {
 			}
 			for i := range 3 { // the subscription serves the next request too
 				ctx, cancel := context.WithTimeout(t.Context(), tc.timeout)
-				m, err := r.request(ctx, "svc", e, false)
+				m, err := r.requestUntil(ctx, time.Time{}, "svc", e, false)
 				cancel()
 				if !errors.Is(err, tc.err) || err == nil && string(m.Data) != tc.want {
 					t.Fatalf("request %d: %v, %v; want %q, %v", i, m, err, tc.want, tc.err)
@@ -124,7 +124,7 @@ func TestRepliesClosed(t *testing.T) {
 	e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.request(t.Context(), "svc", e, false)
+		_, err := r.requestUntil(t.Context(), time.Time{}, "svc", e, false)
 		done <- err
 	}()
 	testkit.Recv(t, got, 5*time.Second, "the request")
@@ -132,7 +132,7 @@ func TestRepliesClosed(t *testing.T) {
 	if err := testkit.Recv(t, done, 5*time.Second, "the request's end"); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("request on a closed connection: %v", err)
 	}
-	if _, err := r.request(t.Context(), "svc", e, false); !errors.Is(err, nats.ErrConnectionClosed) {
+	if _, err := r.requestUntil(t.Context(), time.Time{}, "svc", e, false); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("request after close: %v", err)
 	}
 }
@@ -158,7 +158,7 @@ func TestRepliesKeepsAtMost(t *testing.T) {
 			e, err := bus.NewEvent(bus.TypeAdmin, "test", map[string]int{"i": i})
 			if err == nil {
 				var m *nats.Msg
-				if m, err = r.request(t.Context(), "svc", e, false); err == nil && string(m.Data) != string(e.Data) {
+				if m, err = r.requestUntil(t.Context(), time.Time{}, "svc", e, false); err == nil && string(m.Data) != string(e.Data) {
 					err = fmt.Errorf("request %d: reply %s", i, m.Data)
 				}
 			}
@@ -201,7 +201,7 @@ func TestClientLetGo(t *testing.T) {
 	func() {
 		c := New(nc, Config{})
 		e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
-		if _, err := c.rq.replies.request(t.Context(), "svc", e, true); err != nil {
+		if _, err := c.rq.replies.requestUntil(t.Context(), time.Time{}, "svc", e, true); err != nil {
 			t.Fatal(err)
 		}
 		if nc.NumSubscriptions() != before+1 {

@@ -22,16 +22,11 @@ type ModelTurn struct {
 	// Format is the API the message came from.
 	Format string
 	// Calls are the turn's tool calls in the order the model made them,
-	// their ids kept. An OpenAI arguments string is passed on as the
-	// string input docs/protocol.md 3.1 allows, so a malformed one is that
-	// call's invalid_input result, never a dropped call.
+	// their ids kept; an OpenAI arguments string is passed on as a string
+	// input (3.1), so a malformed one is that call's invalid_input result.
 	Calls []bus.Call
-	// noID marks the calls whose id toolbus made up (a Gemini
-	// functionCall without an id): their results go back without one.
-	noID map[string]bool
-	// loads are the groups and tools the provider's tool search loaded in
-	// this turn (below).
-	loads []load
+	noID  map[string]bool // calls whose id toolbus made up (Gemini): answered without one
+	loads []load          // what the provider's tool search loaded in this turn
 }
 
 // ErrNoToolCalls is returned by ParseModelTurn for a message that asks
@@ -59,8 +54,7 @@ func ParseModelTurn(format string, message []byte) (*ModelTurn, error) {
 	return t, nil
 }
 
-// parseTurn is ParseModelTurn without ErrNoToolCalls: a turn may load
-// deferred tools and call none.
+// parseTurn is ParseModelTurn without ErrNoToolCalls (a turn may only load tools).
 func parseTurn(format string, message []byte) (*ModelTurn, error) {
 	parse, ok := turnParsers[format]
 	if !ok {
@@ -89,8 +83,8 @@ var turnParsers = map[string]func(*ModelTurn, []byte) error{
 	bus.FormatAnthropic: (*ModelTurn).parseAnthropic, bus.FormatGemini: (*ModelTurn).parseGemini,
 }
 
-// listOf decodes raw, a JSON array of T or an object W (a message or a
-// response), into the list: the array itself, or what pick takes from W.
+// listOf decodes raw, a JSON array of T or an object W, into the array or
+// what pick takes from W.
 func listOf[T, W any](raw []byte, pick func(*W) []T) ([]T, error) {
 	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' {
 		var l []T
@@ -104,8 +98,8 @@ func listOf[T, W any](raw []byte, pick func(*W) []T) ([]T, error) {
 	return pick(&w), nil
 }
 
-// argumentsInput returns an OpenAI arguments string as a call input, the
-// string itself, which the router parses; "" means none.
+// argumentsInput is an OpenAI arguments string as a call input (the router
+// parses it); "" means {}.
 func argumentsInput(args string) json.RawMessage {
 	if strings.TrimSpace(args) == "" {
 		return json.RawMessage(`{}`)
@@ -244,9 +238,7 @@ func (t *ModelTurn) parseGemini(raw []byte) error {
 			continue
 		}
 		id := fc.ID
-		if id == "" {
-			// Gemini matches a response to its call by name and order
-			// when the call has no id; toolbus needs one per call.
+		if id == "" { // Gemini matches by name and order; toolbus needs an id
 			id = fmt.Sprintf("gemini-call-%d", i)
 			if t.noID == nil {
 				t.noID = map[string]bool{}
@@ -360,8 +352,8 @@ func (c *Client) Turn(ctx context.Context, session, format string, message []byt
 	return out, nil
 }
 
-// resultText is what the model reads of a result: its text blocks and a line
-// for each block a text cannot hold inline.
+// resultText is what the model reads of a result: its text blocks and a
+// line for each other block.
 func resultText(r bus.Result) string {
 	var parts []string
 	for _, b := range r.Output {
@@ -382,8 +374,7 @@ func resultText(r bus.Result) string {
 }
 
 // storedText is the line a model reads for a stored output its result's
-// text does not name: the reference, media type, size and digest, and how
-// to read a part of it (docs/protocol.md 11, read_output).
+// text does not name (docs/protocol.md 11, read_output).
 func storedText(b bus.Block) string {
 	digest := ""
 	if r, err := offload.ParseRef(b.URL); err == nil && r.Digest != "" {
@@ -393,8 +384,7 @@ func storedText(b bus.Block) string {
 		"({\"ref\": that URL, \"offset\": <byte> or \"line\": <n>, \"limit\": <n>}).]", b.URL, b.MediaType, b.Size, digest)
 }
 
-// isImage reports whether b is an image the APIs can take as an image
-// part: inline base64, or a URL that is not a stored output.
+// isImage reports whether b is an image the APIs take as an image part.
 func isImage(b bus.Block) bool {
 	return b.Type == bus.BlockData && strings.HasPrefix(b.MediaType, "image/") && !IsStored(b)
 }
@@ -544,15 +534,13 @@ func (t *ModelTurn) geminiContent(rs []bus.Result) any {
 // deferred tools it loaded have their groups activated by a reset_tools call
 // ahead of the model's calls.
 
-// load is one thing a provider's tool search loaded: a group (an OpenAI
-// namespace) or a tool, or both for a call of a namespaced function.
+// load is a group (an OpenAI namespace) or a tool, or both, that a
+// provider's tool search loaded.
 type load struct {
 	group, tool string
 }
 
-// responsesLoads returns what an OpenAI Responses output item loaded: the
-// namespaces and functions of a tool_search_output, or the namespace of a
-// function_call.
+// responsesLoads returns what an OpenAI Responses output item loaded.
 func responsesLoads(typ, namespace, name string, tools []json.RawMessage) []load {
 	switch typ {
 	case "function_call":
@@ -580,8 +568,7 @@ func responsesLoads(typ, namespace, name string, tools []json.RawMessage) []load
 	return nil
 }
 
-// anthropicLoads returns the tools a tool_search_tool_result block's
-// tool_reference blocks name.
+// anthropicLoads returns the tools a tool_search_tool_result block names.
 func anthropicLoads(content json.RawMessage) []load {
 	var c struct {
 		Type       string `json:"type"`
@@ -641,8 +628,7 @@ func ResetInput(groups []string) json.RawMessage {
 }
 
 // loadCall returns the reset_tools call that activates the groups of t's
-// loads (nil when nothing is new) and the groups it adds; list is the
-// session's listing with deferred tools.
+// loads (nil when nothing is new) and the groups it adds.
 func (t *ModelTurn) loadCall(list *bus.ToolsList) (*bus.Call, []string) {
 	final, added := loadGroups(list, t.loads)
 	if len(added) == 0 {

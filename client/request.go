@@ -17,9 +17,8 @@ import (
 	waits "github.com/toolbus/toolbus/internal/replies"
 )
 
-// requester is what the Client's verbs share: it sends an event of the
-// agent's source as a request (retrying busy), reads the reply of the type
-// wanted or the router's error, and keeps the sessions' revisions.
+// requester is what the Client's verbs share: requests (retrying busy),
+// their replies or errors, and the sessions' revisions.
 type requester struct {
 	nc      *nats.Conn
 	subj    bus.Subjects
@@ -63,8 +62,7 @@ func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf
 	return e, nil
 }
 
-// batchBufs are the buffers Call encodes its batches in, kept while the
-// request is under way; one that grew past maxPooledBatch is let go.
+// batchBufs are the buffers Call encodes its batches in, up to maxPooledBatch.
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxPooledBatch = 64 << 10
@@ -112,9 +110,7 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 // io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
 // client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
-	// Without a caller's deadline the exchange ends after def, a deadline
-	// the wait keeps itself, not a context per request.
-	var until time.Time
+	var until time.Time // without a caller's deadline: def, kept by the wait, not a context
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
 			def = c.timeout
@@ -128,10 +124,7 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 		}
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
-	var re bus.Event
-	// The reply's data is decoded next (DataAs checks it): read once. Its
-	// attributes are views of the reply's data: re is let go here, and
-	// what the caller keeps (the reply's results, an error) is copied.
+	var re bus.Event // views of the reply's data; what the caller keeps is copied
 	if err := bus.DecodeHeadView(resp, &re); err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
@@ -154,13 +147,10 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	return re.DataAs(out)
 }
 
-// send sends e as a request, retrying a busy reply (docs/protocol.md 1:
-// nothing ran) with a growing, jittered backoff until ctx ends or until
-// passes, when the last reply is returned.
+// send sends e as a request, retrying a busy reply (nothing ran) with a
+// growing, jittered backoff until ctx ends or until passes.
 func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
-	// c owns the reply subscription (New's runtime.AddCleanup): it stays
-	// reachable until the reply came, whatever the caller still holds.
-	defer runtime.KeepAlive(c)
+	defer runtime.KeepAlive(c) // c owns the reply subscription (New's runtime.AddCleanup)
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		resp, err := c.replies.requestUntil(ctx, until, subject, e, trusted)
 		if err != nil || !isBusy(resp) {
@@ -222,13 +212,12 @@ func (c *requester) window(ctx context.Context, session, ref string, off int64) 
 }
 
 // maxRevs bounds the sessions whose revision a Client remembers; past it
-// the memory starts afresh (a batch without a revision is read as before).
+// the memory starts afresh.
 const maxRevs = 4096
 
 // sessionRevs remembers each session's revision of the last reply or
-// listing, sent back as the batch's sessionrev (docs/protocol.md 4.2); a
-// write this Client makes by other means forgets it, so the next batch
-// reads the session again.
+// listing, sent back as the batch's sessionrev (docs/protocol.md 4.2); the
+// Client's other writes to a session forget it.
 type sessionRevs struct {
 	mu  sync.Mutex
 	rev map[string]uint64
@@ -241,8 +230,7 @@ func (s *sessionRevs) get(session string) uint64 {
 	return s.rev[session]
 }
 
-// saw records a revision a router reported for session; 0 is ignored, and
-// an older revision never replaces a newer one.
+// saw records a revision a router reported for session, unless older or 0.
 func (s *sessionRevs) saw(session string, rev uint64) {
 	if rev == 0 || session == "" {
 		return
@@ -264,28 +252,19 @@ func (s *sessionRevs) forget(session string) {
 
 // replies sends the Client's requests and waits for their replies on one
 // reply subscription of its own (internal/replies); a late reply is dropped.
-// Its cleanup (New's runtime.AddCleanup) is on the requester, which each
-// request holds until its reply, so a Client let go without Close is not
-// unsubscribed under a request still waiting.
+// Its cleanup is on the requester, which each request holds until its reply.
 type replies struct{ mux *waits.Mux }
 
+// newReplies: a closed connection ends a request at once, as nats.go's does.
 func newReplies(nc *nats.Conn) *replies {
-	// EndOnClose: a closed connection ends a request at once, with
-	// nats.ErrConnectionClosed, as nats.go's request does.
 	return &replies{mux: waits.New(nc, waits.Options{EndOnClose: true})}
 }
 
 func (r *replies) close() { r.mux.Unsubscribe() }
 
-// request sends e to subject and waits for the reply until ctx ends, with
-// nats.Conn.RequestMsgWithContext's errors. e's data is checked to be JSON
-// unless trusted.
-func (r *replies) request(ctx context.Context, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
-	return r.requestUntil(ctx, time.Time{}, subject, e, trusted)
-}
-
-// requestUntil is request that also ends at until (zero: never), with
-// context.DeadlineExceeded, as it would under a context with that deadline.
+// requestUntil sends e to subject and waits for the reply until ctx ends or
+// until passes (zero: never), with nats.Conn.RequestMsgWithContext's errors
+// (context.DeadlineExceeded at until). e's data is checked unless trusted.
 func (r *replies) requestUntil(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
 	return r.mux.RequestUntil(ctx, until, func(inbox string) error {
 		publish := func(m *nats.Msg) error {

@@ -17,11 +17,10 @@ import (
 const AllSessions = ""
 
 // ListingWatch tells its caller that a session's tool listing may have
-// changed ("list again", never what): a write to the session's record, or
-// for every session (AllSessions) to definitions, groups, workers' arrivals
-// and leaves, and skills. It uses plain subscriptions, not JetStream watches,
-// so security.RoleFacade suffices; what it misses (a reconnection) the caller
-// catches by listing on a timer too. Records that do not decode are ignored.
+// changed: a write to the session's record, or for every session
+// (AllSessions) to definitions, groups, workers' arrivals and leaves, and
+// skills. Plain subscriptions, so security.RoleFacade suffices; what it
+// misses (a reconnection) the caller catches by listing on a timer too.
 type ListingWatch struct {
 	nc      *nats.Conn
 	changed func(session string)
@@ -39,9 +38,9 @@ type ListingWatch struct {
 }
 
 // WatchListings calls changed with a session id, or AllSessions, for each
-// write that may change a listing (from one goroutine per kind; changed must
-// not block). It returns once the first attempt to subscribe ended, bounded
-// by ctx; what failed is tried again every retry (zero means 2s) until Stop.
+// write that may change a listing (changed must not block). It returns once
+// the first attempt to subscribe ended; what failed is tried again every
+// retry (zero means 2s) until Stop.
 func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed func(session string)) *ListingWatch {
 	if retry <= 0 {
 		retry = 2 * time.Second
@@ -97,7 +96,7 @@ func ListingSubjects(s bus.Subjects) []string {
 }
 
 // listingFollow is one subject a ListingWatch follows, and which session
-// a write on it concerns (false: none, the write changes no listing).
+// a write on it concerns (false: none).
 type listingFollow struct {
 	subject string
 	session func(w *ListingWatch, m *nats.Msg) (string, bool)
@@ -129,9 +128,8 @@ func allIfRecord(_ *ListingWatch, m *nats.Msg) (string, bool) {
 	return AllSessions, kvDeleted(m) || json.Valid(m.Data)
 }
 
-// workerChanged reports every session when a worker arrives, leaves or is
-// deleted, not on a heartbeat; values are read as bus.DecodeWorkerBeat reads
-// them.
+// workerChanged reports every session when a worker arrives or leaves, not
+// on a heartbeat.
 func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 	gone := kvDeleted(m) || bus.DecodeWorkerBeat(m.Data).Left
 	w.wmu.Lock()
@@ -153,8 +151,8 @@ func (w *ListingWatch) workerChanged(m *nats.Msg) (string, bool) {
 // maxWorkerKeys bounds the live workers' keys a ListingWatch keeps.
 const maxWorkerKeys = 1 << 16
 
-// subscribe subscribes to follows and flushes once, bounded by ctx; it
-// returns those it could not subscribe (all, unsubscribed, if the flush failed).
+// subscribe subscribes to follows and flushes once; it returns those it
+// could not subscribe (all, if the flush failed).
 func (w *ListingWatch) subscribe(ctx context.Context, follows []listingFollow) (left []listingFollow) {
 	var made []*nats.Subscription
 	for _, f := range follows {

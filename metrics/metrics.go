@@ -1,7 +1,6 @@
 // Package metrics defines the Prometheus metrics of routers and workers and
-// serves them over HTTP. Labels stay bounded: tools are labelled by name only
-// once resolved (unknown names count under "unknown"), states by the fixed
-// result states.
+// serves them over HTTP. Labels stay bounded: unknown tool names count under
+// "unknown", states are the fixed result states.
 package metrics
 
 import (
@@ -51,10 +50,9 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 		Rejected: counterVec("toolbus_router_rejected_total", "Messages answered with io.toolbus.error, by code.", "code"),
 		DedupeHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_dedupe_hits_total",
 			Help: "Calls answered from the dedupe ledger, or from a background task an earlier copy of the call started, instead of running again."}),
-		Parked:  counterVec("toolbus_router_parked_total", "Calls parked, by kind.", "kind"),
-		Answers: counterVec("toolbus_router_answers_total", "Answers to parked calls, by outcome (accepted or an error code).", "outcome"),
-		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_router_inflight",
-			Help: "Messages being handled now."}),
+		Parked:   counterVec("toolbus_router_parked_total", "Calls parked, by kind.", "kind"),
+		Answers:  counterVec("toolbus_router_answers_total", "Answers to parked calls, by outcome (accepted or an error code).", "outcome"),
+		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_router_inflight", Help: "Messages being handled now."}),
 	}
 	cs := []prometheus.Collector{m.Calls, m.Latency, m.Batches, m.Rejected, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
 		gaugeFunc("toolbus_router_capacity", "MaxInflight: messages the router handles at once before back-pressure.",
@@ -151,10 +149,9 @@ func gaugeFunc(name, help string, f func() int) prometheus.GaugeFunc {
 // Since returns the seconds elapsed since t, for histograms.
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }
 
-// Expose returns the registry a process registers its metrics on and, when
-// addr is not empty, serves it (with Go and process collectors added) on
-// addr at /metrics until ctx ends, printing where to stdout. With an empty
-// addr it returns nil (metrics stay private).
+// Expose returns the registry a process registers its metrics on, served
+// (with Go and process collectors) on addr at /metrics until ctx ends, or
+// nil for an empty addr (metrics stay private).
 func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus.Registerer, error) {
 	if addr == "" {
 		return nil, nil

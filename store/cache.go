@@ -22,11 +22,8 @@ type tombstone struct {
 }
 
 // Cache is the one watch-fed cache of KV entries with tombstones
-// (docs/protocol.md 8), used by the registry, groups and parked calls. A
-// watch may deliver an older revision after a newer one (or a deleted key's
-// old puts after its delete), so Cache keeps each key's revision, and a
-// taken-out key's tombstone, and refuses whatever is older. Not safe for
-// concurrent use: each user guards it with the lock of what it derives.
+// (docs/protocol.md 8): it keeps each key's revision, and a taken-out key's
+// tombstone, and refuses whatever is older. Not safe for concurrent use.
 type Cache[V any] struct {
 	vals map[string]cacheItem[V]
 	dead map[string]tombstone
@@ -51,10 +48,9 @@ func (m *Cache[V]) Stale(key string, rev uint64) bool {
 	return ok && rev <= it.rev
 }
 
-// Put stores v as key's value at revision rev, unless the Cache holds a
-// newer value or a tombstone at rev or later; it reports whether it stored.
-// An equal revision replaces the held value (the same entry, delivered
-// again).
+// Put stores v as key's value at revision rev (an equal one replaces it),
+// unless the Cache holds a newer value or a tombstone at rev or later; it
+// reports whether it stored.
 func (m *Cache[V]) Put(key string, rev uint64, v V) bool {
 	if t, ok := m.dead[key]; ok && rev <= t.rev {
 		return false
@@ -119,9 +115,8 @@ func (m *Cache[V]) All() iter.Seq2[string, V] {
 }
 
 // Apply applies one watch delivery: a delete or purge takes the key out; a
-// put is decoded, and stored when decode says keep, taken out (as of its
-// revision) when it does not. A stale delivery changes nothing. It reports
-// whether the Cache changed, and decode's error, which changes nothing.
+// put is decoded, and stored when decode says keep, else taken out. It
+// reports whether the Cache changed, and decode's error (no change).
 func (m *Cache[V]) Apply(e jetstream.KeyValueEntry, decode func(val []byte) (v V, keep bool, err error)) (changed bool, err error) {
 	key, rev := e.Key(), e.Revision()
 	if e.Operation() != jetstream.KeyValuePut {

@@ -10,11 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// JetStream's error codes for a store out of space (nats-server
-// jetstream_errors_generated.go): the server's own limit (10023, 503, which
-// a cluster also answers while a stream steps down), the account's (10002,
-// 10047) and a bucket's or stream's max bytes with discard new (10077
-// "maximum bytes exceeded").
+// JetStream's error codes for a store out of space: the server's (10023),
+// the account's (10002, 10047), a stream's max bytes with discard new (10077).
 const (
 	codeInsufficientResources = 10023
 	codeAccountResources      = 10002
@@ -51,9 +48,8 @@ func IsFull(err error) bool {
 const FullText = "store full"
 
 // Health is what one process has seen of the store's space: the last write
-// refused as full, until a write succeeds again. It is how a router says
-// "store full" in `toolbus status` and in its results instead of failing
-// in some other way. Safe for concurrent use; the zero value is healthy.
+// refused as full, until a write succeeds again (`toolbus status`). Safe
+// for concurrent use; the zero value is healthy.
 type Health struct {
 	mu    sync.Mutex
 	full  bool

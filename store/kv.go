@@ -17,17 +17,10 @@ import (
 	"github.com/toolbus/toolbus/internal/replies"
 )
 
-// KV is a bucket whose Get returns the latest acknowledged write.
-//
-// On a replicated bucket, jetstream's Get is a direct get, which any replica
-// may answer, including a follower that has not applied the latest write
-// yet. A decision taken on such a read (is this call still parked? which
-// groups are active?) would be taken on a state that another router has
-// already changed. KV therefore reads a replicated bucket from its stream
-// leader, through the stream's message-get API. A single-replica bucket has
-// no followers, and keeps the cheaper direct get.
-//
-// Every other method is the bucket's own (watches, puts, creates, updates).
+// KV is a bucket whose Get returns the latest acknowledged write: a
+// replicated bucket is read from its stream leader, through the stream's
+// message-get API, since a direct get may be a lagging follower's
+// (docs/store.md, "leader reads"). Every other method is the bucket's own.
 type KV struct {
 	jetstream.KeyValue
 	nc     *nats.Conn
@@ -63,10 +56,8 @@ func APIPrefix(js jetstream.JetStream) string {
 }
 
 // Get returns the latest value of key, read from the stream leader on a
-// replicated bucket. It returns jetstream.ErrKeyNotFound when the key is
-// absent, deleted or purged. A replicated bucket that is electing a leader
-// answers no one: Get asks again, each time for at most 5 s, for up to
-// readBudget or until ctx ends.
+// replicated bucket (asked again through an election, up to readBudget);
+// jetstream.ErrKeyNotFound when it is absent, deleted or purged.
 func (k *KV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
 	if k.get == "" {
 		return k.KeyValue.Get(ctx, key)
@@ -98,11 +89,9 @@ func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry
 	return e, nil
 }
 
-// LastRevision is the revision (stream sequence) of the last write to a
-// key matching filter (a key with wildcards), deletes and purges included,
-// as the stream leader holds it; 0 when there is none. A Watch of those
-// keys that has Reached it holds every write the leader had acknowledged
-// when LastRevision was called: read-your-writes for a watch-fed cache.
+// LastRevision is the stream sequence of the last write to a key matching
+// filter, deletes included, as the leader holds it (0: none): a Watch that
+// has Reached it holds every write acknowledged before the call.
 func (k *KV) LastRevision(ctx context.Context, filter string) (uint64, error) {
 	m, err := MsgGet(ctx, k.nc, k.msgGet, MsgGetRequest{LastBySubject: k.prefix + filter})
 	var apiErr *jetstream.APIError
@@ -117,10 +106,8 @@ func (k *KV) LastRevision(ctx context.Context, filter string) (uint64, error) {
 
 // Latest returns the latest value of every key matching filter (a key
 // with wildcards), deleted and purged keys left out, read from the stream
-// leader one message at a time. A key listing (ListKeysFiltered) is served
-// by an ephemeral consumer, which a replicated bucket may place on a
-// follower that has not applied the latest acknowledged writes; Latest sees
-// them all. It costs one request per message of the matching keys, plus one.
+// leader one message at a time (a key listing's consumer may be a lagging
+// follower's): one request per message of the matching keys, plus one.
 func (k *KV) Latest(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, error) {
 	var (
 		latest = map[string]*entry{}
@@ -192,9 +179,7 @@ func MsgGet(ctx context.Context, nc *nats.Conn, subject string, r MsgGetRequest)
 	return resp.Message, nil
 }
 
-// message asks the message-get API at subject for one message: its entry,
-// whose Operation says whether it is a delete or purge, and whose Revision
-// is its sequence.
+// message asks the message-get API at subject for one message's entry.
 func (k *KV) message(ctx context.Context, subject string, r MsgGetRequest) (*entry, error) {
 	m, err := MsgGet(ctx, k.nc, subject, r)
 	var apiErr *jetstream.APIError
@@ -245,9 +230,8 @@ func IsNotFound(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted)
 }
 
-// IsConflict reports whether err says a compare-and-set write lost: the key
-// exists already, or its revision moved on. JetStream reports this as error
-// code 10071 on a single-replica stream and 10164 on a replicated one.
+// IsConflict reports whether err says a compare-and-set write lost (10071
+// on a single-replica stream, 10164 on a replicated one).
 func IsConflict(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
@@ -257,10 +241,9 @@ func IsConflict(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// IsTransient reports whether err may go away if the same operation is tried
-// again: a time-out, no responders while a stream elects a leader, a
-// connection that is reconnecting, a cluster that is not ready. Conflicts,
-// missing keys, bad requests and a closed connection are not transient.
+// IsTransient reports whether err may go away if the same operation is
+// tried again (docs/store.md): not conflicts, missing keys, bad requests or
+// a closed connection.
 func IsTransient(err error) bool {
 	if err == nil || IsConflict(err) || IsNotFound(err) {
 		return false
@@ -276,10 +259,7 @@ func IsTransient(err error) bool {
 		return false
 	}
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		// 503: JetStream or its cluster not (yet) available; 408 and 5xx
-		// are time-outs and server trouble. 4xx is a request that will
-		// not succeed however often it is sent.
+	if errors.As(err, &apiErr) { // 408 and 5xx; a 4xx fails however often it is sent
 		return apiErr.Code == 408 || apiErr.Code >= 500
 	}
 	return true
@@ -290,10 +270,8 @@ type Policy struct {
 	// Budget is how long the write keeps trying; zero means until the
 	// context ends.
 	Budget time.Duration
-	// RideOutFull keeps trying through a store that refuses writes for
-	// want of space (IsFull), as through a transient error. Without it such
-	// a refusal ends the write at once: a call on the hot path fails fast
-	// ("store full") instead of stalling for the budget.
+	// RideOutFull keeps trying through a full store (IsFull); without it
+	// such a refusal ends the write at once.
 	RideOutFull bool
 }
 
@@ -302,12 +280,10 @@ var (
 	// update, a registration, a park. It rides out a leader election.
 	Bounded = Policy{Budget: 20 * time.Second}
 	// UntilLanded is for writes that end a call (a recorded result, an
-	// answer, a continuation): they are retried for as long as the
-	// caller's context lasts, since giving up would lose a known result.
+	// answer): retried for as long as the caller's context lasts.
 	UntilLanded = Policy{RideOutFull: true}
-	// Provision is for creating buckets and streams at start: a cluster
-	// that is still forming answers "insufficient resources" (no peers to
-	// place the replicas on yet) until it has them.
+	// Provision is for creating buckets and streams at start, through a
+	// forming cluster's "insufficient resources".
 	Provision = Policy{Budget: 20 * time.Second, RideOutFull: true}
 )
 
@@ -319,14 +295,11 @@ const attemptTimeout = 5 * time.Second
 var ErrNoChange = errors.New("store: no change")
 
 // Update writes the value that fn derives from the latest value of key (nil
-// when the key is absent or deleted), with compare-and-set on the revision
-// it read: a create when absent, an update otherwise. It retries with a
-// fresh read, and calls fn again, whenever another writer got in first or
-// JetStream failed transiently, until the write lands or the policy's
-// budget or ctx runs out. A write whose acknowledgement was lost is
-// recognised on the next read (the stored value is the one written) and
-// counts as landed. An error from fn ends Update with that error and
-// nothing written. It returns the revision of the value now stored.
+// when absent), with compare-and-set on the revision it read, retrying with
+// a fresh read and fn again after a conflict or a transient error, within
+// the policy. A write whose acknowledgement was lost is recognised on the
+// next read and counts as landed. An error from fn ends Update, nothing
+// written. It returns the revision of the value now stored.
 func Update(ctx context.Context, kv jetstream.KeyValue, key string, p Policy, fn func(cur jetstream.KeyValueEntry) ([]byte, error)) (uint64, error) {
 	var sent []byte // the value of an attempt whose outcome is unknown
 	return retry(ctx, p, func(ctx context.Context) (uint64, error) {
@@ -377,9 +350,8 @@ func Create(ctx context.Context, kv jetstream.KeyValue, key string, value []byte
 }
 
 // Delete removes key with compare-and-set on the revision it reads, and
-// returns the revision of the value it deleted (0 when there was none).
-// Caches keep that revision as a tombstone: a watch delivery at or below it
-// is a write the delete already covered, and must not bring the key back.
+// returns the revision of the value it deleted (0: none), for caches'
+// tombstones.
 func Delete(ctx context.Context, kv jetstream.KeyValue, key string, p Policy) (uint64, error) {
 	var tried uint64 // the revision of an attempt whose outcome is unknown
 	return retry(ctx, p, func(ctx context.Context) (uint64, error) {
@@ -405,9 +377,7 @@ func Delete(ctx context.Context, kv jetstream.KeyValue, key string, p Policy) (u
 type permanent struct{ err error }
 
 // Permanent marks err, returned by an attempt of Retry, as one that ends
-// the retry at once: Retry returns err. An error Retry does not know is
-// taken as transient and tried again; an attempt's own verdict ("the value
-// moved on") must say it is final.
+// the retry at once (an error Retry does not know is tried again).
 func Permanent(err error) error { return permanent{err} }
 
 func (p permanent) Error() string { return p.err.Error() }
@@ -422,9 +392,8 @@ func Retry(ctx context.Context, p Policy, fn func(context.Context) error) error 
 }
 
 // retry runs attempt until it succeeds, fails with an error that is neither
-// a conflict nor transient, or the budget or ctx ends. Each attempt gets at
-// most attemptTimeout; waits between attempts grow from 10 ms to 1 s, with
-// jitter so that writers that collided do not collide again.
+// a conflict nor transient, or the budget or ctx ends; waits between
+// attempts grow from 10 ms to 1 s, with jitter.
 func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64, error)) (uint64, error) {
 	var deadline time.Time
 	if p.Budget > 0 {
@@ -450,8 +419,7 @@ func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64,
 		case !deadline.IsZero() && time.Now().Add(wait).After(deadline):
 			return 0, fmt.Errorf("store: gave up after %v: %w", p.Budget, err)
 		}
-		if IsConflict(err) {
-			// A lost race: try again at once, mostly, with a little jitter.
+		if IsConflict(err) { // a lost race: again at once, but for a little jitter
 			wait = 0
 		}
 		if bus.Sleep(ctx, wait+rand.N(wait/2+time.Millisecond)) != nil {

@@ -12,19 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The compare-and-set writes of a bucket (Create, Update) are the router's
-// hot path: a call that is not read-only claims its ledger key and records
-// its result. jetstream's kvs checks the key with a regular expression,
-// builds its header map and decodes the acknowledgement with
-// encoding/json; those three were a sixth of the router's CPU per write
-// call (docs/performance.md, "Issue 27: router CPU, session 10"). KV sends
-// the same message itself (subject $KV.<bucket>.<key>, header
-// Nats-Expected-Last-Subject-Sequence) and reads a plain acknowledgement
-// by hand. Any other outcome (an error reply, no reply, a key jetstream
-// would refuse, an acknowledgement it cannot read) goes to jetstream's
-// own method, which writes again: a refused write is refused again the
-// same way (nothing was stored), and the error, its wrapping and the
-// handling of a deleted key are jetstream's.
+// The compare-and-set writes of a bucket (Create, Update), the router's hot
+// path: KV sends jetstream's message itself and reads a plain
+// acknowledgement by hand (docs/store.md); any other outcome goes to
+// jetstream's own method, which writes again (refused again the same way).
 
 // Update writes value to key if its latest revision is revision.
 func (k *KV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
@@ -39,10 +30,9 @@ func (k *KV) Create(ctx context.Context, key string, value []byte, opts ...jetst
 	return CreateWithin(ctx, k, Key{Name: key}, value, 0)
 }
 
-// Key is a key of a bucket with the subject its writes are sent to: a
-// caller that writes one key more than once (the ledger's claim and
-// record) makes it once with KeyOf, so each write does not make the
-// subject's string again. A Key{Name: key} makes it per write.
+// Key is a key of a bucket with the subject its writes are sent to, made
+// once with KeyOf by a caller that writes one key more than once; a
+// Key{Name: key} makes it per write.
 type Key struct {
 	Name    string
 	subject string // "$KV.<bucket>.<Name>", or "": made per write (or the write is jetstream's)
@@ -57,17 +47,13 @@ func KeyOf(kv jetstream.KeyValue, key string) Key {
 }
 
 // UpdateWithin is kv.Update bounded by within as well as ctx (zero: ctx
-// alone). On a KV the bound costs no context of its own unless the write
-// goes to jetstream: the ledger's claim and record are bounded so on
-// every write call.
+// alone), without a context of its own unless the write goes to jetstream.
 func UpdateWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
 	return casWithin(ctx, kv, key, value, revision, false, within, false)
 }
 
-// UpdateDetached is UpdateWithin(context.WithoutCancel(ctx), ...): a
-// write that outlives its caller's context, bounded by within alone (the
-// ledger's record of a result), without making that context unless the
-// write goes to jetstream.
+// UpdateDetached is UpdateWithin(context.WithoutCancel(ctx), ...), without
+// making that context unless the write goes to jetstream.
 func UpdateDetached(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte, revision uint64, within time.Duration) (uint64, error) {
 	return casWithin(ctx, kv, key, value, revision, false, within, true)
 }
@@ -99,12 +85,9 @@ func casWithin(ctx context.Context, kv jetstream.KeyValue, key Key, value []byte
 	return kv.Update(ctx, key.Name, value, revision)
 }
 
-// casMsg is a write in flight, its message and header with it: nats.go
-// keeps nothing of a message once it is sent (PublishMsg serializes the
-// header into its own buffer), so each serves the next write. Its header
-// holds the one key for good, its value val, whose string is a view of
-// num while the message is sent: no map write or clear, and no string
-// made for the revision.
+// casMsgs are writes in flight, pooled: nats.go keeps nothing of a message
+// once it is sent. A header holds its one key for good, its value a view
+// of num while the message is sent.
 var casMsgs = sync.Pool{New: func() any {
 	cm := &casMsg{h: nats.Header{}}
 	cm.h[jetstream.ExpectedLastSubjSeqHeader] = cm.val[:]
@@ -120,8 +103,7 @@ type casMsg struct {
 
 // casWrite writes value to key at revision (0: the key must not exist) and
 // reports the new revision; ok is false for any outcome but a plain
-// acknowledgement, which the caller then leaves to jetstream. It waits
-// until ctx ends (unless detached) or, when within is set, for that long.
+// acknowledgement. It waits until ctx ends (unless detached) or within.
 func (k *KV) casWrite(ctx context.Context, key Key, value []byte, revision uint64, within time.Duration, detached bool) (uint64, bool) {
 	var done <-chan struct{}
 	switch {

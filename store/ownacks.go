@@ -11,33 +11,15 @@ import (
 )
 
 // A Publisher with OwnAcks sends a message's first publish itself, with a
-// reply inbox on its own subscription (internal/replies, as a KV's compare-and-set
-// writes do), and reads a plain acknowledgement by hand: the same message
-// on the same subject, with the same Nats-Msg-Id, but none of jetstream's
-// asynchronous machinery per message (a future with two channels, a reply
-// token, an ack timer and an encoding/json decode of the acknowledgement:
-// about a dozen allocations per message, most of the router's "JetStream
-// client" time per write call; docs/performance.md, "Session 12"). Any
-// other outcome goes to jetstream:
-//
-//   - an answer other than a plain acknowledgement (an error, no
-//     responders, an acknowledgement it cannot read) publishes the message
-//     again through jetstream's PublishMsgAsync, whose future is then
-//     awaited: the stream stores a message id once, so a refusal is
-//     refused again the same way and the error (and its retries on no
-//     responders) are jetstream's;
-//   - no acknowledgement within the round's AckWait is
-//     jetstream.ErrAsyncPublishTimeout, and a reconnect is
-//     nats.ErrDisconnected, as jetstream reports them; Stored then
-//     publishes again through jetstream as for any failed message;
-//   - a message with a reply subject, or published while MaxPending are
-//     awaited on the publisher's own subscription, goes to jetstream's
-//     PublishMsgAsync at once (so the own waits and jetstream's are each
-//     bounded by MaxPending).
-//
-// A wait whose context ended keeps its registration for Stored, as a
-// future would stay; a message nobody waits for any more keeps it until
-// its reply comes or the connection reconnects (at most MaxPending).
+// reply inbox on its own subscription (internal/replies), and reads a plain
+// acknowledgement by hand (docs/store.md, "acknowledgements awaited on a
+// subscription of our own"). Any other answer publishes the message again
+// through jetstream's PublishMsgAsync (the stream stores a message id once),
+// whose future is then awaited; no acknowledgement within the round's
+// AckWait is jetstream.ErrAsyncPublishTimeout, a reconnect
+// nats.ErrDisconnected, as jetstream reports them. A message with a reply
+// subject, or past MaxPending own waits, goes to jetstream at once. A wait
+// whose context ended keeps its registration for Stored.
 
 // publishOwn publishes m, whose Nats-Msg-Id is set, with a reply inbox of
 // the publisher's own subscription.

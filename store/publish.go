@@ -44,9 +44,7 @@ type PublisherConfig struct {
 
 // Publisher publishes messages to a stream asynchronously, each with a
 // message id the stream stores once, and Stored waits until the stream
-// holds them: a batch of messages costs one wait, not one round trip
-// each. The router's session events and the audit trail both use one. It
-// is safe for concurrent use.
+// holds them: one wait per batch of messages. Safe for concurrent use.
 type Publisher struct {
 	js  jetstream.JetStream
 	cfg PublisherConfig
@@ -124,12 +122,9 @@ func (p *Publisher) Publish(m *nats.Msg, id string) *Pending {
 }
 
 // Settled waits, until ctx ends, for the acknowledgements of ps as the
-// first round of Stored does (for at most their AckWait), and reports
-// whether the stream holds every one. A refusal, or an acknowledgement that
-// did not come within AckWait, is kept for Stored, which publishes the
-// message again; the messages still awaited when ctx ends are Stored's to
-// wait for. So a caller can wait in a context it has anyway, and make one
-// for Stored only when something is left.
+// first round of Stored does, and reports whether the stream holds every
+// one; what failed or is still awaited is left for Stored. So a caller
+// makes a context for Stored only when something is left.
 func Settled(ctx context.Context, ps []*Pending) bool {
 	for _, x := range ps {
 		if x == nil || x.ack == nil && x.err == nil && x.pub == nil { // not a Publisher's
@@ -149,18 +144,12 @@ func Settled(ctx context.Context, ps []*Pending) bool {
 }
 
 // Stored waits until the stream holds every message of ps, publishing
-// again (with the same message id, which the stream stores once) those
-// whose publish failed or whose acknowledgement did not come within
-// AckWait, until ctx ends or MaxWait has passed — but not through a full
-// store (a full account or server refuses a message as long as nobody
-// frees space) nor after an error that is not transient ("duplicate
-// message id is in process" is: see codeInProcess), nor once the
-// publisher's connection is closed (their Err is then
-// nats.ErrConnectionClosed). Messages go in
-// rounds: all of a round are published together and share one AckWait,
-// so a leader change that loses every acknowledgement costs one AckWait,
-// not one per message. It returns the messages it could not store, each
-// with its Err: none when every one is stored.
+// again (same message id) those whose publish failed or whose
+// acknowledgement did not come within AckWait, until ctx ends or MaxWait
+// has passed; not through a full store, an error that is not transient
+// (retried), or a closed connection (nats.ErrConnectionClosed). A round's
+// messages share one AckWait. It returns the messages it could not store,
+// each with its Err.
 func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending) {
 	if p.cfg.MaxWait > 0 {
 		var cancel context.CancelFunc
@@ -195,12 +184,7 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 		if len(again) == 0 {
 			break
 		}
-		if p.js.Conn().IsClosed() {
-			// Nothing stores them now. Without this they went round
-			// until ctx ended: a first publish through jetstream
-			// after the close fails with an error that wraps none
-			// ("error creating async reply handler: nats: connection
-			// closed"), which looks transient.
+		if p.js.Conn().IsClosed() { // jetstream's error after a close wraps none: it looks transient
 			for _, x := range again {
 				x.err = nats.ErrConnectionClosed
 			}
@@ -219,12 +203,9 @@ func (p *Publisher) Stored(ctx context.Context, ps []*Pending) (lost []*Pending)
 	return lost
 }
 
-// codeInProcess is JetStream's "duplicate message id is in process": the
-// stream's leader has proposed a message with the same id and not stored
-// it yet — an earlier publish of this one whose acknowledgement did not
-// come in time. It may still be stored, or be dropped by a leader change,
-// so the answer says nothing yet: asked again later, the stream answers
-// with the first one's sequence (a duplicate), or stores this one.
+// codeInProcess is JetStream's "duplicate message id is in process": an
+// earlier publish of the message is proposed, not stored yet; asked again
+// later, the stream answers it stored or stores this one.
 const codeInProcess = 10158
 
 // retried reports whether Stored publishes a message that failed with err

@@ -1,9 +1,7 @@
-// Package store owns the JetStream side of toolbus: creating the buckets and
-// streams of docs/protocol.md section 8, the one compare-and-set helper every
-// read-modify-write goes through (with the conflict codes of single-node and
-// replicated streams and one bounded retry policy), reads that see the
-// latest acknowledged write on a replicated bucket, and the watch that feeds
-// every cache.
+// Package store owns the JetStream side of toolbus: the buckets and streams
+// of docs/protocol.md section 8, the one compare-and-set helper every
+// read-modify-write goes through, reads that see the latest acknowledged
+// write on a replicated bucket, and the watch that feeds every cache.
 package store
 
 import (
@@ -37,10 +35,8 @@ type Config struct {
 	// OutputsTTL is how long a stored output (docs/protocol.md 5.9) is kept;
 	// zero means bus.DefaultOutputsTTL.
 	OutputsTTL time.Duration
-	// OutputsMaxBytes bounds the outputs object store; when it is full, a
-	// new output is refused (the call ends as a tool error that says so)
-	// and nothing stored is dropped. Zero or negative means no bound but
-	// OutputsTTL.
+	// OutputsMaxBytes bounds the outputs object store (when full, a new
+	// output is refused); zero or negative means no bound but OutputsTTL.
 	OutputsMaxBytes int64
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
@@ -51,10 +47,8 @@ type Config struct {
 	WorkAckWait time.Duration
 	// Memory, when true, keeps everything in memory instead of files.
 	Memory bool
-	// EventsMemory keeps only the events stream in memory: events are for
-	// agents that reconnect, and writing two per call to disk is most of
-	// the server's cost per call. Parked calls, sessions and the ledger
-	// stay on disk.
+	// EventsMemory keeps only the events stream in memory (two writes per
+	// call); parked calls, sessions and the ledger stay on disk.
 	EventsMemory bool
 }
 
@@ -84,28 +78,20 @@ const DefaultWorkAckWait = 30 * time.Second
 
 // Store holds the JetStream resources of one deployment.
 type Store struct {
-	JS       jetstream.JetStream
-	Tools    *KV
-	Workers  *KV
-	Groups   *KV
-	Sessions *KV
-	Parked   *KV
-	Ledger   *KV
-	// Routers is the routers' presence (package presence, docs/protocol.md
-	// 8): one key per router, renewed every heartbeat.
-	Routers *KV
-	Events  jetstream.Stream
-	// ParkedStream is the stream under Parked (KV_<bucket>): handlers and
-	// approvers follow the handoff from it, through a router
-	// (docs/protocol.md 6.2).
-	ParkedStream jetstream.Stream
+	JS           jetstream.JetStream
+	Tools        *KV
+	Workers      *KV
+	Groups       *KV
+	Sessions     *KV
+	Parked       *KV
+	Ledger       *KV
+	Routers      *KV // the routers' presence (docs/protocol.md 8)
+	Events       jetstream.Stream
+	ParkedStream jetstream.Stream // under Parked: the handoff's (docs/protocol.md 6.2)
 	Work         jetstream.Stream // durable calls, a work queue
 	Skills       jetstream.ObjectStore
 	Outputs      jetstream.ObjectStore
-	// Health is what this process has seen of the store's space: writers
-	// on the hot path note their outcome in it, and the router reports it
-	// in `status` (docs/protocol.md 9).
-	Health *Health
+	Health       *Health // what this process has seen of the store's space (docs/protocol.md 9)
 
 	subj        bus.Subjects
 	workAckWait time.Duration
@@ -132,12 +118,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
 		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
 		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
-		// The routers' presence (package presence, docs/protocol.md 8,
-		// 1.13): one small key per router, renewed every heartbeat; keys
-		// expire three heartbeats after their last renewal, and the bucket
-		// holds at most 1 MiB (thousands of routers). The deployment's
-		// storage, as the other buckets: an account may have no memory
-		// storage (a managed service).
+		// One small key per router (docs/protocol.md 8, 1.13), at most 1 MiB.
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
 			MaxValueSize: 256, MaxBytes: 1 << 20}},
 	}
@@ -168,17 +149,14 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if err != nil {
 		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamEvents), err)
 	}
-	// The parked records are the handoff (docs/protocol.md 6.2, 1.6): no
-	// stream of requests is made any more.
+	// The parked records are the handoff (docs/protocol.md 6.2, 1.6).
 	if st.ParkedStream, err = provision(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketParked), err)
 	}
-	// Durable calls wait here for a worker. Work-queue retention removes a
-	// call once its worker acknowledges it (after its result is recorded);
-	// the message id (the call key) makes a re-sent batch's publish one
-	// message within the dedupe window.
+	// Durable calls wait here for a worker, until it acknowledges them; the
+	// message id (the call key) dedupes a re-sent batch's publish.
 	st.Work, err = createStream(ctx, js, jetstream.StreamConfig{
 		Name: s.Stream(bus.StreamWork), Description: "toolbus durable calls waiting for a worker",
 		Subjects: []string{s.All("work")}, Retention: jetstream.WorkQueuePolicy, MaxAge: cfg.DedupeWindow,
@@ -191,9 +169,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	// The outputs bucket: an object store's stream, but without rollups
-	// (protocol 5.9), so a writer can neither replace an object another
-	// stored nor wipe the bucket with Nats-Rollup: all.
+	// The outputs bucket: an object store's stream without rollups (5.9),
+	// so that a writer can neither replace nor wipe another's objects.
 	outputs := s.ObjectStore(bus.ObjectOutputs)
 	if _, err = createStream(ctx, js, jetstream.StreamConfig{Name: "OBJ_" + outputs, Description: "toolbus outputs too large to send inline",
 		Subjects: []string{"$O." + outputs + ".C.>", "$O." + outputs + ".M.>"}, MaxAge: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes,
@@ -209,11 +186,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	return st, nil
 }
 
-// WorkConsumer creates (or keeps) the consumer from which the workers of a
-// durable tool take its calls: one shared, durable pull consumer per tool,
-// so each call goes to one worker, and to another when its worker stops
-// reporting progress for WorkAckWait. Routers make it when a worker
-// registers the tool.
+// WorkConsumer creates (or keeps) the one shared pull consumer from which
+// the workers of a durable tool take its calls (docs/protocol.md 5.8).
 func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 	cfg := jetstream.ConsumerConfig{
 		Durable: st.subj.Workers.WorkConsumer(tool), Description: "toolbus workers of durable tool " + tool,
@@ -231,9 +205,7 @@ func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 	return provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
 }
 
-// provision returns what create makes, retried with the Provision policy:
-// through a leader election of the cluster's meta layer, and a forming
-// cluster's "insufficient resources".
+// provision returns what create makes, retried with the Provision policy.
 func provision[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
 	var v T
 	err := Retry(ctx, Provision, func(ctx context.Context) (err error) {
@@ -254,12 +226,10 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 	return os, nil
 }
 
-// MCPConfig is the bucket of the MCP facades' task records and 2026-07-28
-// request states (docs/mcp.md), so that any facade process answers
-// tasks/get, tasks/cancel or a retry: kept at most bus.MCPStateMaxAge, one
-// revision per key, values up to 1 MiB (a task's final CallToolResult).
-// Routers create it (Setup); a facade that finds it missing creates it
-// with the same configuration and never updates one that exists.
+// MCPConfig is the bucket of the MCP facades' task records and request
+// states (docs/mcp.md): kept at most bus.MCPStateMaxAge, one revision per
+// key, values up to 1 MiB. Routers create it (Setup); a facade that finds
+// it missing creates it likewise.
 func MCPConfig(s bus.Subjects, replicas int, storage jetstream.StorageType) jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketMCP), Description: "toolbus MCP facade tasks and request states",
 		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: positive(replicas, 1), Storage: storage}

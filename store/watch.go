@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // Watch feeds a cache from a KV bucket: it calls apply for every current
@@ -172,12 +174,10 @@ func (w *Watch) Stop(ctx context.Context) error {
 	}
 }
 
-// Stops stops KV watches off their callers' paths. In nats.go v1.55 a
-// KeyWatcher's Stop also deletes the library-made ordered consumer with a
-// synchronous CONSUMER.DELETE bounded by 5 s, which a cluster's meta leader
-// change takes whole. Past MaxStops in flight a stop runs on its caller's
-// goroutine (back-pressure); each holds a Landing context so a drain waits
-// for it, and Wait does too. The zero value is usable.
+// Stops stops KV watches off their callers' paths: a KeyWatcher's Stop
+// deletes its consumer synchronously, up to 5 s through a meta leader
+// change (docs/store.md). Past MaxStops in flight a stop runs on its
+// caller's goroutine. The zero value is usable.
 type Stops struct {
 	// Landing, when set, gives the context each background stop holds
 	// while it runs (life.Life.Landing); its cancel is called when the
@@ -219,12 +219,8 @@ func (s *Stops) InFlight() int { return int(s.inFlight.Load()) }
 // (then it returns an error; the stops still end on their own, each bounded
 // by its request's wait).
 func (s *Stops) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
+	if !life.WaitFor(ctx, &s.wg) {
 		return fmt.Errorf("store: %d watch stops still in flight: %w", s.InFlight(), ctx.Err())
 	}
+	return nil
 }

@@ -44,21 +44,17 @@ type Call struct {
 	seq   int
 	patch json.RawMessage
 
-	// sc is where the usual result is written while the call runs (the
-	// request's, pooled: worker.go); nil before and after.
-	sc *scratch
+	sc *scratch // the request's, for the usual result while the call runs; nil before and after
 }
 
-// scratch holds a call's usual result, a text block, and the event that
-// carries a result, from the handler's return until the result is sent.
+// scratch holds a call's usual result, a text block, and its event.
 type scratch struct {
 	res   bus.ExecResult
 	block [1]bus.Block
 	out   bus.Event
 }
 
-// textResult is a success whose output is the one text block s, in the
-// call's scratch.
+// textResult is a success of the one text block s, in the call's scratch.
 func (c *Call) textResult(s string) *bus.ExecResult {
 	sc := c.sc
 	if sc == nil { // not while serve runs the call: never the pooled one
@@ -119,9 +115,7 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	c.seq++
 	seq := c.seq
 	c.mu.Unlock()
-	// Encoded as a result is (executor.serve), pooled and sent without a
-	// second scan; nats.go has copied it when SendTrusted returns.
-	buf := results.Get().(*[]byte)
+	buf := results.Get().(*[]byte) // as executor.serve's: copied when SendTrusted returns
 	defer func() {
 		if cap(*buf) <= maxPooledResult {
 			results.Put(buf)
@@ -170,9 +164,7 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 	}
 	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
 		var in In
-		if len(c.Input) > 0 {
-			// UnmarshalOf decodes into a reused value copied to in, which
-			// stays on the stack (Unmarshal's any made it escape).
+		if len(c.Input) > 0 { // UnmarshalOf keeps in on the stack (Unmarshal's any made it escape)
 			if err := fastjson.UnmarshalOf(c.Input, &in); err != nil {
 				return nil, fmt.Errorf("input does not decode: %w", err)
 			}
@@ -210,9 +202,7 @@ func toResult(out any) (*bus.ExecResult, error) {
 
 // callCtx is a call's context: parent's child with the request's expiry as
 // deadline, cancelled by stop. The context.WithDeadline it stands for is made
-// only when a handler asks for more than the deadline (Done, Err, Value, a
-// child), so a handler that ignores its context costs no timer; either way it
-// ends the same way. It lives in the call's request, no allocation of its own.
+// only when a handler asks for more than the deadline (Done, Err, Value).
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time // zero: none
@@ -242,9 +232,7 @@ func (c *callCtx) real() context.Context {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		parent := c.parent
-		if c.stopFirst {
-			// Not its parent's child: a child of an ended parent is born
-			// with its cause. The values are its parent's all the same.
+		if c.stopFirst { // not born with an ended parent's cause; its values all the same
 			parent = context.WithoutCancel(parent)
 		}
 		var ctx context.Context
@@ -255,8 +243,7 @@ func (c *callCtx) real() context.Context {
 			ctx, cancel = context.WithDeadline(parent, c.deadline)
 		}
 		c.ctx, c.cancel = ctx, cancel
-		stopped := c.stopped
-		if stopped {
+		if c.stopped {
 			cancel()
 		}
 		c.made.Store(true)
@@ -278,9 +265,8 @@ func (c *callCtx) stop() {
 	}
 }
 
-// cause is context.Cause of the context without making it: its parent's, or
-// the stop's when first; an expired deadline is not told apart (the router
-// answered timeout already).
+// cause is context.Cause of the context without making it (an expired
+// deadline is not told apart: the router answered timeout already).
 func (c *callCtx) cause() error {
 	if c.made.Load() {
 		return context.Cause(c.ctx)
@@ -294,8 +280,7 @@ func (c *callCtx) cause() error {
 	return context.Cause(c.parent)
 }
 
-// Deadline is the request's expiry, or the parent's deadline when that
-// is earlier, as context.WithDeadline's.
+// Deadline is the earlier of the request's expiry and the parent's deadline.
 func (c *callCtx) Deadline() (time.Time, bool) {
 	pd, ok := c.parent.Deadline()
 	if ok && (c.deadline.IsZero() || pd.Before(c.deadline)) {

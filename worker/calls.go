@@ -16,11 +16,8 @@ import (
 // (listed in every beat), running (cancellable by key), and cancels seen
 // lately. Safe for concurrent use.
 type callTable struct {
-	subj bus.Subjects
-
-	// linger keeps an answered call listed in the beats, since a router
-	// ends a call no live worker lists (docs/protocol.md 5.7).
-	linger time.Duration
+	subj   bus.Subjects
+	linger time.Duration // an answered call stays listed in the beats (docs/protocol.md 5.7)
 
 	mu        sync.Mutex
 	inflight  map[string]*Call     // bus.CallKey → call
@@ -36,8 +33,7 @@ func newCallTable(subj bus.Subjects) *callTable {
 // keys are the blocks call keys are carved from (callKey).
 var keys slab.Pool
 
-// callKey is bus.CallKey(session, reply, call), carved from a shared block;
-// a key lives until it leaves the answered ring.
+// callKey is bus.CallKey(session, reply, call), carved from a shared block.
 func callKey(session, reply, call string) string {
 	return keys.Make(len(session)+len(reply)+len(call)+2, func(b []byte) []byte {
 		b = append(b, session...)
@@ -54,8 +50,8 @@ type answered struct {
 	at        time.Time
 }
 
-// answeredRing keeps the last maxAnswered calls answered, without map or
-// allocation per call; the beat dedupes what to list (queuedByTool).
+// answeredRing keeps the last maxAnswered calls answered; the beat dedupes
+// what to list (queuedByTool).
 type answeredRing struct {
 	all  []answered // at most maxAnswered, allocated at the first answer
 	next int        // where the next answer goes, once all is full
@@ -73,8 +69,7 @@ func (r *answeredRing) add(a answered) {
 	r.next = (r.next + 1) % maxAnswered
 }
 
-// newestFirst calls each for the answers kept, the newest first, until
-// it reports false.
+// newestFirst calls each for the answers kept, newest first, until it reports false.
 func (r *answeredRing) newestFirst(each func(a *answered) bool) {
 	n := len(r.all)
 	newest := n - 1
@@ -88,8 +83,7 @@ func (r *answeredRing) newestFirst(each func(a *answered) bool) {
 	}
 }
 
-// queue lists call key of tool from its arrival; unqueue ends that once
-// it is answered.
+// queue lists call key of tool from its arrival; unqueue once it is answered.
 func (ct *callTable) queue(key, tool string) {
 	ct.mu.Lock()
 	ct.queued[key] = tool
@@ -123,9 +117,8 @@ func (ct *callTable) queuedLen() int {
 	return len(ct.queued)
 }
 
-// queuedByTool is the registration's "inflight": per tool, the keys of
-// its calls accepted and not yet answered, and of those answered less
-// than linger ago (at most maxAnswered of these, the newest).
+// queuedByTool is the registration's "inflight": per tool, the keys of its
+// calls accepted and not yet answered, and of those answered within linger.
 func (ct *callTable) queuedByTool() map[string][]string {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
@@ -153,7 +146,7 @@ func (ct *callTable) queuedByTool() map[string][]string {
 const maxAnswered = 2048
 
 // begin lists c as running under key and reports whether a cancel of it,
-// or of its whole reply, came first (the cancel overtook the request).
+// or of its whole reply, came first.
 func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()

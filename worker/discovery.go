@@ -13,14 +13,9 @@ import (
 )
 
 // discovery answers NATS micro discovery for the worker (PING, INFO and
-// STATS on $SRV.<verb>[.<name>[.<id>]]: `nats micro ls/info/stats`,
-// `toolbus status`) in the micro library's own formats. The worker's
-// endpoints are its own subscriptions, read by its readers (readers.go),
-// not a micro service's, whose callback would add a hand-off to every call
-// (docs/worker.md, "the hand-off"); so it lists them itself: each tool
-// with an endpoint now, its subject, queue group and metadata, and in
-// STATS the requests delivered to it, the calls that ended in error and
-// the time they ran.
+// STATS on $SRV.<verb>[.<name>[.<id>]]) in the micro library's formats,
+// listing each tool with an endpoint now: the endpoints are the worker's
+// own subscriptions, not a micro service's (docs/worker.md, "the hand-off").
 type discovery struct {
 	id          micro.ServiceIdentity
 	description string
@@ -40,8 +35,7 @@ func newDiscovery(subj bus.Subjects, workerID, version string) *discovery {
 	}}
 }
 
-// start subscribes the nine control subjects: each verb for every
-// service, for this service's name, and for this instance.
+// start subscribes each verb for every service, this name and this instance.
 func (d *discovery) start(nc *nats.Conn, endpoints func() []*tool) error {
 	d.endpoints, d.started = endpoints, time.Now().UTC()
 	for _, verb := range []micro.Verb{micro.PingVerb, micro.InfoVerb, micro.StatsVerb} {
@@ -60,8 +54,7 @@ func (d *discovery) start(nc *nats.Conn, endpoints func() []*tool) error {
 	return nil
 }
 
-// answer answers one discovery request; its data is ignored, as the micro
-// library does.
+// answer answers one discovery request (its data is ignored, as micro does).
 func (d *discovery) answer(verb micro.Verb, m *nats.Msg) {
 	var v any
 	switch verb {
@@ -88,10 +81,8 @@ func (d *discovery) info() micro.Info {
 	return info
 }
 
-// stats are the endpoints' counts: NumRequests the requests delivered,
-// NumErrors the calls that ended in error, ProcessingTime the time calls
-// ran (a micro service's would time only its callback); Data as before,
-// toolStats.
+// stats are the endpoints' counts: ProcessingTime is the time calls ran
+// (a micro service's would time only its callback).
 func (d *discovery) stats() micro.Stats {
 	st := micro.Stats{ServiceIdentity: d.id, Type: micro.StatsResponseType, Started: d.started, Endpoints: []*micro.EndpointStats{}}
 	for _, t := range d.endpoints() {

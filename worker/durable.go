@@ -19,8 +19,7 @@ type workQueue struct {
 }
 
 // take is the queue's loop: it takes a call only when the worker has a free
-// slot, acks it once a router recorded the result, and reports progress
-// every third of AckWait so a dead worker's call goes to another.
+// slot; the call reports progress every third of AckWait until recorded.
 func (q workQueue) take(ctx context.Context) {
 	w, t := q.w, q.t
 	defer w.loops.Done()
@@ -41,8 +40,7 @@ func (q workQueue) take(ctx context.Context) {
 	}
 	ackWait := cons.CachedInfo().Config.AckWait
 	for {
-		if !t.accepted.Load() {
-			// Rejected (or not yet accepted): take no call with this definition.
+		if !t.accepted.Load() { // not (yet) accepted: take no call with this definition
 			if bus.Sleep(ctx, retry) != nil {
 				return
 			}
@@ -80,18 +78,14 @@ func (q workQueue) run(msg jetstream.Msg, ackWait time.Duration) {
 	e, err := bus.Decode(m)
 	if err == nil {
 		if exp, _ := e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
-			// Its deadline passed while it waited: the router has ended the
-			// call with a timeout, so it must not run any more.
-			_ = msg.Term()
+			_ = msg.Term() // the router ended it with a timeout meanwhile
 			<-w.sem
 			return
 		}
 	}
 	if err == nil && w.calls.holds(callKey(e.SessionID, e.ReplyID, e.ToolCallID)) {
-		// Delivered again while this worker still runs it (a progress report
-		// came late): JetStream takes acknowledgements and progress by stream
-		// sequence, so the run under way answers for this delivery too, and
-		// the call does not run twice here.
+		// Delivered again while it runs here: the run under way answers for
+		// this delivery too (docs/worker.md, "Shape").
 		_ = msg.InProgress()
 		<-w.sem
 		return
@@ -108,8 +102,8 @@ func (q workQueue) run(msg jetstream.Msg, ackWait time.Duration) {
 	})
 }
 
-// workReply answers a durable call: its result goes to the routers, which
-// record it; then the message is acknowledged and leaves the queue.
+// workReply answers a durable call: its result goes to the routers, then
+// the message is acknowledged.
 type workReply struct {
 	w        *Worker
 	msg      jetstream.Msg
@@ -132,8 +126,7 @@ func (r *workReply) beat(every time.Duration) {
 	}
 }
 
-// recordWindow bounds how long past a call's deadline its result is still
-// offered to the routers.
+// recordWindow bounds how long past its deadline a result is offered.
 const recordWindow = time.Minute
 
 func (r *workReply) result(out *bus.Event) {
@@ -142,8 +135,7 @@ func (r *workReply) result(out *bus.Event) {
 	if !r.deadline.IsZero() {
 		until = r.deadline.Add(recordWindow)
 	}
-	// The worker's base context ends when a drain's deadline passes: the
-	// call is then left to be delivered again, as from a worker that died.
+	// Past a drain's deadline the call is left to be delivered again.
 	ctx, cancel := context.WithDeadline(r.w.base, until)
 	defer cancel()
 	for delay := 10 * time.Millisecond; !r.w.nc.IsClosed(); delay = min(2*delay, time.Second) {
@@ -151,18 +143,14 @@ func (r *workReply) result(out *bus.Event) {
 		resp, err := bus.SendRequest(actx, r.w.nc, r.w.subj.Workers.Result(r.tool), out)
 		acancel()
 		if err == nil {
-			if e, derr := bus.Decode(resp); derr == nil && e.Type == bus.TypeExecRecorded {
-				// Recorded, or another result was first: either way this
-				// delivery is finished.
+			if e, derr := bus.Decode(resp); derr == nil && e.Type == bus.TypeExecRecorded { // recorded, or another was first
 				if err := r.msg.DoubleAck(ctx); err != nil {
 					r.w.log.Warn("worker: durable call not acknowledged", "tool", r.tool, "call", out.ToolCallID, "err", err)
 				}
 				return
 			}
 		}
-		if bus.Sleep(ctx, delay) != nil {
-			// No router took the result: left unacknowledged, the call is
-			// delivered again, and a delivery past its deadline never runs.
+		if bus.Sleep(ctx, delay) != nil { // unacknowledged, the call is delivered again
 			r.w.log.Error("worker: durable result not recorded", "tool", r.tool, "call", out.ToolCallID, "err", err)
 			return
 		}

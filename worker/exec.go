@@ -30,18 +30,15 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call as c (zeroed, the caller's)
-// and answers through rp; key is the call's listed key ("" when none). The
-// usual result and its event are written in sc (zeroed), which the caller
-// may reuse once serve returns.
+// serve checks one exec request, runs the call as c (zeroed) and answers
+// through rp; key is the call's listed key ("" when none). The usual result
+// and its event are written in sc (zeroed), reusable once serve returns.
 func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, sc *scratch, rp replier) {
 	if err == nil && e.Type != bus.TypeExec {
 		err = bus.Errorf(bus.CodeBadEvent, "expected %s on %s, got %s", bus.TypeExec, m.Subject, e.Type)
 	}
 	var req bus.ExecRequest
-	if err == nil {
-		// Id and name are the event's and the tool's strings when they
-		// spell them; the raw members are slices of the call's message.
+	if err == nil { // the raw members are slices of the call's message
 		err = req.FromEvent(e, e.ToolCallID, t.def.Name)
 	}
 	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
@@ -65,8 +62,8 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		rp.drop()
 		return // the drain's deadline passed before the call got a slot: never start it, never answer
 	}
-	// One context per call (made when the handler first looks, call.go):
-	// the request's deadline, a child of the worker's base and the span.
+	// The call's context (made when the handler first looks, call.go): the
+	// request's deadline, a child of the worker's base and the span.
 	sctx, span := tracing.StartTool(tracing.Extract(w.base, e.TraceParent, e.TraceState), trace.SpanKindServer, t.def.Name, req.Call.ID, e.SessionID)
 	defer span.End()
 	exp, _ := e.Expiry() // checked by Validate when the event was decoded
@@ -82,9 +79,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
 	if w.calls.begin(key, c) {
-		// The cancel overtook this request (it was sent before the router
-		// saw the cancel): never start it.
-		c.abort()
+		c.abort() // the cancel overtook this request: never start it
 	}
 	defer w.calls.end(key, c)
 
@@ -92,9 +87,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if !c.cancelled.Load() {
 		res = w.run(ctx, t, c)
 	}
-	if c.cx.cause() == errDrained {
-		// Cut off by the drain's deadline: no answer, as from a stopped
-		// worker (routers see unknown_outcome, or retry read-only calls).
+	if c.cx.cause() == errDrained { // no answer, as from a stopped worker
 		w.log.Warn("worker: call cut off by the drain deadline", "tool", t.def.Name, "call", c.ID)
 		rp.drop()
 		return
@@ -116,17 +109,14 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if res.State != bus.StateSuccess {
 		span.SetStatus(codes.Error, res.State)
 	}
-	// The output was fitted; only the metadata or the state patch can
-	// still be too large to send (the payload limit is read under the
-	// connection's lock: not for the usual result, which has neither).
+	// Only the metadata or the state patch can still be too large (the
+	// payload limit is read under a lock: not for the usual result).
 	if extra := len(res.Metadata) + len(res.StatePatch); extra > 0 && int64(extra) > w.nc.MaxPayload()-offload.Reserve {
 		res = &bus.ExecResult{State: bus.StateError, Output: bus.Text(fmt.Sprintf(
 			"Error: the result of tool '%s' has %d bytes of metadata and state patch, more than the NATS payload limit of %d bytes allows; the state patch was not applied.",
 			t.def.Name, extra, w.nc.MaxPayload()))}
 	}
-	// The result's data is written in a pooled buffer: both repliers have
-	// sent it when result returns (nats.go copies what it publishes).
-	buf := results.Get().(*[]byte)
+	buf := results.Get().(*[]byte) // both repliers have sent it when result returns
 	data, err := res.AppendJSON((*buf)[:0])
 	if err != nil {
 		failed := bus.ExecResult{State: bus.StateError, Output: bus.Text("worker: result cannot be encoded: " + err.Error())}
@@ -144,15 +134,13 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	}
 }
 
-// results are the buffers results are encoded in; one that grew past
-// maxPooledResult (a large output) is let go rather than kept.
+// results are the buffers results are encoded in, up to maxPooledResult.
 var results = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 const maxPooledResult = 64 << 10
 
-// fit makes a result's output fit the message (offload.Fit); an output above
-// MaxOutput or that cannot be stored becomes an error result with neither
-// output nor state patch.
+// fit makes a result's output fit the message (offload.Fit); one that
+// cannot becomes an error result without the state patch.
 func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecResult) *bus.ExecResult {
 	out, err := w.off.Fit(ctx, key, res.Output, len(res.Metadata)+len(res.StatePatch), res.State != bus.StateSuccess)
 	if err == nil && len(out) == len(res.Output) && (len(out) == 0 || &out[0] == &res.Output[0]) {

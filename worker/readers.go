@@ -9,29 +9,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // readers are the goroutines that take the exec requests of every tool
-// endpoint off one channel (the endpoints' subscriptions deliver into it:
-// nats.Conn.ChanQueueSubscribe) and serve each where it was read, as a
-// leader and its followers (docs/worker.md, "the hand-off"):
-//
-//   - One reader at a time waits on the channel, the leader. It serves
-//     what it takes itself, then takes the next request without waiting
-//     while the channel holds one, so that the results of calls served
-//     back to back share the connection's writes, as a subscription
-//     callback's replies do.
-//   - A reader busy for longer than promoteAfter without waiting on the
-//     channel (one long call, or a run of calls) promotes other readers
-//     unless one waits on the channel: one for each request waiting and
-//     one more to wait on the channel, each a follower waiting to lead or
-//     a new goroutine. So a long call delays the requests behind it by at
-//     most promoteAfter, and a busy worker uses its cores.
-//   - Readers number at most limit: past it no goroutine is started
-//     (followers are still woken).
-//   - A reader done serving becomes a follower when another reader waits
-//     on the channel; followers idle for idle exit, and at most maxIdle
-//     wait at once.
+// endpoint off one channel (the endpoints' subscriptions deliver into it)
+// and serve each where it was read, as a leader and its followers
+// (docs/worker.md, "the hand-off"): one reader at a time, the leader,
+// waits on the channel and serves what it takes; one busy for longer than
+// promoteAfter promotes others (followers, or new goroutines up to limit);
+// a reader done serving while another leads follows, and followers idle
+// for idleTime exit.
 type readers struct {
 	ch       chan *nats.Msg
 	serve    func(*nats.Msg)
@@ -62,10 +51,7 @@ const maxIdle = 256
 const promoteAfter = 100 * time.Microsecond
 
 // newReaders makes the readers of a channel of size requests, at most
-// limit of them; start starts them. A reader never waits for a slot, so
-// readers beyond the slots and the cores would only wait: a worker's limit
-// is its MaxConcurrent, its cores and one more (readerLimit), and a burst
-// does not start a goroutine for each request it leaves in the channel.
+// limit of them (readerLimit); start starts them.
 func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
 	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idleTime: idle, after: promoteAfter, limit: int64(max(limit, 1)),
 		more: make(chan struct{}, 1), quit: make(chan struct{})}
@@ -80,9 +66,8 @@ func (rs *readers) start() *readers {
 	return rs
 }
 
-// spawner starts the readers fire asks for: from the goroutine that made
-// the readers, so that they carry its profiler labels (a timer's
-// goroutine carries none).
+// spawner starts the readers fire asks for, so that they carry the
+// profiler labels of the goroutine that made the readers.
 func (rs *readers) spawner() {
 	defer rs.wg.Done()
 	for {
@@ -97,7 +82,8 @@ func (rs *readers) spawner() {
 	}
 }
 
-// readerLimit is the readers of a worker of maxConcurrent slots.
+// readerLimit is the readers of a worker of maxConcurrent slots: readers
+// beyond the slots and the cores would only wait.
 func readerLimit(maxConcurrent int) int { return maxConcurrent + runtime.GOMAXPROCS(0) + 1 }
 
 // spawn starts a reader already counted in rs.all.
@@ -112,9 +98,8 @@ type reader struct {
 	rs    *readers
 	state atomic.Int32
 	timer *time.Timer
-	// wake takes the one promotion of a follower (it is sent under
-	// idleMu as the reader leaves idle, so it never blocks); idle is its
-	// timer as a follower, reused.
+	// wake takes the one promotion of a follower (sent under idleMu, never
+	// blocking); idle is its timer as a follower.
 	wake chan struct{}
 	idle *time.Timer
 }
@@ -152,12 +137,9 @@ func (r *reader) lead() bool {
 		default:
 		}
 		r.end()
-		// Only a reader that takes the place from 0 waits on the channel
-		// (TestReadersNeverAllFollow): when a reader counted itself in
-		// with Add(1) and out again if it was not alone, the reader that
-		// held the place could take a request, serve it, come back while
-		// the other's increment was still counted, and follow too,
-		// leaving the channel unread with every reader following.
+		// Only a reader that takes the place from 0 waits on the channel:
+		// with Add(1) and back, two could each see the other counted and
+		// both follow (TestReadersNeverAllFollow).
 		placed := rs.parked.CompareAndSwap(0, 1)
 		if rs.decided != nil {
 			rs.decided(placed)
@@ -185,11 +167,8 @@ func (r *reader) lead() bool {
 }
 
 // follow waits to be promoted (true), or exits (false). The followers
-// are a stack: a promotion wakes the one that followed last, whose stack
-// and caches are the warmest (with a queue, the one that waited longest
-// had, as a rule, had its goroutine stack shrunk by a collection since,
-// grown again by the call it took), and the readers a burst left behind
-// stay at the bottom, where they reach their idle time and exit.
+// are a stack: a promotion wakes the warmest, and those a burst left
+// behind stay at the bottom until they idle out (docs/worker.md).
 func (r *reader) follow() bool {
 	rs := r.rs
 	rs.idleMu.Lock()
@@ -215,8 +194,7 @@ func (r *reader) follow() bool {
 	return false
 }
 
-// unfollow takes r off the followers, unless a promotion took it first
-// (false).
+// unfollow takes r off the followers, unless a promotion took it first.
 func (rs *readers) unfollow(r *reader) bool {
 	rs.idleMu.Lock()
 	defer rs.idleMu.Unlock()
@@ -285,26 +263,16 @@ func (r *reader) fire() {
 		default: // the spawner has been told
 		}
 	}
-	// At the limit, with a follower that joined the followers just after
-	// promote found none, nobody was promoted: try again after
-	// promoteAfter, or a long call this reader takes next would hold the
-	// channel for as long as it runs.
+	// At the limit, a follower that came just after promote found none:
+	// try again after promoteAfter, lest a long call hold the channel.
 	if !woke && rs.followers.Load() > 0 && r.state.CompareAndSwap(promoted, busy) {
 		r.timer.Reset(rs.after)
 	}
 }
 
-// close makes the readers serve what the channel holds and exit; the
-// subscriptions that deliver into it must be closed first. It does not
-// wait for them (wait does).
+// close makes the readers serve what the channel holds and exit, once the
+// subscriptions that deliver into it are closed; wait waits for them.
 func (rs *readers) close() { rs.once.Do(func() { close(rs.quit) }) }
 
 // wait waits until every reader has exited, or ctx ends.
-func (rs *readers) wait(ctx context.Context) {
-	done := make(chan struct{})
-	go func() { rs.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-}
+func (rs *readers) wait(ctx context.Context) { life.WaitFor(ctx, &rs.wg) }

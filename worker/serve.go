@@ -20,23 +20,16 @@ import (
 )
 
 // RejectObserver is an Observer that is also told when a router rejects a
-// tool's registration, so the worker stops serving it (metrics.Worker
-// counts them). An Observer without this method is simply not told.
+// tool's registration, so the worker stops serving it (metrics.Worker).
 type RejectObserver interface {
 	Rejected(tool, reason string)
 }
 
 // serving keeps the worker's endpoints: a queue subscription of each tool
-// it serves now, only those whose registration a router accepted
-// (docs/protocol.md 7.1), all delivering into the readers' channel
-// (readers.go), and the NATS micro discovery that lists them
-// (discovery.go). Every tool is subscribed before the first registration
-// (a router may list it as soon as it accepts it), but a request runs only
-// once its tool is accepted: one that arrives before the first
-// acknowledgement waits for it (worker.onExec). A tool's subscription
-// drains at once when an acknowledgement rejects it (what it delivered is
-// answered unserved); a rejected tool is registered again every beat with
-// the same definition, and subscribed again once a router accepts it.
+// it serves now, delivering into the readers' channel (readers.go), and the
+// NATS micro discovery that lists them (discovery.go). Every tool is
+// subscribed before the first registration; a rejected tool's subscription
+// drains, and comes back once a router accepts it (docs/worker.md).
 type serving struct {
 	nc     *nats.Conn
 	tools  []*tool
@@ -148,9 +141,8 @@ func (s *serving) reject(t *tool, reason string) {
 }
 
 // sync makes the endpoints those of the accepted tools that are not
-// durable (a durable tool's loop reads tool.accepted itself). A rejected
-// tool's subscription drains: the requests it delivered are answered
-// unserved (worker.onExec).
+// durable; a rejected tool's subscription drains, what it delivered
+// answered unserved.
 func (s *serving) sync() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -175,13 +167,10 @@ func (s *serving) sync() {
 			changed = true
 		}
 	}
-	if changed {
-		s.flush() // the server has the subscriptions and unsubscribes before Registered closes
+	if !changed {
+		return
 	}
-}
-
-// flush waits until the server has what the connection sent.
-func (s *serving) flush() {
+	// The server has the subscriptions and unsubscribes before Registered closes.
 	if err := s.nc.FlushTimeout(flushWait); err != nil {
 		s.log.Warn("worker: flush", "err", err)
 	}
@@ -200,18 +189,8 @@ func (t *tool) isDecided() bool {
 	}
 }
 
-// served returns the names of the tools with an endpoint now.
-func (s *serving) served() []string {
-	var names []string
-	for _, t := range s.endpoints() {
-		names = append(names, t.def.Name)
-	}
-	return names
-}
-
 // stop ends the discovery and drains every endpoint for good, waiting
-// until ctx ends for the server to have sent all it will; the readers
-// then serve what the endpoints delivered and exit (wait).
+// until ctx ends; the readers then serve what was delivered and exit.
 func (s *serving) stop(ctx context.Context) {
 	s.mu.Lock()
 	if s.stopped || s.subs == nil {
@@ -247,15 +226,9 @@ func (s *serving) stop(ctx context.Context) {
 }
 
 // registrar registers the worker with the routers: once at Start, again
-// every heartbeat, and the leave of a drain (docs/protocol.md 7.1). what
-// is the registration to send, made fresh for each beat. Since protocol
-// 1.12 it travels as one request per group, on P.register.group.<group>,
-// and one per tool, on P.register.<tool>, with that tool's definition and
-// calls in flight: NATS permissions confine which tools a worker login may
-// define. The requests of one beat are sent at once and waited for
-// together, so a beat takes one round trip, not one per tool; those of the
-// first registration go one after another, so that the routers store the
-// tools in the worker's order (listings keep it).
+// every heartbeat, and the leave of a drain, as one request per group and
+// one per tool (docs/protocol.md 7.1, docs/worker.md). what is the
+// registration to send, made fresh for each beat.
 type registrar struct {
 	nc     *nats.Conn
 	subj   bus.Subjects
@@ -271,21 +244,15 @@ type registrar struct {
 }
 
 // heartbeat registers every beat until ctx ends. A registration already
-// sent is not abandoned when ctx ends: it is waited for until a router
-// answers it or a beat passes, so that Drain, which waits for this loop,
-// sends its leave after it and a router cannot apply the heartbeat after
-// the leave (which kept the worker's tools listed for three more beats).
+// sent is still waited for when ctx ends, so that Drain's leave comes after
+// it and a router never applies the beat after the leave.
 func (r *registrar) heartbeat(ctx context.Context) {
 	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
 }
 
 // register sends one registration and logs its outcome. Until one is
-// acknowledged, it waits up to firstRegisterWait for the replies, not one
-// beat: a router stores each new definition in turn (a worker of a hundred
-// tools took seconds on a loaded machine), and a worker that gave up after
-// a beat sent the same registration again every beat, each one stored
-// again beside the others, and was never acknowledged. With no router at
-// all the requests fail at once (no responders), so Start does not wait.
+// acknowledged it waits up to firstRegisterWait, not a beat, for the
+// replies (docs/worker.md: a router stores new definitions in turn).
 func (r *registrar) register(ctx context.Context) {
 	wait := r.every
 	if !r.answered.Load() {
@@ -307,13 +274,11 @@ func (r *registrar) register(ctx context.Context) {
 // firstRegisterWait bounds the wait for the first acknowledgement.
 const firstRegisterWait = 10 * time.Second
 
-// send sends reg, a registration or a leave, as the requests of protocol
-// 1.12 (docs/protocol.md 7.1): a leave and each tool's definition on the
-// tool's subject, each group on the group's, all at once (in order until
-// the first registration is acknowledged: ordered), and returns the
-// acknowledgements of the tools merged, waiting for them at most wait. A
-// group's rejection is logged here. err is the first request that failed
-// (ack then holds the others'), nil when every one was acknowledged.
+// send sends reg, a registration or a leave, as one request per tool and
+// group, all at once (in order until the first registration is
+// acknowledged: ordered), and returns the tools' acknowledgements merged,
+// waiting at most wait; a group's rejection is logged here. err is the
+// first request that failed (ack then holds the others').
 func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Duration) (*bus.RegisterAck, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -345,11 +310,7 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 		}
 		parts = append(parts, &part{subject: r.subj.Workers.Register(d.Name), reg: one})
 	}
-	if r.ordered() {
-		// Until every request was acknowledged once, one after another:
-		// routers list tools and groups in the order of their first
-		// registration (docs/protocol.md 7.4), and requests sent at once
-		// are stored in any order.
+	if r.ordered() { // routers list in the order of first registration (7.4)
 		for _, p := range parts {
 			p.ack, p.err = r.request(ctx, p.subject, p.reg)
 		}
@@ -378,8 +339,7 @@ func (r *registrar) send(ctx context.Context, reg bus.Register, wait time.Durati
 	return ack, first
 }
 
-// ordered reports whether a registration is sent one request after
-// another: until every request of one was acknowledged (Registered).
+// ordered: until a registration was acknowledged, its requests go one by one.
 func (r *registrar) ordered() bool {
 	select {
 	case <-r.registered:
@@ -390,10 +350,8 @@ func (r *registrar) ordered() bool {
 }
 
 // request sends one registration on subject and returns its
-// acknowledgement. A request the NATS server refused (the login may not
-// publish there: its credentials do not let it define that tool or group,
-// docs/security.md) times out; the connection's last error says why, and
-// so does the error returned.
+// acknowledgement. A request the NATS server refused (docs/security.md)
+// times out; the error returned gives the connection's last error.
 func (r *registrar) request(ctx context.Context, subject string, reg bus.Register) (*bus.RegisterAck, error) {
 	e, err := bus.NewEvent(bus.TypeRegister, r.source, reg)
 	if err != nil {

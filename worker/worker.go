@@ -55,15 +55,13 @@ type Config struct {
 	Observer Observer
 	// Version is reported by NATS micro discovery; "" means "1.0.0".
 	Version string
-	// InlineLimit is the encoded size of an output (its "output" array as
-	// JSON) above which its largest blocks are stored in the outputs object
-	// store and replaced by references (docs/protocol.md 5.9); zero means
-	// offload.DefaultInlineLimit (1 MiB). The connection's payload limit,
-	// less 64 KiB for the envelope, caps it in any case.
+	// InlineLimit is the encoded size of an output above which its largest
+	// blocks are stored in the outputs object store as references
+	// (docs/protocol.md 5.9); zero means offload.DefaultInlineLimit (1 MiB),
+	// capped by the payload limit less 64 KiB.
 	InlineLimit int
-	// MaxOutput is the encoded output size above which a result is refused,
-	// even by the object store: the call ends as a tool error that says so.
-	// Zero means offload.DefaultMaxOutput (64 MiB).
+	// MaxOutput is the encoded output size above which a result is refused
+	// as a tool error; zero means offload.DefaultMaxOutput (64 MiB).
 	MaxOutput int64
 }
 
@@ -79,9 +77,8 @@ type tool struct {
 	h   Handler
 
 	requests, calls, errors, nanos atomic.Int64 // for micro stats (discovery.go)
-	// accepted says a router accepted the tool's registration: only then
-	// is it served (serve.go). decided is closed at the first
-	// acknowledgement that accepts or rejects it.
+	// accepted: a router accepted the registration, so it is served;
+	// decided is closed at the first acknowledgement that names it.
 	accepted   atomic.Bool
 	decided    chan struct{}
 	decideOnce sync.Once
@@ -110,10 +107,7 @@ type Worker struct {
 	log    *slog.Logger
 	off    *offload.Offloader
 
-	// The parts: the table of calls accepted, running and cancelled
-	// (calls.go), the registrations and heartbeats (serve.go), and the
-	// executor that runs one call and makes its result (exec.go).
-	calls *callTable
+	calls *callTable // calls.go; reg: serve.go; exec: exec.go (docs/worker.md, "Shape")
 	reg   *registrar
 	exec  *executor
 
@@ -129,18 +123,13 @@ type Worker struct {
 	stopOnce sync.Once
 	stopErr  error
 
-	// life counts the calls accepted and not yet answered; its Context,
-	// base, is the parent of every call's context, cancelled with
-	// errDrained when a drain's deadline passes with calls still running.
-	// waiting counts the requests waiting for a slot, at most maxWaiting
-	// (waitLimit); busyN the requests answered busy.
-	waiting, busyN atomic.Int64
+	waiting, busyN atomic.Int64 // requests waiting for a slot (at most maxWaiting), answered busy
 	maxWaiting     int
 
-	life   *life.Life
-	base   context.Context
-	cutN   int           // calls running when the drain's deadline passed
-	closed chan struct{} // closed when Drain has returned
+	life   *life.Life      // the calls accepted and not yet answered
+	base   context.Context // life's: every call's parent, cancelled with errDrained past a drain's deadline
+	cutN   int             // calls running when the drain's deadline passed
+	closed chan struct{}   // closed when Drain has returned
 }
 
 // ErrStarted is returned when tools are added after Start.
@@ -213,11 +202,9 @@ func (w *Worker) Registered() <-chan struct{} { return w.reg.registered }
 
 // Start subscribes the cancel subject and every tool in its queue group,
 // registers with the routers, and keeps registering every heartbeat until
-// Stop. A tool runs calls only once a router accepted it (a request before
-// the first acknowledgement waits for it); a tool a router rejects is
-// unsubscribed at once, logged as an error and counted (RejectObserver),
-// and registered again, with the same definition, at every beat. A
-// registration that no router answers is retried at the next beat.
+// Stop. A tool runs calls only once a router accepted it; a rejected tool
+// is unsubscribed, logged and counted (RejectObserver), and registered
+// again every beat (docs/worker.md).
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -233,9 +220,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
-	// Every tool is an endpoint, listed by NATS micro discovery, so `nats
-	// micro ls/info/stats` show the workers and their tools, until a router
-	// rejects it (serve.go, discovery.go).
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
 		disc: newDiscovery(w.subj, w.cfg.ID, w.cfg.Version), slots: w.cfg.MaxConcurrent}
 	if err := w.serve.start(); err != nil {
@@ -268,27 +252,26 @@ func (w *Worker) Served() []string {
 	if w.serve == nil {
 		return nil
 	}
-	return w.serve.served()
+	var names []string
+	for _, t := range w.serve.endpoints() {
+		names = append(names, t.def.Name)
+	}
+	return names
 }
 
-// waitLimit bounds the requests that wait for a slot, across the worker:
-// four per slot, at least 1024; more are answered busy at once.
+// waitLimit bounds the requests that wait for a slot; more are answered busy.
 func waitLimit(maxConcurrent int) int { return max(4*maxConcurrent, 1024) }
 
-// pendingMsgs is the capacity of the endpoints' channel (readers.go). A
-// reader never waits for a slot (a request waits for one in a goroutine,
-// or is answered busy), so the channel holds only what arrives while no
-// reader is free to take it; the capacity is far above that, so that the
-// NATS client's silent slow-consumer drop (the router then waited for the
-// call's timeout) stays out of reach. A burst of 10,000 sessions on a
-// loaded machine overflowed the 1,024 messages of an earlier limit.
+// pendingMsgs is the capacity of the endpoints' channel (readers.go): far
+// above what arrives while no reader is free, so that the NATS client's
+// silent slow-consumer drop stays out of reach (docs/worker.md, "Waiting
+// and busy").
 const pendingMsgs = 1 << 16
 
 // registration is what every beat sends: the tools, and the calls
 // accepted, running or waiting for a slot.
 func (w *Worker) registration() bus.Register {
-	// BinaryExec, CompactExec: this worker reads exec requests in every
-	// form and answers each in the form it came in (docs/protocol.md 5.1).
+	// This worker reads every exec form and answers in the form it came in (5.1).
 	reg := bus.Register{Worker: w.cfg.ID, Groups: w.cfg.Groups, InFlight: w.calls.queuedByTool(), BinaryExec: true, CompactExec: true}
 	w.mu.Lock()
 	for _, t := range w.tools {
@@ -298,13 +281,9 @@ func (w *Worker) registration() bus.Register {
 	return reg
 }
 
-// request is one exec request from its arrival to its answer: the
-// message, its event as decoded (err when it did not decode), the key it
-// is listed under, the call it becomes and the result's scratch. Requests
-// are pooled (requests) and the Call is allocated on its own: a handler
-// may keep its *Call (a late Progress), and nothing else outlives the
-// answer (the call's strings and raw members are the message's, which
-// nats.go allocated, the keys carved).
+// request is one exec request from its arrival to its answer, pooled; its
+// Call is allocated on its own, since a handler may keep it (docs/worker.md,
+// "one allocation per exec request").
 type request struct {
 	m       nats.Msg
 	e       bus.Event
@@ -318,8 +297,7 @@ type request struct {
 	t       *tool
 }
 
-// requests are the requests between two calls; run puts one back once its
-// call is answered and released.
+// requests are the pooled requests; run puts one back once it is answered.
 var requests = sync.Pool{New: func() any { return new(request) }}
 
 // newRequest is a pooled request for m.
@@ -330,9 +308,6 @@ func newRequest(m *nats.Msg) *request {
 }
 
 func (w *Worker) onExec(t *tool, r *request) {
-	// The envelope is read before waiting for a slot, so that a call
-	// waiting for one is already listed in the heartbeats (routers end calls
-	// that no live worker lists as vanished).
 	if !t.accepted.Load() {
 		select {
 		case <-t.decided: // rejected; delivered before the endpoint went
@@ -354,8 +329,8 @@ func (w *Worker) onExec(t *tool, r *request) {
 		}
 		return
 	}
-	// The data is checked as it is decoded (executor.serve, ExecData):
-	// not here too.
+	// Decoded before waiting for a slot, so that a waiting call is listed in
+	// the beats; the data is checked as executor.serve reads it.
 	r.err = bus.DecodeHead(&r.m, &r.e)
 	select {
 	case w.sem <- struct{}{}:
@@ -364,10 +339,8 @@ func (w *Worker) onExec(t *tool, r *request) {
 		return
 	default:
 	}
-	// Every slot is busy. The request waits for one in a goroutine, so
-	// that the reader goes on reading and the NATS client never drops
-	// requests as a slow consumer (silent: the router waited for the
-	// call's timeout); past maxWaiting it is answered busy at once.
+	// Every slot is busy: the request waits in a goroutine, so that the
+	// reader reads on; past maxWaiting it is answered busy at once.
 	if w.waiting.Add(1) > int64(w.maxWaiting) {
 		w.waiting.Add(-1)
 		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
@@ -381,9 +354,7 @@ func (w *Worker) onExec(t *tool, r *request) {
 		w.obs.Waiting(-1)
 		if r.err == nil {
 			if exp, _ := r.e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
-				// Its deadline passed while it waited: the router has answered
-				// it with a timeout, so running it would be wasted work.
-				w.release(r.key, r.tracked)
+				w.release(r.key, r.tracked) // the router answered it timeout meanwhile
 				return
 			}
 		}
@@ -391,9 +362,8 @@ func (w *Worker) onExec(t *tool, r *request) {
 	}()
 }
 
-// dispatch serves one accepted exec request in its slot, on the goroutine
-// that took it: a reader (readers.go), or the one it waited for its slot
-// in.
+// dispatch serves an accepted request in its slot, on the goroutine that
+// took it (a reader, or the one it waited for its slot in).
 func (w *Worker) dispatch(t *tool, r *request) {
 	r.w, r.t = w, t
 	r.run()
@@ -409,16 +379,14 @@ func (r *request) run() {
 	requests.Put(r)
 }
 
-// unserved answers a request of a tool whose definition no router
-// accepted: it never runs.
+// unserved answers a request of a tool no router accepted: it never runs.
 func (w *executor) unserved(t *tool, m *nats.Msg) {
 	_ = bus.RespondError(w.nc, m, w.source, bus.Errorf(bus.CodeUnavailable,
 		"this worker's definition of %q was not accepted by the routers; it does not serve it", t.def.Name))
 }
 
-// busy answers a request that found every one of slots busy and waiting
-// others waiting: the router reports the call unavailable at once. n
-// counts the busy answers so far.
+// busy answers a request that found every slot busy and waiting others
+// waiting; n counts the busy answers so far.
 func (w *executor) busy(t *tool, m *nats.Msg, n int64, slots, waiting int) {
 	if bo, ok := w.obs.(BusyObserver); ok {
 		bo.Busy(t.def.Name)
@@ -438,8 +406,7 @@ type BusyObserver interface {
 }
 
 // accept counts a call the worker took, listed in its heartbeats by key
-// from now until release; tracked says whether a drain waits for it (one
-// delivered after the drain began is served, not waited for).
+// until release; tracked says whether a drain waits for it.
 func (w *Worker) accept(t *tool, e *bus.Event, err error) (key string, tracked bool) {
 	tracked = w.life.Enter()
 	if err == nil && e.SessionID != "" && e.ReplyID != "" && e.ToolCallID != "" {
@@ -483,9 +450,7 @@ func (r *coreReply) result(out *bus.Event) {
 			err = bus.PublishBinary(r.w.nc, r.m.Reply, out, true)
 		} else if bus.IsBinary(r.m.Header) {
 			err = bus.PublishBinary(r.w.nc, r.m.Reply, out, false)
-		} else {
-			// The data is ExecResult.AppendJSON's, which checked every raw
-			// member: sent without a second scan, in Send's pooled message.
+		} else { // AppendJSON's data, checked already
 			err = bus.SendTrusted(r.m.Reply, out, "", r.w.nc.PublishMsg)
 		}
 		if err != nil {
@@ -513,12 +478,10 @@ const StopTimeout = 5 * time.Second
 const drainCleanup = time.Second
 
 // Drain stops the worker: it tells the routers it is leaving, stops taking
-// calls at once, and lets the calls in flight finish until ctx ends. Then
-// it cancels the calls still running (they send no result: the routers see
-// them vanish, as from a worker that stopped) and returns after at most a
-// short cleanup, with an error that wraps ctx's and counts the calls cut
-// off. It is safe to call twice and concurrently; later calls wait for the
-// first and return its result.
+// calls, and lets the calls in flight finish until ctx ends; then it
+// cancels those still running (they send no result) and returns after a
+// short cleanup with an error counting them. It is safe to call twice and
+// concurrently; later calls return the first's result.
 func (w *Worker) Drain(ctx context.Context) error {
 	w.stopOnce.Do(func() {
 		w.stopErr = w.drain(ctx)
@@ -568,8 +531,7 @@ func (w *Worker) drain(ctx context.Context) error {
 	}
 	w.stopLoop()
 	w.loops.Wait()
-	if w.nc.IsConnected() {
-		// Routers stop choosing this worker before its subscriptions go.
+	if w.nc.IsConnected() { // routers stop choosing this worker before its subscriptions go
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		leave := bus.Register{Worker: w.cfg.ID, Leaving: true, Tools: w.registration().Tools} // one leave per tool (7.1)
 		if _, err := w.reg.send(sctx, leave, w.reg.every); err != nil {
@@ -577,9 +539,8 @@ func (w *Worker) drain(ctx context.Context) error {
 		}
 		cancel()
 	}
-	// Drain: the endpoint subscriptions drain, so requests already
-	// delivered to this worker are still served (the readers take what is
-	// left), then we wait for the calls accepted so far.
+	// The endpoints drain (the readers serve what they delivered), then the
+	// calls accepted so far are waited for.
 	var err error
 	if w.serve != nil {
 		w.serve.stop(ctx)
@@ -607,11 +568,9 @@ func absentIfNull(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// Observer is told what a worker does, for metrics; metrics.NewWorker
-// returns one that keeps Prometheus metrics. The worker package defines the
-// hook and imports no metrics library: a tool author who wants none links
-// none. Its methods are called from many goroutines at once and must return
-// quickly.
+// Observer is told what a worker does, for metrics (metrics.NewWorker keeps
+// Prometheus ones; this package links no metrics library). Its methods are
+// called from many goroutines at once and must return quickly.
 type Observer interface {
 	// Waiting is called with +1 when a request starts waiting for a free
 	// slot (Config.MaxConcurrent) and with -1 when it gets one.

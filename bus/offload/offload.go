@@ -98,12 +98,9 @@ func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 	return o, nil
 }
 
-// Limits returns the limits in effect.
-func (o *Offloader) Limits() Limits { return o.lim }
-
-// Inline is the largest encoded output sent inline in a message that also
-// carries extra bytes of its own (metadata, a state patch): the inline
-// limit, capped by the connection's payload limit less Reserve and extra.
+// Inline is the largest encoded output sent inline beside extra bytes
+// (metadata, a state patch): the inline limit, capped by the payload limit
+// less Reserve and extra.
 func (o *Offloader) Inline(extra int) int {
 	lim := o.lim.Inline
 	if o.nc == nil {
@@ -128,9 +125,8 @@ func Size(out []bus.Block, dup bool) int64 {
 	return n
 }
 
-// Bound is an upper bound of Size without encoding: JSON escapes a byte
-// into at most six ("\u00XX"), and a block's member names and punctuation
-// take less than 96 bytes.
+// Bound is an upper bound of Size without encoding: an escaped byte takes
+// at most six, a block's names and punctuation less than 96.
 func Bound(out []bus.Block, dup bool) int64 {
 	n := int64(2)
 	for _, b := range out {
@@ -361,8 +357,7 @@ func short(s string) string {
 	return s
 }
 
-// randomToken is 128 bits from crypto/rand as 32 hex digits: object
-// names and chunk subjects nobody can guess from a neighbour's.
+// randomToken is 128 random bits as 32 hex digits, for names nobody guesses.
 func randomToken() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand.Read)
@@ -409,8 +404,7 @@ const (
 const ChunkSize = 128 << 10
 
 // window is how many chunks may be published ahead of their
-// acknowledgements: at most 256 KiB queue in the writer's connection
-// ahead of its heartbeats and replies (docs/offload.md, paced writes).
+// acknowledgements (docs/offload.md, paced writes).
 const window = 2
 
 // Subjects of an object store bucket (the layout of nats.go's object
@@ -427,8 +421,7 @@ type writer struct {
 }
 
 // put publishes data's chunks then its metadata (expecting subject sequence
-// 0: never replacing an object, and first on its subject, which Info reads)
-// and returns its reference block.
+// 0: never replacing an object) and returns its reference block.
 func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.Block, error) {
 	o := w.o
 	token := randomToken()
@@ -467,9 +460,7 @@ func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.B
 	if err != nil {
 		return bus.Block{}, err
 	}
-	// No Nats-Rollup header: the name is new, and a store refusing rollups
-	// (deny_purge) then keeps every write.
-	m := nats.NewMsg(metaSubject(o.bucket, name))
+	m := nats.NewMsg(metaSubject(o.bucket, name)) // no Nats-Rollup: the store refuses rollups
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Data = raw
 	f, err := o.js.PublishMsgAsync(m)

@@ -18,9 +18,8 @@ import (
 	"github.com/toolbus/toolbus/store"
 )
 
-// Store reads the outputs bucket from its stream's leader (MSG.GET: a
-// follower could answer "not found", protocol 5.9). Routers and operators
-// only.
+// Store reads the outputs bucket from its stream's leader (a follower could
+// answer "not found", protocol 5.9). Routers and operators only.
 type Store struct {
 	nc     *nats.Conn
 	bucket string
@@ -33,15 +32,11 @@ func NewStore(nc *nats.Conn, bucket string) *Store {
 	return &Store{nc: nc, bucket: bucket, api: "$JS.API.STREAM.MSG.GET.OBJ_" + bucket, direct: "$JS.API.DIRECT.GET.OBJ_" + bucket}
 }
 
-// Bucket is the bucket the store reads.
-func (s *Store) Bucket() string { return s.bucket }
-
 // ErrNotFound is an object that is not (or no longer) in the bucket.
 var ErrNotFound = errors.New("no such object (it may have expired)")
 
 // NotFoundRetry bounds how long a read retries "not found" before it
-// believes it: the leader has every acknowledged object, but a leader
-// change may hand the stream to a replica still catching up.
+// believes it (a new leader may still be catching up).
 const NotFoundRetry = 2 * time.Second
 
 // requestTimeout bounds one API request whose context has no deadline.
@@ -123,9 +118,8 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 	return s.get(ctx, req) // not found here, or no direct get: the leader
 }
 
-// Info reads name's first metadata message (the writer's: a later forgery
-// is ignored or fails the digest check) from the leader, retrying "not
-// found" for NotFoundRetry; else ErrNotFound.
+// Info reads name's first metadata message (the writer's) from the leader,
+// retrying "not found" for NotFoundRetry; else ErrNotFound.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	var m *store.StreamMsg
 	var err error
@@ -175,7 +169,7 @@ func (s *Store) walk(ctx context.Context, info *Info, want string) ([]chunk, err
 }
 
 // chunkReader is an Object's next for info's object: its chunks in order,
-// each checked to be the object's, at most its count; seen is told each.
+// each checked; seen is told each.
 func (s *Store) chunkReader(ctx context.Context, info *Info, seen func(m *store.StreamMsg, off int64)) func(off int64) ([]byte, error) {
 	subj := chunkSubject(s.bucket, info.NUID)
 	seq, n := uint64(1), 0

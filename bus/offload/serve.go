@@ -141,9 +141,9 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 	return b, nil
 }
 
-// Server answers the read verb for one outputs bucket. It verifies an object
-// whole once and remembers its chunks' sequences, so later windows are the
-// verified bytes. Safe for concurrent use.
+// Server answers the read verb for one outputs bucket, verifying an object
+// whole once and serving later windows from its verified chunks. Safe for
+// concurrent use.
 type Server struct {
 	st     *Store
 	window int

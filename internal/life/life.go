@@ -61,8 +61,7 @@ type Life struct {
 	draining bool
 	landOpen bool // landing writes are taken (until the end of the cleanup window)
 	// The landing writes in flight, and a channel closed when they fall to
-	// none (nil while there are none): not a WaitGroup, since a write may
-	// begin while the drain waits for them, which a WaitGroup forbids.
+	// none: a write may begin while the drain waits, which a WaitGroup forbids.
 	landN    int
 	landIdle chan struct{}
 	work     sync.WaitGroup
@@ -126,8 +125,7 @@ func (l *Life) Go(fn func(ctx context.Context)) bool {
 }
 
 // Loop runs fn on its own goroutine until the drain has waited for the
-// work; fn returns when its context ends. A Loop started once the drain has
-// stopped the loops does not run, and Loop returns false.
+// work (fn returns when its context ends); false, fn not run, past that.
 func (l *Life) Loop(fn func(ctx context.Context)) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -139,9 +137,8 @@ func (l *Life) Loop(fn func(ctx context.Context)) bool {
 }
 
 // Landing returns the context of a write that must land, bounded by
-// Config.LandBudget: a drain waits for it (its cancel function, which must
-// be called) and cuts it off, with ErrDeadline, only at the end of its
-// cleanup window. Past that window it returns a context already cut.
+// Config.LandBudget: a drain waits for it (until its cancel, which must be
+// called) and cuts it off only at the end of its cleanup window.
 func (l *Life) Landing() (context.Context, context.CancelFunc) {
 	l.mu.Lock()
 	if !l.landOpen {
@@ -197,11 +194,10 @@ func (l *Life) Draining() bool {
 // Closed is closed once Drain has returned.
 func (l *Life) Closed() <-chan struct{} { return l.closed }
 
-// Drain stops taking work, waits for the work in flight and the landing
-// writes until ctx ends, then cancels what is left (ErrDeadline) and waits
-// at most Config.Cleanup more, then stops the loops and runs the unwind. It
-// returns nil when no work was cut off, else an error wrapping ctx's. Later
-// and concurrent calls wait for the first and return its result.
+// Drain stops taking work, waits for the work and the landing writes until
+// ctx ends, cancels what is left (ErrDeadline) and waits at most
+// Config.Cleanup more, then stops the loops and runs the unwind; an error
+// wraps ctx's when work was cut off. Later calls return the first's result.
 func (l *Life) Drain(ctx context.Context) error {
 	l.once.Do(func() {
 		l.err = l.drain(ctx)
@@ -215,8 +211,7 @@ func (l *Life) drain(ctx context.Context) error {
 	l.mu.Lock()
 	l.draining = true
 	l.mu.Unlock()
-	// One window for all the waits below: a closed channel, not a timer's,
-	// whose single tick only the first wait would see.
+	// One window for all the waits below: a closed channel (a timer ticks once).
 	var (
 		cleanup chan struct{}
 		timer   *time.Timer
@@ -269,6 +264,9 @@ func (l *Life) drain(ctx context.Context) error {
 	}
 	return err
 }
+
+// WaitFor waits for wg until ctx ends; false when ctx ended first.
+func WaitFor(ctx context.Context, wg *sync.WaitGroup) bool { return wait(ctx, waited(wg), nil) }
 
 // waited is closed once wg's Wait returns.
 func waited(wg *sync.WaitGroup) <-chan struct{} {

@@ -1,9 +1,7 @@
 // Package replies waits for replies on one wildcard subscription of its own,
-// handing each reply inline to the wait that registered its inbox. Unlike
-// nats.go's request it pools channels and timers and can reuse inboxes
-// (KeepInbox). A late reply is never taken for another request's: a wait
-// that ended unreplied gets a new inbox, one whose reply was in flight is
-// not reused.
+// handing each reply inline to the wait that registered its inbox; unlike
+// nats.go's request it pools channels and timers and can reuse inboxes. A
+// late reply is never taken for another request's.
 package replies
 
 import (
@@ -21,11 +19,10 @@ import (
 // Mux is one reply subscription and the waits registered on it. Its zero
 // value is not usable: make one with New.
 type Mux struct {
-	nc   *nats.Conn
-	opts Options
-	once sync.Once
-	// prefix is the subscription's inbox, with a trailing dot.
-	prefix  string
+	nc      *nats.Conn
+	opts    Options
+	once    sync.Once
+	prefix  string // the subscription's inbox, with a trailing dot
 	err     error
 	mu      sync.Mutex
 	seq     uint64
@@ -148,8 +145,7 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, send func(in
 	return resp, nil
 }
 
-// newInbox is an inbox no wait has now, carved out of a shared block
-// (internal/slab: no allocation of its own). a.mu is held.
+// newInbox is an inbox no wait has now, carved out of a shared block. a.mu is held.
 func (a *Mux) newInbox() string {
 	for {
 		a.seq++
@@ -215,13 +211,10 @@ func (a *Mux) deliver(m *nats.Msg) {
 	}
 }
 
-// Done ends w's wait, replied when its reply was taken from C. A wait
-// whose reply may still come to its channel (deliver took it from
-// waiting, but the wait ended first) is not reused; one that ended before
-// its reply came is reused with a new inbox. A replied wait takes no
-// lock: whatever was taken from C (a reply, or the nil of the
-// connection's end) was sent by deliver or endOn, which took w out of
-// waiting first.
+// Done ends w's wait, replied when its reply was taken from C (then no
+// lock: deliver or endOn took w out of waiting). A wait whose reply may
+// still come to its channel is not reused; one that ended before its reply
+// came is reused with a new inbox.
 func (a *Mux) Done(w *Wait, replied bool) {
 	if replied {
 		a.free.Put(w)
@@ -305,8 +298,7 @@ func (w *Wait) WaitDone(done <-chan struct{}, within time.Duration) *nats.Msg {
 	return nil
 }
 
-// timers are the stopped timers of the waits (a stopped timer's channel
-// holds nothing, so it can be started again).
+// timers are the stopped timers of the waits, to start again.
 var timers sync.Pool
 
 // StartTimer is a timer from the pool that fires after d; StopTimer

@@ -13,8 +13,7 @@ import (
 const BlockSize = 512
 
 // Carver carves from one block at a time: its zero value is ready. It is
-// not safe for concurrent use: keep one per P (in a sync.Pool, as Pool
-// does, or embedded in a pooled value of one's own, as the bus does).
+// not safe for concurrent use: keep one per P (in a sync.Pool, as Pool does).
 type Carver struct {
 	free []byte // the block's tail, not carved yet: len == cap
 }
@@ -40,8 +39,7 @@ func (c *Carver) Make(max int, fill func([]byte) []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// Pool hands out Carvers, one per P as sync.Pool keeps them: no lock and
-// no contention on the hot path.
+// Pool hands out Carvers, one per P as sync.Pool keeps them.
 type Pool struct{ p sync.Pool }
 
 // Get returns a Carver for the calling goroutine's use until Put.
@@ -55,8 +53,7 @@ func (p *Pool) Get() *Carver {
 // Put gives c back; the caller must not use it any more.
 func (p *Pool) Put(c *Carver) { p.p.Put(c) }
 
-// Make is a Carver's Make from p, for a caller that keeps no state beside
-// the block.
+// Make is a Carver's Make from p.
 func (p *Pool) Make(max int, fill func([]byte) []byte) string {
 	c := p.Get()
 	s := c.Make(max, fill)

@@ -11,11 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// The SDKs' per-call benchmarks against raw NATS share this, with CPU per call
-// split by profiler label.
-
-// PartLabel is the profiler label that names the part of a benchmark a
-// goroutine belongs to ("caller", "responder").
+// PartLabel is the profiler label that names the part of an SDK's per-call
+// benchmark a goroutine belongs to ("caller", "responder").
 const PartLabel = "part"
 
 // Labelled runs f, and the goroutines it starts, with profiler label part.

@@ -1,8 +1,7 @@
 // Package xtest starts a whole deployment in process (nats-server or a
-// 3-node cluster, routers, workers) for integration tests and the bench.
-// Readiness is seen through the protocol only (WaitLive, WaitGone,
-// EveryRouter). Methods return errors so the bench can use them; tests use
-// Run, which fails the test and closes the deployment at its end.
+// 3-node cluster, routers, workers) for integration tests and the bench,
+// and sees readiness through the protocol only. Methods return errors for
+// the bench; tests use Run.
 package xtest
 
 import (
@@ -25,17 +24,15 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// Roles name the part of a deployment a connection serves; Config.Around
-// gets them.
+// Roles name the part of a deployment a connection serves (Config.Around).
 const (
 	RoleRouter = "router"
 	RoleWorker = "worker"
 	RoleClient = "client"
 )
 
-// Defaults for the tests: a heartbeat short enough that a worker that left
-// is gone within a couple of seconds, and a bound generous enough for a
-// busy two-core machine under -race.
+// Defaults: a heartbeat after which a worker that left is soon gone, and a
+// bound generous enough for a busy two-core machine under -race.
 const (
 	DefaultHeartbeat = 500 * time.Millisecond
 	DefaultBound     = 10 * time.Second
@@ -44,32 +41,27 @@ const (
 // Config describes a deployment. The zero value is one nats-server node and
 // no router.
 type Config struct {
-	// Cluster starts a 3-node cluster and replicates every bucket and
-	// stream three times (Router.Store.Replicas is set to 3).
+	// Cluster starts a 3-node cluster and replicates everything three times.
 	Cluster bool
-	// Server, when set, is an already running nats-server to deploy on
-	// (several deployments with different prefixes on one server); Close
-	// leaves it running.
+	// Server, when set, is a running nats-server to deploy on; Close leaves
+	// it running.
 	Server *server.Server
 	// Dir holds the servers' stores; "" means a temporary directory that
 	// Close removes.
 	Dir string
 	// Routers is how many routers Start starts.
 	Routers int
-	// Router is the configuration of every router; Store.Heartbeat
-	// defaults to Heartbeat. Each router gets its own copy (and its own ID
-	// unless one is set).
+	// Router is the configuration of every router (each its own copy);
+	// Store.Heartbeat defaults to Heartbeat.
 	Router router.Config
 	// Heartbeat of the routers and the workers; zero means DefaultHeartbeat.
 	Heartbeat time.Duration
-	// Bound limits every wait (worker registration, WaitLive, EveryRouter)
-	// on top of the caller's context; zero means DefaultBound.
+	// Bound limits every wait on top of the caller's context; zero means DefaultBound.
 	Bound time.Duration
 	// Options are added to every connection the deployment opens.
 	Options []nats.Option
-	// Around, when set, runs every connect and every Start of a router or
-	// a worker, so that goroutines they spawn inherit what it sets up (the
-	// benchmark labels them for its CPU profile).
+	// Around, when set, runs every connect and Start, so that the
+	// goroutines they spawn inherit what it sets up (the bench's labels).
 	Around func(ctx context.Context, role string, fn func(context.Context))
 }
 
@@ -97,8 +89,7 @@ func Run(t testing.TB, cfg Config) *Deployment {
 }
 
 // Start starts the servers and cfg.Routers routers, and returns once every
-// node of a cluster sees a router's subscriptions (interest travels
-// between nodes a moment after a router subscribes).
+// node of a cluster sees a router's subscriptions.
 func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	cfg = cfg.withDefaults()
 	net := &Net{Server: cfg.Server, opts: cfg.Options, wrap: cfg.Around, dir: cfg.Dir}
@@ -126,8 +117,7 @@ func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	return d, nil
 }
 
-// withDefaults returns cfg with its zero durations set, and three replicas
-// on a cluster.
+// withDefaults returns cfg with its defaults set.
 func (cfg Config) withDefaults() Config {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = DefaultHeartbeat
@@ -148,8 +138,7 @@ func (cfg Config) withDefaults() Config {
 // drain.
 const StopTimeout = 10 * time.Second
 
-// Close stops everything the deployment started, in reverse order, also
-// after a test stopped some of it.
+// Close stops everything the deployment started, in reverse order.
 func (d *Deployment) Close() {
 	workers, routers := d.Fleet.take()
 	d.Readiness.forget()
@@ -170,13 +159,10 @@ func drainAll[T any](xs []T, drain func(T, context.Context)) {
 }
 
 // Fleet is the toolbus side of a deployment: the routers and the workers
-// it started, each on a connection of the Net. A Deployment embeds it;
-// its fields are for reading.
+// it started, each on a connection of the Net; its fields are for reading.
 type Fleet struct {
-	Routers []*router.Router // every router started, in order
-	// RouterConns[i] is the connection of Routers[i] (close it to kill the
-	// router).
-	RouterConns []*nats.Conn
+	Routers     []*router.Router // every router started, in order
+	RouterConns []*nats.Conn     // RouterConns[i] is Routers[i]'s (close it to kill the router)
 
 	net       *Net
 	router    router.Config // Config.Router, defaults applied
@@ -228,8 +214,7 @@ type WorkerSpec struct {
 }
 
 // AddWorker starts a worker and returns once a router has acknowledged its
-// registration; Close drains it. Routers other than the one that took the
-// registration see the tools a moment later: WaitLive waits for them all.
+// registration (WaitLive waits for every router); Close drains it.
 func (f *Fleet) AddWorker(ctx context.Context, spec WorkerSpec) (*worker.Worker, error) {
 	nc := spec.Conn
 	if nc == nil {
@@ -270,8 +255,7 @@ func (f *Fleet) AddWorker(ctx context.Context, spec WorkerSpec) (*worker.Worker,
 	}
 }
 
-// serving returns the ids of the routers that still serve: neither closed
-// nor cut off from the server.
+// serving returns the ids of the routers neither closed nor cut off.
 func (f *Fleet) serving() map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -290,8 +274,7 @@ func (f *Fleet) serving() map[string]bool {
 	return out
 }
 
-// take returns the workers and the routers and forgets the workers (a
-// test may still read Routers after Close).
+// take returns the workers and the routers and forgets the workers.
 func (f *Fleet) take() ([]*worker.Worker, []*router.Router) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -301,8 +284,8 @@ func (f *Fleet) take() ([]*worker.Worker, []*router.Router) {
 }
 
 // Net is the NATS side of a deployment: its nats-server (one node or a
-// cluster), its store directory, and every connection it opens. A
-// Deployment embeds it; its fields are for reading.
+// cluster), its store directory, and every connection it opens; its
+// fields are for reading.
 type Net struct {
 	Server  *server.Server    // the one node; nil on a cluster
 	Cluster *embedded.Cluster // nil on one node
@@ -318,8 +301,7 @@ type Net struct {
 	next  int // the node of the next connection
 }
 
-// start starts the servers, unless Config.Server gave one; a "" dir
-// becomes a temporary directory that shutdown removes.
+// start starts the servers, unless Config.Server gave one.
 func (n *Net) start(cluster bool) error {
 	if n.Server != nil {
 		return nil
@@ -378,9 +360,8 @@ func (n *Net) around(ctx context.Context, role string, fn func(context.Context))
 	n.wrap(ctx, role, fn)
 }
 
-// Connect opens a connection for role, closed by Close. On a cluster each
-// connection starts on the next node, knows them all, and reconnects
-// forever.
+// Connect opens a connection for role, closed by Close; on a cluster, on
+// the next node, knowing them all, reconnecting forever.
 func (n *Net) Connect(ctx context.Context, role string) (*nats.Conn, error) {
 	n.mu.Lock()
 	node := n.next
@@ -420,8 +401,7 @@ func (n *Net) take() []*nats.Conn {
 	return conns
 }
 
-// shutdown closes conns, then stops the servers and removes the store
-// directory if they were made here.
+// shutdown closes conns, then stops the servers and the store made here.
 func (n *Net) shutdown(conns []*nats.Conn) {
 	for _, nc := range conns {
 		nc.Close()
@@ -479,8 +459,8 @@ func (r *Readiness) forget() {
 const poll = 5 * time.Millisecond
 
 // EveryRouter sends msg's request from every node until each serving router
-// (told apart by source) answered with an event check accepts, else the last
-// check error. A draining router never answers: do not wait on one.
+// answered with an event check accepts, else the last check error (a
+// draining router never answers).
 func (r *Readiness) EveryRouter(ctx context.Context, msg func() (*nats.Msg, error), check func(*bus.Event) error) error {
 	ctx, cancel := context.WithTimeout(ctx, r.bound)
 	defer cancel()
@@ -580,8 +560,7 @@ func (r *Readiness) WaitGone(ctx context.Context, names ...string) error {
 	})
 }
 
-// waitServed waits, on a cluster with routers, until a request sent on
-// every node finds a router.
+// waitServed waits, on a cluster, until a request on every node finds a router.
 func (r *Readiness) waitServed(ctx context.Context) error {
 	if r.net.Cluster == nil || len(r.fleet.serving()) == 0 {
 		return nil
