@@ -346,7 +346,7 @@ class _Executor:
             raise ProtocolError(f"{e.type}: data: call.id and call.name must be strings")
         if not isinstance(d.get("attempt", 0), int):
             raise ProtocolError(f"{e.type}: data: attempt must be a number")
-        if not (ev.valid_id(e.sessionid) and ev.valid_id(e.replyid) and ev.valid_id(c["id"])):
+        if not (e.sessionid and e.replyid and ev.valid_id(c["id"])):  # decode checked the ids the event carries
             raise ProtocolError("an exec request needs valid sessionid, replyid and call id")
         if c.get("name") != s.tool.name:
             raise ProtocolError(f"call names tool {_q(c.get('name'))} on the subject of {_q(s.tool.name)}")
@@ -411,7 +411,7 @@ class _Executor:
         if msg.reply:
             if not ev.is_binary(msg.headers):
                 body, headers = ev.encode_structured(out)
-            elif self._compact and ev.is_compact(msg.headers, e):
+            elif self._compact and not e.datacontenttype:  # binary without a content type: compact (ev.is_compact, 5.1)
                 body, headers = ev.encode_compact(out)
             else:
                 body, headers = ev.encode_binary(out)
