@@ -421,7 +421,11 @@ class _Executor:
                 self.log.warning("worker: reply failed for %s: %s", c["id"], x)
 
     async def _run(self, s: _Served, ctx: ToolContext, call: _Call, deadline: float | None) -> ToolResult:
-        task = asyncio.ensure_future(s.tool.handler(ctx))
+        # The handler runs in this serving task (a task of its own per call cost more than the rest of
+        # the call's bookkeeping): the agent's cancel (5.4), the deadline and the drain's cut cancel
+        # this task while it awaits the handler. Any cancel ends the handler, not the call: it is answered.
+        task = asyncio.current_task()
+        assert task is not None
         call.task = task
         expired = False
 
@@ -432,15 +436,12 @@ class _Executor:
 
         timer = None if deadline is None else asyncio.get_running_loop().call_later(max(deadline - time.time(), 0.0), expire)
         try:
-            value = await task
+            value = await s.tool.handler(ctx)
         except asyncio.CancelledError:
+            if hasattr(task, "uncancel"):  # Python 3.11+: the cancel is handled here
+                task.uncancel()
             if expired:
                 return _error(f"Error: tool {s.tool.name} did not finish before the call's deadline")
-            if call.cancelled or call.cut:
-                return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
-            if not task.done():  # this serving task itself was cancelled: pass it on
-                task.cancel()
-                raise
             return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
         except ToolError as x:
             return _error(str(x))
