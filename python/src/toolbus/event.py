@@ -207,7 +207,7 @@ class Event:
         for name in ("id", "source", "type"):
             if not getattr(self, name):
                 raise ProtocolError(f"{name} is empty")
-        if self.datacontenttype and not _is_json_type(self.datacontenttype):
+        if self.datacontenttype not in ("", CONTENT_TYPE_JSON) and not _is_json_type(self.datacontenttype):
             raise ProtocolError(f"datacontenttype must be application/json, got {_q(self.datacontenttype)}")
         for name in ("sessionid", "replyid", "toolcallid"):
             v = getattr(self, name)
@@ -291,9 +291,10 @@ def is_compact(headers: Mapping[str, str] | None, e: Event) -> bool:
 
 def is_binary(headers: Mapping[str, str] | None) -> bool:
     """Whether a message carries its attributes as ``ce-`` headers."""
-    if not headers:
-        return False
-    return any(len(k) > 3 and k[:3].lower() == "ce-" for k in headers)
+    for k in headers or ():
+        if len(k) > 3 and k[:3].lower() == "ce-":
+            return True
+    return False
 
 
 def decode(data: bytes, headers: Mapping[str, str] | None = None) -> Event:

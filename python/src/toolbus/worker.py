@@ -463,7 +463,7 @@ class _Executor:
         return res
 
     async def _result_data(self, s: _Served, key: str, res: ToolResult) -> dict[str, Any]:
-        blocks = to_blocks(res.output)
+        blocks: list[Block] = res.output  # _run made them blocks
         extra = 0
         meta_patch = {}
         for k, v in (("metadata", res.metadata), ("state_patch", res.state_patch)):
