@@ -8,6 +8,8 @@ sends sequential requests: raw nats-py (nc.request) or toolbus.Client.call throu
 Each side's CPU is its own process's user+system time over the measured calls (the children's
 read from /proc/<pid>/stat), divided by the number of calls. Linux only. BENCH_EXEC=compact (the
 default), binary or structured picks the exec form the worker declares (docs/protocol.md 5.1).
+BENCH_PROFILE=file writes cProfile stats of the responder (file.raw, file.toolbus) and of the
+requester's measured calls (file.client-raw, file.client-toolbus); the CPU numbers are then not comparable.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python" / "src"))
@@ -38,6 +41,17 @@ def proc_cpu(pid: int) -> float:
     """utime+stime of a process, in seconds (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def profiler() -> Any:
+    """With BENCH_PROFILE=file, a running cProfile of CPU time (dumped to file.<kind> by the responder, file.client-<kind> by the requester)."""
+    if not os.environ.get("BENCH_PROFILE"):
+        return None
+    import cProfile
+
+    prof = cProfile.Profile(time.process_time)  # CPU time: wall time would count the waits of a loaded machine
+    prof.enable()
+    return prof
 
 
 async def serve(kind: str, url: str) -> None:
@@ -59,12 +73,7 @@ async def serve(kind: str, url: str) -> None:
                                          compact_exec=form == "compact")
         w.add(bench_echo)
         await w.start()
-    prof = None
-    if os.environ.get("BENCH_PROFILE"):  # BENCH_PROFILE=file: cProfile the responder
-        import cProfile
-
-        prof = cProfile.Profile()
-        prof.enable()
+    prof = profiler()
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
     if prof is not None:
@@ -101,10 +110,14 @@ async def measure(kind: str, url: str, calls: int, warmup: int) -> tuple[float, 
 
         for i in range(warmup):
             await one(i)
+        prof = profiler()
         c0, r0, w0 = time.process_time(), proc_cpu(p.pid), time.perf_counter()
         for i in range(calls):
             await one(warmup + i)
         c1, r1, w1 = time.process_time(), proc_cpu(p.pid), time.perf_counter()
+        if prof is not None:
+            prof.disable()
+            prof.dump_stats(os.environ["BENCH_PROFILE"] + ".client-" + kind)
         await nc.close()
         return (c1 - c0) / calls * 1e6, (r1 - r0) / calls * 1e6, (w1 - w0) / calls * 1e6
     finally:

@@ -221,3 +221,56 @@ async def test_durable_call_survives_its_worker(bins, tmpdir_session):
         if dying is not None and dying.poll() is None:
             dying.kill()
         stop_router(r)
+
+
+async def test_handler_runs_in_the_serving_task():
+    """The deadline, the agent's cancel, the drain's cut and a cancel from outside end a handler
+    (worker._Executor._run), not the call: it gets its answer."""
+    import logging
+    import sys
+    import time
+
+    from toolbus.worker import _Call, _Executor, _Served
+
+    entered = asyncio.Event()
+
+    @toolbus.tool(name="py_wait", read_only=True)
+    async def wait(mode: str) -> str:
+        entered.set()
+        if mode == "raise":
+            raise asyncio.CancelledError()  # the handler's own, nobody cancelled it
+        await asyncio.sleep(3600)
+        return "never"
+
+    x = _Executor(None, ev.Subjects(), "toolbus/worker/t", logging.getLogger("t"), None, 4, 5.0, True)
+    s = _Served(wait)
+
+    def ctx(mode: str) -> toolbus.ToolContext:
+        return toolbus.ToolContext(id="c1", name="py_wait", session="s1", reply_id="r1", input={"mode": mode}, user=None,
+                                   context=None, attempt=1, state=None, deadline=None)
+
+    res = await x._run(s, ctx("sleep"), _Call("k", "py_wait"), time.time() + 0.05)
+    assert (res.state, res.output[0].text) == ("error", "Error: tool py_wait did not finish before the call's deadline")
+    if sys.version_info >= (3, 11):
+        assert asyncio.current_task().cancelling() == 0  # the deadline's cancel was taken back
+
+    for flag in ("cancelled", "cut"):
+        entered.clear()
+        call = _Call("k", "py_wait")
+        run = asyncio.ensure_future(x._run(s, ctx("sleep"), call, None))
+        await entered.wait()
+        setattr(call, flag, True)
+        call.task.cancel()
+        res = await run
+        assert (res.state, res.output[0].text) == ("interrupted", ev.INTERRUPTED_TEXT), flag
+        assert call.task is None
+
+    entered.clear()
+    run = asyncio.ensure_future(x._run(s, ctx("sleep"), _Call("k", "py_wait"), None))
+    await entered.wait()
+    run.cancel()  # the serving task itself, as a loop's shutdown does
+    res = await run
+    assert (res.state, res.output[0].text) == ("interrupted", ev.INTERRUPTED_TEXT)
+
+    res = await asyncio.ensure_future(x._run(s, ctx("raise"), _Call("k", "py_wait"), None))
+    assert (res.state, res.output[0].text) == ("interrupted", ev.INTERRUPTED_TEXT)

@@ -359,10 +359,13 @@ class Client:
         return out
 
 
-def _event(c: Client, typ: str, session: str, data: Any) -> ev.Event:
+def _event(c: Client, typ: str, session: str, data: Any, reply_id: str | None = None) -> ev.Event:
+    """A new event of the client; ``reply_id`` is a batch's own id (a fresh one when empty)."""
     if session and not ev.valid_id(session):
         raise ProtocolError(f"session id {_q(session)} must match ^[A-Za-z0-9_-]{{1,128}}$")
-    return ev.Event(typ, c.source, data, sessionid=session)
+    if reply_id and not ev.valid_id(reply_id):
+        raise ProtocolError(f"reply id {_q(reply_id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
+    return ev.Event(typ, c.source, data, sessionid=session, id=reply_id or "")
 
 def _timeout(c: Client, timeout: float | None, default: float) -> float:
     if timeout is not None:
@@ -384,11 +387,7 @@ def _batch(c: Client, session: str, calls: Sequence[CallLike] | CallLike, user: 
     rev = c._revs.get(session, 0)
     if rev:
         data["sessionrev"] = rev
-    e = _event(c, ev.TYPE_CALL_BATCH, session, data)
-    if reply_id:
-        if not ev.valid_id(reply_id):
-            raise ProtocolError(f"reply id {_q(reply_id)} must match ^[A-Za-z0-9_-]{{1,128}}$")
-        e.id = reply_id
+    e = _event(c, ev.TYPE_CALL_BATCH, session, data, reply_id)
     if expiry is not None:
         ts = expiry.timestamp() if isinstance(expiry, _dt.datetime) else float(expiry)
         e.expirytime = ev.rfc3339(ts)

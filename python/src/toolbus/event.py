@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import calendar
 import hashlib
 import json
 import re
@@ -86,34 +87,27 @@ DEFAULT_HEARTBEAT = 5.0
 DEFAULT_TIMEOUT_MS = 300000
 INTERRUPTED_TEXT = "<system-reminder>The tool call has been interrupted by the user.</system-reminder>"
 
-_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_RFC3339 = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(\.\d+)?(Z|[+-](\d{2}):(\d{2}))$"
-)
+# Matched whole (fullmatch): a trailing newline is no match.
+_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# RFC 3339 with the ranges Go's time.RFC3339Nano checks (month, day 1-31, hour, minute, second, zone), ASCII digits.
+_RFC3339 = re.compile(r"([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):([0-5][0-9]):([0-5][0-9])"
+                      r"(\.[0-9]+)?(?:Z|([+-])([01][0-9]|2[0-3]):([0-5][0-9]))")
 
 
 def valid_id(s: object) -> bool:
     """Session, reply, call and worker ids: ``^[A-Za-z0-9_-]{1,128}$``."""
-    return isinstance(s, str) and _ID.match(s) is not None and not s.endswith("\n")
+    return isinstance(s, str) and _ID.fullmatch(s) is not None
 
 
 def valid_name(s: object) -> bool:
     """Tool and group names: ``^[A-Za-z0-9_-]{1,64}$``."""
-    return isinstance(s, str) and _NAME.match(s) is not None and not s.endswith("\n")
+    return isinstance(s, str) and _NAME.fullmatch(s) is not None
 
 
 def valid_time(s: str) -> bool:
     """Whether s is an RFC 3339 time as Go's time.RFC3339Nano parses it."""
-    m = _RFC3339.match(s)
-    if m is None or s.endswith("\n"):
-        return False
-    y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
-    if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 23 and mi <= 59 and sec <= 59):
-        return False
-    if m.group(9) is not None and (int(m.group(9)) > 23 or int(m.group(10)) > 59):
-        return False
-    return True
+    return _RFC3339.fullmatch(s) is not None
 
 
 _last_stamp: tuple[int, str] = (-1, "")
@@ -140,17 +134,15 @@ def rfc3339(ts: float) -> str:
 
 def parse_time(s: str) -> float:
     """An RFC 3339 time as a unix timestamp (float seconds)."""
-    import calendar
-
-    m = _RFC3339.match(s)
-    if m is None or not valid_time(s):
+    m = _RFC3339.fullmatch(s)
+    if m is None:
         raise ProtocolError(f"time {_q(s)} is not RFC 3339")
-    y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
-    ts = calendar.timegm((y, mo, d, h, mi, sec, 0, 0, 0))
-    if m.group(8) != "Z":
-        off = int(m.group(9)) * 3600 + int(m.group(10)) * 60
-        ts -= off if m.group(8)[0] == "+" else -off
-    return ts + (float(m.group(7)) if m.group(7) else 0.0)
+    y, mo, d, h, mi, sec, frac, sign, zh, zm = m.groups()
+    ts = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(sec), 0, 0, 0))
+    if sign:
+        off = int(zh) * 3600 + int(zm) * 60
+        ts -= off if sign == "+" else -off
+    return ts + (float(frac) if frac else 0.0)
 
 
 def _q(v: object) -> str:
@@ -215,7 +207,7 @@ class Event:
         for name in ("id", "source", "type"):
             if not getattr(self, name):
                 raise ProtocolError(f"{name} is empty")
-        if self.datacontenttype and not _is_json_type(self.datacontenttype):
+        if self.datacontenttype not in ("", CONTENT_TYPE_JSON) and not _is_json_type(self.datacontenttype):
             raise ProtocolError(f"datacontenttype must be application/json, got {_q(self.datacontenttype)}")
         for name in ("sessionid", "replyid", "toolcallid"):
             v = getattr(self, name)
@@ -299,9 +291,10 @@ def is_compact(headers: Mapping[str, str] | None, e: Event) -> bool:
 
 def is_binary(headers: Mapping[str, str] | None) -> bool:
     """Whether a message carries its attributes as ``ce-`` headers."""
-    if not headers:
-        return False
-    return any(len(k) > 3 and k[:3].lower() == "ce-" for k in headers)
+    for k in headers or ():
+        if len(k) > 3 and k[:3].lower() == "ce-":
+            return True
+    return False
 
 
 def decode(data: bytes, headers: Mapping[str, str] | None = None) -> Event:
@@ -341,25 +334,24 @@ def decode_structured(data: bytes) -> Event:
             value = json.loads(raw) if raw.strip() else None
         except (binascii.Error, ValueError) as err:
             raise ProtocolError(f"data_base64: {err}") from None
-    e = Event(type=kw.pop("type", ""), source=kw.pop("source", ""), data=value,
-              specversion=kw.pop("specversion", ""), datacontenttype=kw.pop("datacontenttype", ""),
-              id=kw.pop("id", "") or "\x00", time=kw.pop("time", "") or "\x00", **kw)
-    _fix_defaults(e)
+    return _decoded(kw, value)
+
+
+_UNSET = dict.fromkeys(("specversion", "id", "source", "type", *_ATTRS), "")
+
+
+def _decoded(attrs: dict[str, str], data: Any) -> Event:
+    """A received event, validated: the attributes it had, the others empty (no fresh id nor time:
+    ``__post_init__`` is for new events, and so not run)."""
+    e = object.__new__(Event)
+    e.__dict__.update(_UNSET)
+    e.__dict__.update(attrs)
+    e.data = data
     e.validate()
     return e
 
 
-def _fix_defaults(e: Event) -> None:
-    # __post_init__ fills id and time for new events; a decoded one keeps what it had.
-    if e.id == "\x00":
-        e.id = ""
-    if e.time == "\x00":
-        e.time = ""
-
-
 def _unescape(v: str, key: str) -> str:
-    if "%" not in v:
-        return v
     out = bytearray()
     raw = v.encode("utf-8", "surrogateescape")
     i = 0
@@ -390,7 +382,8 @@ def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
             name = "datacontenttype"
         elif lk.startswith("ce-"):
             name = lk[3:]
-            v = _unescape(v, k)
+            if "%" in v:
+                v = _unescape(v, k)
         else:
             continue
         if not v.isascii():
@@ -404,21 +397,13 @@ def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
                 raise ProtocolError(f"attribute {name} is given twice with different values, by headers {a} and {b}")
             continue
         seen[name] = (k, v)
-    attrs = {n: v for n, (_, v) in seen.items()}
     value: Any = None
     if body.strip():
         try:
             value = json.loads(body)
         except (ValueError, UnicodeDecodeError):
             raise ProtocolError("binary-mode data is not JSON") from None
-    e = Event(type=attrs.get("type", ""), source=attrs.get("source", ""), data=value,
-              specversion=attrs.get("specversion", ""), datacontenttype=attrs.get("datacontenttype", ""),
-              id=attrs.get("id", "") or "\x00", time=attrs.get("time", "") or "\x00",
-              **{n: attrs.get(n, "") for n in ("subject", "sessionid", "replyid", "toolcallid",
-                                                 "traceparent", "tracestate", "expirytime")})
-    _fix_defaults(e)
-    e.validate()
-    return e
+    return _decoded({n: v for n, (_, v) in seen.items() if n in _UNSET}, value)
 
 
 class Subjects:

@@ -45,7 +45,7 @@ def _check(obj: Any, what: str, members: Mapping[str, type | None], strict: bool
                 raise ProtocolError(f'{what}: unknown member "{k}"', code)
             continue
         want = members[k]
-        if v is None or want is None:
+        if v is None or want is None or type(v) is want:
             out[k] = v
             continue
         ok = isinstance(v, want) and not (want in (int, float) and isinstance(v, bool))

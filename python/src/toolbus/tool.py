@@ -231,9 +231,12 @@ def _injected(tp: Any) -> str | None:
     return None
 
 
+_AS_IS = frozenset((str, int, bool, dict, list))  # types whose JSON values _convert passes through
+
+
 def _convert(tp: Any, v: Any) -> Any:
-    if v is None:
-        return None
+    if v is None or tp is Any or (type(tp) is type and tp in _AS_IS):
+        return v
     origin = typing.get_origin(tp)
     if origin is typing.Annotated:
         return _convert(typing.get_args(tp)[0], v)

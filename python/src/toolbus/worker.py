@@ -346,7 +346,7 @@ class _Executor:
             raise ProtocolError(f"{e.type}: data: call.id and call.name must be strings")
         if not isinstance(d.get("attempt", 0), int):
             raise ProtocolError(f"{e.type}: data: attempt must be a number")
-        if not (ev.valid_id(e.sessionid) and ev.valid_id(e.replyid) and ev.valid_id(c["id"])):
+        if not (e.sessionid and e.replyid and ev.valid_id(c["id"])):  # decode checked the ids the event carries
             raise ProtocolError("an exec request needs valid sessionid, replyid and call id")
         if c.get("name") != s.tool.name:
             raise ProtocolError(f"call names tool {_q(c.get('name'))} on the subject of {_q(s.tool.name)}")
@@ -411,7 +411,7 @@ class _Executor:
         if msg.reply:
             if not ev.is_binary(msg.headers):
                 body, headers = ev.encode_structured(out)
-            elif self._compact and ev.is_compact(msg.headers, e):
+            elif self._compact and not e.datacontenttype:  # binary without a content type: compact (ev.is_compact, 5.1)
                 body, headers = ev.encode_compact(out)
             else:
                 body, headers = ev.encode_binary(out)
@@ -421,7 +421,11 @@ class _Executor:
                 self.log.warning("worker: reply failed for %s: %s", c["id"], x)
 
     async def _run(self, s: _Served, ctx: ToolContext, call: _Call, deadline: float | None) -> ToolResult:
-        task = asyncio.ensure_future(s.tool.handler(ctx))
+        # The handler runs in this serving task (a task of its own per call cost more than the rest of
+        # the call's bookkeeping): the agent's cancel (5.4), the deadline and the drain's cut cancel
+        # this task while it awaits the handler. Any cancel ends the handler, not the call: it is answered.
+        task = asyncio.current_task()
+        assert task is not None
         call.task = task
         expired = False
 
@@ -432,15 +436,12 @@ class _Executor:
 
         timer = None if deadline is None else asyncio.get_running_loop().call_later(max(deadline - time.time(), 0.0), expire)
         try:
-            value = await task
+            value = await s.tool.handler(ctx)
         except asyncio.CancelledError:
+            if hasattr(task, "uncancel"):  # Python 3.11+: the cancel is handled here
+                task.uncancel()
             if expired:
                 return _error(f"Error: tool {s.tool.name} did not finish before the call's deadline")
-            if call.cancelled or call.cut:
-                return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
-            if not task.done():  # this serving task itself was cancelled: pass it on
-                task.cancel()
-                raise
             return ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
         except ToolError as x:
             return _error(str(x))
@@ -462,7 +463,7 @@ class _Executor:
         return res
 
     async def _result_data(self, s: _Served, key: str, res: ToolResult) -> dict[str, Any]:
-        blocks = to_blocks(res.output)
+        blocks: list[Block] = res.output  # _run made them blocks
         extra = 0
         meta_patch = {}
         for k, v in (("metadata", res.metadata), ("state_patch", res.state_patch)):
