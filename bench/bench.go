@@ -165,8 +165,8 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 		run.PIDs[role] = c.Pid()
 	}
 	paths := []*path{
-		{name: "one_hop", fn: d.oneHop},
-		{name: "relay", server: roleRelay, fn: d.relay},
+		{name: "one_hop", fn: d.raw(rawEcho)},
+		{name: "relay", server: roleRelay, fn: d.raw(rawRelay)},
 		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(toolRead)},
 		{name: "toolbus write", server: roleRouter, fn: d.callTool(toolWrite)},
 		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},

@@ -144,9 +144,9 @@ func benchCalls(b *testing.B, fn callFunc, around ...func()) {
 	b.ReportMetric(us(lat.Quantile(0.99)), "p99-µs")
 }
 
-func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).oneHop) }
+func BenchmarkRawOneHop(b *testing.B) { benchCalls(b, sharedDeployment(b).raw(rawEcho)) }
 
-func BenchmarkRawRelay(b *testing.B) { benchCalls(b, sharedDeployment(b).relay) }
+func BenchmarkRawRelay(b *testing.B) { benchCalls(b, sharedDeployment(b).raw(rawRelay)) }
 
 func BenchmarkToolbusReadOnly(b *testing.B) {
 	d := sharedDeployment(b)

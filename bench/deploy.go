@@ -352,14 +352,13 @@ func parallel(ctx context.Context, n, width int, fn func(context.Context, int) e
 // The measured calls; each takes the caller's index, which picks its
 // session.
 
-func (d *deployment) oneHop(ctx context.Context, _ int) error {
-	_, err := d.rawNC.RequestWithContext(ctx, rawEcho, d.payload)
-	return err
-}
-
-func (d *deployment) relay(ctx context.Context, _ int) error {
-	_, err := d.rawNC.RequestWithContext(ctx, rawRelay, d.payload)
-	return err
+// raw requests subject with the raw payload: rawEcho is one_hop, rawRelay
+// the relay.
+func (d *deployment) raw(subject string) callFunc {
+	return func(ctx context.Context, _ int) error {
+		_, err := d.rawNC.RequestWithContext(ctx, subject, d.payload)
+		return err
+	}
 }
 
 // callTool calls tool once in the caller's session and checks the reply
@@ -446,7 +445,6 @@ type mcpHTTP struct {
 	streamable *mcpserver.StreamableHTTPServer
 	clients    []*mcpclient.Client
 	transports []*http.Transport
-	protocol   string // the negotiated protocol revision
 	closeOnce  sync.Once
 }
 
@@ -494,11 +492,9 @@ func (m *mcpHTTP) connect(ctx context.Context, url string, n int) error {
 		}
 		req := mcp.InitializeRequest{}
 		req.Params.ClientInfo = mcp.Implementation{Name: "toolbus-bench", Version: "1.0.0"}
-		res, err := c.Initialize(ctx, req)
-		if err != nil {
+		if _, err := c.Initialize(ctx, req); err != nil {
 			return fmt.Errorf("bench: mcp initialize: %w", err)
 		}
-		m.protocol = res.ProtocolVersion
 	}
 	return nil
 }

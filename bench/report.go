@@ -138,7 +138,6 @@ type Config struct {
 }
 
 // Spread is one target over the runs.
-// Spread is one target over the runs.
 type Spread struct {
 	Name   string    `json:"name"`
 	What   string    `json:"what"`

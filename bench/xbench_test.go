@@ -94,7 +94,7 @@ func TestCrossDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		for _, fn := range []callFunc{d.relay, d.callTool(toolRead), d.callTool(toolWrite), d.mcp.call} {
+		for _, fn := range []callFunc{d.raw(rawRelay), d.callTool(toolRead), d.callTool(toolWrite), d.mcp.call} {
 			if err := fn(ctx, i); err != nil {
 				t.Fatal(err)
 			}

@@ -229,22 +229,6 @@ func TestRecordsPruneKeepsFresh(t *testing.T) {
 	}
 }
 
-// TestTombsAge: the revision at which a call ended is kept between one and
-// two tombAge.
-func TestTombsAge(t *testing.T) {
-	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	tb := tombs{now: func() time.Time { return now }}
-	tb.put("k", 7)
-	now = now.Add(tombAge)
-	if !tb.after("k", 7) || tb.after("k", 8) {
-		t.Fatal("a tomb one tombAge old is forgotten, or answers a newer revision")
-	}
-	now = now.Add(tombAge)
-	if tb.after("k", 1) {
-		t.Fatal("a tomb two tombAge old is kept")
-	}
-}
-
 func TestGateAuthorized(t *testing.T) {
 	g := &Server{cfg: Config{Token: "0123456789abcdef0123"}}
 	for _, tc := range []struct {

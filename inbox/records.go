@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -14,12 +13,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/store"
 )
 
 // records is the waiting calls in memory, one Item per call record, fed by
 // the watch or polling and a fresh read before every answer, with a channel
-// closed at every change. A read older than what is held, or than a
-// tombstone (tombAge), changes nothing. Safe for concurrent use.
+// closed at every change. A read older than what is held, or than the
+// store.Cache's tombstone of an ended call (kept tombAge), changes nothing.
+// Safe for concurrent use.
 type records struct {
 	fetch    func(context.Context, string) (reading, error) // set by Start
 	maxItems int
@@ -27,11 +28,10 @@ type records struct {
 	log      *slog.Logger
 
 	mu      sync.Mutex
-	items   map[string]Item
+	items   *store.Cache[Item]
 	at      map[string]uint64 // the step at which each item was last set
 	step    uint64            // counts the sets: a poll drops only items older than it
-	tombs   tombs
-	changed chan struct{} // closed and replaced on every change
+	changed chan struct{}     // closed and replaced on every change
 }
 
 // reading is a call's record as read: the item if waiting, and its revision
@@ -43,8 +43,8 @@ type reading struct {
 }
 
 func newRecords(maxItems int, approver bool, log *slog.Logger) *records {
-	return &records{maxItems: maxItems, approver: approver, log: log, items: map[string]Item{}, at: map[string]uint64{},
-		tombs: tombs{now: time.Now}, changed: make(chan struct{})}
+	return &records{maxItems: maxItems, approver: approver, log: log, items: store.NewCache[Item](tombAge), at: map[string]uint64{},
+		changed: make(chan struct{})}
 }
 
 // apply keeps the items in step with one parked record.
@@ -68,27 +68,22 @@ func (s *records) set(key string, r reading) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old, had := s.items[key]
-	if had && old.Revision > r.rev || s.tombs.after(key, r.rev) {
+	again := r.waits && s.items.Rev(key) == r.rev // read again as it was: no change to show
+	if s.items.Stale(key, r.rev) && !again {
 		return // a late delivery or a stale read (a fresh one came first)
 	}
 	s.step++
 	switch {
-	case r.waits && had && old.Revision == r.rev:
-		s.at[key] = s.step // read again as it was: no change to show
-		return
-	case r.waits:
-		s.items[key] = r.it
+	case again:
 		s.at[key] = s.step
-	case had:
-		delete(s.items, key)
+	case r.waits:
+		s.items.Put(key, r.rev, r.it)
+		s.at[key] = s.step
+		s.changedLocked()
+	case s.items.Delete(key, r.rev):
 		delete(s.at, key)
-		s.tombs.put(key, r.rev)
-	default:
-		s.tombs.put(key, r.rev)
-		return
+		s.changedLocked()
 	}
-	s.changedLocked()
 }
 
 // gone drops call key if still held at rev (a read found no record); no
@@ -96,9 +91,8 @@ func (s *records) set(key string, r reading) {
 func (s *records) gone(key string, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if it, had := s.items[key]; had && it.Revision <= rev {
-		delete(s.items, key)
-		delete(s.at, key)
+	if it, had := s.items.Get(key); had && it.Revision <= rev {
+		s.forgetLocked(key)
 		s.changedLocked()
 	}
 }
@@ -118,16 +112,21 @@ func (s *records) prune(seen map[string]bool, mark uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dropped := false
-	for key := range s.items {
+	for key := range s.items.All() {
 		if !seen[key] && s.at[key] < mark {
-			delete(s.items, key)
-			delete(s.at, key)
+			s.forgetLocked(key)
 			dropped = true
 		}
 	}
 	if dropped {
 		s.changedLocked()
 	}
+}
+
+// forgetLocked drops call key without a tombstone.
+func (s *records) forgetLocked(key string) {
+	s.items.Forget(key)
+	delete(s.at, key)
 }
 
 func (s *records) changedLocked() {
@@ -158,7 +157,10 @@ func (s *records) item(key string, rev uint64, r bus.ParkRecord) (Item, bool) {
 // total count, and the channel closed at the next change.
 func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 	s.mu.Lock()
-	out := slices.Collect(maps.Values(s.items))
+	var out []Item
+	for _, it := range s.items.All() {
+		out = append(out, it)
+	}
 	ch := s.changed
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b Item) int {
@@ -171,8 +173,7 @@ func (s *records) snapshot() ([]Item, int, <-chan struct{}) {
 func (s *records) lookup(key string) (Item, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	it, ok := s.items[key]
-	return it, ok
+	return s.items.Get(key)
 }
 
 // refresh rereads call key from the leader and applies it (gone: dropped
@@ -210,28 +211,3 @@ const readTries = 3
 // tombAge is how long the inbox remembers the revision at which a call
 // ended: longer than any read in flight (an answer's reads end within 15 s).
 const tombAge = time.Minute
-
-// tombs are the revisions at which calls ended, each kept between one and
-// two tombAge: two maps, the older dropped whole when the newer is that old.
-type tombs struct {
-	now       func() time.Time
-	cur, prev map[string]uint64
-	since     time.Time // when cur was started
-}
-
-// after reports whether key ended at a revision of at least rev.
-func (t *tombs) after(key string, rev uint64) bool {
-	t.rotate()
-	return max(t.cur[key], t.prev[key]) >= rev
-}
-
-func (t *tombs) put(key string, rev uint64) {
-	t.rotate()
-	t.cur[key] = max(t.cur[key], rev)
-}
-
-func (t *tombs) rotate() {
-	if now := t.now(); t.cur == nil || now.Sub(t.since) >= tombAge {
-		t.prev, t.cur, t.since = t.cur, map[string]uint64{}, now
-	}
-}

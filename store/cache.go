@@ -131,3 +131,7 @@ func (m *Cache[V]) Apply(e jetstream.KeyValueEntry, decode func(val []byte) (v V
 	}
 	return m.Put(key, rev, v), nil
 }
+
+// Forget drops key's value and leaves no tombstone: whatever the Cache does
+// not otherwise refuse may be stored again, at any revision.
+func (m *Cache[V]) Forget(key string) { delete(m.vals, key) }

@@ -171,11 +171,8 @@ func callIDFor(replyID string, i, n int) string {
 // inputArg reads an input argument: '-' is standard input, '@FILE' a file,
 // anything else the JSON itself.
 func inputArg(arg string) ([]byte, error) {
-	switch {
-	case arg == "-":
-		return readInput("-", os.Stdin)
-	case strings.HasPrefix(arg, "@"):
-		return readInput(arg[1:], os.Stdin)
+	if name, file := strings.CutPrefix(arg, "@"); file || arg == "-" {
+		return readInput(name, os.Stdin)
 	}
 	return []byte(arg), nil
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/inbox"
 	"github.com/toolbus/toolbus/mcp/facade"
 )
@@ -30,12 +29,11 @@ func runWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var events *client.Events
+	watch := cl.Watch
 	if *replay {
-		events, err = cl.Replay(ctx, cn.session)
-	} else {
-		events, err = cl.Watch(ctx, cn.session)
+		watch = cl.Replay
 	}
+	events, err := watch(ctx, cn.session)
 	if err != nil {
 		return err
 	}

@@ -588,7 +588,6 @@ func (p *soakProc) stop() {
 
 // soakDeploy is the deployment under test.
 type soakDeploy struct {
-	dir     string
 	url     string
 	prefix  string
 	cluster *embedded.Cluster // nil when joining --nats
@@ -600,7 +599,7 @@ type soakDeploy struct {
 // startSoakDeploy starts NATS (unless url is given), the routers and the
 // workers.
 func startSoakDeploy(ctx context.Context, o *Options, routerBin, workerBin string, logf func(string, ...any)) (d *soakDeploy, err error) {
-	d = &soakDeploy{dir: o.Dir, url: o.NATSURL, prefix: o.Prefix, effects: filepath.Join(o.Dir, "effects.jsonl")}
+	d = &soakDeploy{url: o.NATSURL, prefix: o.Prefix, effects: filepath.Join(o.Dir, "effects.jsonl")}
 	defer func() {
 		if err != nil {
 			d.stop()
