@@ -132,7 +132,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
 	f.tasks = &taskRunners{closing: f.ctx, loop: f.life.Loop, store: f.kv, await: f.awaitResult, tasks: cl.Tasks(), log: cfg.Logger,
-		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{},
+		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{},
 		listens: make(chan struct{}, maxListens)}
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f

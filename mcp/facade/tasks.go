@@ -343,6 +343,15 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 	})
 }
 
+// keepBounded sets (*m)[k] to v in a map made anew (forgetting the others)
+// when it is nil or holds most already.
+func keepBounded[V any](m *map[string]V, k string, v V, most int) {
+	if *m == nil || len(*m) >= most {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
+}
+
 // spawn runs fn on the facade's loop, then forgets id in set (at once
 // when the facade is closing).
 func spawn[V any](t *taskRunners, set map[string]V, id string, fn func()) {
@@ -404,10 +413,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 		if err != nil {
 			t.log.Debug("facade: following task", "task", r.ID, "err", err)
 			t.mu.Lock()
-			if len(t.failed) >= maxFollowers {
-				clear(t.failed)
-			}
-			t.failed[r.ID] = time.Now()
+			keepBounded(&t.failed, r.ID, time.Now(), maxFollowers)
 			t.mu.Unlock()
 			return
 		}
@@ -774,13 +780,7 @@ func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 	if !ok || time.Since(last.at) >= outputEvery {
 		last = outputRead{at: time.Now(), text: t.readOutput(ctx, r)}
 		t.mu.Lock()
-		if len(t.outputs) >= maxOutputCache {
-			clear(t.outputs)
-		}
-		if t.outputs == nil {
-			t.outputs = map[string]outputRead{}
-		}
-		t.outputs[key] = last
+		keepBounded(&t.outputs, key, last, maxOutputCache)
 		t.mu.Unlock()
 	}
 	if last.text == "" {
