@@ -64,7 +64,7 @@ type progressGate struct {
 
 	mu      sync.Mutex
 	last    time.Time
-	pending string      // the latest notice, while timer runs
+	pending string      // the latest notice, until it is sent
 	timer   *time.Timer // set while a notice is pending
 	closed  bool
 }
@@ -74,25 +74,17 @@ func newProgressGate(every time.Duration, send func(string)) *progressGate {
 }
 
 func (g *progressGate) offer(text string) {
-	text = cut(text, maxProgressText)
 	g.mu.Lock()
-	if g.closed {
+	g.pending = cut(text, maxProgressText)
+	switch wait := g.every - time.Since(g.last); {
+	case g.closed || g.timer != nil: // dropped, or the timer sends it
 		g.mu.Unlock()
-		return
-	}
-	if wait := g.every - time.Since(g.last); g.timer == nil && wait <= 0 {
-		g.last = time.Now()
-		g.sendMu.Lock()
+	case wait > 0:
+		g.timer = time.AfterFunc(wait, g.flush)
 		g.mu.Unlock()
-		defer g.sendMu.Unlock()
-		g.send(text)
-		return
+	default:
+		g.sendLocked()
 	}
-	g.pending = text
-	if g.timer == nil {
-		g.timer = time.AfterFunc(g.every-time.Since(g.last), g.flush)
-	}
-	g.mu.Unlock()
 }
 
 func (g *progressGate) flush() {
@@ -102,6 +94,12 @@ func (g *progressGate) flush() {
 		g.mu.Unlock()
 		return
 	}
+	g.sendLocked()
+}
+
+// sendLocked sends the pending notice (sends keep their order) and
+// unlocks mu.
+func (g *progressGate) sendLocked() {
 	text := g.pending
 	g.pending, g.last = "", time.Now()
 	g.sendMu.Lock()

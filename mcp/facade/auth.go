@@ -307,12 +307,10 @@ type Tokens struct {
 	entries []tokenEntry
 }
 
+// tokenEntry is a token's SHA-256 and the identity it authenticates.
 type tokenEntry struct {
-	name     string
-	hash     [sha256.Size]byte
-	user     string
-	sessions Sessions
-	confirm  Confirm
+	hash [sha256.Size]byte
+	Identity
 }
 
 type tokenFile struct {
@@ -365,9 +363,9 @@ func parseTokens(name string, b []byte) ([]tokenEntry, error) {
 	out := make([]tokenEntry, 0, len(f.Tokens))
 	seen := map[[sha256.Size]byte]bool{}
 	for i, e := range f.Tokens {
-		en := tokenEntry{name: cmp.Or(e.Name, fmt.Sprintf("token %d", i+1)), user: e.User}
+		en := tokenEntry{Identity: Identity{Name: cmp.Or(e.Name, fmt.Sprintf("token %d", i+1)), User: e.User}}
 		bad := func(format string, a ...any) error {
-			return fmt.Errorf("facade: tokens %s: %s: %s", name, en.name, fmt.Sprintf(format, a...))
+			return fmt.Errorf("facade: tokens %s: %s: %s", name, en.Name, fmt.Sprintf(format, a...))
 		}
 		if hx, ok := strings.CutPrefix(e.Token, "sha256:"); ok {
 			raw, err := hex.DecodeString(hx)
@@ -392,10 +390,10 @@ func parseTokens(name string, b []byte) ([]tokenEntry, error) {
 			return nil, bad("no sessions (\"*\" is every session)")
 		}
 		var err error
-		if en.sessions, err = ParseSessions(e.Sessions); err != nil {
+		if en.Sessions, err = ParseSessions(e.Sessions); err != nil {
 			return nil, bad("%v", err)
 		}
-		if en.confirm, err = ParseConfirm(e.Confirm); err != nil {
+		if en.Confirm, err = ParseConfirm(e.Confirm); err != nil {
 			return nil, bad("%v", err)
 		}
 		out = append(out, en)
@@ -423,8 +421,7 @@ func (t *Tokens) Authenticate(r *http.Request) (Identity, error) {
 	if match < 0 {
 		return Identity{}, errors.New("unknown token")
 	}
-	e := t.entries[match]
-	return Identity{Name: e.name, User: e.user, Sessions: e.sessions, Confirm: e.confirm}, nil
+	return t.entries[match].Identity, nil
 }
 
 // HashToken returns the sha256:<hex> form of token, for a token file that

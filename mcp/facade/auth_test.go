@@ -85,7 +85,7 @@ func TestParseTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 2 || entries[0].confirm != ConfirmApprovers || entries[1].name != "token 2" {
+	if len(entries) != 2 || entries[0].Confirm != ConfirmApprovers || entries[1].Name != "token 2" {
 		t.Fatalf("%+v", entries)
 	}
 	for name, bad := range map[string]string{
@@ -115,7 +115,7 @@ func FuzzParseTokens(f *testing.F) {
 			return
 		}
 		for _, e := range entries {
-			if e.user == "" || len(e.sessions) == 0 {
+			if e.User == "" || len(e.Sessions) == 0 {
 				t.Fatalf("accepted an entry without user or sessions: %+v", e)
 			}
 		}

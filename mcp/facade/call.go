@@ -39,7 +39,7 @@ func (s *session) call(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallT
 type caller struct {
 	bus           callBus
 	session, user string
-	cfg           callConfig
+	cfg           *Config         // ContextHeader, ParkWait, QuietHold, ProgressEvery
 	closing       context.Context // ends when the facade closes (a task's call then goes on)
 	list          listFunc        // for a tool's timeout_ms
 	mayElicit     func(context.Context) bool
@@ -75,20 +75,14 @@ func (b clientBus) Watch(ctx context.Context, session string) (events, error) {
 // listFunc is Facade.list.
 type listFunc func(ctx context.Context, session, user, format string) (*bus.ToolsList, error)
 
-// callConfig is the part of Config a call reads.
-type callConfig struct {
-	contextHeader                      string
-	parkWait, quietHold, progressEvery time.Duration
-}
-
 // parkFor is how long a parked call is waited for: the tool's timeout
 // (or ParkWait when longer), but no longer than QuietHold for a quiet
 // host, one with neither a progress token nor a task, which gives up on
 // its own (issue 18).
-func (c callConfig) parkFor(timeout time.Duration, quiet bool) time.Duration {
-	wait := max(timeout, c.parkWait)
-	if quiet && wait > c.quietHold {
-		wait = c.quietHold
+func (c *Config) parkFor(timeout time.Duration, quiet bool) time.Duration {
+	wait := max(timeout, c.ParkWait)
+	if quiet && wait > c.QuietHold {
+		wait = c.QuietHold
 	}
 	return wait
 }
@@ -134,7 +128,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	}
 	if h, _ := ctx.Value(contextKey).(string); h != "" {
 		if !json.Valid([]byte(h)) {
-			return mcp.NewToolResultError(fmt.Sprintf("the %s header is not JSON", c.cfg.contextHeader)), nil
+			return mcp.NewToolResultError(fmt.Sprintf("the %s header is not JSON", c.cfg.ContextHeader)), nil
 		}
 		b.Context = json.RawMessage(h)
 	}
@@ -248,7 +242,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			t := time.NewTimer(time.Until(deadline))
 			defer t.Stop()
 			wait = t.C
-			p := time.NewTicker(c.cfg.progressEvery)
+			p := time.NewTicker(c.cfg.ProgressEvery)
 			defer p.Stop()
 			tick = p.C
 		case <-tick:

@@ -169,7 +169,7 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	x.mu.Lock()
 	adopted := x.adopting == cs.SessionID()
 	if !adopted {
-		x.markKnown(cs.SessionID())
+		keepBounded(&x.known, cs.SessionID(), true, maxClients)
 	}
 	x.mu.Unlock()
 	if adopted {
@@ -215,16 +215,8 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 	}
 	x.inject(sid, rec.Version, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`), false)
 	x.mu.Lock()
-	x.markKnown(sid)
+	keepBounded(&x.known, sid, true, maxClients)
 	x.mu.Unlock()
-}
-
-// markKnown records that sid is registered here. Called with x.mu held.
-func (x *crossing) markKnown(sid string) {
-	if x.known == nil || len(x.known) >= maxClients {
-		x.known = map[string]bool{}
-	}
-	x.known[sid] = true
 }
 
 // inject serves a message of MCP session sid to this process's mcp-go as if

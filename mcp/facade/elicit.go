@@ -101,8 +101,18 @@ func confirmParams(p bus.Parked, remember bool) mcp.ElicitationParams {
 
 // confirm asks the host's user about a confirm park through elicitation.
 func (c *confirmer) confirm(ctx context.Context, p bus.Parked, replyID string) {
-	if res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: confirmParams(p, c.remember)}); err == nil {
-		c.decide(ctx, p, replyID, res)
+	elicit(ctx, ask{Park: p, ReplyID: replyID}, c.remember, c.reply)
+}
+
+// elicit puts a to the host of ctx's request (elicitation, when it can show
+// it) and gives reply the host's response.
+func elicit(ctx context.Context, a ask, remember bool, reply func(context.Context, ask, *mcp.ElicitationResult)) {
+	params, ok := a.params(remember, canElicitURL(ctx))
+	if !ok {
+		return
+	}
+	if res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: params}); err == nil && res != nil {
+		reply(ctx, a, res)
 	}
 }
 
@@ -647,15 +657,7 @@ const maxAsked = 64
 
 func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn bus.Question) {
 	defer q.asked.unclaim(p.ID)
-	params, ok := questionParams(qn, canElicitURL(ctx))
-	if !ok {
-		return
-	}
-	res, err := server.ServerFromContext(ctx).RequestElicitation(ctx, mcp.ElicitationRequest{Params: params})
-	if err != nil || res == nil {
-		return
-	}
-	q.answerQuestion(ctx, ask{Park: p, ReplyID: replyID, Question: &qn}, res)
+	elicit(ctx, ask{Park: p, ReplyID: replyID, Question: &qn}, false, q.answerQuestion)
 }
 
 // questionParams is the elicitation that puts qn to a host; false when the
@@ -698,17 +700,16 @@ func hostAnswer(res *mcp.ElicitationResult) (string, bool) {
 	return string(text), err == nil
 }
 
-// answerQuestion answers the question's park with the host's response;
-// it reports whether an answer was published.
-func (q *relayer) answerQuestion(ctx context.Context, a ask, res *mcp.ElicitationResult) bool {
+// answerQuestion answers the question's park with the host's response (a
+// cancel publishes nothing).
+func (q *relayer) answerQuestion(ctx context.Context, a ask, res *mcp.ElicitationResult) {
 	text, ok := hostAnswer(res)
 	if !ok {
-		return false
+		return
 	}
 	if err := q.cl.Parked().Answer(ctx, a.Park.Name, q.session, a.ReplyID, a.Park.ID, bus.Answer{State: bus.StateSuccess, Output: bus.Text(text)}); err != nil {
 		q.log.Debug("facade: the host's answer to a bridged server's question not taken", "tool", a.Park.Name, "err", err)
 	}
-	return true
 }
 
 // questionOf is parseQuestion for the call callID of tool: the question

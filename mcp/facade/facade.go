@@ -132,7 +132,8 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
 	f.tasks = &taskRunners{closing: f.ctx, loop: f.life.Loop, store: f.kv, await: f.awaitResult, tasks: cl.Tasks(), log: cfg.Logger,
-		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{}, failed: map[string]time.Time{}}
+		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{},
+		listens: make(chan struct{}, maxListens)}
 	f.life.Loop(func(context.Context) { f.table.sweep() })
 	return f
 }
@@ -368,8 +369,7 @@ func (f *Facade) newSession(k key) *session {
 func (f *Facade) wire(s *session) {
 	s.confirms = &confirmer{bus: f.cl.Parked(), session: s.id, user: s.user, policy: s.policy, remember: f.cfg.Auth == nil,
 		closing: f.ctx, loop: f.life.Loop, states: f.kv, await: f.awaitResult, log: f.cfg.Logger, pending: map[string]*round{}}
-	s.calls = &caller{bus: clientBus{f.cl}, session: s.id, user: s.user, closing: f.ctx, list: f.list,
-		cfg:       callConfig{contextHeader: f.cfg.ContextHeader, parkWait: f.cfg.ParkWait, quietHold: f.cfg.QuietHold, progressEvery: f.cfg.ProgressEvery},
+	s.calls = &caller{bus: clientBus{f.cl}, session: s.id, user: s.user, closing: f.ctx, list: f.list, cfg: &f.cfg,
 		mayElicit: s.confirms.mayElicit, confirm: s.confirms.confirm}
 	s.confirms.run, s.confirms.holds = s.calls.run, s.calls.holds
 	s.questions = &relayer{cl: f.cl, session: s.id, user: s.user, mayElicit: s.confirms.mayElicit, log: f.cfg.Logger}

@@ -197,8 +197,7 @@ func (o *OAuth) Authenticate(r *http.Request) (Identity, error) {
 // sessions collects the session patterns of the claims; a malformed one
 // refuses the token.
 func (o *OAuth) sessions(claims map[string]any) (Sessions, error) {
-	var out []string
-	out = append(out, words(claims[o.cfg.SessionsClaim])...)
+	out := words(claims[o.cfg.SessionsClaim])
 	for _, s := range append(words(claims["scope"]), words(claims["scp"])...) {
 		if p, ok := strings.CutPrefix(s, ScopeSessionPrefix); ok {
 			out = append(out, p)

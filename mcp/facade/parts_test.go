@@ -27,7 +27,7 @@ import (
 // TestParkFor: a parked call is waited for its tool's timeout, or
 // ParkWait when longer, but a quiet host no longer than QuietHold.
 func TestParkFor(t *testing.T) {
-	c := callConfig{parkWait: 2 * time.Minute, quietHold: 45 * time.Second}
+	c := &Config{ParkWait: 2 * time.Minute, QuietHold: 45 * time.Second}
 	for _, tc := range []struct {
 		timeout time.Duration
 		quiet   bool
@@ -43,7 +43,7 @@ func TestParkFor(t *testing.T) {
 			t.Errorf("parkFor(%v, quiet %v) = %v, want %v", tc.timeout, tc.quiet, got, tc.want)
 		}
 	}
-	if got := (callConfig{quietHold: time.Minute}).parkFor(10*time.Second, true); got != 10*time.Second {
+	if got := (&Config{QuietHold: time.Minute}).parkFor(10*time.Second, true); got != 10*time.Second {
 		t.Errorf("a short tool for a quiet host: %v", got)
 	}
 }
@@ -272,7 +272,7 @@ func TestCallerEnd(t *testing.T) {
 			fb := &fakeCallBus{}
 			closing, closeFacade := context.WithCancel(context.Background())
 			c := &caller{bus: fb, session: "s1", user: "alice", closing: closing,
-				cfg: callConfig{quietHold: time.Hour, progressEvery: time.Hour},
+				cfg: &Config{QuietHold: time.Hour, ProgressEvery: time.Hour},
 				list: func(context.Context, string, string, string) (*bus.ToolsList, error) {
 					return nil, errors.New("no listing")
 				},

@@ -138,20 +138,6 @@ func response(id json.RawMessage, result any, rerr *rpcError) []byte {
 }
 
 func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError) {
-	var p struct {
-		TaskID string `json:"taskId"`
-	}
-	switch m.Method {
-	case methodTasksUpdate:
-		return s.update(ctx, m.Params)
-	case methodSubscriptionsListen:
-		return s.listen(ctx, m) // tasks_store.go
-	}
-	if m.Method != string(mcp.MethodToolsCall) && m.Method != string(mcp.MethodTasksList) {
-		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
-			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "params.taskId is required"}
-		}
-	}
 	switch mcp.MCPMethod(m.Method) {
 	case mcp.MethodToolsCall:
 		var req mcp.CallToolRequest
@@ -160,6 +146,8 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 			return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
 		}
 		return s.start(ctx, req)
+	case mcp.MethodSubscriptionsListen:
+		return s.listen(ctx, m) // tasks_store.go
 	case mcp.MethodTasksList:
 		recs, err := s.store.listTasks(ctx, s.session, s.user)
 		if err != nil {
@@ -170,20 +158,32 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 			out.Tasks = append(out.Tasks, r.task())
 		}
 		return &out, nil
+	}
+	// The others name a task of this session and user.
+	var p struct {
+		TaskID         string                     `json:"taskId"`
+		InputResponses map[string]json.RawMessage `json:"inputResponses"` // tasks/update
+	}
+	if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "params.taskId is required"}
+	}
+	r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	switch mcp.MCPMethod(m.Method) {
+	case methodTasksUpdate:
+		return s.update(ctx, r, p.InputResponses)
 	case mcp.MethodTasksGet:
-		r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
-		if err != nil {
-			return nil, storeError(err)
-		}
 		if !r.Status.IsTerminal() {
 			s.runners.follow(r)
 			r.Message = s.runners.withOutput(ctx, r) // shown, not stored
 		}
 		return r.detailed(m.modern()), nil
 	case mcp.MethodTasksResult:
-		return s.result(ctx, p.TaskID)
+		return s.result(ctx, r)
 	default: // tasks/cancel
-		return s.cancelTask(ctx, p.TaskID)
+		return s.cancelTask(ctx, r)
 	}
 }
 
@@ -218,15 +218,12 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 
 // result waits until the task (or the request) ends and returns its
 // CallToolResult.
-func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
-	r, err := s.store.getTask(ctx, s.session, s.user, id)
-	if err != nil {
-		return nil, storeError(err)
-	}
+func (s *taskFront) result(ctx context.Context, r *taskRecord) (any, *rpcError) {
 	if !r.Status.IsTerminal() {
 		s.runners.follow(r)
 		wctx, cancel := context.WithDeadline(ctx, r.expires())
-		r, err = s.store.watchTask(wctx, s.session, s.user, id)
+		var err error
+		r, err = s.store.watchTask(wctx, s.session, s.user, r.ID)
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -254,15 +251,11 @@ func (s *taskFront) result(ctx context.Context, id string) (any, *rpcError) {
 // cancelTask records the task cancelled, then cancels its call on the bus
 // (its bus task when it went on as one, else P.cancel). The record goes
 // first so the run's interrupted end does not win the first-end race.
-func (s *taskFront) cancelTask(ctx context.Context, id string) (any, *rpcError) {
-	r, err := s.store.getTask(ctx, s.session, s.user, id)
-	if err != nil {
-		return nil, storeError(err)
-	}
+func (s *taskFront) cancelTask(ctx context.Context, r *taskRecord) (any, *rpcError) {
 	if r.Status.IsTerminal() {
 		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "cannot cancel task in terminal status: " + string(r.Status)}
 	}
-	r, err = s.store.updateTask(ctx, s.session, s.user, id, func(r *taskRecord) {
+	r, err := s.store.updateTask(ctx, s.session, s.user, r.ID, func(r *taskRecord) {
 		r.Status, r.Message = mcp.TaskStatusCancelled, "Task cancelled by request"
 	})
 	if err != nil {
@@ -308,7 +301,7 @@ type taskRunners struct {
 	local    map[string]func(*taskRecord) // task id → run here, and how its host is told of a change (nil: it cannot be)
 	followed map[string]struct{}          // task id → its end learnt here from the bus
 	failed   map[string]time.Time         // task id → when following it last failed
-	listens  int                          // subscriptions/listen streams of tasks served now
+	listens  chan struct{}                // a semaphore of maxListens subscriptions/listen streams of tasks
 	outputs  map[string]outputRead        // "<session> <bus task>" → its output as last read for tasks/get
 }
 
@@ -348,6 +341,15 @@ func (t *taskRunners) run(r *taskRecord, req mcp.CallToolRequest, header string,
 		}
 		t.finish(ctx, r, res, err)
 	})
+}
+
+// keepBounded sets (*m)[k] to v in a map made anew (forgetting the others)
+// when it is nil or holds most already.
+func keepBounded[V any](m *map[string]V, k string, v V, most int) {
+	if *m == nil || len(*m) >= most {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
 }
 
 // spawn runs fn on the facade's loop, then forgets id in set (at once
@@ -411,10 +413,7 @@ func (t *taskRunners) follow(r *taskRecord) {
 		if err != nil {
 			t.log.Debug("facade: following task", "task", r.ID, "err", err)
 			t.mu.Lock()
-			if len(t.failed) >= maxFollowers {
-				clear(t.failed)
-			}
-			t.failed[r.ID] = time.Now()
+			keepBounded(&t.failed, r.ID, time.Now(), maxFollowers)
 			t.mu.Unlock()
 			return
 		}
@@ -584,20 +583,9 @@ func (r *taskRecord) detailed(modern bool) *taskView {
 
 // update answers tasks/update: responses to keys the task waits for are the
 // host's answers, others ignored; it works again once none is outstanding.
-func (s *taskFront) update(ctx context.Context, params json.RawMessage) (any, *rpcError) {
-	var p struct {
-		TaskID         string                     `json:"taskId"`
-		InputResponses map[string]json.RawMessage `json:"inputResponses"`
-	}
-	if err := json.Unmarshal(params, &p); err != nil || p.TaskID == "" {
-		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "params.taskId is required"}
-	}
-	r, err := s.store.getTask(ctx, s.session, s.user, p.TaskID)
-	if err != nil {
-		return nil, storeError(err)
-	}
+func (s *taskFront) update(ctx context.Context, r *taskRecord, responses map[string]json.RawMessage) (any, *rpcError) {
 	var answered []string
-	for key, raw := range p.InputResponses {
+	for key, raw := range responses {
 		in, ok := r.Inputs[key]
 		var res mcp.ElicitationResult
 		if !ok || r.Status != mcp.TaskStatusInputRequired || json.Unmarshal(raw, &res) != nil || res.Action == "" {
@@ -792,13 +780,7 @@ func (t *taskRunners) withOutput(ctx context.Context, r *taskRecord) string {
 	if !ok || time.Since(last.at) >= outputEvery {
 		last = outputRead{at: time.Now(), text: t.readOutput(ctx, r)}
 		t.mu.Lock()
-		if len(t.outputs) >= maxOutputCache {
-			clear(t.outputs)
-		}
-		if t.outputs == nil {
-			t.outputs = map[string]outputRead{}
-		}
-		t.outputs[key] = last
+		keepBounded(&t.outputs, key, last, maxOutputCache)
 		t.mu.Unlock()
 	}
 	if last.text == "" {

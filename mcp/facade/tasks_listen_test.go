@@ -194,9 +194,12 @@ func TestTaskListen(t *testing.T) {
 // TestListenBoundUnit: a facade process serves at most maxListens listen
 // streams of tasks at once; one that ends frees its place.
 func TestListenBoundUnit(t *testing.T) {
-	r := &taskRunners{listens: maxListens - 1}
+	r := &taskRunners{listens: make(chan struct{}, maxListens)}
+	for range maxListens - 1 {
+		r.listens <- struct{}{}
+	}
 	if !r.startListen() || r.startListen() {
-		t.Fatalf("listens: %d", r.listens)
+		t.Fatalf("listens: %d", len(r.listens))
 	}
 	r.endListen()
 	if !r.startListen() {

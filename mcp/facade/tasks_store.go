@@ -616,17 +616,12 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 // startListen takes a place of the maxListens listen streams; false when
 // none is free. endListen frees it.
 func (t *taskRunners) startListen() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	ok := t.listens < maxListens
-	if ok {
-		t.listens++
+	select {
+	case t.listens <- struct{}{}:
+		return true
+	default:
+		return false
 	}
-	return ok
 }
 
-func (t *taskRunners) endListen() {
-	t.mu.Lock()
-	t.listens--
-	t.mu.Unlock()
-}
+func (t *taskRunners) endListen() { <-t.listens }
