@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/skills"
@@ -534,16 +535,6 @@ type eventPort interface {
 	reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error
 }
 
-// outputPort stores an output that would not fit (outputs.go).
-type outputPort interface {
-	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
-}
-
-// cancelLedger is what a batch uses of the ledger itself.
-type cancelLedger interface {
-	Interrupt(ctx context.Context, key string, res bus.Result) error
-}
-
 // pipeline is the batch pipeline with its ports wired (never the Router).
 type pipeline struct {
 	sessions sessionPort
@@ -553,9 +544,9 @@ type pipeline struct {
 	park     parkStep
 	report   reportStep
 	fit      fitStep
-	ledger   cancelLedger // records the results of calls cancelled before they started; nil: none
-	quota    *quotas      // counts calls that park; nil when off (chain.go)
-	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
+	ledger   *ledger.Ledger // records the results of calls cancelled before they started; nil: none
+	quota    *quotas        // counts calls that park; nil when off (chain.go)
+	audit    *auditTrail    // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
 	calls    *callCtx        // the root of the calls' contexts under base (callctx.go); nil: the context package's
@@ -563,10 +554,6 @@ type pipeline struct {
 
 // newPipeline wires the batch pipeline from a started Router.
 func (r *Router) newPipeline() *pipeline {
-	var outputs outputPort
-	if r.outputs != nil {
-		outputs = r.outputs
-	}
 	sessions := routerSessions{r.sessions, r.groups}
 	return &pipeline{
 		sessions: sessions,
@@ -575,7 +562,7 @@ func (r *Router) newPipeline() *pipeline {
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
 		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: r.events, sessions: sessions, m: r.m, log: r.log},
-		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
+		fit:      fitStep{outputs: r.outputs, maxPayload: r.nc.MaxPayload},
 		ledger:   r.led,
 		quota:    r.guards.quota,
 		audit:    r.guards.audit,
