@@ -483,12 +483,6 @@ type sessionPort interface {
 	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
 }
 
-// resolverPort says what a call's name runs in a session.
-type resolverPort interface {
-	resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
-	refresh(ctx context.Context, name string) error // registry.Refresh
-}
-
 // continuationPort is the record of parked calls and batches (parked.Store).
 type continuationPort interface {
 	Park(ctx context.Context, run parked.Run) (parked.Parking, error)
@@ -555,10 +549,16 @@ type pipeline struct {
 // newPipeline wires the batch pipeline from a started Router.
 func (r *Router) newPipeline() *pipeline {
 	sessions := routerSessions{r.sessions, r.groups}
+	resolve := func(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+		if t, ok := resolveRead(r.cfg.Guard.ReadOutput, req, name); ok {
+			return t
+		}
+		return r.skills.resolveName(r.groups.View(r.reg, sess, req), req, user, name)
+	}
 	return &pipeline{
 		sessions: sessions,
 		conts:    parkedPort(r.parked),
-		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
+		resolve:  resolveStep{resolve: resolve, refresh: r.reg.Refresh, health: r.store.Health, log: r.log},
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
 		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: r.events, sessions: sessions, m: r.m, log: r.log},
@@ -576,19 +576,6 @@ func (r *Router) newPipeline() *pipeline {
 type routerSessions struct {
 	*session.Revisions
 	*groups.Store
-}
-
-// routerResolver is the resolverPort over groups, registry and skills.
-type routerResolver struct{ r *Router }
-
-func (x routerResolver) resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
-	if t, ok := resolveRead(x.r.cfg.Guard.ReadOutput, req, name); ok {
-		return t
-	}
-	return x.r.skills.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
-}
-func (x routerResolver) refresh(ctx context.Context, name string) error {
-	return x.r.reg.Refresh(ctx, name)
 }
 
 // routerRunner is the runnerPort over the Router's executors.
@@ -704,7 +691,7 @@ func (b *batch) interrupt(ids []string) {
 			} else if c.ledgered() || c.mayPark() {
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}
-			c.result = ptr(interrupted(c.call))
+			c.result = new(interrupted(c.call))
 			hit = append(hit, c)
 		}
 	}

@@ -257,7 +257,7 @@ func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus
 	ref, err := q.lim(ctx, call)
 	if err != nil {
 		q.log.Warn("router: limits not reachable", "tool", call.Tool, "err", err)
-		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
+		return new(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
 			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", call.Tool)))
 	}
 	if ref == nil {

@@ -281,8 +281,8 @@ func TestAuditMiddleware(t *testing.T) {
 		wantRule  string
 	}{
 		{"an allowed call that ran", read, "read-only", "", nil, audit.Allow, "read-only"},
-		{"a limited call", read, "read-only", "one", ptr(bus.ErrorResult(bus.Call{ID: "c1"}, bus.CodeLimitExceeded, "x")), audit.Limit, "one"},
-		{"a denied call", read, "explore mode", "", ptr(bus.Result{ID: "c1", State: bus.StateDenied}), audit.Deny, "explore mode"},
+		{"a limited call", read, "read-only", "one", new(bus.ErrorResult(bus.Call{ID: "c1"}, bus.CodeLimitExceeded, "x")), audit.Limit, "one"},
+		{"a denied call", read, "explore mode", "", new(bus.Result{ID: "c1", State: bus.StateDenied}), audit.Deny, "explore mode"},
 		{"a built-in", groups.Resolved{Reset: true}, "", "", nil, audit.Builtin, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
