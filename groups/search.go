@@ -305,13 +305,7 @@ func (v *View) Search(ctx context.Context, session string, input json.RawMessage
 		return strings.TrimRight(b.String(), "\n"), nil
 	}
 	text, err := v.store.activate(ctx, session, func(cur []string) []string {
-		out := slices.Clone(cur)
-		for _, g := range add {
-			if !slices.Contains(out, g) {
-				out = append(out, g)
-			}
-		}
-		return out
+		return append(slices.Clone(cur), slices.DeleteFunc(slices.Clone(add), func(g string) bool { return slices.Contains(cur, g) })...)
 	})
 	if err != nil {
 		return "", err

@@ -53,27 +53,16 @@ var values sync.Pool
 const maxPooled = 4 << 10
 
 func appendEntry(b []byte, e *Entry) []byte {
-	b = append(b, `{"state":`...)
-	b = bus.AppendJSONString(b, e.State)
-	b = append(b, `,"router":`...)
-	b = bus.AppendJSONString(b, e.Router)
-	if e.Claim != "" {
-		b = append(b, `,"claim":`...)
-		b = bus.AppendJSONString(b, e.Claim)
+	b = bus.AppendJSONString(append(b, `{"state":`...), e.State)
+	b = bus.AppendJSONString(append(b, `,"router":`...), e.Router)
+	for _, f := range [...]struct{ member, v string }{{`,"claim":`, e.Claim}, {`,"call":`, e.Call}, {`,"canon":`, e.Canon}} {
+		if f.v != "" { // omitempty
+			b = bus.AppendJSONString(append(b, f.member...), f.v)
+		}
 	}
-	if e.Call != "" {
-		b = append(b, `,"call":`...)
-		b = bus.AppendJSONString(b, e.Call)
-	}
-	if e.Canon != "" {
-		b = append(b, `,"canon":`...)
-		b = bus.AppendJSONString(b, e.Canon)
-	}
-	b = append(b, `,"deadline":`...)
-	b = appendTime(b, e.Deadline)
+	b = appendTime(append(b, `,"deadline":`...), e.Deadline)
 	if !e.Touched.IsZero() {
-		b = append(b, `,"touched":`...)
-		b = appendTime(b, e.Touched)
+		b = appendTime(append(b, `,"touched":`...), e.Touched)
 	}
 	if e.Result != nil {
 		b = append(b, `,"result":`...)
@@ -89,7 +78,5 @@ func appendEntry(b []byte, e *Entry) []byte {
 
 // appendTime appends t as time.Time's MarshalJSON writes it.
 func appendTime(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
+	return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
 }

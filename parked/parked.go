@@ -215,14 +215,14 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 		b, err := s.conts.update(ctx, run.Batch.Session, run.Batch.ReplyID, func(b *Batch) error {
 			for id := range out.Failed {
 				if !b.lacks(id) {
-					return fmt.Errorf("parked: batch %s: %w (moved on by %s)", b.Key(), errNotOwner, cmp.Or(b.Owner, "another router"))
+					return fmt.Errorf("parked: batch %s: %w (moved on by %s)", b.Key(), ErrNotOwner, cmp.Or(b.Owner, "another router"))
 				}
 			}
 			claim(b, s.cfg.Owner, PhaseRunning, "")
 			return nil
 		})
 		if store.IsNotFound(err) {
-			err = fmt.Errorf("parked: batch %s: %w (finished by another router)", run.Batch.Key(), errNotOwner)
+			err = fmt.Errorf("parked: batch %s: %w (finished by another router)", run.Batch.Key(), ErrNotOwner)
 		}
 		if err != nil {
 			return out, err
@@ -848,7 +848,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	if b.rev != 0 {
 		got, err := s.update(ctx, b.Session, b.ReplyID, func(cur *Batch) error {
 			if cur.Owner != s.cfg.Owner || !cur.Active() {
-				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), errNotOwner, cur.Owner)
+				return fmt.Errorf("parked: batch %s: %w (taken over by %s)", b.Key(), ErrNotOwner, cur.Owner)
 			}
 			maps.Copy(cur.Results, results)
 			cur.Waiting, cur.Next = waiting, next
@@ -941,7 +941,7 @@ func (s *conts) takeOver(ctx context.Context, cutoff time.Time) []*Batch {
 		}
 		b, err := s.update(ctx, stale.Session, stale.ReplyID, func(b *Batch) error {
 			if !b.Active() || !b.Touched.Before(cutoff) {
-				return errNotOwner
+				return ErrNotOwner
 			}
 			s.cfg.Logger.Warn("parked: taking over a batch whose router stopped", "session", b.Session, "reply", b.ReplyID, "owner", b.Owner)
 			claim(b, s.cfg.Owner, PhaseResumed, "takeover")
@@ -1281,7 +1281,7 @@ func (s *calls) takeOverAnswers(ctx context.Context, cutoff time.Time) []*Record
 	for _, key := range stale {
 		r, err := s.change(ctx, key, store.Bounded, func(r *Record) error {
 			if r.Status != bus.ParkAnswered || !r.Touched.Before(cutoff) {
-				return errNotOwner
+				return ErrNotOwner
 			}
 			s.cfg.Logger.Warn("parked: taking over an answer whose router stopped", "key", key, "owner", r.Owner)
 			r.Owner, r.Touched = s.cfg.Owner, time.Now().UTC()
@@ -1571,15 +1571,15 @@ func (l *leaseSet[K]) held() []K {
 // renewOwned renews l's leases still owned (touch), releasing the others.
 func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l *leaseSet[K], p store.Policy, touch func(*T) bool) (failed error) {
 	for _, key := range l.held() {
-		_, _, err := cas(ctx, kv, string(key), p, errNotOwner, func(v *T) error {
+		_, _, err := cas(ctx, kv, string(key), p, ErrNotOwner, func(v *T) error {
 			if !touch(v) {
-				return errNotOwner
+				return ErrNotOwner
 			}
 			return nil
 		})
 		switch {
 		case err == nil:
-		case errors.Is(err, errNotOwner), store.IsNotFound(err):
+		case errors.Is(err, ErrNotOwner), store.IsNotFound(err):
 			l.release(key)
 		default:
 			failed = err
@@ -1588,8 +1588,6 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 	return failed
 }
 
-var errNotOwner = errors.New("parked: not the owner")
-
 // ErrNotOwner is Park's error when another router holds the continuation
 // (docs/protocol.md 6.1): this copy of the batch stops.
-var ErrNotOwner = errNotOwner
+var ErrNotOwner = errors.New("parked: not the owner")

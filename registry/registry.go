@@ -209,8 +209,7 @@ func (r *Registry) repeated(reg bus.Register) map[string]*bus.WorkerBeat {
 		}
 		out[d.Name] = nil
 		if t, ok := r.Lookup(d.Name); ok && !t.Def.External && t.Def.Equal(d) {
-			bv := beatOf(reg, d.Name)
-			out[d.Name] = &bv
+			out[d.Name] = new(beatOf(reg, d.Name))
 		}
 	}
 	return out

@@ -297,8 +297,7 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 		Sessions: x.groups.Sessions(), Parked: len(x.parked.Read.Parked("", "")), Store: bus.StoreStatus{State: "ok"}, Warnings: x.groups.Unknown(x.reg)}
 	// Stored in KV, not only those decoded here (one record per session).
 	if kvs, err := x.store.Sessions.Status(ctx); err == nil {
-		n := int(kvs.Values())
-		st.SessionsStored = &n
+		st.SessionsStored = new(int(kvs.Values()))
 	}
 	if full, why, since := x.store.Health.Full(); full {
 		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}

@@ -123,12 +123,10 @@ func (f *flight) wait(ctx context.Context, c bus.Call) bus.Result {
 	res := f.res // the outcome is shared: copy what a batch may change
 	res.Output, res.Metadata = slices.Clone(res.Output), slices.Clone(res.Metadata)
 	if res.Task != nil {
-		h := *res.Task
-		res.Task = &h
+		res.Task = new(*res.Task)
 	}
 	if res.Error != nil {
-		e := *res.Error
-		res.Error = &e
+		res.Error = new(*res.Error)
 	}
 	return res
 }

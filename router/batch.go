@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
 	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/skills"
@@ -482,12 +483,6 @@ type sessionPort interface {
 	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
 }
 
-// resolverPort says what a call's name runs in a session.
-type resolverPort interface {
-	resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
-	refresh(ctx context.Context, name string) error // registry.Refresh
-}
-
 // continuationPort is the record of parked calls and batches (parked.Store).
 type continuationPort interface {
 	Park(ctx context.Context, run parked.Run) (parked.Parking, error)
@@ -534,16 +529,6 @@ type eventPort interface {
 	reply(subject, typ, session, replyID string, trace [2]string, data json.RawMessage) error
 }
 
-// outputPort stores an output that would not fit (outputs.go).
-type outputPort interface {
-	Fit(ctx context.Context, key string, out []bus.Block, used int, dup bool) ([]bus.Block, error)
-}
-
-// cancelLedger is what a batch uses of the ledger itself.
-type cancelLedger interface {
-	Interrupt(ctx context.Context, key string, res bus.Result) error
-}
-
 // pipeline is the batch pipeline with its ports wired (never the Router).
 type pipeline struct {
 	sessions sessionPort
@@ -553,9 +538,9 @@ type pipeline struct {
 	park     parkStep
 	report   reportStep
 	fit      fitStep
-	ledger   cancelLedger // records the results of calls cancelled before they started; nil: none
-	quota    *quotas      // counts calls that park; nil when off (chain.go)
-	audit    *auditTrail  // records calls that end outside the chain; nil when off (chain.go)
+	ledger   *ledger.Ledger // records the results of calls cancelled before they started; nil: none
+	quota    *quotas        // counts calls that park; nil when off (chain.go)
+	audit    *auditTrail    // records calls that end outside the chain; nil when off (chain.go)
 	log      *slog.Logger
 	base     context.Context // the parent of every batch's context (the Router's)
 	calls    *callCtx        // the root of the calls' contexts under base (callctx.go); nil: the context package's
@@ -563,19 +548,21 @@ type pipeline struct {
 
 // newPipeline wires the batch pipeline from a started Router.
 func (r *Router) newPipeline() *pipeline {
-	var outputs outputPort
-	if r.outputs != nil {
-		outputs = r.outputs
-	}
 	sessions := routerSessions{r.sessions, r.groups}
+	resolve := func(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
+		if t, ok := resolveRead(r.cfg.Guard.ReadOutput, req, name); ok {
+			return t
+		}
+		return r.skills.resolveName(r.groups.View(r.reg, sess, req), req, user, name)
+	}
 	return &pipeline{
 		sessions: sessions,
 		conts:    parkedPort(r.parked),
-		resolve:  resolveStep{tools: routerResolver{r}, health: r.store.Health, log: r.log},
+		resolve:  resolveStep{resolve: resolve, refresh: r.reg.Refresh, health: r.store.Health, log: r.log},
 		exec:     chain(execStep{runner: routerRunner{r}, sessions: sessions}, r.guards.middlewares()...),
 		park:     parkStep{landing: r.life.Landing, conts: parkedPort(r.parked), subj: r.subj, maxParked: r.cfg.Limits.MaxParked, parked: r.m.Parked},
 		report:   reportStep{landing: r.life.Landing, audit: r.guards.audit, events: r.events, sessions: sessions, m: r.m, log: r.log},
-		fit:      fitStep{outputs: outputs, maxPayload: r.nc.MaxPayload},
+		fit:      fitStep{outputs: r.outputs, maxPayload: r.nc.MaxPayload},
 		ledger:   r.led,
 		quota:    r.guards.quota,
 		audit:    r.guards.audit,
@@ -589,19 +576,6 @@ func (r *Router) newPipeline() *pipeline {
 type routerSessions struct {
 	*session.Revisions
 	*groups.Store
-}
-
-// routerResolver is the resolverPort over groups, registry and skills.
-type routerResolver struct{ r *Router }
-
-func (x routerResolver) resolve(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved {
-	if t, ok := resolveRead(x.r.cfg.Guard.ReadOutput, req, name); ok {
-		return t
-	}
-	return x.r.skills.resolveName(x.r.groups.View(x.r.reg, sess, req), req, user, name)
-}
-func (x routerResolver) refresh(ctx context.Context, name string) error {
-	return x.r.reg.Refresh(ctx, name)
 }
 
 // routerRunner is the runnerPort over the Router's executors.
@@ -717,7 +691,7 @@ func (b *batch) interrupt(ids []string) {
 			} else if c.ledgered() || c.mayPark() {
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}
-			c.result = ptr(interrupted(c.call))
+			c.result = new(interrupted(c.call))
 			hit = append(hit, c)
 		}
 	}

@@ -87,7 +87,7 @@ func (g guardrails) middlewares() []Middleware {
 }
 
 // newGuardrails sets up the guardrails the config turns on.
-func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, subj bus.Subjects, cfg Config, log *slog.Logger, sessions *groups.Store, counted countedPort) (guardrails, error) {
+func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, subj bus.Subjects, cfg Config, log *slog.Logger, sessions *groups.Store, counted func(ctx context.Context, key string, parks bool) bool) (guardrails, error) {
 	var g guardrails
 	if ac := cfg.Guard.Audit; ac != nil {
 		acfg := *ac
@@ -96,7 +96,7 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 		if err != nil {
 			return g, fmt.Errorf("router: %w", err)
 		}
-		g.audit = &auditTrail{tr: tr, id: cfg.ID, log: log, ids: cfg.Identities, sessions: sessions}
+		g.audit = &auditTrail{tr: tr, id: cfg.ID, log: log, ids: cfg.Identities, session: sessions.Session}
 		if g.audit.lost, err = register(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_audit_records_lost_total",
 			Help: "Audit records the router could not store in P_AUDIT (each one is logged in full)."})); err != nil {
 			return g, err
@@ -125,12 +125,13 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 		if err != nil {
 			return g, fmt.Errorf("router: %w", err)
 		}
-		q.lim, g.limits, g.guard, g.quota = lim, lim, q, q
+		q.lim, g.limits, g.guard, g.quota = lim.Check, lim, q, q
 	}
 	return g, nil
 }
 
-// recordedCalls is the countedPort over P_parked and the ledger.
+// recordedCalls tells whether an earlier copy of a batch recorded a call
+// (counted: in P_parked when it parks, else in the ledger).
 type recordedCalls struct {
 	parked *parked.Store
 	ledger *store.KV
@@ -168,10 +169,10 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 // a call up once (docs/guardrails.md "When a call counts"; parks are
 // counted by admitPark).
 type quotas struct {
-	lim     limiter                // nil: no limits (the cache alone)
-	cache   resultStore            // nil: no result cache
-	lookups *prometheus.CounterVec // the cache's, by tool and hit or miss
-	counted countedPort
+	lim     func(context.Context, limits.Call) (*limits.Refusal, error) // limits.Limiter.Check; nil: no limits (the cache alone)
+	cache   resultStore                                                 // nil: no result cache
+	lookups *prometheus.CounterVec                                      // the cache's, by tool and hit or miss
+	counted func(ctx context.Context, key string, parks bool) bool      // recordedCalls.counted
 	log     *slog.Logger
 }
 
@@ -179,16 +180,6 @@ type quotas struct {
 type resultStore interface {
 	Get(ctx context.Context, key string) (bus.Result, bool)
 	Put(ctx context.Context, key string, ttl time.Duration, res bus.Result) bool
-}
-
-// limiter is what the quotas use of limits.Limiter.
-type limiter interface {
-	Check(ctx context.Context, c limits.Call) (*limits.Refusal, error)
-}
-
-// countedPort tells whether an earlier copy of a batch recorded a call.
-type countedPort interface {
-	counted(ctx context.Context, key string, parks bool) bool
 }
 
 func (q *quotas) wrap(next Executor) Executor {
@@ -240,7 +231,7 @@ func (q *quotas) admit(ctx context.Context, j *job, hit bool) *bus.Result {
 		return nil
 	}
 	d := &j.tool.Def
-	if !hit && !d.ReadOnly && q.counted.counted(ctx, j.key(), false) {
+	if !hit && !d.ReadOnly && q.counted(ctx, j.key(), false) {
 		return nil
 	}
 	return q.check(ctx, j.c, limits.Call{Tool: d.Name, ReadOnly: d.ReadOnly, User: userOf(j.user), Session: j.session, CacheHit: hit})
@@ -254,7 +245,7 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
-	if q.counted.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
+	if q.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
 		return nil
 	}
 	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
@@ -263,10 +254,10 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 // check counts c's call against the limits: the result of a refused or
 // uncheckable call (its rule kept for the audit), nil when it may go on.
 func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus.Result {
-	ref, err := q.lim.Check(ctx, call)
+	ref, err := q.lim(ctx, call)
 	if err != nil {
 		q.log.Warn("router: limits not reachable", "tool", call.Tool, "err", err)
-		return ptr(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
+		return new(bus.ErrorResult(c.call, bus.CodeUnavailable, fmt.Sprintf(
 			"ToolUnavailableError: The limits of the tool '%s' cannot be checked right now, so it did not run. Try again shortly.", call.Tool)))
 	}
 	if ref == nil {
@@ -282,13 +273,11 @@ func (q *quotas) check(ctx context.Context, c *callState, call limits.Call) *bus
 // record per call that ends without parking, awaited before the reply;
 // parked calls are recorded when they end, refused batches by refused.
 type auditTrail struct {
-	tr       trail
-	id       string // the router's
-	log      *slog.Logger
-	ids      Identities
-	sessions interface {
-		Session(id string) *groups.Session
-	} // the session's permission mode (groups.Store)
+	tr         trail
+	id         string // the router's
+	log        *slog.Logger
+	ids        Identities
+	session    func(id string) *groups.Session // groups.Store.Session: the session's permission mode
 	lost       prometheus.Counter
 	refusals   audit.Refusals // bounds the records of refused batches per caller; suppressed counts those past it
 	suppressed prometheus.Counter
@@ -420,7 +409,7 @@ func (a *auditTrail) natsUser(session string) string {
 func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.RawMessage, res bus.Result, behavior string) *audit.Record {
 	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, CallID: c.ID,
 		User: userOf(user), NATSUser: a.natsUser(session), Tool: c.Name, Outcome: audit.Outcome{State: res.State},
-		Decision: audit.Decision{Behavior: behavior, Mode: a.sessions.Session(session).Mode}}
+		Decision: audit.Decision{Behavior: behavior, Mode: a.session(session).Mode}}
 	if res.Error != nil {
 		rec.Outcome.Code = res.Error.Code
 	}
@@ -496,10 +485,10 @@ func (a *auditTrail) refusedRequest(ctx context.Context, subj bus.Subjects, subj
 	a.refused(ctx, session, replyID, what, err)
 }
 
-// once is the ledger middleware over l: a call that is not read-only runs
-// through next at most once per call key; j.landed is ledger.Ledger.Once's
-// (writtenCall).
-func once(l onceRunner) Middleware {
+// once is the ledger middleware over ledger.Ledger.Once: a call that is not
+// read-only runs through next at most once per call key; j.landed is
+// Once's (writtenCall).
+func once(onceRun func(ctx context.Context, c ledger.Call, run func() bus.Result) (bus.Result, bool)) Middleware {
 	return func(next Executor) Executor {
 		return ExecFunc(func(ctx context.Context, j *job) bus.Result {
 			def := &j.tool.Def
@@ -507,16 +496,11 @@ func once(l onceRunner) Middleware {
 				return next.Exec(ctx, j)
 			}
 			timeout := time.Duration(def.TimeoutMS) * time.Millisecond * time.Duration(max(def.MaxAttempts, 1))
-			res, landed := l.Once(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
+			res, landed := onceRun(ctx, ledgerCall(j, timeout), func() bus.Result { return next.Exec(ctx, j) })
 			j.landed = landed
 			return res
 		})
 	}
-}
-
-// onceRunner is what the middleware uses of ledger.Ledger.
-type onceRunner interface {
-	Once(ctx context.Context, c ledger.Call, run func() bus.Result) (bus.Result, bool)
 }
 
 // ledgerCall is what the ledger knows of j, whose run may take timeout.

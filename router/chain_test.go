@@ -148,7 +148,7 @@ func TestQuotaMiddleware(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			j := jobFor("c1", tc.target)
 			lim := &fakeLimiter{budget: tc.budget, err: tc.err}
-			q := &quotas{lim: lim, counted: fakeCounted(tc.counted), log: discard}
+			q := &quotas{lim: lim.Check, counted: fakeCounted(tc.counted).counted, log: discard}
 			st := &fakeStore{}
 			if tc.cache != "" {
 				st = newFakeCache(q, tc.cache == "hit", j)
@@ -179,7 +179,7 @@ func TestQuotaMiddleware(t *testing.T) {
 func TestQuotaCallOrder(t *testing.T) {
 	for range 20 {
 		f := newFakePipeline(t, bus.ToolDef{Name: "echo", ReadOnly: true, ConcurrencySafe: true})
-		f.p.quota = &quotas{lim: &fakeLimiter{budget: 2}, counted: fakeCounted(false), log: discard}
+		f.p.quota = &quotas{lim: (&fakeLimiter{budget: 2}).Check, counted: fakeCounted(false).counted, log: discard}
 		f.p.exec = chain(f.p.exec, f.p.quota.wrap)
 		b := f.batchOf(t, "", call("c1", "echo"), call("c2", "echo"), call("c3", "echo"), call("c4", "echo"))
 		if !b.run(0) {
@@ -206,7 +206,7 @@ func TestQuotaAdmitPark(t *testing.T) {
 		checks  int
 	}{{false, 1, "", 1}, {false, 0, bus.CodeLimitExceeded, 1}, {true, 0, "", 0}} {
 		lim := &fakeLimiter{budget: tc.budget}
-		q := &quotas{lim: lim, counted: fakeCounted(tc.counted), log: discard}
+		q := &quotas{lim: lim.Check, counted: fakeCounted(tc.counted).counted, log: discard}
 		res := q.admitPark(j.b, j.c)
 		if got := ""; res != nil {
 			got = codeOf(*res)
@@ -281,13 +281,13 @@ func TestAuditMiddleware(t *testing.T) {
 		wantRule  string
 	}{
 		{"an allowed call that ran", read, "read-only", "", nil, audit.Allow, "read-only"},
-		{"a limited call", read, "read-only", "one", ptr(bus.ErrorResult(bus.Call{ID: "c1"}, bus.CodeLimitExceeded, "x")), audit.Limit, "one"},
-		{"a denied call", read, "explore mode", "", ptr(bus.Result{ID: "c1", State: bus.StateDenied}), audit.Deny, "explore mode"},
+		{"a limited call", read, "read-only", "one", new(bus.ErrorResult(bus.Call{ID: "c1"}, bus.CodeLimitExceeded, "x")), audit.Limit, "one"},
+		{"a denied call", read, "explore mode", "", new(bus.Result{ID: "c1", State: bus.StateDenied}), audit.Deny, "explore mode"},
 		{"a built-in", groups.Resolved{Reset: true}, "", "", nil, audit.Builtin, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := &fakeTrail{}
-			a := &auditTrail{tr: tr, id: "r1", log: discard, sessions: fakeModes{}}
+			a := &auditTrail{tr: tr, id: "r1", log: discard, session: fakeModes{}.Session}
 			j := jobFor("c1", tc.target)
 			j.c.rule, j.c.limitRule = tc.rule, tc.limitRule
 			var next Executor = &fakeNext{}
@@ -334,7 +334,7 @@ func TestLedgerMiddleware(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, next := &fakeOnce{}, &fakeNext{}
-			x := chain(next, once(l))
+			x := chain(next, once(l.Once))
 			var res bus.Result
 			for i := range 2 {
 				j := jobFor("c1", groups.Resolved{Tool: tool(t, tc.def)})

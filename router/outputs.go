@@ -90,8 +90,8 @@ func hasStored(out []bus.Block) bool {
 // fitStep stores the output of a result that would take the batch's
 // messages past the payload limit, before any carries it (protocol 5.9).
 type fitStep struct {
-	outputs    outputPort   // nil: nothing is stored (and nothing checked)
-	maxPayload func() int64 // the connection's payload limit
+	outputs    *offload.Offloader // nil: nothing is stored (and nothing checked)
+	maxPayload func() int64       // the connection's payload limit
 }
 
 // fitReserve is kept free in each aggregate message for the rest of it.

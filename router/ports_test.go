@@ -213,7 +213,7 @@ func newFakePipeline(t *testing.T, tools ...bus.ToolDef) *fakePipeline {
 	}
 	log := slog.New(slog.DiscardHandler)
 	f.p = &pipeline{sessions: f.sessions, conts: f.conts, log: log, base: context.Background(),
-		resolve: resolveStep{tools: f.resolver, log: log},
+		resolve: resolveStep{resolve: f.resolver.resolve, refresh: f.resolver.refresh, log: log},
 		exec:    execStep{runner: f.runner, sessions: f.sessions},
 		park:    parkStep{conts: f.conts, subj: bus.NewSubjects(""), maxParked: 2},
 		report:  reportStep{events: f.events, sessions: f.sessions, log: log},

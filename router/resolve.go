@@ -17,9 +17,12 @@ import (
 
 // resolveStep resolves a batch's calls and validates their inputs.
 type resolveStep struct {
-	tools  resolverPort
-	health *store.Health // an unavailable tool while the store is full says so
-	log    *slog.Logger
+	// resolve says what a call's name runs in a session (groups, registry
+	// and skills); refresh reads a tool from KV (registry.Registry.Refresh).
+	resolve func(sess *groups.Session, req *groups.Request, user json.RawMessage, name string) groups.Resolved
+	refresh func(ctx context.Context, name string) error
+	health  *store.Health // an unavailable tool while the store is full says so
+	log     *slog.Logger
 }
 
 // from resolves the calls of b from index i on that have no result yet; an
@@ -44,7 +47,7 @@ func (s resolveStep) from(b *batch, i int) {
 	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 	defer cancel()
 	for _, name := range missing {
-		if err := s.tools.refresh(ctx, name); err != nil {
+		if err := s.refresh(ctx, name); err != nil {
 			s.log.Warn("router: tool not read from KV", "tool", name, "err", err)
 		}
 	}
@@ -58,7 +61,7 @@ func (s resolveStep) from(b *batch, i int) {
 
 // one finds what c runs and validates its input (else: its early result).
 func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
-	c.target = s.tools.resolve(sess, b.req, b.data.User, c.call.Name)
+	c.target = s.resolve(sess, b.req, b.data.User, c.call.Name)
 	c.input, c.early = validate(c.call, c.target)
 	if c.early != nil && c.target.Code == bus.CodeUnavailable && s.health != nil {
 		c.early = storeFullOr(c.call, s.health, c.early)
@@ -68,7 +71,7 @@ func (s resolveStep) one(b *batch, sess *groups.Session, c *callState) {
 // validate checks a call's input against its tool's schema, or fails the call.
 func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	if t.Code != "" {
-		return nil, ptr(bus.ErrorResult(c, t.Code, t.Message))
+		return nil, new(bus.ErrorResult(c, t.Code, t.Message))
 	}
 	var schema *schemas.Schema
 	switch {
@@ -80,15 +83,13 @@ func validate(c bus.Call, t groups.Resolved) (json.RawMessage, *bus.Result) {
 	input, problems, err := schemas.CheckInput(c.Input, schema)
 	if err != nil {
 		d := bus.Detail{Path: "/", Message: err.Error()}
-		return nil, ptr(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, []bus.Detail{d}), d))
+		return nil, new(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, []bus.Detail{d}), d))
 	}
 	if len(problems) > 0 {
-		return nil, ptr(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, problems), problems...))
+		return nil, new(bus.ErrorResult(c, bus.CodeInvalidInput, schemas.InvalidInputMessage(c.Name, problems), problems...))
 	}
 	return input, nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // parkSpec says how a call parks; the zero value means it runs.
 type parkSpec struct {
@@ -112,7 +113,7 @@ func decide(pc permission.Context, t groups.Resolved, c bus.Call, input json.Raw
 	d := permission.Decide(pc, def, input)
 	switch d.Behavior {
 	case permission.Deny:
-		return parkSpec{rule: d.Reason}, ptr(bus.ErrorResult(c, bus.CodeDenied,
+		return parkSpec{rule: d.Reason}, new(bus.ErrorResult(c, bus.CodeDenied,
 			fmt.Sprintf("PermissionDeniedError: The tool '%s' may not run: %s.", def.Name, d.Reason)))
 	case permission.Ask:
 		return parkSpec{kind: bus.KindConfirm, reason: d.Reason, rule: d.Reason, suggested: d.SuggestedRules}, nil

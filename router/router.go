@@ -347,7 +347,7 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
 	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload()))}
-	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}); err != nil {
+	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}.counted); err != nil {
 		return err
 	}
 	r.events, err = newRouterEvents(r.wire, r.store.Health)
@@ -357,7 +357,7 @@ func (r *Router) build(ctx context.Context) error {
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
 	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
-		once(r.led))
+		once(r.led.Once))
 	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
