@@ -155,8 +155,12 @@ func inGitDir(p string) bool {
 	return slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
+// stateReads is the session state key of the read records, keyed by the
+// file's absolute path.
+const stateReads = "file_reads"
+
 // readRecord is what the session remembers of a file it read or wrote: its
-// state's file_reads holds one per absolute path.
+// state's stateReads holds one per absolute path.
 type readRecord struct {
 	Size  int64 `json:"size"`
 	MTime int64 `json:"mtime_ns"`
@@ -167,14 +171,14 @@ func recordOf(fi fs.FileInfo) readRecord {
 }
 
 func readsPatch(p string, fi fs.FileInfo) map[string]any {
-	return map[string]any{"file_reads": map[string]any{p: recordOf(fi)}}
+	return map[string]any{stateReads: map[string]any{p: recordOf(fi)}}
 }
 
 // checkRead refuses a write or edit of an existing file that the session
 // has not read, or that changed on disk since.
 func checkRead(tool, shown string, state json.RawMessage, p string, fi fs.FileInfo) error {
 	var st struct {
-		Reads map[string]readRecord `json:"file_reads"`
+		Reads map[string]readRecord `json:"file_reads"` // stateReads
 	}
 	if len(state) > 0 {
 		_ = json.Unmarshal(state, &st)
