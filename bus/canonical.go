@@ -13,7 +13,7 @@ import (
 // The canonical form of a JSON value, as docs/protocol.md 3.1 (1.13)
 // defines it: one text per value, so that two inputs hold the same JSON
 // value exactly when their canonical texts are equal bytes; SameInput
-// compares it and CallDigest hashes it. Members are sorted by the bytes of
+// compares it and CallDigests hashes it. Members are sorted by the bytes of
 // their canonical names (a name given twice keeps both, in order), strings
 // unescaped but for `"`, `\` and control characters (a lone surrogate stays
 // an escape, bytes that are not UTF-8 stay as they were), numbers in
