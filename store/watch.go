@@ -123,16 +123,10 @@ func (w *Watch) Reached(ctx context.Context, rev uint64) error {
 		return errors.New("store: the watch ended")
 	case <-ctx.Done():
 		w.mu.Lock()
+		defer w.mu.Unlock()
 		w.waiters = slices.DeleteFunc(w.waiters, func(x reachWaiter) bool { return x.done == r.done })
-		w.mu.Unlock()
-		return fmt.Errorf("store: watch at revision %d of %d: %w", w.appliedRev(), rev, ctx.Err())
+		return fmt.Errorf("store: watch at revision %d of %d: %w", w.applied, rev, ctx.Err())
 	}
-}
-
-func (w *Watch) appliedRev() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.applied
 }
 
 // Ready is closed once the initial values are loaded.
