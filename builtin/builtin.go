@@ -144,10 +144,7 @@ func registerBasic(w *worker.Worker) error {
 			if err == nil {
 				err = c.PatchState(map[string]any{"todos": list})
 			}
-			if err != nil {
-				return "", err
-			}
-			return text, nil
+			return text, err // the text is not sent with an error
 		}),
 	)
 }

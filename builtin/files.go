@@ -94,14 +94,13 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	if !within(f.base, full) {
 		return "", fmt.Errorf("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
-	rel, ok := f.resolveIn(f.relOS(full))
-	if !ok && within(f.base, f.abs(rel)) {
+	switch rel, ok := f.resolveIn(f.relOS(full)); {
+	case ok:
+		return rel, nil
+	case within(f.base, f.abs(rel)):
 		return "", fmt.Errorf("%s refused: %q has more symlinks than can be followed (a loop, or over 40)", tool, p)
 	}
-	if !ok {
-		return "", fmt.Errorf("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
-	}
-	return rel, nil
+	return "", fmt.Errorf("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
 }
 
 // resolveIn resolves rel's symlinks as permission rules see them
@@ -804,10 +803,7 @@ func fileTool[T any](w *worker.Worker, d bus.ToolDef, paths func(*T) (*string, s
 		if err == nil && patch != nil {
 			err = c.PatchState(patch)
 		}
-		if err != nil {
-			return "", err
-		}
-		return text, nil
+		return text, err // the text is not sent with an error
 	})
 }
 
