@@ -130,22 +130,26 @@ func (c *canonicaliser) array(depth int) bool {
 		if !c.value(depth + 1) {
 			return false
 		}
-		c.space()
-		if c.i >= len(c.src) {
-			return false
-		}
-		switch c.src[c.i] {
-		case ',':
-			c.i++
-			c.out = append(c.out, ',')
-		case ']':
-			c.i++
+		if more, ok := c.next(']'); !more {
 			c.out = append(c.out, ']')
-			return true
-		default:
-			return false
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member of a container: a comma, copied (more),
+// or its closing bracket cl, not copied; ok is false for anything else.
+func (c *canonicaliser) next(cl byte) (more, ok bool) {
+	c.space()
+	if c.i >= len(c.src) || c.src[c.i] != ',' && c.src[c.i] != cl {
+		return false, false
+	}
+	c.i++
+	if c.src[c.i-1] == cl {
+		return false, true
+	}
+	c.out = append(c.out, ',')
+	return true, true
 }
 
 func (c *canonicaliser) object(depth int) bool {
@@ -154,7 +158,7 @@ func (c *canonicaliser) object(depth int) bool {
 		return true
 	}
 	first := len(c.members)
-	for {
+	for more, ok := true, true; more; {
 		c.space()
 		if c.i >= len(c.src) || c.src[c.i] != '"' {
 			return false
@@ -175,19 +179,9 @@ func (c *canonicaliser) object(depth int) bool {
 		}
 		m.end = len(c.out)
 		c.members = append(c.members, m)
-		c.space()
-		if c.i >= len(c.src) {
+		if more, ok = c.next('}'); !ok {
 			return false
 		}
-		if c.src[c.i] == '}' {
-			c.i++
-			break
-		}
-		if c.src[c.i] != ',' {
-			return false
-		}
-		c.i++
-		c.out = append(c.out, ',')
 	}
 	c.order(begin, c.members[first:])
 	c.members = c.members[:first]
