@@ -235,15 +235,9 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
 		return "", nil, fmt.Errorf("read_file refused: %s is not a UTF-8 text file", in.Path)
 	}
-	offset, limit := max(in.Offset, 1), in.Limit
-	if limit <= 0 {
-		limit = defaultReadLimit
-	}
+	offset, limit := max(in.Offset, 1), cmp.Or(max(in.Limit, 0), defaultReadLimit)
 	var b strings.Builder
-	lines := strings.SplitAfter(string(data), "\n")
-	if len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
+	lines := slices.Collect(strings.Lines(string(data)))
 	shown := 0
 	for i := offset - 1; i < len(lines) && shown < limit; i++ {
 		line := strings.TrimRight(lines[i], "\r\n")
