@@ -42,9 +42,9 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 		return nil, fmt.Errorf("store: watch %s %s: %w", kv.Bucket(), keys, err)
 	}
 	cw := &Watch{ready: make(chan struct{}), done: make(chan struct{}), stop: w.Stop}
+	loaded := sync.OnceFunc(func() { close(cw.ready) }) // at the first nil entry
 	go func() {
 		defer close(cw.done)
-		initial := true
 		for {
 			select {
 			case <-ctx.Done():
@@ -55,10 +55,7 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 					return
 				}
 				if e == nil {
-					if initial {
-						initial = false
-						close(cw.ready)
-					}
+					loaded()
 					continue
 				}
 				apply(e)
