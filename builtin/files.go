@@ -468,8 +468,10 @@ var errDeadline, errStop = errors.New("deadline"), errors.New("stop")
 // root is the directory the walk started from), depth first in name order,
 // opening each directory without following links (a swapped or symlinked
 // directory is not entered; a symlink to a regular file inside root counts).
-// It returns errStop when fn returned false, and errDeadline once ctx is done.
-func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi fs.FileInfo) bool) error {
+// fn gets each file's path and the path it resolves to (real, relative to
+// the base: what to open). It returns errStop when fn returned false, and
+// errDeadline once ctx is done.
+func (f *Files) walk(ctx context.Context, root, dir string, fn func(p, real string, fi fs.FileInfo) bool) error {
 	if ctx.Err() != nil {
 		return errDeadline
 	}
@@ -501,7 +503,7 @@ func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if !fn(p, fi) {
+		if !fn(p, real, fi) {
 			return errStop
 		}
 	}
@@ -547,7 +549,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	}
 	var out []string
 	more := false
-	err = f.walk(ctx, root, root, func(p string, _ fs.FileInfo) bool {
+	err = f.walk(ctx, root, root, func(p, _ string, _ fs.FileInfo) bool {
 		if g.match(relTo(root, p)) {
 			if len(out) == maxListEntries {
 				more = true
@@ -624,41 +626,37 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", fmt.Errorf("search_files refused: the glob %q is not valid: %v", in.Glob, err)
 		}
 	}
-	var files []string
-	if fi.IsDir() {
-		err := f.walk(ctx, root, root, func(p string, fi fs.FileInfo) bool {
+	type file struct{ name, real string } // as shown, and as opened (walk)
+	files := []file{{root, root}}
+	switch {
+	case fi.IsDir():
+		files = nil
+		err := f.walk(ctx, root, root, func(p, real string, fi fs.FileInfo) bool {
 			target := relTo(root, p)
 			if !strings.Contains(in.Glob, "/") {
 				target = path.Base(target)
 			}
 			if (in.Glob == "" || g.match(target)) && fi.Size() <= maxSearchFile {
-				files = append(files, p)
+				files = append(files, file{p, real})
 			}
 			return true
 		})
 		if errors.Is(err, errDeadline) {
 			return "", stopped("search_files")
 		}
-	} else {
-		if fi.Size() > maxSearchFile {
-			return "", fmt.Errorf("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
-		}
-		files = []string{root}
+		slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	case fi.Size() > maxSearchFile:
+		return "", fmt.Errorf("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
 	}
-	slices.Sort(files)
 	var b strings.Builder
 	n := 0
 	cut := false
 files:
-	for _, name := range files {
+	for _, file := range files {
 		if ctx.Err() != nil {
 			return "", stopped("search_files")
 		}
-		open, ok := f.resolveUnder(root, name)
-		if !ok {
-			continue
-		}
-		fh, err := f.open(open, os.O_RDONLY, 0)
+		fh, err := f.open(file.real, os.O_RDONLY, 0)
 		if err != nil {
 			continue
 		}
@@ -688,7 +686,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", filepath.ToSlash(name), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", filepath.ToSlash(file.name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()
