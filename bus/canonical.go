@@ -192,17 +192,13 @@ func (c *canonicaliser) object(depth int) bool {
 // order rewrites the members ms of the object that starts at out[begin]
 // ('{') sorted by name, members of one name in the order sent.
 func (c *canonicaliser) order(begin int, ms []member) {
-	name := func(m member) []byte { return c.out[m.start:m.colon] }
-	sorted := true
-	for k := 1; k < len(ms) && sorted; k++ {
-		sorted = bytes.Compare(name(ms[k-1]), name(ms[k])) <= 0
-	}
-	if sorted {
+	byName := func(a, b member) int { return bytes.Compare(c.out[a.start:a.colon], c.out[b.start:b.colon]) }
+	if slices.IsSortedFunc(ms, byName) {
 		return
 	}
 	c.scratch = append(c.scratch[:0], c.out[begin+1:]...)
 	base := begin + 1
-	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(name(a), name(b)) })
+	slices.SortStableFunc(ms, byName)
 	c.out = c.out[:base]
 	for k, m := range ms {
 		if k > 0 {
@@ -354,7 +350,7 @@ func (c *canonicaliser) number() bool {
 		d = append(d, c.src[fracStart:c.i]...)
 		exp = -(c.i - fracStart)
 	}
-	verbatim := false
+	c.digits = d
 	if c.i < len(c.src) && (c.src[c.i] == 'e' || c.src[c.i] == 'E') {
 		c.i++
 		expNeg := false
@@ -368,23 +364,18 @@ func (c *canonicaliser) number() bool {
 			return false
 		}
 		digits := bytes.TrimLeft(c.src[expStart:c.i], "0")
-		if len(digits) > 15 {
-			verbatim = true // beyond any float; kept as sent
-		} else {
-			e := 0
-			for _, x := range digits {
-				e = e*10 + int(x-'0')
-			}
-			if expNeg {
-				e = -e
-			}
-			exp += e
+		if len(digits) > 15 { // beyond any float; kept as sent
+			c.out = append(c.out, c.src[start:c.i]...)
+			return true
 		}
-	}
-	c.digits = d
-	if verbatim {
-		c.out = append(c.out, c.src[start:c.i]...)
-		return true
+		e := 0
+		for _, x := range digits {
+			e = e*10 + int(x-'0')
+		}
+		if expNeg {
+			e = -e
+		}
+		exp += e
 	}
 	d = bytes.TrimLeft(d, "0")
 	if len(d) == 0 {
