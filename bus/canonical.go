@@ -239,33 +239,28 @@ func (c *canonicaliser) str() bool {
 			c.char(rune(u))
 			continue
 		}
-		switch e {
-		case 'u':
-			r, ok := c.hex4()
-			if !ok {
-				return false
-			}
-			if utf16.IsSurrogate(r) {
-				if r < 0xdc00 && c.i+1 < len(c.src) && c.src[c.i] == '\\' && c.src[c.i+1] == 'u' {
-					save := c.i
-					c.i += 2
-					lo, ok := c.hex4()
-					if !ok {
-						return false
-					}
-					if pair := utf16.DecodeRune(r, lo); pair != utf8.RuneError {
-						c.out = utf8.AppendRune(c.out, pair)
-						continue
-					}
-					c.i = save // not its pair: the next escape is read on its own
-				}
-				c.out = appendU(c.out, r) // a lone surrogate stays an escape
-				continue
-			}
-			c.char(r)
-		default:
+		r, ok := c.hex4()
+		if e != 'u' || !ok { // no escape but \uXXXX is left
 			return false
 		}
+		if utf16.IsSurrogate(r) {
+			if r < 0xdc00 && c.i+1 < len(c.src) && c.src[c.i] == '\\' && c.src[c.i+1] == 'u' {
+				save := c.i
+				c.i += 2
+				lo, ok := c.hex4()
+				if !ok {
+					return false
+				}
+				if pair := utf16.DecodeRune(r, lo); pair != utf8.RuneError {
+					c.out = utf8.AppendRune(c.out, pair)
+					continue
+				}
+				c.i = save // not its pair: the next escape is read on its own
+			}
+			c.out = appendU(c.out, r) // a lone surrogate stays an escape
+			continue
+		}
+		c.char(r)
 	}
 	return false
 }
