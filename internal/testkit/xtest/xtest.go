@@ -218,12 +218,8 @@ func (f *Fleet) AddWorker(ctx context.Context, spec WorkerSpec) (*worker.Worker,
 			return nil, err
 		}
 	}
-	if spec.Config.Heartbeat <= 0 {
-		spec.Config.Heartbeat = f.heartbeat
-	}
-	if spec.Config.Prefix == "" {
-		spec.Config.Prefix = f.router.Prefix
-	}
+	spec.Config.Heartbeat = cmp.Or(spec.Config.Heartbeat, f.heartbeat)
+	spec.Config.Prefix = cmp.Or(spec.Config.Prefix, f.router.Prefix)
 	w, err := worker.New(nc, spec.Config)
 	if err != nil {
 		return nil, fmt.Errorf("xtest: worker: %w", err)
