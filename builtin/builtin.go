@@ -271,9 +271,7 @@ func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
 	var cur struct {
 		Todos []Todo `json:"todos"`
 	}
-	if len(state) > 0 {
-		_ = json.Unmarshal(state, &cur) // a corrupt list is replaced
-	}
+	_ = json.Unmarshal(state, &cur) // none, or a corrupt list: replaced
 	next := 0
 	for _, t := range cur.Todos {
 		if n, err := strconv.Atoi(t.ID); err == nil && n > next {

@@ -179,9 +179,7 @@ func checkRead(tool, shown string, state json.RawMessage, p string, fi fs.FileIn
 	var st struct {
 		Reads map[string]readRecord `json:"file_reads"` // stateReads
 	}
-	if len(state) > 0 {
-		_ = json.Unmarshal(state, &st)
-	}
+	_ = json.Unmarshal(state, &st) // none, or not JSON: no records
 	rec, ok := st.Reads[p]
 	if !ok {
 		return fmt.Errorf("%s refused: %s exists and has not been read in this session; read it with read_file first", tool, shown)
@@ -416,13 +414,7 @@ func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error
 	}
 	_, werr := fh.Write(data)
 	fi, serr := fh.Stat()
-	if cerr := fh.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = serr
-	}
-	return fi, werr
+	return fi, cmp.Or(werr, fh.Close(), serr)
 }
 
 // The errors of an open that a change of the tree after the resolution
