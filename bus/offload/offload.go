@@ -103,14 +103,10 @@ func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 // (metadata, a state patch): the inline limit, capped by the payload limit
 // less Reserve and extra.
 func (o *Offloader) Inline(extra int) int {
-	lim := o.lim.Inline
 	if o.nc == nil {
-		return lim
+		return o.lim.Inline
 	}
-	if room := int(o.nc.MaxPayload()) - Reserve - extra; room < lim {
-		lim = room
-	}
-	return max(lim, 0)
+	return max(min(o.lim.Inline, int(o.nc.MaxPayload())-Reserve-extra), 0)
 }
 
 // Size is the length of out's JSON encoding, counting text blocks twice when

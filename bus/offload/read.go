@@ -110,17 +110,14 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 // Info reads name's first metadata message (the writer's) from the leader,
 // retrying "not found" for NotFoundRetry; else ErrNotFound.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
-	var m *store.StreamMsg
-	var err error
+	req := store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)}
+	m, err := s.get(ctx, req)
 	deadline := time.Now().Add(NotFoundRetry)
-	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
-		m, err = s.get(ctx, store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)})
-		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
-			break
-		}
+	for wait := 20 * time.Millisecond; errors.Is(err, ErrNotFound) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 250*time.Millisecond) {
 		if err := bus.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
+		m, err = s.get(ctx, req)
 	}
 	if err != nil {
 		return nil, err
