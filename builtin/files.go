@@ -94,14 +94,13 @@ func (f *Files) resolve(tool, p string) (string, error) {
 	if !within(f.base, full) {
 		return "", fmt.Errorf("%s refused: %q is outside the base directory %s", tool, p, f.base)
 	}
-	rel, ok := f.resolveIn(f.relOS(full))
-	if !ok && within(f.base, f.abs(rel)) {
+	switch rel, ok := f.resolveIn(f.relOS(full)); {
+	case ok:
+		return rel, nil
+	case within(f.base, f.abs(rel)):
 		return "", fmt.Errorf("%s refused: %q has more symlinks than can be followed (a loop, or over 40)", tool, p)
 	}
-	if !ok {
-		return "", fmt.Errorf("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
-	}
-	return rel, nil
+	return "", fmt.Errorf("%s refused: %q resolves (through a symlink) outside the base directory %s", tool, p, f.base)
 }
 
 // resolveIn resolves rel's symlinks as permission rules see them
@@ -155,8 +154,12 @@ func inGitDir(p string) bool {
 	return slices.ContainsFunc(strings.Split(filepath.ToSlash(p), "/"), func(c string) bool { return strings.EqualFold(c, ".git") })
 }
 
+// stateReads is the session state key of the read records, keyed by the
+// file's absolute path.
+const stateReads = "file_reads"
+
 // readRecord is what the session remembers of a file it read or wrote: its
-// state's file_reads holds one per absolute path.
+// state's stateReads holds one per absolute path.
 type readRecord struct {
 	Size  int64 `json:"size"`
 	MTime int64 `json:"mtime_ns"`
@@ -167,18 +170,16 @@ func recordOf(fi fs.FileInfo) readRecord {
 }
 
 func readsPatch(p string, fi fs.FileInfo) map[string]any {
-	return map[string]any{"file_reads": map[string]any{p: recordOf(fi)}}
+	return map[string]any{stateReads: map[string]any{p: recordOf(fi)}}
 }
 
 // checkRead refuses a write or edit of an existing file that the session
 // has not read, or that changed on disk since.
 func checkRead(tool, shown string, state json.RawMessage, p string, fi fs.FileInfo) error {
 	var st struct {
-		Reads map[string]readRecord `json:"file_reads"`
+		Reads map[string]readRecord `json:"file_reads"` // stateReads
 	}
-	if len(state) > 0 {
-		_ = json.Unmarshal(state, &st)
-	}
+	_ = json.Unmarshal(state, &st) // none, or not JSON: no records
 	rec, ok := st.Reads[p]
 	if !ok {
 		return fmt.Errorf("%s refused: %s exists and has not been read in this session; read it with read_file first", tool, shown)
@@ -232,15 +233,9 @@ func (f *Files) Read(in ReadIn) (string, any, error) {
 	case !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0:
 		return "", nil, fmt.Errorf("read_file refused: %s is not a UTF-8 text file", in.Path)
 	}
-	offset, limit := max(in.Offset, 1), in.Limit
-	if limit <= 0 {
-		limit = defaultReadLimit
-	}
+	offset, limit := max(in.Offset, 1), cmp.Or(max(in.Limit, 0), defaultReadLimit)
 	var b strings.Builder
-	lines := strings.SplitAfter(string(data), "\n")
-	if len(lines) > 0 && lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1]
-	}
+	lines := slices.Collect(strings.Lines(string(data)))
 	shown := 0
 	for i := offset - 1; i < len(lines) && shown < limit; i++ {
 		line := strings.TrimRight(lines[i], "\r\n")
@@ -419,13 +414,7 @@ func (f *Files) put(p string, data []byte, mode fs.FileMode) (fs.FileInfo, error
 	}
 	_, werr := fh.Write(data)
 	fi, serr := fh.Stat()
-	if cerr := fh.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = serr
-	}
-	return fi, werr
+	return fi, cmp.Or(werr, fh.Close(), serr)
 }
 
 // The errors of an open that a change of the tree after the resolution
@@ -471,8 +460,10 @@ var errDeadline, errStop = errors.New("deadline"), errors.New("stop")
 // root is the directory the walk started from), depth first in name order,
 // opening each directory without following links (a swapped or symlinked
 // directory is not entered; a symlink to a regular file inside root counts).
-// It returns errStop when fn returned false, and errDeadline once ctx is done.
-func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi fs.FileInfo) bool) error {
+// fn gets each file's path and the path it resolves to (real, relative to
+// the base: what to open). It returns errStop when fn returned false, and
+// errDeadline once ctx is done.
+func (f *Files) walk(ctx context.Context, root, dir string, fn func(p, real string, fi fs.FileInfo) bool) error {
 	if ctx.Err() != nil {
 		return errDeadline
 	}
@@ -504,7 +495,7 @@ func (f *Files) walk(ctx context.Context, root, dir string, fn func(p string, fi
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		if !fn(p, fi) {
+		if !fn(p, real, fi) {
 			return errStop
 		}
 	}
@@ -550,7 +541,7 @@ func (f *Files) List(ctx context.Context, in ListIn) (string, error) {
 	}
 	var out []string
 	more := false
-	err = f.walk(ctx, root, root, func(p string, _ fs.FileInfo) bool {
+	err = f.walk(ctx, root, root, func(p, _ string, _ fs.FileInfo) bool {
 		if g.match(relTo(root, p)) {
 			if len(out) == maxListEntries {
 				more = true
@@ -627,41 +618,37 @@ func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
 			return "", fmt.Errorf("search_files refused: the glob %q is not valid: %v", in.Glob, err)
 		}
 	}
-	var files []string
-	if fi.IsDir() {
-		err := f.walk(ctx, root, root, func(p string, fi fs.FileInfo) bool {
+	type file struct{ name, real string } // as shown, and as opened (walk)
+	files := []file{{root, root}}
+	switch {
+	case fi.IsDir():
+		files = nil
+		err := f.walk(ctx, root, root, func(p, real string, fi fs.FileInfo) bool {
 			target := relTo(root, p)
 			if !strings.Contains(in.Glob, "/") {
 				target = path.Base(target)
 			}
 			if (in.Glob == "" || g.match(target)) && fi.Size() <= maxSearchFile {
-				files = append(files, p)
+				files = append(files, file{p, real})
 			}
 			return true
 		})
 		if errors.Is(err, errDeadline) {
 			return "", stopped("search_files")
 		}
-	} else {
-		if fi.Size() > maxSearchFile {
-			return "", fmt.Errorf("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
-		}
-		files = []string{root}
+		slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+	case fi.Size() > maxSearchFile:
+		return "", fmt.Errorf("search_files refused: %s is %d bytes, more than %d", in.Path, fi.Size(), maxSearchFile)
 	}
-	slices.Sort(files)
 	var b strings.Builder
 	n := 0
 	cut := false
 files:
-	for _, name := range files {
+	for _, file := range files {
 		if ctx.Err() != nil {
 			return "", stopped("search_files")
 		}
-		open, ok := f.resolveUnder(root, name)
-		if !ok {
-			continue
-		}
-		fh, err := f.open(open, os.O_RDONLY, 0)
+		fh, err := f.open(file.real, os.O_RDONLY, 0)
 		if err != nil {
 			continue
 		}
@@ -691,7 +678,7 @@ files:
 			if utf8.RuneCountInString(s) > 500 {
 				s = string([]rune(s)[:500]) + " [line cut]"
 			}
-			entry := fmt.Sprintf("%s:%d:%s\n", filepath.ToSlash(name), line, s)
+			entry := fmt.Sprintf("%s:%d:%s\n", filepath.ToSlash(file.name), line, s)
 			if n == maxMatches || b.Len()+len(entry) > maxOutputChars {
 				cut = true
 				fh.Close()
@@ -800,10 +787,7 @@ func fileTool[T any](w *worker.Worker, d bus.ToolDef, paths func(*T) (*string, s
 		if err == nil && patch != nil {
 			err = c.PatchState(patch)
 		}
-		if err != nil {
-			return "", err
-		}
-		return text, nil
+		return text, err // the text is not sent with an error
 	})
 }
 

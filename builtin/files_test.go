@@ -181,7 +181,7 @@ func TestWalkStopsAtDeadline(t *testing.T) {
 	n := 0
 	cctx, ccancel := context.WithCancel(context.Background())
 	defer ccancel()
-	err = f.walk(cctx, ".", ".", func(string, os.FileInfo) bool {
+	err = f.walk(cctx, ".", ".", func(string, string, os.FileInfo) bool {
 		if n++; n == 3 {
 			ccancel()
 		}

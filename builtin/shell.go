@@ -81,10 +81,7 @@ func NewShell(cfg Config) (*Shell, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAllowList(cfg.ShellAllow, cfg.ShellTrust); err != nil {
-		return nil, err
-	}
-	if err := checkEnvNames(cfg.ShellEnv); err != nil {
+	if err := cmp.Or(checkAllowList(cfg.ShellAllow, cfg.ShellTrust), checkEnvNames(cfg.ShellEnv)); err != nil { // the first error
 		return nil, err
 	}
 	s := &Shell{Dir: f.Base(), Allow: slices.Clone(cfg.ShellAllow), Trust: slices.Clone(cfg.ShellTrust), Skills: cfg.Skills, env: slices.Clone(cfg.ShellEnv), files: f, lookup: os.LookupEnv}

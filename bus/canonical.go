@@ -13,7 +13,7 @@ import (
 // The canonical form of a JSON value, as docs/protocol.md 3.1 (1.13)
 // defines it: one text per value, so that two inputs hold the same JSON
 // value exactly when their canonical texts are equal bytes; SameInput
-// compares it and CallDigest hashes it. Members are sorted by the bytes of
+// compares it and CallDigests hashes it. Members are sorted by the bytes of
 // their canonical names (a name given twice keeps both, in order), strings
 // unescaped but for `"`, `\` and control characters (a lone surrogate stays
 // an escape, bytes that are not UTF-8 stay as they were), numbers in
@@ -130,22 +130,26 @@ func (c *canonicaliser) array(depth int) bool {
 		if !c.value(depth + 1) {
 			return false
 		}
-		c.space()
-		if c.i >= len(c.src) {
-			return false
-		}
-		switch c.src[c.i] {
-		case ',':
-			c.i++
-			c.out = append(c.out, ',')
-		case ']':
-			c.i++
+		if more, ok := c.next(']'); !more {
 			c.out = append(c.out, ']')
-			return true
-		default:
-			return false
+			return ok
 		}
 	}
+}
+
+// next reads what follows a member of a container: a comma, copied (more),
+// or its closing bracket cl, not copied; ok is false for anything else.
+func (c *canonicaliser) next(cl byte) (more, ok bool) {
+	c.space()
+	if c.i >= len(c.src) || c.src[c.i] != ',' && c.src[c.i] != cl {
+		return false, false
+	}
+	c.i++
+	if c.src[c.i-1] == cl {
+		return false, true
+	}
+	c.out = append(c.out, ',')
+	return true, true
 }
 
 func (c *canonicaliser) object(depth int) bool {
@@ -154,7 +158,7 @@ func (c *canonicaliser) object(depth int) bool {
 		return true
 	}
 	first := len(c.members)
-	for {
+	for more, ok := true, true; more; {
 		c.space()
 		if c.i >= len(c.src) || c.src[c.i] != '"' {
 			return false
@@ -175,19 +179,9 @@ func (c *canonicaliser) object(depth int) bool {
 		}
 		m.end = len(c.out)
 		c.members = append(c.members, m)
-		c.space()
-		if c.i >= len(c.src) {
+		if more, ok = c.next('}'); !ok {
 			return false
 		}
-		if c.src[c.i] == '}' {
-			c.i++
-			break
-		}
-		if c.src[c.i] != ',' {
-			return false
-		}
-		c.i++
-		c.out = append(c.out, ',')
 	}
 	c.order(begin, c.members[first:])
 	c.members = c.members[:first]
@@ -198,17 +192,13 @@ func (c *canonicaliser) object(depth int) bool {
 // order rewrites the members ms of the object that starts at out[begin]
 // ('{') sorted by name, members of one name in the order sent.
 func (c *canonicaliser) order(begin int, ms []member) {
-	name := func(m member) []byte { return c.out[m.start:m.colon] }
-	sorted := true
-	for k := 1; k < len(ms) && sorted; k++ {
-		sorted = bytes.Compare(name(ms[k-1]), name(ms[k])) <= 0
-	}
-	if sorted {
+	byName := func(a, b member) int { return bytes.Compare(c.out[a.start:a.colon], c.out[b.start:b.colon]) }
+	if slices.IsSortedFunc(ms, byName) {
 		return
 	}
 	c.scratch = append(c.scratch[:0], c.out[begin+1:]...)
 	base := begin + 1
-	slices.SortStableFunc(ms, func(a, b member) int { return bytes.Compare(name(a), name(b)) })
+	slices.SortStableFunc(ms, byName)
 	c.out = c.out[:base]
 	for k, m := range ms {
 		if k > 0 {
@@ -249,33 +239,28 @@ func (c *canonicaliser) str() bool {
 			c.char(rune(u))
 			continue
 		}
-		switch e {
-		case 'u':
-			r, ok := c.hex4()
-			if !ok {
-				return false
-			}
-			if utf16.IsSurrogate(r) {
-				if r < 0xdc00 && c.i+1 < len(c.src) && c.src[c.i] == '\\' && c.src[c.i+1] == 'u' {
-					save := c.i
-					c.i += 2
-					lo, ok := c.hex4()
-					if !ok {
-						return false
-					}
-					if pair := utf16.DecodeRune(r, lo); pair != utf8.RuneError {
-						c.out = utf8.AppendRune(c.out, pair)
-						continue
-					}
-					c.i = save // not its pair: the next escape is read on its own
-				}
-				c.out = appendU(c.out, r) // a lone surrogate stays an escape
-				continue
-			}
-			c.char(r)
-		default:
+		r, ok := c.hex4()
+		if e != 'u' || !ok { // no escape but \uXXXX is left
 			return false
 		}
+		if utf16.IsSurrogate(r) {
+			if r < 0xdc00 && c.i+1 < len(c.src) && c.src[c.i] == '\\' && c.src[c.i+1] == 'u' {
+				save := c.i
+				c.i += 2
+				lo, ok := c.hex4()
+				if !ok {
+					return false
+				}
+				if pair := utf16.DecodeRune(r, lo); pair != utf8.RuneError {
+					c.out = utf8.AppendRune(c.out, pair)
+					continue
+				}
+				c.i = save // not its pair: the next escape is read on its own
+			}
+			c.out = appendU(c.out, r) // a lone surrogate stays an escape
+			continue
+		}
+		c.char(r)
 	}
 	return false
 }
@@ -360,7 +345,7 @@ func (c *canonicaliser) number() bool {
 		d = append(d, c.src[fracStart:c.i]...)
 		exp = -(c.i - fracStart)
 	}
-	verbatim := false
+	c.digits = d
 	if c.i < len(c.src) && (c.src[c.i] == 'e' || c.src[c.i] == 'E') {
 		c.i++
 		expNeg := false
@@ -374,23 +359,18 @@ func (c *canonicaliser) number() bool {
 			return false
 		}
 		digits := bytes.TrimLeft(c.src[expStart:c.i], "0")
-		if len(digits) > 15 {
-			verbatim = true // beyond any float; kept as sent
-		} else {
-			e := 0
-			for _, x := range digits {
-				e = e*10 + int(x-'0')
-			}
-			if expNeg {
-				e = -e
-			}
-			exp += e
+		if len(digits) > 15 { // beyond any float; kept as sent
+			c.out = append(c.out, c.src[start:c.i]...)
+			return true
 		}
-	}
-	c.digits = d
-	if verbatim {
-		c.out = append(c.out, c.src[start:c.i]...)
-		return true
+		e := 0
+		for _, x := range digits {
+			e = e*10 + int(x-'0')
+		}
+		if expNeg {
+			e = -e
+		}
+		exp += e
 	}
 	d = bytes.TrimLeft(d, "0")
 	if len(d) == 0 {

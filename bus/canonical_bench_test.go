@@ -18,13 +18,13 @@ func BenchmarkCallDigest(b *testing.B) {
 	b.Run("compact", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			CompactCallDigest("write_file", in)
+			compactDigest("write_file", in)
 		}
 	})
 	b.Run("canonical", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			CallDigest("write_file", in)
+			callDigest("write_file", in)
 		}
 	})
 }

@@ -15,9 +15,9 @@ type WorkerBeat struct {
 	// Left says the worker is leaving; the value then expires with the
 	// bucket's TTL like any beat.
 	Left bool `json:"left,omitempty"`
-	// InFlight is absent for a worker that does not report its calls in
-	// flight, and a list (CallKey), possibly empty, for one that does.
-	InFlight []string `json:"inflight,omitempty"`
+	// InFlight is absent (nil) for a worker that does not report its calls
+	// in flight, and a list (CallKey), possibly empty, for one that does.
+	InFlight []string `json:"inflight,omitzero"`
 	// Binary and Compact are the exec forms the worker takes (5.1).
 	Binary  bool `json:"binary,omitempty"`
 	Compact bool `json:"compact,omitempty"`
@@ -43,15 +43,7 @@ func (v WorkerBeat) Encode() []byte {
 	if v.Left {
 		return WorkerLeft
 	}
-	var beat struct {
-		InFlight *[]string `json:"inflight,omitempty"` // a pointer: an empty list is written
-		Binary   bool      `json:"binary,omitempty"`
-		Compact  bool      `json:"compact,omitempty"`
-	}
-	if beat.Binary, beat.Compact = v.Binary, v.Compact; v.InFlight != nil {
-		beat.InFlight = &v.InFlight
-	}
-	b, _ := json.Marshal(beat)
+	b, _ := json.Marshal(v)
 	return b
 }
 

@@ -75,24 +75,13 @@ func appendCanonicalInput(c *canonicaliser, b []byte, in json.RawMessage) []byte
 	return c.canonical(b, raw)
 }
 
-// CallDigest is the digest of a call's tool name and input that the dedupe
-// ledger keeps with the call's claim (docs/protocol.md 3.1, 1.13, `canon`), so
-// a re-sent copy with another tool or input never gets the call's result: 22
-// characters of the SHA-256 of the name, a zero byte and CanonicalInput.
-func CallDigest(name string, input json.RawMessage) string {
-	sum := canonSum(name, input)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
-
-// CompactCallDigest is 1.12's CallDigest (the input compacted, not
-// canonical), kept in the ledger's `call` member for 1.12 routers.
-func CompactCallDigest(name string, input json.RawMessage) string {
-	sum := compactSum(name, input)
-	return base64.RawURLEncoding.EncodeToString(sum[:16])
-}
-
-// CallDigests is CompactCallDigest and CallDigest of one call, both in
-// one string's memory (the ledger keeps both with each claim).
+// CallDigests are the digests of a call's tool name and input that the
+// dedupe ledger keeps with the call's claim (docs/protocol.md 3.1), so a
+// re-sent copy with another tool or input never gets the call's result:
+// each 22 characters of the SHA-256 of the name, a zero byte and the input,
+// canon of CanonicalInput (1.13, `canon`), compact of the input compacted
+// (1.12, kept in the ledger's `call` member for 1.12 routers); both in one
+// string's memory.
 func CallDigests(name string, input json.RawMessage) (compact, canon string) {
 	sums := [2][32]byte{compactSum(name, input), canonSum(name, input)}
 	const n = 22 // base64url of 16 bytes, unpadded
@@ -117,7 +106,7 @@ func compactSum(name string, input json.RawMessage) [32]byte {
 }
 
 // OtherCallResult is the result of a call whose key (session, reply id,
-// call id) the ledger holds for a call of another tool or input (CallDigest):
+// call id) the ledger holds for a call of another tool or input (CallDigests):
 // it did not run, and it gets no result of that call.
 func OtherCallResult(c Call) Result {
 	return ErrorResult(c, CodeBadRequest, fmt.Sprintf(

@@ -114,18 +114,13 @@ func (s Subjects) Stream(name string) string      { return strings.ToUpper(s.Pre
 // subject is not of that kind or holds more tokens.
 func (s Subjects) Token(subject, kind string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, s.p)
-	if !ok {
+	if ok {
+		rest, ok = strings.CutPrefix(rest, kind)
+	}
+	if !ok || len(rest) < 2 || rest[0] != '.' || strings.IndexByte(rest[1:], '.') >= 0 {
 		return "", false
 	}
-	rest, ok = strings.CutPrefix(rest, kind)
-	if !ok || len(rest) < 2 || rest[0] != '.' {
-		return "", false
-	}
-	rest = rest[1:]
-	if strings.IndexByte(rest, '.') >= 0 {
-		return "", false
-	}
-	return rest, true
+	return rest[1:], true
 }
 
 // ValidID reports whether s may be a session id, reply id or tool call id:

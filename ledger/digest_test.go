@@ -20,7 +20,8 @@ func TestDuplicateOfAnotherCall(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	call := func(input string) Call {
 		c := bus.Call{ID: "c1", Name: "write", Input: json.RawMessage(input)}
-		return Call{Key: "s.r.c1", Call: c, Digest: bus.CompactCallDigest(c.Name, c.Input), Canon: bus.CallDigest(c.Name, c.Input), Timeout: time.Minute}
+		compact, canon := bus.CallDigests(c.Name, c.Input)
+		return Call{Key: "s.r.c1", Call: c, Digest: compact, Canon: canon, Timeout: time.Minute}
 	}
 	mine, theirs := call(`{"v":1}`), call(`{"v":2}`)
 	started, release := make(chan struct{}), make(chan struct{})
@@ -73,9 +74,10 @@ func TestDuplicateEncodedAgain(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	call := func(key, input string, canon bool) Call {
 		c := bus.Call{ID: "c1", Name: "write", Input: json.RawMessage(input)}
-		lc := Call{Key: key, Call: c, Digest: bus.CompactCallDigest(c.Name, c.Input), Timeout: time.Minute}
+		compact, digest := bus.CallDigests(c.Name, c.Input)
+		lc := Call{Key: key, Call: c, Digest: compact, Timeout: time.Minute}
 		if canon {
-			lc.Canon = bus.CallDigest(c.Name, c.Input)
+			lc.Canon = digest
 		}
 		return lc
 	}

@@ -41,7 +41,7 @@ type Entry struct {
 	State  string `json:"state"` // running, done or abandoned
 	Router string `json:"router"`
 	Claim  string `json:"claim,omitempty"` // which claim this is: a router's claim is told from a re-sent one's
-	// Call (bus.CompactCallDigest, 1.12) and Canon (bus.CallDigest, 1.13)
+	// Call and Canon (bus.CallDigests: 1.12's and 1.13's)
 	// tell a copy with another call under this key, which gets
 	// bus.OtherCallResult (digests.other). Call is absent in entries of 1.11
 	// and of Interrupt; 1.13 writes it for routers of 1.12.

@@ -94,8 +94,7 @@ func (k *KV) leaderGet(ctx context.Context, key string) (jetstream.KeyValueEntry
 // has Reached it holds every write acknowledged before the call.
 func (k *KV) LastRevision(ctx context.Context, filter string) (uint64, error) {
 	m, err := MsgGet(ctx, k.nc, k.msgGet, MsgGetRequest{LastBySubject: k.prefix + filter})
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
@@ -156,8 +155,8 @@ type StreamMsg struct {
 }
 
 // MsgGet asks the message-get API at subject for one message. A refusal
-// is JetStream's *jetstream.APIError (JSErrCodeMessageNotFound when there
-// is no such message).
+// is JetStream's *jetstream.APIError (errors.Is jetstream.ErrMsgNotFound
+// when there is no such message).
 func MsgGet(ctx context.Context, nc *nats.Conn, subject string, r MsgGetRequest) (*StreamMsg, error) {
 	req, _ := json.Marshal(r)
 	m, err := nc.RequestWithContext(ctx, subject, req)
@@ -182,8 +181,7 @@ func MsgGet(ctx context.Context, nc *nats.Conn, subject string, r MsgGetRequest)
 // message asks the message-get API at subject for one message's entry.
 func (k *KV) message(ctx context.Context, subject string, r MsgGetRequest) (*entry, error) {
 	m, err := MsgGet(ctx, k.nc, subject, r)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, jetstream.ErrKeyNotFound
 	}
 	if err != nil {

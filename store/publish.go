@@ -249,25 +249,24 @@ func (x *Pending) wait(ctx context.Context, expiry <-chan time.Time, expired boo
 		}
 		expired = exp // gone to jetstream: wait for its future
 	}
-	if expired {
+	if !expired {
 		select {
 		case <-x.ack.Ok():
-			return true, nil
+			return false, nil
 		case err := <-x.ack.Err():
-			return true, err
-		default:
-			return true, jetstream.ErrAsyncPublishTimeout
+			return false, err
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-expiry:
 		}
 	}
-	select {
+	select { // expired: only an answer that has come
 	case <-x.ack.Ok():
-		return false, nil
+		return true, nil
 	case err := <-x.ack.Err():
-		return false, err
-	case <-expiry:
+		return true, err
+	default:
 		return true, jetstream.ErrAsyncPublishTimeout
-	case <-ctx.Done():
-		return false, ctx.Err()
 	}
 }
 

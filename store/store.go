@@ -121,6 +121,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		// One small key per router (docs/protocol.md 8, 1.13), at most 1 MiB.
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
 			MaxValueSize: 256, MaxBytes: 1 << 20}},
+		// The MCP facades' tasks and request states (docs/mcp.md).
+		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage)},
 	}
 	for _, kv := range kvs {
 		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage
@@ -128,59 +130,57 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
-		*kv.dst = NewKV(js, h, cfg.Replicas)
-	}
-	// The MCP facades' tasks and request states (docs/mcp.md).
-	if _, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
-		return js.CreateOrUpdateKeyValue(ctx, MCPConfig(s, cfg.Replicas, storage))
-	}); err != nil {
-		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketMCP), err)
-	}
-	eventsStorage := storage
-	if cfg.EventsMemory {
-		eventsStorage = jetstream.MemoryStorage
+		if kv.dst != nil {
+			*kv.dst = NewKV(js, h, cfg.Replicas)
+		}
 	}
 	var err error
-	st.Events, err = createStream(ctx, js, jetstream.StreamConfig{
-		Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
-		Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, MaxBytes: cfg.EventsMaxBytes, Storage: eventsStorage,
-		Replicas: cfg.Replicas, Discard: jetstream.DiscardOld,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamEvents), err)
-	}
 	// The parked records are the handoff (docs/protocol.md 6.2, 1.6).
 	if st.ParkedStream, err = provision(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.Stream(ctx, "KV_"+s.Bucket(bus.BucketParked))
 	}); err != nil {
 		return nil, fmt.Errorf("store: bucket %s: %w", s.Bucket(bus.BucketParked), err)
 	}
-	// Durable calls wait here for a worker, until it acknowledges them; the
-	// message id (the call key) dedupes a re-sent batch's publish.
-	st.Work, err = createStream(ctx, js, jetstream.StreamConfig{
-		Name: s.Stream(bus.StreamWork), Description: "toolbus durable calls waiting for a worker",
-		Subjects: []string{s.All("work")}, Retention: jetstream.WorkQueuePolicy, MaxAge: cfg.DedupeWindow,
-		Duplicates: cfg.DedupeWindow, Storage: storage, Replicas: cfg.Replicas,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("store: stream %s: %w", s.Stream(bus.StreamWork), err)
+	eventsStorage := storage
+	if cfg.EventsMemory {
+		eventsStorage = jetstream.MemoryStorage
+	}
+	outputs := s.ObjectStore(bus.ObjectOutputs)
+	streams := []struct {
+		dst *jetstream.Stream
+		cfg jetstream.StreamConfig
+	}{
+		{&st.Events, jetstream.StreamConfig{Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
+			Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, MaxBytes: cfg.EventsMaxBytes, Storage: eventsStorage, Discard: jetstream.DiscardOld}},
+		// Durable calls wait here for a worker, until it acknowledges them;
+		// the message id (the call key) dedupes a re-sent batch's publish.
+		{&st.Work, jetstream.StreamConfig{Name: s.Stream(bus.StreamWork), Description: "toolbus durable calls waiting for a worker",
+			Subjects: []string{s.All("work")}, Retention: jetstream.WorkQueuePolicy, MaxAge: cfg.DedupeWindow, Duplicates: cfg.DedupeWindow, Storage: storage}},
+		// The outputs bucket: an object store's stream without rollups
+		// (5.9), so that a writer can neither replace nor wipe another's
+		// objects.
+		{nil, jetstream.StreamConfig{Name: "OBJ_" + outputs, Description: "toolbus outputs too large to send inline",
+			Subjects: []string{"$O." + outputs + ".C.>", "$O." + outputs + ".M.>"}, MaxAge: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes,
+			Storage: storage, Discard: jetstream.DiscardNew, AllowDirect: true}},
+	}
+	for _, x := range streams {
+		x.cfg.Replicas = cfg.Replicas
+		h, err := provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, x.cfg) })
+		if err != nil {
+			return nil, fmt.Errorf("store: stream %s: %w", x.cfg.Name, err)
+		}
+		if x.dst != nil {
+			*x.dst = h
+		}
 	}
 	st.workAckWait, st.subj = cfg.WorkAckWait, s
 	if st.Skills, err = SkillsStore(ctx, js, s, cfg.Replicas); err != nil {
 		return nil, err
 	}
-	// The outputs bucket: an object store's stream without rollups (5.9),
-	// so that a writer can neither replace nor wipe another's objects.
-	outputs := s.ObjectStore(bus.ObjectOutputs)
-	if _, err = createStream(ctx, js, jetstream.StreamConfig{Name: "OBJ_" + outputs, Description: "toolbus outputs too large to send inline",
-		Subjects: []string{"$O." + outputs + ".C.>", "$O." + outputs + ".M.>"}, MaxAge: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes,
-		Storage: storage, Replicas: cfg.Replicas, Discard: jetstream.DiscardNew, AllowDirect: true}); err == nil {
-		err = Retry(ctx, Bounded, func(ctx context.Context) (err error) {
-			st.Outputs, err = js.ObjectStore(ctx, outputs)
-			return err
-		})
-	}
-	if err != nil {
+	if err = Retry(ctx, Bounded, func(ctx context.Context) (err error) {
+		st.Outputs, err = js.ObjectStore(ctx, outputs)
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("store: object store %s: %w", outputs, err)
 	}
 	return st, nil
@@ -198,11 +198,6 @@ func (st *Store) WorkConsumer(ctx context.Context, tool string) error {
 		return fmt.Errorf("store: work consumer for %s: %w", tool, err)
 	}
 	return nil
-}
-
-// createStream creates or updates a stream (provision).
-func createStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
-	return provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, cfg) })
 }
 
 // provision returns what create makes, retried with the Provision policy.

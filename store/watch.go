@@ -42,9 +42,9 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 		return nil, fmt.Errorf("store: watch %s %s: %w", kv.Bucket(), keys, err)
 	}
 	cw := &Watch{ready: make(chan struct{}), done: make(chan struct{}), stop: w.Stop}
+	loaded := sync.OnceFunc(func() { close(cw.ready) }) // at the first nil entry
 	go func() {
 		defer close(cw.done)
-		initial := true
 		for {
 			select {
 			case <-ctx.Done():
@@ -55,10 +55,7 @@ func WatchKV(ctx context.Context, kv jetstream.KeyValue, keys string, apply func
 					return
 				}
 				if e == nil {
-					if initial {
-						initial = false
-						close(cw.ready)
-					}
+					loaded()
 					continue
 				}
 				apply(e)
@@ -123,16 +120,10 @@ func (w *Watch) Reached(ctx context.Context, rev uint64) error {
 		return errors.New("store: the watch ended")
 	case <-ctx.Done():
 		w.mu.Lock()
+		defer w.mu.Unlock()
 		w.waiters = slices.DeleteFunc(w.waiters, func(x reachWaiter) bool { return x.done == r.done })
-		w.mu.Unlock()
-		return fmt.Errorf("store: watch at revision %d of %d: %w", w.appliedRev(), rev, ctx.Err())
+		return fmt.Errorf("store: watch at revision %d of %d: %w", w.applied, rev, ctx.Err())
 	}
-}
-
-func (w *Watch) appliedRev() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.applied
 }
 
 // Ready is closed once the initial values are loaded.

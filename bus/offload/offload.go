@@ -17,6 +17,7 @@ import (
 	"hash"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,25 +103,18 @@ func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 // (metadata, a state patch): the inline limit, capped by the payload limit
 // less Reserve and extra.
 func (o *Offloader) Inline(extra int) int {
-	lim := o.lim.Inline
 	if o.nc == nil {
-		return lim
+		return o.lim.Inline
 	}
-	if room := int(o.nc.MaxPayload()) - Reserve - extra; room < lim {
-		lim = room
-	}
-	return max(lim, 0)
+	return max(min(o.lim.Inline, int(o.nc.MaxPayload())-Reserve-extra), 0)
 }
 
 // Size is the length of out's JSON encoding, counting text blocks twice when
 // dup (an error result repeats its text in error.message).
 func Size(out []bus.Block, dup bool) int64 {
-	n := int64(2) // []
-	for i, b := range out {
+	n := int64(2 + max(len(out)-1, 0)) // [] and the commas
+	for _, b := range out {
 		n += blockSize(b, dup)
-		if i > 0 {
-			n++ // ,
-		}
 	}
 	return n
 }
@@ -177,11 +171,11 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	base := key + "." + randomToken()
 	sizes := make([]int64, len(out))
 	order := make([]int, len(out))
+	blocks := make([][]bus.Block, len(out)) // out[i], or what replaces it
 	for i, b := range out {
-		sizes[i], order[i] = blockSize(b, dup), i
+		sizes[i], order[i], blocks[i] = blockSize(b, dup), i, out[i:i+1]
 	}
 	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
-	repl := make([][]bus.Block, len(out)) // the blocks that replace out[i], nil when kept
 	for _, i := range order {
 		if size <= limit {
 			break
@@ -190,12 +184,12 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 		if b.Type != bus.BlockText && (b.Type != bus.BlockData || b.Data == "") {
 			continue // a reference or an unknown block: nothing to store
 		}
-		blocks, err := o.spill(ctx, w, base+"."+strconv.Itoa(i), b, int(min(limit/4, PreviewBytes)))
+		repl, err := o.spill(ctx, w, base+"."+strconv.Itoa(i), b, int(min(limit/4, PreviewBytes)))
 		if err != nil {
 			return nil, fmt.Errorf("output[%d]: %w", i, err)
 		}
-		repl[i] = blocks
-		size += Size(blocks, dup) - 2 - sizes[i] // the commas between the new blocks are in Size
+		blocks[i] = repl
+		size += Size(repl, dup) - 2 - sizes[i] // the commas between the new blocks are in Size
 	}
 	if size > limit {
 		// Too many small blocks: keep the whole output as one JSON object.
@@ -209,15 +203,7 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 		}
 		return []bus.Block{{Type: bus.BlockText, Text: fmt.Sprintf("[The output, %d blocks, is too large to show here; it is stored as %s.]", len(out), ref.URL)}, ref}, nil
 	}
-	res := make([]bus.Block, 0, len(out)+1)
-	for i, b := range out {
-		if repl[i] != nil {
-			res = append(res, repl[i]...)
-		} else {
-			res = append(res, b)
-		}
-	}
-	return res, nil
+	return slices.Concat(blocks...), nil
 }
 
 // spill stores one block and returns what replaces it.
@@ -350,12 +336,8 @@ func ParseRef(ref string) (Ref, error) {
 	return r, nil
 }
 
-func short(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
-}
+// short is s cut for an error message.
+func short(s string) string { return preview(s, 200) }
 
 // randomToken is 128 random bits as 32 hex digits, for names nobody guesses.
 func randomToken() string {

@@ -50,24 +50,13 @@ type Info struct {
 }
 
 // Header returns the object's header key ("" when absent).
-func (i *Info) Header(key string) string {
-	if i.Headers == nil {
-		return ""
-	}
-	return nats.Header(i.Headers).Get(key)
-}
+func (i *Info) Header(key string) string { return nats.Header(i.Headers).Get(key) }
 
 // MediaType is the object's Content-Type.
 func (i *Info) MediaType() string { return i.Header("Content-Type") }
 
 // Digest is the object's SHA-256 in hex ("" when its metadata has none).
 func (i *Info) Digest() string { return hexDigest(i.ObjectInfo.Digest) }
-
-// JetStream's error codes for "no message found" and "stream not found".
-const (
-	errCodeNoMessage = 10037
-	errCodeNoStream  = 10059
-)
 
 // bounded is ctx bounded by requestTimeout when it has no deadline.
 func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -85,18 +74,18 @@ func (s *Store) get(ctx context.Context, req store.MsgGetRequest) (*store.Stream
 	m, err := store.MsgGet(ctx, s.nc, s.api, req)
 	var apiErr *jetstream.APIError
 	switch {
+	case err == nil:
+		return m, nil
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("the outputs object store %s does not answer (no stream, or no leader): %w", s.bucket, err)
-	case !errors.As(err, &apiErr) && err != nil:
-		return nil, fmt.Errorf("reading %s: %w", s.bucket, err)
-	case apiErr == nil:
-		return m, nil
-	case apiErr.ErrorCode == errCodeNoMessage:
+	case errors.Is(err, jetstream.ErrMsgNotFound):
 		return nil, ErrNotFound
-	case apiErr.ErrorCode == errCodeNoStream:
+	case errors.Is(err, jetstream.ErrStreamNotFound):
 		return nil, fmt.Errorf("the outputs object store %s does not exist: %w", s.bucket, ErrNotFound)
+	case errors.As(err, &apiErr):
+		return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, apiErr.Description, apiErr.ErrorCode)
 	}
-	return nil, fmt.Errorf("reading %s: %s (%d)", s.bucket, apiErr.Description, apiErr.ErrorCode)
+	return nil, fmt.Errorf("reading %s: %w", s.bucket, err)
 }
 
 // chunkAt reads a chunk with DIRECT.GET (raw bytes, much faster): any
@@ -121,17 +110,14 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 // Info reads name's first metadata message (the writer's) from the leader,
 // retrying "not found" for NotFoundRetry; else ErrNotFound.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
-	var m *store.StreamMsg
-	var err error
+	req := store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)}
+	m, err := s.get(ctx, req)
 	deadline := time.Now().Add(NotFoundRetry)
-	for wait := 20 * time.Millisecond; ; wait = min(2*wait, 250*time.Millisecond) {
-		m, err = s.get(ctx, store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)})
-		if !errors.Is(err, ErrNotFound) || time.Now().Add(wait).After(deadline) {
-			break
-		}
+	for wait := 20 * time.Millisecond; errors.Is(err, ErrNotFound) && time.Now().Add(wait).Before(deadline); wait = min(2*wait, 250*time.Millisecond) {
 		if err := bus.Sleep(ctx, wait); err != nil {
 			return nil, err
 		}
+		m, err = s.get(ctx, req)
 	}
 	if err != nil {
 		return nil, err

@@ -36,5 +36,5 @@ var _ = func(d *xtest.Deployment) {
 		_ func(context.Context, ...string) error                                         = d.WaitGone
 		_ func()                                                                         = d.Close
 	)
-	_, _ = d.Bound(), d.Heartbeat()
+	_ = d.Heartbeat()
 }

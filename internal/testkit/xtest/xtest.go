@@ -5,6 +5,7 @@
 package xtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,15 +120,9 @@ func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 
 // withDefaults returns cfg with its defaults set.
 func (cfg Config) withDefaults() Config {
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = DefaultHeartbeat
-	}
-	if cfg.Bound <= 0 {
-		cfg.Bound = DefaultBound
-	}
-	if cfg.Router.Store.Heartbeat <= 0 {
-		cfg.Router.Store.Heartbeat = cfg.Heartbeat
-	}
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, DefaultHeartbeat)
+	cfg.Bound = cmp.Or(cfg.Bound, DefaultBound)
+	cfg.Router.Store.Heartbeat = cmp.Or(cfg.Router.Store.Heartbeat, cfg.Heartbeat)
 	if cfg.Cluster {
 		cfg.Router.Store.Replicas = 3
 	}
@@ -223,12 +218,8 @@ func (f *Fleet) AddWorker(ctx context.Context, spec WorkerSpec) (*worker.Worker,
 			return nil, err
 		}
 	}
-	if spec.Config.Heartbeat <= 0 {
-		spec.Config.Heartbeat = f.heartbeat
-	}
-	if spec.Config.Prefix == "" {
-		spec.Config.Prefix = f.router.Prefix
-	}
+	spec.Config.Heartbeat = cmp.Or(spec.Config.Heartbeat, f.heartbeat)
+	spec.Config.Prefix = cmp.Or(spec.Config.Prefix, f.router.Prefix)
 	w, err := worker.New(nc, spec.Config)
 	if err != nil {
 		return nil, fmt.Errorf("xtest: worker: %w", err)
@@ -431,9 +422,6 @@ type Readiness struct {
 	mu     sync.Mutex
 	probes []*nats.Conn // one per node, for EveryRouter
 }
-
-// Bound is the limit of every wait.
-func (r *Readiness) Bound() time.Duration { return r.bound }
 
 // probe returns the prober connection of node i.
 func (r *Readiness) probe(ctx context.Context, i int) (nc *nats.Conn, err error) {
