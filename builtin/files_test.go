@@ -141,16 +141,17 @@ func TestGlobLinear(t *testing.T) {
 	if len(g.segs) != 2 {
 		t.Fatalf("** not collapsed: %d segments", len(g.segs))
 	}
-	// Uncollapsed, alternating with a segment that matches anything.
+	// Uncollapsed, alternating with a segment that matches anything: a
+	// search would try about 2^30 splits, the table 61x61 cells (under 1 ms
+	// alone, about 60 ms under -race at load 17), so one match against a
+	// bound of seconds tells them apart on a busy machine too.
 	hard := glob{segs: strings.Split(strings.Repeat("**/*/", 30)+"x", "/")}
 	start := time.Now()
-	for range 100 {
-		if g.match(path) || hard.match(path) {
-			t.Fatal("matched")
-		}
+	if g.match(path) || hard.match(path) {
+		t.Fatal("matched")
 	}
 	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("100 worst-case matches took %v", d)
+		t.Fatalf("one worst-case match took %v", d)
 	}
 }
 
