@@ -183,11 +183,11 @@ func (w *executor) run(ctx context.Context, t *tool, c *Call) (res *bus.ExecResu
 	if res.Output == nil {
 		res.Output = []bus.Block{}
 	}
-	if c.patch != nil {
+	if patch := c.patch.Load(); patch != nil {
 		if !t.def.StateInjected {
 			return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: tool " + t.def.Name + " set a state patch but is not state_injected")}
 		}
-		res.StatePatch = c.patch
+		res.StatePatch = *patch
 	}
 	return res
 }
