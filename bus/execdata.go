@@ -9,10 +9,56 @@ import (
 // members are slices of e.Data (not to be reused while r is in use), the
 // call's id and name idOf's strings when they spell them.
 func (r *ExecRequest) FromEvent(e *Event, idOf ...string) error {
-	if len(e.Data) > 0 && execFlat(e.Data, r, idOf) {
+	if len(e.Data) > 0 && (execRouters(e.Data, r, idOf) || execFlat(e.Data, r, idOf)) {
 		return nil
 	}
 	return dataAs(e, r)
+}
+
+// execRouters is execFlat for the members in the order AppendJSON writes
+// them, read in turn rather than by name; false (r then holds anything)
+// for any other order, and execFlat judges.
+func execRouters(b []byte, r *ExecRequest, idOf []string) bool {
+	*r = ExecRequest{}
+	p := flatParser{b: b}
+	if !p.literal(`{"call":{"id":`) {
+		return false
+	}
+	id, ok := p.plain()
+	if !ok || !p.literal(`,"name":`) {
+		return false
+	}
+	name, ok := p.plain()
+	if ok && p.literal(`,"input":`) {
+		r.Call.Input, ok = rawPlain(&p)
+	}
+	if !ok || !p.literal(`},"user":`) {
+		return false
+	}
+	if r.User, ok = rawPlain(&p); !ok || !p.literal(`,"context":`) {
+		return false
+	}
+	if r.Context, ok = rawPlain(&p); !ok || !p.literal(`,"attempt":`) {
+		return false
+	}
+	n, ok := p.uint(9)
+	if ok && p.literal(`,"state":`) {
+		r.State, ok = rawPlain(&p)
+	}
+	if !ok || !p.take('}') || !p.end() {
+		return false
+	}
+	r.Attempt = int(n)
+	r.Call.ID, r.Call.Name = knownOr(id, idOf), knownOr(name, idOf)
+	return true
+}
+
+// knownOr is the one of consts that v spells, else v as a new string.
+func knownOr(v []byte, consts []string) string {
+	if s, ok := knownValue(v, consts); ok {
+		return s
+	}
+	return string(v)
 }
 
 // The members of the exec data, as bits of what was seen.
@@ -89,4 +135,105 @@ func callFlat(p *flatParser, c *Call, idOf []string) bool {
 		return bit
 	})
 	return ok
+}
+
+// rawPlain is p.raw(anyValue) whose objects and arrays hold only plain
+// values, checked as they are scanned (plainEnd) instead of by goccy's
+// Valid, which costs more than the scan for the small inputs of most
+// calls; false for anything else.
+func rawPlain(p *flatParser) ([]byte, bool) {
+	p.skip()
+	if p.i >= len(p.b) || p.b[p.i] != '{' && p.b[p.i] != '[' {
+		return p.raw(anyValue)
+	}
+	start := p.i
+	end, ok := plainEnd(p.b, p.i, 0)
+	if !ok {
+		return nil, false
+	}
+	p.i = end
+	return p.b[start:end:end], true
+}
+
+// plainEnd is the end of the JSON value at b[i:] (after any whitespace),
+// which must be plain: strings of printable ASCII with one-character
+// escapes, integers or decimals, literals, and objects and arrays of them
+// nested at most 32 deep. Its JSON is a subset of what every decoder reads.
+func plainEnd(b []byte, i, depth int) (int, bool) {
+	p := flatParser{b: b, i: i}
+	p.skip()
+	if p.i >= len(b) {
+		return 0, false
+	}
+	switch c := b[p.i]; {
+	case c == '"':
+		_, ok := p.str()
+		return p.i, ok
+	case c == '{' || c == '[':
+		if depth >= 32 {
+			return 0, false
+		}
+		p.i++
+		closing := byte(']')
+		if c == '{' {
+			closing = '}'
+		}
+		if p.take(closing) {
+			return p.i, true
+		}
+		for {
+			if c == '{' {
+				if _, ok := p.str(); !ok || !p.take(':') {
+					return 0, false
+				}
+			}
+			end, ok := plainEnd(b, p.i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			p.i = end
+			if p.take(closing) {
+				return p.i, true
+			}
+			if !p.take(',') {
+				return 0, false
+			}
+		}
+	case p.literal("null") || p.literal("true") || p.literal("false"):
+		return p.i, true
+	}
+	return numberEnd(b, p.i)
+}
+
+// numberEnd is the end of the number -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? at b[i:].
+func numberEnd(b []byte, i int) (int, bool) {
+	digits := func() int {
+		j := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	if n := digits(); n == 0 || n > 1 && b[i-n] == '0' {
+		return 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return 0, false
+		}
+	}
+	return i, true
 }
