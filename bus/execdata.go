@@ -129,111 +129,104 @@ func callFlat(p *flatParser, c *Call, idOf []string) bool {
 		if !ok {
 			return 0
 		}
-		if *dst, ok = knownValue(s, idOf); !ok {
-			*dst = string(s)
-		}
+		*dst = knownOr(s, idOf)
 		return bit
 	})
 	return ok
 }
 
-// rawPlain is p.raw(anyValue) whose objects and arrays hold only plain
-// values, checked as they are scanned (plainEnd) instead of by goccy's
-// Valid, which costs more than the scan for the small inputs of most
-// calls; false for anything else.
+// rawPlain reads a raw member whose value is plain: printable ASCII strings
+// with one-character escapes, integers, literals, and objects and arrays of
+// them nested at most 32 deep, checked as it is scanned rather than by
+// goccy's Valid, which costs more than the scan for a call's usual input.
+// Anything else is left to execFlat.
 func rawPlain(p *flatParser) ([]byte, bool) {
 	p.skip()
-	if p.i >= len(p.b) || p.b[p.i] != '{' && p.b[p.i] != '[' {
-		return p.raw(anyValue)
-	}
 	start := p.i
-	end, ok := plainEnd(p.b, p.i, 0)
-	if !ok {
-		return nil, false
-	}
-	p.i = end
-	return p.b[start:end:end], true
+	ok := p.plainValue(0)
+	return p.b[start:p.i:p.i], ok
 }
 
-// plainEnd is the end of the JSON value at b[i:] (after any whitespace),
-// which must be plain: strings of printable ASCII with one-character
-// escapes, integers or decimals, literals, and objects and arrays of them
-// nested at most 32 deep. Its JSON is a subset of what every decoder reads.
-func plainEnd(b []byte, i, depth int) (int, bool) {
-	p := flatParser{b: b, i: i}
+// plainValue reads a plain value (rawPlain) at depth.
+func (p *flatParser) plainValue(depth int) bool {
 	p.skip()
-	if p.i >= len(b) {
-		return 0, false
+	if p.i >= len(p.b) {
+		return false
 	}
-	switch c := b[p.i]; {
-	case c == '"':
+	switch c := p.b[p.i]; c {
+	case '"':
 		_, ok := p.str()
-		return p.i, ok
-	case c == '{' || c == '[':
-		if depth >= 32 {
-			return 0, false
+		return ok
+	case '{', '[':
+		closing := byte('}')
+		if c == '[' {
+			closing = ']'
 		}
 		p.i++
-		closing := byte(']')
-		if c == '{' {
-			closing = '}'
+		if depth >= 32 {
+			return false
 		}
 		if p.take(closing) {
-			return p.i, true
+			return true
 		}
 		for {
 			if c == '{' {
 				if _, ok := p.str(); !ok || !p.take(':') {
-					return 0, false
+					return false
 				}
 			}
-			end, ok := plainEnd(b, p.i, depth+1)
-			if !ok {
-				return 0, false
+			if !p.plainValue(depth + 1) {
+				return false
 			}
-			p.i = end
 			if p.take(closing) {
-				return p.i, true
+				return true
 			}
 			if !p.take(',') {
-				return 0, false
+				return false
 			}
 		}
-	case p.literal("null") || p.literal("true") || p.literal("false"):
-		return p.i, true
+	case '-':
+		p.i++
+		return p.number()
 	}
-	return numberEnd(b, p.i)
+	if p.literal("null") || p.literal("true") || p.literal("false") {
+		return true
+	}
+	return p.number()
 }
 
-// numberEnd is the end of the number -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? at b[i:].
-func numberEnd(b []byte, i int) (int, bool) {
-	digits := func() int {
-		j := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
+// number reads (0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, a JSON number
+// past its sign.
+func (p *flatParser) number() bool {
+	if n := p.digits(); n == 0 || n > 1 && p.b[p.i-n] == '0' {
+		return false
+	}
+	if p.next('.') && p.digits() == 0 {
+		return false
+	}
+	if p.next('e') || p.next('E') {
+		if !p.next('+') {
+			p.next('-')
 		}
-		return i - j
+		return p.digits() > 0
 	}
-	if i < len(b) && b[i] == '-' {
-		i++
+	return true
+}
+
+// digits reads the digits at p and counts them.
+func (p *flatParser) digits() int {
+	start := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
 	}
-	if n := digits(); n == 0 || n > 1 && b[i-n] == '0' {
-		return 0, false
+	return p.i - start
+}
+
+// next reads byte c if it comes next, without skipping whitespace.
+func (p *flatParser) next(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
 	}
-	if i < len(b) && b[i] == '.' {
-		i++
-		if digits() == 0 {
-			return 0, false
-		}
-	}
-	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
-		i++
-		if i < len(b) && (b[i] == '+' || b[i] == '-') {
-			i++
-		}
-		if digits() == 0 {
-			return 0, false
-		}
-	}
-	return i, true
+	return false
 }
