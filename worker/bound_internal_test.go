@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,19 +13,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
-
-// busyCounter is an Observer that counts busy answers.
-type busyCounter struct {
-	nopObserver
-	mu sync.Mutex
-	n  int
-}
-
-func (b *busyCounter) Busy(string) {
-	b.mu.Lock()
-	b.n++
-	b.mu.Unlock()
-}
 
 // TestAttackWaitingBytesBounded: a flood of 1,024 requests with inputs of
 // the router's 1 MiB, at a worker whose one slot is taken, would have
@@ -38,15 +24,16 @@ func (b *busyCounter) Busy(string) {
 // answered.
 func TestAttackWaitingBytesBounded(t *testing.T) {
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	if w, err := New(nc, Config{}); err != nil || w.cfg.MaxWaitingBytes != DefaultMaxWaitingBytes {
-		t.Fatalf("by default MaxWaitingBytes is %d (%v), want %d", w.cfg.MaxWaitingBytes, err, DefaultMaxWaitingBytes)
+	if w, err := New(nc, Config{}); err != nil {
+		t.Fatal(err)
+	} else if w.cfg.MaxWaitingBytes != DefaultMaxWaitingBytes {
+		t.Fatalf("by default MaxWaitingBytes is %d, want %d", w.cfg.MaxWaitingBytes, DefaultMaxWaitingBytes)
 	}
 	if _, err := New(nc, Config{MaxWaitingBytes: -1}); err == nil {
 		t.Fatal("a negative MaxWaitingBytes was taken")
 	}
 	const limit = 16 << 20
-	obs := &busyCounter{}
-	w, err := New(nc, Config{ID: "w1", MaxConcurrent: 1, MaxWaitingBytes: limit, Observer: obs})
+	w, err := New(nc, Config{ID: "w1", MaxConcurrent: 1, MaxWaitingBytes: limit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,17 +54,13 @@ func TestAttackWaitingBytesBounded(t *testing.T) {
 
 	answers := make(chan string, 2048)
 	sub, err := nc.Subscribe("_INBOX.flood.>", func(m *nats.Msg) {
-		e, err := bus.Decode(m)
-		if err != nil {
-			answers <- err.Error()
-			return
+		var be bus.Error // a busy answer is an error event of code busy
+		if e, err := bus.Decode(m); err != nil || e.Type == bus.TypeError && e.DataAs(&be) != nil {
+			be.Code = fmt.Sprint("undecodable: ", err)
+		} else if be.Code == "" {
+			be.Code = e.Type
 		}
-		var be bus.Error
-		if e.Type == bus.TypeError && e.DataAs(&be) == nil {
-			answers <- be.Code
-			return
-		}
-		answers <- e.Type
+		answers <- be.Code
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -117,10 +100,7 @@ func TestAttackWaitingBytesBounded(t *testing.T) {
 	if n, held := w.waiting.Load(), w.waitingBytes.Load(); n != int64(fits) || held != int64(fits)*size {
 		t.Fatalf("%d requests waiting with %d bytes, want %d of %d bytes each", n, held, fits, size)
 	}
-	obs.mu.Lock()
-	busy := obs.n
-	obs.mu.Unlock()
-	if busy != flood-fits {
+	if busy := w.busyN.Load(); busy != int64(flood-fits) {
 		t.Fatalf("%d busy answers counted, want %d", busy, flood-fits)
 	}
 
