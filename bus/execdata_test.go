@@ -2,9 +2,7 @@ package bus
 
 import (
 	"bytes"
-	"encoding/json"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -35,15 +33,6 @@ var execSeeds = []string{
 	`{"extra":1,"call":{"id":"c1","name":"echo"}}`,
 	`{"call":{"id":"c1","name":"echo"}, "user":"a" "context":1}`,
 	`{"call":{"id":"c1","name":"echo","input":{}}}   `,
-	`{"call":{"id":"c1","name":"echo","input":{"a":[1,-0.5,2E+3,true,null,{"b":"\\/"}],"c":{}}},"user":null,"context":[],"attempt":1}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a":01}},"user":null,"context":null,"attempt":1}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a":1.}},"user":null,"context":null,"attempt":1}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a":"\u00e9"}},"user":null,"context":null,"attempt":1}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a":"é"}},"user":null,"context":null,"attempt":1}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a" : [ 1 , 2 ] }},"user":null,"context":null,"attempt":1,"state":{"s":1}}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a":1,}},"user":null,"context":null,"attempt":1}`,
-	`{"call":{"id":"c1","name":"echo","input":{"a":1}},"user":null,"context":null,"attempt":1,"attempt":2}`,
-	`{"call":{"id":"c1","name":"echo","input":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `},"user":null,"context":null,"attempt":1}`,
 }
 
 // execDataAgrees checks that ExecData decodes b exactly as DataAs does.
@@ -99,14 +88,6 @@ func TestExecDataFlat(t *testing.T) {
 			t.Errorf("%s: flat %v, want %v", tc.in, got, tc.flat)
 		}
 	}
-	// The router's form is read in its order (execRouters), the calls' usual inputs without goccy.
-	router := (&ExecRequest{Call: Call{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hello","n":[1,2.5]}`)}, State: json.RawMessage(`{}`)}).AppendJSON(nil)
-	for _, in := range []string{execSeeds[0], execSeeds[1], string(router)} {
-		var r ExecRequest
-		if !execRouters([]byte(in), &r, nil) {
-			t.Errorf("%s: not read in the router's order", in)
-		}
-	}
 	b := []byte(`{"call":{"id":"c1","name":"echo","input":{"a":1}},"user":null,"context":{},"attempt":3}`)
 	e := &Event{Data: b}
 	var r ExecRequest
@@ -124,25 +105,4 @@ func FuzzExecData(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(execDataAgrees)
-}
-
-// BenchmarkExecData is an exec's data as a router writes it, read by the
-// scan by member name (execFlat) and in the router's order (execRouters).
-func BenchmarkExecData(b *testing.B) {
-	data := []byte(`{"call":{"id":"c1","name":"echo","input":{"text":"hello"}},"user":null,"context":null,"attempt":1}`)
-	for _, c := range []struct {
-		name string
-		read func([]byte, *ExecRequest, []string) bool
-	}{{"flat", execFlat}, {"routers", execRouters}} {
-		b.Run(c.name, func(b *testing.B) {
-			b.ReportAllocs()
-			var r ExecRequest
-			idOf := []string{"c1", "echo"}
-			for b.Loop() {
-				if !c.read(data, &r, idOf) {
-					b.Fatal("not read")
-				}
-			}
-		})
-	}
 }
