@@ -34,15 +34,12 @@ type Call struct {
 	State json.RawMessage
 
 	w           *executor
-	cx          callCtx     // the call's context (callctx.go)
-	stop        func()      // for tests: called at an abort besides cx.stop
+	cx          callCtx     // the call's context
 	cancelled   atomic.Bool // an agent cancelled the call (abort)
+	seq         atomic.Int32
 	traceParent string
 	traceState  string
-
-	mu    sync.Mutex
-	seq   int
-	patch json.RawMessage
+	patch       atomic.Pointer[json.RawMessage]
 
 	sc *scratch // the request's, for the usual result while the call runs; nil before and after
 }
@@ -68,9 +65,6 @@ func (c *Call) textResult(s string) *bus.ExecResult {
 // abort ends the call at an agent's cancel.
 func (c *Call) abort() {
 	c.cancelled.Store(true)
-	if c.stop != nil {
-		c.stop()
-	}
 	c.cx.stop()
 }
 
@@ -111,10 +105,7 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	if err != nil {
 		return fmt.Errorf("worker: progress: %w", err)
 	}
-	c.mu.Lock()
-	c.seq++
-	seq := c.seq
-	c.mu.Unlock()
+	seq := int(c.seq.Add(1))
 	buf := results.Get().(*[]byte) // as executor.serve's: copied when SendTrusted returns
 	defer func() {
 		if cap(*buf) <= maxPooledResult {
@@ -140,9 +131,8 @@ func (c *Call) PatchState(patch any) error {
 	if err != nil {
 		return fmt.Errorf("worker: state patch: %w", err)
 	}
-	c.mu.Lock()
-	c.patch = b
-	c.mu.Unlock()
+	raw := json.RawMessage(b)
+	c.patch.Store(&raw)
 	return nil
 }
 
@@ -206,13 +196,11 @@ func toResult(out any) (*bus.ExecResult, error) {
 type callCtx struct {
 	parent   context.Context
 	deadline time.Time // zero: none
-
-	once sync.Once
-	made atomic.Bool
-	ctx  context.Context
+	ctx      context.Context
 
 	mu      sync.Mutex
 	cancel  context.CancelFunc // set once made
+	made    atomic.Bool        // ctx and cancel are set
 	stopped bool
 	// stopFirst says the stop came, unmade, before the parent's end and
 	// the deadline: the context is then born cancelled by the stop.
@@ -228,26 +216,27 @@ func (c *callCtx) init(parent context.Context, deadline time.Time) {
 
 // real is the context itself, made at the first call.
 func (c *callCtx) real() context.Context {
-	c.once.Do(func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		parent := c.parent
-		if c.stopFirst { // not born with an ended parent's cause; its values all the same
-			parent = context.WithoutCancel(parent)
-		}
-		var ctx context.Context
-		var cancel context.CancelFunc
-		if c.deadline.IsZero() || c.stopFirst {
-			ctx, cancel = context.WithCancel(parent)
-		} else {
-			ctx, cancel = context.WithDeadline(parent, c.deadline)
-		}
-		c.ctx, c.cancel = ctx, cancel
-		if c.stopped {
-			cancel()
-		}
-		c.made.Store(true)
-	})
+	if c.made.Load() {
+		return c.ctx
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.made.Load() {
+		return c.ctx
+	}
+	parent := c.parent
+	if c.stopFirst { // not born with an ended parent's cause; its values all the same
+		parent = context.WithoutCancel(parent)
+	}
+	if c.deadline.IsZero() || c.stopFirst {
+		c.ctx, c.cancel = context.WithCancel(parent)
+	} else {
+		c.ctx, c.cancel = context.WithDeadline(parent, c.deadline)
+	}
+	if c.stopped {
+		c.cancel()
+	}
+	c.made.Store(true)
 	return c.ctx
 }
 

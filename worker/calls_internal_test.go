@@ -106,15 +106,21 @@ func TestCallTableCancel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ct := newCallTable(bus.NewSubjects(""))
-			var got []string
+			var running []*Call
 			for _, c := range tc.running {
-				id := c.id
-				call := &Call{ID: id, SessionID: c.session, ReplyID: c.reply, stop: func() { got = append(got, id) }}
+				call := &Call{ID: c.id, SessionID: c.session, ReplyID: c.reply}
 				if ct.begin(bus.CallKey(c.session, c.reply, c.id), call) {
-					t.Fatalf("call %s cancelled before any cancel", id)
+					t.Fatalf("call %s cancelled before any cancel", c.id)
 				}
+				running = append(running, call)
 			}
 			ct.onCancel(tc.msg(t))
+			var got []string
+			for _, c := range running {
+				if c.cancelled.Load() {
+					got = append(got, c.ID)
+				}
+			}
 			slices.Sort(got)
 			if !slices.Equal(got, tc.cancelled) {
 				t.Fatalf("cancelled %v, want %v", got, tc.cancelled)

@@ -30,7 +30,8 @@ type executor struct {
 	calls  *callTable
 }
 
-// serve checks one exec request, runs the call as c (zeroed) and answers
+// serve checks one exec request (e and err as bus.DecodeHead or bus.Decode
+// gave them: e validated), runs the call as c (zeroed) and answers
 // through rp; key is the call's listed key ("" when none). The usual result
 // and its event are written in sc (zeroed), reusable once serve returns.
 func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key string, c *Call, sc *scratch, rp replier) {
@@ -41,7 +42,9 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if err == nil { // the raw members are slices of the call's message
 		err = req.FromEvent(e, e.ToolCallID, t.def.Name)
 	}
-	if err == nil && (!bus.ValidID(e.SessionID) || !bus.ValidID(e.ReplyID) || !bus.ValidID(req.Call.ID)) {
+	// Decoding validated the ids the event has (Event.Validate): only absent
+	// ones, and a call id other than the event's, are left to check.
+	if err == nil && (e.SessionID == "" || e.ReplyID == "" || req.Call.ID == "" || req.Call.ID != e.ToolCallID && !bus.ValidID(req.Call.ID)) {
 		err = bus.Errorf(bus.CodeBadEvent, "an exec request needs valid sessionid, replyid and call id")
 	}
 	if err == nil && req.Call.Name != t.def.Name {
@@ -183,11 +186,11 @@ func (w *executor) run(ctx context.Context, t *tool, c *Call) (res *bus.ExecResu
 	if res.Output == nil {
 		res.Output = []bus.Block{}
 	}
-	if c.patch != nil {
+	if patch := c.patch.Load(); patch != nil {
 		if !t.def.StateInjected {
 			return &bus.ExecResult{State: bus.StateError, Output: bus.Text("Error: tool " + t.def.Name + " set a state patch but is not state_injected")}
 		}
-		res.StatePatch = c.patch
+		res.StatePatch = *patch
 	}
 	return res
 }

@@ -46,6 +46,10 @@ type Config struct {
 	// tools; zero means DefaultMaxConcurrent. When every slot is busy, further
 	// requests wait for one (at most waitLimit of them; more are answered busy).
 	MaxConcurrent int
+	// MaxWaitingBytes bounds the bytes (data and headers) of the requests
+	// waiting for a slot; past it, as past their count, a request is
+	// answered busy. Zero means DefaultMaxWaitingBytes.
+	MaxWaitingBytes int64
 	// Groups are group definitions sent with every registration.
 	Groups []bus.Group
 	// Logger receives the worker's logs; nil discards.
@@ -67,6 +71,10 @@ type Config struct {
 
 // DefaultMaxConcurrent is Config.MaxConcurrent's default.
 const DefaultMaxConcurrent = 64
+
+// DefaultMaxWaitingBytes is Config.MaxWaitingBytes's default: without it,
+// 1,024 waiting requests of the router's 1 MiB inputs held a gigabyte.
+const DefaultMaxWaitingBytes = 64 << 20
 
 // Handler runs one call of a raw tool. Returning an error gives an error
 // result whose text is the error's; returning a result passes it through.
@@ -124,6 +132,7 @@ type Worker struct {
 	stopErr  error
 
 	waiting, busyN atomic.Int64 // requests waiting for a slot (at most maxWaiting), answered busy
+	waitingBytes   atomic.Int64 // their sizes (at most cfg.MaxWaitingBytes)
 	maxWaiting     int
 
 	life   *life.Life      // the calls accepted and not yet answered
@@ -150,9 +159,10 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.Version = cmp.Or(cfg.Version, "1.0.0")
 	cfg.Observer = cmp.Or[Observer](cfg.Observer, nopObserver{})
-	if cfg.InlineLimit < 0 || cfg.MaxOutput < 0 {
-		return nil, fmt.Errorf("worker: InlineLimit and MaxOutput must not be negative")
+	if cfg.InlineLimit < 0 || cfg.MaxOutput < 0 || cfg.MaxWaitingBytes < 0 {
+		return nil, fmt.Errorf("worker: InlineLimit, MaxOutput and MaxWaitingBytes must not be negative")
 	}
+	cfg.MaxWaitingBytes = cmp.Or(cfg.MaxWaitingBytes, DefaultMaxWaitingBytes)
 	subj := bus.NewSubjects(cfg.Prefix)
 	off, err := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: cfg.InlineLimit, Max: cfg.MaxOutput})
 	if err != nil {
@@ -340,10 +350,14 @@ func (w *Worker) onExec(t *tool, r *request) {
 	default:
 	}
 	// Every slot is busy: the request waits in a goroutine, so that the
-	// reader reads on; past maxWaiting it is answered busy at once.
-	if w.waiting.Add(1) > int64(w.maxWaiting) {
+	// reader reads on; past maxWaiting requests, or MaxWaitingBytes of
+	// them, it is answered busy at once.
+	size := msgSize(&r.m)
+	n, held := w.waiting.Add(1), w.waitingBytes.Add(size)
+	if n > int64(w.maxWaiting) || held > w.cfg.MaxWaitingBytes {
 		w.waiting.Add(-1)
-		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, w.maxWaiting)
+		w.waitingBytes.Add(-size)
+		w.exec.busy(t, &r.m, w.busyN.Add(1), w.cfg.MaxConcurrent, n-1, held-size)
 		return
 	}
 	r.key, r.tracked = w.accept(t, &r.e, r.err)
@@ -351,6 +365,7 @@ func (w *Worker) onExec(t *tool, r *request) {
 	go func() {
 		w.sem <- struct{}{}
 		w.waiting.Add(-1)
+		w.waitingBytes.Add(-size)
 		w.obs.Waiting(-1)
 		if r.err == nil {
 			if exp, _ := r.e.Expiry(); !exp.IsZero() && time.Now().After(exp) {
@@ -360,6 +375,19 @@ func (w *Worker) onExec(t *tool, r *request) {
 		}
 		w.dispatch(t, r)
 	}()
+}
+
+// msgSize is what a waiting request holds: its data, subject, reply and
+// header names and values.
+func msgSize(m *nats.Msg) int64 {
+	n := len(m.Data) + len(m.Subject) + len(m.Reply)
+	for k, vs := range m.Header {
+		n += len(k)
+		for _, v := range vs {
+			n += len(v)
+		}
+	}
+	return int64(n)
 }
 
 // dispatch serves an accepted request in its slot, on the goroutine that
@@ -386,17 +414,17 @@ func (w *executor) unserved(t *tool, m *nats.Msg) {
 }
 
 // busy answers a request that found every slot busy and waiting others
-// waiting; n counts the busy answers so far.
-func (w *executor) busy(t *tool, m *nats.Msg, n int64, slots, waiting int) {
+// waiting, holding held bytes; n counts the busy answers so far.
+func (w *executor) busy(t *tool, m *nats.Msg, n int64, slots int, waiting, held int64) {
 	if bo, ok := w.obs.(BusyObserver); ok {
 		bo.Busy(t.def.Name)
 	}
 	if n&(n-1) == 0 { // 1, 2, 4, 8 ...: loud, but not a flood
-		w.log.Warn("worker: every slot busy and too many calls waiting; answered busy", "tool", t.def.Name, "busy_total", n,
-			"slots", slots, "waiting", waiting)
+		w.log.Warn("worker: every slot busy and too many calls or bytes waiting; answered busy", "tool", t.def.Name, "busy_total", n,
+			"slots", slots, "waiting", waiting, "waiting_bytes", held)
 	}
 	_ = bus.RespondError(w.nc, m, w.source, &bus.Error{Code: bus.CodeBusy,
-		Message: fmt.Sprintf("%s is at capacity: %d calls running and %d waiting", w.source, slots, waiting)})
+		Message: fmt.Sprintf("%s is at capacity: %d calls running and %d waiting (%d bytes)", w.source, slots, waiting, held)})
 }
 
 // BusyObserver is an Observer that is also told of each request the worker

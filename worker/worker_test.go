@@ -472,6 +472,10 @@ func TestMalformedExec(t *testing.T) {
 		{"data not an object", event(bus.TypeExec, `"echo"`, nil), nil},
 		{"call for another tool", event(bus.TypeExec, `{"call":{"id":"c1","name":"other","input":{}},"attempt":1}`, nil), nil},
 		{"bad session id", event(bus.TypeExec, good, func(e *bus.Event) { e.SessionID = "s.1" }), nil},
+		{"no session id", event(bus.TypeExec, good, func(e *bus.Event) { e.SessionID = "" }), nil},
+		{"no reply id", event(bus.TypeExec, good, func(e *bus.Event) { e.ReplyID = "" }), nil},
+		{"bad call id in the data", event(bus.TypeExec, `{"call":{"id":"c.1","name":"echo","input":{}},"attempt":1}`, nil), nil},
+		{"no call id", event(bus.TypeExec, `{"call":{"id":"","name":"echo","input":{}},"attempt":1}`, func(e *bus.Event) { e.ToolCallID = "" }), nil},
 		{"bad expirytime", event(bus.TypeExec, good, func(e *bus.Event) { e.ExpiryTime = "tomorrow" }), nil},
 		{"binary mode, data not json", []byte("{oops"), nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"t"}, "ce-type": {bus.TypeExec}}},
 	} {
