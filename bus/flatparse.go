@@ -155,7 +155,6 @@ var plainByte = func() (t [256]bool) {
 	return t
 }()
 
-
 // uint reads a JSON integer of at most max digits that fits a uint64,
 // without sign, fraction or leading zeros.
 func (p *flatParser) uint(max int) (uint64, bool) {
