@@ -1,6 +1,10 @@
 package bus
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
 
 // FromEvent decodes an io.toolbus.call.reply's data into r as DataAs does;
 // a plain reply of finished calls in one flat pass that checks what it reads
@@ -10,6 +14,23 @@ func (r *Reply) FromEvent(e *Event) error {
 		return nil
 	}
 	return dataAs(e, r)
+}
+
+// DecodeReplyView is DecodeHeadView that, in the same pass, reads the data
+// of an io.toolbus.call.reply in the plain form into r as FromEvent would
+// (read true); else, or when r is nil, r is untouched and the caller reads
+// e's data.
+func DecodeReplyView(m *nats.Msg, e *Event, r *Reply) (read bool, err error) {
+	var f *flatReply
+	if r != nil {
+		f = new(flatReply)
+	}
+	flat, err := decodeHead(m, e, true, f)
+	if err != nil || !flat || f == nil || !f.ok || e.Type != TypeCallReply {
+		return false, err
+	}
+	f.fill(r)
+	return true, nil
 }
 
 // Bounds of the flat read; a larger reply is read by DataAs.
@@ -28,42 +49,45 @@ type flatReply struct {
 	nres   int
 	nblock int
 	size   int // the strings' bytes, escaped (at least their unescaped bytes)
+	rev    uint64
+	listed bool // results were given
+	parked bool // parked was an empty list, not null
+	ok     bool // read took the reply
 }
 
 // replyFlat reads b into r, reporting false (r untouched) unless b has the plain form.
 func replyFlat(b []byte, r *Reply) bool {
 	var f flatReply
 	p := flatParser{b: b}
-	var rev uint64
-	var parked bool
+	if !f.read(&p) || !p.end() {
+		return false
+	}
+	f.fill(r)
+	return true
+}
+
+// read reads the reply object at p, reporting (and recording in f.ok)
+// whether it has the plain form.
+func (f *flatReply) read(p *flatParser) bool {
 	seen, ok := p.object(func(key []byte) uint16 {
 		var ok bool
 		switch string(key) {
 		case "results":
-			return 1 * b2u(p.array(func() bool { return f.result(&p) }))
+			return 1 * b2u(p.array(func() bool { return f.result(p) }))
 		case "parked":
 			if p.literal("null") {
 				return 2
 			}
-			parked = true
+			f.parked = true
 			return 2 * b2u(p.array(func() bool { return false })) // only an empty list
 		case "sessionrev":
-			rev, ok = p.uint(20)
+			f.rev, ok = p.uint(20)
 			return 4 * b2u(ok)
 		}
 		return 0
 	})
-	if !ok || !p.end() {
-		return false
-	}
-	*r = Reply{SessionRev: rev}
-	if parked {
-		r.Parked = []Parked{}
-	}
-	if seen&1 != 0 {
-		f.fill(r)
-	}
-	return true
+	f.listed, f.ok = seen&1 != 0, ok
+	return ok
 }
 
 // result reads one result object.
@@ -131,9 +155,16 @@ type oneResult struct {
 	block  [1]Block
 }
 
-// fill makes r's results: their strings slices of one string, their
+// fill makes r: its results' strings slices of one string, their
 // blocks of one array.
 func (f *flatReply) fill(r *Reply) {
+	*r = Reply{SessionRev: f.rev}
+	if f.parked {
+		r.Parked = []Parked{}
+	}
+	if !f.listed {
+		return
+	}
 	var all strings.Builder
 	all.Grow(f.size)
 	var blocks []Block

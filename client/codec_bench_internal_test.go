@@ -78,9 +78,9 @@ func codecReply(b *testing.B) *nats.Msg {
 //go:noinline
 func codecDecode(m *nats.Msg) (*bus.Reply, error) {
 	var e bus.Event
-	if err := bus.DecodeHeadView(m, &e); err != nil {
-		return nil, err
-	}
 	r := new(bus.Reply)
+	if read, err := bus.DecodeReplyView(m, &e, r); err != nil || read {
+		return r, err
+	}
 	return r, r.FromEvent(&e)
 }

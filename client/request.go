@@ -125,7 +125,9 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
 	var re bus.Event // views of the reply's data; what the caller keeps is copied
-	if err := bus.DecodeHeadView(resp, &re); err != nil {
+	reply, _ := out.(*bus.Reply) // Call's: its data read in the same pass when plain
+	read, err := bus.DecodeReplyView(resp, &re, reply)
+	if err != nil {
 		return fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
@@ -141,7 +143,10 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	switch out := out.(type) {
 	case nil:
 		return nil
-	case *bus.Reply: // Call's: the plain reply in one flat pass
+	case *bus.Reply:
+		if read {
+			return nil
+		}
 		return out.FromEvent(&re)
 	}
 	return re.DataAs(out)
