@@ -124,7 +124,7 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 		}
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
-	var re bus.Event // views of the reply's data; what the caller keeps is copied
+	var re bus.Event             // views of the reply's data; what the caller keeps is copied
 	reply, _ := out.(*bus.Reply) // Call's: its data read in the same pass when plain
 	read, err := bus.DecodeReplyView(resp, &re, reply)
 	if err != nil {
