@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 	"unsafe"
 
 	fastjson "github.com/goccy/go-json"
@@ -166,6 +167,60 @@ func FuzzQuoted(f *testing.F) {
 		ws, wesc, wok := quotedByBytes(b[lead:])
 		if ok != wok || esc != wesc || !bytes.Equal(s, ws) || ok && p.i != lead+len(s)+2 {
 			t.Fatalf("%q: quoted %q %v %v (at %d), want %q %v %v", b, s, esc, ok, p.i, ws, wesc, wok)
+		}
+	})
+}
+
+// appendStringByBytes is appendString as it was before plainRun, byte by
+// byte: the reference FuzzAppendString holds appendString to.
+func appendStringByBytes(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = appendU(b, rune(c))
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"plain", `a"b\c`, "tab\tnl\ncr\r", "del\x7f", "é ü", "bad\x80\xff", "\x00\x1f", "0123456789abcdef\x01"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := appendString([]byte("x"), s), appendStringByBytes([]byte("x"), s); !bytes.Equal(got, want) {
+			t.Fatalf("%q: %s, want %s", s, got, want)
 		}
 	})
 }

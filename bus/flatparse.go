@@ -136,14 +136,14 @@ func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
 	return nil, false, false
 }
 
-// plainRun is the length of b's leading run of plainBytes.
-func plainRun(b []byte) int {
-	for j, c := range b {
-		if !plainByte[c] {
+// plainRun is the length of s's leading run of plainBytes.
+func plainRun[T string | []byte](s T) int {
+	for j := range len(s) {
+		if !plainByte[s[j]] {
 			return j
 		}
 	}
-	return len(b)
+	return len(s)
 }
 
 // plainByte is true for the bytes a JSON string holds as they are:
