@@ -171,46 +171,23 @@ func FuzzQuoted(f *testing.F) {
 	})
 }
 
-// appendStringByBytes is appendString as it was before plainRun, byte by
-// byte: the reference FuzzAppendString holds appendString to.
-func appendStringByBytes(b []byte, s string) []byte {
+// appendStringByChars is appendString a character at a time: printable
+// ASCII and DEL as they are, any other character (an invalid byte alone)
+// as appendString writes it alone. FuzzAppendString holds appendString's
+// runs to it.
+func appendStringByChars(b []byte, s string) []byte {
 	b = append(b, '"')
-	start := 0
 	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = appendU(b, rune(c))
-			}
+		if c := s[i]; c >= ' ' && c < utf8.RuneSelf && c != '"' && c != '\\' {
+			b = append(b, c)
 			i++
-			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		one := appendString(nil, s[i:i+size])
+		b = append(b, one[1:len(one)-1]...)
 		i += size
 	}
-	b = append(b, s[start:]...)
 	return append(b, '"')
 }
 
@@ -219,7 +196,7 @@ func FuzzAppendString(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := appendString([]byte("x"), s), appendStringByBytes([]byte("x"), s); !bytes.Equal(got, want) {
+		if got, want := appendString([]byte("x"), s), appendStringByChars([]byte("x"), s); !bytes.Equal(got, want) {
 			t.Fatalf("%q: %s, want %s", s, got, want)
 		}
 	})
