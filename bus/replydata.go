@@ -16,21 +16,28 @@ func (r *Reply) FromEvent(e *Event) error {
 	return dataAs(e, r)
 }
 
-// DecodeReplyView is DecodeHeadView that, in the same pass, reads the data
-// of an io.toolbus.call.reply in the plain form into r as FromEvent would
-// (read true); else, or when r is nil, r is untouched and the caller reads
-// e's data.
-func DecodeReplyView(m *nats.Msg, e *Event, r *Reply) (read bool, err error) {
+// DecodeReplyView is DecodeHeadView that, when want is set, reads the data
+// of an io.toolbus.call.reply in the plain form in the same pass, as
+// FromEvent would, and returns it (the usual one result of one block in
+// one allocation with it); a nil reply and no error leave the caller to
+// read e's data.
+func DecodeReplyView(m *nats.Msg, e *Event, want bool) (*Reply, error) {
 	var f *flatReply
-	if r != nil {
+	if want {
 		f = new(flatReply)
 	}
 	flat, err := decodeHead(m, e, true, f)
 	if err != nil || !flat || f == nil || !f.ok || e.Type != TypeCallReply {
-		return false, err
+		return nil, err
 	}
-	f.fill(r)
-	return true, nil
+	if f.listed && f.nres == 1 && f.nblock == 1 {
+		one := new(oneReply)
+		f.fill(&one.reply, &one.oneResult)
+		return &one.reply, nil
+	}
+	r := new(Reply)
+	f.fill(r, nil)
+	return r, nil
 }
 
 // Bounds of the flat read; a larger reply is read by DataAs.
@@ -62,7 +69,7 @@ func replyFlat(b []byte, r *Reply) bool {
 	if !f.read(&p) || !p.end() {
 		return false
 	}
-	f.fill(r)
+	f.fill(r, nil)
 	return true
 }
 
@@ -155,9 +162,15 @@ type oneResult struct {
 	block  [1]Block
 }
 
+// oneReply is a reply with its oneResult (DecodeReplyView).
+type oneReply struct {
+	reply Reply
+	oneResult
+}
+
 // fill makes r: its results' strings slices of one string, their
-// blocks of one array.
-func (f *flatReply) fill(r *Reply) {
+// blocks of one array (one's, when given, for one result of one block).
+func (f *flatReply) fill(r *Reply, one *oneResult) {
 	*r = Reply{SessionRev: f.rev}
 	if f.parked {
 		r.Parked = []Parked{}
@@ -170,7 +183,9 @@ func (f *flatReply) fill(r *Reply) {
 	var blocks []Block
 	switch {
 	case f.nres == 1 && f.nblock == 1:
-		one := new(oneResult)
+		if one == nil {
+			one = new(oneResult)
+		}
 		r.Results, blocks = one.result[:], one.block[:]
 	case f.nblock > 0:
 		r.Results, blocks = make([]Result, f.nres), make([]Block, f.nblock)

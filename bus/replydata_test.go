@@ -87,23 +87,26 @@ func FuzzReplyData(f *testing.F) {
 func replyViewAgrees(t *testing.T, m *nats.Msg) {
 	t.Helper()
 	var we, ge Event
-	var want, got Reply
+	var want Reply
 	werr := DecodeHeadView(m, &we)
 	if werr == nil && we.Type == TypeCallReply {
 		werr = want.FromEvent(&we)
 	}
-	read, gerr := DecodeReplyView(m, &ge, &got)
-	if read && (gerr != nil || ge.Type != TypeCallReply) {
+	got, gerr := DecodeReplyView(m, &ge, true)
+	if got != nil && (gerr != nil || ge.Type != TypeCallReply) {
 		t.Fatalf("%q: read the data of %q (error %v)", m.Data, ge.Type, gerr)
 	}
-	if !read && gerr == nil && ge.Type == TypeCallReply {
-		gerr = got.FromEvent(&ge)
+	if got == nil {
+		got = new(Reply)
+		if gerr == nil && ge.Type == TypeCallReply {
+			gerr = got.FromEvent(&ge)
+		}
 	}
 	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 		t.Fatalf("%q: error %v, DecodeHeadView and FromEvent's %v", m.Data, gerr, werr)
 	}
-	if !reflect.DeepEqual(ge, we) || werr == nil && !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q:\n got %+v %#v\nwant %+v %#v", m.Data, ge, got, we, want)
+	if !reflect.DeepEqual(ge, we) || werr == nil && !reflect.DeepEqual(*got, want) {
+		t.Fatalf("%q:\n got %+v %#v\nwant %+v %#v", m.Data, ge, *got, we, want)
 	}
 }
 
@@ -127,8 +130,7 @@ func TestDecodeReplyViewIsHeadAndFromEvent(t *testing.T) {
 			m := &nats.Msg{Data: []byte(env)}
 			replyViewAgrees(t, m)
 			var e Event
-			var r Reply
-			if read, _ := DecodeReplyView(m, &e, &r); read {
+			if r, _ := DecodeReplyView(m, &e, true); r != nil {
 				plain++
 			}
 		}
@@ -141,8 +143,14 @@ func TestDecodeReplyViewIsHeadAndFromEvent(t *testing.T) {
 		Data: []byte(replySeeds[0])}
 	replyViewAgrees(t, bin)
 	var e Event
-	if read, err := DecodeReplyView(&nats.Msg{Data: []byte(replyEnvelopes(replySeeds[0])[0])}, &e, nil); read || err != nil || e.Type != TypeCallReply {
-		t.Errorf("without a reply: read %v, %v, %+v", read, err, e)
+	if r, err := DecodeReplyView(&nats.Msg{Data: []byte(replyEnvelopes(replySeeds[0])[0])}, &e, false); r != nil || err != nil || e.Type != TypeCallReply {
+		t.Errorf("not wanted: read %+v, %v, %+v", r, err, e)
+	}
+	// The usual reply, one result of one block: two allocations, the
+	// reply with its result and block, and their strings.
+	m := &nats.Msg{Data: []byte(replyEnvelopes(replySeeds[0])[0])}
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeReplyView(m, &e, true) }); n != 2 && !raceEnabled {
+		t.Errorf("DecodeReplyView: %v allocations, want 2", n)
 	}
 }
 

@@ -78,9 +78,9 @@ func codecReply(b *testing.B) *nats.Msg {
 //go:noinline
 func codecDecode(m *nats.Msg) (*bus.Reply, error) {
 	var e bus.Event
-	r := new(bus.Reply)
-	if read, err := bus.DecodeReplyView(m, &e, r); err != nil || read {
+	if r, err := bus.DecodeReplyView(m, &e, true); err != nil || r != nil {
 		return r, err
 	}
+	r := new(bus.Reply)
 	return r, r.FromEvent(&e)
 }
