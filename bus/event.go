@@ -203,13 +203,13 @@ const hexDigits = "0123456789abcdef"
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); {
+	for i := plainRun(s); i < len(s); i += plainRun(s[i:]) {
 		c := s[i]
+		if c == 0x7f { // DEL goes as it is
+			i++
+			continue
+		}
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
 			b = append(b, s[start:i]...)
 			switch c {
 			case '"', '\\':
@@ -419,23 +419,32 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 // DecodeHead is DecodeTo for a caller that owns m's data and decodes the
 // event's data next with a checking decoder (DataAs, FromEvent): the data is
 // not checked here, and may be a slice of m.Data.
-func DecodeHead(m *nats.Msg, e *Event) error { return decodeHead(m, e, false) }
+func DecodeHead(m *nats.Msg, e *Event) error {
+	_, err := decodeHead(m, e, false, nil)
+	return err
+}
 
 // DecodeHeadView is DecodeHead whose attributes, in the plain form, are
 // views of m's data rather than copies: for a caller that never changes
 // m.Data and copies what it keeps (the client's reply).
-func DecodeHeadView(m *nats.Msg, e *Event) error { return decodeHead(m, e, true) }
+func DecodeHeadView(m *nats.Msg, e *Event) error {
+	_, err := decodeHead(m, e, true, nil)
+	return err
+}
 
-func decodeHead(m *nats.Msg, e *Event, view bool) error {
+// decodeHead is DecodeHead, DecodeHeadView with view; flat reports that
+// the plain form was read, and so that reply, when given, was offered the
+// data member first (decodeFlatData).
+func decodeHead(m *nats.Msg, e *Event, view bool, reply *flatReply) (flat bool, err error) {
 	*e = Event{}
 	if IsBinary(m.Header) {
-		return decodeBinary(m.Header, m.Data, e, false)
+		return false, decodeBinary(m.Header, m.Data, e, false)
 	}
 	b := bytes.TrimSpace(m.Data)
-	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view) {
-		return e.Validate()
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view, reply) {
+		return true, e.Validate()
 	}
-	return DecodeTo(m, e)
+	return false, DecodeTo(m, e)
 }
 
 // DecodeStructured reads and validates an event in structured JSON mode.
@@ -485,12 +494,14 @@ func decodeStructured(b []byte, e *Event) error {
 // toolbus's senders write (known attributes once, printable ASCII strings
 // without escapes, object or array data), in one allocation; else it
 // reports false and the general decoder judges (FuzzDecodeFlat).
-func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false) }
+func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false, nil) }
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
 // to be JSON nor copied: e.Data is a slice of b (DecodeHead); with view,
-// the attributes are strings over b's bytes (DecodeHeadView).
-func decodeFlatData(b []byte, e *Event, check, view bool) bool {
+// the attributes are strings over b's bytes (DecodeHeadView); reply, when
+// given, reads the data member first, and what it takes is e.Data
+// (DecodeReplyView).
+func decodeFlatData(b []byte, e *Event, check, view bool, reply *flatReply) bool {
 	attrs := e.attrs()
 	var vals [nAttrs][]byte // the attributes that are not constants, in b
 	n := 0
@@ -501,7 +512,7 @@ func decodeFlatData(b []byte, e *Event, check, view bool) bool {
 			return 0
 		}
 		if slot == slotData {
-			v, ok := p.raw("{[")
+			v, ok := dataMember(&p, reply)
 			if !ok {
 				return 0
 			}
@@ -532,6 +543,18 @@ func decodeFlatData(b []byte, e *Event, check, view bool) bool {
 	}
 	setStrings(attrs, &vals, n)
 	return true
+}
+
+// dataMember reads the data member's value: what reply reads, when given,
+// else an object or array (raw).
+func dataMember(p *flatParser, reply *flatReply) ([]byte, bool) {
+	p.skip()
+	start := p.i
+	if reply != nil && reply.read(p) {
+		return p.b[start:p.i:p.i], true
+	}
+	p.i = start
+	return p.raw("{[")
 }
 
 // setStrings sets each attribute of vals that is set, as slices of one new string.

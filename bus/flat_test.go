@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"unicode/utf8"
 	"unsafe"
 
 	fastjson "github.com/goccy/go-json"
@@ -129,4 +130,74 @@ func FuzzDecodeHead(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) { checkHead(t, b) })
+}
+
+// quotedByBytes is quoted as it was before plainRun, byte by byte: the
+// reference FuzzQuoted holds quoted to.
+func quotedByBytes(b []byte) (s []byte, escaped, ok bool) {
+	if len(b) == 0 || b[0] != '"' {
+		return nil, false, false
+	}
+	for j := 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[1:j], escaped, true
+		case c == '\\':
+			if j+1 >= len(b) || unescape(b[j+1]) == 0 {
+				return nil, false, false
+			}
+			escaped = true
+			j++
+		case c < 0x20 || c > 0x7e:
+			return nil, false, false
+		}
+	}
+	return nil, false, false
+}
+
+func FuzzQuoted(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"a\"b\\c\/d\n"`, `"tab	in"`, "\"del\x7f\"", `"é"`, "\"\x80\"", `"\q"`, `"\`, `"open`, `""`, `x`,
+		`"0123456789abcdefghij"`, `"0123456789abcdef\"ghij"`, "\"0123456789abcdef\x1fghij\""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := flatParser{b: b}
+		s, esc, ok := p.quoted()
+		lead := len(b) - len(bytes.TrimLeft(b, " \t\n\r"))
+		ws, wesc, wok := quotedByBytes(b[lead:])
+		if ok != wok || esc != wesc || !bytes.Equal(s, ws) || ok && p.i != lead+len(s)+2 {
+			t.Fatalf("%q: quoted %q %v %v (at %d), want %q %v %v", b, s, esc, ok, p.i, ws, wesc, wok)
+		}
+	})
+}
+
+// appendStringByChars is appendString a character at a time: printable
+// ASCII and DEL as they are, any other character (an invalid byte alone)
+// as appendString writes it alone. FuzzAppendString holds appendString's
+// runs to it.
+func appendStringByChars(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		if c := s[i]; c >= ' ' && c < utf8.RuneSelf && c != '"' && c != '\\' {
+			b = append(b, c)
+			i++
+			continue
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		one := appendString(nil, s[i:i+size])
+		b = append(b, one[1:len(one)-1]...)
+		i += size
+	}
+	return append(b, '"')
+}
+
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"plain", `a"b\c`, "tab\tnl\ncr\r", "del\x7f", "é ü", "bad\x80\xff", "\x00\x1f", "0123456789abcdef\x01"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := appendString([]byte("x"), s), appendStringByChars([]byte("x"), s); !bytes.Equal(got, want) {
+			t.Fatalf("%q: %s, want %s", s, got, want)
+		}
+	})
 }

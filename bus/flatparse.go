@@ -1,7 +1,6 @@
 package bus
 
 import (
-	"bytes"
 	"strconv"
 	"strings"
 
@@ -102,33 +101,59 @@ func (p *flatParser) array(elem func() bool) bool {
 // str reads a string of printable ASCII whose escapes are \" \\ \/ \b \f
 // \n \r \t, and returns it as it is in the data, quotes aside.
 func (p *flatParser) str() ([]byte, bool) {
-	p.skip()
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
-		return nil, false
-	}
-	for j := p.i + 1; j < len(p.b); j++ {
-		switch c := p.b[j]; {
-		case c == '"':
-			s := p.b[p.i+1 : j]
-			p.i = j + 1
-			return s, true
-		case c == '\\':
-			if j+1 >= len(p.b) || unescape(p.b[j+1]) == 0 {
-				return nil, false
-			}
-			j++
-		case c < 0x20 || c > 0x7e:
-			return nil, false
-		}
-	}
-	return nil, false
+	s, _, ok := p.quoted()
+	return s, ok
 }
 
 // plain reads a string without escapes.
 func (p *flatParser) plain() ([]byte, bool) {
-	s, ok := p.str()
-	return s, ok && bytes.IndexByte(s, '\\') < 0
+	s, escaped, ok := p.quoted()
+	return s, ok && !escaped
 }
+
+// quoted is str, also reporting whether the string has escapes.
+func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
+	p.skip()
+	if p.i >= len(p.b) || p.b[p.i] != '"' {
+		return nil, false, false
+	}
+	b := p.b[p.i+1:]
+	for j := plainRun(b); j < len(b); j += 1 + plainRun(b[j+1:]) {
+		switch b[j] {
+		case '"':
+			p.i += j + 2
+			return b[:j], escaped, true
+		case '\\':
+			if j+1 >= len(b) || unescape(b[j+1]) == 0 {
+				return nil, false, false
+			}
+			j++
+			escaped = true
+		default:
+			return nil, false, false
+		}
+	}
+	return nil, false, false
+}
+
+// plainRun is the length of s's leading run of plainBytes.
+func plainRun[T string | []byte](s T) int {
+	for j := range len(s) {
+		if !plainByte[s[j]] {
+			return j
+		}
+	}
+	return len(s)
+}
+
+// plainByte is true for the bytes a JSON string holds as they are:
+// printable ASCII but the quote and the backslash.
+var plainByte = func() (t [256]bool) {
+	for c := ' '; c <= '~'; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 // uint reads a JSON integer of at most max digits that fits a uint64,
 // without sign, fraction or leading zeros.

@@ -1,6 +1,10 @@
 package bus
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
 
 // FromEvent decodes an io.toolbus.call.reply's data into r as DataAs does;
 // a plain reply of finished calls in one flat pass that checks what it reads
@@ -10,6 +14,30 @@ func (r *Reply) FromEvent(e *Event) error {
 		return nil
 	}
 	return dataAs(e, r)
+}
+
+// DecodeReplyView is DecodeHeadView that, when want is set, reads the data
+// of an io.toolbus.call.reply in the plain form in the same pass, as
+// FromEvent would, and returns it (the usual one result of one block in
+// one allocation with it); a nil reply and no error leave the caller to
+// read e's data.
+func DecodeReplyView(m *nats.Msg, e *Event, want bool) (*Reply, error) {
+	var f *flatReply
+	if want {
+		f = new(flatReply)
+	}
+	flat, err := decodeHead(m, e, true, f)
+	if err != nil || !flat || f == nil || !f.ok || e.Type != TypeCallReply {
+		return nil, err
+	}
+	if f.listed && f.nres == 1 && f.nblock == 1 {
+		one := new(oneReply)
+		f.fill(&one.reply, &one.oneResult)
+		return &one.reply, nil
+	}
+	r := new(Reply)
+	f.fill(r, nil)
+	return r, nil
 }
 
 // Bounds of the flat read; a larger reply is read by DataAs.
@@ -28,42 +56,45 @@ type flatReply struct {
 	nres   int
 	nblock int
 	size   int // the strings' bytes, escaped (at least their unescaped bytes)
+	rev    uint64
+	listed bool // results were given
+	parked bool // parked was an empty list, not null
+	ok     bool // read took the reply
 }
 
 // replyFlat reads b into r, reporting false (r untouched) unless b has the plain form.
 func replyFlat(b []byte, r *Reply) bool {
 	var f flatReply
 	p := flatParser{b: b}
-	var rev uint64
-	var parked bool
+	if !f.read(&p) || !p.end() {
+		return false
+	}
+	f.fill(r, nil)
+	return true
+}
+
+// read reads the reply object at p, reporting (and recording in f.ok)
+// whether it has the plain form.
+func (f *flatReply) read(p *flatParser) bool {
 	seen, ok := p.object(func(key []byte) uint16 {
 		var ok bool
 		switch string(key) {
 		case "results":
-			return 1 * b2u(p.array(func() bool { return f.result(&p) }))
+			return 1 * b2u(p.array(func() bool { return f.result(p) }))
 		case "parked":
 			if p.literal("null") {
 				return 2
 			}
-			parked = true
+			f.parked = true
 			return 2 * b2u(p.array(func() bool { return false })) // only an empty list
 		case "sessionrev":
-			rev, ok = p.uint(20)
+			f.rev, ok = p.uint(20)
 			return 4 * b2u(ok)
 		}
 		return 0
 	})
-	if !ok || !p.end() {
-		return false
-	}
-	*r = Reply{SessionRev: rev}
-	if parked {
-		r.Parked = []Parked{}
-	}
-	if seen&1 != 0 {
-		f.fill(r)
-	}
-	return true
+	f.listed, f.ok = seen&1 != 0, ok
+	return ok
 }
 
 // result reads one result object.
@@ -131,15 +162,30 @@ type oneResult struct {
 	block  [1]Block
 }
 
-// fill makes r's results: their strings slices of one string, their
-// blocks of one array.
-func (f *flatReply) fill(r *Reply) {
+// oneReply is a reply with its oneResult (DecodeReplyView).
+type oneReply struct {
+	reply Reply
+	oneResult
+}
+
+// fill makes r: its results' strings slices of one string, their
+// blocks of one array (one's, when given, for one result of one block).
+func (f *flatReply) fill(r *Reply, one *oneResult) {
+	*r = Reply{SessionRev: f.rev}
+	if f.parked {
+		r.Parked = []Parked{}
+	}
+	if !f.listed {
+		return
+	}
 	var all strings.Builder
 	all.Grow(f.size)
 	var blocks []Block
 	switch {
 	case f.nres == 1 && f.nblock == 1:
-		one := new(oneResult)
+		if one == nil {
+			one = new(oneResult)
+		}
 		r.Results, blocks = one.result[:], one.block[:]
 	case f.nblock > 0:
 		r.Results, blocks = make([]Result, f.nres), make([]Block, f.nblock)

@@ -1,8 +1,11 @@
 package bus
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
 var replySeeds = []string{
@@ -76,4 +79,86 @@ func FuzzReplyData(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(replyDataAgrees)
+}
+
+// replyViewAgrees checks that DecodeReplyView reads m as DecodeHeadView
+// and then FromEvent do: the same event, reply and errors; it never takes
+// the data of another type, or of an event the plain form does not hold.
+func replyViewAgrees(t *testing.T, m *nats.Msg) {
+	t.Helper()
+	var we, ge Event
+	var want Reply
+	werr := DecodeHeadView(m, &we)
+	if werr == nil && we.Type == TypeCallReply {
+		werr = want.FromEvent(&we)
+	}
+	got, gerr := DecodeReplyView(m, &ge, true)
+	if got != nil && (gerr != nil || ge.Type != TypeCallReply) {
+		t.Fatalf("%q: read the data of %q (error %v)", m.Data, ge.Type, gerr)
+	}
+	if got == nil {
+		got = new(Reply)
+		if gerr == nil && ge.Type == TypeCallReply {
+			gerr = got.FromEvent(&ge)
+		}
+	}
+	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+		t.Fatalf("%q: error %v, DecodeHeadView and FromEvent's %v", m.Data, gerr, werr)
+	}
+	if !reflect.DeepEqual(ge, we) || werr == nil && !reflect.DeepEqual(*got, want) {
+		t.Fatalf("%q:\n got %+v %#v\nwant %+v %#v", m.Data, ge, *got, we, want)
+	}
+}
+
+// replyEnvelopes are events around data d: a reply, an error, one whose
+// data is followed by a member the plain form refuses, one with data twice.
+func replyEnvelopes(d string) []string {
+	head := `{"specversion":"1.0","id":"r1","source":"toolbus/router/r1","type":"%s","time":"2026-12-06T02:44:18.434Z","sessionid":"s1","replyid":"M3Cg","data":` + d
+	return []string{
+		fmt.Sprintf(head, TypeCallReply) + `}`,
+		fmt.Sprintf(head, TypeError) + `}`,
+		fmt.Sprintf(head, TypeCallReply) + `,"other":"x"}`,
+		fmt.Sprintf(head, TypeCallReply) + `,"data":{}}`,
+		fmt.Sprintf(head, TypeCallReply) + `,"sessionid":"s.1"}`,
+	}
+}
+
+func TestDecodeReplyViewIsHeadAndFromEvent(t *testing.T) {
+	plain := 0
+	for _, d := range replySeeds {
+		for _, env := range replyEnvelopes(d) {
+			m := &nats.Msg{Data: []byte(env)}
+			replyViewAgrees(t, m)
+			var e Event
+			if r, _ := DecodeReplyView(m, &e, true); r != nil {
+				plain++
+			}
+		}
+	}
+	if plain < 4 { // the plain replies of replySeeds, in the plain reply envelope
+		t.Errorf("DecodeReplyView read %d replies in the same pass, want at least 4", plain)
+	}
+	// Binary mode, and no reply to fill: what DecodeHeadView reads.
+	bin := &nats.Msg{Header: nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"r1"}, "ce-source": {"s"}, "ce-type": {TypeCallReply}},
+		Data: []byte(replySeeds[0])}
+	replyViewAgrees(t, bin)
+	var e Event
+	if r, err := DecodeReplyView(&nats.Msg{Data: []byte(replyEnvelopes(replySeeds[0])[0])}, &e, false); r != nil || err != nil || e.Type != TypeCallReply {
+		t.Errorf("not wanted: read %+v, %v, %+v", r, err, e)
+	}
+	// The usual reply, one result of one block: two allocations, the
+	// reply with its result and block, and their strings.
+	m := &nats.Msg{Data: []byte(replyEnvelopes(replySeeds[0])[0])}
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeReplyView(m, &e, true) }); n != 2 && !raceEnabled {
+		t.Errorf("DecodeReplyView: %v allocations, want 2", n)
+	}
+}
+
+func FuzzDecodeReplyView(f *testing.F) {
+	for _, d := range replySeeds {
+		for _, env := range replyEnvelopes(d) {
+			f.Add([]byte(env))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { replyViewAgrees(t, &nats.Msg{Data: b}) })
 }

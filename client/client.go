@@ -136,14 +136,14 @@ func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...
 	if err != nil {
 		return nil, err
 	}
-	*buf = e.Data[:0] // grown, when it had to
-	var reply bus.Reply
+	*buf = e.Data[:0]         // grown, when it had to
 	trusted := len(opts) == 0 // the data is AppendJSON's, unless an option of the caller's set other data
-	if err := c.rq.exchange(ctx, bus.CallMsg(c.subj, session), &e, trusted, bus.TypeCallReply, &reply, 10*time.Minute); err != nil {
+	reply, err := c.rq.call(ctx, bus.CallMsg(c.subj, session), &e, trusted)
+	if err != nil {
 		return nil, err
 	}
 	c.rq.revs.saw(session, reply.SessionRev)
-	return &reply, nil
+	return reply, nil
 }
 
 // Publish sends a batch without waiting; results arrive as events on the

@@ -110,6 +110,29 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 // io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
 // client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
+	re, _, err := c.roundTrip(ctx, subject, e, trusted, want, def)
+	if err != nil || out == nil {
+		return err
+	}
+	return re.DataAs(out)
+}
+
+// call is exchange for Call: the reply's data, when plain, read in its
+// event's pass (bus.DecodeReplyView), else by Reply.FromEvent.
+func (c *requester) call(ctx context.Context, subject string, e *bus.Event, trusted bool) (*bus.Reply, error) {
+	re, reply, err := c.roundTrip(ctx, subject, e, trusted, bus.TypeCallReply, 10*time.Minute)
+	if err != nil || reply != nil {
+		return reply, err
+	}
+	reply = new(bus.Reply)
+	return reply, reply.FromEvent(&re)
+}
+
+// roundTrip sends e to subject and returns the reply's event, of type
+// want (its attributes views of the reply's data: what the caller keeps,
+// it copies) and, for want io.toolbus.call.reply, its data when plain;
+// an io.toolbus.error reply is a *bus.Error.
+func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, def time.Duration) (bus.Event, *bus.Reply, error) {
 	var until time.Time // without a caller's deadline: def, kept by the wait, not a context
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -120,31 +143,26 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 	resp, err := c.send(ctx, until, subject, e, trusted)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return fmt.Errorf("client: no router serves %s: %w", subject, err)
+			return bus.Event{}, nil, fmt.Errorf("client: no router serves %s: %w", subject, err)
 		}
-		return fmt.Errorf("client: %s: %w", subject, err)
+		return bus.Event{}, nil, fmt.Errorf("client: %s: %w", subject, err)
 	}
-	var re bus.Event // views of the reply's data; what the caller keeps is copied
-	if err := bus.DecodeHeadView(resp, &re); err != nil {
-		return fmt.Errorf("client: reply: %w", err)
+	var re bus.Event
+	reply, err := bus.DecodeReplyView(resp, &re, want == bus.TypeCallReply)
+	if err != nil {
+		return re, nil, fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
 		be := new(bus.Error)
 		if err := re.DataAs(be); err != nil {
-			return err
+			return re, nil, err
 		}
-		return be
+		return re, nil, be
 	}
 	if re.Type != want {
-		return fmt.Errorf("client: expected %s, got %s", want, re.Type)
+		return re, nil, fmt.Errorf("client: expected %s, got %s", want, re.Type)
 	}
-	switch out := out.(type) {
-	case nil:
-		return nil
-	case *bus.Reply: // Call's: the plain reply in one flat pass
-		return out.FromEvent(&re)
-	}
-	return re.DataAs(out)
+	return re, reply, nil
 }
 
 // send sends e as a request, retrying a busy reply (nothing ran) with a
