@@ -637,6 +637,9 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	var from [nAttrs]string
 	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {
+		if len(vs) > 1 && !sameValues(k, vs) {
+			return Errorf(CodeBadEvent, "header %s is given twice with different values", k)
+		}
 		var name, v string
 		slot, plain := exactHeader(k)
 		if plain && len(vs) > 0 && plainValue(vs[0]) { // as binaryKeys spell it, ASCII, no escape
@@ -704,6 +707,23 @@ var attrNames = [nAttrs]string{slotSpec: "specversion", slotID: "id", slotSource
 	slotSubject: "subject", slotContentType: "datacontenttype", slotTime: "time", slotSession: "sessionid",
 	slotReply: "replyid", slotToolCall: "toolcallid", slotTraceParent: "traceparent", slotTraceState: "tracestate",
 	slotExpiry: "expirytime"}
+
+// sameValues reports whether the values of header k, a line repeated
+// (nats.go keeps each), say one thing: a ce- header's once percent-decoded.
+func sameValues(k string, vs []string) bool {
+	ce := len(k) > 3 && strings.EqualFold(k[:3], "ce-")
+	for _, v := range vs[1:] {
+		if v == vs[0] {
+			continue
+		}
+		a, errA := url.PathUnescape(vs[0])
+		b, errB := url.PathUnescape(v)
+		if !ce || errA != nil || errB != nil || a != b {
+			return false
+		}
+	}
+	return true
+}
 
 // plainValue reports whether header value v is ASCII without '%'.
 func plainValue(v string) bool {
