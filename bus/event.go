@@ -280,12 +280,28 @@ var eventKeys = [...]string{HeaderContentType, natsMsgID, HeaderTraceParent, Hea
 
 // eventHeader is the value of each of eventKeys for e sent with msgID, ""
 // for a header it does not get (tracestate goes only with traceparent).
+// Trace context that is not printable ASCII stays in the JSON only: some
+// clients (jnats) refuse such a header value and then read nothing more.
 func (e *Event) eventHeader(msgID string) [len(eventKeys)]string {
-	ts := e.TraceState
-	if e.TraceParent == "" {
+	tp, ts := e.TraceParent, e.TraceState
+	if !printable(tp) || !printable(ts) {
+		tp = ""
+	}
+	if tp == "" {
 		ts = ""
 	}
-	return [...]string{ContentTypeEvent, msgID, e.TraceParent, ts}
+	return [...]string{ContentTypeEvent, msgID, tp, ts}
+}
+
+// printable reports whether s is printable ASCII, as a header value must be
+// (ADR-4).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // headerBuf is a pooled message and its header, each value a one-string

@@ -64,3 +64,54 @@ func TestAttackCompactResultForged(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackTraceHeaderNotASCII (session 25, red team): an agent's batch
+// whose traceparent or tracestate holds bytes outside printable ASCII (any
+// UTF-8 string is a valid attribute) must not put them in the raw headers
+// of the events the router publishes on the session's subject: jnats
+// refuses such a header value and its connection reads nothing more (a Java
+// watcher, handler or worker of any session wedged by one message). The
+// attributes stay in the event's JSON.
+func TestAttackTraceHeaderNotASCII(t *testing.T) {
+	e := newEnv(t, 1)
+	for i, tr := range [][2]string{
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=\u00e9"},
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\u00e9", "k=v"},
+		{"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "k=v\x7f"},
+	} {
+		session := "s-trace" + string(rune('a'+i))
+		sub, err := e.nc.SubscribeSync("toolbus.events." + session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		e.call(t, session, []bus.Call{{ID: "c1", Name: "no_such_tool", Input: json.RawMessage(`{}`)}},
+			func(ev *bus.Event) { ev.TraceParent, ev.TraceState = tr[0], tr[1] })
+		for done := false; !done; {
+			m, err := sub.NextMsg(bound)
+			if err != nil {
+				t.Fatalf("events of %s: %v", session, err)
+			}
+			for k, vs := range m.Header {
+				for _, v := range vs {
+					for _, c := range []byte(v) {
+						if c < 0x20 || c > 0x7e {
+							t.Fatalf("event header %s: %q is not printable ASCII", k, v)
+						}
+					}
+				}
+			}
+			ev, err := bus.Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.TraceParent != tr[0] || ev.TraceState != tr[1] {
+				t.Fatalf("the event's trace attributes are %q, %q; want the batch's", ev.TraceParent, ev.TraceState)
+			}
+			done = ev.Type == bus.TypeBatchDone
+		}
+		_ = sub.Unsubscribe()
+	}
+}
