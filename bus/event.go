@@ -280,12 +280,28 @@ var eventKeys = [...]string{HeaderContentType, natsMsgID, HeaderTraceParent, Hea
 
 // eventHeader is the value of each of eventKeys for e sent with msgID, ""
 // for a header it does not get (tracestate goes only with traceparent).
+// Trace context that is not printable ASCII stays in the JSON only: some
+// clients (jnats) refuse such a header value and then read nothing more.
 func (e *Event) eventHeader(msgID string) [len(eventKeys)]string {
-	ts := e.TraceState
-	if e.TraceParent == "" {
+	tp, ts := e.TraceParent, e.TraceState
+	if !printable(tp) || !printable(ts) {
+		tp = ""
+	}
+	if tp == "" {
 		ts = ""
 	}
-	return [...]string{ContentTypeEvent, msgID, e.TraceParent, ts}
+	return [...]string{ContentTypeEvent, msgID, tp, ts}
+}
+
+// printable reports whether s is printable ASCII, as a header value must be
+// (ADR-4).
+func printable(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // headerBuf is a pooled message and its header, each value a one-string
@@ -660,6 +676,9 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	var from [nAttrs]string
 	others := map[string][2]string{} // on the stack while it holds at most 8
 	for k, vs := range h {
+		if len(vs) > 1 && !sameValues(k, vs) {
+			return Errorf(CodeBadEvent, "header %s is given twice with different values", k)
+		}
 		var name, v string
 		slot, plain := exactHeader(k)
 		if plain && len(vs) > 0 && plainValue(vs[0]) { // as binaryKeys spell it, ASCII, no escape
@@ -727,6 +746,23 @@ var attrNames = [nAttrs]string{slotSpec: "specversion", slotID: "id", slotSource
 	slotSubject: "subject", slotContentType: "datacontenttype", slotTime: "time", slotSession: "sessionid",
 	slotReply: "replyid", slotToolCall: "toolcallid", slotTraceParent: "traceparent", slotTraceState: "tracestate",
 	slotExpiry: "expirytime"}
+
+// sameValues reports whether the values of header k, a line repeated
+// (nats.go keeps each), say one thing: a ce- header's once percent-decoded.
+func sameValues(k string, vs []string) bool {
+	ce := len(k) > 3 && strings.EqualFold(k[:3], "ce-")
+	for _, v := range vs[1:] {
+		if v == vs[0] {
+			continue
+		}
+		a, errA := url.PathUnescape(vs[0])
+		b, errB := url.PathUnescape(v)
+		if !ce || errA != nil || errB != nil || a != b {
+			return false
+		}
+	}
+	return true
+}
 
 // plainValue reports whether header value v is ASCII without '%'.
 func plainValue(v string) bool {

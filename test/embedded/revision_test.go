@@ -266,9 +266,8 @@ type oldWorker struct {
 
 func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef, binary bool) *oldWorker {
 	t.Helper()
-	nc := e.connect(t)
 	o := &oldWorker{binarySeen: make(chan string, 100)}
-	sub, err := nc.QueueSubscribe("toolbus.exec."+def.Name, "toolbus-exec-"+def.Name, func(m *nats.Msg) {
+	startRawWorker(t, e, bus.Register{Worker: id, Tools: []bus.ToolDef{def}, BinaryExec: binary}, func(nc *nats.Conn, m *nats.Msg) {
 		if bus.IsBinary(m.Header) && (!binary || m.Header.Get(bus.HeaderContentType) == "") {
 			o.binarySeen <- m.Header.Get("ce-toolcallid")
 			_ = bus.RespondError(nc, m, "old/"+id, bus.Errorf(bus.CodeBadEvent, "not a form this worker reads"))
@@ -292,6 +291,17 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef, binary boo
 			_ = bus.Publish(nc, m.Reply, out)
 		}
 	})
+	return o
+}
+
+// startRawWorker is a worker written by hand: it registers reg's one tool
+// on the shared subject and beats until the test ends, and hands each exec
+// request of the tool to serve.
+func startRawWorker(t *testing.T, e *env, reg bus.Register, serve func(*nats.Conn, *nats.Msg)) {
+	t.Helper()
+	nc := e.connect(t)
+	def := &reg.Tools[0]
+	sub, err := nc.QueueSubscribe("toolbus.exec."+def.Name, "toolbus-exec-"+def.Name, func(m *nats.Msg) { serve(nc, m) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +312,7 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef, binary boo
 	def.InputSchema = objectSchema(`{}`)
 	def.Description = "Test tool " + def.Name + "."
 	register := func() *nats.Msg {
-		ev, _ := bus.NewEvent(bus.TypeRegister, "old/"+id, bus.Register{Worker: id, Tools: []bus.ToolDef{def}, BinaryExec: binary})
+		ev, _ := bus.NewEvent(bus.TypeRegister, "old/"+reg.Worker, reg)
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		defer cancel()
 		m, _ := bus.SendRequest(ctx, nc, "toolbus.register", ev)
@@ -312,7 +322,7 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef, binary boo
 	if m := register(); m == nil {
 		t.Fatal("no register ack")
 	} else if ev, err := bus.Decode(m); err != nil || ev.DataAs(&ack) != nil || len(ack.Accepted) != 1 {
-		t.Fatalf("old worker's registration: %v %s", err, m.Data)
+		t.Fatalf("%s's registration: %v %s", reg.Worker, err, m.Data)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -330,7 +340,6 @@ func startOldWorker(t *testing.T, e *env, id string, def bus.ToolDef, binary boo
 		}
 	}()
 	t.Cleanup(func() { stop(); <-done })
-	return o
 }
 
 // execModes records the mode of every exec request on a tool's subject.

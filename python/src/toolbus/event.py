@@ -107,7 +107,14 @@ def valid_name(s: object) -> bool:
 
 def valid_time(s: str) -> bool:
     """Whether s is an RFC 3339 time as Go's time.RFC3339Nano parses it."""
-    return _RFC3339.fullmatch(s) is not None
+    m = _RFC3339.fullmatch(s)
+    return m is not None and _day_exists(m)
+
+
+def _day_exists(m: re.Match[str]) -> bool:
+    """Whether the day of a matched time is in its month (February 30 is no date; the pattern allows 1-31)."""
+    day = int(m[3])
+    return day <= 28 or day <= calendar.monthrange(int(m[1]), int(m[2]))[1]
 
 
 _last_stamp: tuple[int, str] = (-1, "")
@@ -135,7 +142,7 @@ def rfc3339(ts: float) -> str:
 def parse_time(s: str) -> float:
     """An RFC 3339 time as a unix timestamp (float seconds)."""
     m = _RFC3339.fullmatch(s)
-    if m is None:
+    if m is None or not _day_exists(m):
         raise ProtocolError(f"time {_q(s)} is not RFC 3339")
     y, mo, d, h, mi, sec, frac, sign, zh, zm = m.groups()
     ts = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(sec), 0, 0, 0))
@@ -377,7 +384,7 @@ def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
     for k, v in headers.items():
         if isinstance(v, list):  # some clients hand several values
             v = v[0] if v else ""
-        lk = k.lower()
+        raw, lk = v, k.lower()
         if lk == "content-type":
             name = "datacontenttype"
         elif lk.startswith("ce-"):
@@ -387,6 +394,10 @@ def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
         else:
             continue
         if not v.isascii():
+            # nats-py decodes header bytes that are not UTF-8 as U+FFFD: one there as received may
+            # be such bytes, so it is refused (toolbus senders percent-encode every non-ASCII byte).
+            if "\ufffd" in raw:
+                raise ProtocolError(f"header {k} is not UTF-8")
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError:

@@ -44,16 +44,16 @@ final class BinaryMode {
         continue;
       }
       String lk = k.toLowerCase(Locale.ROOT);
-      String name;
-      String v;
-      if (lk.equals("content-type")) {
-        name = "datacontenttype";
-        v = vs.get(0);
-      } else if (lk.startsWith("ce-")) {
-        name = lk.substring(3);
-        v = percentDecode(k, vs.get(0));
-      } else {
+      boolean ce = lk.startsWith("ce-");
+      if (!ce && !lk.equals("content-type")) {
         continue;
+      }
+      String name = ce ? lk.substring(3) : "datacontenttype";
+      String v = value(k, vs.get(0), ce);
+      for (String again : vs.subList(1, vs.size())) { // a header line repeated: an attribute given twice
+        if (!again.equals(vs.get(0)) && !value(k, again, ce).equals(v)) {
+          throw Attrs.bad("header " + k + " is given twice with different values");
+        }
       }
       String[] p = seen.get(name);
       if (p != null) {
@@ -74,6 +74,11 @@ final class BinaryMode {
       e.setData(body);
     }
     return e.validate();
+  }
+
+  /** A header value as received: a ce- header's percent-decoded. */
+  private static String value(String header, String raw, boolean ce) {
+    return ce ? percentDecode(header, raw) : raw;
   }
 
   /** Percent-decodes a header value ('+' stays '+'); the result must be UTF-8. */
