@@ -25,7 +25,8 @@ const bound = 10 * time.Second
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
+	// Above JetStream's 5 s default: a setup Put once took longer at load 17.
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
