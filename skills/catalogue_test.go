@@ -22,10 +22,7 @@ func objectStore(t *testing.T) (jetstream.ObjectStore, func() jetstream.ObjectSt
 	t.Helper()
 	s := testkit.RunServer(t)
 	open := func() jetstream.ObjectStore {
-		js, err := jetstream.New(testkit.Connect(t, s))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := testkit.JetStream(t, testkit.Connect(t, s))
 		os, err := store.SkillsStore(t.Context(), js, bus.NewSubjects(""), 1)
 		if err != nil {
 			t.Fatal(err)
