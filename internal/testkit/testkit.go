@@ -42,13 +42,12 @@ func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	return nc
 }
 
-// SetupWait bounds one setup step or assertion read that a loaded machine
-// may answer slowly: jetstream's own 5 s default was hit at load 17.
+// SetupWait bounds a setup step or a check's read on a loaded machine
+// (a setup Put outlasted jetstream's 5 s default at load 17).
 const SetupWait = 30 * time.Second
 
-// JetStream returns a JetStream context on nc whose API calls wait up to
-// SetupWait when their context has no deadline; a timeout under test sets
-// its own deadline (or its own context).
+// JetStream returns a JetStream context on nc whose calls without a deadline
+// wait SetupWait; a timeout under test sets its own deadline.
 func JetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(SetupWait))
