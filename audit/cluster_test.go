@@ -23,10 +23,7 @@ func TestWriteExportOnCluster(t *testing.T) {
 	var js jetstream.JetStream
 	for _, node := range []int{0, 2} {
 		nc := testkit.ConnectURL(t, cl.URL(node))
-		j, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		j := testkit.JetStream(t, nc)
 		tr, err := New(t.Context(), nc, s, Config{Replicas: 3, Inputs: true, Redact: []string{"token"}})
 		if err != nil {
 			t.Fatal(err)
@@ -101,10 +98,7 @@ func TestExportReadsWhatTheLeaderHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	reader := testkit.ConnectURL(t, cl.URL(1))
-	js, err := jetstream.New(reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, reader)
 	const rounds, perRound = 30, 16
 	for r := range rounds {
 		if r%10 == 1 {

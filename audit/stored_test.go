@@ -54,10 +54,7 @@ func TestStoredThroughLeaderChanges(t *testing.T) {
 	cl := testkit.RunCluster(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
 	nc := testkit.ConnectURL(t, cl.URL(0))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	tr, err := New(t.Context(), nc, s, Config{Replicas: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -112,10 +109,7 @@ func trailWithoutStream(t *testing.T) (*Trail, *nats.Conn, jetstream.JetStream, 
 	srv := testkit.RunServer(t)
 	s := bus.NewSubjects(bus.DefaultPrefix)
 	nc := testkit.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	tr, err := New(t.Context(), nc, s, Config{})
 	if err != nil {
 		t.Fatal(err)

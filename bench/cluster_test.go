@@ -50,10 +50,7 @@ func benchScale(b *testing.B, cluster bool) {
 		b.Fatal(err)
 	}
 	defer d.close(ctx)
-	js, err := jetstream.New(d.clientNC)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := testkit.JetStream(b, d.clientNC)
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "clbench", Replicas: d.x.Replicas(), History: 1})
 	if err != nil {
 		b.Fatal(err)

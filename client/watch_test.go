@@ -23,10 +23,8 @@ import (
 func TestWatchListings(t *testing.T) {
 	srv := testkit.RunServer(t)
 	cl := client.New(testkit.Connect(t, srv), client.Config{})
-	js, err := jetstream.New(testkit.Connect(t, srv))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, srv))
+	var err error
 	ctx := t.Context()
 	subj := cl.Subjects()
 	kv := map[string]jetstream.KeyValue{}

@@ -23,10 +23,7 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "b", Replicas: 3})
 	if err != nil {
 		t.Fatal(err)

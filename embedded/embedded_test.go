@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/embedded"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 func TestStartEmbeddedRejects(t *testing.T) {
@@ -59,10 +59,7 @@ func TestStartEmbeddedConfigFile(t *testing.T) {
 	}
 	defer nc.Close()
 	// JetStream is on, with the given store directory.
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	if _, err := js.AccountInfo(t.Context()); err != nil {
 		t.Fatalf("JetStream: %v", err)
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -25,11 +23,7 @@ const bound = 10 * time.Second
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	// Above JetStream's 5 s default: a setup Put once took longer at load 17.
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(30*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)

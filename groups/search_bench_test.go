@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -19,10 +17,7 @@ import (
 // registered in the registry (100 meta groups of 100), the index already
 // built: go test -run - -bench Search10kRegistered -benchtime 200x ./groups/
 func BenchmarkSearch10kRegistered(b *testing.B) {
-	js, err := jetstream.New(testkit.Connect(b, testkit.RunServer(b)))
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := testkit.JetStream(b, testkit.Connect(b, testkit.RunServer(b)))
 	st, err := store.Setup(b.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
 	if err != nil {
 		b.Fatal(err)

@@ -23,10 +23,7 @@ import (
 func TestAttackStaleRevisionResurrects(t *testing.T) {
 	ctx := t.Context()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	subj := bus.NewSubjects("")
 	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: subj.Bucket(bus.BucketParked), History: 8})
 	if err != nil {

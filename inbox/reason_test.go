@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -65,9 +66,6 @@ func jetstreamKV(t *testing.T, x *xtest.Deployment) (jetstream.KeyValue, error) 
 	if err != nil {
 		return nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
+	js := testkit.JetStream(t, nc)
 	return js.KeyValue(t.Context(), x.Subjects().Bucket(bus.BucketParked))
 }

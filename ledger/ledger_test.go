@@ -11,8 +11,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -27,10 +25,7 @@ func newTestLedger(t testing.TB, routers ...string) []*Ledger {
 func newTestLedgerLease(t testing.TB, lease time.Duration, routers ...string) []*Ledger {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects("toolbus"), store.Config{Memory: true})
 	if err != nil {
 		t.Fatal(err)

@@ -37,10 +37,7 @@ func TestMeasureDuplicateWait(t *testing.T) {
 		return -1
 	}
 	ledgerOn := func(node int, id string) *Ledger {
-		js, err := jetstream.New(testkit.ConnectURL(t, c.URL(node)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := testkit.JetStream(t, testkit.ConnectURL(t, c.URL(node)))
 		st, err := store.Setup(t.Context(), js, bus.NewSubjects("toolbus"), store.Config{Replicas: 3, Memory: true})
 		if err != nil {
 			t.Fatal(err)

@@ -22,10 +22,7 @@ func benchConns(b *testing.B) [2]jetstream.JetStream {
 	s := testkit.RunServer(b)
 	var out [2]jetstream.JetStream
 	for i := range out {
-		js, err := jetstream.New(testkit.Connect(b, s))
-		if err != nil {
-			b.Fatal(err)
-		}
+		js := testkit.JetStream(b, testkit.Connect(b, s))
 		out[i] = js
 	}
 	return out

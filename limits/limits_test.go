@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
@@ -27,10 +26,7 @@ func (c *clock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 func newLimiter(t *testing.T, nc *nats.Conn, p Policy, replicas int, now func() time.Time) *Limiter {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	l, err := New(t.Context(), js, bus.NewSubjects(bus.DefaultPrefix), Config{Policy: p, Replicas: replicas, Now: now})
 	if err != nil {
 		t.Fatalf("New: %v", err)

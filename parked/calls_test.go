@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -31,10 +30,7 @@ var subj = bus.NewSubjects("")
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true})
 	if err != nil {
 		t.Fatal(err)

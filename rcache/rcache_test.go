@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
@@ -24,10 +22,7 @@ func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func newCache(t *testing.T, now func() time.Time) *Cache {
 	t.Helper()
-	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
 	c, err := New(t.Context(), js, bus.NewSubjects(bus.DefaultPrefix), Config{Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -152,10 +147,7 @@ func TestScopes(t *testing.T) {
 func TestOnCluster(t *testing.T) {
 	cl := testkit.RunCluster(t)
 	open := func(node int) *Cache {
-		js, err := jetstream.New(testkit.ConnectURL(t, cl.URL(node)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := testkit.JetStream(t, testkit.ConnectURL(t, cl.URL(node)))
 		c, err := New(t.Context(), js, bus.NewSubjects(bus.DefaultPrefix), Config{Replicas: 3})
 		if err != nil {
 			t.Fatal(err)

@@ -19,10 +19,7 @@ import (
 // watchdog does not end that call as vanished (mcp/bridge
 // TestHostileServerBounded's flood did).
 func TestRegisterCountsBeforeWriting(t *testing.T) {
-	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)

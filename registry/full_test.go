@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -20,10 +19,7 @@ import (
 func TestBeatsWithTheStoreFull(t *testing.T) {
 	srv := testkit.RunServer(t)
 	nc := testkit.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: hb})
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
@@ -22,10 +20,7 @@ import (
 //	go test -run - -bench ResolveReads -benchtime 2s ./registry/
 func BenchmarkResolveReads(b *testing.B) {
 	nc := testkit.Connect(b, testkit.RunServer(b))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := testkit.JetStream(b, nc)
 	st, err := store.Setup(b.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
 	if err != nil {
 		b.Fatal(err)

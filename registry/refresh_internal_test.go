@@ -23,10 +23,7 @@ import (
 // router at once). TestOnCluster/RegistrationSeenAtOnceByEveryRouter
 // failed 2 of 35 runs under load this way.
 func TestRefreshSeesBeatAFollowerLacks(t *testing.T) {
-	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -107,10 +104,7 @@ func (l *laggingKV) ListKeysFiltered(ctx context.Context, _ ...string) (jetstrea
 // this way under load: the re-sent calls of the router started in the
 // killed one's place were answered unavailable.
 func TestRefreshAwaitsFirstBeatAfterStart(t *testing.T) {
-	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
 	const beat = 2 * time.Second
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: beat})
 	if err != nil {

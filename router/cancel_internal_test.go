@@ -65,10 +65,7 @@ type windowRig struct {
 func newWindowRig(t *testing.T) *windowRig {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	subj := bus.NewSubjects("")
 	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true})
 	if err != nil {

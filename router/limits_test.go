@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/schemas"
 )
@@ -37,10 +38,7 @@ func clientConn(t *testing.T, d *xtest.Deployment) *nats.Conn {
 func clientJS(t *testing.T, d *xtest.Deployment) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc := clientConn(t, d)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	return nc, js
 }
 

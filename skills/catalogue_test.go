@@ -1,7 +1,6 @@
 package skills_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -22,10 +21,7 @@ func objectStore(t *testing.T) (jetstream.ObjectStore, func() jetstream.ObjectSt
 	t.Helper()
 	s := testkit.RunServer(t)
 	open := func() jetstream.ObjectStore {
-		js, err := jetstream.New(testkit.Connect(t, s))
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := testkit.JetStream(t, testkit.Connect(t, s))
 		os, err := store.SkillsStore(t.Context(), js, bus.NewSubjects(""), 1)
 		if err != nil {
 			t.Fatal(err)
@@ -145,9 +141,7 @@ func TestPushRefusesInvalid(t *testing.T) {
 	if !errors.As(err, &se) {
 		t.Fatalf("push: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	if _, err := os.GetInfo(ctx, "pdf"); !errors.Is(err, jetstream.ErrObjectNotFound) {
+	if _, err := os.GetInfo(t.Context(), "pdf"); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Fatalf("an invalid skill was stored: %v", err)
 	}
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
@@ -27,10 +25,7 @@ func writeFile(t *testing.T, p, s string) {
 
 func TestMaterializer(t *testing.T) {
 	s := testkit.RunServer(t)
-	js, err := jetstream.New(testkit.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, s))
 	obj, err := store.SkillsStore(t.Context(), js, bus.NewSubjects(""), 1)
 	if err != nil {
 		t.Fatal(err)

@@ -51,10 +51,7 @@ func replicated(t *testing.T, n int) []deployment {
 
 func setup(t *testing.T, nc *nats.Conn, replicas int) deployment {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects("toolbus"), store.Config{Replicas: replicas, Memory: true})
 	if err != nil {
 		t.Fatal(err)
@@ -327,7 +324,7 @@ func BenchmarkGet(b *testing.B) {
 	}
 	b.Run("single", func(b *testing.B) {
 		nc := testkit.Connect(b, testkit.RunServer(b))
-		js, _ := jetstream.New(nc)
+		js := testkit.JetStream(b, nc)
 		st, err := store.Setup(b.Context(), js, bus.NewSubjects("toolbus"), store.Config{})
 		if err != nil {
 			b.Fatal(err)
@@ -336,7 +333,7 @@ func BenchmarkGet(b *testing.B) {
 	})
 	c := testkit.RunCluster(b)
 	nc := testkit.ConnectURL(b, c.URL(0))
-	js, _ := jetstream.New(nc)
+	js := testkit.JetStream(b, nc)
 	st, err := store.Setup(b.Context(), js, bus.NewSubjects("toolbus"), store.Config{Replicas: 3})
 	if err != nil {
 		b.Fatal(err)

@@ -165,10 +165,7 @@ func TestKeyOfAndDetached(t *testing.T) {
 // newBucket is a KV over a new bucket of one server, and the bucket as
 // jetstream gives it.
 func newBucket(t *testing.T, name string) (*KV, jetstream.KeyValue) {
-	js, err := jetstream.New(testkit.Connect(t, testkit.RunServer(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
 	raw, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.MemoryStorage})
 	if err != nil {
 		t.Fatal(err)

@@ -17,10 +17,7 @@ import (
 func TestRetentionConfig(t *testing.T) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	check := func(st *store.Store, age time.Duration, bytes int64, outTTL time.Duration, outBytes int64) {
 		t.Helper()
 		info, err := st.Events.Info(t.Context())
@@ -58,10 +55,7 @@ func TestRetentionConfig(t *testing.T) {
 func TestOutputsReplicated(t *testing.T) {
 	c := testkit.RunCluster(t)
 	nc := testkit.ConnectURL(t, c.URLs(0))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects("rep"), store.Config{Replicas: 3, OutputsMaxBytes: 16 << 20})
 	if err != nil {
 		t.Fatal(err)

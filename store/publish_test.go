@@ -23,10 +23,7 @@ import (
 func publisherOn(t *testing.T, cfg store.PublisherConfig) (*store.Publisher, jetstream.JetStream, func()) {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	create := func() {
 		if _, err := js.CreateOrUpdateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Duplicates: time.Minute}); err != nil {
 			t.Fatal(err)
@@ -244,10 +241,7 @@ func TestPublisherRetriesThroughFaults(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testkit.RunServer(t)
-			js, err := jetstream.New(testkit.Connect(t, srv))
-			if err != nil {
-				t.Fatal(err)
-			}
+			js := testkit.JetStream(t, testkit.Connect(t, srv))
 			if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "S", Subjects: []string{"s.>"}, Duplicates: time.Minute}); err != nil {
 				t.Fatal(err)
 			}

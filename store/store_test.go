@@ -17,10 +17,7 @@ import (
 func TestSetupIdempotent(t *testing.T) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	subj := bus.NewSubjects("tb")
 	for range 2 {
 		st, err := store.Setup(t.Context(), js, subj, store.Config{})
@@ -52,10 +49,7 @@ func TestSetupConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	cfg := store.Config{Heartbeat: 2 * time.Second, DedupeWindow: time.Minute, SessionTTL: time.Hour,
 		EventsMaxAge: 2 * time.Hour, HandoffMaxAge: 3 * time.Hour, Memory: true}
 	st, err := store.Setup(t.Context(), js, bus.NewSubjects("dep"), cfg)

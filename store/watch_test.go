@@ -23,10 +23,7 @@ const bound = 10 * time.Second
 func newKV(t *testing.T) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "kv", Storage: jetstream.MemoryStorage})
 	if err != nil {
 		t.Fatal(err)

@@ -23,10 +23,7 @@ func newStore(t *testing.T, cfg tasks.Config) *tasks.Store {
 func newKV(t *testing.T) jetstream.KeyValue {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	kv, err := tasks.Setup(t.Context(), js, bus.NewSubjects(""), 1, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -70,10 +70,7 @@ func FuzzParseRef(f *testing.F) {
 func TestFit(t *testing.T) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	if _, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "o_outputs", Storage: jetstream.MemoryStorage}); err != nil {
 		t.Fatal(err)
 	}

@@ -33,10 +33,7 @@ func newFixture(t *testing.T, inline int) *fixture {
 	t.Helper()
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, nc)
 	obs, err := js.CreateObjectStore(t.Context(), jetstream.ObjectStoreConfig{Bucket: "o_outputs", Storage: jetstream.MemoryStorage})
 	if err != nil {
 		t.Fatal(err)
@@ -327,10 +324,7 @@ func TestNoRollupPreventsOverwrite(t *testing.T) {
 func BenchmarkServe20MiB(b *testing.B) {
 	s := testkit.RunServer(b)
 	nc := testkit.Connect(b, s)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := testkit.JetStream(b, nc)
 	if _, err := js.CreateObjectStore(b.Context(), jetstream.ObjectStoreConfig{Bucket: "o_outputs", Storage: jetstream.MemoryStorage}); err != nil {
 		b.Fatal(err)
 	}

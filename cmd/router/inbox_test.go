@@ -39,8 +39,8 @@ func TestSecureInbox(t *testing.T) {
 	defer nc.Close()
 	cl := client.New(nc, client.Config{})
 	var reply *bus.Reply
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	testkit.CheckFor(t, testkit.SetupWait, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), testkit.SetupWait)
 		defer cancel()
 		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "write_file", Input: json.RawMessage(`{"path":"a.txt","content":"hi"}`)}}})
 		if err == nil && len(reply.Parked) == 0 && len(reply.Results) == 1 && reply.Results[0].Error != nil && reply.Results[0].Error.Code == bus.CodeUnknownTool {

@@ -49,8 +49,8 @@ func TestSecure(t *testing.T) {
 	defer nc.Close()
 	cl := client.New(nc, client.Config{})
 	var reply *bus.Reply
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	testkit.CheckFor(t, testkit.SetupWait, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), testkit.SetupWait)
 		defer cancel()
 		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}})
 		if err == nil && reply.Results[0].State != bus.StateSuccess {
@@ -160,8 +160,8 @@ func TestSecureAgentOnDemand(t *testing.T) {
 	}
 	defer shared.Close()
 	echo := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "echo", Input: json.RawMessage(`{"text":"hi"}`)}}}
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	testkit.CheckFor(t, testkit.SetupWait, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), testkit.SetupWait)
 		defer cancel()
 		_, err := client.New(shared, client.Config{}).Call(ctx, "s5", echo)
 		return err
@@ -176,12 +176,12 @@ func TestSecureAgentOnDemand(t *testing.T) {
 		t.Fatalf("AddAgent: %+v", a)
 	}
 	var agent *nats.Conn
-	testkit.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+	testkit.CheckFor(t, testkit.SetupWait, 50*time.Millisecond, func() error {
 		nc, err := natsconn.Config{URLs: url, NKey: a.Seed, InboxPrefix: a.User.InboxPrefix}.Connect("s5", nats.MaxReconnects(0))
 		if err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), testkit.SetupWait)
 		defer cancel()
 		// Bound once the router's identities have it too.
 		if _, err := client.New(nc, client.Config{}).Call(ctx, "s5", bus.Batch{Calls: echo.Calls, User: json.RawMessage(`"dave"`)}); err == nil || !strings.Contains(err.Error(), `bound to user "carol"`) {

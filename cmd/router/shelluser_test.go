@@ -51,8 +51,8 @@ func TestShellNotRootOnSecureRouter(t *testing.T) {
 	defer nc.Close()
 	cl := client.New(nc, client.Config{})
 	var reply *bus.Reply
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	testkit.CheckFor(t, testkit.SetupWait, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), testkit.SetupWait)
 		defer cancel()
 		reply, err = cl.Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "shell", Input: json.RawMessage(`{"command":"id -u"}`)}}})
 		return err

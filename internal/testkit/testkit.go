@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolbus/toolbus/embedded"
 )
 
@@ -39,6 +40,21 @@ func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// SetupWait bounds a setup step or a check's read on a loaded machine
+// (a setup Put outlasted jetstream's 5 s default at load 17).
+const SetupWait = 30 * time.Second
+
+// JetStream returns a JetStream context on nc whose calls without a deadline
+// wait SetupWait; a timeout under test sets its own deadline.
+func JetStream(t testing.TB, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(SetupWait))
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return js
 }
 
 // CheckFor calls fn every poll until it returns nil or total elapses, then

@@ -768,10 +768,7 @@ func TestUserListing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: notes\ndescription: Alice's notes.\n---\nRead them.\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(e.conn(t, xtest.RoleClient))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.conn(t, xtest.RoleClient))
 	obs, err := js.ObjectStore(t.Context(), bus.NewSubjects("").ObjectStore(bus.ObjectSkills))
 	if err != nil {
 		t.Fatal(err)
@@ -798,10 +795,7 @@ func TestWatchCost(t *testing.T) {
 	e := newEnv(t)
 	const s = "cost"
 	c := e.connect(t, s, mcp.ProtocolVersion20251125, "alice")
-	js, err := jetstream.New(e.conn(t, xtest.RoleClient))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.conn(t, xtest.RoleClient))
 	kv, err := js.KeyValue(t.Context(), bus.NewSubjects("").Bucket(bus.BucketWorkers))
 	if err != nil {
 		t.Fatal(err)

@@ -133,10 +133,7 @@ func start(t *testing.T, opts ...option) *sys {
 		Prefix: s.cfg.prefix, DefaultMode: s.cfg.defaultMode, ParkTTL: s.cfg.parkTTL}})
 	s.srv = s.d.Server
 	s.nc = testkit.Connect(t, s.srv)
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, s.nc)
 	s.js = js
 	return s
 }

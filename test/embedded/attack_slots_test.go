@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -90,10 +90,7 @@ func TestAttackSlotsHoldHeartbeats(t *testing.T) {
 // consumersOf counts the consumers on stream.
 func (e *env) consumersOf(t *testing.T, stream string) int {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	s, err := js.Stream(ctx, stream)

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -121,10 +121,7 @@ func TestDedupe(t *testing.T) {
 // test still holds; it is only less sure to exercise the waiting path.
 func (e *env) waitForLedgerWatcher(t *testing.T) {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	stream := "KV_" + e.client.Subjects().Bucket(bus.BucketLedger)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()

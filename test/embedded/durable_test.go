@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -28,10 +26,7 @@ func durableDef(name string) bus.ToolDef {
 // workLeft is how many durable calls the work queue still holds.
 func workLeft(t *testing.T, e *env) uint64 {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	s, err := js.Stream(t.Context(), e.client.Subjects().Stream(bus.StreamWork))
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +101,7 @@ func TestDurableRedeliveredToItsRunner(t *testing.T) {
 	done := make(chan bus.Result, 1)
 	go func() { done <- call1(t, e.client, "d3", "job", `{"n":3}`) }()
 	<-started
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	stream, name := e.client.Subjects().Stream(bus.StreamWork), e.client.Subjects().Workers.WorkConsumer("job")
 	cons, err := js.Consumer(t.Context(), stream, name)
 	if err != nil {

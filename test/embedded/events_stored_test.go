@@ -47,10 +47,7 @@ func parkedRecord(t *testing.T, e *env, session, reply, call string) *bus.ParkRe
 // routers read (store.KV), failing the test when it cannot.
 func leaderEntry(t *testing.T, e *env, bucket, key string) jetstream.KeyValueEntry {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	kv, err := js.KeyValue(t.Context(), bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -64,10 +61,7 @@ func leaderEntry(t *testing.T, e *env, bucket, key string) jetstream.KeyValueEnt
 
 // newestStored is lastStored with the error returned.
 func newestStored(t *testing.T, nc *nats.Conn, session string) (*bus.Event, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
+	js := testkit.JetStream(t, nc)
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	s, err := js.Stream(ctx, "TOOLBUS_EVENTS")

@@ -46,10 +46,7 @@ func newClusterEnv(t *testing.T, routers int) *env {
 // leader moving while a node stops); callers poll.
 func stored(t *testing.T, nc *nats.Conn, session string) ([]*bus.Event, error) {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
+	js := testkit.JetStream(t, nc)
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	s, err := js.Stream(ctx, "TOOLBUS_EVENTS")
@@ -174,10 +171,7 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 func TestTakeoverAfterBatchDoneStoresItOnce(t *testing.T) {
 	e := newEnv(t, 2)
 	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
@@ -84,10 +83,7 @@ func (e *env) waitGroups(names ...string) {
 // connection of its own, stopped when the test ends.
 func (e *env) sessionStore(t *testing.T) *groups.Store {
 	t.Helper()
-	js, err := jetstream.New(e.connect(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.connect(t))
 	st, err := store.Setup(t.Context(), js, e.client.Subjects(), store.Config{Heartbeat: e.d.Heartbeat(), Replicas: e.replicas()})
 	if err != nil {
 		t.Fatal(err)

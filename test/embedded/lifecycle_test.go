@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -39,10 +37,7 @@ func TestDrainDeadlineEveryComponent(t *testing.T) {
 	}()
 	testkit.Recv(t, entered, bound, "the stubborn call running")
 
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	objects, err := js.ObjectStore(t.Context(), e.d.Subjects().ObjectStore(bus.ObjectSkills))
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -86,10 +84,7 @@ func TestPrefixIsolation(t *testing.T) {
 		}
 	}
 
-	js, err := jetstream.New(testkit.Connect(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, testkit.Connect(t, s))
 	for _, p := range []string{"alpha", "beta"} {
 		for _, b := range []string{bus.BucketTools, bus.BucketWorkers, bus.BucketLedger} {
 			if _, err := js.KeyValue(t.Context(), p+"_"+b); err != nil {

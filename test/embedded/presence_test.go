@@ -238,10 +238,7 @@ func TestLoneBatchOfASlowRouter(t *testing.T) {
 // buckets returns a JetStream context and the presence and parked buckets.
 func (e *env) buckets(t *testing.T) (jetstream.JetStream, jetstream.KeyValue, jetstream.KeyValue) {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	routers, err := js.KeyValue(t.Context(), "toolbus_routers")
 	if err != nil {
 		t.Fatal(err)

@@ -39,10 +39,7 @@ func TestRelayedPullRaceOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b, f := testkit.ConnectURL(t, c.URL(0)), testkit.ConnectURL(t, c.URL(1)), testkit.ConnectURL(t, c.URL(2))
-	js, err := jetstream.New(a)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, a)
 	ctx := context.Background()
 	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "RACE", Subjects: []string{"race.>"}, Replicas: 3})
 	if err != nil {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -147,10 +145,7 @@ func TestResendThenCancelOnOneRouter(t *testing.T) {
 // batch replyID in P_parked marks call as cancelled.
 func continuationCancelled(t *testing.T, e *env, session, replyID, call string) error {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		return err
-	}
+	js := testkit.JetStream(t, e.nc)
 	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
 	if err != nil {
 		return err

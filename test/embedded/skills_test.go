@@ -232,10 +232,7 @@ func TestSkillUserScope(t *testing.T) {
 // skillsStore opens the deployment's P_skills object store.
 func (e *env) skillsStore(t *testing.T) jetstream.ObjectStore {
 	t.Helper()
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	os, err := store.SkillsStore(t.Context(), js, bus.NewSubjects(""), 1)
 	if err != nil {
 		t.Fatal(err)

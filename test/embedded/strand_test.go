@@ -52,10 +52,7 @@ func strandAndMend(t *testing.T, published bool) {
 	if len(r.Parked) != 2 || r.Parked[1].Kind != bus.KindQueued {
 		t.Fatalf("reply %s", jsonOf(r))
 	}
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
 	if err != nil {
 		t.Fatal(err)

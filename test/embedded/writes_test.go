@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -258,10 +257,7 @@ func TestWritingBatchDoneLost(t *testing.T) {
 				return textResult(fmt.Sprintf("put %d", runs.Add(1))), nil
 			})
 	})
-	js, err := jetstream.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := testkit.JetStream(t, e.nc)
 	ctx := testCtx(t)
 	s, err := js.Stream(ctx, e.client.Subjects().Stream(bus.StreamEvents))
 	if err != nil {

@@ -9,11 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 )
 
@@ -167,8 +166,7 @@ func TestOddSessionRefusalAudited(t *testing.T) {
 	if got, _ := bus.Decode(msg); got == nil || got.Type != bus.TypeError {
 		t.Fatalf("a batch on toolbus.call.x%%y: %s", msg.Data)
 	}
-	js, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	js := testkit.JetStream(t, d.conn("operator").nc)
 	found := false
 	must(t, audit.Export(ctx, js, bus.NewSubjects(""), audit.Filter{}, func(raw json.RawMessage) error {
 		var r audit.Record

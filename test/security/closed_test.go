@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // relayed sends an event of type typ with data on subject as l, with its
@@ -104,8 +105,7 @@ func TestForeignConsumerRefused(t *testing.T) {
 	must(t, err)
 	defer rp.Stop(t.Context())
 	waitType(t, rp, bus.TypeBatchDone)
-	ojs, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	ojs := testkit.JetStream(t, d.conn("operator").nc)
 	name := replayConsumer(t, ojs)
 	if !bus.ValidConsumerName("replay", name) {
 		t.Fatalf("consumer name %q is not replay-<26 base32 characters> (128 bits)", name)
@@ -239,8 +239,7 @@ func handoffFilters(t *testing.T, d *deployment, ap, hl *login) {
 		}
 	}
 	ctx := testCtx(t)
-	ojs, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	ojs := testkit.JetStream(t, d.conn("operator").nc)
 	stream, err := ojs.Stream(ctx, "KV_toolbus_parked")
 	must(t, err)
 	for _, meta := range []map[string]string{{"toolbus.feed": "confirm.*"}, {"toolbus.feed": "external.deploy"}, {"toolbus.feed": "external.*"}, nil} {
@@ -284,8 +283,7 @@ func TestRouterRepliesOnlyToInboxes(t *testing.T) {
 	must(t, err)
 	defer rp.Stop(t.Context())
 	waitType(t, rp, bus.TypeBatchDone)
-	ojs, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	ojs := testkit.JetStream(t, d.conn("operator").nc)
 	name := replayConsumer(t, ojs)
 	next, err := bus.NewEvent(bus.TypeConsumerNext, "test", bus.ConsumerNext{Consumer: name, Batch: 10})
 	must(t, err)

@@ -6,10 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // TestAgentMakesNoConsumer: an agent cannot create a JetStream consumer
@@ -131,8 +130,7 @@ func TestReplayConsumerLost(t *testing.T) {
 	if e := waitType(t, rp, bus.TypeBatchDone); e.ReplyID != "r1" {
 		t.Fatalf("replayed %+v", e)
 	}
-	ojs, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	ojs := testkit.JetStream(t, d.conn("operator").nc)
 	st, err := ojs.Stream(ctx, "TOOLBUS_EVENTS")
 	must(t, err)
 	names := st.ConsumerNames(ctx)

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -39,8 +37,7 @@ func TestIdentityFromCredentials(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "notes")
 	must(t, os.MkdirAll(dir, 0o700))
 	must(t, os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: notes\ndescription: Alice's private notes.\n---\n# notes\nSecret steps.\n"), 0o600))
-	ojs, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	ojs := testkit.JetStream(t, d.conn("operator").nc)
 	st, err := ojs.ObjectStore(ctx, "toolbus_skills")
 	must(t, err)
 	if _, err := skills.Push(ctx, st, dir, "alice"); err != nil {

@@ -71,8 +71,7 @@ func TestOutputsPerSession(t *testing.T) {
 	}
 	r, err := offload.ParseRef(ref)
 	must(t, err)
-	js, err := jetstream.New(op.nc)
-	must(t, err)
+	js := testkit.JetStream(t, op.nc)
 	obs, err := js.ObjectStore(testCtx(t), "toolbus_outputs")
 	must(t, err)
 	if s, err := obs.GetString(testCtx(t), r.Name); err != nil || len(s) != 2<<20 {
@@ -159,8 +158,7 @@ func TestForgedOutputNeverServed(t *testing.T) {
 // forged metadata. It returns the metadata publish's error.
 func forge(t *testing.T, nc *nats.Conn, r offload.Ref, keepDigest bool, rollup string) error {
 	t.Helper()
-	js, err := jetstream.New(nc)
-	must(t, err)
+	js := testkit.JetStream(t, nc)
 	ctx := testCtx(t)
 	data := []byte(strings.Repeat("FORGED", 1000))
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: "$O.toolbus_outputs.C.forgedchunks" + r.Digest[:8], Data: data}); err != nil {

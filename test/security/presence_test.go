@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/presence"
 )
 
@@ -23,8 +24,7 @@ import (
 // own key is there, unchanged by the attempts.
 func TestAttackPresence(t *testing.T) {
 	d := newDeployment(t)
-	js, err := jetstream.New(d.conn("router").nc)
-	must(t, err)
+	js := testkit.JetStream(t, d.conn("router").nc)
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, "toolbus_routers")

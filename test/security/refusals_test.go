@@ -6,11 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 )
 
@@ -49,8 +48,7 @@ func TestRefusalAudited(t *testing.T) {
 	}
 
 	// What `toolbus audit --json` exports.
-	js, err := jetstream.New(d.conn("operator").nc)
-	must(t, err)
+	js := testkit.JetStream(t, d.conn("operator").nc)
 	var recs []audit.Record
 	must(t, audit.Export(ctx, js, bus.NewSubjects(""), audit.Filter{}, func(raw json.RawMessage) error {
 		var r audit.Record

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/worker"
@@ -34,8 +33,7 @@ func registerRaw(t *testing.T, l *login, subject string, reg bus.Register) *bus.
 // user may.
 func storedDef(t *testing.T, d *deployment, tool string) bus.ToolDef {
 	t.Helper()
-	js, err := jetstream.New(d.conn("router").nc)
-	must(t, err)
+	js := testkit.JetStream(t, d.conn("router").nc)
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	kv, err := js.KeyValue(ctx, "toolbus_tools")
