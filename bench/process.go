@@ -195,7 +195,8 @@ const (
 	// the control subject is open to any client, so a request names one.
 	envProfiles = "TOOLBUS_BENCH_PROFILES"
 	// envTrace names a directory where each child writes an execution
-	// trace of its whole life, <role>.trace (docs/performance.md).
+	// trace of its whole life, with CPU samples, to <role>.trace
+	// (docs/performance.md, "Session 26").
 	envTrace   = "TOOLBUS_BENCH_TRACE"
 	childReady = "ready"
 )
@@ -269,8 +270,8 @@ func runChild(role string, in io.Reader, out io.Writer) error {
 			return err
 		}
 		defer trace.Stop()
-		// CPU samples at 5 kHz land in the trace, with their goroutine.
-		runtime.SetCPUProfileRate(5000)
+		// CPU samples land in the trace, with their goroutine (a
+		// --cpuprofile then fails: one CPU profile at a time).
 		if err := pprof.StartCPUProfile(io.Discard); err == nil {
 			defer pprof.StopCPUProfile()
 		}
