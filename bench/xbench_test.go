@@ -262,8 +262,9 @@ func sampled(p Profile) bool {
 }
 
 // TestChildTrace: with TOOLBUS_BENCH_TRACE a child writes an execution
-// trace of its life to <dir>/<role>.trace; a directory it cannot write to
-// fails it before it serves.
+// trace of its life to <dir>/<role>.trace, and no control request starts
+// one or names its file; a directory it cannot write to fails it before it
+// serves.
 func TestChildTrace(t *testing.T) {
 	if trace.IsEnabled() {
 		t.Skip("this process is traced already (-test.trace)")
@@ -289,6 +290,14 @@ func TestChildTrace(t *testing.T) {
 				t.Fatalf("ready line %q with the trace in %s", sc.Text(), tc.dir)
 			}
 			go func() { _, _ = io.Copy(io.Discard, outR) }()
+			elsewhere := t.TempDir()
+			if !tc.wantErr { // no control request starts a trace or names its file
+				nc := testkit.ConnectURL(t, s.ClientURL())
+				req := fmt.Sprintf(`{"trace": %q, "profile": %q}`, elsewhere, filepath.Join(elsewhere, "x"))
+				if _, err := nc.Request(ctlSubject(roleRelay), []byte(req), 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
 			stdinW.Close() // the parent's signal to exit
 			err := <-done
 			if tc.wantErr {
@@ -299,6 +308,9 @@ func TestChildTrace(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if left, _ := os.ReadDir(elsewhere); len(left) > 0 {
+				t.Fatalf("a control request wrote %s", left[0].Name())
 			}
 			b, err := os.ReadFile(filepath.Join(tc.dir, roleRelay+".trace"))
 			if err != nil || !strings.HasPrefix(string(b), "go 1.") {
