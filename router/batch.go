@@ -179,7 +179,6 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// off gets none (the agent re-sends, and the ledger answers).
 	if b.finishRest(complete) && m.Reply != "" {
 		b.p.report.reply(b, m.Reply)
-		yieldAlone(r.sem)
 	}
 }
 

@@ -214,7 +214,6 @@ type requestReply struct {
 	groups  *groups.Store                              // the agent state, for state_injected tools
 	outputs *outputs                                   // seals the workers' stored outputs
 	watch   *execWatches                               // the watchdog's view of requests in flight
-	slots   chan struct{}                              // the router's MaxInflight slots (yieldAlone); nil: never yields
 }
 
 // Exec runs j on the tool's workers.
@@ -308,7 +307,6 @@ func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*
 			m.Reply = inbox
 			err = x.replies.Conn().PublishMsg(m)
 			m.Reply = ""
-			yieldAlone(x.slots)
 		})
 		return err
 	})

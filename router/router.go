@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -357,7 +356,7 @@ func (r *Router) build(ctx context.Context) error {
 
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
-	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs, slots: r.sem},
+	r.tools.exec = chain(requestReply{replies: replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true}), execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led.Once))
 	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led}
@@ -456,21 +455,6 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	}
 	r.handle(r.sem, h, m, sh)
 }
-
-// yieldAlone lets the connection's flusher, which the publish just made
-// woke, write at once when the caller holds the only slot of slots in use:
-// the message leaves before the caller's remaining work, not after it
-// (docs/performance.md, "Session 26 — one caller's critical path"). With
-// other handlers running nobody yields, and one write carries many
-// handlers' messages.
-func yieldAlone(slots chan struct{}) {
-	if lone(slots) {
-		runtime.Gosched()
-	}
-}
-
-// lone reports whether at most one slot of slots is in use (nil: never).
-func lone(slots chan struct{}) bool { return slots != nil && len(slots) <= 1 }
 
 // maxBeats bounds the registrations and heartbeats (one per tool each
 // beat, docs/protocol.md 7.1) a router handles at once, apart from MaxInflight.

@@ -160,34 +160,3 @@ func BenchmarkShares(b *testing.B) {
 		})
 	}
 }
-
-// TestLone: a handler yields to the flusher only while it holds the one
-// slot in use (yieldAlone); a requestReply without slots never does.
-func TestLone(t *testing.T) {
-	for _, tc := range []struct {
-		name       string
-		cap, inUse int
-		nilSlots   bool
-		want       bool
-	}{
-		{name: "no slots", nilSlots: true},
-		{name: "none in use", cap: 4, want: true},
-		{name: "the caller's alone", cap: 4, inUse: 1, want: true},
-		{name: "another handler", cap: 4, inUse: 2},
-		{name: "full", cap: 4, inUse: 4},
-		{name: "one slot, held", cap: 1, inUse: 1, want: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var slots chan struct{}
-			if !tc.nilSlots {
-				slots = make(chan struct{}, tc.cap)
-				for range tc.inUse {
-					slots <- struct{}{}
-				}
-			}
-			if got := lone(slots); got != tc.want {
-				t.Fatalf("lone with %d of %d slots in use = %v, want %v", tc.inUse, tc.cap, got, tc.want)
-			}
-		})
-	}
-}
