@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -193,7 +194,11 @@ const (
 	// envProfiles lists the only files the router may write profiles to:
 	// the control subject is open to any client, so a request names one.
 	envProfiles = "TOOLBUS_BENCH_PROFILES"
-	childReady  = "ready"
+	// envTrace names a directory where each child writes an execution
+	// trace of its whole life, with CPU samples, to <role>.trace
+	// (docs/performance.md, "Session 26").
+	envTrace   = "TOOLBUS_BENCH_TRACE"
+	childReady = "ready"
 )
 
 // ctlSubject is a child's control subject (outside every toolbus prefix): an
@@ -255,6 +260,22 @@ func runChild(role string, in io.Reader, out io.Writer) error {
 		_, _ = io.Copy(io.Discard, in)
 		cancel()
 	}()
+	if dir := os.Getenv(envTrace); dir != "" {
+		f, err := os.Create(filepath.Join(dir, role+".trace"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
+		// CPU samples land in the trace, with their goroutine (a
+		// --cpuprofile then fails: one CPU profile at a time).
+		if err := pprof.StartCPUProfile(io.Discard); err == nil {
+			defer pprof.StopCPUProfile()
+		}
+	}
 	url := os.Getenv(envURL)
 	if role == roleNATS {
 		s, err := embedded.Start(embedded.Config{StoreDir: os.Getenv(envDir)})

@@ -1,11 +1,14 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/trace"
 	"strings"
 	"testing"
 	"time"
@@ -256,4 +259,63 @@ func TestRunQuick(t *testing.T) {
 // expected) an empty split is a fault.
 func sampled(p Profile) bool {
 	return len(p.Shares) > 0 || p.CPUUSPerCall*float64(p.Calls) < 100_000
+}
+
+// TestChildTrace: with TOOLBUS_BENCH_TRACE a child writes an execution
+// trace of its life to <dir>/<role>.trace, and no control request starts
+// one or names its file; a directory it cannot write to fails it before it
+// serves.
+func TestChildTrace(t *testing.T) {
+	if trace.IsEnabled() {
+		t.Skip("this process is traced already (-test.trace)")
+	}
+	s := testkit.RunServer(t)
+	t.Setenv(envURL, s.ClientURL())
+	for _, tc := range []struct {
+		name    string
+		dir     string
+		wantErr bool
+	}{
+		{name: "written", dir: t.TempDir()},
+		{name: "no such directory", dir: filepath.Join(t.TempDir(), "missing"), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(envTrace, tc.dir)
+			stdinR, stdinW := io.Pipe()
+			outR, outW := io.Pipe()
+			done := make(chan error, 1)
+			go func() { done <- runChild(roleRelay, stdinR, outW); outW.Close() }()
+			sc := bufio.NewScanner(outR)
+			if ready := sc.Scan() && strings.HasPrefix(sc.Text(), childReady); ready == tc.wantErr {
+				t.Fatalf("ready line %q with the trace in %s", sc.Text(), tc.dir)
+			}
+			go func() { _, _ = io.Copy(io.Discard, outR) }()
+			elsewhere := t.TempDir()
+			if !tc.wantErr { // no control request starts a trace or names its file
+				nc := testkit.ConnectURL(t, s.ClientURL())
+				req := fmt.Sprintf(`{"trace": %q, "profile": %q}`, elsewhere, filepath.Join(elsewhere, "x"))
+				if _, err := nc.Request(ctlSubject(roleRelay), []byte(req), 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stdinW.Close() // the parent's signal to exit
+			err := <-done
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), tc.dir) {
+					t.Fatalf("runChild = %v, want an error naming %s", err, tc.dir)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left, _ := os.ReadDir(elsewhere); len(left) > 0 {
+				t.Fatalf("a control request wrote %s", left[0].Name())
+			}
+			b, err := os.ReadFile(filepath.Join(tc.dir, roleRelay+".trace"))
+			if err != nil || !strings.HasPrefix(string(b), "go 1.") {
+				t.Fatalf("trace file: %d bytes starting %q, err %v", len(b), b[:min(len(b), 16)], err)
+			}
+		})
+	}
 }
