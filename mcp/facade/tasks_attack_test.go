@@ -1,0 +1,77 @@
+package facade
+
+import (
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+)
+
+// TestAttackTaskTTLOutlivesBound (session 26, red team): a host asking a
+// TTL of 1 ms had each task leave the bound at once (its index entry was
+// pruned by the next creation), while its record stayed in the bucket a
+// day and took the call's result when it came, up to 1 MiB: a loop of
+// task-augmented calls of a tool that returns its input stored a MiB per
+// call for a day, past MaxTasks. A record past its TTL now takes no
+// write, and one pruned from the index is deleted; a TTL past the
+// bucket's age (math.MaxInt64 ms overflowed time.Duration to a negative
+// TTL) is the bucket's age.
+func TestAttackTaskTTLOutlivesBound(t *testing.T) {
+	p := newPairWith(t, false, func(c *Config) { c.MaxTasks = 2 })
+	const s, rounds = "lb-ttl", 6
+	ev, err := p.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop(t.Context())
+	big := strings.Repeat("x", 200<<10)
+	var ids []string
+	for range rounds {
+		res, rerr := p.rpc(t, "A", s, "alice", "tools/call",
+			map[string]any{"name": "hello", "arguments": map[string]any{"name": big}, "task": map[string]any{"ttl": 1}}, false)
+		if rerr != nil {
+			t.Fatalf("task: %+v", rerr)
+		}
+		var created mcp.CreateTaskResult
+		if err := json.Unmarshal(res, &created); err != nil || created.Task.TaskId == "" {
+			t.Fatalf("create task: %.200s %v", res, err)
+		}
+		ids = append(ids, created.Task.TaskId)
+		for m := testkit.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = testkit.Recv(t, ev.C, bound, "a batch.done") {
+		}
+	}
+	// The last run's end may still be on its way to the record: one more
+	// creation prunes (and deletes) every record before it.
+	p.startTaskTTL(t, "A", s, "alice", "hello", 60000)
+	kv, err := p.backend[0].kv.bucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, bytes := 0, 0
+	for _, id := range ids {
+		e, err := kv.Get(t.Context(), userKey("t", s, "alice", id))
+		if err != nil || len(e.Value()) == 0 {
+			continue // deleted
+		}
+		kept++
+		bytes += len(e.Value())
+	}
+	if kept > 2 || bytes > 2*4096 {
+		t.Fatalf("%d of %d expired records kept, %d bytes, with MaxTasks 2", kept, rounds, bytes)
+	}
+
+	res, rerr := p.rpc(t, "A", s, "bob", "tools/call",
+		map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{"ttl": int64(math.MaxInt64)}}, false)
+	if rerr != nil {
+		t.Fatalf("task: %+v", rerr)
+	}
+	var created mcp.CreateTaskResult
+	if err := json.Unmarshal(res, &created); err != nil || created.Task.TTL == nil || *created.Task.TTL != bus.MCPStateMaxAge.Milliseconds() {
+		t.Fatalf("a TTL of MaxInt64 ms: %s, %v; want the bucket's age, %d ms", res, err, bus.MCPStateMaxAge.Milliseconds())
+	}
+}
