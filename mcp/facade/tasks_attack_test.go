@@ -3,8 +3,11 @@ package facade
 import (
 	"encoding/json"
 	"math"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -73,5 +76,45 @@ func TestAttackTaskTTLOutlivesBound(t *testing.T) {
 	var created mcp.CreateTaskResult
 	if err := json.Unmarshal(res, &created); err != nil || created.Task.TTL == nil || *created.Task.TTL != bus.MCPStateMaxAge.Milliseconds() {
 		t.Fatalf("a TTL of MaxInt64 ms: %s, %v; want the bucket's age, %d ms", res, err, bus.MCPStateMaxAge.Milliseconds())
+	}
+}
+
+// TestAttackTaskListReadsResults measures what one tasks/list costs a
+// facade whose host keeps its tasks completed with results near the
+// record's bound, against small ones: every listing reads each record
+// whole (session 26, red team: a residual risk, docs/security.md); it runs
+// only with TOOLBUS_MEASURE=1:
+//
+//	TOOLBUS_MEASURE=1 go test -count=1 -run TestAttackTaskListReadsResults -v ./mcp/facade
+func TestAttackTaskListReadsResults(t *testing.T) {
+	if os.Getenv("TOOLBUS_MEASURE") != "1" {
+		t.Skip("set TOOLBUS_MEASURE=1 to measure")
+	}
+	const n = 20
+	p := newPairWith(t, false, func(c *Config) { c.MaxTasks = n })
+	for _, size := range []int{1, 900 << 10} {
+		s := "lb-list-" + strconv.Itoa(size)
+		ev, err := p.bus.Watch(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := strings.Repeat("x", size)
+		for range n {
+			if _, rerr := p.rpc(t, "A", s, "alice", "tools/call",
+				map[string]any{"name": "hello", "arguments": map[string]any{"name": big}, "task": map[string]any{"ttl": 600000}}, false); rerr != nil {
+				t.Fatalf("task: %+v", rerr)
+			}
+			for m := testkit.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = testkit.Recv(t, ev.C, bound, "a batch.done") {
+			}
+		}
+		_ = ev.Stop(t.Context())
+		const lists = 10
+		start := time.Now()
+		for range lists {
+			if _, rerr := p.rpc(t, "A", s, "alice", "tasks/list", nil, false); rerr != nil {
+				t.Fatal(rerr)
+			}
+		}
+		t.Logf("tasks/list of %d tasks with results of %d bytes: %v each", n, size, time.Since(start)/lists)
 	}
 }
