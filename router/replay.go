@@ -77,6 +77,44 @@ type replays struct {
 	limit  replayLimit
 	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
 	heard  heard                     // consumers whose pull subject this router's server knows
+	// checking bounds each session's (or handoff grant's) pulls and stops
+	// being checked at once (session 26, red team: one session's flood of
+	// pulls, each a JetStream API request, held every other session's).
+	checking checking
+}
+
+// maxChecking bounds the pulls and stops of one feed key a router checks
+// at once: a follower pulls once at a time per consumer, and a session has
+// at most maxSessionReplays of them.
+const maxChecking = 2 * maxSessionReplays
+
+// checking counts the pulls and stops being checked per feed key; the
+// zero value is ready.
+type checking struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// take counts one more for key; false (not counted) past maxChecking.
+func (c *checking) take(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[key] >= maxChecking {
+		return false
+	}
+	c.n[key]++
+	return true
+}
+
+func (c *checking) give(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[key]--; c.n[key] <= 0 {
+		delete(c.n, key)
+	}
 }
 
 // feed is what a request subject grants: consumers of stream on filter,
@@ -110,10 +148,17 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	switch e.Type {
 	case f.create:
 		err = r.make(m, e, f)
-	case bus.TypeConsumerNext:
-		err = r.next(m, e, f)
-	case bus.TypeConsumerStop:
-		err = r.stop(e, f)
+	case bus.TypeConsumerNext, bus.TypeConsumerStop:
+		if !r.checking.take(f.key) {
+			err = bus.Errorf(bus.CodeBusy, "%s has %d pulls and stops being checked on this router; wait for their answers", f.what, maxChecking)
+			break
+		}
+		if e.Type == bus.TypeConsumerNext {
+			err = r.next(m, e, f)
+		} else {
+			err = r.stop(e, f)
+		}
+		r.checking.give(f.key)
 	default:
 		err = bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type)
 	}
