@@ -77,14 +77,14 @@ type replays struct {
 	limit  replayLimit
 	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
 	heard  heard                     // consumers whose pull subject this router's server knows
-	// checking bounds each session's (or handoff grant's) pulls and stops
-	// being checked at once (session 26, red team: one session's flood of
+	// checking bounds each session's pulls and stops of its replays being
+	// checked at once (session 26, red team: one session's flood of
 	// pulls, each a JetStream API request, held every other session's).
 	checking checking
 }
 
-// maxChecking bounds the pulls and stops of one feed key a router checks
-// at once: a follower pulls once at a time per consumer, and a session has
+// maxChecking bounds the pulls and stops of one session's replays a
+// router checks at once: a follower pulls once at a time per consumer, and a session has
 // at most maxSessionReplays of them.
 const maxChecking = 2 * maxSessionReplays
 
@@ -149,7 +149,10 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	case f.create:
 		err = r.make(m, e, f)
 	case bus.TypeConsumerNext, bus.TypeConsumerStop:
-		if !r.checking.take(f.key) {
+		// A session's replays only: a handoff grant's followers are many
+		// handlers of a tool, whose relays maxHandoffPulls bounds.
+		session := f.want == nil
+		if session && !r.checking.take(f.key) {
 			err = bus.Errorf(bus.CodeBusy, "%s has %d pulls and stops being checked on this router; wait for their answers", f.what, maxChecking)
 			break
 		}
@@ -158,7 +161,9 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 		} else {
 			err = r.stop(e, f)
 		}
-		r.checking.give(f.key)
+		if session {
+			r.checking.give(f.key)
+		}
 	default:
 		err = bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type)
 	}
