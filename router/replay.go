@@ -37,10 +37,41 @@ const defaultBatch = 64
 // jsAPI is the JetStream API prefix the router's relayed pulls go to.
 const jsAPI = "$JS.API."
 
-// replayLimit counts the replay consumers made per session within replayIdle.
+// maxChecking bounds one session's pulls and stops a router checks at once
+// (each a JetStream API request; session 26, red team: one session's flood
+// held every other session's replays): a follower pulls once at a time per
+// consumer, and a session has at most maxSessionReplays of them.
+const maxChecking = 2 * maxSessionReplays
+
+// replayLimit counts the replay consumers made per session within
+// replayIdle, and the pulls and stops being checked.
 type replayLimit struct {
-	mu   sync.Mutex
-	made map[string][]time.Time
+	mu       sync.Mutex
+	made     map[string][]time.Time
+	checking map[string]int
+}
+
+// check counts one more of session's pulls and stops being checked (false
+// past maxChecking: not counted); done counts one fewer.
+func (l *replayLimit) check(session string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checking[session] >= maxChecking {
+		return false
+	}
+	if l.checking == nil {
+		l.checking = map[string]int{}
+	}
+	l.checking[session]++
+	return true
+}
+
+func (l *replayLimit) done(session string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checking[session]--; l.checking[session] <= 0 {
+		delete(l.checking, session)
+	}
 }
 
 // take reports whether session may have another replay consumer now, counting it.
@@ -77,44 +108,6 @@ type replays struct {
 	limit  replayLimit
 	bound  func(session string) bool // whether a session has its own agent user (nil: open router)
 	heard  heard                     // consumers whose pull subject this router's server knows
-	// checking bounds each session's pulls and stops of its replays being
-	// checked at once (session 26, red team: one session's flood of
-	// pulls, each a JetStream API request, held every other session's).
-	checking checking
-}
-
-// maxChecking bounds the pulls and stops of one session's replays a
-// router checks at once: a follower pulls once at a time per consumer, and a session has
-// at most maxSessionReplays of them.
-const maxChecking = 2 * maxSessionReplays
-
-// checking counts the pulls and stops being checked per feed key; the
-// zero value is ready.
-type checking struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// take counts one more for key; false (not counted) past maxChecking.
-func (c *checking) take(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
-	}
-	if c.n[key] >= maxChecking {
-		return false
-	}
-	c.n[key]++
-	return true
-}
-
-func (c *checking) give(key string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.n[key]--; c.n[key] <= 0 {
-		delete(c.n, key)
-	}
 }
 
 // feed is what a request subject grants: consumers of stream on filter,
@@ -152,7 +145,7 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 		// A session's replays only: a handoff grant's followers are many
 		// handlers of a tool, whose relays maxHandoffPulls bounds.
 		session := f.want == nil
-		if session && !r.checking.take(f.key) {
+		if session && !r.limit.check(f.key) {
 			err = bus.Errorf(bus.CodeBusy, "%s has %d pulls and stops being checked on this router; wait for their answers", f.what, maxChecking)
 			break
 		}
@@ -162,7 +155,7 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 			err = r.stop(e, f)
 		}
 		if session {
-			r.checking.give(f.key)
+			r.limit.done(f.key)
 		}
 	default:
 		err = bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type)
