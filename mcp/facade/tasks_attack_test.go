@@ -68,14 +68,19 @@ func TestAttackTaskTTLOutlivesBound(t *testing.T) {
 		t.Fatalf("%d of %d expired records kept, %d bytes, with MaxTasks 2", kept, rounds, bytes)
 	}
 
-	res, rerr := p.rpc(t, "A", s, "bob", "tools/call",
-		map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{"ttl": int64(math.MaxInt64)}}, false)
-	if rerr != nil {
-		t.Fatalf("task: %+v", rerr)
-	}
-	var created mcp.CreateTaskResult
-	if err := json.Unmarshal(res, &created); err != nil || created.Task.TTL == nil || *created.Task.TTL != bus.MCPStateMaxAge.Milliseconds() {
-		t.Fatalf("a TTL of MaxInt64 ms: %s, %v; want the bucket's age, %d ms", res, err, bus.MCPStateMaxAge.Milliseconds())
+	// TTLs out of range: the default for none, zero or a negative one, the
+	// bucket's age for a huge one.
+	for ttl, want := range map[int64]int64{0: DefaultTaskTTL.Milliseconds(), -5: DefaultTaskTTL.Milliseconds(), math.MinInt64: DefaultTaskTTL.Milliseconds(),
+		math.MaxInt64: bus.MCPStateMaxAge.Milliseconds(), math.MaxInt64 / 1000: bus.MCPStateMaxAge.Milliseconds()} {
+		res, rerr := p.rpc(t, "A", s, "bob-"+strconv.FormatInt(ttl, 10), "tools/call", // a user each: MaxTasks is 2
+			map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{"ttl": ttl}}, false)
+		if rerr != nil {
+			t.Fatalf("task: %+v", rerr)
+		}
+		var created mcp.CreateTaskResult
+		if err := json.Unmarshal(res, &created); err != nil || created.Task.TTL == nil || *created.Task.TTL != want {
+			t.Fatalf("a TTL of %d ms: %s, %v; want %d ms", ttl, res, err, want)
+		}
 	}
 }
 
