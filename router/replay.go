@@ -37,10 +37,41 @@ const defaultBatch = 64
 // jsAPI is the JetStream API prefix the router's relayed pulls go to.
 const jsAPI = "$JS.API."
 
-// replayLimit counts the replay consumers made per session within replayIdle.
+// maxChecking bounds one session's pulls and stops a router checks at once
+// (each a JetStream API request; session 26, red team: one session's flood
+// held every other session's replays): a follower pulls once at a time per
+// consumer, and a session has at most maxSessionReplays of them.
+const maxChecking = 2 * maxSessionReplays
+
+// replayLimit counts the replay consumers made per session within
+// replayIdle, and the pulls and stops being checked.
 type replayLimit struct {
-	mu   sync.Mutex
-	made map[string][]time.Time
+	mu       sync.Mutex
+	made     map[string][]time.Time
+	checking map[string]int
+}
+
+// check counts one more of session's pulls and stops being checked (false
+// past maxChecking: not counted); done counts one fewer.
+func (l *replayLimit) check(session string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checking[session] >= maxChecking {
+		return false
+	}
+	if l.checking == nil {
+		l.checking = map[string]int{}
+	}
+	l.checking[session]++
+	return true
+}
+
+func (l *replayLimit) done(session string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checking[session]--; l.checking[session] <= 0 {
+		delete(l.checking, session)
+	}
 }
 
 // take reports whether session may have another replay consumer now, counting it.
@@ -110,10 +141,22 @@ func (r *replays) serve(m *nats.Msg, e *bus.Event, f feed) {
 	switch e.Type {
 	case f.create:
 		err = r.make(m, e, f)
-	case bus.TypeConsumerNext:
-		err = r.next(m, e, f)
-	case bus.TypeConsumerStop:
-		err = r.stop(e, f)
+	case bus.TypeConsumerNext, bus.TypeConsumerStop:
+		// A session's replays only: a handoff grant's followers are many
+		// handlers of a tool, whose relays maxHandoffPulls bounds.
+		session := f.want == nil
+		if session && !r.limit.check(f.key) {
+			err = bus.Errorf(bus.CodeBusy, "%s has %d pulls and stops being checked on this router; wait for their answers", f.what, maxChecking)
+			break
+		}
+		if e.Type == bus.TypeConsumerNext {
+			err = r.next(m, e, f)
+		} else {
+			err = r.stop(e, f)
+		}
+		if session {
+			r.limit.done(f.key)
+		}
 	default:
 		err = bus.Errorf(bus.CodeBadEvent, "expected an event of type %s, %s or %s on %s, got %q", f.create, bus.TypeConsumerNext, bus.TypeConsumerStop, m.Subject, e.Type)
 	}

@@ -123,6 +123,9 @@ func buildFast(doc any) *fastNode {
 				return nil
 			}
 			b := map[string]*bound{"minimum": &n.min, "maximum": &n.max, "exclusiveMinimum": &n.min, "exclusiveMaximum": &n.max}[k]
+			if b.set { // minimum and exclusiveMinimum together: the full validator holds the input to both
+				return nil
+			}
 			*b = bound{v: i, set: true, excl: strings.HasPrefix(k, "exclusive")}
 		case k == "minLength", k == "maxLength", k == "minItems", k == "maxItems":
 			num, ok := v.(json.Number)

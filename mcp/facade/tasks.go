@@ -202,9 +202,8 @@ func (s *taskFront) start(ctx context.Context, req mcp.CallToolRequest) (any, *r
 	}
 	ttl := DefaultTaskTTL
 	if t := req.Params.Task; t != nil && t.TTL != nil && *t.TTL > 0 {
-		ttl = time.Duration(*t.TTL) * time.Millisecond
+		ttl = time.Duration(min(*t.TTL, bus.MCPStateMaxAge.Milliseconds())) * time.Millisecond // before it could overflow
 	}
-	ttl = min(ttl, bus.MCPStateMaxAge)
 	now := time.Now()
 	r := &taskRecord{ID: newID(), Session: s.session, User: s.user, Tool: req.Params.Name, CallID: "mcp-" + nuid.Next(),
 		ReplyID: client.NewReplyID(), Status: mcp.TaskStatusWorking, Created: now, Updated: now, TTLMS: ttl.Milliseconds()}

@@ -174,6 +174,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	if err != nil {
 		return err
 	}
+	var expired []string // pruned from the index: their records go too, or they would stay the bucket's day uncounted
 	_, err = store.Update(ctx, kv, userKey("i", r.Session, r.User), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		var idx taskIndex
 		if cur != nil && len(cur.Value()) > 0 {
@@ -182,7 +183,14 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 			}
 		}
 		now := time.Now()
-		idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool { return !now.Before(e.Expires) })
+		expired = expired[:0]
+		idx.Tasks = slices.DeleteFunc(idx.Tasks, func(e indexEntry) bool {
+			if now.Before(e.Expires) {
+				return false
+			}
+			expired = append(expired, e.ID)
+			return true
+		})
 		if len(idx.Tasks) >= st.maxTasks {
 			return nil, fmt.Errorf("%w: %d tasks kept for this session and user (the most); wait for some to expire", errTooManyTasks, len(idx.Tasks))
 		}
@@ -194,6 +202,9 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	for _, id := range expired {
+		st.delete(ctx, userKey("t", r.Session, r.User, id))
 	}
 	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
@@ -329,8 +340,8 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 		if err := json.Unmarshal(cur.Value(), &r); err != nil {
 			return nil, err
 		}
-		if r.Session != session || r.User != user || r.ID != id {
-			return nil, errNotFound
+		if r.Session != session || r.User != user || r.ID != id || time.Now().After(r.expires()) {
+			return nil, errNotFound // past its TTL a record takes no write (its result could be a MiB), and is dropped
 		}
 		out = &r
 		if r.Status.IsTerminal() {

@@ -1,0 +1,125 @@
+package facade
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+)
+
+// TestAttackTaskTTLOutlivesBound (session 26, red team): a host asking a
+// TTL of 1 ms had each task leave the bound at once (its index entry was
+// pruned by the next creation), while its record stayed in the bucket a
+// day and took the call's result when it came, up to 1 MiB: a loop of
+// task-augmented calls of a tool that returns its input stored a MiB per
+// call for a day, past MaxTasks. A record past its TTL now takes no
+// write, and one pruned from the index is deleted; a TTL past the
+// bucket's age (math.MaxInt64 ms overflowed time.Duration to a negative
+// TTL) is the bucket's age.
+func TestAttackTaskTTLOutlivesBound(t *testing.T) {
+	p := newPairWith(t, false, func(c *Config) { c.MaxTasks = 2 })
+	const s, rounds = "lb-ttl", 6
+	ev, err := p.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop(t.Context())
+	big := strings.Repeat("x", 200<<10)
+	var ids []string
+	for range rounds {
+		res, rerr := p.rpc(t, "A", s, "alice", "tools/call",
+			map[string]any{"name": "hello", "arguments": map[string]any{"name": big}, "task": map[string]any{"ttl": 1}}, false)
+		if rerr != nil {
+			t.Fatalf("task: %+v", rerr)
+		}
+		var created mcp.CreateTaskResult
+		if err := json.Unmarshal(res, &created); err != nil || created.Task.TaskId == "" {
+			t.Fatalf("create task: %.200s %v", res, err)
+		}
+		ids = append(ids, created.Task.TaskId)
+		for m := testkit.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = testkit.Recv(t, ev.C, bound, "a batch.done") {
+		}
+	}
+	// The last run's end may still be on its way to the record: one more
+	// creation prunes (and deletes) every record before it.
+	p.startTaskTTL(t, "A", s, "alice", "hello", 60000)
+	kv, err := p.backend[0].kv.bucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, bytes := 0, 0
+	for _, id := range ids {
+		e, err := kv.Get(t.Context(), userKey("t", s, "alice", id))
+		if err != nil || len(e.Value()) == 0 {
+			continue // deleted
+		}
+		kept++
+		bytes += len(e.Value())
+	}
+	if kept > 2 || bytes > 2*4096 {
+		t.Fatalf("%d of %d expired records kept, %d bytes, with MaxTasks 2", kept, rounds, bytes)
+	}
+
+	// TTLs out of range: the default for none, zero or a negative one, the
+	// bucket's age for a huge one.
+	for ttl, want := range map[int64]int64{0: DefaultTaskTTL.Milliseconds(), -5: DefaultTaskTTL.Milliseconds(), math.MinInt64: DefaultTaskTTL.Milliseconds(),
+		math.MaxInt64: bus.MCPStateMaxAge.Milliseconds(), math.MaxInt64 / 1000: bus.MCPStateMaxAge.Milliseconds()} {
+		res, rerr := p.rpc(t, "A", s, "bob-"+strconv.FormatInt(ttl, 10), "tools/call", // a user each: MaxTasks is 2
+			map[string]any{"name": "hello", "arguments": map[string]any{}, "task": map[string]any{"ttl": ttl}}, false)
+		if rerr != nil {
+			t.Fatalf("task: %+v", rerr)
+		}
+		var created mcp.CreateTaskResult
+		if err := json.Unmarshal(res, &created); err != nil || created.Task.TTL == nil || *created.Task.TTL != want {
+			t.Fatalf("a TTL of %d ms: %s, %v; want %d ms", ttl, res, err, want)
+		}
+	}
+}
+
+// TestAttackTaskListReadsResults measures what one tasks/list costs a
+// facade whose host keeps its tasks completed with results near the
+// record's bound, against small ones: every listing reads each record
+// whole (session 26, red team: a residual risk, docs/security.md); it runs
+// only with TOOLBUS_MEASURE=1:
+//
+//	TOOLBUS_MEASURE=1 go test -count=1 -run TestAttackTaskListReadsResults -v ./mcp/facade
+func TestAttackTaskListReadsResults(t *testing.T) {
+	if os.Getenv("TOOLBUS_MEASURE") != "1" {
+		t.Skip("set TOOLBUS_MEASURE=1 to measure")
+	}
+	const n = 20
+	p := newPairWith(t, false, func(c *Config) { c.MaxTasks = n })
+	for _, size := range []int{1, 900 << 10} {
+		s := "lb-list-" + strconv.Itoa(size)
+		ev, err := p.bus.Watch(t.Context(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := strings.Repeat("x", size)
+		for range n {
+			if _, rerr := p.rpc(t, "A", s, "alice", "tools/call",
+				map[string]any{"name": "hello", "arguments": map[string]any{"name": big}, "task": map[string]any{"ttl": 600000}}, false); rerr != nil {
+				t.Fatalf("task: %+v", rerr)
+			}
+			for m := testkit.Recv(t, ev.C, bound, "a batch.done"); m.Type != bus.TypeBatchDone; m = testkit.Recv(t, ev.C, bound, "a batch.done") {
+			}
+		}
+		_ = ev.Stop(t.Context())
+		const lists = 10
+		start := time.Now()
+		for range lists {
+			if _, rerr := p.rpc(t, "A", s, "alice", "tasks/list", nil, false); rerr != nil {
+				t.Fatal(rerr)
+			}
+		}
+		t.Logf("tasks/list of %d tasks with results of %d bytes: %v each", n, size, time.Since(start)/lists)
+	}
+}
