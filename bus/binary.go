@@ -108,13 +108,15 @@ func PublishBinary(nc *nats.Conn, subject string, e *Event, compact bool) error 
 }
 
 // binaryHeaders and compactHeaders are the headerBufs of WithBinaryMsg,
-// one pool per form, so that each keeps its shape.
+// one pool per form, so that each keeps its shape. A compact header (an
+// exec's 8 keys, a result's 4) fits a small map of 8 slots, which nats.go
+// walks twice per message; a hint of 16 made a table of 32 (session 26).
 var (
 	binaryHeaders = sync.Pool{New: func() any {
 		return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(binaryKeys))}
 	}}
 	compactHeaders = sync.Pool{New: func() any {
-		return &headerBuf{h: make(nats.Header, 16), vals: make([]string, len(compactKeys))}
+		return &headerBuf{h: make(nats.Header, 8), vals: make([]string, len(compactKeys))}
 	}}
 )
 

@@ -28,7 +28,8 @@ import (
 //
 //	go test -run '^$' -bench 'ClientCall|RawRequester' -benchmem -benchtime 40000x ./client/
 
-const benchCallers = 16
+// benchCallers is 16, or TOOLBUS_BENCH_CALLERS (1 for the one-caller path).
+var benchCallers = testkit.BenchCallers(16)
 
 const benchSession = "bench-session-0001"
 

@@ -32,7 +32,8 @@ import (
 //
 //	go test -run '^$' -bench 'WorkerCall|RawResponder' -benchmem -benchtime 40000x ./worker/
 
-const benchCallers = 16
+// benchCallers is 16, or TOOLBUS_BENCH_CALLERS (1 for the one-caller path).
+var benchCallers = testkit.BenchCallers(16)
 
 // benchExec runs the exec requests of callers callers, each with its own
 // reply id (one call of each in flight at a time), to subject on nc, made

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,8 @@ const (
 	// child writes its CPU profile of the measured calls to (the last
 	// child's, of the last sub-benchmark run: name one with -bench).
 	envBenchProfile = "TOOLBUS_WORKER_BENCH_CPUPROFILE"
+	// envBenchTrace is the same for a Go execution trace (runtime/trace).
+	envBenchTrace = "TOOLBUS_WORKER_BENCH_TRACE"
 )
 
 // childStats is what a child reports of itself.
@@ -235,9 +238,22 @@ func runBenchChild(role, url string) int {
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	profile, profiling := os.Getenv(envBenchProfile), false
+	tracing := os.Getenv(envBenchTrace)
 	for in.Scan() {
 		if strings.TrimSpace(in.Text()) != "stats" {
 			continue
+		}
+		if tracing != "" && !trace.IsEnabled() { // as the profile
+			f, err := os.Create(tracing)
+			if err == nil {
+				err = trace.Start(f)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		} else if trace.IsEnabled() {
+			trace.Stop()
+			tracing = ""
 		}
 		if profile != "" && !profiling { // from the first stats to the second
 			f, err := os.Create(profile)

@@ -18,7 +18,8 @@ import (
 // and serve each where it was read, as a leader and its followers
 // (docs/worker.md, "the hand-off"): one reader at a time, the leader,
 // waits on the channel and serves what it takes; one busy for longer than
-// promoteAfter promotes others (followers, or new goroutines up to limit);
+// promoteAfter promotes others (followers, or new goroutines up to limit:
+// one per request waiting past one long call, one past a run of short ones);
 // a reader done serving while another leads follows, and followers idle
 // for idleTime exit.
 type readers struct {
@@ -98,6 +99,9 @@ type reader struct {
 	rs    *readers
 	state atomic.Int32
 	timer *time.Timer
+	// took counts the requests taken; armed is took when the timer was
+	// armed, so fire tells one long call from a run of short ones.
+	took, armed atomic.Int64
 	// wake takes the one promotion of a follower (sent under idleMu, never
 	// blocking); idle is its timer as a follower.
 	wake chan struct{}
@@ -129,6 +133,7 @@ func (r *reader) lead() bool {
 	for {
 		select {
 		case m := <-rs.ch:
+			r.took.Add(1)
 			if r.state.Load() == waiting {
 				r.begin()
 			}
@@ -150,6 +155,7 @@ func (r *reader) lead() bool {
 		select {
 		case m := <-rs.ch:
 			rs.parked.Add(-1)
+			r.took.Add(1)
 			r.begin()
 			rs.serve(m)
 		case <-rs.quit:
@@ -226,6 +232,7 @@ func (rs *readers) promote() bool {
 
 func (r *reader) begin() {
 	r.state.Store(busy)
+	r.armed.Store(r.took.Load())
 	r.timer.Reset(r.rs.after)
 }
 
@@ -247,7 +254,11 @@ func (r *reader) fire() {
 		return
 	}
 	woke := false
-	for n := len(rs.ch) + 1; n > 0; n-- { // one for each request waiting, one to wait on the channel
+	n := len(rs.ch) + 1 // past one long call: one for each request waiting, one to wait on the channel
+	if r.took.Load() != r.armed.Load() {
+		n = 1 // past a run of short calls: one more reader shares them (and may promote another)
+	}
+	for ; n > 0; n-- {
 		if rs.promote() {
 			woke = true
 			continue

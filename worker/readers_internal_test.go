@@ -110,6 +110,51 @@ func TestReadersShareAStreak(t *testing.T) {
 	})
 }
 
+// TestReadersShortRunPromotesOne: a reader past promoteAfter in a run of
+// short calls (not one long call) promotes one more reader to share them,
+// not one per request waiting: those would mostly find the channel taken
+// again and follow (session 26). Each reader so promoted may promote one
+// more after its own promoteAfter, so a busy worker still takes more
+// cores.
+func TestReadersShortRunPromotesOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var cur, most int
+		count := func(d int) {
+			mu.Lock()
+			defer mu.Unlock()
+			cur += d
+			most = max(most, cur)
+		}
+		rs := newReaders(64, time.Minute, 64, func(*nats.Msg) {
+			count(1)
+			time.Sleep(promoteAfter / 4) // a short call, on the bubble's clock
+			count(-1)
+		}).start()
+		defer rs.wait(t.Context())
+		defer rs.close()
+		for range 40 {
+			rs.ch <- &nats.Msg{}
+		}
+		time.Sleep(promoteAfter + promoteAfter/8) // past the first reader's promotion, before the second's
+		synctest.Wait()
+		mu.Lock()
+		n := most
+		mu.Unlock()
+		if n != 2 {
+			t.Fatalf("%d calls at once after one run of short calls past promoteAfter, want 2", n)
+		}
+		time.Sleep(promoteAfter)
+		synctest.Wait()
+		mu.Lock()
+		n = most
+		mu.Unlock()
+		if n != 3 {
+			t.Fatalf("%d calls at once after the second reader's promoteAfter, want 3", n)
+		}
+	})
+}
+
 // TestReadersCloseServesWhatIsLeft: closing the readers serves what the
 // channel holds, then every reader exits.
 func TestReadersCloseServesWhatIsLeft(t *testing.T) {

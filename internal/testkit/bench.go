@@ -3,8 +3,10 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"testing"
 
 	"github.com/google/pprof/profile"
@@ -88,4 +90,13 @@ func inMsgs(b *testing.B, s *server.Server) int64 {
 		b.Fatal(err)
 	}
 	return v.InMsgs
+}
+
+// BenchCallers is the callers a benchmark runs: TOOLBUS_BENCH_CALLERS if
+// set to a positive number, else def.
+func BenchCallers(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("TOOLBUS_BENCH_CALLERS")); err == nil && n > 0 {
+		return n
+	}
+	return def
 }
