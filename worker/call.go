@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,11 +142,14 @@ func (c *Call) PatchState(patch any) error {
 type Func[In, Out any] func(ctx context.Context, c *Call, in In) (Out, error)
 
 // Register adds a typed tool to w. The input schema is derived from In unless
-// def.InputSchema is set. Out becomes the output as follows: a string is one
+// def.InputSchema is set; then an input key that names a field of In only
+// in another case is refused, as the Python and Java SDKs match keys
+// exactly (tag the fields with the schema's names). Out becomes the output as follows: a string is one
 // text block; a bus.Block or []bus.Block is used as is; a *bus.ExecResult is
 // passed through; anything else is marshalled to JSON in a text block.
 func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
-	if len(def.InputSchema) == 0 {
+	own := len(def.InputSchema) > 0 // its author's: keys in another case are refused (keycase.go)
+	if !own {
 		s, err := schemas.For[In]()
 		if err != nil {
 			return fmt.Errorf("worker: tool %s: %w", def.Name, err)
@@ -154,6 +158,11 @@ func Register[In, Out any](w *Worker, def bus.ToolDef, fn Func[In, Out]) error {
 	}
 	return w.Handle(def, func(ctx context.Context, c *Call) (*bus.ExecResult, error) {
 		var in In
+		if own {
+			if k := foldedKey(reflect.TypeFor[In](), c.Input); k != "" {
+				return nil, fmt.Errorf("input key %q names a field in another case; keys are matched exactly", k)
+			}
+		}
 		if len(c.Input) > 0 { // UnmarshalOf keeps in on the stack (Unmarshal's any made it escape)
 			if err := fastjson.UnmarshalOf(c.Input, &in); err != nil {
 				return nil, fmt.Errorf("input does not decode: %w", err)

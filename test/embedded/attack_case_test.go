@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
@@ -15,11 +16,9 @@ import (
 // open, whose typed handler decodes the input with the SDK's decoder: the
 // router checks "mode" against its enum, and a key differing only in case
 // ("MODE") is an additional property it does not check, which the
-// decoder (case-insensitive, as encoding/json) puts in the same field: the
-// tool runs in mode "rm". A known gap (docs/security.md), skipped unless
-// TOOLBUS_RUN_BUGS=1.
+// decoder (case-insensitive, as encoding/json) put in the same field: the
+// tool ran in mode "rm". Register refuses such a key (worker/keycase.go).
 func TestAttackKeyCase(t *testing.T) {
-	knownBug(t, "a typed Go tool with an open schema of its own decodes a key differing only in case into a checked field")
 	e := startEnv(t, 1, false, router.Config{})
 	type modeIn struct {
 		Mode string `json:"mode"`
@@ -35,13 +34,23 @@ func TestAttackKeyCase(t *testing.T) {
 			t.Fatal(err)
 		}
 	}, "cased")
-	for _, in := range []string{`{"mode":"safe","MODE":"rm"}`, `{"mode":"safe","Mode":"rm"}`, `{"mode":"safe","mODE":"rm"}`} {
+	for _, in := range []string{`{"mode":"safe","MODE":"rm"}`, `{"mode":"safe","Mode":"rm"}`, `{"mode":"safe","mODE":"rm"}`, `{"mode":"safe"}`} {
 		r, err := e.client.Call(t.Context(), "case-s", bus.Batch{Calls: []bus.Call{{ID: "c", Name: "cased", Input: json.RawMessage(in)}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res := r.Results[0]; res.State == bus.StateSuccess && textOf(res) != "safe" {
+		res := r.Results[0]
+		if in == `{"mode":"safe"}` {
+			if res.State != bus.StateSuccess || textOf(res) != "safe" {
+				t.Fatalf("%s: %+v, want success in mode safe", in, res)
+			}
+			continue
+		}
+		if res.State == bus.StateSuccess {
 			t.Fatalf("%s: the tool ran in mode %q, outside its schema's enum", in, <-seen)
+		}
+		if !strings.Contains(textOf(res), "another case") {
+			t.Fatalf("%s: refused without saying why: %+v", in, res)
 		}
 	}
 }
