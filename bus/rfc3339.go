@@ -54,42 +54,12 @@ func decimal(s string, i, n int) int {
 	return v
 }
 
-// appendUTC appends UTC time t as t.AppendFormat(b, layout) does, layout
-// timeLayout (fraction milliseconds) or time.RFC3339Nano (fraction as
-// long as the nanoseconds need, none when they are 0), by hand for years
-// 0 to 9999 (FuzzAppendUTC holds the two to one result).
-func appendUTC(b []byte, t time.Time, layout string) []byte {
-	year, month, day := t.Date()
-	if year < 0 || year > 9999 || t.Location() != time.UTC {
-		return t.AppendFormat(b, layout)
-	}
-	hour, minute, sec := t.Clock()
-	b = appendDigits(b, year, 4)
-	b = appendDigits(append(b, '-'), int(month), 2)
-	b = appendDigits(append(b, '-'), day, 2)
-	b = appendDigits(append(b, 'T'), hour, 2)
-	b = appendDigits(append(b, ':'), minute, 2)
-	b = appendDigits(append(b, ':'), sec, 2)
-	ns := t.Nanosecond()
-	switch {
-	case layout == timeLayout:
-		b = appendDigits(append(b, '.'), ns/1e6, 3)
-	case ns != 0:
-		digits := 9
-		for ; ns%10 == 0; ns /= 10 {
-			digits--
-		}
-		b = appendDigits(append(b, '.'), ns, digits)
-	}
-	return append(b, 'Z')
-}
-
-// appendDigits appends v's last n decimal digits, zero-padded.
-func appendDigits(b []byte, v, n int) []byte {
-	b = append(b, "000000000"[:n]...)
-	for i := len(b) - 1; n > 0; i, n = i-1, n-1 {
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	return b
+// appendTime appends UTC time t as t.AppendFormat(b, timeLayout) does, by
+// time.RFC3339's fast path and the milliseconds after it: a tenth of the
+// instructions of the general layout's (FuzzAppendTime holds the two to
+// one result).
+func appendTime(b []byte, t time.Time) []byte {
+	b = t.AppendFormat(b, time.RFC3339) // ends in Z: t is UTC
+	ms := t.Nanosecond() / 1e6
+	return append(b[:len(b)-1], '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
 }

@@ -29,7 +29,7 @@ func stamp() (id, at string) {
 	t := time.Now().UTC()
 	if ms := t.UnixMilli(); ms != l.ms || l.time == "" {
 		l.ms = ms
-		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return appendUTC(b, t, timeLayout) })
+		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return appendTime(b, t) })
 	}
 	at = l.time
 	locals.Put(l)
@@ -40,7 +40,7 @@ func stamp() (id, at string) {
 // fraction t needs (time.RFC3339Nano), what Event.Expiry parses.
 func FormatExpiry(t time.Time) string {
 	t = t.UTC()
-	return carve(len(time.RFC3339Nano)+8, func(b []byte) []byte { return appendUTC(b, t, time.RFC3339Nano) })
+	return carve(len(time.RFC3339Nano)+8, func(b []byte) []byte { return t.AppendFormat(b, time.RFC3339Nano) })
 }
 
 // carve is a string of at most n bytes that fill appends, carved out of
