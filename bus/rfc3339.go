@@ -53,3 +53,13 @@ func decimal(s string, i, n int) int {
 	}
 	return v
 }
+
+// appendTime appends UTC time t as t.AppendFormat(b, timeLayout) does, by
+// time.RFC3339's fast path and the milliseconds after it: a tenth of the
+// instructions of the general layout's (FuzzAppendTime holds the two to
+// one result).
+func appendTime(b []byte, t time.Time) []byte {
+	b = t.AppendFormat(b, time.RFC3339) // ends in Z: t is UTC
+	ms := t.Nanosecond() / 1e6
+	return append(b[:len(b)-1], '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+}

@@ -53,3 +53,38 @@ func BenchmarkParseTime(b *testing.B) {
 		}
 	})
 }
+
+// FuzzAppendTime holds appendTime to time.Time.AppendFormat(timeLayout)
+// for any UTC instant (seconds and nanoseconds from the fuzzer).
+func FuzzAppendTime(f *testing.F) {
+	for _, t := range []time.Time{
+		time.Now(), time.Unix(0, 0), time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 23, 59, 59, 1, time.UTC),
+		time.Date(2026, 12, 6, 5, 4, 3, 120000000, time.UTC), time.Date(2026, 12, 6, 5, 4, 3, 7000000, time.UTC),
+	} {
+		f.Add(t.Unix(), int64(t.Nanosecond()))
+	}
+	f.Fuzz(func(t *testing.T, sec, nsec int64) {
+		at := time.Unix(sec, nsec%1e9).UTC()
+		want := at.AppendFormat([]byte("x"), timeLayout)
+		if got := appendTime([]byte("x"), at); string(got) != string(want) {
+			t.Fatalf("appendTime(%v) = %q; AppendFormat: %q", at, got, want)
+		}
+	})
+}
+
+// BenchmarkAppendTime is one event time formatted, by appendTime and by
+// time.Time.AppendFormat.
+func BenchmarkAppendTime(b *testing.B) {
+	t, buf := time.Now().UTC(), make([]byte, 0, 64)
+	b.Run("appendTime", func(b *testing.B) {
+		for b.Loop() {
+			buf = appendTime(buf[:0], t)
+		}
+	})
+	b.Run("AppendFormat", func(b *testing.B) {
+		for b.Loop() {
+			buf = t.AppendFormat(buf[:0], timeLayout)
+		}
+	})
+}

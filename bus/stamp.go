@@ -29,7 +29,7 @@ func stamp() (id, at string) {
 	t := time.Now().UTC()
 	if ms := t.UnixMilli(); ms != l.ms || l.time == "" {
 		l.ms = ms
-		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return t.AppendFormat(b, timeLayout) })
+		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return appendTime(b, t) })
 	}
 	at = l.time
 	locals.Put(l)
