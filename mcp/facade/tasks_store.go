@@ -379,10 +379,8 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	if err != nil || ended(r) {
 		return r, err // errNotFound: deleted since the caller read it
 	}
-	st.follow(ctx, session, user, changes, func() []string { return []string{id} }, func(cid string, c *taskRecord) bool {
-		if cid == id {
-			r = c
-		}
+	st.follow(ctx, session, user, changes, func() []string { return []string{id} }, func(_ string, c *taskRecord) bool {
+		r = c
 		return !ended(r)
 	})
 	switch {
@@ -394,26 +392,32 @@ func (st *kvStore) watchTask(ctx context.Context, session, user, id string) (*ta
 	return nil, ctx.Err()
 }
 
-// follow calls seen with every write of the (session, user)'s task records,
-// and with each of ids() read again every listenReread, until seen returns
-// false or ctx or changes end: the subscription drops bursts and a replica
-// may lag (TestTasksTwoFacades).
-func (st *kvStore) follow(ctx context.Context, session, user string, changes <-chan taskChange, ids func() []string,
+// follow calls seen with the record (nil: gone) of each of ids() as the
+// bucket holds it, read again on every write of the (session, user)'s task
+// records and every listenReread, until seen returns false or ctx or
+// changes end. A write's message is news, never the record: subscribers
+// get it before the stream stores it, and get it too when the stream
+// refuses it (a compare-and-set that lost); the subscription drops bursts
+// and a replica may lag (TestTasksTwoFacades, TestTaskRefusedWrite).
+func (st *kvStore) follow(ctx context.Context, session, user string, changes <-chan string, ids func() []string,
 	seen func(id string, r *taskRecord) bool) {
 	again := time.NewTicker(listenReread)
 	defer again.Stop()
+	reread := func(id string) bool { // a read that fails is tried again at the next tick
+		r, err := st.getTask(ctx, session, user, id)
+		return (err != nil && !errors.Is(err, errNotFound)) || seen(id, r)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case c, ok := <-changes:
-			if !ok || !seen(c.id, c.rec) {
+		case id, ok := <-changes:
+			if !ok || (slices.Contains(ids(), id) && !reread(id)) {
 				return
 			}
 		case <-again.C:
 			for _, id := range ids() {
-				r, err := st.getTask(ctx, session, user, id)
-				if (err == nil || errors.Is(err, errNotFound)) && !seen(id, r) {
+				if !reread(id) {
 					return
 				}
 			}
@@ -421,31 +425,18 @@ func (st *kvStore) follow(ctx context.Context, session, user string, changes <-c
 	}
 }
 
-type taskChange struct {
-	id  string
-	rec *taskRecord // nil: deleted
-}
-
-// watchChanges yields every write of the (session, user)'s task records
-// until ctx ends, by subscription (a KV watch would create a consumer);
-// bursts past its buffer are dropped.
-func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan taskChange, error) {
+// watchChanges yields the id of every write of the (session, user)'s task
+// records until ctx ends, by subscription (a KV watch would create a
+// consumer); bursts past its buffer are dropped.
+func (st *kvStore) watchChanges(ctx context.Context, session, user string) (<-chan string, error) {
 	prefix, err := st.subject(ctx, userKey("t", session, user, ""))
 	if err != nil {
 		return nil, err
 	}
-	out := make(chan taskChange, 64)
+	out := make(chan string, 64)
 	each := func(m *nats.Msg) bool {
-		c := taskChange{id: strings.TrimPrefix(m.Subject, prefix)}
-		if !kvDeleted(m) {
-			var r taskRecord
-			if json.Unmarshal(m.Data, &r) != nil || r.ID != c.id || r.Session != session || r.User != user {
-				return true
-			}
-			c.rec = &r
-		}
 		select {
-		case out <- c:
+		case out <- strings.TrimPrefix(m.Subject, prefix):
 			return true
 		case <-ctx.Done():
 			return false
