@@ -92,8 +92,6 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 		_ = p.cmd.Wait()
 		close(p.done)
 	}()
-	t := time.NewTimer(spec.Bound)
-	defer t.Stop()
 	select {
 	case p.Extra = <-ready:
 		return p, nil
@@ -101,7 +99,7 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 		return nil, fmt.Errorf("exited before it was ready: %s", p.tail)
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.C:
+	case <-time.After(spec.Bound):
 		err = fmt.Errorf("not ready after %v: %s", spec.Bound, p.tail)
 	}
 	_ = p.Kill()
@@ -501,14 +499,12 @@ func startWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup fu
 		err = w.Start(ctx)
 	}
 	if err == nil {
-		t := time.NewTimer(readyBound)
-		defer t.Stop()
 		select {
 		case <-w.Registered():
 			return w, nil
 		case <-ctx.Done():
 			err = ctx.Err()
-		case <-t.C:
+		case <-time.After(readyBound):
 			err = fmt.Errorf("worker not registered after %v", readyBound)
 		}
 	}
