@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -477,7 +478,7 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 	}
 	var w *worker.Worker
 	if err == nil {
-		w, err = startWorker(ctx, wnc, worker.Config{}, registerTrivial)
+		w, err = StartWorker(ctx, wnc, worker.Config{}, registerTrivial)
 	}
 	if err != nil {
 		undo()
@@ -486,11 +487,11 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
 }
 
-// startWorker starts a worker on nc with the default heartbeat and the
-// tools setup registers, and returns once a router acknowledged the
-// registration; on an error the worker is stopped.
-func startWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
-	cfg.Heartbeat = bus.DefaultHeartbeat
+// StartWorker starts a worker on nc (heartbeat bus.DefaultHeartbeat unless
+// cfg says) with the tools setup registers, and returns once a router
+// acknowledged the registration; on an error the worker is stopped.
+func StartWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, bus.DefaultHeartbeat)
 	w, err := worker.New(nc, cfg)
 	if err != nil {
 		return nil, err

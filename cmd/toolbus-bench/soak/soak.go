@@ -169,17 +169,13 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	hw, err := worker.New(hnc, worker.Config{Prefix: o.Prefix, Heartbeat: soakHeartbeat})
-	if err == nil {
-		err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
+	hw, err := bench.StartWorker(ctx, hnc, worker.Config{Prefix: o.Prefix, Heartbeat: soakHeartbeat}, func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
 			External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
 			func(context.Context, *worker.Call, struct{}) (string, error) {
 				return "", errors.New("external: never run")
 			})
-	}
-	if err == nil {
-		err = hw.Start(ctx)
-	}
+	})
 	if err != nil {
 		return nil, err
 	}
