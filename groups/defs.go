@@ -2,6 +2,7 @@ package groups
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -100,9 +101,7 @@ func newGroup(g bus.Group, rev uint64, order int64) *group {
 
 // Put stores a group definition when it is new or changed.
 func (d *definitions) Put(ctx context.Context, g bus.Group) error {
-	if g.Scope == "" {
-		g.Scope = bus.ScopeMeta
-	}
+	g.Scope = cmp.Or(g.Scope, bus.ScopeMeta)
 	if err := CheckGroup(&g); err != nil {
 		return err
 	}

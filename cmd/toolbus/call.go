@@ -147,9 +147,7 @@ func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.B
 		if !bus.ValidName(c.Name) {
 			return b, usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", c.Name)
 		}
-		if c.ID == "" {
-			c.ID = callIDFor(replyID, i, len(b.Calls))
-		}
+		c.ID = cmp.Or(c.ID, callIDFor(replyID, i, len(b.Calls)))
 	}
 	return b, nil
 }
