@@ -279,7 +279,7 @@ func (d *deployment) addSleepers(ctx context.Context, n int) error {
 		if err != nil {
 			return fmt.Errorf("bench: %w", err)
 		}
-		w, err := startWorker(ctx, nc, worker.Config{MaxConcurrent: 1}, func(w *worker.Worker) error {
+		w, err := StartWorker(ctx, nc, worker.Config{MaxConcurrent: 1}, func(w *worker.Worker) error {
 			def := bus.ToolDef{Name: toolSleep, Description: "Wait 5 ms (I/O-bound).", ReadOnly: true}
 			return worker.Register(w, def, func(ctx context.Context, _ *worker.Call, in textIn) (string, error) {
 				return in.Text, bus.Sleep(ctx, sleepFor)

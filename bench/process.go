@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,8 +93,6 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 		_ = p.cmd.Wait()
 		close(p.done)
 	}()
-	t := time.NewTimer(spec.Bound)
-	defer t.Stop()
 	select {
 	case p.Extra = <-ready:
 		return p, nil
@@ -101,7 +100,7 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 		return nil, fmt.Errorf("exited before it was ready: %s", p.tail)
 	case <-ctx.Done():
 		err = ctx.Err()
-	case <-t.C:
+	case <-time.After(spec.Bound):
 		err = fmt.Errorf("not ready after %v: %s", spec.Bound, p.tail)
 	}
 	_ = p.Kill()
@@ -479,7 +478,7 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 	}
 	var w *worker.Worker
 	if err == nil {
-		w, err = startWorker(ctx, wnc, worker.Config{}, registerTrivial)
+		w, err = StartWorker(ctx, wnc, worker.Config{}, registerTrivial)
 	}
 	if err != nil {
 		undo()
@@ -488,11 +487,11 @@ func childWorker(ctx context.Context, url string) (stop func(context.Context), e
 	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
 }
 
-// startWorker starts a worker on nc with the default heartbeat and the
-// tools setup registers, and returns once a router acknowledged the
-// registration; on an error the worker is stopped.
-func startWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
-	cfg.Heartbeat = bus.DefaultHeartbeat
+// StartWorker starts a worker on nc (heartbeat bus.DefaultHeartbeat unless
+// cfg says) with the tools setup registers, and returns once a router
+// acknowledged the registration; on an error the worker is stopped.
+func StartWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup func(*worker.Worker) error) (*worker.Worker, error) {
+	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, bus.DefaultHeartbeat)
 	w, err := worker.New(nc, cfg)
 	if err != nil {
 		return nil, err
@@ -501,14 +500,12 @@ func startWorker(ctx context.Context, nc *nats.Conn, cfg worker.Config, setup fu
 		err = w.Start(ctx)
 	}
 	if err == nil {
-		t := time.NewTimer(readyBound)
-		defer t.Stop()
 		select {
 		case <-w.Registered():
 			return w, nil
 		case <-ctx.Done():
 			err = ctx.Err()
-		case <-t.C:
+		case <-time.After(readyBound):
 			err = fmt.Errorf("worker not registered after %v", readyBound)
 		}
 	}

@@ -2,6 +2,7 @@ package groups
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -98,15 +99,9 @@ func newGroup(g bus.Group, rev uint64, order int64) *group {
 	return &group{def: g, order: order, rev: rev}
 }
 
-func (d *definitions) putGroup(g bus.Group, rev uint64, order int64) {
-	d.groups.Put(g.Name, rev, newGroup(g, rev, order))
-}
-
 // Put stores a group definition when it is new or changed.
 func (d *definitions) Put(ctx context.Context, g bus.Group) error {
-	if g.Scope == "" {
-		g.Scope = bus.ScopeMeta
-	}
+	g.Scope = cmp.Or(g.Scope, bus.ScopeMeta)
 	if err := CheckGroup(&g); err != nil {
 		return err
 	}
@@ -126,7 +121,7 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 	if err != nil {
 		return fmt.Errorf("groups: put %s: %w", g.Name, err)
 	}
-	d.putGroup(g, rev, registered)
+	d.groups.Put(g.Name, rev, newGroup(g, rev, registered))
 	return nil
 }
 

@@ -16,7 +16,7 @@ import (
 func defsWith(gs ...group) *definitions {
 	d := newDefinitions(nil, slog.New(slog.DiscardHandler))
 	for _, g := range gs {
-		d.putGroup(g.def, g.rev, g.order)
+		d.groups.Put(g.def.Name, g.rev, newGroup(g.def, g.rev, g.order))
 	}
 	return d
 }
@@ -77,11 +77,11 @@ func TestDefinitionsOrder(t *testing.T) {
 
 func TestDefinitionsOlderRevisionIgnored(t *testing.T) {
 	d := defsWith(meta("a", 5))
-	d.putGroup(bus.Group{Name: "a", Scope: bus.ScopeMeta, Description: "older"}, 4, 5)
+	d.groups.Put("a", 4, newGroup(bus.Group{Name: "a", Scope: bus.ScopeMeta, Description: "older"}, 4, 5))
 	if g, _ := d.Group("a"); g.Description != "a tools" {
 		t.Fatalf("an older revision replaced the group: %+v", g)
 	}
-	d.putGroup(bus.Group{Name: "a", Scope: bus.ScopeMeta, Description: "newer"}, 6, 5)
+	d.groups.Put("a", 6, newGroup(bus.Group{Name: "a", Scope: bus.ScopeMeta, Description: "newer"}, 6, 5))
 	if g, _ := d.Group("a"); g.Description != "newer" {
 		t.Fatalf("a newer revision was not taken: %+v", g)
 	}

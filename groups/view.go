@@ -1,6 +1,7 @@
 package groups
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -88,10 +89,7 @@ type View struct {
 
 // View composes the session's view under req (nil means the default).
 func (s *Store) View(reg *registry.Registry, sess *Session, req *Request) *View {
-	if req == nil {
-		req = &Request{Mode: bus.MergeExternalPriority}
-	}
-	return &View{store: s, reg: reg, sess: sess, req: req}
+	return &View{store: s, reg: reg, sess: sess, req: cmp.Or(req, defaultRequest)}
 }
 
 // Session returns the session the view was built for.

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -337,10 +338,8 @@ func (rr routerReads) list(ctx context.Context, session string) ([]bus.ParkedCal
 	if err := rr.cl.Admin(lctx, "parked.list", session, nil, &list); err != nil {
 		return nil, err
 	}
-	for _, p := range list.Parked {
-		if p.Revision == 0 {
-			return nil, errors.New("the router's parked.list carries no revisions: the approver's inbox needs routers of protocol 1.14")
-		}
+	if slices.ContainsFunc(list.Parked, func(p bus.ParkedCall) bool { return p.Revision == 0 }) {
+		return nil, errors.New("the router's parked.list carries no revisions: the approver's inbox needs routers of protocol 1.14")
 	}
 	return list.Parked, nil
 }

@@ -209,10 +209,8 @@ func (s *Server) guard(next http.Handler) http.Handler {
 // authorized tells whether r carries the token: in the cookie, or (for a first
 // visit from the printed URL) in the query.
 func (s *Server) authorized(r *http.Request) bool {
-	if c, err := r.Cookie(CookieName); err == nil && s.same(c.Value) {
-		return true
-	}
-	return s.same(r.Header.Get(TokenHeader))
+	c, err := r.Cookie(CookieName)
+	return err == nil && s.same(c.Value) || s.same(r.Header.Get(TokenHeader))
 }
 
 func (s *Server) same(v string) bool {

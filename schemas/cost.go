@@ -258,13 +258,10 @@ func jsonDepth(b []byte, limit int) int {
 				}
 			}
 		case '{', '[':
-			depth++
-			if depth > deepest {
-				deepest = depth
-				if deepest > limit {
-					return deepest
-				}
+			if depth++; depth > limit {
+				return depth
 			}
+			deepest = max(deepest, depth)
 		case '}', ']':
 			depth--
 		}

@@ -210,10 +210,7 @@ func (n *fastNode) okNumber(s string) bool {
 	if (n.min.set || n.max.set) && !n.inBounds(s) {
 		return false
 	}
-	if n.types == 0 || n.types&fastNumber != 0 {
-		return true
-	}
-	return n.types&fastInteger != 0 && isPlainInteger(s)
+	return n.allows(fastNumber) || n.types&fastInteger != 0 && isPlainInteger(s)
 }
 
 // okKind is ok for a literal (true, false, null), or its first check of an

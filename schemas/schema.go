@@ -184,10 +184,7 @@ func (s *Schema) Validate(v any) (details []bus.Detail) {
 
 func sortDetails(d []bus.Detail) []bus.Detail {
 	slices.SortFunc(d, func(a, b bus.Detail) int {
-		if c := strings.Compare(a.Path, b.Path); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Message, b.Message)
+		return cmp.Or(strings.Compare(a.Path, b.Path), strings.Compare(a.Message, b.Message))
 	})
 	return slices.Compact(d)
 }

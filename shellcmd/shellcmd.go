@@ -103,10 +103,8 @@ var (
 // sameReading reports whether cmd holds none of bashOnly and none of
 // bashWords as a word (not between letters, digits or underscores).
 func sameReading(cmd string) bool {
-	for _, s := range bashOnly {
-		if strings.Contains(cmd, s) {
-			return false
-		}
+	if slices.ContainsFunc(bashOnly, func(s string) bool { return strings.Contains(cmd, s) }) {
+		return false
 	}
 	for _, w := range bashWords {
 		for off := 0; ; {

@@ -40,13 +40,17 @@ func NewView(candidates []*Skill, groups []bus.Group, active func(group string) 
 // GroupsOf returns the names of the groups whose skills list name, in the
 // order of groups.
 func GroupsOf(name string, groups []bus.Group) []string {
-	var out []string
+	return groupNames(groups, func(g bus.Group) bool { return slices.Contains(g.Skills, name) })
+}
+
+// groupNames returns the names of the groups that match, in order.
+func groupNames(groups []bus.Group, match func(bus.Group) bool) (names []string) {
 	for _, g := range groups {
-		if slices.Contains(g.Skills, name) {
-			out = append(out, g.Name)
+		if match(g) {
+			names = append(names, g.Name)
 		}
 	}
-	return out
+	return names
 }
 
 // Skills returns the visible skills sorted by name.
@@ -135,13 +139,7 @@ func (v *View) load(groups []bus.Group, in LoadInput) Outcome {
 		}
 		out = []bus.Block{ResourceBlock(in.Path, b)}
 	}
-	var act []string
-	for _, g := range groups {
-		if g.ActivateOnSkill == s.Name {
-			act = append(act, g.Name)
-		}
-	}
-	return Outcome{Output: out, Activate: act}
+	return Outcome{Output: out, Activate: groupNames(groups, func(g bus.Group) bool { return g.ActivateOnSkill == s.Name })}
 }
 
 func failure(code, text string) Outcome { return Outcome{Output: bus.Text(text), Code: code} }

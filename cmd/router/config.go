@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -70,9 +71,7 @@ func parseConfig(name string, b []byte) (*fileConfig, error) {
 		return nil, fmt.Errorf("config %s: %w", name, err)
 	}
 	for i := range cfg.Groups {
-		if cfg.Groups[i].Scope == "" {
-			cfg.Groups[i].Scope = bus.ScopeMeta
-		}
+		cfg.Groups[i].Scope = cmp.Or(cfg.Groups[i].Scope, bus.ScopeMeta)
 	}
 	if err := cfg.Quotas.Check(); err != nil {
 		return nil, fmt.Errorf("config %s: quotas: %w", name, err)

@@ -154,11 +154,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		url = s.ClientURL()
 		fmt.Fprintf(stdout, "toolbus: embedded NATS listening on %s (JetStream store %s)\n", url, dir)
 	}
-	conn.URLs = url
-	if conn.InboxPrefix == "" {
-		// Workers of a secured deployment send results there; harmless elsewhere.
-		conn.InboxPrefix = security.RouterInbox
-	}
+	// Workers of a secured deployment send results to RouterInbox; harmless elsewhere.
+	conn.URLs, conn.InboxPrefix = url, cmp.Or(conn.InboxPrefix, security.RouterInbox)
 	nc, err := conn.ConnectWait(ctx, "toolbus-router", log, nats.MaxReconnects(-1))
 	if err != nil {
 		return err

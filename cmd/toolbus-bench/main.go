@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -43,8 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // runBench runs the cross-process comparison (docs/performance.md) on
 // processes of its own (it needs no running router).
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("toolbus bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("toolbus bench", args, stdout, stderr)
 	quick := fs.Bool("quick", false, "a short run (1 s measurements, 10,000 sessions)")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object")
 	dur := fs.Duration("duration", 0, "length of each measurement (default 3s, 1s with --quick)")
@@ -94,8 +92,7 @@ func printReport(w io.Writer, rep interface{ WriteTable(io.Writer) }, asJSON boo
 
 // runSoak is toolbus soak: flags in, package soak runs, the report out.
 func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("toolbus soak", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("toolbus soak", args, stdout, stderr)
 	o := &soak.Options{}
 	var keep, asJSON bool
 	fs.StringVar(&o.NATSURL, "nats", "", "NATS URL(s) to run the deployment on; empty starts a 3-node cluster in this process")

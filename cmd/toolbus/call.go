@@ -47,9 +47,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if batch.User, err = jsonOrString(fs, "--user", *user); err != nil {
-		return err
-	}
+	batch.User = jsonOrString(*user)
 	if *rctx != "" {
 		if !json.Valid([]byte(*rctx)) {
 			return usageError(fs, "--context %q is not JSON", *rctx)
@@ -149,9 +147,7 @@ func callBatch(fs *flag.FlagSet, pos []string, batchFile, replyID string) (bus.B
 		if !bus.ValidName(c.Name) {
 			return b, usageError(fs, "tool name %q must match ^[A-Za-z0-9_-]{1,64}$", c.Name)
 		}
-		if c.ID == "" {
-			c.ID = callIDFor(replyID, i, len(b.Calls))
-		}
+		c.ID = cmp.Or(c.ID, callIDFor(replyID, i, len(b.Calls)))
 	}
 	return b, nil
 }
@@ -179,18 +175,15 @@ func inputArg(arg string) ([]byte, error) {
 
 // jsonOrString returns v as a JSON value: itself when it is JSON (an
 // object, a number ...), else as a string; "" is no value.
-func jsonOrString(fs *flag.FlagSet, name, v string) (json.RawMessage, error) {
+func jsonOrString(v string) json.RawMessage {
 	if v == "" {
-		return nil, nil
+		return nil
 	}
 	if json.Valid([]byte(v)) && strings.ContainsAny(v[:1], "{[\"0123456789-tfn") {
-		return json.RawMessage(v), nil
+		return json.RawMessage(v)
 	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, usageError(fs, "%s: %v", name, err)
-	}
-	return b, nil
+	b, _ := json.Marshal(v) // a string always encodes
+	return b
 }
 
 // callError explains a call that got no reply (a *bus.Error as JSON with
@@ -275,22 +268,15 @@ func suggestTools(ctx context.Context, cl *client.Client, session string, r *bus
 // distance at most a third of its length, at least 2), best first, at most 3.
 func nearest(name string, names []string) []string {
 	limit := max(2, len(name)/3)
-	type cand struct {
-		name string
-		d    int
-	}
-	var cs []cand
+	var near []string
+	dist := map[string]int{}
 	for _, n := range names {
 		if d := editDistance(strings.ToLower(name), strings.ToLower(n)); d <= limit {
-			cs = append(cs, cand{n, d})
+			near, dist[n] = append(near, n), d
 		}
 	}
-	slices.SortStableFunc(cs, func(a, b cand) int { return a.d - b.d })
-	var out []string
-	for _, c := range cs[:min(3, len(cs))] {
-		out = append(out, c.name)
-	}
-	return out
+	slices.SortStableFunc(near, func(a, b string) int { return dist[a] - dist[b] })
+	return near[:min(3, len(near))]
 }
 
 // editDistance is the Levenshtein distance of a and b, in bytes.

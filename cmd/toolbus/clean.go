@@ -48,9 +48,6 @@ func escaped(r rune) bool {
 
 // cleanLines is clean for each line of s.
 func cleanLines(s string) string {
-	if strings.IndexFunc(strings.ReplaceAll(s, "\n", ""), escaped) < 0 {
-		return s
-	}
 	lines := strings.Split(s, "\n")
 	for i, l := range lines {
 		lines[i] = clean(l)

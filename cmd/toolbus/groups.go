@@ -146,11 +146,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *deferred && *format != bus.FormatOpenAIResponses && *format != bus.FormatAnthropic {
 		return usageError(fs, "--deferred needs --format openai-responses or anthropic")
 	}
-	q := bus.ToolsQuery{Format: *format, Deferred: *deferred}
-	var err error
-	if q.User, err = jsonOrString(fs, "--user", *user); err != nil {
-		return err
-	}
+	q := bus.ToolsQuery{Format: *format, Deferred: *deferred, User: jsonOrString(*user)}
 	cl, err := cn.open(ctx, fs)
 	if err != nil {
 		return err
@@ -223,16 +219,12 @@ func adminSession(ctx context.Context, fs *flag.FlagSet, cn *conn, verb string, 
 	if err != nil {
 		return err
 	}
-	var raw json.RawMessage
-	if err := admin(ctx, cl, verb, cn.session, data, &raw); err != nil {
+	raw, v, err := adminReply[sessionView](ctx, cl, verb, cn.session, data)
+	switch {
+	case err != nil:
 		return err
-	}
-	if asJSON {
+	case asJSON:
 		return writeJSON(stdout, raw)
-	}
-	var v sessionView
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return fmt.Errorf("%s: the reply is not a session: %w", verb, err)
 	}
 	renderSession(stdout, &v)
 	return nil
@@ -244,6 +236,15 @@ func admin(ctx context.Context, cl *client.Client, verb, session string, data, o
 		return fmt.Errorf("admin %s: %w", verb, err)
 	}
 	return nil
+}
+
+// adminReply runs an admin verb and returns its reply data as sent and
+// decoded as a T.
+func adminReply[T any](ctx context.Context, cl *client.Client, verb, session string, data any) (raw json.RawMessage, v T, err error) {
+	if err = admin(ctx, cl, verb, session, data, &raw); err == nil && json.Unmarshal(raw, &v) != nil {
+		err = fmt.Errorf("admin %s: the reply is not what it should be: %s", verb, short(string(raw)))
+	}
+	return raw, v, err
 }
 
 // sessionView is the reply of the session verbs: the session's groups as its

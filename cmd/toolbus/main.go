@@ -367,12 +367,9 @@ func harness(name string) func(ctx context.Context, args []string, stdout, stder
 
 // writeJSON prints v as indented JSON.
 func writeJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // renderReply prints every result, then every parked call, of a reply.

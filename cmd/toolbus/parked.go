@@ -24,17 +24,10 @@ import (
 // listParked returns the parked calls of session ("" for every session) as
 // raw reply data and decoded.
 func listParked(ctx context.Context, cl *client.Client, session string) (json.RawMessage, []bus.ParkedCall, error) {
-	var raw json.RawMessage
-	if err := admin(ctx, cl, "parked.list", session, nil, &raw); err != nil {
-		return nil, nil, err
-	}
-	var list struct {
+	raw, list, err := adminReply[struct {
 		Parked []bus.ParkedCall `json:"parked"`
-	}
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, nil, fmt.Errorf("admin parked.list: the reply is not a list: %w", err)
-	}
-	return raw, list.Parked, nil
+	}](ctx, cl, "parked.list", session, nil)
+	return raw, list.Parked, err
 }
 
 func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -167,12 +160,9 @@ func inputText(in json.RawMessage) string {
 // and tool when they are not ""; none is a not_parked *bus.Error saying
 // where they were looked for (session, "" for every session).
 func matching(calls []bus.ParkedCall, session, id, replyID, tool string) ([]bus.ParkedCall, error) {
-	var found []bus.ParkedCall
-	for _, p := range calls {
-		if p.ID == id && (replyID == "" || p.ReplyID == replyID) && (tool == "" || p.Name == tool) {
-			found = append(found, p)
-		}
-	}
+	found := slices.DeleteFunc(slices.Clone(calls), func(p bus.ParkedCall) bool {
+		return p.ID != id || replyID != "" && p.ReplyID != replyID || tool != "" && p.Name != tool
+	})
 	if len(found) > 0 {
 		return found, nil
 	}
@@ -273,11 +263,7 @@ func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, fs *flag.
 			id, strings.Join(places, ", "), pick)
 	}
 	if p := found[0]; p.Kind != kind {
-		how := "toolbus answer"
-		if p.Kind == bus.KindConfirm {
-			how = "toolbus confirm"
-		}
-		return p, fmt.Errorf("call %s of %s is parked for %s, not %s: use %s", id, p.Name, kindText(p.Kind), kindText(kind), how)
+		return p, fmt.Errorf("call %s of %s is parked for %s, not %s: use %s", id, p.Name, kindText(p.Kind), kindText(kind), nextCommand(p, false))
 	}
 	return found[0], nil
 }

@@ -179,24 +179,18 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *reset {
 		verb, q["rule"] = "limits.reset", *rule
 	}
-	var raw json.RawMessage
-	if err := admin(ctx, cl, verb, "", q, &raw); err != nil {
-		return err
-	}
-	if *asJSON {
-		return writeJSON(stdout, raw)
-	}
-	var r struct {
+	raw, r, err := adminReply[struct {
 		Reset  int            `json:"reset"`
 		Limits []limits.Usage `json:"limits"`
-	}
-	err = json.Unmarshal(raw, &r)
+	}](ctx, cl, verb, "", q)
 	switch {
+	case err != nil:
+		return err
+	case *asJSON:
+		return writeJSON(stdout, raw)
 	case *reset:
 		_, err = fmt.Fprintf(stdout, "reset %d count(s)\n", r.Reset)
 		return err
-	case err != nil:
-		return fmt.Errorf("admin limits: the reply is not a list: %w", err)
 	case len(r.Limits) == 0:
 		_, err = fmt.Fprintln(stdout, "no quota or rate limit counts these calls")
 		return err

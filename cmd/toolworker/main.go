@@ -424,8 +424,7 @@ func register(w *worker.Worker, ns *notes, notesGroup string) error {
 // progressEvery, and returns in.Text; it stops early with ctx's error.
 func slowEcho(ctx context.Context, c *worker.Call, in SlowEchoIn) (string, error) {
 	total := time.Duration(in.MS) * time.Millisecond
-	done := time.NewTimer(total)
-	defer done.Stop()
+	done := time.After(total)
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	start := time.Now()
@@ -433,7 +432,7 @@ func slowEcho(ctx context.Context, c *worker.Call, in SlowEchoIn) (string, error
 		select {
 		case <-ctx.Done():
 			return "", fmt.Errorf("slow_echo stopped after %v: %w", time.Since(start).Round(time.Millisecond), context.Cause(ctx))
-		case <-done.C:
+		case <-done:
 			return in.Text, nil
 		case <-tick.C:
 			elapsed := min(time.Since(start), total).Round(time.Millisecond)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -261,13 +262,7 @@ func (t *soakTracker) batchDone(session, reply string) {
 func (t *soakTracker) pending(b *soakBatch) []*soakCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []*soakCall
-	for _, c := range b.calls {
-		if c.final == nil {
-			out = append(out, c)
-		}
-	}
-	return out
+	return slices.DeleteFunc(slices.Clone(b.calls), func(c *soakCall) bool { return c.final != nil })
 }
 
 // giveUp is when the agent stops waiting for b: its expirytime (or the
@@ -384,11 +379,10 @@ func (l *soakLoad) runBatch(stop context.Context, cl *client.Client, b *soakBatc
 
 // wait returns after d, once every call of b is final, or when stop ends.
 func (l *soakLoad) wait(stop context.Context, b *soakBatch, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+	timeout := time.After(d)
 	for len(l.t.pending(b)) > 0 {
 		select {
-		case <-t.C:
+		case <-timeout:
 			return
 		case <-stop.Done():
 			return

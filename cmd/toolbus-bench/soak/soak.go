@@ -169,17 +169,13 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	if err != nil {
 		return nil, err
 	}
-	hw, err := worker.New(hnc, worker.Config{Prefix: o.Prefix, Heartbeat: soakHeartbeat})
-	if err == nil {
-		err = worker.Register(hw, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
+	hw, err := bench.StartWorker(ctx, hnc, worker.Config{Prefix: o.Prefix, Heartbeat: soakHeartbeat}, func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: soakExternalTool, Description: "Ask the soak's approver (external).",
 			External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow},
 			func(context.Context, *worker.Call, struct{}) (string, error) {
 				return "", errors.New("external: never run")
 			})
-	}
-	if err == nil {
-		err = hw.Start(ctx)
-	}
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +242,7 @@ func Run(ctx context.Context, o *Options, logf func(string, ...any)) (*Report, e
 	elapsed := time.Since(t.start)
 	// batch.done events of the last batches may trail their replies.
 	for range 50 {
-		if missingBatchDone(t) == 0 {
+		if t.allDone() {
 			break
 		}
 		_ = bus.Sleep(ctx, 200*time.Millisecond)
@@ -326,17 +322,11 @@ func readEffects(path string) (map[string][]string, error) {
 	return out, nil
 }
 
-// missingBatchDone counts finished batches without a batch.done event.
-func missingBatchDone(t *soakTracker) int {
+// allDone reports whether no finished batch lacks its batch.done event.
+func (t *soakTracker) allDone() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, b := range t.list {
-		if doneMissing(b) {
-			n++
-		}
-	}
-	return n
+	return !slices.ContainsFunc(t.list, doneMissing)
 }
 
 // doneMissing reports whether every call of b has its final result and no
