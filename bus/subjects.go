@@ -40,6 +40,7 @@ func NewSubjects(prefix string) Subjects {
 // The subjects of docs/protocol.md section 2, in the table's order: P.<kind>.<token>.
 
 func (s Subjects) Call(session string) string          { return s.p + "call." + session }
+func (s Subjects) Ask(session string) string           { return s.p + "ask." + session } // bridges' questions (1.17)
 func (s Subjects) Tools(session string) string         { return s.p + "tools." + session }
 func (s Subjects) Cancel(session string) string        { return s.p + "cancel." + session }
 func (s Subjects) Events(session string) string        { return s.p + "events." + session }
@@ -121,6 +122,15 @@ func (s Subjects) Token(subject, kind string) (string, bool) {
 		return "", false
 	}
 	return rest[1:], true
+}
+
+// QuestionTool reports whether name is a bridged server's question tool,
+// mcp__<server>__elicit (docs/protocol.md 12): only a bridge parks one, on
+// P.ask.<session> (since 1.17).
+func QuestionTool(name string) bool {
+	rest, ok := strings.CutPrefix(name, "mcp__")
+	server, ok2 := strings.CutSuffix(rest, "__elicit")
+	return ok && ok2 && server != ""
 }
 
 // ValidID reports whether s may be a session id, reply id or tool call id:

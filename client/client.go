@@ -126,6 +126,18 @@ func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.Trace
 // Call sends one model turn's calls and waits for the reply (finished
 // results and parked calls); a rejected batch is a *bus.Error.
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
+	return c.send(ctx, bus.CallMsg(c.subj, session), session, b, opts)
+}
+
+// Ask is Call on P.ask.<session>, where only a bridge may publish: a
+// bridged server's question, an external_only batch of its
+// mcp__<server>__elicit (docs/protocol.md 12, 1.17).
+func (c *Client) Ask(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
+	return c.send(ctx, c.subj.Ask(session), session, b, opts)
+}
+
+// send is Call on subject.
+func (c *Client) send(ctx context.Context, subject, session string, b bus.Batch, opts []CallOption) (*bus.Reply, error) {
 	buf := batchBufs.Get().(*[]byte)
 	defer func() {
 		if cap(*buf) <= maxPooledBatch {
@@ -138,7 +150,7 @@ func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...
 	}
 	*buf = e.Data[:0]         // grown, when it had to
 	trusted := len(opts) == 0 // the data is AppendJSON's, unless an option of the caller's set other data
-	reply, err := c.rq.call(ctx, bus.CallMsg(c.subj, session), &e, trusted)
+	reply, err := c.rq.call(ctx, subject, &e, trusted)
 	if err != nil {
 		return nil, err
 	}
