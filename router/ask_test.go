@@ -34,8 +34,12 @@ func TestAskSubject(t *testing.T) {
 	priority := only("mcp__x__elicit")
 	priority.MergeMode = bus.MergeExternalPriority
 	send := map[string]func(session string, b bus.Batch, replyID string) (*bus.Reply, error){
-		"call": func(s string, b bus.Batch, r string) (*bus.Reply, error) { return c.Call(t.Context(), s, b, client.WithReplyID(r)) },
-		"ask":  func(s string, b bus.Batch, r string) (*bus.Reply, error) { return c.Ask(t.Context(), s, b, client.WithReplyID(r)) },
+		"call": func(s string, b bus.Batch, r string) (*bus.Reply, error) {
+			return c.Call(t.Context(), s, b, client.WithReplyID(r))
+		},
+		"ask": func(s string, b bus.Batch, r string) (*bus.Reply, error) {
+			return c.Ask(t.Context(), s, b, client.WithReplyID(r))
+		},
 	}
 	for _, tc := range []struct {
 		name, subject string
