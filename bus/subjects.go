@@ -28,7 +28,8 @@ type Subjects struct {
 type WorkerSubjects struct{ prefix string }
 
 // HandoffSubjects are the names of docs/protocol.md section 6: handoff
-// requests, their follow subject and the answers.
+// requests, their follow subject and the answers, and where bridges park
+// their servers' questions (P.ask.<session>, section 12).
 type HandoffSubjects struct{ p string }
 
 // NewSubjects returns the names for prefix ("" means DefaultPrefix).
@@ -40,7 +41,7 @@ func NewSubjects(prefix string) Subjects {
 // The subjects of docs/protocol.md section 2, in the table's order: P.<kind>.<token>.
 
 func (s Subjects) Call(session string) string          { return s.p + "call." + session }
-func (s Subjects) Ask(session string) string           { return s.p + "ask." + session } // bridges' questions (1.17)
+func (h HandoffSubjects) Ask(session string) string    { return h.p + "ask." + session } // bridges' questions (1.17)
 func (s Subjects) Tools(session string) string         { return s.p + "tools." + session }
 func (s Subjects) Cancel(session string) string        { return s.p + "cancel." + session }
 func (s Subjects) Events(session string) string        { return s.p + "events." + session }

@@ -16,7 +16,7 @@ func TestSubjectsTable(t *testing.T) {
 		name, got, want, kind, token string // kind and token: what Token reads back ("" for none)
 	}{
 		{"Call", s.Call("s1"), "toolbus.call.s1", "call", "s1"},
-		{"Ask", s.Ask("s1"), "toolbus.ask.s1", "ask", "s1"},
+		{"Ask", s.Handoffs.Ask("s1"), "toolbus.ask.s1", "ask", "s1"},
 		{"Tools", s.Tools("s1"), "toolbus.tools.s1", "tools", "s1"},
 		{"Cancel", s.Cancel("s1"), "toolbus.cancel.s1", "cancel", "s1"},
 		{"Events", s.Events("s1"), "toolbus.events.s1", "events", "s1"},

@@ -38,7 +38,7 @@ func TestAskSubject(t *testing.T) {
 			return c.Call(t.Context(), s, b, client.WithReplyID(r))
 		},
 		"ask": func(s string, b bus.Batch, r string) (*bus.Reply, error) {
-			return c.Ask(t.Context(), s, b, client.WithReplyID(r))
+			return c.Parked().Ask(t.Context(), s, b, client.WithReplyID(r))
 		},
 	}
 	for _, tc := range []struct {

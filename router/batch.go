@@ -142,10 +142,11 @@ const (
 	kindAsk  = "ask"
 )
 
-func (r *Router) onBatch(m *nats.Msg) { r.takeBatch(m, kindCall) }
-
-// onAsk takes a bridge's question: only bridges may publish on P.ask.
-func (r *Router) onAsk(m *nats.Msg) { r.takeBatch(m, kindAsk) }
+// onBatch is the handler of the batches on subjects of kind: kindAsk's
+// are bridges' questions, which only bridges may publish.
+func (r *Router) onBatch(kind string) func(*nats.Msg) {
+	return func(m *nats.Msg) { r.takeBatch(m, kind) }
+}
 
 // takeBatch runs a batch that came on a subject of kind.
 func (r *Router) takeBatch(m *nats.Msg, kind string) {

@@ -97,7 +97,7 @@ func TestBridgeAsks(t *testing.T) {
 		if !ok {
 			t.Fatal("no bridge user")
 		}
-		for _, p := range []string{s.Ask("*"), s.Call("*"), s.Cancel("*"), s.Workers.Register("*"), s.All("events")} {
+		for _, p := range []string{s.Handoffs.Ask("*"), s.Call("*"), s.Cancel("*"), s.Workers.Register("*"), s.All("events")} {
 			if !slices.Contains(b.Permissions.Publish, p) {
 				t.Errorf("prefix %q: the bridge may not publish %s: %v", prefix, p, b.Permissions.Publish)
 			}

@@ -406,7 +406,7 @@ func bridge(s bus.Subjects) User {
 	w := worker(s, nil, nil, false)
 	w.Name, w.Role, w.InboxPrefix = RoleBridge, RoleBridge, inbox(RoleBridge)
 	p := &w.Permissions
-	p.Publish = append(p.Publish, s.Ask("*"), s.Call("*"), s.Cancel("*"))
+	p.Publish = append(p.Publish, s.Handoffs.Ask("*"), s.Call("*"), s.Cancel("*"))
 	mine := slices.Index(p.Subscribe, inbox(RoleWorker)+".>")
 	p.Subscribe[mine] = inbox(RoleBridge) + ".>"
 	p.Subscribe = append(p.Subscribe, s.Events("*"))

@@ -344,7 +344,7 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 	}()
 	send := a.bus.Call // sampling: a call in the session like any other
 	if req != nil {
-		send = a.bus.Ask // a question: on the bridges' own subject (docs/protocol.md 12)
+		send = a.bus.Parked().Ask // a question: on the bridges' own subject (docs/protocol.md 12)
 	}
 	reply, err := send(ctx, o.session, b, opts...)
 	if err != nil {

@@ -32,7 +32,7 @@ func TestAskOnlyBridges(t *testing.T) {
 	must(t, err)
 	defer ev.Stop(testCtx(t))
 	replyID := client.NewReplyID()
-	reply, err := bc.Ask(testCtx(t), "s1", question, client.WithReplyID(replyID))
+	reply, err := bc.Parked().Ask(testCtx(t), "s1", question, client.WithReplyID(replyID))
 	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
 		t.Fatalf("the bridge's question: %+v %v, want parked, asked", reply, err)
 	}
@@ -47,7 +47,7 @@ func TestAskOnlyBridges(t *testing.T) {
 	for _, user := range []string{security.RoleAgent, "session-s1", security.RoleFacade, security.RoleWorker, security.RoleOperator,
 		security.RoleApprover, "handler-picker"} {
 		t.Run(user, func(t *testing.T) {
-			d.conn(user).denyPublish(s.Ask("s1"))
+			d.conn(user).denyPublish(s.Handoffs.Ask("s1"))
 		})
 	}
 
