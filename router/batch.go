@@ -201,10 +201,10 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 }
 
 // decodeTurn reads and checks batch message m, which came on a subject of
-// kind, into e (decoded: e holds the
-// event, whatever the error), its calls into calls when they fit. Its data
-// is checked as it is read; a batch refused so is decoded again in full,
-// so its error is the one it always got.
+// kind, into e (decoded: e holds the event, whatever the error), its calls
+// into calls when they fit. Its data is checked as it is read; a batch
+// refused so is decoded again in full, so its error is the one it always
+// got.
 func (w *wire) decodeTurn(m *nats.Msg, kind string, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
 	if err = bus.DecodeHead(m, e); err == nil {
 		if _, err = w.checked(m, e, kind, bus.TypeCallBatch); err == nil {
