@@ -28,7 +28,8 @@ type Subjects struct {
 type WorkerSubjects struct{ prefix string }
 
 // HandoffSubjects are the names of docs/protocol.md section 6: handoff
-// requests, their follow subject and the answers.
+// requests, their follow subject and the answers, and where bridges park
+// their servers' questions (P.ask.<session>, section 12).
 type HandoffSubjects struct{ p string }
 
 // NewSubjects returns the names for prefix ("" means DefaultPrefix).
@@ -40,6 +41,7 @@ func NewSubjects(prefix string) Subjects {
 // The subjects of docs/protocol.md section 2, in the table's order: P.<kind>.<token>.
 
 func (s Subjects) Call(session string) string          { return s.p + "call." + session }
+func (h HandoffSubjects) Ask(session string) string    { return h.p + "ask." + session } // bridges' questions (1.17)
 func (s Subjects) Tools(session string) string         { return s.p + "tools." + session }
 func (s Subjects) Cancel(session string) string        { return s.p + "cancel." + session }
 func (s Subjects) Events(session string) string        { return s.p + "events." + session }
@@ -121,6 +123,15 @@ func (s Subjects) Token(subject, kind string) (string, bool) {
 		return "", false
 	}
 	return rest[1:], true
+}
+
+// QuestionTool reports whether name is a bridged server's question tool,
+// mcp__<server>__elicit (docs/protocol.md 12): only a bridge parks one, on
+// P.ask.<session> (since 1.17).
+func QuestionTool(name string) bool {
+	rest, ok := strings.CutPrefix(name, "mcp__")
+	server, ok2 := strings.CutSuffix(rest, "__elicit")
+	return ok && ok2 && server != ""
 }
 
 // ValidID reports whether s may be a session id, reply id or tool call id:

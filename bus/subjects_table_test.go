@@ -16,6 +16,7 @@ func TestSubjectsTable(t *testing.T) {
 		name, got, want, kind, token string // kind and token: what Token reads back ("" for none)
 	}{
 		{"Call", s.Call("s1"), "toolbus.call.s1", "call", "s1"},
+		{"Ask", s.Handoffs.Ask("s1"), "toolbus.ask.s1", "ask", "s1"},
 		{"Tools", s.Tools("s1"), "toolbus.tools.s1", "tools", "s1"},
 		{"Cancel", s.Cancel("s1"), "toolbus.cancel.s1", "cancel", "s1"},
 		{"Events", s.Events("s1"), "toolbus.events.s1", "events", "s1"},
@@ -84,6 +85,20 @@ func TestRegistrationSubjects(t *testing.T) {
 		name, group, shared, ok := w.Registration(tc.subject)
 		if name != tc.name || group != tc.group || shared != tc.shared || ok != tc.ok {
 			t.Errorf("Registration(%q) = %q, %v, %v, %v; want %q, %v, %v, %v", tc.subject, name, group, shared, ok, tc.name, tc.group, tc.shared, tc.ok)
+		}
+	}
+}
+
+// TestQuestionTool pins the names only a bridge may park on P.ask.<session>
+// (docs/protocol.md 12, 1.17), and which a router refuses on P.call.
+func TestQuestionTool(t *testing.T) {
+	for name, want := range map[string]bool{
+		"mcp__q__elicit": true, "mcp__a__b__elicit": true, "mcp__q_x__elicit": true,
+		"mcp____elicit": false, "mcp__elicit": false, "mcp__q__ask": false, "q__elicit": false,
+		"mcp__q__elicit_": false, "MCP__q__elicit": false, "elicit": false, "": false,
+	} {
+		if got := bus.QuestionTool(name); got != want {
+			t.Errorf("QuestionTool(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -80,6 +80,9 @@ type Parked struct {
 	Kind           string          `json:"kind"`
 	Subject        string          `json:"subject"`
 	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
+	// Asked is set by a router only for a call of a batch that came on
+	// P.ask.<session>, a bridge's question (docs/protocol.md 12, 1.17).
+	Asked bool `json:"asked,omitempty"`
 }
 
 // Rule is a permission rule: Tool alone, or Tool with a command or path

@@ -126,23 +126,28 @@ func WithTraceParent(tp string) CallOption { return func(e *bus.Event) { e.Trace
 // Call sends one model turn's calls and waits for the reply (finished
 // results and parked calls); a rejected batch is a *bus.Error.
 func (c *Client) Call(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
+	return c.rq.batch(ctx, bus.CallMsg(c.subj, session), session, b, opts)
+}
+
+// batch is Call on subject.
+func (r *requester) batch(ctx context.Context, subject, session string, b bus.Batch, opts []CallOption) (*bus.Reply, error) {
 	buf := batchBufs.Get().(*[]byte)
 	defer func() {
 		if cap(*buf) <= maxPooledBatch {
 			batchBufs.Put(buf)
 		}
 	}()
-	e, err := c.rq.batchIn(session, &b, opts, (*buf)[:0])
+	e, err := r.batchIn(session, &b, opts, (*buf)[:0])
 	if err != nil {
 		return nil, err
 	}
 	*buf = e.Data[:0]         // grown, when it had to
 	trusted := len(opts) == 0 // the data is AppendJSON's, unless an option of the caller's set other data
-	reply, err := c.rq.call(ctx, bus.CallMsg(c.subj, session), &e, trusted)
+	reply, err := r.call(ctx, subject, &e, trusted)
 	if err != nil {
 		return nil, err
 	}
-	c.rq.revs.saw(session, reply.SessionRev)
+	r.revs.saw(session, reply.SessionRev)
 	return reply, nil
 }
 
@@ -319,12 +324,20 @@ func Input(v any) json.RawMessage {
 }
 
 // Parked answers parked calls (docs/protocol.md 6): Follow the handoff
-// requests, Answer on P.answer.<tool>, Confirm on P.approve.<tool>. It is a
-// value, cheap to make and safe for concurrent use.
+// requests, Answer on P.answer.<tool>, Confirm on P.approve.<tool>; a
+// bridge parks its servers' questions with Ask. It is a value, cheap to
+// make and safe for concurrent use.
 type Parked struct{ c *Client }
 
 // Parked returns the Client's handle on parked calls.
 func (c *Client) Parked() Parked { return Parked{c} }
+
+// Ask is Call on P.ask.<session>, where only a bridge may publish: a
+// bridged server's question, an external_only batch of its
+// mcp__<server>__elicit (docs/protocol.md 12, 1.17).
+func (p Parked) Ask(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
+	return p.c.rq.batch(ctx, p.c.subj.Handoffs.Ask(session), session, b, opts)
+}
 
 // Answer answers a parked call of tool: an external call's result, or a
 // confirmation. It returns nil when accepted, else a *bus.Error

@@ -135,19 +135,37 @@ func (c *callState) safe() bool {
 	return c.target.Tool.Def.ConcurrencySafe
 }
 
-func (r *Router) onBatch(m *nats.Msg) {
+// Subject kinds of batches: an agent's on P.call.<session>, a bridge's
+// question on P.ask.<session> (docs/protocol.md 12, 1.17).
+const (
+	kindCall = "call"
+	kindAsk  = "ask"
+)
+
+// onBatch is the handler of the batches on subjects of kind: kindAsk's
+// are bridges' questions, which only bridges may publish.
+func (r *Router) onBatch(kind string) func(*nats.Msg) {
+	return func(m *nats.Msg) { r.takeBatch(m, kind) }
+}
+
+// takeBatch runs a batch that came on a subject of kind.
+func (r *Router) takeBatch(m *nats.Msg, kind string) {
 	var ev bus.Event // the batch's attributes: read here only, so on the stack
 	b := new(batch)  // first: a batch of one call is decoded into it
-	decoded, t, err := r.decodeTurn(m, r.cfg.Limits, &ev, b.oneCall[:0])
+	decoded, t, err := r.decodeTurn(m, kind, r.cfg.Limits, &ev, b.oneCall[:0])
 	var e *bus.Event // what refusedRequest is told: nil when m was no event
 	if decoded {
 		e = &ev
 	}
 	if err == nil {
+		t.asked = kind == kindAsk
+		err = checkAsked(t)
+	}
+	if err == nil {
 		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)
 	}
 	if err != nil {
-		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, kind, e, err)
 		r.reject(m, err)
 		return
 	}
@@ -159,7 +177,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 		// A copy with other calls under the reply id (3.1): refused, and
 		// forgotten first, so a copy sent next does not meet it here.
 		r.batches.untrack(b)
-		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, err)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, kind, e, err)
 		r.reject(m, err)
 		return
 	}
@@ -171,7 +189,7 @@ func (r *Router) onBatch(m *nats.Msg) {
 	// until the reply, the batch would interrupt its calls a second time.
 	r.batches.untrack(b)
 	if b.refused != nil { // a copy with other calls than its batch (docs/protocol.md 3.1)
-		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, "call", e, b.refused)
+		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, kind, e, b.refused)
 		r.reject(m, b.refused)
 		return
 	}
@@ -182,19 +200,20 @@ func (r *Router) onBatch(m *nats.Msg) {
 	}
 }
 
-// decodeTurn reads and checks batch message m into e (decoded: e holds the
-// event, whatever the error), its calls into calls when they fit. Its data
-// is checked as it is read; a batch refused so is decoded again in full,
-// so its error is the one it always got.
-func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
+// decodeTurn reads and checks batch message m, which came on a subject of
+// kind, into e (decoded: e holds the event, whatever the error), its calls
+// into calls when they fit. Its data is checked as it is read; a batch
+// refused so is decoded again in full, so its error is the one it always
+// got.
+func (w *wire) decodeTurn(m *nats.Msg, kind string, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
 	if err = bus.DecodeHead(m, e); err == nil {
-		if _, err = w.checked(m, e, "call", bus.TypeCallBatch); err == nil {
+		if _, err = w.checked(m, e, kind, bus.TypeCallBatch); err == nil {
 			if t, err = checkTurn(e, lim, calls); err == nil {
 				return true, t, nil
 			}
 		}
 	}
-	full, err := w.decode(m, "call", bus.TypeCallBatch)
+	full, err := w.decode(m, kind, bus.TypeCallBatch)
 	if err != nil {
 		return false, turn{}, err
 	}

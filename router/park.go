@@ -100,7 +100,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked {
 	out := make([]bus.Parked, 0, len(recs)+len(b.calls)-next)
 	for _, rec := range recs {
-		out = append(out, parkedOf(rec))
+		out = append(out, parkedOf(rec, b.asked))
 	}
 	for _, c := range b.calls[next:] {
 		out = append(out, s.queued(c))
@@ -120,10 +120,11 @@ func alone(b *batch, calls []*callState, next int) bool {
 	return true
 }
 
-// parkedOf is a parked record as the reply and call.parked list it.
-func parkedOf(rec *parked.Record) bus.Parked {
+// parkedOf is a parked record as the reply and call.parked list it; asked:
+// its batch came on P.ask.<session> (a bridge's question, 1.17).
+func parkedOf(rec *parked.Record, asked bool) bus.Parked {
 	return bus.Parked{ID: rec.Call.ID, Name: rec.Call.Name, Input: rec.Call.Input, Kind: rec.Kind,
-		Subject: rec.Subject, SuggestedRules: rec.SuggestedRules}
+		Subject: rec.Subject, SuggestedRules: rec.SuggestedRules, Asked: asked}
 }
 
 // queued is a call held back behind parked ones, as the reply lists it.
@@ -397,7 +398,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		}
 		switch {
 		case err == nil && rec.Status == bus.ParkParked:
-			b.parked = append(b.parked, parkedOf(rec))
+			b.parked = append(b.parked, parkedOf(rec, b.asked))
 		case err == nil && rec.Result != nil:
 			b.mu.Lock()
 			c.result = rec.Result // its event came from the router that settled it
@@ -408,7 +409,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 				spec = parkSpec{kind: bus.KindExternal}
 			}
 			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
-				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested})
+				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested, Asked: b.asked})
 		}
 	}
 	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {

@@ -165,6 +165,7 @@ type turn struct {
 	deadline time.Time // from expirytime; zero when absent
 	data     bus.Batch
 	req      *groups.Request
+	asked    bool // it came on P.ask.<session>: a bridge's question (1.17)
 }
 
 // checkTurn checks a decoded io.toolbus.call.batch, reading its calls into
@@ -209,6 +210,36 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 		}
 	}
 	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, data)
+}
+
+// checkAsked enforces that only a bridge parks a bridged server's question
+// (docs/protocol.md 12, 1.17): a batch on P.ask.<session> is external_only
+// and calls only its request-scoped mcp__<server>__elicit tools, and a
+// batch on P.call.<session> declares no request-scoped tool of that name.
+// Errors are bad_request.
+func checkAsked(t turn) error {
+	if !t.asked {
+		for _, x := range t.req.External {
+			if bus.QuestionTool(x.Def.Name) {
+				return bus.Errorf(bus.CodeBadRequest, "request-scoped tool %s: a bridged server's question (mcp__<server>__elicit) is asked by a bridge on P.ask.%s, never in a call batch", x.Def.Name, t.session)
+			}
+		}
+		return nil
+	}
+	if t.req.Mode != bus.MergeExternalOnly {
+		return bus.Errorf(bus.CodeBadRequest, "a question on P.ask.%s must be an external_only batch, not %s", t.session, t.req.Mode)
+	}
+	for _, x := range t.req.External {
+		if !bus.QuestionTool(x.Def.Name) {
+			return bus.Errorf(bus.CodeBadRequest, "request-scoped tool %s is not a bridged server's question tool (mcp__<server>__elicit), the only tools asked on P.ask.%s", x.Def.Name, t.session)
+		}
+	}
+	for _, c := range t.data.Calls {
+		if !slices.ContainsFunc(t.req.External, func(x *groups.RequestTool) bool { return x.Def.Name == c.Name }) {
+			return bus.Errorf(bus.CodeBadRequest, "call %s of %s: a question on P.ask.%s calls only its request-scoped mcp__<server>__elicit tools", c.ID, c.Name, t.session)
+		}
+	}
+	return nil
 }
 
 // dupCall reports whether id is among the calls before it (seen, or before).

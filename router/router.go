@@ -379,7 +379,8 @@ func (r *Router) bind() {
 	}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
-		{r.subj.All("call"), q, r.onBatch, true},
+		{r.subj.All(kindCall), q, r.onBatch(kindCall), true},
+		{r.subj.All(kindAsk), q, r.onBatch(kindAsk), true},
 		{r.subj.All("tools"), q, tools.onTools, true},
 		{r.subj.Workers.SharedRegister(), q, reg.onRegister, false},
 		{r.subj.All("register"), q, reg.onRegister, false}, // P.register.<tool>, P.register.group.<group>

@@ -385,7 +385,7 @@ func TestDecodeTurnAsBefore(t *testing.T) {
 	} {
 		var ev bus.Event
 		var into [1]bus.Call // as onBatch decodes a batch of one call: into its batch
-		decoded, turn, err := w.decodeTurn(m, testLimits, &ev, into[:0])
+		decoded, turn, err := w.decodeTurn(m, kindCall, testLimits, &ev, into[:0])
 		var e *bus.Event
 		if decoded {
 			e = &ev

@@ -54,7 +54,7 @@ func TestAddAgent(t *testing.T) {
 			shared = u
 		}
 	}
-	if len(opts.Nkeys) != 7 || shared == nil || !slices.Contains(shared.Permissions.Publish.Deny, "acme.call.s1") ||
+	if len(opts.Nkeys) != 8 || shared == nil || !slices.Contains(shared.Permissions.Publish.Deny, "acme.call.s1") ||
 		!slices.Contains(shared.Permissions.Subscribe.Deny, "acme.events.s1") {
 		t.Fatalf("%d nkey users; the shared agent's deny lists: %+v", len(opts.Nkeys), shared)
 	}

@@ -80,3 +80,45 @@ func TestFacadeAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestBridgeAsks: the bridge login is the unconfined worker plus asking
+// (P.ask.*, docs/protocol.md 12, 1.17), calling for sampling, cancelling
+// and the events of every session, under its own inbox; no other role but
+// the router may publish on P.ask, for any prefix.
+func TestBridgeAsks(t *testing.T) {
+	for _, prefix := range []string{"", "acme"} {
+		s := bus.NewSubjects(prefix)
+		users, err := security.Users(security.Spec{Prefix: prefix, Sessions: []string{"s1"}, WorkerTools: []string{"echo"},
+			Handlers: []security.Handler{{Name: "h", Tools: []string{"t"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, ok := security.Lookup(users, security.RoleBridge)
+		if !ok {
+			t.Fatal("no bridge user")
+		}
+		for _, p := range []string{s.Handoffs.Ask("*"), s.Call("*"), s.Cancel("*"), s.Workers.Register("*"), s.All("events")} {
+			if !slices.Contains(b.Permissions.Publish, p) {
+				t.Errorf("prefix %q: the bridge may not publish %s: %v", prefix, p, b.Permissions.Publish)
+			}
+		}
+		for _, sub := range []string{s.Events("*"), s.Workers.Exec("*"), s.All("resources"), "_INBOX.bridge.>"} {
+			if !slices.Contains(b.Permissions.Subscribe, sub) {
+				t.Errorf("prefix %q: the bridge may not subscribe to %s: %v", prefix, sub, b.Permissions.Subscribe)
+			}
+		}
+		if b.InboxPrefix != "_INBOX.bridge" || slices.Contains(b.Permissions.Subscribe, "_INBOX.worker.>") || len(b.Tools) != 0 {
+			t.Errorf("prefix %q: the bridge's inbox %s, subscriptions %v, tools %v", prefix, b.InboxPrefix, b.Permissions.Subscribe, b.Tools)
+		}
+		for _, u := range users {
+			if u.Role == security.RoleRouter || u.Role == security.RoleBridge {
+				continue
+			}
+			for _, p := range u.Permissions.Publish {
+				if strings.HasPrefix(p, s.Prefix+".ask.") || p == s.Prefix+".>" || p == ">" {
+					t.Errorf("prefix %q: %s may publish %s", prefix, u.Name, p)
+				}
+			}
+		}
+	}
+}

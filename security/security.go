@@ -25,6 +25,11 @@ const (
 	// Spec.FacadeAnswers), with no JetStream administration, exec,
 	// registration or admin verbs.
 	RoleFacade = "facade"
+	// RoleBridge is the login of a worker that bridges MCP servers
+	// (toolworker --mcp-config): the unconfined worker's permissions, plus
+	// what its servers' questions and sampling need in every session, and
+	// alone of all roles but the router's P.ask.* (docs/protocol.md 12, 1.17).
+	RoleBridge = "bridge"
 )
 
 // Permissions is one user's NATS subject permissions.
@@ -106,8 +111,8 @@ type Spec struct {
 const jsAPI = "$JS.API."
 
 // Users returns the users of spec: router, worker, agent, approver,
-// operator, facade, then one per session and one per handler, in that
-// order.
+// operator, facade, bridge, then one per session and one per handler, in
+// that order.
 func Users(spec Spec) ([]User, error) {
 	s := bus.NewSubjects(spec.Prefix)
 	if err := check(spec); err != nil {
@@ -125,7 +130,7 @@ func Users(spec Spec) ([]User, error) {
 		u.User = spec.Bind[id]
 		sessions = append(sessions, u)
 	}
-	users := []User{router(s), worker(s, spec.WorkerTools, spec.WorkerGroups, spec.WorkerSharedRegister), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers)}
+	users := []User{router(s), worker(s, spec.WorkerTools, spec.WorkerGroups, spec.WorkerSharedRegister), shared, approver(s, spec.ApproverTools), operator(s), facade(s, spec.FacadeAnswers), bridge(s)}
 	users = append(users, sessions...)
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
@@ -181,7 +186,7 @@ func check(spec Spec) error {
 		}
 	}
 	for _, t := range spec.FacadeAnswers {
-		if !strings.HasPrefix(t, "mcp__") || !strings.HasSuffix(t, "__elicit") || len(t) <= len("mcp____elicit") {
+		if !bus.QuestionTool(t) {
 			return fmt.Errorf("security: facade answers: %q is not a bridged server's question tool (mcp__<server>__elicit)", t)
 		}
 	}
@@ -389,6 +394,23 @@ func facade(s bus.Subjects, answers []string) User {
 		Publish:   pub,
 		Subscribe: sub,
 	}}
+}
+
+func bridge(s bus.Subjects) User {
+	// A worker of every tool (its servers' tools, their resources) that
+	// asks in every session, as the facade acts in every session: its
+	// servers' questions on P.ask.<s>, which nobody else may publish, so a
+	// question parked there is the bridge's (docs/protocol.md 12, 1.17);
+	// sampling as a call on P.call.<s>; the events of its questions and the
+	// cancel that withdraws one.
+	w := worker(s, nil, nil, false)
+	w.Name, w.Role, w.InboxPrefix = RoleBridge, RoleBridge, inbox(RoleBridge)
+	p := &w.Permissions
+	p.Publish = append(p.Publish, s.Handoffs.Ask("*"), s.Call("*"), s.Cancel("*"))
+	mine := slices.Index(p.Subscribe, inbox(RoleWorker)+".>")
+	p.Subscribe[mine] = inbox(RoleBridge) + ".>"
+	p.Subscribe = append(p.Subscribe, s.Events("*"))
+	return w
 }
 
 // Lookup returns the user named name.

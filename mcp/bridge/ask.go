@@ -26,7 +26,8 @@ import (
 
 // What a bridged server may ask of its client (docs/protocol.md 12): roots,
 // elicitation, which parks as a call of mcp__<server>__elicit in the session
-// of the bus call that caused it, and sampling, a call of sampling_tool.
+// of the bus call that caused it (asked on P.ask.<session>, where only
+// bridges publish), and sampling, a call of sampling_tool.
 
 const (
 	// maxQuestions bounds the elicitation and sampling requests of one
@@ -310,7 +311,8 @@ func (a *asker) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (
 }
 
 // ask runs one call in o's session on the server's behalf and waits for
-// its result until ctx ends; then the call is cancelled.
+// its result until ctx ends; then the call is cancelled. A call with a
+// request (a question) is asked on P.ask.<session>, anything else called.
 func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
 	select {
 	case a.questions <- struct{}{}:
@@ -340,7 +342,11 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 			cancel()
 		}
 	}()
-	reply, err := a.bus.Call(ctx, o.session, b, opts...)
+	send := a.bus.Call // sampling: a call in the session like any other
+	if req != nil {
+		send = a.bus.Parked().Ask // a question: on the bridges' own subject (docs/protocol.md 12)
+	}
+	reply, err := send(ctx, o.session, b, opts...)
 	if err != nil {
 		if ctx.Err() != nil {
 			return bus.Result{}, context.Cause(ctx)

@@ -568,7 +568,7 @@ func bridgedServer(name string) (string, bool) {
 // relay puts every question of srv parked in the session for the
 // session's user to the host, until ctx ends.
 func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
-	eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+	q.eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
 		if qn, ok := q.take(p, prefix); ok {
 			wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
 		}
@@ -577,8 +577,10 @@ func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, w
 }
 
 // eachParked calls fn with every call parked in ev, and the reply id of
-// the batch that parked it, until ctx or ev ends or fn returns false.
-func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, p bus.Parked) bool) {
+// the batch that parked it, until ctx or ev ends or fn returns false. A
+// question tool's call a bridge did not ask (no "asked": parked on P.call
+// by a router of 1.16, or forged) is logged and never taken.
+func (q *relayer) eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, p bus.Parked) bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -592,6 +594,10 @@ func eachParked(ctx context.Context, ev *client.Events, fn func(replyID string, 
 				continue
 			}
 			for _, p := range pe.Calls {
+				if !p.Asked && bus.QuestionTool(p.Name) {
+					q.log.Debug("facade: a question not asked by a bridge ignored", "tool", p.Name, "call", p.ID, "reply", e.ReplyID)
+					continue
+				}
 				if !fn(e.ReplyID, p) {
 					return
 				}
@@ -607,11 +613,12 @@ func (q *relayer) take(p bus.Parked, prefix string) (bus.Question, bool) {
 	return qn, ok && q.asked.claim(p.ID)
 }
 
-// parseQuestion reports whether p is a question of a server the call's
-// tool name starts with (mcp__<server>__), for user.
+// parseQuestion reports whether p is a question a bridge asked (on
+// P.ask.<session>, docs/protocol.md 12) of a server the call's tool name
+// starts with (mcp__<server>__), for user.
 func parseQuestion(p bus.Parked, prefix, user string) (bus.Question, bool) {
 	var q bus.Question
-	if p.Kind != bus.KindExternal || !strings.HasPrefix(p.Name, "mcp__") || !strings.HasSuffix(p.Name, "__elicit") ||
+	if p.Kind != bus.KindExternal || !p.Asked || !bus.QuestionTool(p.Name) ||
 		json.Unmarshal(p.Input, &q) != nil || p.Name != bridge.ElicitName(q.Server) || !strings.HasPrefix(prefix, q.Server+"__") {
 		return q, false
 	}
@@ -738,7 +745,7 @@ func (q *relayer) watchCall(ctx context.Context, tool, callID string) (<-chan as
 	go func() {
 		defer func() { _ = ev.Stop(context.WithoutCancel(ctx)) }()
 		seen := map[string]bool{}
-		eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
+		q.eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
 			qn, ok := questionOf(p, tool, callID, q.user)
 			if !ok || seen[p.ID] || len(seen) >= maxAsked {
 				return true

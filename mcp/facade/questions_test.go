@@ -63,7 +63,7 @@ func hostAnswersQuestion(t *testing.T, version string) {
 }
 
 // TestQuestionFor (relayer.take): only a question of the called tool's server, for the
-// session's user, parked as external, is put to a host, once.
+// session's user, parked as external by a bridge (asked, 1.17), is put to a host, once.
 func TestQuestionFor(t *testing.T) {
 	s := &relayer{session: "s1", user: "alice"}
 	in := func(server, user string) json.RawMessage {
@@ -76,15 +76,16 @@ func TestQuestionFor(t *testing.T) {
 		prefix string
 		want   bool
 	}{
-		{"its own", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", true},
-		{"again", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
-		{"another user", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "bob")}, "q__ask", false},
-		{"another server", bus.Parked{ID: "p3", Name: "mcp__r__elicit", Kind: bus.KindExternal, Input: in("r", "alice")}, "q__ask", false},
-		{"a server named in the input only", bus.Parked{ID: "p4", Name: "mcp__x__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
-		{"a confirmation", bus.Parked{ID: "p5", Name: "mcp__q__elicit", Kind: bus.KindConfirm, Input: in("q", "alice")}, "q__ask", false},
-		{"another tool", bus.Parked{ID: "p6", Name: "deploy", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
-		{"a server whose name holds __", bus.Parked{ID: "p7", Name: "mcp__a__b__elicit", Kind: bus.KindExternal, Input: in("a__b", "alice")}, "a__b__ask", true},
-		{"bad input", bus.Parked{ID: "p8", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: json.RawMessage(`[]`)}, "q__ask", false},
+		{"its own", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice")}, "q__ask", true},
+		{"again", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice")}, "q__ask", false},
+		{"another user", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "bob")}, "q__ask", false},
+		{"another server", bus.Parked{ID: "p3", Name: "mcp__r__elicit", Kind: bus.KindExternal, Asked: true, Input: in("r", "alice")}, "q__ask", false},
+		{"a server named in the input only", bus.Parked{ID: "p4", Name: "mcp__x__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice")}, "q__ask", false},
+		{"a confirmation", bus.Parked{ID: "p5", Name: "mcp__q__elicit", Kind: bus.KindConfirm, Asked: true, Input: in("q", "alice")}, "q__ask", false},
+		{"another tool", bus.Parked{ID: "p6", Name: "deploy", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice")}, "q__ask", false},
+		{"a server whose name holds __", bus.Parked{ID: "p7", Name: "mcp__a__b__elicit", Kind: bus.KindExternal, Asked: true, Input: in("a__b", "alice")}, "a__b__ask", true},
+		{"not asked by a bridge (parked on P.call)", bus.Parked{ID: "p9", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "q__ask", false},
+		{"bad input", bus.Parked{ID: "p8", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: json.RawMessage(`[]`)}, "q__ask", false},
 	} {
 		if _, got := s.take(tc.p, tc.prefix); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
@@ -102,7 +103,7 @@ func FuzzQuestionFor(f *testing.F) {
 	f.Add("mcp____elicit", `{"server":""}`, "__")
 	f.Fuzz(func(t *testing.T, name, input, prefix string) {
 		s := &relayer{session: "s1", user: "alice"}
-		q, ok := s.take(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, prefix)
+		q, ok := s.take(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Asked: true, Input: json.RawMessage(input)}, prefix)
 		if ok && (name != "mcp__"+q.Server+"__elicit" || len(prefix) <= len(q.Server)+1 || prefix[:len(q.Server)+2] != q.Server+"__") {
 			t.Fatalf("took %q for %q (prefix %q)", input, name, prefix)
 		}

@@ -42,14 +42,15 @@ func TestQuestionOf(t *testing.T) {
 		tool, call string
 		want       bool
 	}{
-		{"its own", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice", "c1")}, "mcp__q__ask", "c1", true},
-		{"one of the asking calls", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice", "c0", "c1")}, "mcp__q__ask", "c1", true},
-		{"another call of the user", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice", "c2")}, "mcp__q__ask", "c1", false},
-		{"no calls", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice")}, "mcp__q__ask", "c1", false},
-		{"another user's call", bus.Parked{ID: "p3", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "bob", "c1")}, "mcp__q__ask", "c1", false},
-		{"another server", bus.Parked{ID: "p4", Name: "mcp__r__elicit", Kind: bus.KindExternal, Input: in("r", "alice", "c1")}, "mcp__q__ask", "c1", false},
-		{"not a bridged tool", bus.Parked{ID: "p5", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice", "c1")}, "deploy", "c1", false},
-		{"a confirmation", bus.Parked{ID: "p6", Name: "mcp__q__elicit", Kind: bus.KindConfirm, Input: in("q", "alice", "c1")}, "mcp__q__ask", "c1", false},
+		{"its own", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice", "c1")}, "mcp__q__ask", "c1", true},
+		{"one of the asking calls", bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice", "c0", "c1")}, "mcp__q__ask", "c1", true},
+		{"another call of the user", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice", "c2")}, "mcp__q__ask", "c1", false},
+		{"no calls", bus.Parked{ID: "p2", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice")}, "mcp__q__ask", "c1", false},
+		{"another user's call", bus.Parked{ID: "p3", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "bob", "c1")}, "mcp__q__ask", "c1", false},
+		{"another server", bus.Parked{ID: "p4", Name: "mcp__r__elicit", Kind: bus.KindExternal, Asked: true, Input: in("r", "alice", "c1")}, "mcp__q__ask", "c1", false},
+		{"not a bridged tool", bus.Parked{ID: "p5", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: in("q", "alice", "c1")}, "deploy", "c1", false},
+		{"a confirmation", bus.Parked{ID: "p6", Name: "mcp__q__elicit", Kind: bus.KindConfirm, Asked: true, Input: in("q", "alice", "c1")}, "mcp__q__ask", "c1", false},
+		{"not asked by a bridge (parked on P.call)", bus.Parked{ID: "p7", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: in("q", "alice", "c1")}, "mcp__q__ask", "c1", false},
 	} {
 		if _, got := questionOf(tc.p, tc.tool, tc.call, "alice"); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
@@ -343,7 +344,7 @@ func FuzzQuestionOf(f *testing.F) {
 	f.Add("mcp__a__b__elicit", `{"server":"a__b","user":"alice","calls":["x","c1"]}`, "mcp__a__b__x", "c1")
 	f.Add("mcp____elicit", `{"server":"","calls":[""]}`, "mcp____", "")
 	f.Fuzz(func(t *testing.T, name, input, tool, callID string) {
-		q, ok := questionOf(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Input: json.RawMessage(input)}, tool, callID, "alice")
+		q, ok := questionOf(bus.Parked{ID: "p", Name: name, Kind: bus.KindExternal, Asked: true, Input: json.RawMessage(input)}, tool, callID, "alice")
 		if !ok {
 			return
 		}
@@ -361,7 +362,7 @@ func TestNewRound(t *testing.T) {
 	start := time.Now()
 	base := stateRecord{Session: "s1", User: "alice", Tool: "mcp__q__ask", CallID: "c1", ReplyID: "r1", Started: start, Deadline: start.Add(time.Minute)}
 	qin, _ := json.Marshal(map[string]any{"server": "q", "user": "alice", "mode": "form", "message": "Name?", "calls": []string{"c1"}})
-	qp := bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Input: qin}
+	qp := bus.Parked{ID: "p1", Name: "mcp__q__elicit", Kind: bus.KindExternal, Asked: true, Input: qin}
 	qn, _ := questionOf(qp, "mcp__q__ask", "c1", "alice")
 	state, r, res := c.newRound(t.Context(), base, ask{Park: qp, ReplyID: "r2", Question: &qn})
 	if !idPattern.MatchString(state) || r.Kind != inputQuestion || r.AskReplyID != "r2" || r.Park.ID != "p1" || r.ReplyID != "r1" ||
