@@ -205,8 +205,14 @@ type path struct {
 	server  string // the process between caller and worker (mcp-go: its server; none for one_hop)
 	fn      callFunc
 	midOnly bool // throughput at the mid caller count only
-	lat     Latencies
-	loads   map[string]costed // by caller count
+	// twin, when set, runs right after this path's load at the mid caller
+	// count, as many callers paced to the rate this path reached (twinLoad),
+	// and then the pacing alone, calling nothing (pacing).
+	twin     *path
+	twinLoad costed
+	pacing   costed
+	lat      Latencies
+	loads    map[string]costed // by caller count
 }
 
 // measure is the latency and throughput loop: after a warm-up, one
@@ -238,9 +244,45 @@ func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, 
 				return fmt.Errorf("bench: throughput %s: %w", p.name, err)
 			}
 			p.loads[strconv.Itoa(n)] = c
+			if p.twin == nil || n != mid {
+				continue
+			}
+			rate := c.Throughput()
+			logf("bench: %s paced to %s's %.0f calls/s, %d callers, %v", p.twin.name, p.name, rate, n, dur)
+			if p.twinLoad, err = d.measureLoad(ctx, dur, n, paced(n, rate, p.twin.fn)); err == nil {
+				p.pacing, err = d.measureLoad(ctx, max(dur/3, minSlice), n, paced(n, rate, func(context.Context, int) error { return nil }))
+			}
+			if err != nil {
+				return fmt.Errorf("bench: %s paced: %w", p.twin.name, err)
+			}
 		}
 	}
 	return nil
+}
+
+// paced is fn for callers callers that together call at rate per second:
+// each caller's calls start one period (callers / rate) apart, the
+// callers' first ones spread over one period; a caller that falls behind
+// its schedule catches up without pausing.
+func paced(callers int, rate float64, fn callFunc) callFunc {
+	period := time.Duration(float64(callers) / max(rate, 1e-3) * float64(time.Second))
+	next := make([]time.Time, callers) // each caller's next start, touched by that caller alone
+	return func(ctx context.Context, i int) error {
+		if next[i].IsZero() {
+			next[i] = time.Now().Add(period * time.Duration(i) / time.Duration(callers))
+		}
+		if wait := time.Until(next[i]); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		next[i] = next[i].Add(period)
+		return fn(ctx, i)
+	}
 }
 
 // figures are a path's latency, throughput and every process's costs per
@@ -259,6 +301,20 @@ func (p *path) figures() Path {
 		out.Throughput[k], out.CPUUSPerCall[k], out.AllocsPerCall[k], out.OtherCores[k] = c.Throughput(), cpu, allocs, c.otherCores()
 	}
 	return out
+}
+
+// overRaw is what the SDKs cost over their raw twins in p's load at mid
+// callers and its twin's right after it.
+func (p *path) overRaw(mid int) OverRaw {
+	sdk, raw := p.loads[strconv.Itoa(mid)], p.twinLoad
+	sdkWorker, _ := sdk.perCall(roleWorker)
+	sdkClient, _ := sdk.perCall(roleClient)
+	o := OverRaw{Callers: mid, SDKRate: sdk.Throughput(), RawRate: raw.Throughput(), RawOtherCores: raw.otherCores()}
+	o.RawWorkerUS, _ = raw.perCall(roleWorker)
+	o.RawClientUS, _ = raw.perCall(roleClient)
+	o.PacingUS, _ = p.pacing.perCall(roleClient)
+	o.WorkerOverRawUS, o.ClientOverRawUS = sdkWorker-o.RawWorkerUS, sdkClient-(o.RawClientUS-o.PacingUS)
+	return o
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -47,6 +47,7 @@ type RunResult struct {
 	// tool, one client (and session) per caller, at Config.CostCallers
 	// callers only; its server process is "router" in CPUUSPerCall.
 	MCP          Path     `json:"mcp_http"`
+	OverRaw      OverRaw  `json:"sdk_over_raw"`
 	Ratios       Ratios   `json:"ratios"`
 	Targets      []Target `json:"targets"`
 	LoadAvgStart float64  `json:"loadavg_start"`
@@ -76,6 +77,28 @@ type Path struct {
 	// during each measurement (/proc/stat): the figures are as good as it
 	// is small.
 	OtherCores map[string]float64 `json:"other_cores"`
+}
+
+// OverRaw is what the SDKs cost beyond raw nats.go at the same rate: right
+// after the read-only calls at Config.CostCallers callers, one_hop (the raw
+// requester in the bench process, the raw responder in the worker's) runs
+// with as many callers, each paced to its share of the rate toolbus
+// reached, then the pacing alone (its timer wakes are the bench process's,
+// not the raw requester's). CPU per call falls as the rate rises (calls
+// share wakes and writes), so the SDK rows of Path compare unlike things
+// with the raw paths' own rows; these do not.
+type OverRaw struct {
+	Callers     int     `json:"callers"`
+	SDKRate     float64 `json:"sdk_calls_per_s"` // the read-only calls' rate
+	RawRate     float64 `json:"raw_calls_per_s"` // the paced one_hop's
+	RawWorkerUS float64 `json:"raw_worker_us"`   // the raw responder's process CPU µs per call
+	RawClientUS float64 `json:"raw_client_us"`   // the bench process's, pacing included
+	PacingUS    float64 `json:"pacing_us"`       // the bench process's, pacing alone
+	// The worker process's CPU per read-only call minus RawWorkerUS, and
+	// the bench process's minus RawClientUS less PacingUS.
+	WorkerOverRawUS float64 `json:"worker_over_raw_us"`
+	ClientOverRawUS float64 `json:"client_over_raw_us"`
+	RawOtherCores   float64 `json:"raw_other_cores"` // Path.OtherCores during the paced one_hop
 }
 
 // Ratios compare the router's paths with the relay in one run.
@@ -305,7 +328,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s %s\t%d/%d\n", s.Name, s.What, strings.Join(vals, " / "), s.Op, num(s.Limit), s.Met, len(s.Values))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w)
+	var wo, co []string
+	for _, run := range r.Runs {
+		wo, co = append(wo, num(run.OverRaw.WorkerOverRawUS)), append(co, num(run.OverRaw.ClientOverRawUS))
+	}
+	fmt.Fprintf(w, "SDKs over raw nats.go at the same rate, %d callers, per run: worker %s µs; client %s µs\n\n", c.CostCallers,
+		strings.Join(wo, " / "), strings.Join(co, " / "))
 	if p := r.Parked; p != nil {
 		fmt.Fprintf(w, "parked path (call parks → answer → batch.done), %d calls: p50 %.0f µs, p99 %.0f µs (park %.0f µs, answer → done %.0f µs)\n",
 			p.Calls, p.P50US, p.P99US, p.ParkP50US, p.AnswerToDoneP50US)
@@ -383,6 +411,11 @@ func (r *Report) writeRun(w io.Writer, run *RunResult) {
 		"  router CPU per read-only call %.1f× the forwarder's per relayed call; read-only / mcp-go throughput at %s callers %.2f\n",
 		strings.Join(vs, "  "), run.Ratios.P50, run.Ratios.P99, strings.Join(wvs, "  "), run.Ratios.WriteP50, run.Ratios.RouterVsForwarder,
 		mid, run.Ratios.VsMCP)
+	o := run.OverRaw
+	fmt.Fprintf(w, "SDKs over raw nats.go at the same rate, %d callers (read-only %.0f calls/s, one_hop paced to %.0f/s, others' cores %.2f): "+
+		"worker %.1f − raw responder %.1f = %.1f µs; client %.1f − (raw requester %.1f − pacing %.1f) = %.1f µs\n", o.Callers, o.SDKRate,
+		o.RawRate, o.RawOtherCores, o.RawWorkerUS+o.WorkerOverRawUS, o.RawWorkerUS, o.WorkerOverRawUS,
+		o.RawClientUS-o.PacingUS+o.ClientOverRawUS, o.RawClientUS, o.PacingUS, o.ClientOverRawUS)
 	var tg []string
 	for _, t := range run.Targets {
 		tg = append(tg, fmt.Sprintf("%s %s (%s %s, %s)", t.Name, num(t.Value), t.Op, num(t.Limit), metWord(t.Met)))
