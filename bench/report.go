@@ -83,22 +83,34 @@ type Path struct {
 // after the read-only calls at Config.CostCallers callers, one_hop (the raw
 // requester in the bench process, the raw responder in the worker's) runs
 // with as many callers, each paced to its share of the rate toolbus
-// reached, then the pacing alone (its timer wakes are the bench process's,
-// not the raw requester's). CPU per call falls as the rate rises (calls
+// reached, the callers in step and then spread over each period (RawTwin).
+// CPU per call falls as the rate rises and as calls arrive together (they
 // share wakes and writes), so the SDK rows of Path compare unlike things
-// with the raw paths' own rows; these do not.
+// with the raw paths' own rows; these compare like rates.
 type OverRaw struct {
-	Callers     int     `json:"callers"`
-	SDKRate     float64 `json:"sdk_calls_per_s"` // the read-only calls' rate
-	RawRate     float64 `json:"raw_calls_per_s"` // the paced one_hop's
-	RawWorkerUS float64 `json:"raw_worker_us"`   // the raw responder's process CPU µs per call
-	RawClientUS float64 `json:"raw_client_us"`   // the bench process's, pacing included
-	PacingUS    float64 `json:"pacing_us"`       // the bench process's, pacing alone
-	// The worker process's CPU per read-only call minus RawWorkerUS, and
-	// the bench process's minus RawClientUS less PacingUS.
+	Callers int     `json:"callers"`
+	SDKRate float64 `json:"sdk_calls_per_s"` // the read-only calls' rate
+	// The SDKs over their twins in step (InStep's), the raw pattern's
+	// cheapest at that rate.
 	WorkerOverRawUS float64 `json:"worker_over_raw_us"`
 	ClientOverRawUS float64 `json:"client_over_raw_us"`
-	RawOtherCores   float64 `json:"raw_other_cores"` // Path.OtherCores during the paced one_hop
+	InStep          RawTwin `json:"in_step"`
+	Spread          RawTwin `json:"spread"`
+}
+
+// RawTwin is one_hop paced to the read-only calls' rate one way, and the
+// pacing alone (its timer wakes are the bench process's, not the raw
+// requester's); CPU µs per call.
+type RawTwin struct {
+	Rate     float64 `json:"calls_per_s"`
+	WorkerUS float64 `json:"worker_us"` // the raw responder's process
+	ClientUS float64 `json:"client_us"` // the bench process's, pacing included
+	PacingUS float64 `json:"pacing_us"` // the bench process's, pacing alone
+	// The worker process's CPU per read-only call minus WorkerUS, and the
+	// bench process's minus ClientUS less PacingUS.
+	WorkerOverUS float64 `json:"worker_over_us"`
+	ClientOverUS float64 `json:"client_over_us"`
+	OtherCores   float64 `json:"other_cores"` // Path.OtherCores during the paced calls
 }
 
 // Ratios compare the router's paths with the relay in one run.
@@ -412,10 +424,12 @@ func (r *Report) writeRun(w io.Writer, run *RunResult) {
 		strings.Join(vs, "  "), run.Ratios.P50, run.Ratios.P99, strings.Join(wvs, "  "), run.Ratios.WriteP50, run.Ratios.RouterVsForwarder,
 		mid, run.Ratios.VsMCP)
 	o := run.OverRaw
-	fmt.Fprintf(w, "SDKs over raw nats.go at the same rate, %d callers (read-only %.0f calls/s, one_hop paced to %.0f/s, others' cores %.2f): "+
-		"worker %.1f − raw responder %.1f = %.1f µs; client %.1f − (raw requester %.1f − pacing %.1f) = %.1f µs\n", o.Callers, o.SDKRate,
-		o.RawRate, o.RawOtherCores, o.RawWorkerUS+o.WorkerOverRawUS, o.RawWorkerUS, o.WorkerOverRawUS,
-		o.RawClientUS-o.PacingUS+o.ClientOverRawUS, o.RawClientUS, o.PacingUS, o.ClientOverRawUS)
+	fmt.Fprintf(w, "SDKs over raw nats.go at the same rate, %d callers: read-only %.0f calls/s, worker %.1f µs, client %.1f µs; one_hop paced to it\n",
+		o.Callers, o.SDKRate, o.InStep.WorkerUS+o.InStep.WorkerOverUS, o.InStep.ClientUS-o.InStep.PacingUS+o.InStep.ClientOverUS)
+	for i, t := range []RawTwin{o.InStep, o.Spread} {
+		fmt.Fprintf(w, "  callers %-7s %.0f/s: raw responder %.1f, worker over it %.1f µs; raw requester %.1f less pacing %.1f, client over it %.1f µs; "+
+			"others' cores %.2f\n", [...]string{"in step", "spread"}[i], t.Rate, t.WorkerUS, t.WorkerOverUS, t.ClientUS, t.PacingUS, t.ClientOverUS, t.OtherCores)
+	}
 	var tg []string
 	for _, t := range run.Targets {
 		tg = append(tg, fmt.Sprintf("%s %s (%s %s, %s)", t.Name, num(t.Value), t.Op, num(t.Limit), metWord(t.Met)))
