@@ -171,12 +171,14 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 		{name: "toolbus write", server: roleRouter, fn: d.callTool(toolWrite)},
 		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},
 	}
+	paths[2].twin = paths[0] // the SDKs' raw twins: one_hop at the read-only calls' rate
 	if err := d.measure(ctx, paths, opts.Callers, mid, opts.Duration, opts.Logf); err != nil {
 		return fail(err)
 	}
 	for i, out := range []*Path{&run.OneHop, &run.Relay, &run.Toolbus, &run.ToolbusWrite, &run.MCP} {
 		*out = paths[i].figures()
 	}
+	run.OverRaw = paths[2].overRaw(mid)
 	run.LoadAvgEnd = loadAvg()
 	if !last {
 		return run, nil

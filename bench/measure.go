@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -205,8 +206,13 @@ type path struct {
 	server  string // the process between caller and worker (mcp-go: its server; none for one_hop)
 	fn      callFunc
 	midOnly bool // throughput at the mid caller count only
-	lat     Latencies
-	loads   map[string]costed // by caller count
+	// twin, when set, runs right after this path's load at the mid caller
+	// count, as many callers paced to the rate this path reached, in step
+	// and then spread (twins[inStep], twins[spread]).
+	twin  *path
+	twins [2]pacedLoad
+	lat   Latencies
+	loads map[string]costed // by caller count
 }
 
 // measure is the latency and throughput loop: after a warm-up, one
@@ -238,9 +244,73 @@ func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, 
 				return fmt.Errorf("bench: throughput %s: %w", p.name, err)
 			}
 			p.loads[strconv.Itoa(n)] = c
+			if p.twin == nil || n != mid {
+				continue
+			}
+			if p.twins, err = d.measureTwin(ctx, dur, n, c.Throughput(), p.twin, logf); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// The ways paced puts the callers' calls: at the same instants, or each
+// caller's a share of a period after the one before's.
+const (
+	inStep = iota
+	spread
+)
+
+// pacedLoad is a load paced to a rate, and the pacing alone (calling
+// nothing) at that rate.
+type pacedLoad struct{ calls, pacing costed }
+
+// measureTwin runs twin's calls from callers callers paced to rate, in
+// step and spread, each followed by the pacing alone; the windows are
+// shorter than dur, as a paced load's rate is known beforehand.
+func (d *deployment) measureTwin(ctx context.Context, dur time.Duration, callers int, rate float64, twin *path,
+	logf func(string, ...any)) (out [2]pacedLoad, err error) {
+	for way := range out {
+		logf("bench: %s paced to %.0f calls/s, %d callers (%s), %v", twin.name, rate, callers, [...]string{"in step", "spread"}[way], dur/2)
+		out[way].calls, err = d.measureLoad(ctx, max(dur/2, minSlice), callers, paced(callers, rate, way, twin.fn))
+		if err == nil {
+			out[way].pacing, err = d.measureLoad(ctx, max(dur/4, minSlice), callers, paced(callers, rate, way,
+				func(context.Context, int) error { return nil }))
+		}
+		if err != nil {
+			return out, fmt.Errorf("bench: %s paced: %w", twin.name, err)
+		}
+	}
+	return out, nil
+}
+
+// paced is fn for callers callers that together call at rate per second:
+// each caller's calls start one period (callers / rate) apart, the
+// callers' first ones at once (inStep) or spread over one period; a caller
+// that falls behind its schedule catches up without pausing.
+func paced(callers int, rate float64, way int, fn callFunc) callFunc {
+	period := time.Duration(float64(callers) / max(rate, 1e-3) * float64(time.Second))
+	var once sync.Once
+	var start time.Time                // the first call's
+	next := make([]time.Time, callers) // each caller's next start, touched by that caller alone
+	return func(ctx context.Context, i int) error {
+		once.Do(func() { start = time.Now() })
+		if next[i].IsZero() {
+			next[i] = start.Add(period * time.Duration(i*way) / time.Duration(callers))
+		}
+		if wait := time.Until(next[i]); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		next[i] = next[i].Add(period)
+		return fn(ctx, i)
+	}
 }
 
 // figures are a path's latency, throughput and every process's costs per
@@ -259,6 +329,25 @@ func (p *path) figures() Path {
 		out.Throughput[k], out.CPUUSPerCall[k], out.AllocsPerCall[k], out.OtherCores[k] = c.Throughput(), cpu, allocs, c.otherCores()
 	}
 	return out
+}
+
+// overRaw is what the SDKs cost over their raw twins in p's load at mid
+// callers and its twin's right after it.
+func (p *path) overRaw(mid int) OverRaw {
+	sdk := p.loads[strconv.Itoa(mid)]
+	sdkWorker, _ := sdk.perCall(roleWorker)
+	sdkClient, _ := sdk.perCall(roleClient)
+	o := OverRaw{Callers: mid, SDKRate: sdk.Throughput()}
+	for way, t := range []*RawTwin{&o.InStep, &o.Spread} {
+		raw := p.twins[way].calls
+		*t = RawTwin{Rate: raw.Throughput(), OtherCores: raw.otherCores()}
+		t.WorkerUS, _ = raw.perCall(roleWorker)
+		t.ClientUS, _ = raw.perCall(roleClient)
+		t.PacingUS, _ = p.twins[way].pacing.perCall(roleClient)
+		t.WorkerOverUS, t.ClientOverUS = sdkWorker-t.WorkerUS, sdkClient-(t.ClientUS-t.PacingUS)
+	}
+	o.WorkerOverRawUS, o.ClientOverRawUS = o.InStep.WorkerOverUS, o.InStep.ClientOverUS
+	return o
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -47,6 +47,7 @@ type RunResult struct {
 	// tool, one client (and session) per caller, at Config.CostCallers
 	// callers only; its server process is "router" in CPUUSPerCall.
 	MCP          Path     `json:"mcp_http"`
+	OverRaw      OverRaw  `json:"sdk_over_raw"`
 	Ratios       Ratios   `json:"ratios"`
 	Targets      []Target `json:"targets"`
 	LoadAvgStart float64  `json:"loadavg_start"`
@@ -76,6 +77,40 @@ type Path struct {
 	// during each measurement (/proc/stat): the figures are as good as it
 	// is small.
 	OtherCores map[string]float64 `json:"other_cores"`
+}
+
+// OverRaw is what the SDKs cost beyond raw nats.go at the same rate: right
+// after the read-only calls at Config.CostCallers callers, one_hop (the raw
+// requester in the bench process, the raw responder in the worker's) runs
+// with as many callers, each paced to its share of the rate toolbus
+// reached, the callers in step and then spread over each period (RawTwin).
+// CPU per call falls as the rate rises and as calls arrive together (they
+// share wakes and writes), so the SDK rows of Path compare unlike things
+// with the raw paths' own rows; these compare like rates.
+type OverRaw struct {
+	Callers int     `json:"callers"`
+	SDKRate float64 `json:"sdk_calls_per_s"` // the read-only calls' rate
+	// The SDKs over their twins in step (InStep's), the raw pattern's
+	// cheapest at that rate.
+	WorkerOverRawUS float64 `json:"worker_over_raw_us"`
+	ClientOverRawUS float64 `json:"client_over_raw_us"`
+	InStep          RawTwin `json:"in_step"`
+	Spread          RawTwin `json:"spread"`
+}
+
+// RawTwin is one_hop paced to the read-only calls' rate one way, and the
+// pacing alone (its timer wakes are the bench process's, not the raw
+// requester's); CPU µs per call.
+type RawTwin struct {
+	Rate     float64 `json:"calls_per_s"`
+	WorkerUS float64 `json:"worker_us"` // the raw responder's process
+	ClientUS float64 `json:"client_us"` // the bench process's, pacing included
+	PacingUS float64 `json:"pacing_us"` // the bench process's, pacing alone
+	// The worker process's CPU per read-only call minus WorkerUS, and the
+	// bench process's minus ClientUS less PacingUS.
+	WorkerOverUS float64 `json:"worker_over_us"`
+	ClientOverUS float64 `json:"client_over_us"`
+	OtherCores   float64 `json:"other_cores"` // Path.OtherCores during the paced calls
 }
 
 // Ratios compare the router's paths with the relay in one run.
@@ -305,7 +340,12 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s %s\t%d/%d\n", s.Name, s.What, strings.Join(vals, " / "), s.Op, num(s.Limit), s.Met, len(s.Values))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w)
+	var wo, co []string
+	for _, run := range r.Runs {
+		wo, co = append(wo, num(run.OverRaw.WorkerOverRawUS)), append(co, num(run.OverRaw.ClientOverRawUS))
+	}
+	fmt.Fprintf(w, "SDKs over raw nats.go at the same rate, %d callers, per run: worker %s µs; client %s µs\n\n", c.CostCallers,
+		strings.Join(wo, " / "), strings.Join(co, " / "))
 	if p := r.Parked; p != nil {
 		fmt.Fprintf(w, "parked path (call parks → answer → batch.done), %d calls: p50 %.0f µs, p99 %.0f µs (park %.0f µs, answer → done %.0f µs)\n",
 			p.Calls, p.P50US, p.P99US, p.ParkP50US, p.AnswerToDoneP50US)
@@ -383,6 +423,13 @@ func (r *Report) writeRun(w io.Writer, run *RunResult) {
 		"  router CPU per read-only call %.1f× the forwarder's per relayed call; read-only / mcp-go throughput at %s callers %.2f\n",
 		strings.Join(vs, "  "), run.Ratios.P50, run.Ratios.P99, strings.Join(wvs, "  "), run.Ratios.WriteP50, run.Ratios.RouterVsForwarder,
 		mid, run.Ratios.VsMCP)
+	o := run.OverRaw
+	fmt.Fprintf(w, "SDKs over raw nats.go at the same rate, %d callers: read-only %.0f calls/s, worker %.1f µs, client %.1f µs; one_hop paced to it\n",
+		o.Callers, o.SDKRate, o.InStep.WorkerUS+o.InStep.WorkerOverUS, o.InStep.ClientUS-o.InStep.PacingUS+o.InStep.ClientOverUS)
+	for i, t := range []RawTwin{o.InStep, o.Spread} {
+		fmt.Fprintf(w, "  callers %-7s %.0f/s: raw responder %.1f, worker over it %.1f µs; raw requester %.1f less pacing %.1f, client over it %.1f µs; "+
+			"others' cores %.2f\n", [...]string{"in step", "spread"}[i], t.Rate, t.WorkerUS, t.WorkerOverUS, t.ClientUS, t.PacingUS, t.ClientOverUS, t.OtherCores)
+	}
 	var tg []string
 	for _, t := range run.Targets {
 		tg = append(tg, fmt.Sprintf("%s %s (%s %s, %s)", t.Name, num(t.Value), t.Op, num(t.Limit), metWord(t.Met)))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -201,7 +202,37 @@ func TestRunQuick(t *testing.T) {
 		}
 		positive(where, run, "ratios.vs_relay.4", "ratios.write_vs_relay.4", "ratios.p50_1", "ratios.write_p50_1",
 			"ratios.vs_mcp_http", "pids.router", "pids.mcp", "mcp_http.p50_us", "mcp_http.throughput.4",
-			"mcp_http.cpu_us_per_call.4.router", "mcp_http.cpu_us_per_call.4.client")
+			"mcp_http.cpu_us_per_call.4.router", "mcp_http.cpu_us_per_call.4.client", "sdk_over_raw.callers",
+			"sdk_over_raw.sdk_calls_per_s")
+		for _, way := range []string{"in_step", "spread"} {
+			for _, k := range []string{"calls_per_s", "worker_us", "client_us", "pacing_us"} {
+				positive(where, run, "sdk_over_raw."+way+"."+k)
+			}
+		}
+		for _, k := range []string{"worker_over_raw_us", "client_over_raw_us", "in_step.worker_over_us", "spread.client_over_us"} {
+			if v, ok := lookup(run, "sdk_over_raw."+k); !ok { // it may be below zero
+				t.Errorf("%s has no sdk_over_raw.%s", where, k)
+			} else if f, ok := v.(float64); !ok || math.IsNaN(f) || math.IsInf(f, 0) {
+				t.Errorf("%s: sdk_over_raw.%s = %v, want a number", where, k, v)
+			}
+		}
+	}
+	for _, run := range rep.Runs {
+		o, worker, client := run.OverRaw, run.Toolbus.CPUUSPerCall["4"][partWorker], run.Toolbus.CPUUSPerCall["4"][partClient]
+		if o.Callers != 4 || o.WorkerOverRawUS != o.InStep.WorkerOverUS || o.ClientOverRawUS != o.InStep.ClientOverUS {
+			t.Errorf("run %d: %+v", run.Run, o)
+		}
+		for _, tw := range []RawTwin{o.InStep, o.Spread} {
+			// Paced, it cannot run faster than toolbus did but for the
+			// callers' first calls (a window is at least minSlice); on a
+			// loaded machine it may run slower.
+			if tw.Rate > o.SDKRate+4/minSlice.Seconds() {
+				t.Errorf("run %d: a raw twin ran at %.0f calls/s, faster than toolbus's %.0f", run.Run, tw.Rate, o.SDKRate)
+			}
+			if math.Abs(tw.WorkerUS+tw.WorkerOverUS-worker) > 1e-9 || math.Abs(tw.ClientUS-tw.PacingUS+tw.ClientOverUS-client) > 1e-9 {
+				t.Errorf("run %d: twin %+v does not add up to the worker's %v and the client's %v", run.Run, tw, worker, client)
+			}
+		}
 	}
 	positive("report", doc, "parked.p50_us", "parked.p99_us", "parked.park_p50_us", "parked.answer_to_done_p50_us",
 		"parked.calls", "workers.1", "workers.2", "sessions.heap_mib_after", "sessions.rss_mib_after", "machine.gomaxprocs")
@@ -229,7 +260,9 @@ func TestRunQuick(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"run 1", "run 2", "raw one_hop", "throughput_4", "router_cpu_write_us", "others' cores",
-		"router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile", "workers_8_vs_1", "parked path", "I/O-bound tool"} {
+		"router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile", "workers_8_vs_1", "parked path", "I/O-bound tool",
+		"SDKs over raw nats.go at the same rate, 4 callers: read-only", "callers in step", "callers spread",
+		"SDKs over raw nats.go at the same rate, 4 callers, per run"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}
