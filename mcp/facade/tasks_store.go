@@ -36,6 +36,8 @@ const (
 
 // taskRecord is a task as stored under t.<session>.<user digest>.<task id>,
 // before the CreateTaskResult is returned: any facade process answers for it.
+// A completed task's result is kept apart, under o.<…>.<task id> (endTask),
+// so that reading a record (tasks/list, tasks/get) never reads a result.
 type taskRecord struct {
 	ID      string               `json:"id"`
 	Session string               `json:"session"`
@@ -50,7 +52,10 @@ type taskRecord struct {
 	Created time.Time            `json:"created"`
 	Updated time.Time            `json:"updated"`
 	TTLMS   int64                `json:"ttl_ms"`
-	Result  json.RawMessage      `json:"result,omitempty"` // completed
+	// Result is a completed task's CallToolResult once read (loadResult);
+	// stored only in the records of facades before the result had its own
+	// key, which are still read.
+	Result json.RawMessage `json:"result,omitempty"`
 	Error   string               `json:"error,omitempty"`  // failed: the JSON-RPC error's message
 }
 
@@ -83,8 +88,8 @@ func digest(s string) string {
 }
 
 // userKey is the key of a (session, user)'s record of kind in the bucket,
-// <kind>.<session>.<user digest>[.<id>]: t a task, i the tasks' index,
-// r a request state (elicit.go), m an MCP session's client and x its
+// <kind>.<session>.<user digest>[.<id>]: t a task, o a completed task's
+// result, i the tasks' index, r a request state (elicit.go), m an MCP session's client and x its
 // carried messages (crossing.go). An id "" makes the prefix of them all.
 func userKey(kind, session, user string, id ...string) string {
 	return strings.Join(append([]string{kind, session, digest(user)}, id...), ".")
@@ -204,7 +209,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	for _, id := range expired {
-		st.delete(ctx, userKey("t", r.Session, r.User, id))
+		st.deleteTask(ctx, r.Session, r.User, id)
 	}
 	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
@@ -232,7 +237,7 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	now := time.Now()
 	for _, t := range idx.Tasks {
 		if !now.Before(t.Expires) {
-			st.delete(ctx, userKey("t", session, user, t.ID))
+			st.deleteTask(ctx, session, user, t.ID)
 			continue
 		}
 		r, err := st.getTask(ctx, session, user, t.ID)
@@ -295,6 +300,12 @@ func (st *kvStore) delete(ctx context.Context, key string) {
 	}
 }
 
+// deleteTask deletes a task's record and its result, best effort.
+func (st *kvStore) deleteTask(ctx context.Context, session, user, id string) {
+	st.delete(ctx, userKey("t", session, user, id))
+	st.delete(ctx, userKey("o", session, user, id))
+}
+
 // subject is the subject a write of key is published on.
 func (st *kvStore) subject(ctx context.Context, key string) (string, error) {
 	kv, err := st.bucket(ctx)
@@ -349,13 +360,7 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 		}
 		change(&r)
 		r.Updated = time.Now()
-		raw, _ := json.Marshal(&r)
-		if len(raw) > 1<<20-1024 { // too large for the bucket: say so instead
-			r.Result, r.Status, r.Error = nil, mcp.TaskStatusFailed,
-				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
-			raw, _ = json.Marshal(&r)
-		}
-		return raw, nil
+		return json.Marshal(&r)
 	})
 	if errors.Is(err, errNotFound) {
 		return nil, errNotFound
@@ -364,6 +369,58 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	return out, nil
+}
+
+// maxResult bounds a result the bucket keeps (its values are at most 1 MiB).
+const maxResult = 1<<20 - 1024
+
+// endTask records the task's end: change makes the record terminal, and a
+// completed one's result (nil for any other end) is written first, under
+// its own key, so that a reader who sees "completed" can read the result.
+// A result is not written for a record that ended already or is past its
+// TTL, and is deleted again when the record did not end completed by this
+// write (another end won meanwhile); one left by a crash between the two
+// writes goes with its task (deleteTask) or at the bucket's age. A result
+// above maxResult ends the task failed instead.
+func (st *kvStore) endTask(ctx context.Context, session, user, id string, result json.RawMessage, change func(*taskRecord)) (*taskRecord, error) {
+	if len(result) > maxResult {
+		result, change = nil, func(r *taskRecord) {
+			r.Status, r.Error = mcp.TaskStatusFailed,
+				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
+		}
+	}
+	key := userKey("o", session, user, id)
+	if result != nil {
+		r, err := st.getTask(ctx, session, user, id)
+		if err != nil || r.Status.IsTerminal() {
+			return r, err
+		}
+		kv, err := st.bucket(ctx)
+		if err == nil {
+			err = store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
+				_, err := kv.Put(ctx, key, result)
+				return err
+			})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errNoStore, err)
+		}
+	}
+	r, err := st.updateTask(ctx, session, user, id, change)
+	lost := errors.Is(err, errNotFound) || (err == nil && (r.Status != mcp.TaskStatusCompleted || r.Result != nil))
+	if result != nil && lost {
+		st.delete(ctx, key)
+	}
+	return r, err
+}
+
+// loadResult reads a completed record's result into r.Result (a record of
+// an earlier facade holds it already).
+func (st *kvStore) loadResult(ctx context.Context, r *taskRecord) error {
+	if r.Status != mcp.TaskStatusCompleted || r.Result != nil {
+		return nil
+	}
+	return st.get(ctx, userKey("o", r.Session, r.User, r.ID), &r.Result)
 }
 
 // watchTask waits until the record is terminal (or gone), or ctx ends.
@@ -559,6 +616,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	}
 	meta := map[string]any{mcp.MetaKeySubscriptionID: m.ID}
 	notify := func(r *taskRecord) {
+		_ = s.store.loadResult(ctx, r) // without it (gone meanwhile) the notification still says the task ended
 		v := r.detailed(true)
 		v.Meta = meta
 		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": v})
