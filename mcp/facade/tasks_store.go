@@ -56,7 +56,7 @@ type taskRecord struct {
 	// stored only in the records of facades before the result had its own
 	// key, which are still read.
 	Result json.RawMessage `json:"result,omitempty"`
-	Error   string               `json:"error,omitempty"`  // failed: the JSON-RPC error's message
+	Error  string          `json:"error,omitempty"` // failed: the JSON-RPC error's message
 }
 
 // expires is when the record is dropped (its TTL).
