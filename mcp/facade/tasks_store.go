@@ -37,7 +37,8 @@ const (
 // taskRecord is a task as stored under t.<session>.<user digest>.<task id>,
 // before the CreateTaskResult is returned: any facade process answers for it.
 // A completed task's result is kept apart, under o.<…>.<task id> (endTask),
-// so that reading a record (tasks/list, tasks/get) never reads a result.
+// so that reading a record (tasks/list, tasks/get) never reads a result; a
+// record an earlier facade wrote holds its result, and is read as it is.
 type taskRecord struct {
 	ID      string               `json:"id"`
 	Session string               `json:"session"`
@@ -52,11 +53,8 @@ type taskRecord struct {
 	Created time.Time            `json:"created"`
 	Updated time.Time            `json:"updated"`
 	TTLMS   int64                `json:"ttl_ms"`
-	// Result is a completed task's CallToolResult once read (loadResult);
-	// stored only in the records of facades before the result had its own
-	// key, which are still read.
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  string          `json:"error,omitempty"` // failed: the JSON-RPC error's message
+	Result  json.RawMessage      `json:"result,omitempty"` // completed, once read (loadResult); earlier facades stored it here
+	Error   string               `json:"error,omitempty"`  // failed: the JSON-RPC error's message
 }
 
 // expires is when the record is dropped (its TTL).
