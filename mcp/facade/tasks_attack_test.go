@@ -98,7 +98,7 @@ func TestAttackTaskTTLOutlivesBound(t *testing.T) {
 //
 //	TOOLBUS_MEASURE=1 go test -count=1 -run TestAttackTaskListReadsResults -v ./mcp/facade
 func TestAttackTaskListReadsResults(t *testing.T) {
-	n, sizes := 4, []int{900 << 10}
+	n, sizes := 3, []int{128 << 10}
 	measure := os.Getenv("TOOLBUS_MEASURE") == "1"
 	if measure {
 		n, sizes = 20, []int{1, 900 << 10}
