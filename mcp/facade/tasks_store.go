@@ -87,8 +87,9 @@ func digest(s string) string {
 
 // userKey is the key of a (session, user)'s record of kind in the bucket,
 // <kind>.<session>.<user digest>[.<id>]: t a task, o a completed task's
-// result, i the tasks' index, r a request state (elicit.go), m an MCP session's client and x its
-// carried messages (crossing.go). An id "" makes the prefix of them all.
+// result, i the tasks' index, r a request state (elicit.go), m an MCP
+// session's client and x its carried messages (crossing.go). An id ""
+// makes the prefix of them all.
 func userKey(kind, session, user string, id ...string) string {
 	return strings.Join(append([]string{kind, session, digest(user)}, id...), ".")
 }
