@@ -180,7 +180,7 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 			r.Message = s.runners.withOutput(ctx, r) // shown, not stored
 		}
 		if m.modern() { // 2026-07-28 shows a completed task's result in it
-			if err := s.store.loadResult(ctx, r); errors.Is(err, errNoStore) {
+			if err := (taskResults{s.store}).load(ctx, r); errors.Is(err, errNoStore) {
 				return nil, storeError(err)
 			}
 		}
@@ -241,7 +241,7 @@ func (s *taskFront) result(ctx context.Context, r *taskRecord) (any, *rpcError) 
 	case mcp.TaskStatusFailed:
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: r.Error}
 	case mcp.TaskStatusCompleted:
-		if err := s.store.loadResult(ctx, r); errors.Is(err, errNoStore) {
+		if err := (taskResults{s.store}).load(ctx, r); errors.Is(err, errNoStore) {
 			return nil, storeError(err)
 		}
 		if json.Unmarshal(r.Result, &out) != nil || out == nil {
@@ -448,7 +448,7 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 	return toMCP(*res), nil
 }
 
-// finish records the task's end (kvStore.endTask), unless it ended already
+// finish records the task's end (taskResults.end), unless it ended already
 // (cancelled), and tells its host when it runs here.
 func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -457,7 +457,7 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 	if err == nil && res != nil {
 		result, _ = json.Marshal(res)
 	}
-	rec, uerr := t.store.endTask(ctx, r.Session, r.User, r.ID, result, func(r *taskRecord) {
+	rec, uerr := taskResults{t.store}.end(ctx, r.Session, r.User, r.ID, result, func(r *taskRecord) {
 		r.Inputs = nil
 		switch {
 		case err != nil:

@@ -36,7 +36,7 @@ const (
 
 // taskRecord is a task as stored under t.<session>.<user digest>.<task id>,
 // before the CreateTaskResult is returned: any facade process answers for it.
-// A completed task's result is kept apart, under o.<…>.<task id> (endTask),
+// A completed task's result is kept apart, under o.<…>.<task id> (taskResults),
 // so that reading a record (tasks/list, tasks/get) never reads a result; a
 // record an earlier facade wrote holds its result, and is read as it is.
 type taskRecord struct {
@@ -53,7 +53,7 @@ type taskRecord struct {
 	Created time.Time            `json:"created"`
 	Updated time.Time            `json:"updated"`
 	TTLMS   int64                `json:"ttl_ms"`
-	Result  json.RawMessage      `json:"result,omitempty"` // completed, once read (loadResult); earlier facades stored it here
+	Result  json.RawMessage      `json:"result,omitempty"` // completed, once read (taskResults.load); earlier facades stored it here
 	Error   string               `json:"error,omitempty"`  // failed: the JSON-RPC error's message
 }
 
@@ -208,7 +208,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	for _, id := range expired {
-		st.deleteTask(ctx, r.Session, r.User, id)
+		st.delete(ctx, taskKeys(r.Session, r.User, id)...)
 	}
 	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
@@ -236,7 +236,7 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	now := time.Now()
 	for _, t := range idx.Tasks {
 		if !now.Before(t.Expires) {
-			st.deleteTask(ctx, session, user, t.ID)
+			st.delete(ctx, taskKeys(session, user, t.ID)...)
 			continue
 		}
 		r, err := st.getTask(ctx, session, user, t.ID)
@@ -274,7 +274,8 @@ func (st *kvStore) get(ctx context.Context, key string, v any) error {
 	return nil
 }
 
-// put stores v's JSON under key; create only when the key holds nothing.
+// put stores v's JSON under key, riding out transient errors; create only
+// when the key holds nothing.
 func (st *kvStore) put(ctx context.Context, key string, v any, create bool) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
@@ -284,7 +285,10 @@ func (st *kvStore) put(ctx context.Context, key string, v any, create bool) erro
 	if create {
 		_, err = store.Create(ctx, kv, key, raw, store.Bounded)
 	} else {
-		_, err = kv.Put(ctx, key, raw)
+		err = store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
+			_, err := kv.Put(ctx, key, raw)
+			return err
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
@@ -292,17 +296,18 @@ func (st *kvStore) put(ctx context.Context, key string, v any, create bool) erro
 	return nil
 }
 
-// delete deletes key, best effort (what it holds expires anyway).
-func (st *kvStore) delete(ctx context.Context, key string) {
+// delete deletes keys, best effort (what they hold expires anyway).
+func (st *kvStore) delete(ctx context.Context, keys ...string) {
 	if kv, err := st.bucket(ctx); err == nil {
-		_ = kv.Delete(ctx, key)
+		for _, key := range keys {
+			_ = kv.Delete(ctx, key)
+		}
 	}
 }
 
-// deleteTask deletes a task's record and its result, best effort.
-func (st *kvStore) deleteTask(ctx context.Context, session, user, id string) {
-	st.delete(ctx, userKey("t", session, user, id))
-	st.delete(ctx, userKey("o", session, user, id))
+// taskKeys are the keys of what a task keeps: its record and its result.
+func taskKeys(session, user, id string) []string {
+	return []string{userKey("t", session, user, id), userKey("o", session, user, id)}
 }
 
 // subject is the subject a write of key is published on.
@@ -373,15 +378,19 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 // maxResult bounds a result the bucket keeps (its values are at most 1 MiB).
 const maxResult = 1<<20 - 1024
 
-// endTask records the task's end: change makes the record terminal, and a
-// completed one's result (nil for any other end) is written first, under
-// its own key, so that a reader who sees "completed" can read the result.
-// A result is not written for a record that ended already or is past its
-// TTL, and is deleted again when the record did not end completed by this
-// write (another end won meanwhile); one left by a crash between the two
-// writes goes with its task (deleteTask) or at the bucket's age. A result
-// above maxResult ends the task failed instead.
-func (st *kvStore) endTask(ctx context.Context, session, user, id string, result json.RawMessage, change func(*taskRecord)) (*taskRecord, error) {
+// taskResults keeps each completed task's CallToolResult under its own key,
+// o.<session>.<user digest>.<task id>, apart from the task's record.
+type taskResults struct{ st *kvStore }
+
+// end records the task's end: change makes the record terminal, and a
+// completed one's result (nil for any other end) is written first, so that
+// a reader who sees "completed" can read the result. A result is not
+// written for a record that ended already or is past its TTL, and is
+// deleted again when the record did not end completed by this write
+// (another end won meanwhile); one left by a crash between the two writes
+// goes with its task (taskKeys) or at the bucket's age. A result above
+// maxResult ends the task failed instead.
+func (rs taskResults) end(ctx context.Context, session, user, id string, result json.RawMessage, change func(*taskRecord)) (*taskRecord, error) {
 	if len(result) > maxResult {
 		result, change = nil, func(r *taskRecord) {
 			r.Status, r.Error = mcp.TaskStatusFailed,
@@ -390,36 +399,29 @@ func (st *kvStore) endTask(ctx context.Context, session, user, id string, result
 	}
 	key := userKey("o", session, user, id)
 	if result != nil {
-		r, err := st.getTask(ctx, session, user, id)
+		r, err := rs.st.getTask(ctx, session, user, id)
 		if err != nil || r.Status.IsTerminal() {
 			return r, err
 		}
-		kv, err := st.bucket(ctx)
-		if err == nil {
-			err = store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
-				_, err := kv.Put(ctx, key, result)
-				return err
-			})
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errNoStore, err)
+		if err := rs.st.put(ctx, key, result, false); err != nil {
+			return nil, err
 		}
 	}
-	r, err := st.updateTask(ctx, session, user, id, change)
+	r, err := rs.st.updateTask(ctx, session, user, id, change)
 	lost := errors.Is(err, errNotFound) || (err == nil && (r.Status != mcp.TaskStatusCompleted || r.Result != nil))
 	if result != nil && lost {
-		st.delete(ctx, key)
+		rs.st.delete(ctx, key)
 	}
 	return r, err
 }
 
-// loadResult reads a completed record's result into r.Result (a record of
-// an earlier facade holds it already).
-func (st *kvStore) loadResult(ctx context.Context, r *taskRecord) error {
+// load reads a completed record's result into r.Result (a record of an
+// earlier facade holds it already).
+func (rs taskResults) load(ctx context.Context, r *taskRecord) error {
 	if r.Status != mcp.TaskStatusCompleted || r.Result != nil {
 		return nil
 	}
-	return st.get(ctx, userKey("o", r.Session, r.User, r.ID), &r.Result)
+	return rs.st.get(ctx, userKey("o", r.Session, r.User, r.ID), &r.Result)
 }
 
 // watchTask waits until the record is terminal (or gone), or ctx ends.
@@ -615,7 +617,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	}
 	meta := map[string]any{mcp.MetaKeySubscriptionID: m.ID}
 	notify := func(r *taskRecord) {
-		_ = s.store.loadResult(ctx, r) // without it (gone meanwhile) the notification still says the task ended
+		_ = taskResults{s.store}.load(ctx, r) // without it (gone meanwhile) the notification still says the task ended
 		v := r.detailed(true)
 		v.Meta = meta
 		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": v})

@@ -77,6 +77,7 @@ func TestTaskRefusedWrite(t *testing.T) {
 func TestTaskResultKey(t *testing.T) {
 	e := newEnv(t)
 	st, ctx := e.f.kv, t.Context()
+	results := taskResults{st}
 	const s, u = "mt-result", "alice"
 	newTask := func(created time.Time, ttl int64) *taskRecord {
 		t.Helper()
@@ -114,10 +115,10 @@ func TestTaskResultKey(t *testing.T) {
 	// Completed: the record holds no result, the result key does; a second
 	// end (another process's) changes neither.
 	a := newTask(time.Now(), 60000)
-	if r, err := st.endTask(ctx, s, u, a.ID, result("first"), complete); err != nil || r.Status != mcp.TaskStatusCompleted {
+	if r, err := results.end(ctx, s, u, a.ID, result("first"), complete); err != nil || r.Status != mcp.TaskStatusCompleted {
 		t.Fatalf("endTask: %+v %v", r, err)
 	}
-	if r, err := st.endTask(ctx, s, u, a.ID, result("second"), complete); err != nil || r.Status != mcp.TaskStatusCompleted {
+	if r, err := results.end(ctx, s, u, a.ID, result("second"), complete); err != nil || r.Status != mcp.TaskStatusCompleted {
 		t.Fatalf("a second endTask: %+v %v", r, err)
 	}
 	var raw map[string]json.RawMessage
@@ -134,17 +135,17 @@ func TestTaskResultKey(t *testing.T) {
 	if _, err := st.updateTask(ctx, s, u, b.ID, func(r *taskRecord) { r.Status = mcp.TaskStatusCancelled }); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := st.endTask(ctx, s, u, b.ID, result("late"), complete); err != nil || r.Status != mcp.TaskStatusCancelled || stored("o", b.ID) {
+	if r, err := results.end(ctx, s, u, b.ID, result("late"), complete); err != nil || r.Status != mcp.TaskStatusCancelled || stored("o", b.ID) {
 		t.Fatalf("the end of a cancelled task: %+v %v, result kept %v", r, err, stored("o", b.ID))
 	}
 	// Past its TTL: nothing written.
 	c := newTask(time.Now().Add(-time.Minute), 1000)
-	if _, err := st.endTask(ctx, s, u, c.ID, result("expired"), complete); !errors.Is(err, errNotFound) || stored("o", c.ID) {
+	if _, err := results.end(ctx, s, u, c.ID, result("expired"), complete); !errors.Is(err, errNotFound) || stored("o", c.ID) {
 		t.Fatalf("the end of an expired task: %v, result kept %v", err, stored("o", c.ID))
 	}
 	// Too large: failed, nothing kept.
 	big := newTask(time.Now(), 60000)
-	if r, err := st.endTask(ctx, s, u, big.ID, result(strings.Repeat("x", maxResult)), complete); err != nil ||
+	if r, err := results.end(ctx, s, u, big.ID, result(strings.Repeat("x", maxResult)), complete); err != nil ||
 		r.Status != mcp.TaskStatusFailed || !strings.Contains(r.Error, "larger than a task record holds") || stored("o", big.ID) {
 		t.Fatalf("a result too large: %+v %v", r, err)
 	}
@@ -154,7 +155,7 @@ func TestTaskResultKey(t *testing.T) {
 	if err := st.put(ctx, userKey("o", s, u, d.ID), json.RawMessage(result("orphan")), false); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := st.getTask(ctx, s, u, d.ID); err != nil || r.Status != mcp.TaskStatusWorking || st.loadResult(ctx, r) != nil || r.Result != nil {
+	if r, err := st.getTask(ctx, s, u, d.ID); err != nil || r.Status != mcp.TaskStatusWorking || results.load(ctx, r) != nil || r.Result != nil {
 		t.Fatalf("a working task's result was read: %+v %v", r, err)
 	}
 	// A task dropped from the index goes with its result: a and d expire
