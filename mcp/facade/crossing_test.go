@@ -14,8 +14,10 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/mcptest"
 )
 
@@ -472,4 +474,153 @@ func FuzzTagEvent(f *testing.F) {
 			t.Fatalf("tagEvent(%q) = %q", ev, out)
 		}
 	})
+}
+
+// TestLegacyCarriedRefusedRetried (raw JSON-RPC at 2025-11-25): the
+// stream refuses the put that carries a host's answer to the process that
+// asked (here: larger than the stream then takes), so the host gets 503,
+// though the put reached that process's subscription all the same, and
+// was taken; the host retries at once, and again while the MCP session's
+// next question is open: each retry is carried and delivered. The answer
+// counts once: the call ends deployed, and a retry, an answer to a
+// question no longer asked, is dropped (mcp-go has no request of its id
+// pending), never taken for the next question (id <tag>.2), which gets
+// its own answer. A refused cancel interrupts its call likewise (the host
+// sees 202 either way), and the cancel posted again while a later call
+// runs harms it not. No carried message is left stored.
+func TestLegacyCarriedRefusedRetried(t *testing.T) {
+	p := newPair(t, false)
+	const s = "lb-refused"
+	if err := p.bus.Admin(t.Context(), "session.mode", s, map[string]string{"mode": "default"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p.resetTools(t, s, map[string]bool{"ops": true})
+	sid := p.initializeWith(t, "A", s, "alice", `{"elicitation":{}}`)
+	kv, err := p.backend[0].kv.bucket(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every message carried for this MCP session, as A's follower gets them.
+	subject, err := p.backend[0].kv.subject(t.Context(), userKey("x", s, "alice", digest(sid))+".*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried, err := p.conn(t, "facade").SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delivered := func(what string) {
+		t.Helper()
+		for {
+			m, err := carried.NextMsg(bound)
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if !kvDeleted(m) {
+				return
+			}
+		}
+	}
+	js, err := jetstream.New(p.conn(t, xtest.RoleRouter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// refuse has the stream refuse the messages above 4 KiB (on) or take
+	// them again (off).
+	refuse := func(on bool) {
+		t.Helper()
+		stream, err := js.Stream(t.Context(), "KV_"+kv.Bucket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := stream.CachedInfo().Config
+		cfg.MaxMsgSize = 1 << 20
+		if on {
+			cfg.MaxMsgSize = 4 << 10
+		}
+		if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(body string) int {
+		t.Helper()
+		refuse(true)
+		defer refuse(false)
+		resp := p.do(t, "B", s, "alice", sid, body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	pad := strings.Repeat("p", 8<<10) // makes a carried message larger than 4 KiB
+	answer := func(id json.RawMessage, decision string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"action":"accept","content":{"decision":%q},"_meta":{"pad":%q}}}`, id, decision, pad)
+	}
+	deploy := func(id int) (<-chan streamMsg, streamMsg) {
+		t.Helper()
+		msgs := p.stream(t, "A", s, "alice", sid, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"deploy","arguments":{}}}`, id))
+		for m := range msgs {
+			if m.Method == "elicitation/create" {
+				return msgs, m
+			}
+		}
+		t.Fatalf("call %d ended without its confirmation", id)
+		return nil, streamMsg{}
+	}
+	ending := func(msgs <-chan streamMsg) (text string, isError bool, asked int) {
+		t.Helper()
+		for m := range msgs {
+			switch {
+			case m.Method == "elicitation/create":
+				asked++
+			case m.Result != nil:
+				text, isError = resultText(t, m.Result)
+			}
+		}
+		return text, isError, asked
+	}
+
+	msgs, q := deploy(21)
+	if code := refused(answer(q.ID, choiceAllow)); code != http.StatusServiceUnavailable {
+		t.Fatalf("the refused carry: HTTP %d, want 503", code)
+	}
+	delivered("the refused answer")
+	p.post(t, "B", s, "alice", sid, answer(q.ID, choiceAllow)) // the host's retry
+	delivered("the retried answer")
+	if text, isErr, asked := ending(msgs); text != "deployed" || isErr || asked != 0 {
+		t.Fatalf("the call answered twice: %q isError %v, asked again %d times", text, isErr, asked)
+	}
+	// The next question is open (A follows again): the answer to the
+	// first, posted once more, is not its answer.
+	msgs, q2 := deploy(22)
+	if string(q2.ID) == string(q.ID) {
+		t.Fatalf("the next question has the id %s again", q.ID)
+	}
+	p.post(t, "B", s, "alice", sid, answer(q.ID, choiceAllow))
+	delivered("the first answer again")
+	p.post(t, "B", s, "alice", sid, answer(q2.ID, choiceDeny))
+	delivered("the denial")
+	if text, isErr, asked := ending(msgs); text == "deployed" || !isErr || asked != 0 {
+		t.Fatalf("the denied call: %q isError %v, asked again %d times", text, isErr, asked)
+	}
+
+	// A cancel the stream refuses: delivered, and it interrupts its call.
+	cancel := fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":23,"reason":%q}}`, pad)
+	stream := p.startCall(t, "A", s, "alice", sid, 23)
+	if code := refused(cancel); code != http.StatusAccepted {
+		t.Fatalf("the refused cancel: HTTP %d, want 202 (a notification's answer)", code)
+	}
+	delivered("the refused cancel")
+	if rest := testkit.Recv(t, stream, bound, "the cancelled call's stream to end"); strings.Contains(rest, "slow done") {
+		t.Fatalf("the refused cancel did not interrupt the call: %s", rest)
+	}
+	// Posted again while a later call runs, it harms it not.
+	stream = p.startCall(t, "A", s, "alice", sid, 24)
+	p.post(t, "B", s, "alice", sid, cancel)
+	delivered("the cancel again")
+	close(p.release)
+	if rest := testkit.Recv(t, stream, bound, "the later call's stream"); !strings.Contains(rest, "slow done") {
+		t.Fatalf("the cancel again interrupted a later call: %s", rest)
+	}
+	if left, err := kv.Latest(t.Context(), userKey("x", s, "alice", "")+">"); err != nil || len(left) > 0 {
+		t.Fatalf("carried messages left stored: %d %v", len(left), err)
+	}
 }

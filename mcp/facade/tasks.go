@@ -179,6 +179,11 @@ func (s *taskFront) dispatch(ctx context.Context, m *rpcMessage) (any, *rpcError
 			s.runners.follow(r)
 			r.Message = s.runners.withOutput(ctx, r) // shown, not stored
 		}
+		if m.modern() { // 2026-07-28 shows a completed task's result in it
+			if err := (taskResults{s.store}).load(ctx, r); errors.Is(err, errNoStore) {
+				return nil, storeError(err)
+			}
+		}
 		return r.detailed(m.modern()), nil
 	case mcp.MethodTasksResult:
 		return s.result(ctx, r)
@@ -236,6 +241,9 @@ func (s *taskFront) result(ctx context.Context, r *taskRecord) (any, *rpcError) 
 	case mcp.TaskStatusFailed:
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: r.Error}
 	case mcp.TaskStatusCompleted:
+		if err := (taskResults{s.store}).load(ctx, r); errors.Is(err, errNoStore) {
+			return nil, storeError(err)
+		}
 		if json.Unmarshal(r.Result, &out) != nil || out == nil {
 			return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "facade: task record without a result"}
 		}
@@ -440,11 +448,16 @@ func (t *taskRunners) learnEnd(ctx context.Context, r *taskRecord) (*mcp.CallToo
 	return toMCP(*res), nil
 }
 
-// finish records the task's end, unless it ended already (cancelled).
+// finish records the task's end (taskResults.end), unless it ended already
+// (cancelled), and tells its host when it runs here.
 func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallToolResult, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, uerr := t.update(ctx, r, func(r *taskRecord) {
+	var result json.RawMessage
+	if err == nil && res != nil {
+		result, _ = json.Marshal(res)
+	}
+	rec, uerr := taskResults{t.store}.end(ctx, r.Session, r.User, r.ID, result, func(r *taskRecord) {
 		r.Inputs = nil
 		switch {
 		case err != nil:
@@ -453,9 +466,9 @@ func (t *taskRunners) finish(ctx context.Context, r *taskRecord, res *mcp.CallTo
 			r.Status, r.Error = mcp.TaskStatusFailed, "facade: no result"
 		default:
 			r.Status, r.Message = mcp.TaskStatusCompleted, ""
-			r.Result, _ = json.Marshal(res)
 		}
 	})
+	t.notify(rec)
 	if uerr != nil {
 		t.log.Warn("facade: task end not recorded", "task", r.ID, "err", uerr)
 	}

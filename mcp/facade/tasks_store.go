@@ -36,6 +36,9 @@ const (
 
 // taskRecord is a task as stored under t.<session>.<user digest>.<task id>,
 // before the CreateTaskResult is returned: any facade process answers for it.
+// A completed task's result is kept apart, under o.<…>.<task id> (taskResults),
+// so that reading a record (tasks/list, tasks/get) never reads a result; a
+// record an earlier facade wrote holds its result, and is read as it is.
 type taskRecord struct {
 	ID      string               `json:"id"`
 	Session string               `json:"session"`
@@ -50,7 +53,7 @@ type taskRecord struct {
 	Created time.Time            `json:"created"`
 	Updated time.Time            `json:"updated"`
 	TTLMS   int64                `json:"ttl_ms"`
-	Result  json.RawMessage      `json:"result,omitempty"` // completed
+	Result  json.RawMessage      `json:"result,omitempty"` // completed, once read (taskResults.load); earlier facades stored it here
 	Error   string               `json:"error,omitempty"`  // failed: the JSON-RPC error's message
 }
 
@@ -83,9 +86,10 @@ func digest(s string) string {
 }
 
 // userKey is the key of a (session, user)'s record of kind in the bucket,
-// <kind>.<session>.<user digest>[.<id>]: t a task, i the tasks' index,
-// r a request state (elicit.go), m an MCP session's client and x its
-// carried messages (crossing.go). An id "" makes the prefix of them all.
+// <kind>.<session>.<user digest>[.<id>]: t a task, o a completed task's
+// result, i the tasks' index, r a request state (elicit.go), m an MCP
+// session's client and x its carried messages (crossing.go). An id ""
+// makes the prefix of them all.
 func userKey(kind, session, user string, id ...string) string {
 	return strings.Join(append([]string{kind, session, digest(user)}, id...), ".")
 }
@@ -204,7 +208,7 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 		return fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	for _, id := range expired {
-		st.delete(ctx, userKey("t", r.Session, r.User, id))
+		st.delete(ctx, taskKeys(r.Session, r.User, id)...)
 	}
 	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
 }
@@ -232,7 +236,7 @@ func (st *kvStore) listTasks(ctx context.Context, session, user string) ([]*task
 	now := time.Now()
 	for _, t := range idx.Tasks {
 		if !now.Before(t.Expires) {
-			st.delete(ctx, userKey("t", session, user, t.ID))
+			st.delete(ctx, taskKeys(session, user, t.ID)...)
 			continue
 		}
 		r, err := st.getTask(ctx, session, user, t.ID)
@@ -270,7 +274,8 @@ func (st *kvStore) get(ctx context.Context, key string, v any) error {
 	return nil
 }
 
-// put stores v's JSON under key; create only when the key holds nothing.
+// put stores v's JSON under key, riding out transient errors; create only
+// when the key holds nothing.
 func (st *kvStore) put(ctx context.Context, key string, v any, create bool) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
@@ -280,7 +285,10 @@ func (st *kvStore) put(ctx context.Context, key string, v any, create bool) erro
 	if create {
 		_, err = store.Create(ctx, kv, key, raw, store.Bounded)
 	} else {
-		_, err = kv.Put(ctx, key, raw)
+		err = store.Retry(ctx, store.Bounded, func(ctx context.Context) error {
+			_, err := kv.Put(ctx, key, raw)
+			return err
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", errNoStore, err)
@@ -288,11 +296,18 @@ func (st *kvStore) put(ctx context.Context, key string, v any, create bool) erro
 	return nil
 }
 
-// delete deletes key, best effort (what it holds expires anyway).
-func (st *kvStore) delete(ctx context.Context, key string) {
+// delete deletes keys, best effort (what they hold expires anyway).
+func (st *kvStore) delete(ctx context.Context, keys ...string) {
 	if kv, err := st.bucket(ctx); err == nil {
-		_ = kv.Delete(ctx, key)
+		for _, key := range keys {
+			_ = kv.Delete(ctx, key)
+		}
 	}
+}
+
+// taskKeys are the keys of what a task keeps: its record and its result.
+func taskKeys(session, user, id string) []string {
+	return []string{userKey("t", session, user, id), userKey("o", session, user, id)}
 }
 
 // subject is the subject a write of key is published on.
@@ -349,13 +364,7 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 		}
 		change(&r)
 		r.Updated = time.Now()
-		raw, _ := json.Marshal(&r)
-		if len(raw) > 1<<20-1024 { // too large for the bucket: say so instead
-			r.Result, r.Status, r.Error = nil, mcp.TaskStatusFailed,
-				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
-			raw, _ = json.Marshal(&r)
-		}
-		return raw, nil
+		return json.Marshal(&r)
 	})
 	if errors.Is(err, errNotFound) {
 		return nil, errNotFound
@@ -364,6 +373,55 @@ func (st *kvStore) updateTask(ctx context.Context, session, user, id string, cha
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
 	return out, nil
+}
+
+// maxResult bounds a result the bucket keeps (its values are at most 1 MiB).
+const maxResult = 1<<20 - 1024
+
+// taskResults keeps each completed task's CallToolResult under its own key,
+// o.<session>.<user digest>.<task id>, apart from the task's record.
+type taskResults struct{ st *kvStore }
+
+// end records the task's end: change makes the record terminal, and a
+// completed one's result (nil for any other end) is written first, so that
+// a reader who sees "completed" can read the result. A result is not
+// written for a record that ended already or is past its TTL, and is
+// deleted again when the record did not end completed by this write
+// (another end won meanwhile); one left by a crash between the two writes
+// goes with its task (taskKeys) or at the bucket's age. A result above
+// maxResult ends the task failed instead.
+func (rs taskResults) end(ctx context.Context, session, user, id string, result json.RawMessage, change func(*taskRecord)) (*taskRecord, error) {
+	if len(result) > maxResult {
+		result, change = nil, func(r *taskRecord) {
+			r.Status, r.Error = mcp.TaskStatusFailed,
+				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
+		}
+	}
+	key := userKey("o", session, user, id)
+	if result != nil {
+		r, err := rs.st.getTask(ctx, session, user, id)
+		if err != nil || r.Status.IsTerminal() {
+			return r, err
+		}
+		if err := rs.st.put(ctx, key, result, false); err != nil {
+			return nil, err
+		}
+	}
+	r, err := rs.st.updateTask(ctx, session, user, id, change)
+	lost := errors.Is(err, errNotFound) || (err == nil && (r.Status != mcp.TaskStatusCompleted || r.Result != nil))
+	if result != nil && lost {
+		rs.st.delete(ctx, key)
+	}
+	return r, err
+}
+
+// load reads a completed record's result into r.Result (a record of an
+// earlier facade holds it already).
+func (rs taskResults) load(ctx context.Context, r *taskRecord) error {
+	if r.Status != mcp.TaskStatusCompleted || r.Result != nil {
+		return nil
+	}
+	return rs.st.get(ctx, userKey("o", r.Session, r.User, r.ID), &r.Result)
 }
 
 // watchTask waits until the record is terminal (or gone), or ctx ends.
@@ -559,6 +617,7 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	}
 	meta := map[string]any{mcp.MetaKeySubscriptionID: m.ID}
 	notify := func(r *taskRecord) {
+		_ = taskResults{s.store}.load(ctx, r) // without it (gone meanwhile) the notification still says the task ended
 		v := r.detailed(true)
 		v.Meta = meta
 		msg, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "method": methodTaskNotification, "params": v})
