@@ -16,6 +16,7 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/mcptest"
@@ -260,6 +261,15 @@ func (p *pair) post(t *testing.T, backend, s, user, sid, body string) {
 
 func (p *pair) do(t *testing.T, backend, s, user, sid, body string) *http.Response {
 	t.Helper()
+	resp, err := http.DefaultClient.Do(p.request(t, backend, s, user, sid, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// request is the POST of body to backend as user in MCP session sid.
+func (p *pair) request(t *testing.T, backend, s, user, sid, body string) *http.Request {
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, p.url+"/mcp/"+s, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -269,11 +279,7 @@ func (p *pair) do(t *testing.T, backend, s, user, sid, body string) *http.Respon
 	if sid != "" {
 		req.Header.Set(server.HeaderKeySessionID, sid)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	return req
 }
 
 // initialize starts an MCP session at 2025-11-25 on backend and returns
@@ -622,5 +628,67 @@ func TestLegacyCarriedRefusedRetried(t *testing.T) {
 	}
 	if left, err := kv.Latest(t.Context(), userKey("x", s, "alice", "")+">"); err != nil || len(left) > 0 {
 		t.Fatalf("carried messages left stored: %d %v", len(left), err)
+	}
+}
+
+// TestCallsAtOnceProgress (raw JSON-RPC at 2025-11-25): three tools/calls
+// of slow (progress, then held until released) at once in one MCP session,
+// each with its own progress token. mcp-go (v1.2.1) keeps one notification
+// channel per session that every POST being served forwards from, the
+// longest waiting first, so a call's notice may go out on another call's
+// stream (docs/mcp.md "Progress of calls at once"). What holds: every call's
+// progress reaches the host on one of the session's streams (hosts match it
+// by token), and each stream ends with its own call's result.
+func TestCallsAtOnceProgress(t *testing.T) {
+	p := newPair(t, false)
+	const s = "lb-progress"
+	sid := p.initialize(t, "A", s, "alice")
+	ev, err := p.bus.Watch(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop(t.Context())
+	first := p.startCall(t, "A", s, "alice", sid, 31) // token "p", alone: its progress came
+	streams := map[string]chan string{}
+	for _, token := range []string{"p32", "p33"} {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": token, "method": "tools/call",
+			"params": map[string]any{"name": "slow", "arguments": map[string]any{}, "_meta": map[string]any{"progressToken": token}}})
+		req := p.request(t, "A", s, "alice", sid, string(body))
+		streams[token] = make(chan string, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				streams[token] <- err.Error()
+				return
+			}
+			defer func() { _ = resp.Body.Close() }()
+			raw, _ := io.ReadAll(resp.Body)
+			streams[token] <- string(raw)
+		}()
+	}
+	// All three reported progress on the bus (the facade saw it or sees
+	// it soon; the results come after).
+	for n := 0; n < 3; {
+		if e := testkit.Recv(t, ev.C, bound, "the calls' progress events"); e.Type == bus.TypeCallProgress {
+			n++
+		}
+	}
+	close(p.release)
+	got := map[string]string{"p": testkit.Recv(t, first, bound, "the first call's stream")}
+	for token, c := range streams {
+		got[token] = testkit.Recv(t, c, bound, "a later call's stream")
+	}
+	ids := map[string]string{"p": `"id":31`, "p32": `"id":"p32"`, "p33": `"id":"p33"`}
+	all := ""
+	for token, rest := range got {
+		if !strings.Contains(rest, "slow done") || !strings.Contains(rest, ids[token]) {
+			t.Errorf("call %s: not its result: %s", token, rest)
+		}
+		all += rest
+	}
+	for token := range got {
+		if !strings.Contains(all, fmt.Sprintf(`"progressToken":%q`, token)) {
+			t.Errorf("call %s's progress reached none of the session's streams: %v", token, got)
+		}
 	}
 }
