@@ -319,6 +319,9 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 // or parked; the rest is checked where the copy parks or meets a record.
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
+		if other.asked != b.asked {
+			return askedCopy(b)
+		}
 		if err := bus.SameCalls(b.replyID, other.data.Calls, b.data.Calls); err != nil {
 			return err
 		}
@@ -327,12 +330,24 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	if rec == nil {
 		return nil
 	}
+	// Only a batch on P.ask parks a request-scoped mcp__<server>__elicit
+	// (checkAsked), so such a record tells the two kinds of batch apart.
+	if (rec.RequestScoped && bus.QuestionTool(rec.Call.Name)) != b.asked {
+		return askedCopy(b)
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	if first, err := s.conts.Continuation(ctx, rec); err == nil {
 		return bus.SameCalls(b.replyID, first.Data.Calls, b.data.Calls)
 	}
 	return parked.SameRecorded(b.data.Calls, rec)
+}
+
+// askedCopy refuses a copy of a batch under a reply id a batch of the
+// other kind (P.call or P.ask) holds: an agent's copy of a bridge's
+// question would end it with its own results (1.17).
+func askedCopy(b *batch) error {
+	return bus.Errorf(bus.CodeBadRequest, "reply id %s belongs to a batch sent on the other subject (P.call or P.ask.%s); a copy comes on the same subject", b.replyID, b.session)
 }
 
 // reuse settles the calls an earlier copy parked that ended since; the rest park.

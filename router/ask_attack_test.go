@@ -1,0 +1,72 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
+	"github.com/toolbus/toolbus/mcp/bridge"
+)
+
+// TestAttackAskedResendOnCall (session 27, red team): the session's agent
+// sees a bridge's question in the events (reply id, call id, input) and
+// sends the same calls on P.call under the question's reply id, declaring
+// nothing (or only the registry). Before the fix that copy ran the call as
+// an unknown tool and published its error under the question's reply id:
+// the bridge took it as the answer (cancel to the server, or a registered
+// mcp__<server>__elicit tool's output as the user's answer) while the park
+// stayed for the host. A copy on P.call of an asked batch is bad_request,
+// and the bridge gets the host's answer.
+func TestAttackAskedResendOnCall(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 1})
+	c := newClient(t, d)
+	session := "asked-resend"
+	ev, err := c.Watch(t.Context(), session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop(context.Background())
+	const name = "mcp__x__elicit"
+	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	calls := []bus.Call{{ID: "mcp-q1", Name: name, Input: json.RawMessage(`{"message":"delete it?"}`)}}
+	replyID := client.NewReplyID()
+	reply, err := c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(replyID))
+	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
+		t.Fatalf("%+v %v, want the question parked, asked", reply, err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *bus.Request
+	}{
+		{"no request", nil},
+		{"the registry first", &bus.Request{MergeMode: bus.MergeExternalPriority}},
+		{"another request-scoped tool", &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: "pick", Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}},
+	} {
+		_, err := c.Call(t.Context(), session, bus.Batch{Request: tc.req, Calls: calls}, client.WithReplyID(replyID))
+		var be *bus.Error
+		if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
+			t.Fatalf("%s: a copy on P.call of the question: %v, want bad_request", tc.name, err)
+		}
+	}
+	// The bridge's own re-send still parks it asked.
+	reply, err = c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(replyID))
+	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
+		t.Fatalf("the bridge's re-send: %+v %v, want the question parked, asked", reply, err)
+	}
+	answer := []bus.Block{{Type: "text", Text: `{"action":"decline"}`}}
+	if err := c.Parked().Answer(t.Context(), name, session, replyID, "mcp-q1", bus.Answer{State: bus.StateSuccess, Output: answer}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := bridge.AwaitResult(ctx, ev, replyID, "mcp-q1")
+	if err != nil || res.State != bus.StateSuccess || len(res.Output) != 1 || !strings.Contains(res.Output[0].Text, "decline") {
+		t.Fatalf("the bridge reads %+v %v, want the host's answer", res, err)
+	}
+}
