@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/mcp/bridge"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // TestAttackAskedResendOnCall (session 27, red team): the session's agent
@@ -26,13 +27,23 @@ import (
 func TestAttackAskedResendOnCall(t *testing.T) {
 	d := xtest.Run(t, xtest.Config{Routers: 1})
 	c := newClient(t, d)
+	const name = "mcp__x__elicit"
+	// A registered external tool of the question's name (a worker's, or a
+	// bridged server's own tool "elicit"): a copy on P.call would park it.
+	if _, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return w.Handle(bus.ToolDef{Name: name, Description: "registered", External: true, InputSchema: json.RawMessage(`{"type":"object"}`)}, nil)
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitLive(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
 	session := "asked-resend"
 	ev, err := c.Watch(t.Context(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ev.Stop(context.Background())
-	const name = "mcp__x__elicit"
 	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
 	calls := []bus.Call{{ID: "mcp-q1", Name: name, Input: json.RawMessage(`{"message":"delete it?"}`)}}
 	replyID := client.NewReplyID()
@@ -51,7 +62,7 @@ func TestAttackAskedResendOnCall(t *testing.T) {
 		_, err := c.Call(t.Context(), session, bus.Batch{Request: tc.req, Calls: calls}, client.WithReplyID(replyID))
 		var be *bus.Error
 		if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
-			t.Fatalf("%s: a copy on P.call of the question: %v, want bad_request", tc.name, err)
+			t.Errorf("%s: a copy on P.call of the question: %v, want bad_request", tc.name, err)
 		}
 	}
 	// The bridge's own re-send still parks it asked.
@@ -68,5 +79,20 @@ func TestAttackAskedResendOnCall(t *testing.T) {
 	res, err := bridge.AwaitResult(ctx, ev, replyID, "mcp-q1")
 	if err != nil || res.State != bus.StateSuccess || len(res.Output) != 1 || !strings.Contains(res.Output[0].Text, "decline") {
 		t.Fatalf("the bridge reads %+v %v, want the host's answer", res, err)
+	}
+
+	// The other way: the registered tool's park (unasked) re-sent on P.ask
+	// under its reply id is refused, and stays unasked.
+	calls = []bus.Call{{ID: "agent-1", Name: name, Input: json.RawMessage(`{"message":"mine"}`)}}
+	agents := client.NewReplyID()
+	t.Cleanup(func() { _ = c.Cancel(context.Background(), session, agents) })
+	reply, err = c.Call(t.Context(), session, bus.Batch{Calls: calls}, client.WithReplyID(agents))
+	if err != nil || len(reply.Parked) != 1 || reply.Parked[0].Asked {
+		t.Fatalf("the registered tool: %+v %v, want parked, not asked", reply, err)
+	}
+	_, err = c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(agents))
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
+		t.Fatalf("a copy on P.ask of an agent's batch: %v, want bad_request", err)
 	}
 }
