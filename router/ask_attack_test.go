@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,45 @@ func TestAttackAskedResendOnCall(t *testing.T) {
 	var be *bus.Error
 	if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
 		t.Fatalf("a copy on P.ask of an agent's batch: %v, want bad_request", err)
+	}
+}
+
+// TestAttackAskHostile (session 27, red team): P.ask takes the limits of
+// P.call: too many calls, an input over the limit, a duplicate call id or
+// refused whole, and nothing parks. (A batch whose expirytime is past parks
+// as on P.call: a park's end is its own TTL, docs/protocol.md 6.)
+func TestAttackAskHostile(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 1})
+	c := newClient(t, d)
+	const name = "mcp__x__elicit"
+	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	many := make([]bus.Call, bus.MaxCalls+1)
+	for i := range many {
+		many[i] = bus.Call{ID: "q" + strconv.Itoa(i), Name: name, Input: json.RawMessage(`{}`)}
+	}
+	huge := json.RawMessage(`{"message":"` + strings.Repeat("a", 2<<20) + `"}`)
+	one := func(id string, in json.RawMessage) bus.Call { return bus.Call{ID: id, Name: name, Input: in} }
+	for _, tc := range []struct {
+		name  string
+		calls []bus.Call
+	}{
+		{"too many calls", many},
+		{"a huge input", []bus.Call{one("q1", huge)}},
+		{"a call id twice", []bus.Call{one("q1", json.RawMessage(`{}`)), one("q1", json.RawMessage(`{}`))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			session := "ask-hostile-" + strings.ReplaceAll(tc.name, " ", "-")
+			reply, err := c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: tc.calls})
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
+				t.Fatalf("%+v %v, want bad_request", reply, err)
+			}
+			var list struct {
+				Parked []bus.ParkedCall `json:"parked"`
+			}
+			if err := c.Admin(t.Context(), "parked.list", session, nil, &list); err != nil || len(list.Parked) != 0 {
+				t.Fatalf("refused, yet parked: %+v %v", list.Parked, err)
+			}
+		})
 	}
 }
