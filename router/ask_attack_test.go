@@ -24,9 +24,10 @@ import (
 // the bridge took it as the answer (cancel to the server, or a registered
 // mcp__<server>__elicit tool's output as the user's answer) while the park
 // stayed for the host. A copy on P.call of an asked batch is bad_request,
-// and the bridge gets the host's answer.
+// and the bridge gets the host's answer. Two routers: a copy may meet the
+// park on the router that did not park it (its record read from the store).
 func TestAttackAskedResendOnCall(t *testing.T) {
-	d := xtest.Run(t, xtest.Config{Routers: 1})
+	d := xtest.Run(t, xtest.Config{Routers: 2})
 	c := newClient(t, d)
 	const name = "mcp__x__elicit"
 	// A registered external tool of the question's name (a worker's, or a

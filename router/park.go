@@ -330,9 +330,7 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	if rec == nil {
 		return nil
 	}
-	// Only a batch on P.ask parks a request-scoped mcp__<server>__elicit
-	// (checkAsked), so such a record tells the two kinds of batch apart.
-	if (rec.RequestScoped && bus.QuestionTool(rec.Call.Name)) != b.asked {
+	if askedRecord(rec) != b.asked {
 		return askedCopy(b)
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
@@ -341,6 +339,12 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 		return bus.SameCalls(b.replyID, first.Data.Calls, b.data.Calls)
 	}
 	return parked.SameRecorded(b.data.Calls, rec)
+}
+
+// askedRecord reports whether rec is a park of a batch on P.ask: only such
+// a batch parks a request-scoped mcp__<server>__elicit (checkAsked).
+func askedRecord(rec *parked.Record) bool {
+	return rec.RequestScoped && bus.QuestionTool(rec.Call.Name)
 }
 
 // askedCopy refuses a copy of a batch under a reply id a batch of the
@@ -359,7 +363,11 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil {
-			if differs := parked.SameRecorded(b.data.Calls, rec); differs != nil {
+			differs := parked.SameRecorded(b.data.Calls, rec)
+			if differs == nil && askedRecord(rec) != b.asked {
+				differs = askedCopy(b) // a record sameAs did not see yet (another router's)
+			}
+			if differs != nil {
 				// Another call under this call's key: this copy is refused (3.1).
 				b.refused = differs
 				return nil, nil
