@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
+	"github.com/toolbus/toolbus/mcp/bridge"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // TestAskSubject (docs/protocol.md 12, 1.17): only a batch on P.ask.<s>
@@ -112,6 +115,129 @@ func TestAskSubject(t *testing.T) {
 				case <-timeout:
 					t.Fatal("no call.parked")
 				}
+			}
+		})
+	}
+}
+
+// TestAttackAskedResendOnCall (session 27, red team): the session's agent
+// sees a bridge's question in the events (reply id, call id, input) and
+// sends the same calls on P.call under the question's reply id, declaring
+// nothing (or only the registry). Before the fix that copy ran the call as
+// an unknown tool and published its error under the question's reply id:
+// the bridge took it as the answer (cancel to the server, or a registered
+// mcp__<server>__elicit tool's output as the user's answer) while the park
+// stayed for the host. A copy on P.call of an asked batch is bad_request,
+// and the bridge gets the host's answer. Two routers: a copy may meet the
+// park on the router that did not park it (its record read from the store).
+func TestAttackAskedResendOnCall(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 2})
+	c := newClient(t, d)
+	const name = "mcp__x__elicit"
+	// A registered external tool of the question's name (a worker's, or a
+	// bridged server's own tool "elicit"): a copy on P.call would park it.
+	if _, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return w.Handle(bus.ToolDef{Name: name, Description: "registered", External: true, InputSchema: json.RawMessage(`{"type":"object"}`)}, nil)
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitLive(t.Context(), name); err != nil {
+		t.Fatal(err)
+	}
+	session := "asked-resend"
+	ev, err := c.Watch(t.Context(), session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Stop(context.Background())
+	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	calls := []bus.Call{{ID: "mcp-q1", Name: name, Input: json.RawMessage(`{"message":"delete it?"}`)}}
+	replyID := client.NewReplyID()
+	reply, err := c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(replyID))
+	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
+		t.Fatalf("%+v %v, want the question parked, asked", reply, err)
+	}
+	for _, tc := range []struct {
+		name string
+		req  *bus.Request
+	}{
+		{"no request", nil},
+		{"the registry first", &bus.Request{MergeMode: bus.MergeExternalPriority}},
+		{"another request-scoped tool", &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: "pick", Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}},
+	} {
+		_, err := c.Call(t.Context(), session, bus.Batch{Request: tc.req, Calls: calls}, client.WithReplyID(replyID))
+		var be *bus.Error
+		if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
+			t.Errorf("%s: a copy on P.call of the question: %v, want bad_request", tc.name, err)
+		}
+	}
+	// The bridge's own re-send still parks it asked.
+	reply, err = c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(replyID))
+	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
+		t.Fatalf("the bridge's re-send: %+v %v, want the question parked, asked", reply, err)
+	}
+	answer := []bus.Block{{Type: "text", Text: `{"action":"decline"}`}}
+	if err := c.Parked().Answer(t.Context(), name, session, replyID, "mcp-q1", bus.Answer{State: bus.StateSuccess, Output: answer}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	res, err := bridge.AwaitResult(ctx, ev, replyID, "mcp-q1")
+	if err != nil || res.State != bus.StateSuccess || len(res.Output) != 1 || !strings.Contains(res.Output[0].Text, "decline") {
+		t.Fatalf("the bridge reads %+v %v, want the host's answer", res, err)
+	}
+
+	// The other way: the registered tool's park (unasked) re-sent on P.ask
+	// under its reply id is refused, and stays unasked.
+	calls = []bus.Call{{ID: "agent-1", Name: name, Input: json.RawMessage(`{"message":"mine"}`)}}
+	agents := client.NewReplyID()
+	t.Cleanup(func() { _ = c.Cancel(context.Background(), session, agents) })
+	reply, err = c.Call(t.Context(), session, bus.Batch{Calls: calls}, client.WithReplyID(agents))
+	if err != nil || len(reply.Parked) != 1 || reply.Parked[0].Asked {
+		t.Fatalf("the registered tool: %+v %v, want parked, not asked", reply, err)
+	}
+	_, err = c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(agents))
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
+		t.Fatalf("a copy on P.ask of an agent's batch: %v, want bad_request", err)
+	}
+}
+
+// TestAttackAskHostile (session 27, red team): P.ask takes the limits of
+// P.call: too many calls, an input over the limit, a duplicate call id or
+// refused whole, and nothing parks. (A batch whose expirytime is past parks
+// as on P.call: a park's end is its own TTL, docs/protocol.md 6.)
+func TestAttackAskHostile(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 1})
+	c := newClient(t, d)
+	const name = "mcp__x__elicit"
+	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	many := make([]bus.Call, bus.MaxCalls+1)
+	for i := range many {
+		many[i] = bus.Call{ID: "q" + strconv.Itoa(i), Name: name, Input: json.RawMessage(`{}`)}
+	}
+	huge := json.RawMessage(`{"message":"` + strings.Repeat("a", 2<<20) + `"}`)
+	one := func(id string, in json.RawMessage) bus.Call { return bus.Call{ID: id, Name: name, Input: in} }
+	for _, tc := range []struct {
+		name  string
+		calls []bus.Call
+	}{
+		{"too many calls", many},
+		{"a huge input", []bus.Call{one("q1", huge)}},
+		{"a call id twice", []bus.Call{one("q1", json.RawMessage(`{}`)), one("q1", json.RawMessage(`{}`))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			session := "ask-hostile-" + strings.ReplaceAll(tc.name, " ", "-")
+			reply, err := c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: tc.calls})
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
+				t.Fatalf("%+v %v, want bad_request", reply, err)
+			}
+			var list struct {
+				Parked []bus.ParkedCall `json:"parked"`
+			}
+			if err := c.Admin(t.Context(), "parked.list", session, nil, &list); err != nil || len(list.Parked) != 0 {
+				t.Fatalf("refused, yet parked: %+v %v", list.Parked, err)
 			}
 		})
 	}

@@ -319,6 +319,9 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 // or parked; the rest is checked where the copy parks or meets a record.
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
+		if other.asked != b.asked {
+			return askedCopy(b)
+		}
 		if err := bus.SameCalls(b.replyID, other.data.Calls, b.data.Calls); err != nil {
 			return err
 		}
@@ -327,12 +330,28 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	if rec == nil {
 		return nil
 	}
+	if askedRecord(rec) != b.asked {
+		return askedCopy(b)
+	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	if first, err := s.conts.Continuation(ctx, rec); err == nil {
 		return bus.SameCalls(b.replyID, first.Data.Calls, b.data.Calls)
 	}
 	return parked.SameRecorded(b.data.Calls, rec)
+}
+
+// askedRecord reports whether rec is a park of a batch on P.ask: only such
+// a batch parks a request-scoped mcp__<server>__elicit (checkAsked).
+func askedRecord(rec *parked.Record) bool {
+	return rec.RequestScoped && bus.QuestionTool(rec.Call.Name)
+}
+
+// askedCopy refuses a copy of a batch under a reply id a batch of the
+// other kind (P.call or P.ask) holds: an agent's copy of a bridge's
+// question would end it with its own results (1.17).
+func askedCopy(b *batch) error {
+	return bus.Errorf(bus.CodeBadRequest, "reply id %s belongs to a batch sent on the other subject (P.call or P.ask.%s); a copy comes on the same subject", b.replyID, b.session)
 }
 
 // reuse settles the calls an earlier copy parked that ended since; the rest park.
@@ -344,7 +363,11 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil {
-			if differs := parked.SameRecorded(b.data.Calls, rec); differs != nil {
+			differs := parked.SameRecorded(b.data.Calls, rec)
+			if differs == nil && askedRecord(rec) != b.asked {
+				differs = askedCopy(b) // a record sameAs did not see yet (another router's)
+			}
+			if differs != nil {
 				// Another call under this call's key: this copy is refused (3.1).
 				b.refused = differs
 				return nil, nil

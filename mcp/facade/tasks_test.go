@@ -256,6 +256,10 @@ func TestTasksTwoFacades(t *testing.T) {
 	if _, rerr := p.rpc(t, "B", s, "bob", "tasks/get", map[string]any{"taskId": id}, false); rerr == nil || rerr.Code != mcp.INVALID_PARAMS {
 		t.Fatalf("bob's tasks/get of alice's task: %+v", rerr)
 	}
+	// Nor its result, kept under alice's own key (session 27, red team).
+	if res, rerr := p.rpc(t, "B", s, "bob", "tasks/result", map[string]any{"taskId": id}, false); rerr == nil || rerr.Code != mcp.INVALID_PARAMS {
+		t.Fatalf("bob's tasks/result of alice's task: %s %+v", res, rerr)
+	}
 
 	// Created on A, cancelled on B: the bus call ends interrupted.
 	start = time.Now()
