@@ -184,12 +184,14 @@ func (r *Router) onBatch(m *nats.Msg) {
 
 // decodeTurn reads and checks batch message m into e (decoded: e holds the
 // event, whatever the error), its calls into calls when they fit. Its data
-// is checked as it is read; a batch refused so is decoded again in full,
-// so its error is the one it always got.
+// is read in the same pass (bus.DecodeBatch) and checked; a batch refused
+// so is decoded again in full, so its error is the one it always got.
 func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
-	if err = bus.DecodeHead(m, e); err == nil {
+	var data bus.Batch
+	read, err := bus.DecodeBatch(m, e, &data, calls)
+	if err == nil {
 		if _, err = w.checked(m, e, "call", bus.TypeCallBatch); err == nil {
-			if t, err = checkTurn(e, lim, calls); err == nil {
+			if t, err = checkTurn(e, lim, calls, read); err == nil {
 				return true, t, nil
 			}
 		}
@@ -199,7 +201,7 @@ func (w *wire) decodeTurn(m *nats.Msg, lim Limits, e *bus.Event, calls []bus.Cal
 		return false, turn{}, err
 	}
 	*e = *full
-	t, err = checkTurn(e, lim, calls)
+	t, err = checkTurn(e, lim, calls, nil)
 	return true, t, err
 }
 
