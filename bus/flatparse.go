@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -136,14 +137,38 @@ func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
 	return nil, false, false
 }
 
-// plainRun is the length of s's leading run of plainBytes.
+// plainRun is the length of s's leading run of plainBytes: eight bytes at
+// a time while they last (notPlain), then byte by byte.
 func plainRun[T string | []byte](s T) int {
-	for j := range len(s) {
+	j := 0
+	for ; j+8 <= len(s); j += 8 {
+		b := s[j : j+8]
+		w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+		if m := notPlain(w); m != 0 {
+			return j + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; j < len(s); j++ {
 		if !plainByte[s[j]] {
 			return j
 		}
 	}
 	return len(s)
+}
+
+// ones has a one in each byte; each byte of ones*0x80 is its high bit.
+const ones = 0x0101010101010101
+
+// notPlain has the high bit of each byte of w that is not a plainByte set,
+// and maybe more above the lowest: each term sets it where w has a byte of
+// its kind (and may above one), below ' ', above '~', '"', '\\' (zero
+// after the xor).
+func notPlain(w uint64) uint64 {
+	quote, backslash := w^'"'*ones, w^'\\'*ones
+	below := (w - ' '*ones) &^ w
+	above := (w + (0x7f-'~')*ones) | w
+	return (below | above | (quote-ones)&^quote | (backslash-ones)&^backslash) & (0x80 * ones)
 }
 
 // plainByte is true for the bytes a JSON string holds as they are:
