@@ -18,8 +18,9 @@ type flatParser struct {
 	unchecked bool // raw leaves objects and arrays unchecked (DecodeHead)
 }
 
+// skip reads any whitespace (a byte above ' ' ends it at once).
 func (p *flatParser) skip() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+	for p.i < len(p.b) && p.b[p.i] <= ' ' && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
 		p.i++
 	}
 }
