@@ -523,7 +523,7 @@ func decodeFlatData(b []byte, e *Event, check, view bool, data flatData) bool {
 	n := 0
 	p := flatParser{b: b, unchecked: !check}
 	seen, ok := p.object(func(key []byte) uint16 {
-		slot := attrSlot(string(key))
+		slot := attrSlot(unsafe.String(unsafe.SliceData(key), len(key))) // a view: attrSlot keeps nothing
 		if slot < 0 {
 			return 0
 		}
