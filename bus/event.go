@@ -694,7 +694,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	// different values that is bad_event, never a choice by map order. from
 	// is each attribute's header; others keeps the other extensions.
 	var from [nAttrs]string
-	others := map[string][2]string{} // on the stack while it holds at most 8
+	var others map[string][2]string // made at the first: toolbus's senders send none
 	for k, vs := range h {
 		if len(vs) > 1 && !sameValues(k, vs) {
 			return Errorf(CodeBadEvent, "header %s is given twice with different values", k)
@@ -733,6 +733,9 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 				from[i], *attrs[i] = k, v
 			}
 		} else if prev = others[name]; prev[0] == "" {
+			if others == nil {
+				others = map[string][2]string{}
+			}
 			others[name] = [2]string{k, v}
 		}
 		if prev[0] != "" && prev[1] != v {
@@ -784,9 +787,17 @@ func sameValues(k string, vs []string) bool {
 	return true
 }
 
-// plainValue reports whether header value v is ASCII without '%'.
+// plainValue reports whether header value v is ASCII without '%', eight
+// bytes a word while they last.
 func plainValue(v string) bool {
-	for i := 0; i < len(v); i++ {
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		w := word(v[i : i+8])
+		if pct := w ^ '%'*ones; (w|(pct-ones)&^pct)&(0x80*ones) != 0 {
+			return false
+		}
+	}
+	for ; i < len(v); i++ {
 		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
 			return false
 		}

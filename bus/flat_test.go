@@ -230,7 +230,8 @@ func FuzzPlainRun(f *testing.F) {
 }
 
 // Every byte value at every place of an eight-byte step and of the tail
-// after it: plainRun stops at it exactly when it is not a plainByte.
+// after it: plainRun stops at it exactly when it is not a plainByte, and
+// plainValue refuses it exactly when it is not ASCII or is '%'.
 func TestPlainRunEachByte(t *testing.T) {
 	for at := range 12 {
 		for c := range 256 {
@@ -238,6 +239,9 @@ func TestPlainRunEachByte(t *testing.T) {
 			b[at] = byte(c)
 			if got, want := plainRun(b), plainRunByBytes(b); got != want {
 				t.Fatalf("%q: plainRun %d, want %d", b, got, want)
+			}
+			if got, want := plainValue(string(b)), c < utf8.RuneSelf && c != '%'; got != want {
+				t.Fatalf("%q: plainValue %v, want %v", b, got, want)
 			}
 		}
 	}

@@ -143,10 +143,7 @@ func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
 func plainRun[T string | []byte](s T) int {
 	j := 0
 	for ; j+8 <= len(s); j += 8 {
-		b := s[j : j+8]
-		w := uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-			uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-		if m := notPlain(w); m != 0 {
+		if m := notPlain(word(s[j : j+8])); m != 0 {
 			return j + bits.TrailingZeros64(m)/8
 		}
 	}
@@ -156,6 +153,13 @@ func plainRun[T string | []byte](s T) int {
 		}
 	}
 	return len(s)
+}
+
+// word is the eight bytes of b, the first lowest (one load).
+func word[T string | []byte](b T) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // ones has a one in each byte; each byte of ones*0x80 is its high bit.
