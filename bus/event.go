@@ -567,7 +567,7 @@ func dataMember(p *flatParser, data flatData) ([]byte, bool) {
 	p.skip()
 	start, unchecked := p.i, p.unchecked
 	p.unchecked = false
-	read := data.read(p)
+	read := data.reply != nil && data.reply.read(p) || data.batch != nil && data.batch.read(p)
 	if p.unchecked = unchecked; read {
 		return p.b[start:p.i:p.i], true
 	}
@@ -575,22 +575,12 @@ func dataMember(p *flatParser, data flatData) ([]byte, bool) {
 	return p.raw("{[")
 }
 
-// flatData reads an event's data in the pass that reads its attributes:
-// a reply or a batch, whichever is set (a struct, not an interface, so
-// that neither leaves its caller's stack).
+// flatData is the reader of an event's data in the pass that reads its
+// attributes: a reply's or a batch's, whichever is set (a struct, not an
+// interface, so that neither leaves its caller's stack).
 type flatData struct {
 	reply *flatReply
 	batch *flatBatch
-}
-
-func (d flatData) read(p *flatParser) bool {
-	switch {
-	case d.reply != nil:
-		return d.reply.read(p)
-	case d.batch != nil:
-		return d.batch.read(p)
-	}
-	return false
 }
 
 // setStrings sets each attribute of vals that is set, as slices of one new string.
