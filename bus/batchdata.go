@@ -3,6 +3,8 @@ package bus
 import (
 	"encoding/json"
 	"unsafe"
+
+	"github.com/nats-io/nats.go"
 )
 
 // FromEvent reads an io.toolbus.call.batch's data into d as DataAs does; the
@@ -18,49 +20,101 @@ func (d *Batch) FromEventInto(e *Event, calls []Call) error {
 	return dataAs(e, d)
 }
 
+// DecodeBatch is DecodeHead that reads the data of an io.toolbus.call.batch
+// in the plain form in the same pass, into d as FromEventInto would (its
+// calls in calls when they fit), and returns d; a nil batch and no error
+// leave the caller to read e's data (FromEventInto).
+func DecodeBatch(m *nats.Msg, e *Event, d *Batch, calls []Call) (*Batch, error) {
+	var f flatBatch
+	flat, err := decodeHead(m, e, false, flatData{batch: &f})
+	if err != nil || !flat || !f.ok || e.Type != TypeCallBatch {
+		return nil, err
+	}
+	f.fill(d, calls)
+	return d, nil
+}
+
 // flatCall is a call of the plain form, in the data.
 type flatCall struct {
 	id, name, input []byte
 	background      bool
 }
 
+// flatBatch is what the flat read of a batch collects, in the data.
+type flatBatch struct {
+	first                 [4]flatCall // the calls while they fit (add)
+	more                  []flatCall  // every call once they do not
+	n                     int         // calls read
+	user, context, events []byte
+	rev                   uint64
+	ok                    bool // read took the batch
+}
+
 // decodeBatchFlat reads b into d, its calls in into when it has room, and
 // reports whether b was in the plain form.
 func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
-	var callsBuf [4]flatCall
-	calls := callsBuf[:0]
-	var user, context, events []byte
-	var rev uint64
+	var f flatBatch
 	p := flatParser{b: b}
+	if !f.read(&p) || !p.end() {
+		return false
+	}
+	f.fill(d, into)
+	return true
+}
+
+// read reads the batch object at p, reporting (and recording in f.ok)
+// whether it has the plain form.
+func (f *flatBatch) read(p *flatParser) bool {
 	seen, ok := p.object(func(key []byte) uint16 {
 		var ok bool
 		switch string(key) {
 		case "calls":
 			return 1 * b2u(p.array(func() bool {
-				c, ok := flatCallAt(&p)
-				calls = append(calls, c)
+				c, ok := flatCallAt(p)
+				f.add(c)
 				return ok
 			}))
 		case "user":
-			user, ok = p.raw(`{["`)
+			f.user, ok = p.raw(`{["`)
 			return 2 * b2u(ok)
 		case "context":
-			context, ok = p.raw(`{["`)
+			f.context, ok = p.raw(`{["`)
 			return 4 * b2u(ok)
 		case "events":
-			events, ok = p.plain()
+			f.events, ok = p.plain()
 			return 8 * b2u(ok)
 		case "sessionrev":
-			rev, ok = p.uint(19)
+			f.rev, ok = p.uint(19)
 			return 16 * b2u(ok)
 		}
 		return 0
 	})
-	if !ok || !p.end() || seen&1 == 0 {
-		return false
+	f.ok = ok && seen&1 != 0
+	return f.ok
+}
+
+// add keeps call c: in first while it has room, then every call in more
+// (a slice of first would take f off its caller's stack).
+func (f *flatBatch) add(c flatCall) {
+	if f.n < len(f.first) {
+		f.first[f.n] = c
+	} else {
+		if f.n == len(f.first) {
+			f.more = append([]flatCall(nil), f.first[:]...)
+		}
+		f.more = append(f.more, c)
+	}
+	f.n++
+}
+
+// fill makes d of what read collected, its calls in into when it has room.
+func (f *flatBatch) fill(d *Batch, into []Call) {
+	calls := f.more
+	if f.n <= len(f.first) {
+		calls = f.first[:f.n]
 	}
 	// One buffer; each raw member's capacity ends where it does.
-	n := len(events) + len(user) + len(context)
+	n := len(f.events) + len(f.user) + len(f.context)
 	for _, c := range calls {
 		n += len(c.id) + len(c.name) + len(c.input)
 	}
@@ -82,12 +136,11 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	if into == nil || cap(into) < len(calls) {
 		into = make([]Call, len(calls))
 	}
-	*d = Batch{Calls: into[:len(calls):len(calls)], User: take(user), Context: take(context), SessionRev: rev}
-	d.Events = str(events)
+	*d = Batch{Calls: into[:len(calls):len(calls)], User: take(f.user), Context: take(f.context), SessionRev: f.rev}
+	d.Events = str(f.events)
 	for k, c := range calls {
 		d.Calls[k] = Call{ID: str(c.id), Name: str(c.name), Input: take(c.input), Background: c.background}
 	}
-	return true
 }
 
 // flatCallAt reads the call object at p: "id", "name" (plain strings),

@@ -2,8 +2,11 @@ package bus
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
 var batchSeeds = []string{
@@ -97,4 +100,89 @@ func TestBatchFlatSharedBuffer(t *testing.T) {
 	if !reflect.DeepEqual(d, want) {
 		t.Errorf("after writes to members: %#v, want %#v", d, want)
 	}
+}
+
+// batchReadAgrees checks that DecodeBatch reads m as DecodeHead and then
+// FromEventInto do: the same event, batch and errors; it never takes the
+// data of another type, or of an event the plain form does not hold.
+func batchReadAgrees(t *testing.T, m *nats.Msg) {
+	t.Helper()
+	var we, ge Event
+	var want, d Batch
+	werr := DecodeHead(m, &we)
+	if werr == nil && we.Type == TypeCallBatch {
+		werr = want.FromEventInto(&we, nil)
+	}
+	var into [1]Call
+	got, gerr := DecodeBatch(m, &ge, &d, into[:0])
+	if got != nil && (got != &d || gerr != nil || ge.Type != TypeCallBatch) {
+		t.Fatalf("%q: read the data of %q (error %v)", m.Data, ge.Type, gerr)
+	}
+	if got == nil {
+		got = &d
+		if gerr == nil && ge.Type == TypeCallBatch {
+			gerr = got.FromEventInto(&ge, into[:0])
+		}
+	}
+	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+		t.Fatalf("%q: error %v, DecodeHead and FromEventInto's %v", m.Data, gerr, werr)
+	}
+	if !reflect.DeepEqual(ge, we) || werr == nil && !reflect.DeepEqual(*got, want) {
+		t.Fatalf("%q:\n got %+v %#v\nwant %+v %#v", m.Data, ge, *got, we, want)
+	}
+}
+
+// batchEnvelopes are events around data d: a batch, an error, one whose
+// data is followed by a member the plain form refuses, one with data
+// twice, one with an escape in an attribute, one followed by a newline.
+func batchEnvelopes(d string) []string {
+	head := `{"specversion":"1.0","id":"r1","source":"bench/agent","type":"%s","datacontenttype":"application/json","time":"2026-12-06T02:44:18.434Z","sessionid":"s1","data":` + d
+	return []string{
+		fmt.Sprintf(head, TypeCallBatch) + `}`,
+		fmt.Sprintf(head, TypeError) + `}`,
+		fmt.Sprintf(head, TypeCallBatch) + `,"other":"x"}`,
+		fmt.Sprintf(head, TypeCallBatch) + `,"data":{}}`,
+		fmt.Sprintf(head, TypeCallBatch) + `,"subject":"a\"b"}`,
+		fmt.Sprintf(head, TypeCallBatch) + "}\n",
+	}
+}
+
+func TestDecodeBatchIsHeadAndFromEvent(t *testing.T) {
+	read := 0
+	for _, d := range batchSeeds {
+		for _, env := range batchEnvelopes(d) {
+			m := &nats.Msg{Data: []byte(env)}
+			batchReadAgrees(t, m)
+			var e Event
+			var b Batch
+			if got, _ := DecodeBatch(m, &e, &b, nil); got != nil {
+				read++
+			}
+		}
+	}
+	if read != 10 { // the plain batches of batchSeeds, in the two plain envelopes
+		t.Errorf("DecodeBatch read %d batches in the same pass, want 10", read)
+	}
+	// Binary mode: the data is the caller's to read.
+	bin := &nats.Msg{Header: nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"r1"}, "ce-source": {"s"}, "ce-type": {TypeCallBatch}},
+		Data: []byte(batchSeeds[0])}
+	batchReadAgrees(t, bin)
+	// The usual batch of one call, into the caller's array: two
+	// allocations, the attributes' string and the calls' buffer.
+	m := &nats.Msg{Data: []byte(batchEnvelopes(batchSeeds[0])[0])}
+	var e Event
+	var b Batch
+	var into [1]Call
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeBatch(m, &e, &b, into[:0]) }); n != 2 && !raceEnabled {
+		t.Errorf("DecodeBatch: %v allocations, want 2", n)
+	}
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	for _, d := range batchSeeds {
+		for _, env := range batchEnvelopes(d) {
+			f.Add([]byte(env))
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { batchReadAgrees(t, &nats.Msg{Data: b}) })
 }

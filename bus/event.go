@@ -436,7 +436,7 @@ func DecodeTo(m *nats.Msg, e *Event) error {
 // event's data next with a checking decoder (DataAs, FromEvent): the data is
 // not checked here, and may be a slice of m.Data.
 func DecodeHead(m *nats.Msg, e *Event) error {
-	_, err := decodeHead(m, e, false, nil)
+	_, err := decodeHead(m, e, false, flatData{})
 	return err
 }
 
@@ -444,20 +444,20 @@ func DecodeHead(m *nats.Msg, e *Event) error {
 // views of m's data rather than copies: for a caller that never changes
 // m.Data and copies what it keeps (the client's reply).
 func DecodeHeadView(m *nats.Msg, e *Event) error {
-	_, err := decodeHead(m, e, true, nil)
+	_, err := decodeHead(m, e, true, flatData{})
 	return err
 }
 
 // decodeHead is DecodeHead, DecodeHeadView with view; flat reports that
-// the plain form was read, and so that reply, when given, was offered the
-// data member first (decodeFlatData).
-func decodeHead(m *nats.Msg, e *Event, view bool, reply *flatReply) (flat bool, err error) {
+// the plain form was read, and so that data's reader, when given, was
+// offered the data member first (decodeFlatData).
+func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err error) {
 	*e = Event{}
 	if IsBinary(m.Header) {
 		return false, decodeBinary(m.Header, m.Data, e, false)
 	}
 	b := bytes.TrimSpace(m.Data)
-	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view, reply) {
+	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view, data) {
 		return true, e.Validate()
 	}
 	return false, DecodeTo(m, e)
@@ -510,25 +510,25 @@ func decodeStructured(b []byte, e *Event) error {
 // toolbus's senders write (known attributes once, printable ASCII strings
 // without escapes, object or array data), in one allocation; else it
 // reports false and the general decoder judges (FuzzDecodeFlat).
-func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false, nil) }
+func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, false, flatData{}) }
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
 // to be JSON nor copied: e.Data is a slice of b (DecodeHead); with view,
-// the attributes are strings over b's bytes (DecodeHeadView); reply, when
-// given, reads the data member first, and what it takes is e.Data
-// (DecodeReplyView).
-func decodeFlatData(b []byte, e *Event, check, view bool, reply *flatReply) bool {
+// the attributes are strings over b's bytes (DecodeHeadView); data's
+// reader, when given, reads the data member first, and what it takes is
+// e.Data (DecodeReplyView, DecodeBatch).
+func decodeFlatData(b []byte, e *Event, check, view bool, data flatData) bool {
 	attrs := e.attrs()
 	var vals [nAttrs][]byte // the attributes that are not constants, in b
 	n := 0
 	p := flatParser{b: b, unchecked: !check}
 	seen, ok := p.object(func(key []byte) uint16 {
-		slot := attrSlot(string(key))
+		slot := attrSlot(unsafe.String(unsafe.SliceData(key), len(key))) // a view: attrSlot keeps nothing
 		if slot < 0 {
 			return 0
 		}
 		if slot == slotData {
-			v, ok := dataMember(&p, reply)
+			v, ok := dataMember(&p, data)
 			if !ok {
 				return 0
 			}
@@ -561,16 +561,26 @@ func decodeFlatData(b []byte, e *Event, check, view bool, reply *flatReply) bool
 	return true
 }
 
-// dataMember reads the data member's value: what reply reads, when given,
-// else an object or array (raw).
-func dataMember(p *flatParser, reply *flatReply) ([]byte, bool) {
+// dataMember reads the data member's value: what data's reader takes,
+// checked as FromEvent checks it, else an object or array (raw).
+func dataMember(p *flatParser, data flatData) ([]byte, bool) {
 	p.skip()
-	start := p.i
-	if reply != nil && reply.read(p) {
+	start, unchecked := p.i, p.unchecked
+	p.unchecked = false
+	read := data.reply != nil && data.reply.read(p) || data.batch != nil && data.batch.read(p)
+	if p.unchecked = unchecked; read {
 		return p.b[start:p.i:p.i], true
 	}
 	p.i = start
 	return p.raw("{[")
+}
+
+// flatData is the reader of an event's data in the pass that reads its
+// attributes: a reply's or a batch's, whichever is set (a struct, not an
+// interface, so that neither leaves its caller's stack).
+type flatData struct {
+	reply *flatReply
+	batch *flatBatch
 }
 
 // setStrings sets each attribute of vals that is set, as slices of one new string.
@@ -674,7 +684,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	// different values that is bad_event, never a choice by map order. from
 	// is each attribute's header; others keeps the other extensions.
 	var from [nAttrs]string
-	others := map[string][2]string{} // on the stack while it holds at most 8
+	var others map[string][2]string // made at the first: toolbus's senders send none
 	for k, vs := range h {
 		if len(vs) > 1 && !sameValues(k, vs) {
 			return Errorf(CodeBadEvent, "header %s is given twice with different values", k)
@@ -713,6 +723,9 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 				from[i], *attrs[i] = k, v
 			}
 		} else if prev = others[name]; prev[0] == "" {
+			if others == nil {
+				others = map[string][2]string{}
+			}
 			others[name] = [2]string{k, v}
 		}
 		if prev[0] != "" && prev[1] != v {
@@ -764,9 +777,17 @@ func sameValues(k string, vs []string) bool {
 	return true
 }
 
-// plainValue reports whether header value v is ASCII without '%'.
+// plainValue reports whether header value v is ASCII without '%', eight
+// bytes a word while they last.
 func plainValue(v string) bool {
-	for i := 0; i < len(v); i++ {
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		w := word(v[i : i+8])
+		if pct := w ^ '%'*ones; (w|(pct-ones)&^pct)&(0x80*ones) != 0 {
+			return false
+		}
+	}
+	for ; i < len(v); i++ {
 		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
 			return false
 		}

@@ -201,3 +201,48 @@ func FuzzAppendString(f *testing.F) {
 		}
 	})
 }
+
+// plainRunByBytes is plainRun a byte at a time: the reference FuzzPlainRun
+// holds its eight-byte steps to.
+func plainRunByBytes(s []byte) int {
+	for j, c := range s {
+		if !plainByte[c] {
+			return j
+		}
+	}
+	return len(s)
+}
+
+func FuzzPlainRun(f *testing.F) {
+	for _, s := range []string{"", "plain", "0123456789abcdef", "0123456789abcdef\"", "01234567\\9abcdef", "0123\x1f567", "0123456\x7f",
+		"01234567\x80", "~~~~~~~~ ", "\xff\xff\xff\xff\xff\xff\xff\xff", "        !", "\x20\x21\x22\x23\x5b\x5c\x5d\x7e"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want := plainRunByBytes(b)
+		if got := plainRun(b); got != want {
+			t.Fatalf("%q: plainRun %d, want %d", b, got, want)
+		}
+		if got := plainRun(string(b)); got != want {
+			t.Fatalf("%q: plainRun of the string %d, want %d", b, got, want)
+		}
+	})
+}
+
+// Every byte value at every place of an eight-byte step and of the tail
+// after it: plainRun stops at it exactly when it is not a plainByte, and
+// plainValue refuses it exactly when it is not ASCII or is '%'.
+func TestPlainRunEachByte(t *testing.T) {
+	for at := range 12 {
+		for c := range 256 {
+			b := []byte("abcdefghijkl")
+			b[at] = byte(c)
+			if got, want := plainRun(b), plainRunByBytes(b); got != want {
+				t.Fatalf("%q: plainRun %d, want %d", b, got, want)
+			}
+			if got, want := plainValue(string(b)), c < utf8.RuneSelf && c != '%'; got != want {
+				t.Fatalf("%q: plainValue %v, want %v", b, got, want)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -17,8 +18,9 @@ type flatParser struct {
 	unchecked bool // raw leaves objects and arrays unchecked (DecodeHead)
 }
 
+// skip reads any whitespace (a byte above ' ' ends it at once).
 func (p *flatParser) skip() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+	for p.i < len(p.b) && p.b[p.i] <= ' ' && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
 		p.i++
 	}
 }
@@ -136,14 +138,42 @@ func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
 	return nil, false, false
 }
 
-// plainRun is the length of s's leading run of plainBytes.
+// plainRun is the length of s's leading run of plainBytes: eight bytes at
+// a time while they last (notPlain), then byte by byte.
 func plainRun[T string | []byte](s T) int {
-	for j := range len(s) {
+	j := 0
+	for ; j+8 <= len(s); j += 8 {
+		if m := notPlain(word(s[j : j+8])); m != 0 {
+			return j + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; j < len(s); j++ {
 		if !plainByte[s[j]] {
 			return j
 		}
 	}
 	return len(s)
+}
+
+// word is the eight bytes of b, the first lowest (one load).
+func word[T string | []byte](b T) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
+// ones has a one in each byte; each byte of ones*0x80 is its high bit.
+const ones = 0x0101010101010101
+
+// notPlain has the high bit of each byte of w that is not a plainByte set,
+// and maybe more above the lowest: each term sets it where w has a byte of
+// its kind (and may above one), below ' ', above '~', '"', '\\' (zero
+// after the xor).
+func notPlain(w uint64) uint64 {
+	quote, backslash := w^'"'*ones, w^'\\'*ones
+	below := (w - ' '*ones) &^ w
+	above := (w + (0x7f-'~')*ones) | w
+	return (below | above | (quote-ones)&^quote | (backslash-ones)&^backslash) & (0x80 * ones)
 }
 
 // plainByte is true for the bytes a JSON string holds as they are:

@@ -26,7 +26,7 @@ func DecodeReplyView(m *nats.Msg, e *Event, want bool) (*Reply, error) {
 	if want {
 		f = new(flatReply)
 	}
-	flat, err := decodeHead(m, e, true, f)
+	flat, err := decodeHead(m, e, true, flatData{reply: f})
 	if err != nil || !flat || f == nil || !f.ok || e.Type != TypeCallReply {
 		return nil, err
 	}

@@ -202,13 +202,15 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 
 // decodeTurn reads and checks batch message m, which came on a subject of
 // kind, into e (decoded: e holds the event, whatever the error), its calls
-// into calls when they fit. Its data is checked as it is read; a batch
-// refused so is decoded again in full, so its error is the one it always
-// got.
+// into calls when they fit. Its data is read in the same pass
+// (bus.DecodeBatch) and checked; a batch refused so is decoded again in
+// full, so its error is the one it always got.
 func (w *wire) decodeTurn(m *nats.Msg, kind string, lim Limits, e *bus.Event, calls []bus.Call) (decoded bool, t turn, err error) {
-	if err = bus.DecodeHead(m, e); err == nil {
+	var data bus.Batch
+	read, err := bus.DecodeBatch(m, e, &data, calls)
+	if err == nil {
 		if _, err = w.checked(m, e, kind, bus.TypeCallBatch); err == nil {
-			if t, err = checkTurn(e, lim, calls); err == nil {
+			if t, err = checkTurn(e, lim, calls, read); err == nil {
 				return true, t, nil
 			}
 		}
@@ -218,7 +220,7 @@ func (w *wire) decodeTurn(m *nats.Msg, kind string, lim Limits, e *bus.Event, ca
 		return false, turn{}, err
 	}
 	*e = *full
-	t, err = checkTurn(e, lim, calls)
+	t, err = checkTurn(e, lim, calls, nil)
 	return true, t, err
 }
 

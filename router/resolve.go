@@ -168,15 +168,19 @@ type turn struct {
 	asked    bool // it came on P.ask.<session>: a bridge's question (1.17)
 }
 
-// checkTurn checks a decoded io.toolbus.call.batch, reading its calls into
-// calls when they fit. Errors are bad_event or bad_request.
-func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
+// checkTurn checks a decoded io.toolbus.call.batch whose data is read
+// (nil: read from e, its calls into calls when they fit). Errors are
+// bad_event or bad_request.
+func checkTurn(e *bus.Event, lim Limits, calls []bus.Call, read *bus.Batch) (turn, error) {
 	if !bus.ValidID(e.ID) {
 		return turn{}, bus.Errorf(bus.CodeBadEvent, "id (the reply id) %q must match ^[A-Za-z0-9_-]{1,128}$", e.ID)
 	}
-	var data bus.Batch
-	if err := data.FromEventInto(e, calls); err != nil {
-		return turn{}, err
+	data := read
+	if data == nil {
+		data = new(bus.Batch)
+		if err := data.FromEventInto(e, calls); err != nil {
+			return turn{}, err
+		}
 	}
 	n := len(data.Calls)
 	if n == 0 {
@@ -209,7 +213,7 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call) (turn, error) {
 			seen[c.ID] = struct{}{}
 		}
 	}
-	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, data)
+	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, *data)
 }
 
 // checkAsked enforces that only a bridge parks a bridged server's question

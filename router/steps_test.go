@@ -70,7 +70,7 @@ func TestCheckTurn(t *testing.T) {
 			if tc.mutate != nil {
 				mutate = append(mutate, tc.mutate)
 			}
-			got, err := checkTurn(batchEvent(t, tc.id, tc.data, mutate...), testLimits, nil)
+			got, err := checkTurn(batchEvent(t, tc.id, tc.data, mutate...), testLimits, nil, nil)
 			if tc.code == "" {
 				if err != nil {
 					t.Fatalf("rejected: %v", err)
@@ -88,7 +88,7 @@ func TestCheckTurn(t *testing.T) {
 	}
 	// The expiry becomes the turn's deadline.
 	tn, err := checkTurn(batchEvent(t, "r1", `{"calls":[{"id":"c1","name":"echo","input":{}}]}`,
-		func(e *bus.Event) { e.ExpiryTime = "2030-01-02T03:04:05Z" }), testLimits, nil)
+		func(e *bus.Event) { e.ExpiryTime = "2030-01-02T03:04:05Z" }), testLimits, nil, nil)
 	if err != nil || !tn.deadline.Equal(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)) {
 		t.Fatalf("deadline %v, %v", tn.deadline, err)
 	}
@@ -393,7 +393,7 @@ func TestDecodeTurnAsBefore(t *testing.T) {
 		we, werr := w.decode(m, "call", bus.TypeCallBatch)
 		var wturn any
 		if werr == nil {
-			wturn, werr = checkTurn(we, testLimits, nil)
+			wturn, werr = checkTurn(we, testLimits, nil, nil)
 		}
 		if fmt.Sprint(err) != fmt.Sprint(werr) || (werr == nil) != (name == "binary" || name == "structured") {
 			t.Errorf("%s: error %v, want %v", name, err, werr)
