@@ -134,6 +134,15 @@ func QuestionTool(name string) bool {
 	return ok && ok2 && server != ""
 }
 
+// AskPrefix starts the reply id of every batch on P.ask.<session> and of
+// no batch on P.call.<session> (docs/protocol.md 3.1, 12; since 1.18): no
+// batch can be a copy of one of the other subject.
+const AskPrefix = "toolbus_ask_"
+
+// AskedReply reports whether replyID is a bridge's question's, whose
+// parks say "asked" wherever a router lists them.
+func AskedReply(replyID string) bool { return strings.HasPrefix(replyID, AskPrefix) }
+
 // ValidID reports whether s may be a session id, reply id or tool call id:
 // ^[A-Za-z0-9_-]{1,128}$. Such identifiers become subject tokens and KV keys.
 func ValidID(s string) bool { return validToken(s, 128) }

@@ -314,6 +314,9 @@ func IsStored(b bus.Block) bool {
 // NewReplyID returns a fresh reply id.
 func NewReplyID() string { return nuid.Next() }
 
+// NewAskID returns a fresh reply id of a bridge's question (bus.AskPrefix).
+func NewAskID() string { return bus.AskPrefix + nuid.Next() }
+
 // Input marshals v as a call input.
 func Input(v any) json.RawMessage {
 	b, err := json.Marshal(v)
@@ -334,8 +337,10 @@ func (c *Client) Parked() Parked { return Parked{c} }
 
 // Ask is Call on P.ask.<session>, where only a bridge may publish: a
 // bridged server's question, an external_only batch of its
-// mcp__<server>__elicit (docs/protocol.md 12, 1.17).
+// mcp__<server>__elicit (docs/protocol.md 12, 1.17). Its reply id is a
+// NewAskID unless an option sets another.
 func (p Parked) Ask(ctx context.Context, session string, b bus.Batch, opts ...CallOption) (*bus.Reply, error) {
+	opts = append([]CallOption{WithReplyID(NewAskID())}, opts...)
 	return p.c.rq.batch(ctx, p.c.subj.Handoffs.Ask(session), session, b, opts)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,26 +25,8 @@ import (
 func TestAskSubject(t *testing.T) {
 	d := xtest.Run(t, xtest.Config{Routers: 1})
 	c := newClient(t, d)
-	tool := func(name string) bus.ExternalTool {
-		return bus.ExternalTool{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}
-	}
-	only := func(names ...string) *bus.Request {
-		r := &bus.Request{MergeMode: bus.MergeExternalOnly}
-		for _, n := range names {
-			r.ExternalTools = append(r.ExternalTools, tool(n))
-		}
-		return r
-	}
 	priority := only("mcp__x__elicit")
 	priority.MergeMode = bus.MergeExternalPriority
-	send := map[string]func(session string, b bus.Batch, replyID string) (*bus.Reply, error){
-		"call": func(s string, b bus.Batch, r string) (*bus.Reply, error) {
-			return c.Call(t.Context(), s, b, client.WithReplyID(r))
-		},
-		"ask": func(s string, b bus.Batch, r string) (*bus.Reply, error) {
-			return c.Parked().Ask(t.Context(), s, b, client.WithReplyID(r))
-		},
-	}
 	for _, tc := range []struct {
 		name, subject string
 		req           *bus.Request
@@ -75,18 +58,16 @@ func TestAskSubject(t *testing.T) {
 				b.Calls = append(b.Calls, bus.Call{ID: "c" + string(rune('1'+i)), Name: n, Input: json.RawMessage(`{}`)})
 			}
 			replyID := client.NewReplyID()
-			reply, err := send[tc.subject](session, b, replyID)
+			if tc.subject == "ask" {
+				replyID = client.NewAskID()
+			}
+			reply, err := sendOn(t, c, tc.subject, session, b, replyID)
 			if tc.refused != "" {
 				var be *bus.Error
 				if !errors.As(err, &be) || be.Code != bus.CodeBadRequest || !strings.Contains(be.Message, tc.refused) {
 					t.Fatalf("%v, want bad_request saying %q", err, tc.refused)
 				}
-				var list struct {
-					Parked []bus.ParkedCall `json:"parked"`
-				}
-				if err := c.Admin(t.Context(), "parked.list", session, nil, &list); err != nil || len(list.Parked) != 0 {
-					t.Fatalf("refused, yet parked: %+v %v", list.Parked, err)
-				}
+				refusedParksNothing(t, c, session)
 				return
 			}
 			if err != nil || len(reply.Parked) != len(tc.calls) {
@@ -120,6 +101,119 @@ func TestAskSubject(t *testing.T) {
 	}
 }
 
+// only is an external_only request of request-scoped tools of names.
+func only(names ...string) *bus.Request {
+	r := &bus.Request{MergeMode: bus.MergeExternalOnly}
+	for _, n := range names {
+		r.ExternalTools = append(r.ExternalTools, bus.ExternalTool{Name: n, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)})
+	}
+	return r
+}
+
+// sendOn sends b under replyID on P.call ("call") or P.ask ("ask").
+func sendOn(t *testing.T, c *client.Client, subject, session string, b bus.Batch, replyID string) (*bus.Reply, error) {
+	if subject == "ask" {
+		return c.Parked().Ask(t.Context(), session, b, client.WithReplyID(replyID))
+	}
+	return c.Call(t.Context(), session, b, client.WithReplyID(replyID))
+}
+
+// refusedParksNothing fails t if anything is parked in session.
+func refusedParksNothing(t *testing.T, c *client.Client, session string) {
+	t.Helper()
+	var list struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := c.Admin(t.Context(), "parked.list", session, nil, &list); err != nil || len(list.Parked) != 0 {
+		t.Fatalf("refused, yet parked: %+v %v", list.Parked, err)
+	}
+}
+
+// TestAskReplyID (docs/protocol.md 3.1, 12; 1.18): a reply id starting
+// with bus.AskPrefix is a bridge's question's. On P.call it is bad_request
+// whatever the batch declares; on P.ask any other is; a refused batch
+// parks nothing. The prefix is matched exactly: another case is an
+// agent's id like any other. Then no batch on P.call is a copy of a
+// question, whatever a router has seen of it: on two routers an agent's
+// copy declaring another request-scoped tool, sent beside the bridge's
+// question (before 1.18 only the park cache of the router it reached
+// refused it, and it ran when that router had not seen the park yet), is
+// refused every time, and the bridge reads the host's answer.
+func TestAskReplyID(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 2})
+	c := newClient(t, d)
+	const name = "mcp__x__elicit"
+	for _, tc := range []struct {
+		name, subject, replyID string
+		req                    *bus.Request
+		call                   string
+		refused                string // a word of the bad_request; "" when it parks
+	}{
+		{"call: a question's id, another request-scoped tool", "call", client.NewAskID(), only("pick"), "pick", "is a bridge's question's"},
+		{"call: a question's id, the registry", "call", client.NewAskID(), nil, "echo", "is a bridge's question's"},
+		{"call: a question's id, the question tool", "call", client.NewAskID(), only(name), name, "is a bridge's question's"},
+		{"call: the prefix in another case", "call", strings.ToUpper(bus.AskPrefix) + client.NewReplyID(), only("pick"), "pick", ""},
+		{"ask: a call batch's id", "ask", client.NewReplyID(), only(name), name, "starting with " + bus.AskPrefix},
+		{"ask: the prefix in another case", "ask", strings.ToUpper(bus.AskPrefix) + client.NewReplyID(), only(name), name, "starting with " + bus.AskPrefix},
+		{"ask: the prefix alone", "ask", bus.AskPrefix, only(name), name, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			session := "askid-" + strings.NewReplacer(" ", "-", ":", "", ",", "", "'", "").Replace(tc.name)
+			b := bus.Batch{Request: tc.req, Calls: []bus.Call{{ID: "c1", Name: tc.call, Input: json.RawMessage(`{}`)}}}
+			reply, err := sendOn(t, c, tc.subject, session, b, tc.replyID)
+			if tc.refused == "" {
+				t.Cleanup(func() { _ = c.Cancel(context.Background(), session, tc.replyID) })
+				if err != nil || len(reply.Parked) != 1 || reply.Parked[0].Asked != (tc.subject == "ask") {
+					t.Fatalf("%+v %v, want parked, asked only on P.ask", reply, err)
+				}
+				return
+			}
+			var be *bus.Error
+			if !errors.As(err, &be) || be.Code != bus.CodeBadRequest || !strings.Contains(be.Message, tc.refused) {
+				t.Fatalf("%+v %v, want bad_request saying %q", reply, err, tc.refused)
+			}
+			refusedParksNothing(t, c, session)
+		})
+	}
+
+	t.Run("a copy beside the question, two routers", func(t *testing.T) {
+		const session = "askid-race"
+		ev, err := c.Watch(t.Context(), session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ev.Stop(context.Background())
+		for i := range 8 {
+			replyID, callID := client.NewAskID(), "mcp-q"+strconv.Itoa(i)
+			calls := []bus.Call{{ID: callID, Name: name, Input: json.RawMessage(`{"message":"delete it?"}`)}}
+			var copyErr error
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				_, copyErr = c.Call(t.Context(), session, bus.Batch{Request: only("pick"), Calls: calls}, client.WithReplyID(replyID))
+			})
+			reply, err := c.Parked().Ask(t.Context(), session, bus.Batch{Request: only(name), Calls: calls}, client.WithReplyID(replyID))
+			wg.Wait()
+			var be *bus.Error
+			if !errors.As(copyErr, &be) || be.Code != bus.CodeBadRequest || !strings.Contains(be.Message, "is a bridge's question's") {
+				t.Fatalf("round %d: the agent's copy: %v, want bad_request", i, copyErr)
+			}
+			if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
+				t.Fatalf("round %d: the question: %+v %v, want parked, asked", i, reply, err)
+			}
+			answer := []bus.Block{{Type: "text", Text: `{"action":"decline"}`}}
+			if err := c.Parked().Answer(t.Context(), name, session, replyID, callID, bus.Answer{State: bus.StateSuccess, Output: answer}); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			res, err := bridge.AwaitResult(ctx, ev, replyID, callID)
+			cancel()
+			if err != nil || res.State != bus.StateSuccess || len(res.Output) != 1 || !strings.Contains(res.Output[0].Text, "decline") {
+				t.Fatalf("round %d: the bridge reads %+v %v, want the host's answer", i, res, err)
+			}
+		}
+	})
+}
+
 // TestAttackAskedResendOnCall (session 27, red team): the session's agent
 // sees a bridge's question in the events (reply id, call id, input) and
 // sends the same calls on P.call under the question's reply id, declaring
@@ -150,9 +244,9 @@ func TestAttackAskedResendOnCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ev.Stop(context.Background())
-	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	q := only(name)
 	calls := []bus.Call{{ID: "mcp-q1", Name: name, Input: json.RawMessage(`{"message":"delete it?"}`)}}
-	replyID := client.NewReplyID()
+	replyID := client.NewAskID()
 	reply, err := c.Parked().Ask(t.Context(), session, bus.Batch{Request: q, Calls: calls}, client.WithReplyID(replyID))
 	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
 		t.Fatalf("%+v %v, want the question parked, asked", reply, err)
@@ -163,7 +257,7 @@ func TestAttackAskedResendOnCall(t *testing.T) {
 	}{
 		{"no request", nil},
 		{"the registry first", &bus.Request{MergeMode: bus.MergeExternalPriority}},
-		{"another request-scoped tool", &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: "pick", Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}},
+		{"another request-scoped tool", only("pick")},
 	} {
 		_, err := c.Call(t.Context(), session, bus.Batch{Request: tc.req, Calls: calls}, client.WithReplyID(replyID))
 		var be *bus.Error
@@ -211,7 +305,7 @@ func TestAttackAskHostile(t *testing.T) {
 	d := xtest.Run(t, xtest.Config{Routers: 1})
 	c := newClient(t, d)
 	const name = "mcp__x__elicit"
-	q := &bus.Request{MergeMode: bus.MergeExternalOnly, ExternalTools: []bus.ExternalTool{{Name: name, Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}}}
+	q := only(name)
 	many := make([]bus.Call, bus.MaxCalls+1)
 	for i := range many {
 		many[i] = bus.Call{ID: "q" + strconv.Itoa(i), Name: name, Input: json.RawMessage(`{}`)}
@@ -233,12 +327,7 @@ func TestAttackAskHostile(t *testing.T) {
 			if !errors.As(err, &be) || be.Code != bus.CodeBadRequest {
 				t.Fatalf("%+v %v, want bad_request", reply, err)
 			}
-			var list struct {
-				Parked []bus.ParkedCall `json:"parked"`
-			}
-			if err := c.Admin(t.Context(), "parked.list", session, nil, &list); err != nil || len(list.Parked) != 0 {
-				t.Fatalf("refused, yet parked: %+v %v", list.Parked, err)
-			}
+			refusedParksNothing(t, c, session)
 		})
 	}
 }

@@ -158,8 +158,7 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 		e = &ev
 	}
 	if err == nil {
-		t.asked = kind == kindAsk
-		err = checkAsked(t)
+		err = checkAsked(t, kind == kindAsk)
 	}
 	if err == nil {
 		t.data.User, err = identify(r.cfg.Identities, t.session, t.data.User)

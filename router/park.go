@@ -100,7 +100,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 func (s parkStep) listed(b *batch, recs []*parked.Record, next int) []bus.Parked {
 	out := make([]bus.Parked, 0, len(recs)+len(b.calls)-next)
 	for _, rec := range recs {
-		out = append(out, parkedOf(rec, b.asked))
+		out = append(out, parkedOf(rec))
 	}
 	for _, c := range b.calls[next:] {
 		out = append(out, s.queued(c))
@@ -121,10 +121,11 @@ func alone(b *batch, calls []*callState, next int) bool {
 }
 
 // parkedOf is a parked record as the reply and call.parked list it; asked:
-// its batch came on P.ask.<session> (a bridge's question, 1.17).
-func parkedOf(rec *parked.Record, asked bool) bus.Parked {
+// its batch came on P.ask.<session> (a bridge's question, 1.17), which its
+// reply id says (1.18) for a continuation, a copy or another router's park too.
+func parkedOf(rec *parked.Record) bus.Parked {
 	return bus.Parked{ID: rec.Call.ID, Name: rec.Call.Name, Input: rec.Call.Input, Kind: rec.Kind,
-		Subject: rec.Subject, SuggestedRules: rec.SuggestedRules, Asked: asked}
+		Subject: rec.Subject, SuggestedRules: rec.SuggestedRules, Asked: bus.AskedReply(rec.ReplyID)}
 }
 
 // queued is a call held back behind parked ones, as the reply lists it.
@@ -317,11 +318,9 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 // sameAs refuses, before any call runs, a batch re-sent under the reply id
 // of a batch with other calls (docs/protocol.md 3.1) that runs here (other)
 // or parked; the rest is checked where the copy parks or meets a record.
+// (A copy always came on its batch's subject: checkAsked, 1.18.)
 func (s parkStep) sameAs(b *batch, other *batch) error {
 	if other != nil {
-		if other.asked != b.asked {
-			return askedCopy(b)
-		}
 		if err := bus.SameCalls(b.replyID, other.data.Calls, b.data.Calls); err != nil {
 			return err
 		}
@@ -330,28 +329,12 @@ func (s parkStep) sameAs(b *batch, other *batch) error {
 	if rec == nil {
 		return nil
 	}
-	if askedRecord(rec) != b.asked {
-		return askedCopy(b)
-	}
 	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
 	defer cancel()
 	if first, err := s.conts.Continuation(ctx, rec); err == nil {
 		return bus.SameCalls(b.replyID, first.Data.Calls, b.data.Calls)
 	}
 	return parked.SameRecorded(b.data.Calls, rec)
-}
-
-// askedRecord reports whether rec is a park of a batch on P.ask: only such
-// a batch parks a request-scoped mcp__<server>__elicit (checkAsked).
-func askedRecord(rec *parked.Record) bool {
-	return rec.RequestScoped && bus.QuestionTool(rec.Call.Name)
-}
-
-// askedCopy refuses a copy of a batch under a reply id a batch of the
-// other kind (P.call or P.ask) holds: an agent's copy of a bridge's
-// question would end it with its own results (1.17).
-func askedCopy(b *batch) error {
-	return bus.Errorf(bus.CodeBadRequest, "reply id %s belongs to a batch sent on the other subject (P.call or P.ask.%s); a copy comes on the same subject", b.replyID, b.session)
 }
 
 // reuse settles the calls an earlier copy parked that ended since; the rest park.
@@ -363,11 +346,7 @@ func (s parkStep) reuse(b *batch, calls []*callState, specs []parkSpec) ([]*call
 	for i, c := range calls {
 		rec, err := s.conts.Get(ctx, bus.CallKey(b.session, b.replyID, c.call.ID))
 		if err == nil {
-			differs := parked.SameRecorded(b.data.Calls, rec)
-			if differs == nil && askedRecord(rec) != b.asked {
-				differs = askedCopy(b) // a record sameAs did not see yet (another router's)
-			}
-			if differs != nil {
+			if differs := parked.SameRecorded(b.data.Calls, rec); differs != nil {
 				// Another call under this call's key: this copy is refused (3.1).
 				b.refused = differs
 				return nil, nil
@@ -421,7 +400,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		}
 		switch {
 		case err == nil && rec.Status == bus.ParkParked:
-			b.parked = append(b.parked, parkedOf(rec, b.asked))
+			b.parked = append(b.parked, parkedOf(rec))
 		case err == nil && rec.Result != nil:
 			b.mu.Lock()
 			c.result = rec.Result // its event came from the router that settled it
@@ -432,7 +411,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 				spec = parkSpec{kind: bus.KindExternal}
 			}
 			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
-				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested, Asked: b.asked})
+				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested, Asked: bus.AskedReply(b.replyID)})
 		}
 	}
 	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {

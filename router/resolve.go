@@ -165,7 +165,6 @@ type turn struct {
 	deadline time.Time // from expirytime; zero when absent
 	data     bus.Batch
 	req      *groups.Request
-	asked    bool // it came on P.ask.<session>: a bridge's question (1.17)
 }
 
 // checkTurn checks a decoded io.toolbus.call.batch whose data is read
@@ -217,12 +216,20 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call, read *bus.Batch) (tur
 }
 
 // checkAsked enforces that only a bridge parks a bridged server's question
-// (docs/protocol.md 12, 1.17): a batch on P.ask.<session> is external_only
-// and calls only its request-scoped mcp__<server>__elicit tools, and a
-// batch on P.call.<session> declares no request-scoped tool of that name.
-// Errors are bad_request.
-func checkAsked(t turn) error {
-	if !t.asked {
+// (docs/protocol.md 12, 1.17): a batch on P.ask.<session> (ask) is
+// external_only and calls only its request-scoped mcp__<server>__elicit
+// tools, and a batch on P.call.<session> declares no request-scoped tool
+// of that name. Only a batch on P.ask has a reply id with bus.AskPrefix
+// (1.18), so none is a copy of a batch of the other subject, and its parks
+// say "asked" wherever they are listed. Errors are bad_request.
+func checkAsked(t turn, ask bool) error {
+	if ask != bus.AskedReply(t.replyID) {
+		if ask {
+			return bus.Errorf(bus.CodeBadRequest, "reply id %s: a question on P.ask.%s has a reply id starting with %s", t.replyID, t.session, bus.AskPrefix)
+		}
+		return bus.Errorf(bus.CodeBadRequest, "reply id %s: a reply id starting with %s is a bridge's question's, asked on P.ask.%s, never a call batch's; use another reply id", t.replyID, bus.AskPrefix, t.session)
+	}
+	if !ask {
 		for _, x := range t.req.External {
 			if bus.QuestionTool(x.Def.Name) {
 				return bus.Errorf(bus.CodeBadRequest, "request-scoped tool %s: a bridged server's question (mcp__<server>__elicit) is asked by a bridge on P.ask.%s, never in a call batch", x.Def.Name, t.session)

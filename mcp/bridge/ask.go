@@ -312,7 +312,8 @@ func (a *asker) CreateMessage(ctx context.Context, r mcp.CreateMessageRequest) (
 
 // ask runs one call in o's session on the server's behalf and waits for
 // its result until ctx ends; then the call is cancelled. A call with a
-// request (a question) is asked on P.ask.<session>, anything else called.
+// request (a question) is asked on P.ask.<session> under a NewAskID,
+// anything else called.
 func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request) (bus.Result, error) {
 	select {
 	case a.questions <- struct{}{}:
@@ -321,7 +322,11 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 		return bus.Result{}, fmt.Errorf("MCP server %q already has %d questions waiting; refused", a.s.Name, maxQuestions)
 	}
 	c.ID = "mcp-" + nuid.Next()
-	replyID := client.NewReplyID()
+	send, replyID := a.bus.Call, client.NewReplyID() // sampling: a call in the session like any other
+	if req != nil {
+		// A question: on the bridges' own subject, under a reply id no call batch has (docs/protocol.md 12).
+		send, replyID = a.bus.Parked().Ask, client.NewAskID()
+	}
 	ev, err := a.bus.Watch(ctx, o.session)
 	if err != nil {
 		return bus.Result{}, err
@@ -342,10 +347,6 @@ func (a *asker) ask(ctx context.Context, o *origin, c bus.Call, req *bus.Request
 			cancel()
 		}
 	}()
-	send := a.bus.Call // sampling: a call in the session like any other
-	if req != nil {
-		send = a.bus.Parked().Ask // a question: on the bridges' own subject (docs/protocol.md 12)
-	}
 	reply, err := send(ctx, o.session, b, opts...)
 	if err != nil {
 		if ctx.Err() != nil {

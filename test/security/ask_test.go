@@ -40,7 +40,7 @@ func TestAskOnlyBridges(t *testing.T) {
 	ev, err := bc.Watch(testCtx(t), "s1")
 	must(t, err)
 	defer ev.Stop(testCtx(t))
-	replyID := client.NewReplyID()
+	replyID := client.NewAskID()
 	reply, err := bc.Parked().Ask(testCtx(t), "s1", question, client.WithReplyID(replyID))
 	if err != nil || len(reply.Parked) != 1 || !reply.Parked[0].Asked {
 		t.Fatalf("the bridge's question: %+v %v, want parked, asked", reply, err)
