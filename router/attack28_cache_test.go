@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -164,5 +165,79 @@ func TestAttackCacheAfterModeChange(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("%d runs, want 1", n)
+	}
+}
+
+// answerAndWait answers parked call c1 of reply r1 in session with a and
+// waits for the batch's batch.done: the answer's run, and any cache write
+// it would make, are over.
+func answerAndWait(t *testing.T, c *client.Client, tool, session string, a bus.Answer) {
+	t.Helper()
+	ev, err := c.Watch(t.Context(), session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ev.Stop(context.WithoutCancel(t.Context())) }()
+	if err := c.Parked().Answer(t.Context(), tool, session, "r1", "c1", a); err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		select {
+		case e := <-ev.C:
+			if e != nil && e.Type == bus.TypeBatchDone && e.ReplyID == "r1" {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no batch.done after the answer")
+		}
+	}
+}
+
+// TestAttackCachePoisonedThroughParks (session 28, red team): store a
+// result no run of the registered tool computed for the input under the
+// input's key of a global cached tool, so that every user is answered it.
+//   - A request-scoped tool of the registered tool's name (it wins, 4.3)
+//     parks for the caller, who answers it with its own text.
+//   - A call that asks for confirmation is confirmed with an edited input
+//     (P.answer, an open router): the tool runs with the edit.
+//
+// Neither is a run of the chain: an answer and a confirmed run are below
+// the cache, which stores only what its own miss ran.
+func TestAttackCachePoisonedThroughParks(t *testing.T) {
+	c, runs := cacheDeployment(t,
+		bus.ToolDef{Name: "weather", Description: "Weather of a city.", ReadOnly: true, CacheTTLMS: 3600_000, CacheScope: "global"},
+		bus.ToolDef{Name: "sync_repo", Description: "Sync a repository.", Idempotent: true, Permission: bus.PermissionAsk,
+			CacheTTLMS: 3600_000, CacheScope: "global"})
+	shadow := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "weather", Input: json.RawMessage(`{"city":"Oslo"}`)}},
+		Request: &bus.Request{ExternalTools: []bus.ExternalTool{{Name: "weather", Description: "mine",
+			InputSchema: json.RawMessage(`{"type":"object"}`)}}}}
+	if r, err := c.Call(t.Context(), "m1", shadow, client.WithReplyID("r1")); err != nil || len(r.Parked) != 1 {
+		t.Fatalf("shadowing call: %+v %v", r, err)
+	}
+	answerAndWait(t, c, "weather", "m1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("poison")})
+
+	ask := bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "sync_repo", Input: json.RawMessage(`{"repo":"a"}`)}}}
+	if r, err := c.Call(t.Context(), "m2", ask, client.WithReplyID("r1")); err != nil || len(r.Parked) != 1 {
+		t.Fatalf("asking call: %+v %v", r, err)
+	}
+	yes := true
+	answerAndWait(t, c, "sync_repo", "m2", bus.Answer{Confirmed: &yes, Input: json.RawMessage(`{"repo":"evil"}`)})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("%d runs before the victims' calls, want 1 (the edited confirmation)", n)
+	}
+
+	if got, hit := cachedCall(t, c, "v1", `"alice"`, "weather", `{"city":"Oslo"}`); hit || got != `user="alice" input={"city":"Oslo"}` {
+		t.Errorf("alice's weather: %q (a hit: %v)", got, hit)
+	}
+	if err := c.Admin(t.Context(), "session.mode", "v2", map[string]string{"mode": "bypass"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, hit := cachedCall(t, c, "v2", `"alice"`, "sync_repo", `{"repo":"a"}`); hit || got != `user="alice" input={"repo":"a"}` {
+		t.Errorf("alice's sync of a: %q (a hit: %v)", got, hit)
+	}
+	if n := runs.Load(); n != 3 {
+		t.Errorf("%d runs, want 3", n)
 	}
 }
