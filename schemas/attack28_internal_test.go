@@ -66,3 +66,42 @@ func TestAttackRegexProgramSize(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRegexFormat (session 28, red team): a tool whose schema
+// asserts the "regex" format (a draft-07 schema does, as many MCP servers
+// send) had the validator compile every such input string: a model's
+// 21 KB "a{1000}" × 3000 cost the router 2 s and 700 MB a value. The
+// format now parses the expression (what says whether it is one) and
+// never compiles it.
+func TestAttackRegexFormat(t *testing.T) {
+	s, err := Compile(json.RawMessage(`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",` +
+		`"properties":{"re":{"type":"string","format":"regex"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(re string) []string {
+		in, _ := json.Marshal(map[string]string{"re": re})
+		_, v, err := ParseInput(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range s.Validate(v) {
+			out = append(out, d.Message)
+		}
+		return out
+	}
+	start := time.Now()
+	if d := check(strings.Repeat("a{1000}", 3000)); len(d) != 0 {
+		t.Errorf("a valid expression refused: %v", d)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("one value took %v", took)
+	}
+	if d := check("("); len(d) != 1 {
+		t.Errorf(`"(": %v`, d)
+	}
+	if d := check(strings.Repeat(`\pL`, MaxPatternClasses+1)); len(d) != 1 {
+		t.Errorf("too many classes: %v", d)
+	}
+}

@@ -72,3 +72,18 @@ func programSize(re *syntax.Regexp) int {
 	}
 	return n
 }
+
+// isRegex is the "regex" format (asserted by draft-07 schemas, say) without
+// compiling the input's expression: Go's parse says whether it is one, and
+// the compile costs what a pattern's program does (TestAttackRegexFormat).
+func isRegex(v any) bool {
+	s, ok := v.(string)
+	if !ok {
+		return true
+	}
+	if strings.Count(s, `\p`)+strings.Count(s, `\P`) > MaxPatternClasses {
+		return false
+	}
+	_, err := syntax.Parse(s, syntax.Perl)
+	return err == nil
+}

@@ -114,6 +114,7 @@ func compile(compact []byte) (s *Schema, err error) {
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.LoadURL = refuse
+	c.Formats["regex"] = isRegex
 	if err := c.AddResource(schemaURL, bytes.NewReader(compact)); err != nil {
 		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
 	}
