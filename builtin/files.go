@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/permission"
+	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -590,6 +591,12 @@ func compileGlob(pattern string) (glob, error) {
 // len(pattern segments) × len(path segments) segment matches).
 func (g glob) match(p string) bool { return permission.MatchSegments(g.segs, strings.Split(p, "/")) }
 
+// Bounds of a search_files pattern (schemas.PatternCost).
+const (
+	maxSearchClasses = 64
+	maxSearchProgram = 1 << 16
+)
+
 // SearchIn is the input of search_files.
 type SearchIn struct {
 	Pattern string `json:"pattern"`
@@ -600,6 +607,11 @@ type SearchIn struct {
 // Search runs search_files: lines matching an RE2 expression, as
 // path:line:text, in path order, bounded. It stops when ctx ends.
 func (f *Files) Search(ctx context.Context, in SearchIn) (string, error) {
+	// Repetitions multiply Go's program (a{1000} × 3000: 2 s, 700 MB) and a
+	// Unicode class is slow to parse: bounded before compiling (TestAttackSearchPatternCost).
+	if classes, program := schemas.PatternCost(in.Pattern, maxSearchClasses); classes > maxSearchClasses || program > maxSearchProgram {
+		return "", fmt.Errorf("search_files refused: the pattern is too costly to compile (at most %d Unicode classes and about %d instructions, which repetition counts multiply): use fewer or smaller repetitions", maxSearchClasses, maxSearchProgram)
+	}
 	re, err := regexp.Compile(in.Pattern)
 	if err != nil {
 		return "", fmt.Errorf("search_files refused: the pattern is not an RE2 regular expression: %v", err)

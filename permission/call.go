@@ -233,6 +233,9 @@ func (c *call) suggest(rules []bus.Rule) []bus.Rule {
 			// allows every program; a tool-wide rule is too broad to suggest.
 			return nil
 		}
+		if _, computed := c.progs.get(c.value); computed != "" {
+			return nil // "s?:*" names no program: the files there do (TestAttackComputedProgramRuleSuggested)
+		}
 	}
 	var out []bus.Rule
 	for _, t := range c.targets() {

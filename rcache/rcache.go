@@ -96,7 +96,8 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 }
 
 // Key is a call's cache key, digesting the whole definition, and whether it is
-// cacheable; a user-scoped tool without a user is cached per session.
+// cacheable; a user-scoped tool without a user is cached per session, and a
+// session-scoped one per session and user (the tool gets the user).
 func Key(d *bus.ToolDef, session, user string, input json.RawMessage) (string, bool) {
 	if d.CacheTTLMS <= 0 || CheckDef(d) != "" {
 		return "", false
@@ -109,8 +110,8 @@ func Key(d *bus.ToolDef, session, user string, input json.RawMessage) (string, b
 		h.Write([]byte("global;"))
 	case scope == ScopeUser && user != "":
 		fmt.Fprintf(h, "user=%d:%s;", len(user), user)
-	default:
-		fmt.Fprintf(h, "session=%d:%s;", len(session), session)
+	default: // a session's calls by one user: a tool may answer by its user
+		fmt.Fprintf(h, "session=%d:%s;user=%d:%s;", len(session), session, len(user), user)
 	}
 	h.Write([]byte(bus.InputDigest(input)))
 	return d.Name + "." + hex.EncodeToString(h.Sum(nil)[:20]), true

@@ -122,7 +122,10 @@ func TestScopes(t *testing.T) {
 		a, b       [2]string // session, user
 		sameBefore bool
 	}{
-		{ScopeSession, [2]string{"s1", "alice"}, [2]string{"s1", "bob"}, true},
+		{ScopeSession, [2]string{"s1", "alice"}, [2]string{"s1", "bob"}, false}, // the tool gets the user (TestAttackCacheAcrossUsers)
+		{ScopeSession, [2]string{"s1", "alice"}, [2]string{"s1", ""}, false},
+		{ScopeSession, [2]string{"s1", "alice"}, [2]string{"s1", "alice"}, true},
+		{ScopeSession, [2]string{"s1;user=5:alice", ""}, [2]string{"s1", "alice"}, false},
 		{ScopeSession, [2]string{"s1", "alice"}, [2]string{"s2", "alice"}, false},
 		{ScopeUser, [2]string{"s1", "alice"}, [2]string{"s2", "alice"}, true},
 		{ScopeUser, [2]string{"s1", "alice"}, [2]string{"s1", "bob"}, false},

@@ -106,14 +106,15 @@ func compile(compact []byte) (s *Schema, err error) {
 		}
 		return nil, fmt.Errorf(`schemas: schema must have "type": "object" at the top level, got %s`, got)
 	}
-	nodes := 0
-	if err := checkRefs(m, &nodes); err != nil {
+	var w walk
+	if err := checkRefs(m, &w); err != nil {
 		return nil, err
 	}
 
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.LoadURL = refuse
+	c.Formats["regex"] = isRegex
 	if err := c.AddResource(schemaURL, bytes.NewReader(compact)); err != nil {
 		return nil, fmt.Errorf("schemas: schema is not valid JSON: %v", err)
 	}
@@ -132,7 +133,7 @@ func compile(compact []byte) (s *Schema, err error) {
 		}
 	}
 	base, _, _ := strings.Cut(sch.Location, "#")
-	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult, nodes: nodes}, nil
+	return &Schema{raw: compact, doc: doc, base: base, sch: sch, fast: buildFast(doc), mult: mult, nodes: w.nodes}, nil
 }
 
 // count renders an estimate, saturated ones as "more than".
@@ -365,22 +366,25 @@ var (
 	mapKeywords = []string{"$defs", "definitions", "dependencies", "dependentSchemas", "patternProperties", "properties"}
 )
 
-// checkRefs refuses the first reference that is not a same-document fragment
-// and more than MaxSubschemas subschemas (counted in *nodes). The caller
-// checked the depth.
-func checkRefs(v any, nodes *int) error {
+// checkRefs refuses the first reference that is not a same-document fragment,
+// more than MaxSubschemas subschemas and patterns past their bounds (counted
+// in w). The caller checked the depth.
+func checkRefs(v any, w *walk) error {
 	switch x := v.(type) {
 	case []any:
 		for _, e := range x {
-			if err := checkRefs(e, nodes); err != nil {
+			if err := checkRefs(e, w); err != nil {
 				return err
 			}
 		}
 	case bool:
-		*nodes++
+		w.nodes++
 	case map[string]any:
-		if *nodes++; *nodes > MaxSubschemas {
+		if w.nodes++; w.nodes > MaxSubschemas {
 			return fmt.Errorf("schemas: schema has more than %d subschemas", MaxSubschemas)
+		}
+		if err := w.patterns(x); err != nil {
+			return err
 		}
 		for _, kw := range refKeywords {
 			if ref, ok := x[kw].(string); ok && !strings.HasPrefix(ref, "#") {
@@ -388,7 +392,7 @@ func checkRefs(v any, nodes *int) error {
 			}
 		}
 		for _, kw := range subKeywords {
-			if err := checkRefs(x[kw], nodes); err != nil {
+			if err := checkRefs(x[kw], w); err != nil {
 				return err
 			}
 		}
@@ -398,7 +402,7 @@ func checkRefs(v any, nodes *int) error {
 				continue
 			}
 			for _, k := range slices.Sorted(maps.Keys(m)) {
-				if err := checkRefs(m[k], nodes); err != nil {
+				if err := checkRefs(m[k], w); err != nil {
 					return err
 				}
 			}

@@ -121,8 +121,9 @@ func (f *File) Validate() error {
 }
 
 func (s *Server) validate() error {
-	if !serverName.MatchString(s.Name) {
-		return fmt.Errorf("name must match %s", serverName)
+	if !serverName.MatchString(s.Name) || strings.Contains(s.Name, "__") || strings.HasSuffix(s.Name, "_") {
+		// Else mcp__a__b__c is server a's b__c and server a__b's c (TestAttackToolNameAcrossServers).
+		return fmt.Errorf("name must match %s, hold no \"__\" and not end in \"_\": it is the middle of mcp__<name>__<tool>", serverName)
 	}
 	if s.Transport == "" {
 		s.Transport = TransportHTTP
