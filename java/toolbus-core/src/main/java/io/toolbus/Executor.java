@@ -65,7 +65,7 @@ final class Executor {
     ToolCall c = new ToolCall(d.path("call").path("id").asText(), t.def().name(), e.sessionid, e.replyid,
         d.path("call").has("input") ? d.path("call").get("input") : Json.emptyObject(),
         absent(d.get("user")), absent(d.get("context")), d.path("attempt").asInt(1),
-        absent(d.get("state")), deadline, w);
+        absent(d.get("state")), deadline, w, d.path("progress_reply").booleanValue() ? rp.replyTo() : null);
     c.bind(Thread.currentThread());
     ScheduledFuture<?> timer = deadline == null ? null : timers.schedule(() -> c.stop(ToolCall.Stop.DEADLINE),
         Math.max(0, deadline.toEpochMilli() - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
