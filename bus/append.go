@@ -25,6 +25,9 @@ func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	if r.ProgressReply {
 		b = append(b, `,"progress_reply":true`...)
 	}
+	if r.ProgressInbox != "" {
+		b = appendField(b, `,"progress_inbox":`, r.ProgressInbox)
+	}
 	if len(r.State) > 0 {
 		b = append(b, `,"state":`...)
 		b = appendCompact(b, r.State)

@@ -23,6 +23,7 @@ const (
 	execAttempt
 	execState
 	execProgressReply
+	execProgressInbox
 )
 
 // execFlat reads b into r, reporting false (r then holds anything) unless
@@ -43,6 +44,10 @@ func execFlat(b []byte, r *ExecRequest, idOf []string) bool {
 		case "progress_reply":
 			r.ProgressReply = p.literal("true")
 			return execProgressReply * b2u(r.ProgressReply || p.literal("false"))
+		case "progress_inbox":
+			s, ok := p.plain()
+			r.ProgressInbox = string(s)
+			return execProgressInbox * b2u(ok)
 		case "user":
 			bit, raw = execUser, &r.User
 		case "context":

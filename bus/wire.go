@@ -241,7 +241,10 @@ type ExecRequest struct {
 	Attempt int             `json:"attempt"`
 	// ProgressReply: the router takes the call's progress on the exec's
 	// reply subject + ProgressSuffix, not on P.events (docs/protocol.md 5.3, 1.18).
-	ProgressReply bool            `json:"progress_reply,omitempty"`
+	ProgressReply bool `json:"progress_reply,omitempty"`
+	// ProgressInbox is a durable call's (which has no reply subject): the
+	// router takes its progress on ProgressInbox + ProgressSuffix (5.8, 1.18).
+	ProgressInbox string          `json:"progress_inbox,omitempty"`
 	State         json.RawMessage `json:"state,omitempty"`
 }
 

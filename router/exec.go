@@ -51,7 +51,7 @@ type job struct {
 	watch   execWatch // the request in flight (execWatches)
 	// progress is the attempt's progress so far (progressRelay, progress.go).
 	progress progressGate
-	attempt callCtx   // the first attempt's context when not bounded (attemptContext)
+	attempt  callCtx // the first attempt's context when not bounded (attemptContext)
 
 	// landed: the ledger held the chain's result when it returned (once),
 	// on the call's own goroutine; kept in callState.landed.
@@ -620,9 +620,10 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 // router records the worker's result in the ledger entry (one result, however
 // many deliveries), where the publishing router reads it.
 type workQueue struct {
-	*wire // its source is the work messages'
-	js    jetstream.JetStream
-	led   *ledger.Ledger
+	*wire    // its source is the work messages'
+	js       jetstream.JetStream
+	led      *ledger.Ledger
+	progress *replies.Mux // where the workers' progress comes (progress_inbox, progress.go)
 }
 
 // Exec claims j in the ledger and queues it.
@@ -634,7 +635,13 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	}
 	return l.Claimed(ctx, ledgerCall(j, timeout), func(claim ledger.Entry) bus.Result {
 		key := j.key()
-		if err := x.publish(ctx, j, deadline); err != nil {
+		inbox := "" // the call's progress comes to a wait of its own (progress.go), for as long as the call runs here
+		j.progress = progressGate{}
+		if w, err := x.progress.AwaitTagged(j); err == nil {
+			defer x.progress.Done(w, false)
+			inbox = w.Inbox()
+		}
+		if err := x.publish(ctx, j, deadline, inbox); err != nil {
 			x.log.Warn("router: durable call not queued", "key", key, "err", err)
 			l.Abandon(key, claim.Claim)
 			if l.Health().Note(err) {
@@ -660,10 +667,11 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	})
 }
 
-// publish queues the call under its key as message id (a retry is one message).
-func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
+// publish queues the call under its key as message id (a retry is one
+// message), its progress to come to inbox ("": none).
+func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time, inbox string) error {
 	var e bus.Event
-	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline, nil)
+	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1, ProgressInbox: inbox}, deadline, nil)
 	m, err := e.Msg(x.subj.Workers.Work(j.call.Name))
 	if err != nil {
 		return err

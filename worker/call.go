@@ -40,8 +40,10 @@ type Call struct {
 	seq         atomic.Int32
 	traceParent string
 	traceState  string
-	reply       string // the exec's reply subject when its router takes progress there
-	patch       atomic.Pointer[json.RawMessage]
+	// progressInbox + bus.ProgressSuffix is where the router that sent the
+	// call takes its progress; "": P.events (a router of 1.17).
+	progressInbox string
+	patch         atomic.Pointer[json.RawMessage]
 
 	sc *scratch // the request's, for the usual result while the call runs; nil before and after
 }
@@ -100,8 +102,9 @@ func (c *Call) ContextValue(key string, v any) (bool, error) {
 // part of the result; large blocks are stored as results' are, and blocks
 // above Config.MaxOutput are an error, nothing sent. It goes to the router
 // that sent the call when the exec says it takes progress (progress_reply,
-// docs/protocol.md 5.3, 1.18), which publishes it on the session's events;
-// else (a router of 1.17, a durable call) on P.events.<session> itself.
+// or a durable call's progress_inbox: docs/protocol.md 5.3, 1.18), which
+// publishes it on the session's events; else (a router of 1.17) on
+// P.events.<session> itself.
 func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
@@ -126,8 +129,8 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	e := bus.Head(bus.TypeCallProgress, c.w.source)
 	e.Data = data
 	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID, e.TraceParent, e.TraceState = c.ID, c.SessionID, c.ReplyID, c.ID, c.traceParent, c.traceState
-	to := c.reply + bus.ProgressSuffix
-	if c.reply == "" {
+	to := c.progressInbox + bus.ProgressSuffix
+	if c.progressInbox == "" {
 		to = c.w.subj.EventsMsg(c.SessionID)
 	}
 	return bus.SendTrusted(to, &e, "", c.w.nc.PublishMsg)

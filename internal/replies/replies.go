@@ -87,6 +87,10 @@ func (w *Wait) Forget() { w.inbox = "" }
 // returns nil, and no error, while max waits are registered.
 func (a *Mux) Await(max int) (*Wait, error) { return a.await(max, nil) }
 
+// AwaitTagged registers a wait whose progress Options.Progress gets with
+// tag; its reply may never come (Done(w, false) ends it).
+func (a *Mux) AwaitTagged(tag any) (*Wait, error) { return a.await(0, tag) }
+
 // await is Await with the tag Options.Progress is given for the wait.
 func (a *Mux) await(max int, tag any) (*Wait, error) {
 	a.once.Do(a.subscribe)

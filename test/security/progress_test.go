@@ -26,7 +26,7 @@ func TestOnlyRoutersPublishEvents(t *testing.T) {
 		name := "every tool"
 		s := spec
 		if confined {
-			name, s.WorkerTools = "confined to greet", []string{"greet"}
+			name, s.WorkerTools = "confined to greet and job", []string{"greet", "job"}
 		}
 		t.Run(name, func(t *testing.T) {
 			d := newDeploymentOf(t, s)
@@ -40,6 +40,17 @@ func TestOnlyRoutersPublishEvents(t *testing.T) {
 						return nil, err
 					}
 					return &bus.ExecResult{Output: bus.Text("hello")}, nil
+				}))
+			// A durable tool: its exec comes from the work queue, with no
+			// reply subject; its progress goes to the progress_inbox the
+			// router gave it (5.8, 1.18).
+			must(t, w.Handle(bus.ToolDef{Name: "job", Description: "A durable job.", Durable: true, Permission: bus.PermissionAllow,
+				InputSchema: json.RawMessage(`{"type":"object"}`)},
+				func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
+					if err := c.Progress(bus.Text("working " + c.SessionID)...); err != nil {
+						return nil, err
+					}
+					return &bus.ExecResult{Output: bus.Text("job done")}, nil
 				}))
 			must(t, w.Start(t.Context()))
 			testkit.Stop(t, func(ctx context.Context) error { return w.Drain(ctx) })
@@ -62,6 +73,15 @@ func TestOnlyRoutersPublishEvents(t *testing.T) {
 				data.Seq != 1 || len(data.Output) != 1 || data.Output[0].Text != "greeting s1" {
 				t.Fatalf("progress %+v %s", p, p.Data)
 			}
+			reply, err = ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c9", Name: "job"}}}, client.WithReplyID("r9"))
+			must(t, err)
+			if len(reply.Results) != 1 || reply.Results[0].State != bus.StateSuccess {
+				t.Fatalf("job: %+v", reply)
+			}
+			if p := waitType(t, ev, bus.TypeCallProgress); !strings.HasPrefix(p.Source, "toolbus/router/") || p.ReplyID != "r9" || p.ToolCallID != "c9" ||
+				!strings.Contains(string(p.Data), "working s1") {
+				t.Fatalf("the durable call's progress %+v %s", p, p.Data)
+			}
 			wl.noViolations()
 
 			// The forgeries: events of s1 and of another session, a
@@ -72,8 +92,8 @@ func TestOnlyRoutersPublishEvents(t *testing.T) {
 					who.denyPublish(subject)
 				}
 			}
-			// Nothing forged reached s1's watcher: the next event is the
-			// router's, of the next batch.
+			// Nothing forged reached s1's watcher: the next events are the
+			// router's, of r9's end and of the next batch.
 			reply, err = ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c2", Name: "greet"}}}, client.WithReplyID("r2"))
 			must(t, err)
 			if len(reply.Results) != 1 {
@@ -83,7 +103,7 @@ func TestOnlyRoutersPublishEvents(t *testing.T) {
 			for {
 				select {
 				case e := <-ev.C:
-					if e.ReplyID != "r1" && e.ReplyID != "r2" || !strings.HasPrefix(e.Source, "toolbus/router/") {
+					if e.ReplyID != "r9" && e.ReplyID != "r2" || !strings.HasPrefix(e.Source, "toolbus/router/") {
 						t.Fatalf("s1's watcher got %s from %s, reply %q", e.Type, e.Source, e.ReplyID)
 					}
 					if e.Type == bus.TypeBatchDone && e.ReplyID == "r2" {

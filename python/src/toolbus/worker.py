@@ -371,10 +371,11 @@ class _Executor:
             self._calls[key] = call
         deadline = e.expiry()
         seq = 0
-        # Progress goes to the router that sent the call when the exec says it takes it there
-        # (progress_reply, protocol 5.3, 1.18); else (a router of 1.17, a durable call) on the session's events.
-        progress_to = msg.reply + ".progress" if d.get("progress_reply") is True and work is None and msg.reply \
-            else self.subjects.events(e.sessionid)
+        # Progress goes to the router that sent the call when the exec says it takes it (protocol 5.3, 1.18):
+        # on the reply subject (progress_reply) or, for a durable call, on its progress_inbox; else (a router
+        # of 1.17) on the session's events.
+        inbox = (msg.reply if d.get("progress_reply") is True else None) if work is None else d.get("progress_inbox")
+        progress_to = inbox + ".progress" if isinstance(inbox, str) and inbox else self.subjects.events(e.sessionid)
 
         async def progress(blocks: list[Block]) -> None:
             nonlocal seq

@@ -34,7 +34,7 @@ public final class ToolCall {
   private JsonNode patch;
 
   ToolCall(String id, String name, String sessionId, String replyId, JsonNode input, JsonNode user,
-      JsonNode context, int attempt, JsonNode state, Instant deadline, Worker worker, String replyTo) {
+      JsonNode context, int attempt, JsonNode state, Instant deadline, Worker worker, String progressInbox) {
     this.id = id;
     this.name = name;
     this.sessionId = sessionId;
@@ -46,7 +46,7 @@ public final class ToolCall {
     this.state = state;
     this.deadline = deadline;
     this.worker = worker;
-    this.progressTo = replyTo == null ? null : replyTo + ".progress";
+    this.progressTo = progressInbox == null ? null : progressInbox + ".progress";
   }
 
   public String id() { return id; }
@@ -116,9 +116,9 @@ public final class ToolCall {
 
   /**
    * Sends an io.toolbus.call.progress event with blocks (5.3): to the router that sent the call
-   * when the exec says it takes progress ({@code progress_reply}, 1.18), which publishes it on the
-   * session's events; else (a router of 1.17, a durable call) on the session's events subject
-   * itself. It never becomes part of the result. Large blocks are stored as for results.
+   * when the exec says it takes progress ({@code progress_reply}, a durable call's {@code
+   * progress_inbox}: 1.18), which publishes it on the session's events; else (a router of 1.17) on
+   * the session's events subject itself. It never becomes part of the result. Large blocks are stored as for results.
    */
   public void progress(Block... blocks) throws IOException {
     progress(Arrays.asList(blocks));

@@ -76,7 +76,10 @@ class BusTest {
       return "ok";
     });
     worker.tool(ToolDef.builder("j_durable").readOnly(true).durable(true).inputSchema(Map.of("type", "object")).build(),
-        c -> "durable " + c.attempt());
+        c -> {
+          c.progress(Block.text("durable step"));
+          return "durable " + c.attempt();
+        });
     JsonNode ack = worker.start();
     assertEquals(0, ack.path("rejected").size(), ack.toString());
   }
@@ -329,9 +332,16 @@ class BusTest {
   }
 
   @Test
-  void durableToolRuns() {
-    Result r = client.call(Router.session(), Batch.builder().call("c1", "j_durable", Map.of()).build()).results().get(0);
-    assertEquals("durable 1", r.text(), r.toString());
+  void durableToolRuns() throws Exception {
+    String s = Router.session();
+    try (EventWatch w = client.watch(s)) {
+      Result r = client.call(s, "r1", Batch.builder().call("c1", "j_durable", Map.of()).build(), null).results().get(0);
+      assertEquals("durable 1", r.text(), r.toString());
+      // Its progress went to the exec's progress_inbox, and the router published it (5.8, 1.18).
+      Event p = w.await(Codes.CALL_PROGRESS, "r1", Router.BOUND);
+      assertTrue(p.source.startsWith("toolbus/router/"));
+      assertEquals("durable step", p.dataTree().path("output").get(0).path("text").asText());
+    }
   }
 
   @Test
