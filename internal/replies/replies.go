@@ -124,17 +124,12 @@ func (a *Mux) await(max int, tag any) (*Wait, error) {
 // Request publishes with send(inbox) and waits for the reply until ctx ends,
 // with nats.Conn.RequestMsgWithContext's errors; Options.Progress gets tag.
 func (a *Mux) Request(ctx context.Context, tag any, send func(inbox string) error) (*nats.Msg, error) {
-	return a.request(ctx, time.Time{}, tag, send)
+	return a.RequestUntil(ctx, time.Time{}, tag, send)
 }
 
-// RequestUntil is Request without a tag, also ending at deadline (zero:
-// none) with context.DeadlineExceeded, on a pooled timer instead of a new
-// context.
-func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, send func(inbox string) error) (*nats.Msg, error) {
-	return a.request(ctx, deadline, nil, send)
-}
-
-func (a *Mux) request(ctx context.Context, deadline time.Time, tag any, send func(inbox string) error) (*nats.Msg, error) {
+// RequestUntil is Request also ending at deadline (zero: none) with
+// context.DeadlineExceeded, on a pooled timer instead of a new context.
+func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
