@@ -64,9 +64,10 @@ func (x *progressRelay) relay(tag any, m *nats.Msg) {
 	if !j.progress.admit(x.now()) {
 		return
 	}
-	data, err := progressData(m, callRef{j.session, j.replyID, j.call.ID}, j.progress.seq)
+	ref := callRef{j.session, j.replyID, j.call.ID}
+	data, err := progressData(m, ref, j.progress.seq)
 	if err != nil {
-		x.log.Debug("router: progress dropped", "call", j.key(), "err", err)
+		x.log.Debug("router: progress dropped", "call", ref.key(), "err", err)
 		return
 	}
 	j.progress.seq = data.Seq
@@ -77,7 +78,7 @@ func (x *progressRelay) relay(tag any, m *nats.Msg) {
 	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID = j.call.ID, j.session, j.replyID, j.call.ID
 	e.TraceParent, e.TraceState = j.trace[0], j.trace[1]
 	if err := bus.SendTrusted(x.subj.EventsMsg(j.session), &e, "", x.nc.PublishMsg); err != nil {
-		x.log.Warn("router: progress not published", "call", j.key(), "err", err)
+		x.log.Warn("router: progress not published", "call", ref.key(), "err", err)
 	}
 }
 
