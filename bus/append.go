@@ -22,6 +22,12 @@ func (r *ExecRequest) AppendJSON(b []byte) []byte {
 	b = appendRaw(b, r.Context)
 	b = append(b, `,"attempt":`...)
 	b = strconv.AppendInt(b, int64(r.Attempt), 10)
+	if r.ProgressReply {
+		b = append(b, `,"progress_reply":true`...)
+	}
+	if r.ProgressInbox != "" {
+		b = appendField(b, `,"progress_inbox":`, r.ProgressInbox)
+	}
 	if len(r.State) > 0 {
 		b = append(b, `,"state":`...)
 		b = appendCompact(b, r.State)

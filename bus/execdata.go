@@ -22,6 +22,8 @@ const (
 	execContext
 	execAttempt
 	execState
+	execProgressReply
+	execProgressInbox
 )
 
 // execFlat reads b into r, reporting false (r then holds anything) unless
@@ -39,6 +41,13 @@ func execFlat(b []byte, r *ExecRequest, idOf []string) bool {
 			n, ok := p.uint(9)
 			r.Attempt = int(n)
 			return execAttempt * b2u(ok)
+		case "progress_reply":
+			r.ProgressReply = p.literal("true")
+			return execProgressReply * b2u(r.ProgressReply || p.literal("false"))
+		case "progress_inbox":
+			s, ok := p.plain()
+			r.ProgressInbox = string(s)
+			return execProgressInbox * b2u(ok)
 		case "user":
 			bit, raw = execUser, &r.User
 		case "context":

@@ -33,6 +33,15 @@ var execSeeds = []string{
 	`{"extra":1,"call":{"id":"c1","name":"echo"}}`,
 	`{"call":{"id":"c1","name":"echo"}, "user":"a" "context":1}`,
 	`{"call":{"id":"c1","name":"echo","input":{}}}   `,
+	`{"call":{"id":"c1","name":"echo"},"attempt":1,"progress_reply":true}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_reply":false,"state":{}}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_reply":null}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_reply":"true"}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_reply":true,"progress_reply":false}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_reply":tru}`,
+	`{"call":{"id":"c1","name":"echo"},"attempt":1,"progress_inbox":"_INBOX.router.x.y"}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_inbox":"a\u0041"}`,
+	`{"call":{"id":"c1","name":"echo"},"progress_inbox":7}`,
 }
 
 // execDataAgrees checks that ExecData decodes b exactly as DataAs does.

@@ -239,8 +239,18 @@ type ExecRequest struct {
 	User    json.RawMessage `json:"user"`
 	Context json.RawMessage `json:"context"`
 	Attempt int             `json:"attempt"`
-	State   json.RawMessage `json:"state,omitempty"`
+	// ProgressReply: the router takes the call's progress on the exec's
+	// reply subject + ProgressSuffix, not on P.events (docs/protocol.md 5.3, 1.18).
+	ProgressReply bool `json:"progress_reply,omitempty"`
+	// ProgressInbox is a durable call's (which has no reply subject): the
+	// router takes its progress on ProgressInbox + ProgressSuffix (5.8, 1.18).
+	ProgressInbox string          `json:"progress_inbox,omitempty"`
+	State         json.RawMessage `json:"state,omitempty"`
 }
+
+// ProgressSuffix is appended to an exec's reply subject to make the
+// subject its progress goes to when the exec says progress_reply (1.18).
+const ProgressSuffix = ".progress"
 
 // ExecResult is the data of io.toolbus.exec.result.
 type ExecResult struct {

@@ -284,7 +284,7 @@ func (r *replies) close() { r.mux.Unsubscribe() }
 // until passes (zero: never), with nats.Conn.RequestMsgWithContext's errors
 // (context.DeadlineExceeded at until). e's data is checked unless trusted.
 func (r *replies) requestUntil(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
-	return r.mux.RequestUntil(ctx, until, func(inbox string) error {
+	return r.mux.RequestUntil(ctx, until, nil, func(inbox string) error {
 		publish := func(m *nats.Msg) error {
 			m.Reply = inbox
 			return r.mux.Conn().PublishMsg(m)

@@ -49,7 +49,9 @@ type job struct {
 	cancel  stopper
 	keyed   string    // key(), once computed
 	watch   execWatch // the request in flight (execWatches)
-	attempt callCtx   // the first attempt's context when not bounded (attemptContext)
+	// progress is the attempt's progress so far (progressRelay, progress.go).
+	progress progressGate
+	attempt  callCtx // the first attempt's context when not bounded (attemptContext)
 
 	// landed: the ledger held the chain's result when it returned (once),
 	// on the call's own goroutine; kept in callState.landed.
@@ -244,7 +246,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	if timeout <= 0 {
 		return timeoutResult(j.call, 0), false
 	}
-	req := bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: attempt}
+	req := bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: attempt, ProgressReply: true}
 	if j.tool.Def.StateInjected {
 		sess, err := x.groups.Load(ctx, j.session)
 		if err != nil {
@@ -269,7 +271,8 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	}
 	w := x.watch.add(&j.watch, j.call.Name, callRef{j.session, j.replyID, j.call.ID}, cancel)
 	defer x.watch.remove(w)
-	resp, err := x.request(wctx, j.call.Name, &e)
+	j.progress = progressGate{} // a new attempt counts from its own seq 1
+	resp, err := x.request(wctx, j, &e)
 	if cap(e.Data) <= maxExecData { // sent: nothing holds it any more
 		*data = e.Data[:0]
 		execData.Put(data)
@@ -297,13 +300,14 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	return res, false
 }
 
-// request sends exec event e to tool's queue group and waits for the
-// reply until ctx ends, on an inbox of the request's own (internal/replies):
-// no stray or late reply reaches another call. The errors are nats.go's
+// request sends exec event e of j to its tool's queue group and waits for
+// the reply until ctx ends, on an inbox of the request's own
+// (internal/replies): no stray or late reply reaches another call, and the
+// progress sent beside it is j's (progress.go). The errors are nats.go's
 // request's.
-func (x requestReply) request(ctx context.Context, tool string, e *bus.Event) (*nats.Msg, error) {
-	return x.replies.Request(ctx, func(inbox string) (err error) {
-		x.sendExec(tool, e, func(m *nats.Msg) {
+func (x requestReply) request(ctx context.Context, j *job, e *bus.Event) (*nats.Msg, error) {
+	return x.replies.Request(ctx, j, func(inbox string) (err error) {
+		x.sendExec(j.call.Name, e, func(m *nats.Msg) {
 			m.Reply = inbox
 			err = x.replies.Conn().PublishMsg(m)
 			m.Reply = ""
@@ -616,9 +620,10 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 // router records the worker's result in the ledger entry (one result, however
 // many deliveries), where the publishing router reads it.
 type workQueue struct {
-	*wire // its source is the work messages'
-	js    jetstream.JetStream
-	led   *ledger.Ledger
+	*wire    // its source is the work messages'
+	js       jetstream.JetStream
+	led      *ledger.Ledger
+	progress *replies.Mux // where the workers' progress comes (progress_inbox, progress.go)
 }
 
 // Exec claims j in the ledger and queues it.
@@ -630,7 +635,13 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	}
 	return l.Claimed(ctx, ledgerCall(j, timeout), func(claim ledger.Entry) bus.Result {
 		key := j.key()
-		if err := x.publish(ctx, j, deadline); err != nil {
+		inbox := "" // the call's progress comes to a wait of its own (progress.go), for as long as the call runs here
+		j.progress = progressGate{}
+		if w, err := x.progress.AwaitTagged(j); err == nil {
+			defer x.progress.Done(w, false)
+			inbox = w.Inbox()
+		}
+		if err := x.publish(ctx, j, deadline, inbox); err != nil {
 			x.log.Warn("router: durable call not queued", "key", key, "err", err)
 			l.Abandon(key, claim.Claim)
 			if l.Health().Note(err) {
@@ -656,10 +667,11 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 	})
 }
 
-// publish queues the call under its key as message id (a retry is one message).
-func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time) error {
+// publish queues the call under its key as message id (a retry is one
+// message), its progress to come to inbox ("": none).
+func (x workQueue) publish(ctx context.Context, j *job, deadline time.Time, inbox string) error {
 	var e bus.Event
-	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1}, deadline, nil)
+	execEventTo(&e, ctx, x.source, j, bus.ExecRequest{Call: j.call, User: j.user, Context: j.context, Attempt: 1, ProgressInbox: inbox}, deadline, nil)
 	m, err := e.Msg(x.subj.Workers.Work(j.call.Name))
 	if err != nil {
 		return err

@@ -89,7 +89,8 @@ func TestExecRequest(t *testing.T) {
 		}
 		return e
 	}
-	if _, err := x.request(t.Context(), "nobody", event("1")); !errors.Is(err, nats.ErrNoResponders) {
+	call := func(tool string) *job { return &job{call: bus.Call{Name: tool}} }
+	if _, err := x.request(t.Context(), call("nobody"), event("1")); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("no worker: %v", err)
 	}
 	late := make(chan *nats.Msg, 1)
@@ -105,12 +106,12 @@ func TestExecRequest(t *testing.T) {
 	if err := wc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := x.request(t.Context(), "echo", event("2")); err != nil || !strings.Contains(string(m.Data), `"n":"2"`) {
+	if m, err := x.request(t.Context(), call("echo"), event("2")); err != nil || !strings.Contains(string(m.Data), `"n":"2"`) {
 		t.Fatalf("reply: %v, %v", m, err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := x.request(ctx, "echo", event("slow")); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := x.request(ctx, call("echo"), event("slow")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("silent worker: %v", err)
 	}
 	slow := <-late
@@ -119,12 +120,12 @@ func TestExecRequest(t *testing.T) {
 	}
 	for i := range 20 { // the late reply is on its way while these wait
 		id := fmt.Sprint("next", i)
-		if m, err := x.request(t.Context(), "echo", event(id)); err != nil || !strings.Contains(string(m.Data), `"n":"`+id+`"`) {
+		if m, err := x.request(t.Context(), call("echo"), event(id)); err != nil || !strings.Contains(string(m.Data), `"n":"`+id+`"`) {
 			t.Fatalf("request %s got %v, %v", id, m, err)
 		}
 	}
 	nc.Close()
-	if _, err := x.request(t.Context(), "echo", event("3")); !errors.Is(err, nats.ErrConnectionClosed) {
+	if _, err := x.request(t.Context(), call("echo"), event("3")); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("closed: %v", err)
 	}
 }

@@ -84,7 +84,8 @@ func TestFacadeAnswers(t *testing.T) {
 // TestBridgeAsks: the bridge login is the unconfined worker plus asking
 // (P.ask.*, docs/protocol.md 12, 1.17), calling for sampling, cancelling
 // and the events of every session, under its own inbox; no other role but
-// the router may publish on P.ask, for any prefix.
+// the router may publish on P.ask, for any prefix, and no role but the
+// router on a session's events (1.18).
 func TestBridgeAsks(t *testing.T) {
 	for _, prefix := range []string{"", "acme"} {
 		s := bus.NewSubjects(prefix)
@@ -97,7 +98,7 @@ func TestBridgeAsks(t *testing.T) {
 		if !ok {
 			t.Fatal("no bridge user")
 		}
-		for _, p := range []string{s.Handoffs.Ask("*"), s.Call("*"), s.Cancel("*"), s.Workers.Register("*"), s.All("events")} {
+		for _, p := range []string{s.Handoffs.Ask("*"), s.Call("*"), s.Cancel("*"), s.Workers.Register("*"), "_INBOX.router.>"} {
 			if !slices.Contains(b.Permissions.Publish, p) {
 				t.Errorf("prefix %q: the bridge may not publish %s: %v", prefix, p, b.Permissions.Publish)
 			}
@@ -111,11 +112,13 @@ func TestBridgeAsks(t *testing.T) {
 			t.Errorf("prefix %q: the bridge's inbox %s, subscriptions %v, tools %v", prefix, b.InboxPrefix, b.Permissions.Subscribe, b.Tools)
 		}
 		for _, u := range users {
-			if u.Role == security.RoleRouter || u.Role == security.RoleBridge {
-				continue
-			}
 			for _, p := range u.Permissions.Publish {
-				if strings.HasPrefix(p, s.Prefix+".ask.") || p == s.Prefix+".>" || p == ">" {
+				if u.Role != security.RoleRouter && (strings.HasPrefix(p, s.Prefix+".ask.") && u.Role != security.RoleBridge || p == s.Prefix+".>" || p == ">") {
+					t.Errorf("prefix %q: %s may publish %s", prefix, u.Name, p)
+				}
+				// A session's events are the routers' alone (1.18): a
+				// worker's or bridge's progress goes through a router.
+				if u.Role != security.RoleRouter && strings.HasPrefix(p, s.Prefix+".events") {
 					t.Errorf("prefix %q: %s may publish %s", prefix, u.Name, p)
 				}
 			}

@@ -239,9 +239,11 @@ func router(s bus.Subjects) User {
 }
 
 func worker(s bus.Subjects, tools, groups []string, shared bool) User {
-	// Results go to the routers' inboxes (allow_responses forgets a request
-	// after two minutes, less than a tool's timeout); durable calls come
-	// from work consumers, their results on P.result.<tool>.
+	// Results and progress go to the routers' inboxes (allow_responses
+	// forgets a request after two minutes, less than a tool's timeout),
+	// never to a session's events, which only routers publish (protocol
+	// 1.18); durable calls come from work consumers, their results on
+	// P.result.<tool>.
 	sub := each(tools, s.Workers.Exec)
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
 	if len(tools) == 0 {
@@ -268,7 +270,7 @@ func worker(s bus.Subjects, tools, groups []string, shared bool) User {
 	if shared { // the upgrade window of 1.12: workers of 1.11 still register here
 		pub = append(pub, s.Workers.SharedRegister())
 	}
-	pub = append(pub, s.All("events"), inbox(RoleRouter)+".>")
+	pub = append(pub, inbox(RoleRouter)+".>")
 	pub = append(pub, each(tools, s.Workers.Result)...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.MSG.NEXT." + work + "." + consumer(t) })...)
 	pub = append(pub, each(tools, func(t string) string { return jsAPI + "CONSUMER.INFO." + work + "." + consumer(t) })...)

@@ -40,7 +40,10 @@ type Call struct {
 	seq         atomic.Int32
 	traceParent string
 	traceState  string
-	patch       atomic.Pointer[json.RawMessage]
+	// progressInbox + bus.ProgressSuffix is where the router that sent the
+	// call takes its progress; "": P.events (a router of 1.17).
+	progressInbox string
+	patch         atomic.Pointer[json.RawMessage]
 
 	sc *scratch // the request's, for the usual result while the call runs; nil before and after
 }
@@ -95,9 +98,13 @@ func (c *Call) ContextValue(key string, v any) (bool, error) {
 	return true, json.Unmarshal(raw, v)
 }
 
-// Progress publishes an io.toolbus.call.progress event with the blocks,
-// never part of the result; large blocks are stored as results' are, and
-// blocks above Config.MaxOutput are an error, nothing published.
+// Progress sends an io.toolbus.call.progress event with the blocks, never
+// part of the result; large blocks are stored as results' are, and blocks
+// above Config.MaxOutput are an error, nothing sent. It goes to the router
+// that sent the call when the exec says it takes progress (progress_reply,
+// or a durable call's progress_inbox: docs/protocol.md 5.3, 1.18), which
+// publishes it on the session's events; else (a router of 1.17) on
+// P.events.<session> itself.
 func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
@@ -122,7 +129,11 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	e := bus.Head(bus.TypeCallProgress, c.w.source)
 	e.Data = data
 	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID, e.TraceParent, e.TraceState = c.ID, c.SessionID, c.ReplyID, c.ID, c.traceParent, c.traceState
-	return bus.SendTrusted(c.w.subj.EventsMsg(c.SessionID), &e, "", c.w.nc.PublishMsg)
+	to := c.progressInbox + bus.ProgressSuffix
+	if c.progressInbox == "" {
+		to = c.w.subj.EventsMsg(c.SessionID)
+	}
+	return bus.SendTrusted(to, &e, "", c.w.nc.PublishMsg)
 }
 
 // PatchState sets the JSON merge patch (RFC 7386) the router applies to the

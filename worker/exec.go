@@ -77,6 +77,12 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	c.ID, c.Name, c.SessionID, c.ReplyID = req.Call.ID, req.Call.Name, e.SessionID, e.ReplyID
 	c.Input, c.User, c.Context, c.Attempt, c.State = req.Call.Input, absentIfNull(req.User), absentIfNull(req.Context), req.Attempt, req.State
 	c.w, c.traceParent, c.traceState, c.sc = w, tp, ts, sc
+	// Where the router takes the call's progress (1.18): none from a router of 1.17.
+	if _, core := rp.(*coreReply); core && req.ProgressReply {
+		c.progressInbox = m.Reply
+	} else if !core {
+		c.progressInbox = req.ProgressInbox // a durable call's
+	}
 	defer func() { c.sc = nil }()
 	if key == "" || e.ToolCallID != req.Call.ID {
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)

@@ -389,6 +389,67 @@ func TestProgressSeqPerCall(t *testing.T) {
 	}
 }
 
+// An exec that says progress_reply (protocol 1.18) has the call's progress
+// sent to its reply subject + ".progress", in order before the result on
+// the reply subject, and nothing on any session's events: the router
+// publishes it. A durable call's exec never says it (durable.go).
+func TestProgressToTheRouter(t *testing.T) {
+	f := newFixture(t, true)
+	events, err := f.nc.SubscribeSync(f.subj.All("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := f.nc.NewRespInbox()
+	replies, err := f.nc.SubscribeSync(inbox + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	result, err := f.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "steps", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			for _, s := range []string{"one", "two"} {
+				if err := c.Progress(bus.Text(s)...); err != nil {
+					return nil, err
+				}
+			}
+			return textOut("final"), nil
+		})
+	})
+	m := eventMsg(t, f.subj.Workers.Exec("steps"), execEvent(t, "steps", "toolu_1", `{}`, func(_ *bus.Event, r *bus.ExecRequest) { r.ProgressReply = true }))
+	m.Reply = inbox
+	if err := f.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"one", "two"} {
+		m, err := replies.NextMsg(bound)
+		if err != nil {
+			t.Fatalf("progress %d: %v", i+1, err)
+		}
+		ev := decodeReply(t, m)
+		var p bus.Progress
+		if err := ev.DataAs(&p); err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != inbox+bus.ProgressSuffix || ev.Type != bus.TypeCallProgress || ev.ToolCallID != "toolu_1" || p.Seq != i+1 || jsonOf(p.Output) != jsonOf(bus.Text(want)) {
+			t.Fatalf("progress %d on %s: %+v %s", i+1, m.Subject, ev, ev.Data)
+		}
+	}
+	r, err := result.NextMsg(bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantText(t, execResult(t, decodeReply(t, r)), bus.StateSuccess, "final")
+	if n, _, _ := events.Pending(); n != 0 {
+		t.Fatalf("%d events published by the worker", n)
+	}
+}
+
 func TestPatchState(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

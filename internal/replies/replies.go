@@ -8,11 +8,13 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/slab"
 )
 
@@ -47,6 +49,12 @@ type Options struct {
 	// Unguessable: inboxes end in 64 random bits, for untrusted repliers
 	// (workers, docs/security.md) who could otherwise answer the next one.
 	Unguessable bool
+	// Progress, when set, is handed each message to a registered wait's
+	// inbox + bus.ProgressSuffix (an exec's progress, docs/protocol.md 5.3)
+	// with the tag its request gave; the wait goes on. It runs on the
+	// subscription, in order with the replies, under the Mux's lock (so
+	// never for a wait that ended): it must be quick and not call the Mux.
+	Progress func(tag any, m *nats.Msg)
 }
 
 // New returns a Mux on nc; it subscribes on the first Await.
@@ -61,6 +69,7 @@ func (a *Mux) Conn() *nats.Conn { return a.nc }
 type Wait struct {
 	inbox string
 	ch    chan *nats.Msg
+	tag   any // the request's, for Options.Progress
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -76,7 +85,14 @@ func (w *Wait) Forget() { w.inbox = "" }
 
 // Await registers a wait, subscribing on first use. With max set, it
 // returns nil, and no error, while max waits are registered.
-func (a *Mux) Await(max int) (*Wait, error) {
+func (a *Mux) Await(max int) (*Wait, error) { return a.await(max, nil) }
+
+// AwaitTagged registers a wait whose progress Options.Progress gets with
+// tag; its reply may never come (Done(w, false) ends it).
+func (a *Mux) AwaitTagged(tag any) (*Wait, error) { return a.await(0, tag) }
+
+// await is Await with the tag Options.Progress is given for the wait.
+func (a *Mux) await(max int, tag any) (*Wait, error) {
 	a.once.Do(a.subscribe)
 	if a.err != nil {
 		return nil, a.err
@@ -99,20 +115,21 @@ func (a *Mux) Await(max int) (*Wait, error) {
 	if w.inbox == "" || !a.opts.KeepInbox {
 		w.inbox = a.newInbox()
 	}
+	w.tag = tag
 	a.waiting[w.inbox] = w
 	a.mu.Unlock()
 	return w, nil
 }
 
 // Request publishes with send(inbox) and waits for the reply until ctx ends,
-// with nats.Conn.RequestMsgWithContext's errors.
-func (a *Mux) Request(ctx context.Context, send func(inbox string) error) (*nats.Msg, error) {
-	return a.RequestUntil(ctx, time.Time{}, send)
+// with nats.Conn.RequestMsgWithContext's errors; Options.Progress gets tag.
+func (a *Mux) Request(ctx context.Context, tag any, send func(inbox string) error) (*nats.Msg, error) {
+	return a.RequestUntil(ctx, time.Time{}, tag, send)
 }
 
 // RequestUntil is Request also ending at deadline (zero: none) with
 // context.DeadlineExceeded, on a pooled timer instead of a new context.
-func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, send func(inbox string) error) (*nats.Msg, error) {
+func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -122,7 +139,7 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, send func(in
 			return nil, context.DeadlineExceeded
 		}
 	}
-	w, err := a.Await(0)
+	w, err := a.await(0, tag)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +188,11 @@ func (a *Mux) subscribe() {
 		return
 	}
 	a.prefix = a.nc.NewInbox() + "."
-	a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver)
+	all := "*"
+	if a.opts.Progress != nil {
+		all = ">" // the inboxes and their progress subjects, in one order
+	}
+	a.sub, a.err = a.nc.Subscribe(a.prefix+all, a.deliver)
 	if a.err != nil {
 		return
 	}
@@ -199,8 +220,18 @@ func (a *Mux) Unsubscribe() {
 }
 
 // deliver hands a reply to the wait for it, once; a reply that no wait
-// is registered for (late, or not ours) is dropped.
+// is registered for (late, or not ours) is dropped, as is progress.
 func (a *Mux) deliver(m *nats.Msg) {
+	if a.opts.Progress != nil {
+		if inbox, ok := strings.CutSuffix(m.Subject, bus.ProgressSuffix); ok {
+			a.mu.Lock()
+			if w := a.waiting[inbox]; w != nil {
+				a.opts.Progress(w.tag, m)
+			}
+			a.mu.Unlock()
+			return
+		}
+	}
 	a.mu.Lock()
 	w := a.waiting[m.Subject]
 	delete(a.waiting, m.Subject)
@@ -217,6 +248,7 @@ func (a *Mux) deliver(m *nats.Msg) {
 // came is reused with a new inbox.
 func (a *Mux) Done(w *Wait, replied bool) {
 	if replied {
+		w.tag = nil
 		a.free.Put(w)
 		return
 	}
@@ -226,7 +258,7 @@ func (a *Mux) Done(w *Wait, replied bool) {
 	a.settle()
 	a.mu.Unlock()
 	if waiting {
-		w.inbox = ""
+		w.inbox, w.tag = "", nil
 		a.free.Put(w)
 	}
 }

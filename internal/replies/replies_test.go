@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -293,7 +294,7 @@ func TestWaitAllocations(t *testing.T) {
 	for _, tc := range []struct {
 		opts Options
 		want float64
-	}{{Options{KeepInbox: true}, 0}, {Options{}, 0}, {Options{Unguessable: true}, 0}} {
+	}{{Options{KeepInbox: true}, 0}, {Options{}, 0}, {Options{Unguessable: true}, 0}, {Options{Unguessable: true, Progress: func(any, *nats.Msg) {}}, 0}} {
 		a := New(nil, tc.opts)
 		m := &nats.Msg{}
 		got := testing.AllocsPerRun(1000, func() {
@@ -400,5 +401,35 @@ func TestDoneReplied(t *testing.T) {
 		if err := <-flushed; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// With Progress, a message to a registered wait's inbox + ".progress" is
+// handed to Progress with the tag of the wait's request, and the wait goes
+// on to its reply; progress to an inbox nobody waits for, or to a wait
+// that ended (replied, or given up), is dropped.
+func TestProgressToItsWait(t *testing.T) {
+	var got []string
+	a := New(nil, Options{Unguessable: true, Progress: func(tag any, m *nats.Msg) { got = append(got, fmt.Sprint(tag, ":", string(m.Data))) }})
+	w, _ := a.await(0, "one")
+	gone, _ := a.await(0, "two")
+	ended := gone.inbox
+	a.Done(gone, false)
+	for _, m := range []struct{ to, data string }{{w.inbox, "p1"}, {"_INBOX.t.none", "stray"}, {ended, "ended"}, {w.inbox, "p2"}} {
+		a.deliver(&nats.Msg{Subject: m.to + bus.ProgressSuffix, Data: []byte(m.data)})
+	}
+	select {
+	case m := <-w.C():
+		t.Fatalf("progress taken for the reply: %v", m)
+	default:
+	}
+	a.deliver(&nats.Msg{Subject: w.inbox, Data: []byte("reply")})
+	if m := <-w.C(); string(m.Data) != "reply" {
+		t.Fatalf("the reply: %v", m)
+	}
+	a.Done(w, true)
+	a.deliver(&nats.Msg{Subject: w.inbox + bus.ProgressSuffix, Data: []byte("late")})
+	if strings.Join(got, " ") != "one:p1 one:p2" {
+		t.Fatalf("progress handed on: %q", got)
 	}
 }

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import nats
 import pytest
 
 import toolbus
 from conftest import unique
+from test_same_wire import exec_event
 from toolbus import event as ev
 
 
@@ -52,7 +54,7 @@ async def test_events_and_progress(client, worker_factory, session):
         done = await stream.until(ev.TYPE_BATCH_DONE, reply_id=reply_id, timeout=30)
     assert [p.data["seq"] for p in progress] == [1, 2, 3]
     assert [p.data["output"][0]["text"] for p in progress] == ["step 1", "step 2", "step 3"]
-    assert all(p.toolcallid == "c1" and p.subject == "c1" and p.source.startswith("toolbus/worker/") for p in progress)
+    assert all(p.toolcallid == "c1" and p.subject == "c1" and p.source.startswith("toolbus/router/") for p in progress)  # the router publishes it (1.18)
     res = toolbus.Result.from_json(done.data["results"][0])
     assert res.text == f"done {session} alice"
 
@@ -148,3 +150,40 @@ async def test_replay_stored_events(client, session):
         await client.call(session, [{"id": "c1", "name": "echo", "input": {"text": "second"}}], reply_id="t2")
         done = await stored.until(ev.TYPE_BATCH_DONE, reply_id="t2", timeout=30)
         assert "second" in toolbus.Result.from_json(done.data["results"][0]).text
+
+
+async def test_progress_where_the_exec_says(router, worker_factory):
+    """Protocol 1.18: a worker sends a call's progress to the exec's reply subject + ".progress" when the exec
+    says ``progress_reply`` (the router publishes it), and on the session's events otherwise (a router of 1.17),
+    as before; the result goes to the reply subject either way."""
+    name = unique("py_progress_to")
+
+    @toolbus.tool(name=name, read_only=True)
+    async def step(ctx: toolbus.ToolContext) -> str:
+        """One step of progress."""
+        await ctx.progress("step")
+        return "done"
+
+    await worker_factory(step)
+    nc = await nats.connect(router.url)
+    try:
+        for says in (True, False):
+            got: asyncio.Queue = asyncio.Queue()
+            inbox = nc.new_inbox()
+            subs = [await nc.subscribe(s, cb=got.put) for s in (inbox, inbox + ".progress", "toolbus.events.wire")]
+            e = exec_event(name, f"c-{says}")
+            e.data["call"]["input"] = {}
+            if says:
+                e.data["progress_reply"] = True
+            body, headers = ev.encode_structured(e)
+            await nc.publish(f"toolbus.exec.{name}", body, reply=inbox, headers=headers)
+            first = await asyncio.wait_for(got.get(), 30)
+            result = await asyncio.wait_for(got.get(), 30)
+            assert first.subject == (inbox + ".progress" if says else "toolbus.events.wire"), first.subject
+            p = ev.decode(first.data, first.headers)
+            assert p.type == ev.TYPE_CALL_PROGRESS and p.data == {"seq": 1, "output": [{"type": "text", "text": "step"}]}, p
+            assert result.subject == inbox and ev.decode(result.data, result.headers).type == ev.TYPE_EXEC_RESULT
+            for s in subs:
+                await s.unsubscribe()
+    finally:
+        await nc.close()

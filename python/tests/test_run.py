@@ -96,8 +96,12 @@ async def test_durable_tool(client, worker_factory, session):
         return str(x * 2)
 
     await worker_factory(durable)
-    reply = await client.call(session, [{"id": "c1", "name": name, "input": {"x": 21}}], timeout=60)
-    assert reply.results[0].text == "42", reply
+    async with client.events(session) as stream:
+        reply = await client.call(session, [{"id": "c1", "name": name, "input": {"x": 21}}], timeout=60)
+        assert reply.results[0].text == "42", reply
+        # The progress went to the progress_inbox of the exec, and the router published it (5.8, 1.18).
+        p = await stream.until(ev.TYPE_CALL_PROGRESS, call_id="c1", timeout=30)
+    assert p.source.startswith("toolbus/router/") and p.data["output"][0]["text"] == "working", p
 
 
 async def test_drain_lets_running_calls_finish(client, router, session):

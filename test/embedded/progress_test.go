@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,8 +82,8 @@ func TestProgress(t *testing.T) {
 			if ev.Type != bus.TypeCallProgress {
 				continue
 			}
-			if ev.ToolCallID != "p1" || ev.Subject != "p1" {
-				t.Errorf("progress toolcallid %q subject %q, want p1", ev.ToolCallID, ev.Subject)
+			if ev.ToolCallID != "p1" || ev.Subject != "p1" || !strings.HasPrefix(ev.Source, "toolbus/router/") {
+				t.Errorf("progress toolcallid %q subject %q source %q, want p1 from the router (1.18)", ev.ToolCallID, ev.Subject, ev.Source)
 			}
 			var p bus.Progress
 			if err := json.Unmarshal(ev.Data, &p); err != nil {

@@ -371,6 +371,11 @@ class _Executor:
             self._calls[key] = call
         deadline = e.expiry()
         seq = 0
+        # Progress goes to the router that sent the call when the exec says it takes it (protocol 5.3, 1.18):
+        # on the reply subject (progress_reply) or, for a durable call, on its progress_inbox; else (a router
+        # of 1.17) on the session's events.
+        inbox = (msg.reply if d.get("progress_reply") is True else None) if work is None else d.get("progress_inbox")
+        progress_to = inbox + ".progress" if isinstance(inbox, str) and inbox else self.subjects.events(e.sessionid)
 
         async def progress(blocks: list[Block]) -> None:
             nonlocal seq
@@ -380,7 +385,7 @@ class _Executor:
                           sessionid=e.sessionid, replyid=e.replyid, toolcallid=c["id"], traceparent=e.traceparent,
                           tracestate=e.tracestate)
             body, headers = ev.encode_structured(pe)
-            await self.nc.publish(self.subjects.events(e.sessionid), body, headers=headers)
+            await self.nc.publish(progress_to, body, headers=headers)
 
         ctx = ToolContext(id=c["id"], name=s.tool.name, session=e.sessionid, reply_id=e.replyid,
                           input=c.get("input") if c.get("input") is not None else {}, user=d.get("user"),

@@ -65,7 +65,7 @@ final class Executor {
     ToolCall c = new ToolCall(d.path("call").path("id").asText(), t.def().name(), e.sessionid, e.replyid,
         d.path("call").has("input") ? d.path("call").get("input") : Json.emptyObject(),
         absent(d.get("user")), absent(d.get("context")), d.path("attempt").asInt(1),
-        absent(d.get("state")), deadline, w);
+        absent(d.get("state")), deadline, w, progressInbox(d, rp));
     c.bind(Thread.currentThread());
     ScheduledFuture<?> timer = deadline == null ? null : timers.schedule(() -> c.stop(ToolCall.Stop.DEADLINE),
         Math.max(0, deadline.toEpochMilli() - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
@@ -100,6 +100,18 @@ final class Executor {
     out.traceparent = e.traceparent;
     out.tracestate = e.tracestate;
     rp.result(out);
+  }
+
+  /**
+   * Where the router that sent the call takes its progress (5.3, 1.18): the reply subject when the
+   * exec says progress_reply, a durable call's progress_inbox; null for a router of 1.17.
+   */
+  private static String progressInbox(JsonNode d, Replier rp) {
+    if (rp.replyTo() != null) {
+      return d.path("progress_reply").booleanValue() ? rp.replyTo() : null;
+    }
+    JsonNode inbox = d.path("progress_inbox");
+    return inbox.isTextual() && !inbox.asText().isEmpty() ? inbox.asText() : null;
   }
 
   private static JsonNode absent(JsonNode n) {

@@ -10,4 +10,9 @@ interface Replier {
 
   /** Cut off by the drain's deadline: no answer. */
   void drop();
+
+  /** The exec's reply subject, where its router takes progress if it says so (5.3, 1.18); null: none (a durable call). */
+  default String replyTo() {
+    return null;
+  }
 }

@@ -26,6 +26,7 @@ public final class ToolCall {
   private final JsonNode state;
   private final Instant deadline;
   private final Worker worker;
+  private final String progressTo; // where progress goes: its router's inbox (1.18), or null for the session's events
 
   private volatile Stop stop;
   private volatile Thread runner;
@@ -33,7 +34,7 @@ public final class ToolCall {
   private JsonNode patch;
 
   ToolCall(String id, String name, String sessionId, String replyId, JsonNode input, JsonNode user,
-      JsonNode context, int attempt, JsonNode state, Instant deadline, Worker worker) {
+      JsonNode context, int attempt, JsonNode state, Instant deadline, Worker worker, String progressInbox) {
     this.id = id;
     this.name = name;
     this.sessionId = sessionId;
@@ -45,6 +46,7 @@ public final class ToolCall {
     this.state = state;
     this.deadline = deadline;
     this.worker = worker;
+    this.progressTo = progressInbox == null ? null : progressInbox + ".progress";
   }
 
   public String id() { return id; }
@@ -113,8 +115,10 @@ public final class ToolCall {
   }
 
   /**
-   * Publishes an io.toolbus.call.progress event with blocks on the session's events subject
-   * (5.3). It never becomes part of the result. Large blocks are stored as for results.
+   * Sends an io.toolbus.call.progress event with blocks (5.3): to the router that sent the call
+   * when the exec says it takes progress ({@code progress_reply}, a durable call's {@code
+   * progress_inbox}: 1.18), which publishes it on the session's events; else (a router of 1.17) on
+   * the session's events subject itself. It never becomes part of the result. Large blocks are stored as for results.
    */
   public void progress(Block... blocks) throws IOException {
     progress(Arrays.asList(blocks));
@@ -135,7 +139,7 @@ public final class ToolCall {
     e.sessionid = sessionId;
     e.replyid = replyId;
     e.toolcallid = id;
-    worker.connection().publish(e.toMessage(worker.subjects().events(sessionId), null));
+    worker.connection().publish(e.toMessage(progressTo != null ? progressTo : worker.subjects().events(sessionId), null));
   }
 
   /** Sets the JSON merge patch (RFC 7386) applied to the session's agent state on success. */

@@ -245,6 +245,11 @@ public final class Worker implements AutoCloseable {
 
     @Override
     public void drop() {}
+
+    @Override
+    public String replyTo() {
+      return m.getReplyTo();
+    }
   }
 
   /**

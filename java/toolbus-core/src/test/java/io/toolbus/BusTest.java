@@ -3,6 +3,7 @@ package io.toolbus;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -75,7 +76,10 @@ class BusTest {
       return "ok";
     });
     worker.tool(ToolDef.builder("j_durable").readOnly(true).durable(true).inputSchema(Map.of("type", "object")).build(),
-        c -> "durable " + c.attempt());
+        c -> {
+          c.progress(Block.text("durable step"));
+          return "durable " + c.attempt();
+        });
     JsonNode ack = worker.start();
     assertEquals(0, ack.path("rejected").size(), ack.toString());
   }
@@ -187,7 +191,47 @@ class BusTest {
       assertEquals("c1", p1.toolcallid);
       assertEquals("c1", p1.subject);
       assertEquals(s, p1.sessionid);
-      assertTrue(p1.source.startsWith("toolbus/worker/"));
+      assertTrue(p1.source.startsWith("toolbus/router/")); // the router publishes it (1.18)
+    }
+  }
+
+  /**
+   * Protocol 1.18: progress goes to the exec's reply subject + ".progress" when the exec says
+   * progress_reply (its router publishes it), and on the session's events otherwise (a router of
+   * 1.17), as before; the result goes to the reply subject either way.
+   */
+  @Test
+  void progressGoesWhereTheExecSays() throws Exception {
+    try (Connection raw = router.connect()) {
+      for (boolean says : new boolean[] {true, false}) {
+        String inbox = raw.createInbox();
+        io.nats.client.Subscription sub = raw.subscribe(inbox + ".>");
+        io.nats.client.Subscription result = raw.subscribe(inbox);
+        io.nats.client.Subscription events = raw.subscribe("toolbus.events.jwire");
+        raw.flush(Duration.ofSeconds(5));
+        Map<String, Object> data = new java.util.HashMap<>(Map.of("call", Map.of("id", "c1", "name", "j_progress", "input", Map.of()),
+            "attempt", 1));
+        if (says) {
+          data.put("progress_reply", true);
+        }
+        Event e = Event.of(Codes.EXEC, "toolbus/router/test", data);
+        e.sessionid = "jwire";
+        e.replyid = "r-" + says;
+        e.toolcallid = "c1";
+        raw.publish(e.toMessage("toolbus.exec.j_progress", inbox));
+        Message p = (says ? sub : events).nextMessage(Duration.ofSeconds(10));
+        assertNotNull(p, "no progress, progress_reply " + says);
+        assertEquals(says ? inbox + ".progress" : "toolbus.events.jwire", p.getSubject());
+        assertEquals(Codes.CALL_PROGRESS, Event.decode(p).type);
+        assertEquals(1, Event.decode(p).dataTree().path("seq").asInt());
+        Message r = result.nextMessage(Duration.ofSeconds(10));
+        assertNotNull(r);
+        assertEquals(Codes.EXEC_RESULT, Event.decode(r).type);
+        assertNull((says ? events : sub).nextMessage(Duration.ofMillis(1)), "progress on both subjects");
+        sub.unsubscribe();
+        result.unsubscribe();
+        events.unsubscribe();
+      }
     }
   }
 
@@ -288,9 +332,16 @@ class BusTest {
   }
 
   @Test
-  void durableToolRuns() {
-    Result r = client.call(Router.session(), Batch.builder().call("c1", "j_durable", Map.of()).build()).results().get(0);
-    assertEquals("durable 1", r.text(), r.toString());
+  void durableToolRuns() throws Exception {
+    String s = Router.session();
+    try (EventWatch w = client.watch(s)) {
+      Result r = client.call(s, "r1", Batch.builder().call("c1", "j_durable", Map.of()).build(), null).results().get(0);
+      assertEquals("durable 1", r.text(), r.toString());
+      // Its progress went to the exec's progress_inbox, and the router published it (5.8, 1.18).
+      Event p = w.await(Codes.CALL_PROGRESS, "r1", Router.BOUND);
+      assertTrue(p.source.startsWith("toolbus/router/"));
+      assertEquals("durable step", p.dataTree().path("output").get(0).path("text").asText());
+    }
   }
 
   @Test
