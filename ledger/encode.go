@@ -76,7 +76,34 @@ func appendEntry(b []byte, e *Entry) []byte {
 	return append(b, '}')
 }
 
-// appendTime appends t as time.Time's MarshalJSON writes it.
+// appendTime appends t as time.Time's MarshalJSON writes it; a UTC time of
+// years 0-9999 (every time a router writes) by hand, in a third of
+// AppendFormat's instructions (FuzzAppendTime holds the two to one result).
 func appendTime(b []byte, t time.Time) []byte {
-	return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
+	year, month, day := t.Date()
+	if t.Location() != time.UTC || year < 0 || year > 9999 {
+		return append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
+	}
+	hour, minute, sec := t.Clock()
+	s := [...]byte{'"', 0, 0, 0, 0, '-', 0, 0, '-', 0, 0, 'T', 0, 0, ':', 0, 0, ':', 0, 0, '.', 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	put2(s[1:], year/100)
+	put2(s[3:], year%100)
+	put2(s[6:], int(month))
+	put2(s[9:], day)
+	put2(s[12:], hour)
+	put2(s[15:], minute)
+	put2(s[18:], sec)
+	n := 20 // RFC3339Nano: the fraction's digits up to the last that is not 0, if any
+	if ns := t.Nanosecond(); ns != 0 {
+		for i := 29; i > 20; i-- {
+			s[i], ns = byte('0'+ns%10), ns/10
+		}
+		for n = 29; s[n] == '0'; n-- {
+		}
+		n++
+	}
+	return append(append(b, s[:n]...), 'Z', '"')
 }
+
+// put2 writes n, below 100, as two digits.
+func put2(b []byte, n int) { b[0], b[1] = byte('0'+n/10), byte('0'+n%10) }
