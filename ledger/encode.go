@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"sync"
 	"time"
 
@@ -26,15 +27,34 @@ func encodedSize(e *Entry) int {
 // bucket keeps nothing of a value once its write returns (a *store.KV):
 // give it back with done then, never while a retry may hold it.
 func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
-	size := encodedSize(e)
-	if !l.reuse || size > maxPooled {
-		return encode(e), nil
+	val, p = buffer(l, encodedSize(e))
+	return appendEntry(val, e), p
+}
+
+// encodeRecord is encodePooled of done, the record of a claim whose value
+// as written claim holds (nil: none kept): that value with the state and
+// result changed, and claim's buffer goes back. (Not read from done: the
+// pool would take done's result off the stack.)
+func encodeRecord(l *Ledger, done *Entry, claim *value) ([]byte, *value) {
+	members, ok := claim.claimed()
+	if !ok {
+		return encodePooled(l, done)
 	}
-	p, _ = values.Get().(*value)
-	if p == nil {
+	val, p := buffer(l, encodedSize(done))
+	val = appendResult(append(append(val, `{"state":"done"`...), members...), done.Result)
+	claim.done(claim.b)
+	return append(val, '}'), p
+}
+
+// buffer is an empty buffer for size bytes, pooled (p) as encodePooled's.
+func buffer(l *Ledger, size int) (b []byte, p *value) {
+	if !l.reuse || size > maxPooled {
+		return make([]byte, 0, size), nil
+	}
+	if p, _ = values.Get().(*value); p == nil {
 		p = &value{b: make([]byte, 0, size)}
 	}
-	return appendEntry(p.b[:0], e), p
+	return p.b[:0], p
 }
 
 // done gives p back to the pool with val, made in it; nil p is not the pool's.
@@ -43,6 +63,25 @@ func (p *value) done(val []byte) {
 		p.b = val[:0]
 		values.Put(p)
 	}
+}
+
+// kept is p holding val, a claim's value as written, for its record (nil
+// p: none kept).
+func (p *value) kept(val []byte) *value {
+	if p != nil {
+		p.b = val
+	}
+	return p
+}
+
+// claimed is the members of a running claim's value p holds after its
+// state, without the closing brace: a record's, but for its state and result.
+func (p *value) claimed() ([]byte, bool) {
+	if p == nil {
+		return nil, false
+	}
+	rest, ok := bytes.CutPrefix(p.b, []byte(`{"state":"running"`))
+	return bytes.TrimSuffix(rest, []byte("}")), ok
 }
 
 // value is a pooled buffer of values; maxPooled bounds the one kept.
@@ -65,15 +104,20 @@ func appendEntry(b []byte, e *Entry) []byte {
 		b = appendTime(append(b, `,"touched":`...), e.Touched)
 	}
 	if e.Result != nil {
-		b = append(b, `,"result":`...)
-		withResult, err := e.Result.AppendJSON(b)
-		if err != nil { // metadata that is not JSON: the result says so
-			failed := bus.ErrorResult(bus.Call{ID: e.Result.ID, Name: e.Result.Name}, bus.CodeInternal, "InternalError: "+err.Error())
-			withResult, _ = failed.AppendJSON(b)
-		}
-		b = withResult
+		b = appendResult(b, e.Result)
 	}
 	return append(b, '}')
+}
+
+// appendResult appends res as the member "result".
+func appendResult(b []byte, res *bus.Result) []byte {
+	b = append(b, `,"result":`...)
+	withResult, err := res.AppendJSON(b)
+	if err != nil { // metadata that is not JSON: the result says so
+		failed := bus.ErrorResult(bus.Call{ID: res.ID, Name: res.Name}, bus.CodeInternal, "InternalError: "+err.Error())
+		withResult, _ = failed.AppendJSON(b)
+	}
+	return withResult
 }
 
 // appendTime appends t as time.Time's MarshalJSON writes it; a UTC time of

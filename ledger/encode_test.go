@@ -76,3 +76,28 @@ func BenchmarkAppendTime(b *testing.B) {
 		buf = appendTime(buf[:0], at)
 	}
 }
+
+// A record encoded from its claim's value as written is the value encode
+// gives the record.
+func TestEncodeRecordFromClaim(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 41, 34, 452201362, time.UTC)
+	l := &Ledger{reuse: true}
+	for _, claim := range []Entry{
+		{State: stateRunning, Router: "r-1", Claim: "p-7", Deadline: at.Add(time.Minute), Touched: at},
+		{State: stateRunning, Router: "r\u2028\"", Claim: "p-8", Call: "compactDigest", Canon: "canonicalDigest", Deadline: at},
+	} {
+		for _, res := range []bus.Result{
+			{ID: "c1", Name: "write_file", State: bus.StateSuccess, Output: bus.Text("done \"ok\"")},
+			{ID: "c3", Name: "t", Metadata: json.RawMessage(`{`)}, // recorded as an internal error
+		} {
+			val, p := encodePooled(l, &claim)
+			claim.written = p.kept(val)
+			done := claim
+			done.State, done.Result = stateDone, &res
+			got, _ := encodeRecord(l, &done, claim.written)
+			if want := encode(&done); string(got) != string(want) {
+				t.Errorf("record from its claim\n got %s\nwant %s", got, want)
+			}
+		}
+	}
+}
