@@ -23,12 +23,15 @@ func encodedSize(e *Entry) int {
 	return size
 }
 
-// encodePooled is encode into a pooled buffer (p; nil: not pooled) when l's
-// bucket keeps nothing of a value once its write returns (a *store.KV):
-// give it back with done then, never while a retry may hold it.
+// encodePooled is encode into a pooled buffer (p, holding val; nil: not
+// pooled) when l's bucket keeps nothing of a value once its write returns
+// (a *store.KV): give it back with done then, never while a retry may hold it.
 func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 	val, p = buffer(l, encodedSize(e))
-	return appendEntry(val, e), p
+	if val = appendEntry(val, e); p != nil {
+		p.b = val
+	}
+	return val, p
 }
 
 // encodeRecord is encodePooled of done, the record of a claim whose value
@@ -36,14 +39,14 @@ func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 // result changed, and claim's buffer goes back. (Not read from done: the
 // pool would take done's result off the stack.)
 func encodeRecord(l *Ledger, done *Entry, claim *value) ([]byte, *value) {
-	members, ok := claim.claimed()
-	if !ok {
+	const running = `{"state":"running"` // the claim's members follow, then its closing brace
+	if claim == nil || !bytes.HasPrefix(claim.b, []byte(running)) {
 		return encodePooled(l, done)
 	}
 	val, p := buffer(l, encodedSize(done))
-	val = appendResult(append(append(val, `{"state":"done"`...), members...), done.Result)
+	val = append(append(val, `{"state":"done"`...), claim.b[len(running):len(claim.b)-1]...)
 	claim.done(claim.b)
-	return append(val, '}'), p
+	return append(appendResult(val, done.Result), '}'), p
 }
 
 // buffer is an empty buffer for size bytes, pooled (p) as encodePooled's.
@@ -63,25 +66,6 @@ func (p *value) done(val []byte) {
 		p.b = val[:0]
 		values.Put(p)
 	}
-}
-
-// kept is p holding val, a claim's value as written, for its record (nil
-// p: none kept).
-func (p *value) kept(val []byte) *value {
-	if p != nil {
-		p.b = val
-	}
-	return p
-}
-
-// claimed is the members of a running claim's value p holds after its
-// state, without the closing brace: a record's, but for its state and result.
-func (p *value) claimed() ([]byte, bool) {
-	if p == nil {
-		return nil, false
-	}
-	rest, ok := bytes.CutPrefix(p.b, []byte(`{"state":"running"`))
-	return bytes.TrimSuffix(rest, []byte("}")), ok
 }
 
 // value is a pooled buffer of values; maxPooled bounds the one kept.

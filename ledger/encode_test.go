@@ -90,8 +90,7 @@ func TestEncodeRecordFromClaim(t *testing.T) {
 			{ID: "c1", Name: "write_file", State: bus.StateSuccess, Output: bus.Text("done \"ok\"")},
 			{ID: "c3", Name: "t", Metadata: json.RawMessage(`{`)}, // recorded as an internal error
 		} {
-			val, p := encodePooled(l, &claim)
-			claim.written = p.kept(val)
+			_, claim.written = encodePooled(l, &claim)
 			done := claim
 			done.State, done.Result = stateDone, &res
 			got, _ := encodeRecord(l, &done, claim.written)

@@ -174,7 +174,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	rev, err := store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
 	if err == nil {
 		l.cfg.Health.Note(nil)
-		me.rev, me.written = rev, buf.kept(val)
+		me.rev, me.written = rev, buf // val, for the record (encodeRecord)
 		l.held.hold(key, me)
 		return claimed, me
 	}
