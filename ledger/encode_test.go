@@ -49,3 +49,54 @@ func TestEncode(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// appendTime writes what AppendFormat's RFC3339Nano writes, in quotes, for
+// any time: by hand for UTC ones, by AppendFormat for the rest.
+func FuzzAppendTime(f *testing.F) {
+	for _, t := range []time.Time{{}, time.Date(2026, 12, 6, 9, 5, 7, 450000000, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
+		time.Date(1969, 2, 28, 0, 0, 0, 1, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 100, time.UTC)} {
+		f.Add(t.Unix(), int64(t.Nanosecond()), 0, false)
+	}
+	f.Add(int64(1764998400), int64(120), 3600, true)
+	f.Fuzz(func(t *testing.T, sec, nsec int64, offset int, zoned bool) {
+		at := time.Unix(sec, nsec).UTC()
+		if zoned {
+			at = at.In(time.FixedZone("z", offset%(24*3600)))
+		}
+		want := append(at.AppendFormat([]byte(`x"`), time.RFC3339Nano), '"')
+		if got := appendTime([]byte("x"), at); string(got) != string(want) {
+			t.Fatalf("appendTime(%v) = %s, want %s", at, got, want)
+		}
+	})
+}
+
+func BenchmarkAppendTime(b *testing.B) {
+	at, buf := time.Date(2026, 12, 6, 9, 5, 7, 452201362, time.UTC), make([]byte, 0, 64)
+	for b.Loop() {
+		buf = appendTime(buf[:0], at)
+	}
+}
+
+// A record encoded from its claim's value as written is the value encode
+// gives the record.
+func TestEncodeRecordFromClaim(t *testing.T) {
+	at := time.Date(2026, 12, 6, 10, 41, 34, 452201362, time.UTC)
+	l := &Ledger{reuse: true}
+	for _, claim := range []Entry{
+		{State: stateRunning, Router: "r-1", Claim: "p-7", Deadline: at.Add(time.Minute), Touched: at},
+		{State: stateRunning, Router: "r\u2028\"", Claim: "p-8", Call: "compactDigest", Canon: "canonicalDigest", Deadline: at},
+	} {
+		for _, res := range []bus.Result{
+			{ID: "c1", Name: "write_file", State: bus.StateSuccess, Output: bus.Text("done \"ok\"")},
+			{ID: "c3", Name: "t", Metadata: json.RawMessage(`{`)}, // recorded as an internal error
+		} {
+			_, claim.written = encodePooled(l, &claim)
+			done := claim
+			done.State, done.Result = stateDone, &res
+			got, _ := encodeRecord(l, &done, claim.written)
+			if want := encode(&done); string(got) != string(want) {
+				t.Errorf("record from its claim\n got %s\nwant %s", got, want)
+			}
+		}
+	}
+}

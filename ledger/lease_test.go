@@ -413,3 +413,33 @@ func TestLedgerRenewMany(t *testing.T) {
 		t.Fatalf("held after the renewal: c0 %v, %d claims", held, left)
 	}
 }
+
+// A record stores its claim's members as the claim has them last: as
+// written, or with the lease a renewal wrote.
+func TestLedgerRecordAfterRenew(t *testing.T) {
+	l := newTestLedger(t, "a")[0]
+	ctx := t.Context()
+	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
+	for _, renew := range []bool{false, true} {
+		key := fmt.Sprintf("s.r.renewed-%v", renew)
+		_, claim := l.claim(ctx, key, time.Hour, digests{"d", "c"})
+		want := claim
+		if renew {
+			want.Touched = claim.Touched.Add(time.Second)
+			if err := l.Renew(ctx, want.Touched); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, landed := l.Record(ctx, key, claim, res); !landed {
+			t.Fatal("not recorded")
+		}
+		e, err := l.kv.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want.State, want.Result = stateDone, &res
+		if got := e.Value(); string(got) != string(encode(&want)) {
+			t.Errorf("renewed %v: stored\n%s\nwant\n%s", renew, got, encode(&want))
+		}
+	}
+}

@@ -54,8 +54,9 @@ type Entry struct {
 	Touched time.Time   `json:"touched,omitzero"`
 	Result  *bus.Result `json:"result,omitempty"`
 
-	rev  uint64    // the revision of this router's claim
-	wkey store.Key // the key with its subject, made once for the claim's writes (claim, record)
+	rev     uint64    // the revision of this router's claim
+	wkey    store.Key // the key with its subject, made once for the claim's writes (claim, record)
+	written *value    // this claim's value as written, pooled, until its record is encoded from it (encodeRecord); nil once renewed
 }
 
 // entryOf decodes e (with Get's err); false when none or it does not decode.
@@ -172,9 +173,8 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	// The common case in one round trip: nobody has the key.
 	rev, err := store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
 	if err == nil {
-		buf.done(val)
 		l.cfg.Health.Note(nil)
-		me.rev = rev
+		me.rev, me.written = rev, buf // val, for the record (encodeRecord)
 		l.held.hold(key, me)
 		return claimed, me
 	}
@@ -270,6 +270,9 @@ func (c *claims) current(key string, claim Entry) Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h, ok := c.m[key]; ok && h.claim == claim.Claim {
+		if h.rev != claim.rev { // renewed since written
+			claim.written = nil
+		}
 		claim.rev, claim.Touched = h.rev, h.touched
 	}
 	return claim
@@ -370,7 +373,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	defer l.held.release(key, claim.Claim)
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
-	val, buf := encodePooled(l, &done)
+	val, buf := encodeRecord(l, &done, claim.written)
 	// The common case in one round trip, bounded by recordWait past ctx:
 	// the claim is as this router left it.
 	start := time.Now()
