@@ -241,8 +241,15 @@ func restrict(spec sandboxSpec) error {
 	return cfg.Restrict(append(devices, landlock.RODirs(read...).IgnoreIfMissing(), landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer())...)
 }
 
-// dropTo switches to spec's user and groups, for good.
+// dropTo bounds the processes of spec's user, then switches to that user
+// and groups, for good.
 func dropTo(spec sandboxSpec) error {
+	if spec.Procs > 0 {
+		n := uint64(spec.Procs)
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			return fmt.Errorf("setrlimit nproc: %w", err)
+		}
+	}
 	groups := spec.Groups
 	if len(groups) == 0 {
 		groups = []int{spec.GID}

@@ -256,10 +256,10 @@ func TestShellLandlock(t *testing.T) {
 	}
 }
 
-func TestShellUser(t *testing.T) {
-	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellUser: "no-such-user-toolbus"}); err == nil {
-		t.Fatal("an unknown --shell-user accepted")
-	}
+// nobodysDir returns the user nobody and a directory it may write; the
+// test is skipped unless it runs as root on a system with nobody.
+func nobodysDir(t *testing.T) (*user.User, string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("switching users needs root")
 	}
@@ -273,6 +273,14 @@ func TestShellUser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return u, dir
+}
+
+func TestShellUser(t *testing.T) {
+	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellUser: "no-such-user-toolbus"}); err == nil {
+		t.Fatal("an unknown --shell-user accepted")
+	}
+	u, dir := nobodysDir(t)
 	mustWrite(t, filepath.Join(dir, "root-only"), "x")
 	if err := os.Chmod(filepath.Join(dir, "root-only"), 0o600); err != nil {
 		t.Fatal(err)

@@ -266,7 +266,7 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
 			return "", fmt.Errorf("shell: the command could not run: %v", err)
 		}
-		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
+		spec.UID, spec.GID, spec.Groups, spec.Procs = s.cred.uid, s.cred.gid, s.cred.groups, shellProcesses
 	}
 	if s.restricted() && s.launcher {
 		spec.Interp, spec.ExecFiles, spec.ExecDirs = true, s.execFiles, s.execDirs
@@ -589,7 +589,14 @@ type sandboxSpec struct {
 	UID       int      `json:"uid"` // -1: keep the router's
 	GID       int      `json:"gid"`
 	Groups    []int    `json:"groups,omitempty"`
+	// Procs bounds the processes (and threads) of the user UID names
+	// (RLIMIT_NPROC): 0, none (the router's own user).
+	Procs int `json:"procs,omitempty"`
 }
+
+// shellProcesses is Procs for a shell user: a fork bomb stops there, far
+// below the machine's bound, and far above what builds and tests start.
+var shellProcesses = 4096
 
 // hooked is set once RunSandboxChild has run in this process, which is how
 // the shell knows that re-executing the binary reaches the launcher.

@@ -65,6 +65,7 @@ type callState struct {
 	early     *bus.Result     // the result when the call cannot run
 	rule      string          // why the permission engine decided as it did (decide), for the audit record
 	limitRule string          // the limit rule that refused the call (quotas.refuse)
+	cached    bool            // the result cache answered the call (quotas.wrap), for the audit record
 	result    *bus.Result     // set once, when the call finishes
 	recorded  bool            // result is the call's P_parked record's (parkStep.reuse): its call.result has the call's id (parked.ResultID)
 	landed    bool            // result is the chain's, and P_ledger held it when the chain returned (job.landed; writtenCall)

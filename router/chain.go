@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -196,6 +195,7 @@ func (q *quotas) wrap(next Executor) Executor {
 		case refused != nil:
 			return *refused
 		case hit != nil:
+			j.c.cached = true
 			return *hit
 		}
 		res := next.Exec(ctx, j)
@@ -327,7 +327,7 @@ func (a *auditTrail) record(b *batch, c *callState, res bus.Result) {
 		if res.State == bus.StateDenied {
 			rec.Decision.Behavior = audit.Deny
 		}
-		rec.Decision.Cached = bytes.Contains(res.Metadata, []byte(`"`+rcache.MetadataKey+`"`))
+		rec.Decision.Cached = c.cached // never the result's metadata, which a worker writes
 	}
 	p, err := a.tr.Write(rec, input)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	yamlnodes "go.yaml.in/yaml/v3"
 	"sigs.k8s.io/yaml"
 )
 
@@ -22,6 +23,9 @@ const (
 	MaxCompatibilityLen = 500
 	// MaxFrontMatter bounds the YAML between the two --- lines.
 	MaxFrontMatter = 64 << 10
+	// maxExpanded bounds the front matter's text once its aliases are
+	// expanded (counted before decoding, which expands them).
+	maxExpanded = 1 << 20
 )
 
 // Meta is the front matter of a SKILL.md.
@@ -93,6 +97,12 @@ func Parse(file, folder string, data []byte) (Meta, string, error) {
 	if len(front) > MaxFrontMatter {
 		return fail("front matter is %d bytes, larger than 64 KiB", len(front))
 	}
+	switch n, err := expandedSize(front); {
+	case err != nil:
+		return fail("front matter is not YAML: %v", err)
+	case n > maxExpanded:
+		return fail("front matter is larger than 1 MiB once its aliases (*name) are expanded")
+	}
 	var raw map[string]any
 	if err := yaml.Unmarshal([]byte(front), &raw); err != nil {
 		return fail("front matter is not YAML: %v", err)
@@ -162,6 +172,38 @@ func Parse(file, folder string, data []byte) (Meta, string, error) {
 		return fail("body is empty: the instructions after the front matter are required")
 	}
 	return m, body, nil
+}
+
+// expandedSize returns the size of the YAML text front as decoding expands
+// it, each alias counting as the node it names (up to maxExpanded+1, also
+// for a node that holds an alias of itself). It reads the text as a tree of
+// nodes, which expands nothing: 30 KB of text repeated by 100 aliases of a
+// list of 100 aliases cost a decode 6 s and 2.6 GB (session 28, red team).
+func expandedSize(front string) (int, error) {
+	var doc yamlnodes.Node
+	if err := yamlnodes.Unmarshal([]byte(front), &doc); err != nil {
+		return 0, err
+	}
+	sizes := map[*yamlnodes.Node]int{}
+	var size func(n *yamlnodes.Node) int
+	size = func(n *yamlnodes.Node) int {
+		if n.Kind == yamlnodes.AliasNode && n.Alias != nil {
+			n = n.Alias
+		}
+		if s, seen := sizes[n]; seen {
+			return s
+		}
+		sizes[n] = maxExpanded + 1 // while counting n: an alias of n inside it
+		s := len(n.Value) + 1
+		for _, c := range n.Content {
+			if s += size(c); s > maxExpanded {
+				break
+			}
+		}
+		sizes[n] = min(s, maxExpanded+1)
+		return sizes[n]
+	}
+	return size(&doc), nil
 }
 
 func yamlType(v any) string {

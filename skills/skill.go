@@ -23,6 +23,10 @@ const (
 	MaxSkill = 32 << 20
 	// MaxFiles bounds how many files a skill has.
 	MaxFiles = 4096
+	// MaxPath bounds a resource path and maxComponent each of its names
+	// (Linux's PATH_MAX and NAME_MAX: a longer one cannot be materialised).
+	MaxPath      = 4096
+	maxComponent = 255
 )
 
 // Skill is one checked skill with its files.
@@ -79,6 +83,10 @@ func newSkill(folder, where, source string, files map[string][]byte) (*Skill, er
 // checkPath reports why p is not a clean relative resource path.
 func checkPath(p string) error {
 	switch {
+	case len(p) > MaxPath:
+		return fmt.Errorf("path %.64q... is longer than %d bytes", p, MaxPath)
+	case slices.ContainsFunc(strings.Split(p, "/"), func(name string) bool { return len(name) > maxComponent }):
+		return fmt.Errorf("path %.64q... has a name longer than %d bytes", p, maxComponent)
 	case p == "" || strings.HasPrefix(p, "/"):
 		return fmt.Errorf("path %q must be relative", p)
 	case path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../"):
