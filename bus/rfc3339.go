@@ -54,12 +54,38 @@ func decimal(s string, i, n int) int {
 	return v
 }
 
-// appendTime appends UTC time t as t.AppendFormat(b, timeLayout) does, by
-// time.RFC3339's fast path and the milliseconds after it: a tenth of the
-// instructions of the general layout's (FuzzAppendTime holds the two to
-// one result).
-func appendTime(b []byte, t time.Time) []byte {
-	b = t.AppendFormat(b, time.RFC3339) // ends in Z: t is UTC
-	ms := t.Nanosecond() / 1e6
-	return append(b[:len(b)-1], '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+// second is the text of one UTC second, "2006-01-02T15:04:05", kept per P
+// (local): the times of one second format only their fraction, and the
+// date and time by time.RFC3339's fast path once a second.
+type second struct {
+	unix int64
+	text []byte // nil until the first
+}
+
+// appendUTC appends UTC time t as t.AppendFormat does with timeLayout (ms:
+// three digits of fraction) or time.RFC3339Nano (the digits t needs)
+// (FuzzAppendTime holds them to one result).
+func (c *second) appendUTC(b []byte, t time.Time, ms bool) []byte {
+	if u := t.Unix(); u != c.unix || c.text == nil {
+		c.unix, c.text = u, t.AppendFormat(c.text[:0], time.RFC3339) // ends in Z: t is UTC
+		c.text = c.text[:len(c.text)-1]
+	}
+	b = append(b, c.text...)
+	ns := t.Nanosecond()
+	if ms {
+		ms := ns / 1e6
+		return append(b, '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+	}
+	if ns > 0 {
+		f := [10]byte{'.'}
+		for i := 9; i > 0; i, ns = i-1, ns/10 {
+			f[i] = byte('0' + ns%10)
+		}
+		n := len(f)
+		for f[n-1] == '0' {
+			n--
+		}
+		b = append(b, f[:n]...)
+	}
+	return append(b, 'Z')
 }

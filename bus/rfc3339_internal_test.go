@@ -54,8 +54,10 @@ func BenchmarkParseTime(b *testing.B) {
 	})
 }
 
-// FuzzAppendTime holds appendTime to time.Time.AppendFormat(timeLayout)
-// for any UTC instant (seconds and nanoseconds from the fuzzer).
+// FuzzAppendTime holds appendUTC to time.Time.AppendFormat (timeLayout
+// and time.RFC3339Nano) for any UTC instant (seconds and nanoseconds from
+// the fuzzer), its second's text made afresh and kept from another
+// instant of that second.
 func FuzzAppendTime(f *testing.F) {
 	for _, t := range []time.Time{
 		time.Now(), time.Unix(0, 0), time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC),
@@ -66,20 +68,28 @@ func FuzzAppendTime(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, sec, nsec int64) {
 		at := time.Unix(sec, nsec%1e9).UTC()
-		want := at.AppendFormat([]byte("x"), timeLayout)
-		if got := appendTime([]byte("x"), at); string(got) != string(want) {
-			t.Fatalf("appendTime(%v) = %q; AppendFormat: %q", at, got, want)
+		other := time.Unix(at.Unix(), int64(at.Nanosecond()+333333333)%1e9).UTC()
+		for _, layout := range []string{timeLayout, time.RFC3339Nano} {
+			var fresh, kept second
+			kept.appendUTC(nil, other, false)
+			want := at.AppendFormat([]byte("x"), layout)
+			for _, c := range []*second{&fresh, &kept} {
+				if got := c.appendUTC([]byte("x"), at, layout == timeLayout); string(got) != string(want) {
+					t.Fatalf("appendUTC(%v, %s) = %q; AppendFormat: %q", at, layout, got, want)
+				}
+			}
 		}
 	})
 }
 
-// BenchmarkAppendTime is one event time formatted, by appendTime and by
-// time.Time.AppendFormat.
+// BenchmarkAppendTime is one event time formatted, by appendUTC (its
+// second's text kept) and by time.Time.AppendFormat.
 func BenchmarkAppendTime(b *testing.B) {
 	t, buf := time.Now().UTC(), make([]byte, 0, 64)
-	b.Run("appendTime", func(b *testing.B) {
+	var c second
+	b.Run("appendUTC", func(b *testing.B) {
 		for b.Loop() {
-			buf = appendTime(buf[:0], t)
+			buf = c.appendUTC(buf[:0], t, true)
 		}
 	})
 	b.Run("AppendFormat", func(b *testing.B) {

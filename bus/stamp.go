@@ -14,9 +14,10 @@ import (
 // for many events.
 type local struct {
 	slab.Carver
-	id   idGen
-	ms   int64  // the millisecond time is the formatted time of
-	time string // "" until the first event
+	id          idGen
+	ms          int64  // the millisecond time is the formatted time of
+	time        string // "" until the first event
+	now, expiry second // the seconds of the last time and expiry formatted
 }
 
 var locals = sync.Pool{New: func() any { return new(local) }}
@@ -29,7 +30,7 @@ func stamp() (id, at string) {
 	t := time.Now().UTC()
 	if ms := t.UnixMilli(); ms != l.ms || l.time == "" {
 		l.ms = ms
-		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return appendTime(b, t) })
+		l.time = l.Make(len(timeLayout)+8, func(b []byte) []byte { return l.now.appendUTC(b, t, true) })
 	}
 	at = l.time
 	locals.Put(l)
@@ -40,7 +41,10 @@ func stamp() (id, at string) {
 // fraction t needs (time.RFC3339Nano), what Event.Expiry parses.
 func FormatExpiry(t time.Time) string {
 	t = t.UTC()
-	return carve(len(time.RFC3339Nano)+8, func(b []byte) []byte { return t.AppendFormat(b, time.RFC3339Nano) })
+	l := locals.Get().(*local)
+	s := l.Make(len(time.RFC3339Nano)+8, func(b []byte) []byte { return l.expiry.appendUTC(b, t, false) })
+	locals.Put(l)
+	return s
 }
 
 // carve is a string of at most n bytes that fill appends, carved out of

@@ -234,18 +234,19 @@ func (b *batch) run(start int) bool {
 	if start == 0 && !b.start.IsZero() {
 		rev = b.data.SessionRev
 	}
-	b.p.sessions.Snapshot(b.ctx, b.session, rev)
-	b.resolveFrom(start)
+	sess := b.p.sessions.Snapshot(b.ctx, b.session, rev)
+	b.p.resolve.from(b, sess, start)
 	for i := start; i < len(b.calls); {
 		if b.cutOff() {
 			return false
 		}
 		j := nextRun(i, len(b.calls), safeAt(b))
-		if !b.runCalls(b.calls[i:j], j) {
+		if !b.runCalls(b.calls[i:j], j, sess) {
 			return false // parked: the continuation takes it from here
 		}
 		if t := b.calls[i].target; (t.Reset || t.Skill || t.Search) && b.calls[i].early == nil {
-			b.resolveFrom(j)
+			sess = b.p.sessions.Session(b.session) // as the call left it
+			b.p.resolve.from(b, sess, j)
 		}
 		i = j
 	}
@@ -262,12 +263,13 @@ func (b *batch) release() {
 	}
 }
 
-func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, i) }
+func (b *batch) resolveFrom(i int) { b.p.resolve.from(b, b.p.sessions.Session(b.session), i) }
 
-// runCalls runs one run (next is the index after it): each call finished,
-// parked or executed; false when calls parked and the batch must wait.
-func (b *batch) runCalls(run []*callState, next int) bool {
-	pc := permissionContext(b.p.sessions.Session(b.session))
+// runCalls runs one run (next is the index after it) in sess, b's session:
+// each call finished, parked or executed; false when calls parked and the
+// batch must wait.
+func (b *batch) runCalls(run []*callState, next int, sess *groups.Session) bool {
+	pc := permissionContext(sess)
 	var execs, parks []*callState
 	var specs []parkSpec
 	for _, c := range run {

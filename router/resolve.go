@@ -25,12 +25,12 @@ type resolveStep struct {
 	log     *slog.Logger
 }
 
-// from resolves the calls of b from index i on that have no result yet; an
-// unknown or unavailable tool is read from KV and resolved again.
-func (s resolveStep) from(b *batch, i int) {
+// from resolves the calls of b from index i on that have no result yet in
+// sess, b's session; an unknown or unavailable tool is read from KV and
+// resolved again.
+func (s resolveStep) from(b *batch, sess *groups.Session, i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	sess := b.p.sessions.Session(b.session)
 	var missing []string
 	for _, c := range b.calls[i:] {
 		if c.result == nil {

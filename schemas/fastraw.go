@@ -35,12 +35,12 @@ func CheckInput(raw json.RawMessage, s *Schema) (json.RawMessage, []bus.Detail, 
 }
 
 // checkFast is CheckInput's short way for b, which starts with '{': ok
-// when b is valid JSON, nested no deeper than MaxInputDepth, and
-// certainly valid against s (okJSON), and then the compact input.
-// Anything else, errors included, is left to the long way, which tells
-// them as it always did.
+// when b is compact JSON (compactValue), nested no deeper than
+// MaxInputDepth, and certainly valid against s (okJSON); then b is the
+// input. Anything else, errors included, is left to the long way, which
+// tells them as it always did.
 func checkFast(b []byte, s *Schema) (in json.RawMessage, ok bool) {
-	if !json.Valid(b) || jsonDepth(b, MaxInputDepth) > MaxInputDepth {
+	if compactValue(b, 0, MaxInputDepth) != len(b) {
 		return nil, false
 	}
 	if s != nil {
@@ -49,14 +49,139 @@ func checkFast(b []byte, s *Schema) (in json.RawMessage, ok bool) {
 				in, ok = nil, false
 			}
 		}()
-		if end, good := s.fast.okJSON(b, 0); !good || skipWS(b, end) != len(b) {
+		if end, good := s.fast.okJSON(b, 0); !good || end != len(b) {
 			return nil, false
 		}
 	}
-	if !isCompact(b) {
-		return nil, false
-	}
 	return b, true
+}
+
+// compactValue returns where the JSON value at b[i] ends, -1 when there
+// is none or it is not compact: a byte of whitespace outside its strings,
+// or objects and arrays nested more than depth levels. One pass where
+// json.Valid, jsonDepth and a scan for that whitespace would take three
+// (FuzzCompactValue holds it to them); what it refuses goes the long way.
+func compactValue(b []byte, i, depth int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch c := b[i]; {
+	case c == '"':
+		return compactString(b, i)
+	case c == '{' || c == '[':
+		if depth == 0 {
+			return -1
+		}
+		end := c + 2 // '}' or ']'
+		if i++; i < len(b) && b[i] == end {
+			return i + 1
+		}
+		for i < len(b) {
+			if c == '{' {
+				if i = compactString(b, i); i < 0 || i >= len(b) || b[i] != ':' {
+					return -1
+				}
+				i++
+			}
+			if i = compactValue(b, i, depth-1); i < 0 || i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case end:
+				return i + 1
+			case ',':
+				i++
+			default:
+				return -1
+			}
+		}
+		return -1
+	case c == 't':
+		return literalEnd(b, i, "true")
+	case c == 'f':
+		return literalEnd(b, i, "false")
+	case c == 'n':
+		return literalEnd(b, i, "null")
+	}
+	return compactNumber(b, i)
+}
+
+// compactString returns where the JSON string at b[i] ends, -1 when there
+// is none.
+func compactString(b []byte, i int) int {
+	if i >= len(b) || b[i] != '"' {
+		return -1
+	}
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1
+		case c < ' ':
+			return -1
+		case c == '\\':
+			if i++; i >= len(b) {
+				return -1
+			}
+			switch b[i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if i+4 >= len(b) || !isHex(b[i+1]) || !isHex(b[i+2]) || !isHex(b[i+3]) || !isHex(b[i+4]) {
+					return -1
+				}
+				i += 4
+			default:
+				return -1
+			}
+		}
+	}
+	return -1
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c|0x20 && c|0x20 <= 'f' }
+
+// literalEnd returns where w, at b[i], ends; -1 when it is not there.
+func literalEnd(b []byte, i int, w string) int {
+	if len(b)-i >= len(w) && string(b[i:i+len(w)]) == w {
+		return i + len(w)
+	}
+	return -1
+}
+
+// compactNumber returns where the JSON number at b[i] ends, -1 when there
+// is none: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func compactNumber(b []byte, i int) int {
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if i = digitsEnd(b, i); i < 0 {
+		return -1
+	}
+	if i < len(b) && b[i] == '.' {
+		if i = digitsEnd(b, i+1); i < 0 {
+			return -1
+		}
+	}
+	if i < len(b) && b[i]|0x20 == 'e' {
+		if i++; i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		return digitsEnd(b, i)
+	}
+	return i
+}
+
+// digitsEnd returns where the run of digits at b[i] ends, -1 when it is empty.
+func digitsEnd(b []byte, i int) int {
+	j := i
+	for j < len(b) && '0' <= b[j] && b[j] <= '9' {
+		j++
+	}
+	if j == i {
+		return -1
+	}
+	return j
 }
 
 // anyNode accepts any value: okJSON walks with it past a value nothing

@@ -64,7 +64,7 @@ func parseObject(b []byte, prefix string) (json.RawMessage, any, error) {
 			return nil, nil, fmt.Errorf("input is not valid JSON: %v", err)
 		}
 	}
-	if !isCompact(b) {
+	if compactValue(b, 0, MaxInputDepth) != len(b) { // valid, not too deep: then not compact
 		var buf bytes.Buffer
 		buf.Grow(len(b))
 		if err := json.Compact(&buf, b); err != nil {
@@ -73,29 +73,6 @@ func parseObject(b []byte, prefix string) (json.RawMessage, any, error) {
 		b = buf.Bytes()
 	}
 	return b, v, nil
-}
-
-// isCompact reports whether b (valid JSON) has no insignificant whitespace;
-// tabs, newlines and carriage returns cannot occur unescaped in strings.
-func isCompact(b []byte) bool {
-	if bytes.ContainsAny(b, "\t\n\r") {
-		return false
-	}
-	if bytes.IndexByte(b, ' ') < 0 {
-		return true
-	}
-	inString := false
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case !inString && c == ' ':
-			return false
-		}
-	}
-	return true
 }
 
 // Kind names the JSON type of the valid JSON value b (no leading white

@@ -185,3 +185,39 @@ func TestMultipliers(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCompactValue holds compactValue to the three passes it replaces in
+// checkFast: b is one compact JSON value nested no deeper than the limit
+// exactly when json.Valid and jsonDepth say so and json.Compact keeps b.
+func FuzzCompactValue(f *testing.F) {
+	for _, s := range compactCases {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		compactAgrees(t, []byte(s))
+	})
+}
+
+var compactCases = []string{
+	`{"text":"hello"}`, `{}`, `[]`, `[[[]]]`, `[[[[]]]]`, `{"a":[1,-0.5e+3,true,false,null,"\u00e9\n\"\\\/"]}`,
+	`{"a" :1}`, `{"a": 1}`, ` {}`, `{} `, `{"a":"x y"}`, `{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":1e}`, `{"a":-}`,
+	`{"a":tru}`, `{"a":nul}`, `{"a":"\x"}`, `{"a":"\u12"}`, `{"a":"` + "\x01" + `"}`, `{"a":"` + "\xff" + `"}`,
+	`{"a":1,}`, `[1,]`, `{"a"}`, `{1:2}`, `{"a":1}}`, `"x"`, `12`, `{"a":[}`, `{"a":1`, `[1 2]`,
+}
+
+// compactAgrees fails t when compactValue and the passes it replaces
+// differ on b, with 3 as the depth limit.
+func compactAgrees(t *testing.T, b []byte) {
+	t.Helper()
+	var compact bytes.Buffer
+	want := json.Valid(b) && jsonDepth(b, 3) <= 3 && json.Compact(&compact, b) == nil && bytes.Equal(compact.Bytes(), b)
+	if got := compactValue(b, 0, 3) == len(b); got != want {
+		t.Fatalf("compactValue(%q) accepts: %v, want %v", b, got, want)
+	}
+}
+
+func TestCompactValue(t *testing.T) {
+	for _, s := range compactCases {
+		compactAgrees(t, []byte(s))
+	}
+}
