@@ -125,6 +125,8 @@ func TestExecWireContract(t *testing.T) {
 		"user":    `{"name":"dora"}`,
 		"context": `{"tenant":"acme","flags":[1,2]}`,
 		"attempt": `1`,
+		// 1.18: the router takes the call's progress on the reply subject (5.3).
+		"progress_reply": `true`,
 	}
 	for k, v := range want {
 		if string(data[k]) != v {
