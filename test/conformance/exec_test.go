@@ -40,7 +40,10 @@ func TestExecRequest(t *testing.T) {
 	if d := exp.Sub(before); d < 50*time.Second || d > 70*time.Second {
 		t.Errorf("expirytime %s is %v after the call, want about the tool's timeout of 60s", e.ExpiryTime, d)
 	}
-	wantKeys(t, "exec data", c.data, "call", "user", "context", "attempt")
+	wantKeys(t, "exec data", c.data, "call", "user", "context", "attempt", "progress_reply")
+	if p := member(t, c.data, "progress_reply"); string(p) != "true" {
+		t.Errorf("exec data progress_reply %s, want true: the router takes the call's progress (5.1, 5.3, 1.18)", p)
+	}
 	wantKeys(t, "exec call", member(t, c.data, "call"), "id", "name", "input")
 	if c.Call.ID != "toolu_01" || c.Call.Name != "get_weather" || string(c.Call.Input) != `{"city":"Oslo"}` {
 		t.Errorf("call %s: want the validated input object", member(t, c.data, "call"))
