@@ -11,8 +11,9 @@ import (
 
 // TestExecRequest: io.toolbus.exec on P.exec.<tool> carries sessionid,
 // replyid, toolcallid and expirytime, and data {"call": {id, name, input},
-// "user", "context", "attempt": 1} with the validated input object and no
-// "state" for a tool that is not state_injected (docs/protocol.md 5.1).
+// "user", "context", "attempt": 1, "progress_reply": true} with the validated
+// input object and no "state" for a tool that is not state_injected
+// (docs/protocol.md 5.1; progress_reply since 1.18).
 func TestExecRequest(t *testing.T) {
 	s := start(t)
 	w := s.serve(t, echo, def("get_weather", M{"timeout_ms": 60000, "input_schema": weatherSchema}))
