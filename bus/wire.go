@@ -500,18 +500,21 @@ type AnswerAck struct {
 
 // ParkedCall is one entry of the admin verb parked.list.
 type ParkedCall struct {
-	Session        string          `json:"session"`
-	ReplyID        string          `json:"reply_id"`
-	ID             string          `json:"id"`
-	Name           string          `json:"name"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	InputDigest    string          `json:"input_digest,omitempty"`
-	Kind           string          `json:"kind"`
-	Subject        string          `json:"subject"`
-	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	Created        time.Time       `json:"created"`
-	Expires        time.Time       `json:"expires"`
+	Session     string          `json:"session"`
+	ReplyID     string          `json:"reply_id"`
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	InputDigest string          `json:"input_digest,omitempty"`
+	// InputOmitted (since 1.18): the input did not fit in the page; a page
+	// starting at this call lists it (docs/protocol.md 9).
+	InputOmitted   bool      `json:"input_omitted,omitempty"`
+	Kind           string    `json:"kind"`
+	Subject        string    `json:"subject"`
+	SuggestedRules []Rule    `json:"suggested_rules,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	Created        time.Time `json:"created"`
+	Expires        time.Time `json:"expires"`
 	// Since 1.14, as in P_parked (6.1), so that an approver needs no
 	// JetStream API (docs/inbox.md).
 	Revision      uint64          `json:"revision,omitempty"`
