@@ -67,6 +67,9 @@ type Item struct {
 	Reason         string          `json:"reason,omitempty"`
 	Created        time.Time       `json:"created"`
 	Expires        time.Time       `json:"expires"`
+	// InputOmitted: the router's list left the input out (docs/inbox.md);
+	// Note then says it cannot be answered until it is read.
+	InputOmitted bool `json:"input_omitted,omitempty"`
 	// Note says why the call cannot be answered from this page, if so.
 	Note string `json:"note,omitempty"`
 }
@@ -406,7 +409,7 @@ func (rr routerReads) whole(ctx context.Context, p bus.ParkedCall, before string
 		return p
 	}
 	key := bus.CallKey(p.Session, p.ReplyID, p.ID)
-	if held, ok := rr.lookup(key); ok && held.Revision == p.Revision && len(held.Input) > 0 {
+	if held, ok := rr.lookup(key); ok && held.Revision == p.Revision && !held.InputOmitted {
 		p.Input, p.InputOmitted = held.Input, false
 		return p
 	}
@@ -445,7 +448,7 @@ func (rr routerReads) readingOf(p bus.ParkedCall) reading {
 		Call: bus.Call{ID: p.ID, Name: p.Name, Input: p.Input}, InputDigest: p.InputDigest, Kind: p.Kind, User: p.User,
 		Context: p.Context, SuggestedRules: p.SuggestedRules, Reason: p.Reason, RequestScoped: p.RequestScoped,
 		Status: bus.ParkParked, Created: p.Created, Expires: p.Expires})
-	if ok && p.InputOmitted && it.Note == "" {
+	if it.InputOmitted = p.InputOmitted; ok && p.InputOmitted && it.Note == "" {
 		it.Note = "its input did not fit in the router's list: it shows here once read on its own (toolbus parked --session " + p.Session + " lists it)"
 	}
 	return reading{it: it, waits: ok, rev: p.Revision}

@@ -68,8 +68,11 @@ func (s *records) set(key string, r reading) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	again := r.waits && s.items.Rev(key) == r.rev // read again as it was: no change to show
-	if s.items.Stale(key, r.rev) && !again {
+	held, _ := s.items.Get(key)
+	same := r.waits && s.items.Rev(key) == r.rev
+	filled := same && held.InputOmitted && !r.it.InputOmitted // with the input its list left out
+	again := same && !filled                                  // read again as it was: no change to show
+	if s.items.Stale(key, r.rev) && !again && !filled {
 		return // a late delivery or a stale read (a fresh one came first)
 	}
 	s.step++

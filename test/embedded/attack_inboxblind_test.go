@@ -27,17 +27,11 @@ import (
 func TestAttackInboxBlindedByOneSession(t *testing.T) {
 	e := newEnv(t, 1)
 	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true, Permission: bus.PermissionAsk})
-	srv, err := inbox.New(e.connect(t), inbox.Config{Token: "inbox-blinded-0123456789", Approver: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Stop(t.Context()) })
 	const each = 1 << 19 // under a call input's bound (1 MiB)
 	input, _ := json.Marshal(map[string]string{"x": strings.Repeat("x", each)})
-	hostile := int(e.nc.MaxPayload())/each + 1
+	// Enough that the first page leaves out more inputs than a poll reads
+	// on its own: later polls must fill them in.
+	hostile := int(e.nc.MaxPayload())/each + 10
 	for i := range hostile {
 		if r := e.callParked(t, "hostile", fmt.Sprintf("r%d", i), bus.Call{ID: "c1", Name: "ask", Input: input}); len(r.Parked) != 1 {
 			t.Fatalf("batch %d: %+v", i, r)
@@ -46,6 +40,14 @@ func TestAttackInboxBlindedByOneSession(t *testing.T) {
 	if r := e.callParked(t, "victim", "r1", bus.Call{ID: "c1", Name: "ask", Input: json.RawMessage(`{"deploy":"staging"}`)}); len(r.Parked) != 1 {
 		t.Fatalf("victim: %+v", r)
 	}
+	srv, err := inbox.New(e.connect(t), inbox.Config{Token: "inbox-blinded-0123456789", Approver: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Stop(t.Context()) })
 	want := bus.CallKey("victim", "r1", "c1")
 	testkit.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
 		req := httptest.NewRequest(http.MethodGet, "/api/calls", nil)
