@@ -3,12 +3,17 @@ package router
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/parked"
 )
 
@@ -125,4 +130,33 @@ func sameOrdered(keys []string, recs []*parked.Record) bool {
 		want[i] = r.Key()
 	}
 	return slices.Equal(keys, want)
+}
+
+// TestReplyPastMaxPayload (session 17's red team, TestAttackReplyPastMaxPayload
+// before parked.list had pages): a reply no message can carry is answered
+// io.toolbus.error limit_exceeded, not dropped.
+func TestReplyPastMaxPayload(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, ask := testkit.Connect(t, s), testkit.Connect(t, s)
+	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler),
+		m: metrics.NewRouter(nil, metrics.RouterSources{})}
+	big := strings.Repeat("x", int(nc.MaxPayload()))
+	sub, err := nc.Subscribe("toolbus.admin.big", func(m *nats.Msg) {
+		w.answer(m, bus.TypeAdminReply, map[string]string{"x": big}, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ask.Request("toolbus.admin.big", nil, 10*time.Second)
+	if err != nil {
+		t.Fatalf("a reply past the max payload: %v", err)
+	}
+	ev, err := bus.Decode(m)
+	if err != nil || ev.Type != bus.TypeError || !strings.Contains(string(ev.Data), bus.CodeLimitExceeded) {
+		t.Fatalf("reply %v %.200s (%v)", ev, m.Data, err)
+	}
 }
