@@ -275,9 +275,12 @@ func (x *adminVerbs) parkedList(ctx context.Context, e *bus.Event) (any, error) 
 		Limit int    `json:"limit,omitempty"`
 	}
 	if len(e.Data) > 0 {
-		if err := e.DataAs(&q); err != nil || q.Limit < 0 {
-			return nil, bus.Errorf(bus.CodeBadRequest, "parked.list wants {\"after\"?: <the next of a previous page>, \"limit\"?: <entries, at least 1>}")
+		if err := bus.DecodeStrict(e.Data, &q, "parked.list's data", "parked.list"); err != nil {
+			return nil, err
 		}
+	}
+	if q.Limit < 0 {
+		return nil, bus.Errorf(bus.CodeBadRequest, "parked.list: limit %d: a page holds at least 1 call (absent: as many as fit)", q.Limit)
 	}
 	after, err := parseParkedCursor(q.After)
 	if err != nil {
