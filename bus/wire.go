@@ -523,6 +523,26 @@ type ParkedCall struct {
 	RequestScoped bool            `json:"request_scoped,omitempty"`
 }
 
+// ParkedQuery is the data of the admin verb parked.list (since 1.18; {}:
+// the first page).
+type ParkedQuery struct {
+	After string `json:"after,omitempty"` // the next of the page before
+	Limit int    `json:"limit,omitempty"` // at most this many calls; 0: as many as fit
+}
+
+// ParkedPage is the reply of parked.list: a page of calls, and the cursor
+// of the next page when there is more (since 1.18).
+type ParkedPage struct {
+	Parked []ParkedCall `json:"parked"`
+	Next   string       `json:"next,omitempty"`
+}
+
+// Cursor is the cursor of a page of parked.list after p:
+// "<created, RFC 3339 with nanoseconds> <call key>" (docs/protocol.md 9).
+func (p ParkedCall) Cursor() string {
+	return p.Created.Format(time.RFC3339Nano) + " " + CallKey(p.Session, p.ReplyID, p.ID)
+}
+
 // Status is the data of the admin verb status: what one router sees.
 type Status struct {
 	Router   string       `json:"router"`

@@ -347,23 +347,13 @@ const maxInputReads = 4
 // then may read the session's records from the stream leader one by one.
 const listWait = 10 * time.Second
 
-// parkedPage is a reply of parked.list (docs/protocol.md 9).
-type parkedPage struct {
-	Parked []bus.ParkedCall `json:"parked"`
-	Next   string           `json:"next,omitempty"`
-}
-
 // page asks a router for the page after cursor after ("": the first) of
 // the calls parked in session ("" for all), at most limit (0: any).
-func (rr routerReads) page(ctx context.Context, session, after string, limit int) (parkedPage, error) {
+func (rr routerReads) page(ctx context.Context, session, after string, limit int) (bus.ParkedPage, error) {
 	lctx, cancel := context.WithTimeout(ctx, listWait)
 	defer cancel()
-	q := struct {
-		After string `json:"after,omitempty"`
-		Limit int    `json:"limit,omitempty"`
-	}{after, limit}
-	var page parkedPage
-	if err := rr.cl.Admin(lctx, "parked.list", session, q, &page); err != nil {
+	var page bus.ParkedPage
+	if err := rr.cl.Admin(lctx, "parked.list", session, bus.ParkedQuery{After: after, Limit: limit}, &page); err != nil {
 		return page, err
 	}
 	if slices.ContainsFunc(page.Parked, func(p bus.ParkedCall) bool { return p.Revision == 0 }) {
@@ -387,7 +377,7 @@ func (rr routerReads) walk(ctx context.Context, session string, visit func(p bus
 			if !visit(p, after) {
 				return nil, nil
 			}
-			after, last = cursorOf(p), p
+			after, last = p.Cursor(), p
 		}
 		if page.Next == "" || len(page.Parked) == 0 {
 			return nil, nil
@@ -395,11 +385,6 @@ func (rr routerReads) walk(ctx context.Context, session string, visit func(p bus
 		after = page.Next
 	}
 	return &last, nil
-}
-
-// cursorOf is the cursor a page after p starts at (docs/protocol.md 9).
-func cursorOf(p bus.ParkedCall) string {
-	return p.Created.Format(time.RFC3339Nano) + " " + bus.CallKey(p.Session, p.ReplyID, p.ID)
 }
 
 // whole is p with its input when the page left it out: the input held at

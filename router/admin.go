@@ -270,10 +270,7 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 // one session's are then read from the stream leader, and a list of every
 // session is refused (docs/inbox.md).
 func (x *adminVerbs) parkedList(ctx context.Context, e *bus.Event) (any, error) {
-	var q struct {
-		After string `json:"after,omitempty"`
-		Limit int    `json:"limit,omitempty"`
-	}
+	var q bus.ParkedQuery
 	if len(e.Data) > 0 {
 		if err := bus.DecodeStrict(e.Data, &q, "parked.list's data", "parked.list"); err != nil {
 			return nil, err
@@ -310,13 +307,6 @@ func (x *adminVerbs) parkedList(ctx context.Context, e *bus.Event) (any, error) 
 // payload to the reply's envelope, headers and next.
 const parkedPageSlack = 4 << 10
 
-// parkedReply is the reply of parked.list: a page, and where the next
-// starts when there is more.
-type parkedReply struct {
-	Parked []bus.ParkedCall `json:"parked"`
-	Next   string           `json:"next,omitempty"`
-}
-
 // parkedCursor is where a page starts: after the call of this creation
 // time and key, in the list's order (created, then key).
 type parkedCursor struct {
@@ -337,8 +327,6 @@ func parseParkedCursor(s string) (parkedCursor, error) {
 	return parkedCursor{created, key}, nil
 }
 
-func (c parkedCursor) String() string { return c.created.Format(time.RFC3339Nano) + " " + c.key }
-
 // compare orders a call of creation time created and key against c.
 func (c parkedCursor) compare(created time.Time, key string) int {
 	return cmp.Or(created.Compare(c.created), strings.Compare(key, c.key))
@@ -349,11 +337,11 @@ func (c parkedCursor) compare(created time.Time, key string) int {
 // does not fit in what is left is listed without its input
 // (input_omitted) when that fits; the page ends where not even that does,
 // so large inputs cannot push other calls off a page (docs/inbox.md).
-func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) parkedReply {
+func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus.ParkedPage {
 	slices.SortFunc(recs, func(a, b *parked.Record) int {
 		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Key(), b.Key()))
 	})
-	page := parkedReply{Parked: []bus.ParkedCall{}}
+	page := bus.ParkedPage{Parked: []bus.ParkedCall{}}
 	size := len(`{"parked":[]}`)
 	for _, rec := range recs {
 		if !after.created.IsZero() && after.compare(rec.Created, rec.Key()) <= 0 {
@@ -366,8 +354,7 @@ func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) par
 			n = encodedLen(p) + 1
 		}
 		if limit > 0 && len(page.Parked) == limit || size+n > bound && len(page.Parked) > 0 {
-			last := page.Parked[len(page.Parked)-1]
-			page.Next = parkedCursor{last.Created, bus.CallKey(last.Session, last.ReplyID, last.ID)}.String()
+			page.Next = page.Parked[len(page.Parked)-1].Cursor()
 			break
 		}
 		size += n

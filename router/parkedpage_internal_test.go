@@ -58,7 +58,7 @@ func TestParkedListPages(t *testing.T) {
 			for {
 				page := parkedPage(slices.Clone(tc.recs), after, tc.limit, tc.bound)
 				pages++
-				if b, _ := json.Marshal(parkedReply{Parked: page.Parked}); len(b) > tc.bound && len(page.Parked) > 1 {
+				if b, _ := json.Marshal(bus.ParkedPage{Parked: page.Parked}); len(b) > tc.bound && len(page.Parked) > 1 {
 					t.Fatalf("page %d is %d bytes, bound %d", pages, len(b), tc.bound)
 				}
 				for _, p := range page.Parked {

@@ -26,29 +26,21 @@ import (
 // (input_omitted) read on its own (docs/protocol.md 9). An old router
 // answers in one page, without next.
 func listParked(ctx context.Context, cl *client.Client, session string) ([]bus.ParkedCall, error) {
-	type query struct {
-		After string `json:"after,omitempty"`
-		Limit int    `json:"limit,omitempty"`
-	}
-	type page struct {
-		Parked []bus.ParkedCall `json:"parked"`
-		Next   string           `json:"next,omitempty"`
-	}
 	var calls []bus.ParkedCall
-	for q := (query{}); ; {
-		_, pg, err := adminReply[page](ctx, cl, "parked.list", session, q)
+	for q := (bus.ParkedQuery{}); ; {
+		_, pg, err := adminReply[bus.ParkedPage](ctx, cl, "parked.list", session, q)
 		if err != nil {
 			return nil, err
 		}
 		for _, p := range pg.Parked {
 			if p.InputOmitted { // the page of p alone has its input if any does
-				if _, one, err := adminReply[page](ctx, cl, "parked.list", p.Session, query{q.After, 1}); err == nil &&
+				if _, one, err := adminReply[bus.ParkedPage](ctx, cl, "parked.list", p.Session, bus.ParkedQuery{After: q.After, Limit: 1}); err == nil &&
 					len(one.Parked) == 1 && one.Parked[0].Revision == p.Revision && one.Parked[0].ID == p.ID && one.Parked[0].ReplyID == p.ReplyID {
 					p = one.Parked[0]
 				}
 			}
 			calls = append(calls, p)
-			q.After = p.Created.Format(time.RFC3339Nano) + " " + bus.CallKey(p.Session, p.ReplyID, p.ID)
+			q.After = p.Cursor()
 		}
 		if pg.Next == "" || len(pg.Parked) == 0 {
 			return calls, nil
