@@ -422,10 +422,12 @@ func TestRenderParked(t *testing.T) {
 	renderParked(&out, []bus.ParkedCall{
 		{Session: "s1", ReplyID: "r1", ID: "c1", Name: "approve_po", Kind: bus.KindExternal, Input: json.RawMessage(`{ "q": "PO 7" }`), Created: now.Add(-90 * time.Second)},
 		{Session: "session-two", ReplyID: "r2", ID: "c2", Name: "write", Kind: bus.KindConfirm, Created: now},
+		{Session: "s1", ReplyID: "r3", ID: "c3", Name: "write", Kind: bus.KindConfirm, InputOmitted: true, InputDigest: "sha256:ab", Created: now},
 	}, now)
 	want := `SESSION      REPLY  CALL  TOOL        KIND      AGE    INPUT
 s1           r1     c1    approve_po  external  1m30s  {"q":"PO 7"}
 session-two  r2     c2    write       confirm   0s     {}
+s1           r3     c3    write       confirm   0s     (larger than a reply can carry; input_digest sha256:ab)
 `
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
