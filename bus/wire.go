@@ -500,24 +500,47 @@ type AnswerAck struct {
 
 // ParkedCall is one entry of the admin verb parked.list.
 type ParkedCall struct {
-	Session        string          `json:"session"`
-	ReplyID        string          `json:"reply_id"`
-	ID             string          `json:"id"`
-	Name           string          `json:"name"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	InputDigest    string          `json:"input_digest,omitempty"`
-	Kind           string          `json:"kind"`
-	Subject        string          `json:"subject"`
-	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
-	Reason         string          `json:"reason,omitempty"`
-	Created        time.Time       `json:"created"`
-	Expires        time.Time       `json:"expires"`
+	Session     string          `json:"session"`
+	ReplyID     string          `json:"reply_id"`
+	ID          string          `json:"id"`
+	Name        string          `json:"name"`
+	Input       json.RawMessage `json:"input,omitempty"`
+	InputDigest string          `json:"input_digest,omitempty"`
+	// InputOmitted (since 1.18): the input did not fit in the page; a page
+	// starting at this call lists it (docs/protocol.md 9).
+	InputOmitted   bool      `json:"input_omitted,omitempty"`
+	Kind           string    `json:"kind"`
+	Subject        string    `json:"subject"`
+	SuggestedRules []Rule    `json:"suggested_rules,omitempty"`
+	Reason         string    `json:"reason,omitempty"`
+	Created        time.Time `json:"created"`
+	Expires        time.Time `json:"expires"`
 	// Since 1.14, as in P_parked (6.1), so that an approver needs no
 	// JetStream API (docs/inbox.md).
 	Revision      uint64          `json:"revision,omitempty"`
 	User          json.RawMessage `json:"user,omitempty"`
 	Context       json.RawMessage `json:"context,omitempty"`
 	RequestScoped bool            `json:"request_scoped,omitempty"`
+}
+
+// ParkedQuery is the data of the admin verb parked.list (since 1.18; {}:
+// the first page).
+type ParkedQuery struct {
+	After string `json:"after,omitempty"` // the next of the page before
+	Limit int    `json:"limit,omitempty"` // at most this many calls; 0: as many as fit
+}
+
+// ParkedPage is the reply of parked.list: a page of calls, and the cursor
+// of the next page when there is more (since 1.18).
+type ParkedPage struct {
+	Parked []ParkedCall `json:"parked"`
+	Next   string       `json:"next,omitempty"`
+}
+
+// Cursor is the cursor of a page of parked.list after p:
+// "<created, RFC 3339 with nanoseconds> <call key>" (docs/protocol.md 9).
+func (p ParkedCall) Cursor() string {
+	return p.Created.Format(time.RFC3339Nano) + " " + CallKey(p.Session, p.ReplyID, p.ID)
 }
 
 // Status is the data of the admin verb status: what one router sees.

@@ -67,6 +67,9 @@ type Item struct {
 	Reason         string          `json:"reason,omitempty"`
 	Created        time.Time       `json:"created"`
 	Expires        time.Time       `json:"expires"`
+	// InputOmitted: the router's list left the input out (docs/inbox.md);
+	// Note then says it cannot be answered until it is read.
+	InputOmitted bool `json:"input_omitted,omitempty"`
 	// Note says why the call cannot be answered from this page, if so.
 	Note string `json:"note,omitempty"`
 }
@@ -306,57 +309,122 @@ type routerReads struct {
 	*records
 }
 
-// poll lists every waiting call into the records, and drops those held
-// since before the list was asked for that it does not list.
+// poll lists the waiting calls into the records, up to maxPages pages,
+// and drops those held since before the list was asked for that it does
+// not list, up to where it stopped.
 func (rr routerReads) poll(ctx context.Context) error {
 	mark := rr.mark() // before the list is asked for: a call read afresh meanwhile stays
-	list, err := rr.list(ctx, "")
+	seen := make(map[string]bool)
+	reads := maxInputReads
+	last, err := rr.walk(ctx, "", func(p bus.ParkedCall, before string) bool {
+		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+		seen[key] = true
+		rr.set(key, rr.readingOf(rr.whole(ctx, p, before, &reads)))
+		return true
+	})
 	if err != nil {
 		return err
 	}
-	seen := make(map[string]bool, len(list))
-	for _, p := range list {
-		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
-		seen[key] = true
-		rr.set(key, rr.readingOf(p))
+	var covered func(Item) bool
+	if last != nil { // stopped at maxPages: what comes after is not known
+		covered = func(it Item) bool {
+			return cmp.Or(it.Created.Compare(last.Created), strings.Compare(it.Key, bus.CallKey(last.Session, last.ReplyID, last.ID))) <= 0
+		}
 	}
-	rr.prune(seen, mark)
+	rr.prune(seen, mark, covered)
 	return nil
 }
+
+// maxPages bounds the pages of parked.list one poll or read asks for: the
+// calls past them show once those before are answered (docs/inbox.md).
+const maxPages = 16
+
+// maxInputReads bounds the inputs a poll reads on their own (left out of
+// a page, input_omitted) that it does not hold already.
+const maxInputReads = 4
 
 // listWait bounds one parked.list: a router waits up to 2 s for its cache,
 // then may read the session's records from the stream leader one by one.
 const listWait = 10 * time.Second
 
-// list asks a router for the calls parked in session ("" for all).
-func (rr routerReads) list(ctx context.Context, session string) ([]bus.ParkedCall, error) {
+// page asks a router for the page after cursor after ("": the first) of
+// the calls parked in session ("" for all), at most limit (0: any).
+func (rr routerReads) page(ctx context.Context, session, after string, limit int) (bus.ParkedPage, error) {
 	lctx, cancel := context.WithTimeout(ctx, listWait)
 	defer cancel()
-	var list struct {
-		Parked []bus.ParkedCall `json:"parked"`
+	var page bus.ParkedPage
+	if err := rr.cl.Admin(lctx, "parked.list", session, bus.ParkedQuery{After: after, Limit: limit}, &page); err != nil {
+		return page, err
 	}
-	if err := rr.cl.Admin(lctx, "parked.list", session, nil, &list); err != nil {
-		return nil, err
+	if slices.ContainsFunc(page.Parked, func(p bus.ParkedCall) bool { return p.Revision == 0 }) {
+		return page, errors.New("the router's parked.list carries no revisions: the approver's inbox needs routers of protocol 1.14")
 	}
-	if slices.ContainsFunc(list.Parked, func(p bus.ParkedCall) bool { return p.Revision == 0 }) {
-		return nil, errors.New("the router's parked.list carries no revisions: the approver's inbox needs routers of protocol 1.14")
-	}
-	return list.Parked, nil
+	return page, nil
 }
 
-// read reads call key: from the list of its session.
+// walk visits the calls parked in session ("" for all), page by page, at
+// most maxPages, until visit returns false; before is the cursor of the
+// call listed before p. It returns the last call listed when pages were
+// left (nil when it listed all or visit stopped it).
+func (rr routerReads) walk(ctx context.Context, session string, visit func(p bus.ParkedCall, before string) bool) (*bus.ParkedCall, error) {
+	after, last := "", bus.ParkedCall{}
+	for range maxPages {
+		page, err := rr.page(ctx, session, after, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range page.Parked {
+			if !visit(p, after) {
+				return nil, nil
+			}
+			after, last = p.Cursor(), p
+		}
+		if page.Next == "" || len(page.Parked) == 0 {
+			return nil, nil
+		}
+		after = page.Next
+	}
+	return &last, nil
+}
+
+// whole is p with its input when the page left it out: the input held at
+// the same revision, or else (while *reads lasts) the page of p alone.
+func (rr routerReads) whole(ctx context.Context, p bus.ParkedCall, before string, reads *int) bus.ParkedCall {
+	if !p.InputOmitted {
+		return p
+	}
+	key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+	if held, ok := rr.lookup(key); ok && held.Revision == p.Revision && !held.InputOmitted {
+		p.Input, p.InputOmitted = held.Input, false
+		return p
+	}
+	if *reads == 0 {
+		return p
+	}
+	*reads--
+	if page, err := rr.page(ctx, p.Session, before, 1); err == nil && len(page.Parked) == 1 &&
+		page.Parked[0].Revision == p.Revision && bus.CallKey(page.Parked[0].Session, page.Parked[0].ReplyID, page.Parked[0].ID) == key {
+		return page.Parked[0]
+	}
+	return p
+}
+
+// read reads call key: from the pages of its session.
 func (rr routerReads) read(ctx context.Context, key string) (reading, error) {
 	session, _, _ := strings.Cut(key, ".")
-	list, err := rr.list(ctx, session)
-	if err != nil {
-		return reading{}, err
-	}
-	for _, p := range list {
-		if bus.CallKey(p.Session, p.ReplyID, p.ID) == key {
-			return rr.readingOf(p), nil
+	var r reading
+	reads := 1
+	last, err := rr.walk(ctx, session, func(p bus.ParkedCall, before string) bool {
+		if bus.CallKey(p.Session, p.ReplyID, p.ID) != key {
+			return true
 		}
+		r = rr.readingOf(rr.whole(ctx, p, before, &reads))
+		return false
+	})
+	if err == nil && last != nil {
+		err = fmt.Errorf("call %s is not in the first %d pages of its session's parked.list", key, maxPages)
 	}
-	return reading{}, nil
+	return r, err
 }
 
 // readingOf is a listed call as a reading of its record.
@@ -365,5 +433,8 @@ func (rr routerReads) readingOf(p bus.ParkedCall) reading {
 		Call: bus.Call{ID: p.ID, Name: p.Name, Input: p.Input}, InputDigest: p.InputDigest, Kind: p.Kind, User: p.User,
 		Context: p.Context, SuggestedRules: p.SuggestedRules, Reason: p.Reason, RequestScoped: p.RequestScoped,
 		Status: bus.ParkParked, Created: p.Created, Expires: p.Expires})
+	if it.InputOmitted = p.InputOmitted; ok && p.InputOmitted && it.Note == "" {
+		it.Note = "its input did not fit in the router's list: it shows here once read on its own (toolbus parked --session " + p.Session + " lists it)"
+	}
 	return reading{it: it, waits: ok, rev: p.Revision}
 }

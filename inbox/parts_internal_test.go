@@ -120,7 +120,7 @@ func TestRecordsBoundAndAbsent(t *testing.T) {
 	if n != 3 || len(items) != 2 || items[0].Key != "s1.r1.c3" {
 		t.Fatalf("snapshot %d of %d, first %v: want 2 of 3, oldest first", len(items), n, items)
 	}
-	s.prune(map[string]bool{"s1.r1.c1": true}, s.mark())
+	s.prune(map[string]bool{"s1.r1.c1": true}, s.mark(), nil)
 	if items, n, _ := s.snapshot(); n != 1 || items[0].Key != "s1.r1.c1" {
 		t.Fatalf("after a poll listing c1 only: %v", items)
 	}
@@ -210,14 +210,14 @@ func TestRecordsPruneKeepsFresh(t *testing.T) {
 	s.apply(parked(t, "c1", bus.KindConfirm, bus.ParkParked, t0, 1))
 	mark := s.mark()
 	s.apply(parked(t, "c2", bus.KindConfirm, bus.ParkParked, t0, 2)) // read while the list was made
-	s.prune(map[string]bool{}, mark)
+	s.prune(map[string]bool{}, mark, nil)
 	if _, ok := s.lookup("s1.r1.c1"); ok {
 		t.Fatal("a call held before the list and not listed stays")
 	}
 	if _, ok := s.lookup("s1.r1.c2"); !ok {
 		t.Fatal("a call read after the list was asked for was dropped")
 	}
-	s.prune(map[string]bool{}, s.mark())
+	s.prune(map[string]bool{}, s.mark(), nil)
 	if _, ok := s.lookup("s1.r1.c2"); ok {
 		t.Fatal("the next poll kept a call it does not list")
 	}

@@ -68,8 +68,11 @@ func (s *records) set(key string, r reading) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	again := r.waits && s.items.Rev(key) == r.rev // read again as it was: no change to show
-	if s.items.Stale(key, r.rev) && !again {
+	held, _ := s.items.Get(key)
+	same := r.waits && s.items.Rev(key) == r.rev
+	filled := same && held.InputOmitted && !r.it.InputOmitted // with the input its list left out
+	again := same && !filled                                  // read again as it was: no change to show
+	if s.items.Stale(key, r.rev) && !again && !filled {
 		return // a late delivery or a stale read (a fresh one came first)
 	}
 	s.step++
@@ -106,14 +109,15 @@ func (s *records) mark() uint64 {
 	return s.step
 }
 
-// prune drops calls held since before mark that a poll did not list; no
+// prune drops calls held since before mark that a poll did not list, of
+// those covered reports in the part of the list it read (nil: all); no
 // tombstone: a lagging list may miss a call the next poll lists.
-func (s *records) prune(seen map[string]bool, mark uint64) {
+func (s *records) prune(seen map[string]bool, mark uint64, covered func(Item) bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dropped := false
-	for key := range s.items.All() {
-		if !seen[key] && s.at[key] < mark {
+	for key, it := range s.items.All() {
+		if !seen[key] && s.at[key] < mark && (covered == nil || covered(it)) {
 			s.forgetLocked(key)
 			dropped = true
 		}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -130,6 +131,9 @@ type adminVerbs struct {
 	store  *store.Store
 	skills *skills.Catalogue
 	limits *limits.Limiter // the limits verbs; nil without rules
+	// pageBound bounds a page of parked.list in bytes; 0: the server's
+	// max payload less parkedPageSlack.
+	pageBound int
 }
 
 func (x *adminVerbs) onAdmin(m *nats.Msg) {
@@ -156,7 +160,7 @@ func (x *adminVerbs) run(ctx context.Context, verb string, e *bus.Event) (any, e
 	case "skills.list":
 		return x.skillsList(), nil
 	case "parked.list":
-		return x.parkedList(ctx, e.SessionID)
+		return x.parkedList(ctx, e)
 	case "groups.put":
 		g, err := bus.DecodeGroup(e.Data)
 		if err != nil {
@@ -260,11 +264,26 @@ func (x *adminVerbs) sessionVerb(ctx context.Context, verb string, e *bus.Event)
 	return x.sessionView(e.SessionID, sess), nil
 }
 
-// parkedList lists the calls parked in a session (all when "") from the
-// cache once it caught up with the bucket (parkedListWait); a cache still
-// behind could leave a waiting call out, so one session's are then read from
-// the stream leader, and a list of every session is refused (docs/inbox.md).
-func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error) {
+// parkedList lists a page of the calls parked in session e.SessionID (all
+// when "") from the cache once it caught up with the bucket
+// (parkedListWait); a cache still behind could leave a waiting call out, so
+// one session's are then read from the stream leader, and a list of every
+// session is refused (docs/inbox.md).
+func (x *adminVerbs) parkedList(ctx context.Context, e *bus.Event) (any, error) {
+	var q bus.ParkedQuery
+	if len(e.Data) > 0 {
+		if err := bus.DecodeStrict(e.Data, &q, "parked.list's data", "parked.list"); err != nil {
+			return nil, err
+		}
+	}
+	if q.Limit < 0 {
+		return nil, bus.Errorf(bus.CodeBadRequest, "parked.list: limit %d: a page holds at least 1 call (absent: as many as fit)", q.Limit)
+	}
+	after, err := parseParkedCursor(q.After)
+	if err != nil {
+		return nil, err
+	}
+	session := e.SessionID
 	wctx, cancel := context.WithTimeout(ctx, parkedListWait)
 	recs, err := x.parked.Read.ParkedNow(wctx, session)
 	cancel()
@@ -277,14 +296,85 @@ func (x *adminVerbs) parkedList(ctx context.Context, session string) (any, error
 			return nil, bus.Errorf(bus.CodeInternal, "parked.list: this router's cache of parked calls is behind the store and the store's leader did not answer (%v); ask again", err)
 		}
 	}
-	out := make([]bus.ParkedCall, len(recs))
-	for i, rec := range recs {
-		out[i] = bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
-			Input: rec.Call.Input, InputDigest: rec.InputDigest, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
-			Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires,
-			Revision: rec.Rev, User: rec.User, Context: rec.Context, RequestScoped: rec.RequestScoped}
+	bound := x.pageBound
+	if bound == 0 {
+		bound = int(x.nc.MaxPayload()) - parkedPageSlack
 	}
-	return map[string]any{"parked": out}, nil
+	return parkedPage(recs, after, q.Limit, bound), nil
+}
+
+// parkedPageSlack is what a page of parked.list leaves of the server's max
+// payload to the reply's envelope, headers and next.
+const parkedPageSlack = 4 << 10
+
+// parkedCursor is where a page starts: after the call of this creation
+// time and key, in the list's order (created, then key).
+type parkedCursor struct {
+	created time.Time
+	key     string
+}
+
+// parseParkedCursor reads a next ("" is the start).
+func parseParkedCursor(s string) (parkedCursor, error) {
+	if s == "" {
+		return parkedCursor{}, nil
+	}
+	at, key, ok := strings.Cut(s, " ")
+	created, err := time.Parse(time.RFC3339Nano, at)
+	if !ok || err != nil || key == "" {
+		return parkedCursor{}, bus.Errorf(bus.CodeBadRequest, "parked.list: after %q is not the next of a page (<created, RFC 3339> <call key>)", s)
+	}
+	return parkedCursor{created, key}, nil
+}
+
+// compare orders a call of creation time created and key against c.
+func (c parkedCursor) compare(created time.Time, key string) int {
+	return cmp.Or(created.Compare(c.created), strings.Compare(key, c.key))
+}
+
+// parkedPage is the page of recs after the cursor: at most limit entries
+// (0: any number) whose encoding stays under bound bytes. An entry that
+// does not fit in what is left is listed without its input
+// (input_omitted) when that fits; the page ends where not even that does,
+// so large inputs cannot push other calls off a page (docs/inbox.md).
+func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus.ParkedPage {
+	slices.SortFunc(recs, func(a, b *parked.Record) int {
+		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Key(), b.Key()))
+	})
+	page := bus.ParkedPage{Parked: []bus.ParkedCall{}}
+	size := len(`{"parked":[]}`)
+	for _, rec := range recs {
+		if !after.created.IsZero() && after.compare(rec.Created, rec.Key()) <= 0 {
+			continue
+		}
+		p := parkedEntry(rec)
+		n := encodedLen(p) + 1 // and its comma
+		if size+n > bound && len(p.Input) > 0 {
+			p.Input, p.InputOmitted = nil, true
+			n = encodedLen(p) + 1
+		}
+		if limit > 0 && len(page.Parked) == limit || size+n > bound && len(page.Parked) > 0 {
+			page.Next = page.Parked[len(page.Parked)-1].Cursor()
+			break
+		}
+		size += n
+		page.Parked = append(page.Parked, p)
+	}
+	return page
+}
+
+// parkedEntry is a parked record as parked.list lists it.
+func parkedEntry(rec *parked.Record) bus.ParkedCall {
+	return bus.ParkedCall{Session: rec.Session, ReplyID: rec.ReplyID, ID: rec.Call.ID, Name: rec.Call.Name,
+		Input: rec.Call.Input, InputDigest: rec.InputDigest, Kind: rec.Kind, Subject: rec.Subject, SuggestedRules: rec.SuggestedRules,
+		Reason: rec.Reason, Created: rec.Created, Expires: rec.Expires,
+		Revision: rec.Rev, User: rec.User, Context: rec.Context, RequestScoped: rec.RequestScoped}
+}
+
+// encodedLen is the length of v's JSON encoding.
+func encodedLen(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
 }
 
 func (x *adminVerbs) sessionView(id string, sess *groups.Session) sessionView {

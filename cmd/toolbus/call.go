@@ -344,7 +344,7 @@ func cancelSession(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn 
 	if cli.Given(fs, "session") {
 		return cn.session, nil
 	}
-	_, parked, err := listParked(ctx, cl, "")
+	parked, err := listParked(ctx, cl, "")
 	if err != nil {
 		return cn.session, nil // a role that may not list: cancel as before
 	}
@@ -653,7 +653,7 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 			return out, ctx.Err()
 		case <-tick.C: // a listing that fails only loses the news: the result still comes as an event
 			lctx, cancel := context.WithTimeout(ctx, pollEvery)
-			_, calls, _ := listParked(lctx, f.cl, f.session)
+			calls, _ := listParked(lctx, f.cl, f.session)
 			cancel()
 			for _, p := range calls {
 				if p.ReplyID == f.replyID {

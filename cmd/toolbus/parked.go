@@ -21,13 +21,32 @@ import (
 	"github.com/toolbus/toolbus/internal/cli"
 )
 
-// listParked returns the parked calls of session ("" for every session) as
-// raw reply data and decoded.
-func listParked(ctx context.Context, cl *client.Client, session string) (json.RawMessage, []bus.ParkedCall, error) {
-	raw, list, err := adminReply[struct {
-		Parked []bus.ParkedCall `json:"parked"`
-	}](ctx, cl, "parked.list", session, nil)
-	return raw, list.Parked, err
+// listParked returns the parked calls of session ("" for every session):
+// every page of parked.list, each input left out of its page
+// (input_omitted) read on its own (docs/protocol.md 9). An old router
+// answers in one page, without next.
+func listParked(ctx context.Context, cl *client.Client, session string) ([]bus.ParkedCall, error) {
+	var calls []bus.ParkedCall
+	for q := (bus.ParkedQuery{}); ; {
+		_, pg, err := adminReply[bus.ParkedPage](ctx, cl, "parked.list", session, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pg.Parked {
+			if p.InputOmitted { // the page of p alone has its input if any does
+				if _, one, err := adminReply[bus.ParkedPage](ctx, cl, "parked.list", p.Session, bus.ParkedQuery{After: q.After, Limit: 1}); err == nil &&
+					len(one.Parked) == 1 && one.Parked[0].Revision == p.Revision && one.Parked[0].ID == p.ID && one.Parked[0].ReplyID == p.ReplyID {
+					p = one.Parked[0]
+				}
+			}
+			calls = append(calls, p)
+			q.After = p.Cursor()
+		}
+		if pg.Next == "" || len(pg.Parked) == 0 {
+			return calls, nil
+		}
+		q.After = pg.Next
+	}
 }
 
 func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,14 +89,14 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		renderHistory(stdout, recs)
 		return nil
 	}
-	raw, calls, err := listParked(ctx, cl, session)
+	calls, err := listParked(ctx, cl, session)
 	switch {
 	case err != nil:
 		return err
 	case len(pos) == 1:
 		return showParked(stdout, calls, pos[0], session, *asJSON)
 	case *asJSON:
-		return writeJSON(stdout, raw)
+		return writeJSON(stdout, map[string]any{"parked": calls})
 	case len(calls) == 0:
 		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
@@ -122,7 +141,11 @@ func renderParked(w io.Writer, calls []bus.ParkedCall, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tREPLY\tCALL\tTOOL\tKIND\tAGE\tINPUT")
 	for _, p := range calls {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(p.Session), clean(p.ReplyID), clean(p.ID), clean(p.Name), clean(p.Kind), age(now.Sub(p.Created)), clean(inputText(p.Input)))
+		input := inputText(p.Input)
+		if p.InputOmitted {
+			input = "(larger than a reply can carry; input_digest " + p.InputDigest + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", clean(p.Session), clean(p.ReplyID), clean(p.ID), clean(p.Name), clean(p.Kind), age(now.Sub(p.Created)), clean(input))
 	}
 	_ = tw.Flush()
 }
@@ -237,7 +260,7 @@ func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, fs *flag.
 	}
 	// Call ids a batch's model gave are unique in practice, so session may
 	// be "" (every session); finding several asks for --session or --reply.
-	_, calls, err := listParked(ctx, cl, session)
+	calls, err := listParked(ctx, cl, session)
 	if err != nil {
 		return bus.ParkedCall{}, err
 	}

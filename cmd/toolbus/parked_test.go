@@ -422,10 +422,12 @@ func TestRenderParked(t *testing.T) {
 	renderParked(&out, []bus.ParkedCall{
 		{Session: "s1", ReplyID: "r1", ID: "c1", Name: "approve_po", Kind: bus.KindExternal, Input: json.RawMessage(`{ "q": "PO 7" }`), Created: now.Add(-90 * time.Second)},
 		{Session: "session-two", ReplyID: "r2", ID: "c2", Name: "write", Kind: bus.KindConfirm, Created: now},
+		{Session: "s1", ReplyID: "r3", ID: "c3", Name: "write", Kind: bus.KindConfirm, InputOmitted: true, InputDigest: "sha256:ab", Created: now},
 	}, now)
 	want := `SESSION      REPLY  CALL  TOOL        KIND      AGE    INPUT
 s1           r1     c1    approve_po  external  1m30s  {"q":"PO 7"}
 session-two  r2     c2    write       confirm   0s     {}
+s1           r3     c3    write       confirm   0s     (larger than a reply can carry; input_digest sha256:ab)
 `
 	if out.String() != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out.String(), want)
@@ -548,5 +550,38 @@ func TestCallIDFindsItsSession(t *testing.T) {
 	out, _, err = exec(t.Context(), "answer", "c1", "now one", "--nats", d.url)
 	if err != nil || !strings.Contains(out, "session s9") {
 		t.Fatalf("answer after the cancel: %v %q", err, out)
+	}
+}
+
+// TestParkedPages: toolbus parked lists calls whose inputs together pass
+// the server's max payload (parked.list in pages, an input left out of
+// its page read on its own), every one once and whole.
+func TestParkedPages(t *testing.T) {
+	d := newDeployment(t)
+	d.registerDefs(t, bus.ToolDef{Name: "approve_po", Description: "A person approves a purchase order.", External: true})
+	const each = 1 << 19
+	big := `{"q":"` + strings.Repeat("x", each) + `"}`
+	n := int(d.conn(t).MaxPayload())/each + 1
+	for i := range n {
+		d.park(t, "big", fmt.Sprintf("r%d", i), "approve_po", big, bus.KindExternal)
+	}
+	d.park(t, "small", "r1", "approve_po", `{"q":"PO-7"}`, bus.KindExternal)
+	out, _, err := exec(t.Context(), "parked", "--all", "--json", "--nats", d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Parked) != n+1 {
+		t.Fatalf("parked --all --json: %v, %d calls listed, want %d", err, len(list.Parked), n+1)
+	}
+	seen := map[string]bool{}
+	for _, p := range list.Parked {
+		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+		if seen[key] || p.InputOmitted || p.Session == "big" && len(p.Input) < each {
+			t.Fatalf("%s: listed again %v, input omitted %v, %d bytes", key, seen[key], p.InputOmitted, len(p.Input))
+		}
+		seen[key] = true
 	}
 }

@@ -17,7 +17,9 @@ import (
 // and sent nothing: the operator's `toolbus parked` (and every lookup
 // through it) waited for its timeout, for every session, as long as the
 // calls stayed parked. A reply past the max payload is an
-// io.toolbus.error limit_exceeded instead.
+// io.toolbus.error limit_exceeded instead (router TestReplyPastMaxPayload),
+// and since 1.18 parked.list answers a page under the max payload, with
+// next: every call listed once across its pages.
 func TestAttackReplyPastMaxPayload(t *testing.T) {
 	e := newEnv(t, 1)
 	e.registerDefs(t, bus.ToolDef{Name: "ext_big", External: true})
@@ -42,7 +44,20 @@ func TestAttackReplyPastMaxPayload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev.Type != bus.TypeError || !strings.Contains(string(ev.Data), bus.CodeLimitExceeded) {
+	var page struct {
+		Parked []bus.ParkedCall `json:"parked"`
+		Next   string           `json:"next"`
+	}
+	if ev.Type != bus.TypeAdminReply || ev.DataAs(&page) != nil || len(m.Data) > int(e.nc.MaxPayload()) {
 		t.Fatalf("reply %s %.200s", ev.Type, ev.Data)
+	}
+	omitted := 0
+	for _, p := range page.Parked {
+		if p.InputOmitted {
+			omitted++
+		}
+	}
+	if want := int(e.nc.MaxPayload())/each + 1; len(page.Parked) != want || omitted == 0 || page.Next != "" {
+		t.Fatalf("the page lists %d calls (%d without input), next %q; want all %d, some without input, no next", len(page.Parked), omitted, page.Next, want)
 	}
 }

@@ -1,0 +1,162 @@
+package router
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/parked"
+)
+
+// TestParkedListPages: parked.list's pages (docs/protocol.md 9) stay under
+// their bound, list every call once in (created, key) order across pages,
+// leave out only an input that does not fit, and list calls parked
+// between two pages without skipping or repeating one.
+func TestParkedListPages(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	rec := func(session string, i, inputLen int) *parked.Record {
+		input, _ := json.Marshal(map[string]string{"x": strings.Repeat("x", inputLen)})
+		return &parked.Record{Session: session, ReplyID: fmt.Sprintf("r%d", i), Call: bus.Call{ID: "c1", Name: "ask", Input: input},
+			Kind: bus.KindConfirm, Status: bus.ParkParked, Created: t0.Add(time.Duration(i/2) * time.Second), Expires: t0.Add(time.Hour), Rev: uint64(i + 1)}
+	}
+	entryLen := func(r *parked.Record) int { return encodedLen(parkedEntry(r)) + 1 }
+	small := []*parked.Record{rec("a", 0, 10), rec("b", 1, 10), rec("a", 2, 10), rec("c", 3, 10)}
+	exact := len(`{"parked":[]}`)
+	for _, r := range small {
+		exact += entryLen(r)
+	}
+	huge := rec("h", 1, 1<<12)
+	for _, tc := range []struct {
+		name  string
+		recs  []*parked.Record
+		bound int
+		limit int
+		pages int // how many pages list them all
+		omit  []string
+	}{
+		{name: "empty", recs: nil, bound: 1 << 20, pages: 1},
+		{name: "one page", recs: small, bound: 1 << 20, pages: 1},
+		{name: "exactly at the bound", recs: small, bound: exact, pages: 1},
+		{name: "one byte under: the last input left out", recs: small, bound: exact - 1, pages: 1, omit: []string{bus.CallKey("c", "r3", "c1")}},
+		{name: "two pages", recs: small, bound: exact - entryLen(small[3]) + 5, pages: 2},
+		{name: "limit", recs: small, bound: 1 << 20, limit: 1, pages: 4},
+		{name: "an entry larger than the bound", recs: []*parked.Record{rec("a", 0, 10), huge, rec("b", 2, 10)}, bound: 1 << 10, pages: 1,
+			omit: []string{huge.Key()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got, omitted []string
+			after, pages := parkedCursor{}, 0
+			for {
+				page := parkedPage(slices.Clone(tc.recs), after, tc.limit, tc.bound)
+				pages++
+				if b, _ := json.Marshal(bus.ParkedPage{Parked: page.Parked}); len(b) > tc.bound && len(page.Parked) > 1 {
+					t.Fatalf("page %d is %d bytes, bound %d", pages, len(b), tc.bound)
+				}
+				for _, p := range page.Parked {
+					key := bus.CallKey(p.Session, p.ReplyID, p.ID)
+					got = append(got, key)
+					if p.InputOmitted != (len(p.Input) == 0) {
+						t.Fatalf("%s: input_omitted %v with %d bytes of input", key, p.InputOmitted, len(p.Input))
+					}
+					if p.InputOmitted {
+						omitted = append(omitted, key)
+					}
+				}
+				if page.Next == "" {
+					break
+				}
+				var err error
+				if after, err = parseParkedCursor(page.Next); err != nil || pages > 10 {
+					t.Fatalf("next %q: %v (page %d)", page.Next, err, pages)
+				}
+			}
+			if !sameOrdered(got, tc.recs) || pages != tc.pages || !slices.Equal(omitted, tc.omit) {
+				t.Fatalf("listed %v in %d pages (omitted %v); want %d calls in %d pages (omitted %v)", got, pages, omitted, len(tc.recs), tc.pages, tc.omit)
+			}
+		})
+	}
+	t.Run("parks between pages", func(t *testing.T) {
+		recs := slices.Clone(small)
+		page := parkedPage(slices.Clone(recs), parkedCursor{}, 2, 1<<20)
+		seen := map[string]int{}
+		for _, p := range page.Parked {
+			seen[bus.CallKey(p.Session, p.ReplyID, p.ID)]++
+		}
+		// Parked meanwhile: later than every call (the usual), and at the
+		// same second as the last listed one with a key after it.
+		late, tie := rec("d", 9, 10), rec("b", 1, 10)
+		tie.ReplyID = "r9"
+		recs = append(recs, late, tie)
+		for page.Next != "" {
+			after, err := parseParkedCursor(page.Next)
+			if err != nil {
+				t.Fatal(err)
+			}
+			page = parkedPage(slices.Clone(recs), after, 2, 1<<20)
+			for _, p := range page.Parked {
+				seen[bus.CallKey(p.Session, p.ReplyID, p.ID)]++
+			}
+		}
+		for _, r := range recs {
+			if seen[r.Key()] != 1 {
+				t.Fatalf("%s listed %d times across the pages (%v)", r.Key(), seen[r.Key()], seen)
+			}
+		}
+	})
+	for _, bad := range []string{"x", "2026-12-06T10:00:00Z", "2026-12-06 a.r.c"} {
+		if _, err := parseParkedCursor(bad); err == nil {
+			t.Errorf("after %q accepted", bad)
+		}
+	}
+}
+
+// sameOrdered: keys are recs' keys in the order (created, key).
+func sameOrdered(keys []string, recs []*parked.Record) bool {
+	sorted := slices.Clone(recs)
+	slices.SortFunc(sorted, func(a, b *parked.Record) int {
+		return parkedCursor{a.Created, a.Key()}.compare(b.Created, b.Key()) * -1
+	})
+	want := make([]string, len(sorted))
+	for i, r := range sorted {
+		want[i] = r.Key()
+	}
+	return slices.Equal(keys, want)
+}
+
+// TestReplyPastMaxPayload (session 17's red team, TestAttackReplyPastMaxPayload
+// before parked.list had pages): a reply no message can carry is answered
+// io.toolbus.error limit_exceeded, not dropped.
+func TestReplyPastMaxPayload(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, ask := testkit.Connect(t, s), testkit.Connect(t, s)
+	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler),
+		m: metrics.NewRouter(nil, metrics.RouterSources{})}
+	big := strings.Repeat("x", int(nc.MaxPayload()))
+	sub, err := nc.Subscribe("toolbus.admin.big", func(m *nats.Msg) {
+		w.answer(m, bus.TypeAdminReply, map[string]string{"x": big}, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ask.Request("toolbus.admin.big", nil, 10*time.Second)
+	if err != nil {
+		t.Fatalf("a reply past the max payload: %v", err)
+	}
+	ev, err := bus.Decode(m)
+	if err != nil || ev.Type != bus.TypeError || !strings.Contains(string(ev.Data), bus.CodeLimitExceeded) {
+		t.Fatalf("reply %v %.200s (%v)", ev, m.Data, err)
+	}
+}
