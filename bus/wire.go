@@ -506,8 +506,9 @@ type ParkedCall struct {
 	Name        string          `json:"name"`
 	Input       json.RawMessage `json:"input,omitempty"`
 	InputDigest string          `json:"input_digest,omitempty"`
-	// InputOmitted (since 1.18): the input did not fit in the page; a page
-	// starting at this call lists it (docs/protocol.md 9).
+	// InputOmitted (since 1.18): the input did not fit in the page (nor,
+	// when they are absent too, the context and user); a page starting at
+	// this call lists it (docs/protocol.md 9).
 	InputOmitted   bool      `json:"input_omitted,omitempty"`
 	Kind           string    `json:"kind"`
 	Subject        string    `json:"subject"`

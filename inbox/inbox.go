@@ -395,7 +395,7 @@ func (rr routerReads) whole(ctx context.Context, p bus.ParkedCall, before string
 	}
 	key := bus.CallKey(p.Session, p.ReplyID, p.ID)
 	if held, ok := rr.lookup(key); ok && held.Revision == p.Revision && !held.InputOmitted {
-		p.Input, p.InputOmitted = held.Input, false
+		p.Input, p.Context, p.User, p.InputOmitted = held.Input, held.Context, held.User, false
 		return p
 	}
 	if *reads == 0 {

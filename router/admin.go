@@ -335,8 +335,9 @@ func (c parkedCursor) compare(created time.Time, key string) int {
 // parkedPage is the page of recs after the cursor: at most limit entries
 // (0: any number) whose encoding stays under bound bytes. An entry that
 // does not fit in what is left is listed without its input
-// (input_omitted) when that fits; the page ends where not even that does,
-// so large inputs cannot push other calls off a page (docs/inbox.md).
+// (input_omitted), and without its context and user if it still does not;
+// the page ends where not even that fits, so large inputs or contexts
+// cannot push other calls off a page (docs/inbox.md).
 func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus.ParkedPage {
 	slices.SortFunc(recs, func(a, b *parked.Record) int {
 		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Key(), b.Key()))
@@ -351,6 +352,12 @@ func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus
 		n := encodedLen(p) + 1 // and its comma
 		if size+n > bound && len(p.Input) > 0 {
 			p.Input, p.InputOmitted = nil, true
+			n = encodedLen(p) + 1
+		}
+		if size+n > bound && len(p.Context)+len(p.User) > 0 {
+			// The batch's context and user, which each of its calls
+			// carries, may be as large as an input (TestAttackParkedPageLargeContext).
+			p.Context, p.User = nil, nil
 			n = encodedLen(p) + 1
 		}
 		if limit > 0 && len(page.Parked) == limit || size+n > bound && len(page.Parked) > 0 {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -162,23 +161,54 @@ func TestReplyPastMaxPayload(t *testing.T) {
 	}
 }
 
-// TestAttackParkedPageLargeContext: a call whose entry passes the page's
-// bound even without its input — a batch's context (or user) near the max
-// payload, which every parked call of the batch carries — must still make a
-// page under the bound, or parked.list of every session fails
-// (limit_exceeded) while it stays parked, as before 1.18's pages. A known gap
-// (docs/security.md): the page lists such an entry whole, alone.
+// TestAttackParkedPageLargeContext: a batch's context (or user), which
+// each of its parked calls carries, as large as an input: a call whose entry
+// passes the page's bound even without its input made a page past it (the
+// reply limit_exceeded, parked.list of every session failing while it
+// stayed parked), and many such calls filled page after page. Such an entry
+// is listed without its context and user too (session 28, the lead's
+// review of the inbox28 fix).
 func TestAttackParkedPageLargeContext(t *testing.T) {
-	if os.Getenv("TOOLBUS_RUN_BUGS") == "" {
-		t.Skip("BUG: a parked call's large context passes parked.list's page bound (docs/security.md, known gap)")
-	}
 	const bound = 64 << 10
-	big, _ := json.Marshal(map[string]string{"pad": strings.Repeat("x", bound)})
 	t0 := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
-	rec := &parked.Record{Session: "h", ReplyID: "r1", Call: bus.Call{ID: "c1", Name: "ask", Input: json.RawMessage(`{}`)},
-		Kind: bus.KindConfirm, Status: bus.ParkParked, Created: t0, Expires: t0.Add(time.Hour), Rev: 1, Context: big}
-	page := parkedPage([]*parked.Record{rec}, parkedCursor{}, 0, bound)
-	if n := encodedLen(page); n > bound {
-		t.Fatalf("a page of %d bytes passes its bound of %d", n, bound)
+	rec := func(i, contextLen int) *parked.Record {
+		big, _ := json.Marshal(map[string]string{"pad": strings.Repeat("x", contextLen)})
+		return &parked.Record{Session: "h", ReplyID: fmt.Sprintf("r%d", i), Call: bus.Call{ID: "c1", Name: "ask", Input: json.RawMessage(`{}`)},
+			Kind: bus.KindConfirm, Status: bus.ParkParked, Created: t0.Add(time.Duration(i) * time.Second), Expires: t0.Add(time.Hour), Rev: uint64(i + 1),
+			Context: big, User: json.RawMessage(`"mallory"`)}
+	}
+	page := parkedPage([]*parked.Record{rec(0, bound)}, parkedCursor{}, 0, bound)
+	if n := encodedLen(page); n > bound || len(page.Parked) != 1 || !page.Parked[0].InputOmitted || page.Parked[0].Context != nil || page.Parked[0].User != nil {
+		t.Fatalf("a call of a %d-byte context: a page of %d bytes at a bound of %d, %+v", bound, n, bound, page.Parked)
+	}
+	// 100 calls of 8 KiB contexts, then another session's call: every page
+	// under the bound, the victim on the third (13 pages if contexts were
+	// always listed), each page's first calls whole.
+	var recs []*parked.Record
+	for i := range 100 {
+		recs = append(recs, rec(i, 8<<10))
+	}
+	victim := rec(100, 0)
+	victim.Session = "v"
+	recs = append(recs, victim)
+	var after parkedCursor
+	for pages := 1; ; pages++ {
+		page = parkedPage(recs, after, 0, bound)
+		if n := encodedLen(page); n > bound || page.Parked[0].Context == nil {
+			t.Fatalf("page %d: %d bytes (bound %d), its first call without its context", pages, n, bound)
+		}
+		if last := page.Parked[len(page.Parked)-1]; last.Session == "v" {
+			if pages > 3 {
+				t.Errorf("the other session's call on page %d", pages)
+			}
+			break
+		}
+		if page.Next == "" || pages == 20 {
+			t.Fatalf("page %d: no next, the other session's call not listed", pages)
+		}
+		var err error
+		if after, err = parseParkedCursor(page.Next); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
