@@ -124,3 +124,85 @@ func TestAttackProgressStallsReplies(t *testing.T) {
 		t.Fatalf("another call's reply waited %v behind 96 MiB of progress", d)
 	}
 }
+
+// TestAttackProgressSubjects (red team 28c): progress a worker sends
+// beside the exec's own progress subject is never relayed: a subject
+// nested deeper or in the middle, an inbox nobody awaits, the inbox of a
+// request that is no exec; nor is a copy of a reply on the progress
+// subject taken for the reply. Only <inbox>.progress of an awaited exec
+// is published, and the exec's reply still ends its wait.
+func TestAttackProgressSubjects(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, wc, watch := testkit.Connect(t, s), testkit.Connect(t, s), testkit.Connect(t, s)
+	subj := bus.NewSubjects("")
+	w := &wire{nc: nc, subj: subj, source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler)}
+	relay := &progressRelay{wire: w, now: time.Now}
+	mux := replies.New(nc, replies.Options{EndOnClose: true, Unguessable: true, Progress: relay.relay})
+	events, err := watch.SubscribeSync(subj.All("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	exec, err := mux.AwaitTagged(&job{session: "s1", replyID: "r1", call: bus.Call{ID: "c1", Name: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := mux.Await(0) // a request that is no exec: no tag
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(subject string, seq int, text string) {
+		e, err := bus.NewEvent(bus.TypeCallProgress, "toolbus/worker/evil", bus.Progress{Seq: seq, Output: bus.Text(text)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Msg(subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prefix := exec.Inbox()[:strings.LastIndexByte(exec.Inbox(), '.')+1]
+	send(exec.Inbox()+bus.ProgressSuffix+".x", 1, "nested")
+	send(exec.Inbox()+".x"+bus.ProgressSuffix, 2, "middle")
+	send(exec.Inbox()+bus.ProgressSuffix+bus.ProgressSuffix, 3, "twice")
+	send(prefix+"0"+bus.ProgressSuffix, 4, "nobody's")
+	send(other.Inbox()+bus.ProgressSuffix, 5, "no exec")
+	send(exec.Inbox()+bus.ProgressSuffix, 6, "mine")
+	if err := wc.Publish(other.Inbox(), []byte("other's reply")); err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Publish(exec.Inbox(), []byte("exec's reply")); err != nil {
+		t.Fatal(err)
+	}
+	for _, wt := range []*replies.Wait{other, exec} {
+		if m := wt.Wait(context.Background(), 10*time.Second); m == nil || !strings.HasSuffix(string(m.Data), "reply") {
+			t.Fatalf("a wait's reply: %v", m)
+		}
+	}
+	if err := nc.Publish(subj.Events("end"), nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for {
+		m, err := events.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject == subj.Events("end") {
+			break
+		}
+		var p bus.Progress
+		if e, err := bus.Decode(m); err != nil || e.DataAs(&p) != nil {
+			t.Fatalf("published %s: %v", m.Data, err)
+		}
+		got = append(got, textOf(p.Output))
+	}
+	if strings.Join(got, " ") != "mine" {
+		t.Fatalf("published %q, want only mine", got)
+	}
+}
