@@ -184,18 +184,8 @@ func TestAttackProgressSubjects(t *testing.T) {
 			t.Fatalf("a wait's reply: %v", m)
 		}
 	}
-	if err := nc.Publish(subj.Events("end"), nil); err != nil {
-		t.Fatal(err)
-	}
 	var got []string
-	for {
-		m, err := events.NextMsg(10 * time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Subject == subj.Events("end") {
-			break
-		}
+	for _, m := range relayed(t, nc, events, subj) {
 		var p bus.Progress
 		if e, err := bus.Decode(m); err != nil || e.DataAs(&p) != nil {
 			t.Fatalf("published %s: %v", m.Data, err)
