@@ -101,6 +101,9 @@ func TestAttackProgressStallsReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the Mux's subscription is the server's
+		t.Fatal(err)
+	}
 	for range 8 {
 		for _, wt := range held {
 			m, err := e.Msg(wt.Inbox() + bus.ProgressSuffix)
@@ -151,6 +154,9 @@ func TestAttackProgressSubjects(t *testing.T) {
 	}
 	other, err := mux.Await(0) // a request that is no exec: no tag
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil { // the Mux's subscription is the server's
 		t.Fatal(err)
 	}
 	send := func(subject string, seq int, text string) {
