@@ -2,7 +2,6 @@ package router
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -327,9 +326,14 @@ func parseParkedCursor(s string) (parkedCursor, error) {
 	return parkedCursor{created, key}, nil
 }
 
-// compare orders a call of creation time created and key against c.
-func (c parkedCursor) compare(created time.Time, key string) int {
-	return cmp.Or(created.Compare(c.created), strings.Compare(key, c.key))
+// compare orders rec against c. Its key is built only when the times tie
+// (an eager cmp.Or built two keys a comparison: 64% of a poll's CPU at
+// 10,000 parked calls, BenchmarkParkedPages10k).
+func (c parkedCursor) compare(rec *parked.Record) int {
+	if n := rec.Created.Compare(c.created); n != 0 {
+		return n
+	}
+	return strings.Compare(rec.Key(), c.key)
 }
 
 // parkedPage is the page of recs after the cursor: at most limit entries
@@ -340,12 +344,15 @@ func (c parkedCursor) compare(created time.Time, key string) int {
 // cannot push other calls off a page (docs/inbox.md).
 func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus.ParkedPage {
 	slices.SortFunc(recs, func(a, b *parked.Record) int {
-		return cmp.Or(a.Created.Compare(b.Created), strings.Compare(a.Key(), b.Key()))
+		if n := a.Created.Compare(b.Created); n != 0 {
+			return n
+		}
+		return strings.Compare(a.Key(), b.Key())
 	})
 	page := bus.ParkedPage{Parked: []bus.ParkedCall{}}
 	size := len(`{"parked":[]}`)
 	for _, rec := range recs {
-		if !after.created.IsZero() && after.compare(rec.Created, rec.Key()) <= 0 {
+		if !after.created.IsZero() && after.compare(rec) <= 0 {
 			continue
 		}
 		p := parkedEntry(rec)

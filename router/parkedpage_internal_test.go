@@ -123,7 +123,7 @@ func TestParkedListPages(t *testing.T) {
 func sameOrdered(keys []string, recs []*parked.Record) bool {
 	sorted := slices.Clone(recs)
 	slices.SortFunc(sorted, func(a, b *parked.Record) int {
-		return parkedCursor{a.Created, a.Key()}.compare(b.Created, b.Key()) * -1
+		return parkedCursor{a.Created, a.Key()}.compare(b) * -1
 	})
 	want := make([]string, len(sorted))
 	for i, r := range sorted {

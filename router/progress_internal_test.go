@@ -128,18 +128,8 @@ func TestProgressRelay(t *testing.T) {
 			if err := nc.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			if err := nc.Publish(subj.Events("end"), nil); err != nil {
-				t.Fatal(err)
-			}
 			var got []string
-			for {
-				m, err := events.NextMsg(10 * time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if m.Subject == subj.Events("end") {
-					break
-				}
+			for _, m := range relayed(t, nc, events, subj) {
 				e, err := bus.Decode(m)
 				if err != nil {
 					t.Fatal(err)
@@ -158,6 +148,25 @@ func TestProgressRelay(t *testing.T) {
 				t.Fatalf("published %q, want %q", strings.Join(got, " "), tc.want)
 			}
 		})
+	}
+}
+
+// relayed publishes an end marker on nc, after what nc published before,
+// and returns the events read before it.
+func relayed(t *testing.T, nc *nats.Conn, events *nats.Subscription, subj bus.Subjects) (got []*nats.Msg) {
+	t.Helper()
+	if err := nc.Publish(subj.Events("end"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := events.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject == subj.Events("end") {
+			return got
+		}
+		got = append(got, m)
 	}
 }
 
