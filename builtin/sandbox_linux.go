@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -281,25 +282,14 @@ func boundProcs(spec sandboxSpec) error {
 }
 
 // userTasks counts the processes and threads in /proc whose real user is
-// uid.
-func userTasks(uid int) uint64 {
-	var n uint64
+// uid (status lines "Uid:\t<real>\t..." and "Threads:\t<n>").
+func userTasks(uid int) (n uint64) {
 	eachPid(func(pid int) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-		if err != nil {
-			return
-		}
-		var ruid, threads string
-		for line := range bytes.Lines(b) {
-			f := bytes.Fields(line)
-			switch {
-			case len(f) > 1 && string(f[0]) == "Uid:":
-				ruid = string(f[1])
-			case len(f) > 1 && string(f[0]) == "Threads:":
-				threads = string(f[1])
-			}
-		}
-		if t, err := strconv.ParseUint(threads, 10, 64); err == nil && ruid == strconv.Itoa(uid) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		_, u, _ := strings.Cut(string(b), "\nUid:\t")
+		_, th, _ := strings.Cut(string(b), "\nThreads:\t")
+		th, _, _ = strings.Cut(th, "\n")
+		if t, err := strconv.ParseUint(th, 10, 64); err == nil && strings.HasPrefix(u, strconv.Itoa(uid)+"\t") {
 			n += t
 		}
 	})
