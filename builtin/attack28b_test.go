@@ -1,7 +1,6 @@
 package builtin
 
 import (
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -20,17 +19,11 @@ func TestAttackShellForkBomb(t *testing.T) {
 	shellProcesses = 64
 	s := newShell(t, Config{WorkDir: dir, ShellUser: "nobody"})
 	needLauncher(t, s)
-	out, err := s.Run(t.Context(), "", ShellIn{Command: "i=0; while [ $i -lt 300 ]; do sleep 60 & i=$((i+1)); echo $i; done"})
+	out, err := s.Run(t.Context(), "", ShellIn{Command: slowBomb})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, stdout, _ := strings.Cut(out, "stdout:\n")
-	stdout, _, _ = strings.Cut(stdout, "\nstderr:")
-	started := 0
-	if lines := strings.Fields(stdout); len(lines) > 0 {
-		started, _ = strconv.Atoi(lines[len(lines)-1])
-	}
-	if started >= shellProcesses || !strings.Contains(out, "fork") {
+	if started := lastCount(out); started >= shellProcesses || !strings.Contains(out, "fork") {
 		t.Fatalf("%d processes started (the bound is %d):\n%.500s", started, shellProcesses, out)
 	}
 }

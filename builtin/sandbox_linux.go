@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -156,24 +157,26 @@ func reapAll(self int) {
 // killDescendants sends SIGKILL to every process whose chain of parents
 // (read from /proc) leads to self.
 func killDescendants(self int) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
 	children := map[int][]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	eachPid(func(pid int) {
 		if pp, ok := parentOf(pid); ok {
 			children[pp] = append(children[pp], pid)
 		}
-	}
+	})
 	for queue := []int{self}; len(queue) > 0; queue = queue[1:] {
 		for _, c := range children[queue[0]] {
 			_ = syscall.Kill(c, syscall.SIGKILL)
 			queue = append(queue, c)
+		}
+	}
+}
+
+// eachPid calls f with each process id in /proc.
+func eachPid(f func(pid int)) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			f(pid)
 		}
 	}
 }
@@ -202,6 +205,10 @@ func parentOf(pid int) (int, bool) {
 func execStage() int {
 	spec, err := decodeSpec()
 	if err != nil {
+		return cannotRun("%v", err)
+	}
+	// Before Landlock, which takes /proc away.
+	if err := boundProcs(spec); err != nil {
 		return cannotRun("%v", err)
 	}
 	if spec.Landlock {
@@ -241,15 +248,56 @@ func restrict(spec sandboxSpec) error {
 	return cfg.Restrict(append(devices, landlock.RODirs(read...).IgnoreIfMissing(), landlock.RWDirs(spec.Dir, spec.Tmp).WithRefer())...)
 }
 
-// dropTo bounds the processes of spec's user, then switches to that user
-// and groups, for good.
-func dropTo(spec sandboxSpec) error {
-	if spec.Procs > 0 {
-		n := uint64(spec.Procs)
-		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
-			return fmt.Errorf("setrlimit nproc: %w", err)
+// routerReserve is how many processes (threads) below its own bound the
+// router's user keeps when a command runs as that user: room for the
+// router's threads while a command's processes fill their bound (Go's
+// runtime dies when it cannot start a thread).
+const routerReserve = 256
+
+// boundProcs sets RLIMIT_NPROC, which the kernel checks at each fork
+// against every process and thread of the real user (except for root and
+// holders of CAP_SYS_RESOURCE or CAP_SYS_ADMIN). A shell user of its own
+// gets spec.Procs. The router's own user already has processes, the
+// router's threads among them: it gets spec.Procs more than it has now, at
+// most the router's own bound less routerReserve. Procs 0: no bound.
+func boundProcs(spec sandboxSpec) error {
+	n := uint64(spec.Procs)
+	if n == 0 {
+		return nil
+	}
+	if spec.UID < 0 {
+		var cur unix.Rlimit
+		if err := unix.Getrlimit(unix.RLIMIT_NPROC, &cur); err != nil {
+			return fmt.Errorf("getrlimit nproc: %w", err)
+		}
+		n += userTasks(os.Getuid())
+		if cur.Cur != unix.RLIM_INFINITY {
+			n = min(n, cur.Cur-min(cur.Cur, routerReserve))
 		}
 	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+		return fmt.Errorf("setrlimit nproc: %w", err)
+	}
+	return nil
+}
+
+// userTasks counts the processes and threads in /proc whose real user is
+// uid (status lines "Uid:\t<real>\t..." and "Threads:\t<n>").
+func userTasks(uid int) (n uint64) {
+	eachPid(func(pid int) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+		_, u, _ := strings.Cut(string(b), "\nUid:\t")
+		_, th, _ := strings.Cut(string(b), "\nThreads:\t")
+		th, _, _ = strings.Cut(th, "\n")
+		if t, err := strconv.ParseUint(th, 10, 64); err == nil && strings.HasPrefix(u, strconv.Itoa(uid)+"\t") {
+			n += t
+		}
+	})
+	return n
+}
+
+// dropTo switches to spec's user and groups, for good.
+func dropTo(spec sandboxSpec) error {
 	groups := spec.Groups
 	if len(groups) == 0 {
 		groups = []int{spec.GID}

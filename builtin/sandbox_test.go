@@ -21,8 +21,9 @@ import (
 
 // envShellChild makes the test binary a process that runs one shell
 // command (envShellChild names the directory, envShellChild_CMD the
-// command) and then blocks, for the test that kills the process running a
-// tool.
+// command, envShellChild_PROCS shellProcesses if set) and then blocks
+// until stdin ends, for the tests that kill the process running a tool or
+// run it as another user.
 const envShellChild = "TOOLBUS_TEST_SHELL_CHILD"
 
 // runShellChild is TestMain's hook for envShellChild; false when it is
@@ -33,6 +34,9 @@ func runShellChild() bool {
 		return false
 	}
 	cmd := os.Getenv(envShellChild + "_CMD")
+	if n, err := strconv.Atoi(os.Getenv(envShellChild + "_PROCS")); err == nil {
+		shellProcesses = n
+	}
 	s, err := NewShell(Config{WorkDir: dir, ShellAsRoot: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

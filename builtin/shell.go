@@ -261,12 +261,12 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 	defer os.RemoveAll(tmp)
-	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1}
+	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1, Procs: shellProcesses}
 	if s.cred != nil {
 		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
 			return "", fmt.Errorf("shell: the command could not run: %v", err)
 		}
-		spec.UID, spec.GID, spec.Groups, spec.Procs = s.cred.uid, s.cred.gid, s.cred.groups, shellProcesses
+		spec.UID, spec.GID, spec.Groups = s.cred.uid, s.cred.gid, s.cred.groups
 	}
 	if s.restricted() && s.launcher {
 		spec.Interp, spec.ExecFiles, spec.ExecDirs = true, s.execFiles, s.execDirs
@@ -590,12 +590,13 @@ type sandboxSpec struct {
 	GID       int      `json:"gid"`
 	Groups    []int    `json:"groups,omitempty"`
 	// Procs bounds the processes (and threads) of the user UID names
-	// (RLIMIT_NPROC): 0, none (the router's own user).
+	// (RLIMIT_NPROC), or for the router's own user how many more it may
+	// have than when the command starts (boundProcs); 0, none.
 	Procs int `json:"procs,omitempty"`
 }
 
-// shellProcesses is Procs for a shell user: a fork bomb stops there, far
-// below the machine's bound, and far above what builds and tests start.
+// shellProcesses is Procs: a fork bomb stops there, far below the
+// machine's bound, and far above what builds and tests start.
 var shellProcesses = 4096
 
 // hooked is set once RunSandboxChild has run in this process, which is how
