@@ -429,8 +429,46 @@ type liveness struct {
 
 	mu      sync.RWMutex
 	beats   map[string]map[string]beat // tool → worker → last beat
+	newest  newest                     // tool → its newest beats, what a call reads
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
+}
+
+// newest is, per tool, the newest beat of each exec form among its workers
+// that have not left, kept on every change of its beats: Live and ExecForm,
+// twice a call, read one entry instead of every worker's beat.
+type newest struct {
+	m map[string][bus.ExecCompact + 1]time.Time
+}
+
+// set summarises ws, tool's beats; none: the tool is dropped.
+func (n *newest) set(tool string, ws map[string]beat) {
+	if len(ws) == 0 {
+		delete(n.m, tool)
+		return
+	}
+	var f [bus.ExecCompact + 1]time.Time
+	for _, b := range ws {
+		if i := min(b.form, bus.ExecCompact); !b.left && b.at.After(f[i]) {
+			f[i] = b.at
+		}
+	}
+	if n.m == nil {
+		n.m = map[string][bus.ExecCompact + 1]time.Time{}
+	}
+	n.m[tool] = f
+}
+
+// least is the least exec form a worker of tool that beat after cutoff
+// reads, and whether any did; the caller holds the lock.
+func (n *newest) least(tool string, cutoff time.Time) (bus.ExecForm, bool) {
+	f := n.m[tool]
+	for i := range f {
+		if f[i].After(cutoff) {
+			return bus.ExecForm(i), true
+		}
+	}
+	return bus.ExecStructured, false
 }
 
 // beat is what a router knows of one worker serving one tool.
@@ -486,18 +524,10 @@ func (l *liveness) MayHold(tool, key string) bool {
 // ExecForm is the exec form every live worker of tool reads (docs/protocol.md 5.1):
 // the least any declared; structured when none is live.
 func (l *liveness) ExecForm(tool string) bus.ExecForm {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
 	cutoff := l.cutoff()
-	form, n := bus.ExecCompact, 0
-	for _, b := range l.beats[tool] {
-		if b.live(cutoff) {
-			form, n = min(form, b.form), n+1
-		}
-	}
-	if n == 0 {
-		return bus.ExecStructured
-	}
+	l.mu.RLock()
+	form, _ := l.newest.least(tool, cutoff)
+	l.mu.RUnlock()
 	return form
 }
 
@@ -604,6 +634,7 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 		if len(m) == 0 {
 			delete(l.beats, tool)
 		}
+		l.newest.set(tool, m)
 		return
 	}
 	l.keep(tool, worker, b)
@@ -617,12 +648,20 @@ func (l *liveness) keep(tool, worker string, b beat) {
 		l.beats[tool] = m
 	}
 	m[worker] = b
+	l.newest.set(tool, m)
 	l.version.Add(1)
 }
 
 // Live reports whether t is external or a worker beat within three heartbeats.
 func (l *liveness) Live(t *Tool) bool {
-	return t.Def.External || l.liveExcept(t.Def.Name, "")
+	if t.Def.External {
+		return true
+	}
+	cutoff := l.cutoff()
+	l.mu.RLock()
+	_, live := l.newest.least(t.Def.Name, cutoff)
+	l.mu.RUnlock()
+	return live
 }
 
 // liveExcept reports whether a worker but except beat for tool lately.
