@@ -429,22 +429,23 @@ type liveness struct {
 
 	mu      sync.RWMutex
 	beats   map[string]map[string]beat // tool → worker → last beat
-	newest  newest                     // tool → its newest beats, what a call reads
+	until   liveUntil                  // tool → until when it is live, what a call reads
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
 }
 
-// newest is, per tool, the newest beat of each exec form among its workers
-// that have not left, kept on every change of its beats: Live and ExecForm,
-// twice a call, read one entry instead of every worker's beat.
-type newest struct {
+// liveUntil is, per tool, until when a worker of each exec form is live
+// (its newest beat that is no leave, plus three heartbeats), kept on every
+// change of its beats: Live and ExecForm, twice a call, read one entry
+// instead of every worker's beat.
+type liveUntil struct {
 	m map[string][bus.ExecCompact + 1]time.Time
 }
 
-// set summarises ws, tool's beats; none: the tool is dropped.
-func (n *newest) set(tool string, ws map[string]beat) {
+// set summarises ws, tool's beats, live for span; none: the tool is dropped.
+func (u *liveUntil) set(tool string, ws map[string]beat, span time.Duration) {
 	if len(ws) == 0 {
-		delete(n.m, tool)
+		delete(u.m, tool)
 		return
 	}
 	var f [bus.ExecCompact + 1]time.Time
@@ -453,18 +454,21 @@ func (n *newest) set(tool string, ws map[string]beat) {
 			f[i] = b.at
 		}
 	}
-	if n.m == nil {
-		n.m = map[string][bus.ExecCompact + 1]time.Time{}
+	for i := range f {
+		f[i] = f[i].Add(span)
 	}
-	n.m[tool] = f
+	if u.m == nil {
+		u.m = map[string][bus.ExecCompact + 1]time.Time{}
+	}
+	u.m[tool] = f
 }
 
-// least is the least exec form a worker of tool that beat after cutoff
-// reads, and whether any did; the caller holds the lock.
-func (n *newest) least(tool string, cutoff time.Time) (bus.ExecForm, bool) {
-	f := n.m[tool]
+// least is the least exec form a live worker of tool reads at now, and
+// whether one is live; the caller holds the lock.
+func (u *liveUntil) least(tool string, now time.Time) (bus.ExecForm, bool) {
+	f := u.m[tool]
 	for i := range f {
-		if f[i].After(cutoff) {
+		if f[i].After(now) {
 			return bus.ExecForm(i), true
 		}
 	}
@@ -524,9 +528,9 @@ func (l *liveness) MayHold(tool, key string) bool {
 // ExecForm is the exec form every live worker of tool reads (docs/protocol.md 5.1):
 // the least any declared; structured when none is live.
 func (l *liveness) ExecForm(tool string) bus.ExecForm {
-	cutoff := l.cutoff()
+	now := l.now()
 	l.mu.RLock()
-	form, _ := l.newest.least(tool, cutoff)
+	form, _ := l.until.least(tool, now)
 	l.mu.RUnlock()
 	return form
 }
@@ -634,7 +638,7 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 		if len(m) == 0 {
 			delete(l.beats, tool)
 		}
-		l.newest.set(tool, m)
+		l.until.set(tool, m, 3*l.heartbeat)
 		return
 	}
 	l.keep(tool, worker, b)
@@ -648,7 +652,7 @@ func (l *liveness) keep(tool, worker string, b beat) {
 		l.beats[tool] = m
 	}
 	m[worker] = b
-	l.newest.set(tool, m)
+	l.until.set(tool, m, 3*l.heartbeat)
 	l.version.Add(1)
 }
 
@@ -657,9 +661,9 @@ func (l *liveness) Live(t *Tool) bool {
 	if t.Def.External {
 		return true
 	}
-	cutoff := l.cutoff()
+	now := l.now()
 	l.mu.RLock()
-	_, live := l.newest.least(t.Def.Name, cutoff)
+	_, live := l.until.least(t.Def.Name, now)
 	l.mu.RUnlock()
 	return live
 }
