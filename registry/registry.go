@@ -435,11 +435,11 @@ type liveness struct {
 }
 
 // liveUntil is, per tool, until when a worker of each exec form is live
-// (its newest beat that is no leave, plus three heartbeats), kept on every
-// change of its beats: Live and ExecForm, twice a call, read one entry
-// instead of every worker's beat.
+// (its newest beat that is no leave, plus three heartbeats; zero: none),
+// kept on every change of its beats: Live and ExecForm, twice a call, read
+// one entry instead of every worker's beat.
 type liveUntil struct {
-	m map[string][bus.ExecCompact + 1]time.Time
+	m map[string]*[bus.ExecCompact + 1]time.Time
 }
 
 // set summarises ws, tool's beats, live for span; none: the tool is dropped.
@@ -455,21 +455,27 @@ func (u *liveUntil) set(tool string, ws map[string]beat, span time.Duration) {
 		}
 	}
 	for i := range f {
-		f[i] = f[i].Add(span)
+		if !f[i].IsZero() {
+			f[i] = f[i].Add(span)
+		}
 	}
 	if u.m == nil {
-		u.m = map[string][bus.ExecCompact + 1]time.Time{}
+		u.m = map[string]*[bus.ExecCompact + 1]time.Time{}
 	}
-	u.m[tool] = f
+	if u.m[tool] == nil {
+		u.m[tool] = new([bus.ExecCompact + 1]time.Time)
+	}
+	*u.m[tool] = f // in place: readers hold the read lock
 }
 
 // least is the least exec form a live worker of tool reads at now, and
 // whether one is live; the caller holds the lock.
 func (u *liveUntil) least(tool string, now time.Time) (bus.ExecForm, bool) {
-	f := u.m[tool]
-	for i := range f {
-		if f[i].After(now) {
-			return bus.ExecForm(i), true
+	if f := u.m[tool]; f != nil {
+		for i := range f {
+			if !f[i].IsZero() && f[i].After(now) {
+				return bus.ExecForm(i), true
+			}
 		}
 	}
 	return bus.ExecStructured, false
