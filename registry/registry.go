@@ -429,48 +429,49 @@ type liveness struct {
 
 	mu      sync.RWMutex
 	beats   map[string]map[string]beat // tool → worker → last beat
-	until   liveUntil                  // tool → until when it is live, what a call reads
+	until   liveUntil                  // what a call reads of beats: set with them, under mu and its own lock
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
 }
 
 // liveUntil is, per tool, until when a worker of each exec form is live
 // (its newest beat that is no leave, plus three heartbeats; zero: none),
-// kept on every change of its beats: Live and ExecForm, twice a call, read
-// one entry instead of every worker's beat.
+// set on every change of its beats: Live and ExecForm, twice a call, read
+// one entry, under a lock of its own, instead of every worker's beat.
 type liveUntil struct {
-	m map[string]*[bus.ExecCompact + 1]time.Time
+	mu sync.RWMutex
+	m  map[string]*[bus.ExecCompact + 1]time.Time
 }
 
 // set summarises ws, tool's beats, live for span; none: the tool is dropped.
 func (u *liveUntil) set(tool string, ws map[string]beat, span time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	if len(ws) == 0 {
 		delete(u.m, tool)
 		return
 	}
-	var f [bus.ExecCompact + 1]time.Time
-	for _, b := range ws {
-		if i := min(b.form, bus.ExecCompact); !b.left && b.at.After(f[i]) {
-			f[i] = b.at
-		}
-	}
-	for i := range f {
-		if !f[i].IsZero() {
-			f[i] = f[i].Add(span)
-		}
-	}
 	if u.m == nil {
 		u.m = map[string]*[bus.ExecCompact + 1]time.Time{}
 	}
-	if u.m[tool] == nil {
-		u.m[tool] = new([bus.ExecCompact + 1]time.Time)
+	f := u.m[tool]
+	if f == nil {
+		f = new([bus.ExecCompact + 1]time.Time)
+		u.m[tool] = f
 	}
-	*u.m[tool] = f // in place: readers hold the read lock
+	*f = [bus.ExecCompact + 1]time.Time{} // in place: readers hold the read lock
+	for _, b := range ws {
+		if i := min(b.form, bus.ExecCompact); !b.left && b.at.Add(span).After(f[i]) {
+			f[i] = b.at.Add(span)
+		}
+	}
 }
 
 // least is the least exec form a live worker of tool reads at now, and
-// whether one is live; the caller holds the lock.
+// whether one is live.
 func (u *liveUntil) least(tool string, now time.Time) (bus.ExecForm, bool) {
+	u.mu.RLock()
+	defer u.mu.RUnlock()
 	if f := u.m[tool]; f != nil {
 		for i := range f {
 			if !f[i].IsZero() && f[i].After(now) {
@@ -534,10 +535,7 @@ func (l *liveness) MayHold(tool, key string) bool {
 // ExecForm is the exec form every live worker of tool reads (docs/protocol.md 5.1):
 // the least any declared; structured when none is live.
 func (l *liveness) ExecForm(tool string) bus.ExecForm {
-	now := l.now()
-	l.mu.RLock()
-	form, _ := l.until.least(tool, now)
-	l.mu.RUnlock()
+	form, _ := l.until.least(tool, l.now())
 	return form
 }
 
@@ -667,10 +665,7 @@ func (l *liveness) Live(t *Tool) bool {
 	if t.Def.External {
 		return true
 	}
-	now := l.now()
-	l.mu.RLock()
-	_, live := l.until.least(t.Def.Name, now)
-	l.mu.RUnlock()
+	_, live := l.until.least(t.Def.Name, l.now())
 	return live
 }
 
