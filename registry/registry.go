@@ -451,28 +451,25 @@ func (u *liveUntil) set(tool string, ws map[string]beat, span time.Duration) {
 		delete(u.m, tool)
 		return
 	}
-	if u.m == nil {
-		u.m = map[string]*[bus.ExecCompact + 1]time.Time{}
-	}
-	f := u.m[tool]
-	if f == nil {
-		f = new([bus.ExecCompact + 1]time.Time)
-		u.m[tool] = f
-	}
-	*f = [bus.ExecCompact + 1]time.Time{} // in place: readers hold the read lock
+	f := new([bus.ExecCompact + 1]time.Time) // never changed once set: read after the lock
 	for _, b := range ws {
 		if i := min(b.form, bus.ExecCompact); !b.left && b.at.Add(span).After(f[i]) {
 			f[i] = b.at.Add(span)
 		}
 	}
+	if u.m == nil {
+		u.m = map[string]*[bus.ExecCompact + 1]time.Time{}
+	}
+	u.m[tool] = f
 }
 
 // least is the least exec form a live worker of tool reads at now, and
 // whether one is live.
 func (u *liveUntil) least(tool string, now time.Time) (bus.ExecForm, bool) {
 	u.mu.RLock()
-	defer u.mu.RUnlock()
-	if f := u.m[tool]; f != nil {
+	f := u.m[tool]
+	u.mu.RUnlock()
+	if f != nil {
 		for i := range f {
 			if !f[i].IsZero() && f[i].After(now) {
 				return bus.ExecForm(i), true
