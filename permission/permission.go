@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 
@@ -114,7 +116,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("rule %s cannot judge %q: its program is named only when it runs", ruleString(r), computed)}
 	}
 	if c.def.ReadOnly {
-		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " is read-only"}
+		return Decision{Behavior: Allow, Reason: toolSays(c.def.Name)[0]}
 	}
 	if mode == Explore {
 		return Decision{Behavior: Deny, Reason: "explore mode denies tools that are not read-only"}
@@ -124,7 +126,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 	}
 	if mode == Bypass {
 		if c.def.Permission == bus.PermissionAllow {
-			return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " allows it"}
+			return Decision{Behavior: Allow, Reason: toolSays(c.def.Name)[1]}
 		}
 		if reason, ok := c.allowed(pc.Rules); ok {
 			return Decision{Behavior: Allow, Reason: reason}
@@ -134,7 +136,7 @@ func (c *call) decide(pc Context, mode string) Decision {
 	// Default, AcceptEdits and DontAsk.
 	switch c.def.Permission {
 	case bus.PermissionAllow:
-		return Decision{Behavior: Allow, Reason: "tool " + c.def.Name + " allows it"}
+		return Decision{Behavior: Allow, Reason: toolSays(c.def.Name)[1]}
 	case bus.PermissionAsk:
 		return Decision{Behavior: Ask, Reason: fmt.Sprintf("tool %s asks for confirmation", c.def.Name)}
 	case bus.PermissionPassthrough, "":
@@ -157,6 +159,32 @@ func (c *call) decide(pc Context, mode string) Decision {
 	}
 	return Decision{Behavior: Ask, Reason: fmt.Sprintf("no rule allows this call of %s", c.def.Name),
 		SuggestedRules: c.suggest(pc.Rules)}
+}
+
+// said holds toolSays' reasons by tool name, copied on write: a call its
+// tool allows, the most common, builds no string (an allocation).
+var said atomic.Pointer[map[string][2]string]
+
+// maxSaid bounds said; past it a tool's reasons are built every call.
+const maxSaid = 1024
+
+// toolSays returns "tool <name> is read-only" and "tool <name> allows it".
+func toolSays(name string) [2]string {
+	m := said.Load()
+	if m != nil {
+		if r, ok := (*m)[name]; ok {
+			return r
+		}
+	}
+	r := [2]string{"tool " + name + " is read-only", "tool " + name + " allows it"}
+	if m == nil || len(*m) < maxSaid {
+		next := map[string][2]string{name: r}
+		if m != nil {
+			maps.Copy(next, *m)
+		}
+		said.CompareAndSwap(m, &next) // lost to another name: built again next call
+	}
+	return r
 }
 
 // maxPattern bounds a rule pattern.

@@ -429,8 +429,54 @@ type liveness struct {
 
 	mu      sync.RWMutex
 	beats   map[string]map[string]beat // tool → worker → last beat
+	until   liveUntil                  // what a call reads of beats: set with them, under mu and its own lock
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
+}
+
+// liveUntil is, per tool, until when a worker of each exec form is live
+// (its newest beat that is no leave, plus three heartbeats; zero: none),
+// set on every change of its beats: Live and ExecForm, twice a call, read
+// one entry, under a lock of its own, instead of every worker's beat.
+type liveUntil struct {
+	mu sync.RWMutex
+	m  map[string]*[bus.ExecCompact + 1]time.Time
+}
+
+// set summarises ws, tool's beats, live for span; none: the tool is dropped.
+func (u *liveUntil) set(tool string, ws map[string]beat, span time.Duration) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(ws) == 0 {
+		delete(u.m, tool)
+		return
+	}
+	f := new([bus.ExecCompact + 1]time.Time) // never changed once set: read after the lock
+	for _, b := range ws {
+		if i := min(b.form, bus.ExecCompact); !b.left && b.at.Add(span).After(f[i]) {
+			f[i] = b.at.Add(span)
+		}
+	}
+	if u.m == nil {
+		u.m = map[string]*[bus.ExecCompact + 1]time.Time{}
+	}
+	u.m[tool] = f
+}
+
+// least is the least exec form a live worker of tool reads at now, and
+// whether one is live.
+func (u *liveUntil) least(tool string, now time.Time) (bus.ExecForm, bool) {
+	u.mu.RLock()
+	f := u.m[tool]
+	u.mu.RUnlock()
+	if f != nil {
+		for i := range f {
+			if !f[i].IsZero() && f[i].After(now) {
+				return bus.ExecForm(i), true
+			}
+		}
+	}
+	return bus.ExecStructured, false
 }
 
 // beat is what a router knows of one worker serving one tool.
@@ -486,18 +532,7 @@ func (l *liveness) MayHold(tool, key string) bool {
 // ExecForm is the exec form every live worker of tool reads (docs/protocol.md 5.1):
 // the least any declared; structured when none is live.
 func (l *liveness) ExecForm(tool string) bus.ExecForm {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	cutoff := l.cutoff()
-	form, n := bus.ExecCompact, 0
-	for _, b := range l.beats[tool] {
-		if b.live(cutoff) {
-			form, n = min(form, b.form), n+1
-		}
-	}
-	if n == 0 {
-		return bus.ExecStructured
-	}
+	form, _ := l.until.least(tool, l.now())
 	return form
 }
 
@@ -604,6 +639,7 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 		if len(m) == 0 {
 			delete(l.beats, tool)
 		}
+		l.until.set(tool, m, 3*l.heartbeat)
 		return
 	}
 	l.keep(tool, worker, b)
@@ -617,12 +653,17 @@ func (l *liveness) keep(tool, worker string, b beat) {
 		l.beats[tool] = m
 	}
 	m[worker] = b
+	l.until.set(tool, m, 3*l.heartbeat)
 	l.version.Add(1)
 }
 
 // Live reports whether t is external or a worker beat within three heartbeats.
 func (l *liveness) Live(t *Tool) bool {
-	return t.Def.External || l.liveExcept(t.Def.Name, "")
+	if t.Def.External {
+		return true
+	}
+	_, live := l.until.least(t.Def.Name, l.now())
+	return live
 }
 
 // liveExcept reports whether a worker but except beat for tool lately.
