@@ -110,10 +110,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	o.Conn = natsconn.FromEnv()
 	o.Conn.RegisterAuthFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soak.Help)
-		fs.PrintDefaults()
-	}
+	fs.Usage = cli.GroupedUsage(fs, "usage: toolbus soak [flags]\n\n"+soak.Help+"\n", nil, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -53,10 +53,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
 	observe := cli.ObserveFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n\nflags:\n", strings.Join(toolNames, ", "))
-		fs.PrintDefaults()
-	}
+	fs.Usage = cli.GroupedUsage(fs, fmt.Sprintf("usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n", strings.Join(toolNames, ", ")), nil, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

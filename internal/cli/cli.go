@@ -172,7 +172,8 @@ func WantsHelp(args []string) bool {
 
 // GroupedUsage returns a usage function for fs that prints head, then the
 // flags that are not in common, then those that are under the heading
-// commonTitle, so a command's own flags come first and the shared ones once.
+// commonTitle, so a command's own flags come first and the shared ones once
+// (common nil: every flag under "flags:", as flag's own usage lists them).
 func GroupedUsage(fs *flag.FlagSet, head string, common map[string]bool, commonTitle string) func() {
 	return func() {
 		w := fs.Output()
