@@ -371,10 +371,7 @@ func explicitStore(data string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("store %s: %w", data, err)
 	}
-	if err := private.Check(real, 0o022, storeWhat); err != nil {
-		return "", fmt.Errorf("store: --data %w", err)
-	}
-	if err := private.Ancestors(real, storeWhat); err != nil {
+	if err := cmp.Or(private.Check(real, 0o022, storeWhat), private.Ancestors(real, storeWhat)); err != nil { // the first error
 		return "", fmt.Errorf("store: --data %w", err)
 	}
 	return data, nil
@@ -390,10 +387,7 @@ func secureMode(dir string, out io.Writer) error {
 		return fmt.Errorf("--secure %s: %w", dir, err)
 	}
 	const what = "the roles' credentials (--secure)"
-	if err := private.Check(dir, 0o022, what); err != nil {
-		return fmt.Errorf("refused: %w", err)
-	}
-	if err := private.Ancestors(dir, what); err != nil {
+	if err := cmp.Or(private.Check(dir, 0o022, what), private.Ancestors(dir, what)); err != nil { // the first error
 		return fmt.Errorf("refused: %w", err)
 	}
 	fi, err := os.Lstat(dir)
