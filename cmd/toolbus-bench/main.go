@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -85,9 +84,7 @@ func printReport(w io.Writer, rep interface{ WriteTable(io.Writer) }, asJSON boo
 		rep.WriteTable(w)
 		return nil
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	return cli.WriteJSON(w, rep)
 }
 
 // runSoak is toolbus soak: flags in, package soak runs, the report out.

@@ -81,7 +81,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case err != nil:
 			return err
 		case *asJSON:
-			return writeJSON(stdout, recs)
+			return cli.WriteJSON(stdout, recs)
 		case len(recs) == 0:
 			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where(session))
 			return nil
@@ -96,7 +96,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case len(pos) == 1:
 		return showParked(stdout, calls, pos[0], session, *asJSON)
 	case *asJSON:
-		return writeJSON(stdout, map[string]any{"parked": calls})
+		return cli.WriteJSON(stdout, map[string]any{"parked": calls})
 	case len(calls) == 0:
 		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
@@ -113,7 +113,7 @@ func showParked(stdout io.Writer, calls []bus.ParkedCall, id, session string, as
 		return err
 	}
 	if asJSON {
-		return writeJSON(stdout, map[string]any{"parked": found})
+		return cli.WriteJSON(stdout, map[string]any{"parked": found})
 	}
 	renderParked(stdout, found, time.Now())
 	for _, p := range found {

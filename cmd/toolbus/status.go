@@ -187,7 +187,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case err != nil:
 		return err
 	case *asJSON:
-		return writeJSON(stdout, raw)
+		return cli.WriteJSON(stdout, raw)
 	case *reset:
 		_, err = fmt.Fprintf(stdout, "reset %d count(s)\n", r.Reset)
 		return err

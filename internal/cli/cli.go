@@ -5,6 +5,7 @@ package cli
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -202,6 +203,13 @@ func GroupedUsage(fs *flag.FlagSet, head string, common map[string]bool, commonT
 			g.set.PrintDefaults()
 		}
 	}
+}
+
+// WriteJSON prints v as indented JSON, as the commands' --json does.
+func WriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // Given reports whether the flag name was set on fs's command line.
