@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/cli/daemon"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/memtune"
 	"github.com/toolbus/toolbus/internal/private"
@@ -83,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limitsFlags := limitFlags(fs)
 	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
 	memLimit := fs.Int64("memory-limit-mib", memtune.DefaultMemoryLimit>>20, "soft memory limit in MiB unless the environment sets GOMEMLIMIT; 0: none (docs/operations.md)")
-	observe := cli.ObserveFlags(fs)
+	observe := daemon.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
