@@ -139,13 +139,6 @@ func (d *duration) Set(s string) error {
 
 func (d *duration) UnmarshalJSON(b []byte) error { return setJSON(d, b) }
 
-func (d duration) MarshalJSON() ([]byte, error) {
-	if d == 0 {
-		return []byte(`""`), nil
-	}
-	return json.Marshal(time.Duration(d).String())
-}
-
 // byteSize is a positive number of bytes: a plain number, or one with a
 // unit, B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers
 // of 1024), e.g. 512MiB.
@@ -196,8 +189,6 @@ func (b *byteSize) Set(s string) error {
 }
 
 func (b *byteSize) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }
-
-func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
 
 // setJSON sets v from a JSON string, or from any other JSON value (a
 // number) as written, as its flag would be set.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,18 @@ import (
 
 	"github.com/toolbus/toolbus/store"
 )
+
+// The config file's JSON form, which only FuzzParseConfig writes: a
+// duration as its Go string, a size as its count of bytes.
+
+func (d duration) MarshalJSON() ([]byte, error) {
+	if d == 0 {
+		return []byte(`""`), nil
+	}
+	return json.Marshal(time.Duration(d).String())
+}
+
+func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
 
 func TestParseConfigLimits(t *testing.T) {
 	cfg, err := parseConfig("r.yaml", []byte(`

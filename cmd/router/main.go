@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/cli/daemon"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/internal/memtune"
 	"github.com/toolbus/toolbus/internal/private"
@@ -83,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limitsFlags := limitFlags(fs)
 	gcPercent := fs.Int("gc-percent", memtune.DefaultGCPercent, "the collector's GOGC unless the environment sets GOGC (docs/operations.md)")
 	memLimit := fs.Int64("memory-limit-mib", memtune.DefaultMemoryLimit>>20, "soft memory limit in MiB unless the environment sets GOMEMLIMIT; 0: none (docs/operations.md)")
-	observe := cli.ObserveFlags(fs)
+	observe := daemon.ObserveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -371,10 +372,7 @@ func explicitStore(data string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("store %s: %w", data, err)
 	}
-	if err := private.Check(real, 0o022, storeWhat); err != nil {
-		return "", fmt.Errorf("store: --data %w", err)
-	}
-	if err := private.Ancestors(real, storeWhat); err != nil {
+	if err := cmp.Or(private.Check(real, 0o022, storeWhat), private.Ancestors(real, storeWhat)); err != nil { // the first error
 		return "", fmt.Errorf("store: --data %w", err)
 	}
 	return data, nil
@@ -390,10 +388,7 @@ func secureMode(dir string, out io.Writer) error {
 		return fmt.Errorf("--secure %s: %w", dir, err)
 	}
 	const what = "the roles' credentials (--secure)"
-	if err := private.Check(dir, 0o022, what); err != nil {
-		return fmt.Errorf("refused: %w", err)
-	}
-	if err := private.Ancestors(dir, what); err != nil {
+	if err := cmp.Or(private.Check(dir, 0o022, what), private.Ancestors(dir, what)); err != nil { // the first error
 		return fmt.Errorf("refused: %w", err)
 	}
 	fi, err := os.Lstat(dir)

@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -85,9 +84,7 @@ func printReport(w io.Writer, rep interface{ WriteTable(io.Writer) }, asJSON boo
 		rep.WriteTable(w)
 		return nil
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(rep)
+	return cli.WriteJSON(w, rep)
 }
 
 // runSoak is toolbus soak: flags in, package soak runs, the report out.
@@ -110,10 +107,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	o.Conn = natsconn.FromEnv()
 	o.Conn.RegisterAuthFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus soak [flags]\n\n%s\n\nflags:\n", soak.Help)
-		fs.PrintDefaults()
-	}
+	fs.Usage = cli.GroupedUsage(fs, "usage: toolbus soak [flags]\n\n"+soak.Help+"\n", nil, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		reply = &bus.Reply{Results: append(reply.Results, late...), Parked: []bus.Parked{}}
 	}
 	if *asJSON {
-		err = writeJSON(stdout, reply)
+		err = cli.WriteJSON(stdout, reply)
 	} else {
 		renderReply(stdout, reply, cn.session, *replyID)
 		suggestTools(ctx, cl, cn.session, reply, stderr)
@@ -192,7 +192,7 @@ func callError(ctx context.Context, cl *client.Client, session, replyID string, 
 	var be *bus.Error
 	if errors.As(err, &be) {
 		if asJSON {
-			_ = writeJSON(stdout, be)
+			_ = cli.WriteJSON(stdout, be)
 		}
 		return fmt.Errorf("batch rejected: %s: %s", be.Code, be.Message)
 	}
@@ -510,7 +510,7 @@ func runTurn(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if err := writeJSON(stdout, struct {
+	if err := cli.WriteJSON(stdout, struct {
 		Messages []json.RawMessage `json:"messages"`
 		Parked   []bus.Parked      `json:"parked"`
 		ReplyID  string            `json:"reply_id"`

@@ -44,7 +44,7 @@ func runGroups(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *asJSON {
-		return writeJSON(stdout, append([]bus.GroupInfo{}, list.Groups...)) // [] when none
+		return cli.WriteJSON(stdout, append([]bus.GroupInfo{}, list.Groups...)) // [] when none
 	}
 	for _, g := range list.Groups {
 		fmt.Fprintln(stdout, groupLine(g))
@@ -75,7 +75,7 @@ func runReset(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%s did not finish in reply %s", groups.ResetTools, replyID)
 	}
 	if res := reply.Results[0]; *asJSON {
-		err = writeJSON(stdout, res)
+		err = cli.WriteJSON(stdout, res)
 	} else {
 		for _, b := range res.Output {
 			fmt.Fprintln(stdout, blockText(b))
@@ -157,9 +157,9 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case *asJSON:
-		return writeJSON(stdout, list)
+		return cli.WriteJSON(stdout, list)
 	case cli.Given(fs, "format"): // printed exactly as the model receives it
-		return writeJSON(stdout, list.Tools)
+		return cli.WriteJSON(stdout, list.Tools)
 	}
 	renderTools(stdout, list)
 	return nil
@@ -224,7 +224,7 @@ func adminSession(ctx context.Context, fs *flag.FlagSet, cn *conn, verb string, 
 	case err != nil:
 		return err
 	case asJSON:
-		return writeJSON(stdout, raw)
+		return cli.WriteJSON(stdout, raw)
 	}
 	renderSession(stdout, &v)
 	return nil
@@ -372,7 +372,7 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if verb == "ls" {
 		if *asJSON {
-			return writeJSON(stdout, list.Skills)
+			return cli.WriteJSON(stdout, list.Skills)
 		}
 		if len(list.Skills) == 0 {
 			fmt.Fprintln(stdout, "no skills")
@@ -394,7 +394,7 @@ func runSkills(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("no skill %s", rest[0])
 	}
 	if *asJSON {
-		return writeJSON(stdout, found)
+		return cli.WriteJSON(stdout, found)
 	}
 	fmt.Fprintf(stdout, "%s\n  description: %s\n  source: %s\n  digest: %s\n", clean(found.Name), clean(found.Description), clean(found.Source), clean(found.Digest))
 	if found.User != "" {

@@ -365,13 +365,6 @@ func harness(name string) func(ctx context.Context, args []string, stdout, stder
 	}
 }
 
-// writeJSON prints v as indented JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 // renderReply prints every result, then every parked call, of a reply.
 func renderReply(w io.Writer, r *bus.Reply, session, replyID string) {
 	for _, res := range r.Results {

@@ -81,7 +81,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		case err != nil:
 			return err
 		case *asJSON:
-			return writeJSON(stdout, recs)
+			return cli.WriteJSON(stdout, recs)
 		case len(recs) == 0:
 			fmt.Fprintf(stderr, "no answered or ended calls in %s\n", where(session))
 			return nil
@@ -96,7 +96,7 @@ func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case len(pos) == 1:
 		return showParked(stdout, calls, pos[0], session, *asJSON)
 	case *asJSON:
-		return writeJSON(stdout, map[string]any{"parked": calls})
+		return cli.WriteJSON(stdout, map[string]any{"parked": calls})
 	case len(calls) == 0:
 		fmt.Fprintf(stderr, "no parked calls in %s\n", where(session))
 		return nil
@@ -113,7 +113,7 @@ func showParked(stdout io.Writer, calls []bus.ParkedCall, id, session string, as
 		return err
 	}
 	if asJSON {
-		return writeJSON(stdout, map[string]any{"parked": found})
+		return cli.WriteJSON(stdout, map[string]any{"parked": found})
 	}
 	renderParked(stdout, found, time.Now())
 	for _, p := range found {
@@ -243,12 +243,16 @@ func (a *answerTarget) parse(fs *flag.FlagSet, args []string, n int, wrong strin
 	return pos, nil
 }
 
-// resolve returns the parked call to answer: from the flags when
-// --session, --reply and --tool are given, unless lookup says to look it
-// up anyway (a call not listed is then as the flags say), else found with
-// parked.list (in every session without --session). A call found there
-// must be of kind.
-func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, fs *flag.FlagSet, cn *conn, id, kind string, lookup bool) (bus.ParkedCall, error) {
+// resolve connects and returns the parked call to answer: from the flags
+// when --session, --reply and --tool are given, unless lookup says to look
+// it up anyway (a call not listed is then as the flags say), else found
+// with parked.list (in every session without --session). A call found
+// there must be of kind; not finding it is an answerError.
+func (a *answerTarget) resolve(ctx context.Context, fs *flag.FlagSet, cn *conn, id, kind string, lookup bool) (*client.Client, bus.ParkedCall, error) {
+	cl, err := cn.open(ctx, fs)
+	if err != nil {
+		return nil, bus.ParkedCall{}, err
+	}
 	session := "" // every session: the call id finds its session
 	if cli.Given(fs, "session") {
 		session = cn.session
@@ -256,20 +260,20 @@ func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, fs *flag.
 	flags := bus.ParkedCall{Session: session, ReplyID: *a.replyID, ID: id, Name: *a.tool, Kind: kind}
 	given := session != "" && *a.replyID != "" && *a.tool != ""
 	if given && !lookup {
-		return flags, nil
+		return cl, flags, nil
 	}
 	// Call ids a batch's model gave are unique in practice, so session may
 	// be "" (every session); finding several asks for --session or --reply.
 	calls, err := listParked(ctx, cl, session)
 	if err != nil {
-		return bus.ParkedCall{}, err
+		return nil, bus.ParkedCall{}, answerError(id, err)
 	}
 	found, err := matching(calls, session, id, *a.replyID, *a.tool)
 	if errors.Is(err, bus.ErrNotParked) && given {
-		return flags, nil // the router refuses it precisely
+		return cl, flags, nil // the router refuses it precisely
 	}
 	if err != nil {
-		return bus.ParkedCall{}, err
+		return nil, bus.ParkedCall{}, answerError(id, err)
 	}
 	if len(found) > 1 {
 		places := make([]string, len(found))
@@ -282,13 +286,13 @@ func (a *answerTarget) resolve(ctx context.Context, cl *client.Client, fs *flag.
 		if len(sessions) > 1 {
 			pick = "--session (and --reply if needed)"
 		}
-		return bus.ParkedCall{}, fmt.Errorf("call id %s is ambiguous: it is parked in %s; pick one with %s",
-			id, strings.Join(places, ", "), pick)
+		return nil, bus.ParkedCall{}, answerError(id, fmt.Errorf("call id %s is ambiguous: it is parked in %s; pick one with %s",
+			id, strings.Join(places, ", "), pick))
 	}
 	if p := found[0]; p.Kind != kind {
-		return p, fmt.Errorf("call %s of %s is parked for %s, not %s: use %s", id, p.Name, kindText(p.Kind), kindText(kind), nextCommand(p, false))
+		return nil, p, answerError(id, fmt.Errorf("call %s of %s is parked for %s, not %s: use %s", id, p.Name, kindText(p.Kind), kindText(kind), nextCommand(p, false)))
 	}
-	return found[0], nil
+	return cl, found[0], nil
 }
 
 func kindText(kind string) string {
@@ -322,13 +326,9 @@ func runAnswer(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		// not be what it said.
 		return usageError(fs, "the output is not UTF-8 text; send binary data as a data block with base64 data")
 	}
-	cl, err := cn.open(ctx, fs)
+	cl, p, err := target.resolve(ctx, fs, cn, id, bus.KindExternal, false)
 	if err != nil {
 		return err
-	}
-	p, err := target.resolve(ctx, cl, fs, cn, id, bus.KindExternal, false)
-	if err != nil {
-		return answerError(id, err)
 	}
 	a := bus.Answer{State: bus.StateSuccess, Output: parseOutput(pos[1])}
 	if *failed {
@@ -384,14 +384,10 @@ func runConfirm(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *input != "" && !json.Valid([]byte(*input)) {
 		return usageError(fs, "--input %q is not JSON", *input)
 	}
-	cl, err := cn.open(ctx, fs)
+	// Looked up even with --reply and --tool, for the input's digest.
+	cl, p, err := target.resolve(ctx, fs, cn, id, bus.KindConfirm, true)
 	if err != nil {
 		return err
-	}
-	// Looked up even with --reply and --tool, for the input's digest.
-	p, err := target.resolve(ctx, cl, fs, cn, id, bus.KindConfirm, true)
-	if err != nil {
-		return answerError(id, err)
 	}
 	confirmed := !*deny
 	a := bus.Answer{Confirmed: &confirmed, InputDigest: p.InputDigest}

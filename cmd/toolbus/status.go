@@ -187,7 +187,7 @@ func runLimits(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case err != nil:
 		return err
 	case *asJSON:
-		return writeJSON(stdout, raw)
+		return cli.WriteJSON(stdout, raw)
 	case *reset:
 		_, err = fmt.Fprintf(stdout, "reset %d count(s)\n", r.Reset)
 		return err
@@ -347,10 +347,7 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 func securityFlagSet(name, head string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("toolbus "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), head+"\n\nflags:\n")
-		fs.PrintDefaults()
-	}
+	fs.Usage = cli.GroupedUsage(fs, head+"\n", nil, "")
 	return fs
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
+	"github.com/toolbus/toolbus/internal/cli/daemon"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/skills"
@@ -52,11 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	builtinFlags := builtin.RegisterFlags(fs, "toolworker", "with --builtin: ")
 	mcpConfig := fs.String("mcp-config", "", "also bridge the MCP servers listed in this YAML or JSON file (docs/mcp.md)")
 	demo := fs.Bool("demo", true, "serve the example tools (off by default with --mcp-config, so bridged servers stand alone)")
-	observe := cli.ObserveFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n\nflags:\n", strings.Join(toolNames, ", "))
-		fs.PrintDefaults()
-	}
+	observe := daemon.ObserveFlags(fs)
+	fs.Usage = cli.GroupedUsage(fs, fmt.Sprintf("usage: toolworker [flags]\n\nServes the example tools %s on a toolbus deployment.\n", strings.Join(toolNames, ", ")), nil, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -159,7 +157,7 @@ func startBridge(ctx context.Context, nc *nats.Conn, path, prefix, id, workdir s
 		return nil, err
 	}
 	return func() {
-		dctx, cancel := context.WithTimeout(context.Background(), cli.DrainTimeout)
+		dctx, cancel := context.WithTimeout(context.Background(), daemon.DrainTimeout)
 		defer cancel()
 		_ = b.Stop(dctx)
 	}, nil
