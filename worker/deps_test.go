@@ -11,7 +11,7 @@ import (
 // client, or a tool author who imports worker, links no NATS server,
 // metrics library, OpenTelemetry SDK or exporter, gRPC or MCP SDK.
 // Metrics come in through worker.Observer and exporters are set up by the
-// commands (internal/cli).
+// commands (internal/cli/daemon).
 func TestLibraryPackagesStayLight(t *testing.T) {
 	gocmd, err := exec.LookPath("go")
 	if err != nil {

@@ -27,7 +27,10 @@ import (
 // answers in one page, without next.
 func listParked(ctx context.Context, cl *client.Client, session string) ([]bus.ParkedCall, error) {
 	var calls []bus.ParkedCall
-	for q := (bus.ParkedQuery{}); ; {
+	asked := map[string]bool{} // a router that repeats a cursor would keep the walk going forever
+	var q bus.ParkedQuery
+	for !asked[q.After] {
+		asked[q.After] = true
 		_, pg, err := adminReply[bus.ParkedPage](ctx, cl, "parked.list", session, q)
 		if err != nil {
 			return nil, err
@@ -47,6 +50,7 @@ func listParked(ctx context.Context, cl *client.Client, session string) ([]bus.P
 		}
 		q.After = pg.Next
 	}
+	return nil, fmt.Errorf("parked.list: the router's pages did not advance (cursor %q again)", q.After)
 }
 
 func runParked(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -585,3 +585,31 @@ func TestParkedPages(t *testing.T) {
 		seen[key] = true
 	}
 }
+
+// A router whose pages repeat a cursor cannot keep `toolbus parked` going
+// forever: the walk ends with an error once a cursor is asked for again.
+func TestAttackParkedPagesThatDoNotAdvance(t *testing.T) {
+	x := xtest.Run(t, xtest.Config{})
+	nc, err := nats.Connect(x.URL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	call := bus.ParkedCall{Session: "s", ReplyID: "r1", ID: "c1", Name: "approve_po", Kind: bus.KindExternal, Created: time.Now()}
+	var asked atomic.Int32
+	sub, err := nc.Subscribe(bus.NewSubjects("").Admin("parked.list"), func(m *nats.Msg) {
+		asked.Add(1) // every page lists the call and points back at its cursor
+		_ = bus.Respond(nc, m, "toolbus/router/fake", bus.TypeAdminReply, bus.ParkedPage{Parked: []bus.ParkedCall{call}, Next: call.Cursor()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = exec(t.Context(), "parked", "--all", "--json", "--nats", x.URL(0))
+	if err == nil || !strings.Contains(err.Error(), "did not advance") || asked.Load() != 2 {
+		t.Fatalf("parked over pages that repeat: %v after %d pages, want the walk ended after 2", err, asked.Load())
+	}
+}
