@@ -79,10 +79,10 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil || len(opts.Accounts) == 0 {
 		return s, err
 	}
-	if moved, err := adoptGlobal(s, opts); err != nil || moved {
-		if err != nil {
-			return nil, err
-		}
+	switch moved, err := adoptGlobal(s, opts); {
+	case err != nil: // s is shut down
+		return nil, err
+	case moved:
 		return Start(cfg) // on the store as the named account now finds it
 	}
 	return s, nil
@@ -113,10 +113,11 @@ func adoptGlobal(s *server.Server, opts *server.Options) (bool, error) {
 	}
 	s.Shutdown()
 	s.WaitForShutdown()
-	if err := os.RemoveAll(to); err != nil {
-		return false, fmt.Errorf("embedded: give the global account's store to %s: %w", named[0], err)
+	err := os.RemoveAll(to)
+	if err == nil {
+		err = os.Rename(global, to)
 	}
-	if err := os.Rename(global, to); err != nil {
+	if err != nil {
 		return false, fmt.Errorf("embedded: give the global account's store to %s: %w", named[0], err)
 	}
 	return true, nil
