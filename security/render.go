@@ -54,7 +54,14 @@ func ServerConfig(prefix string, users []User, creds map[string]Credential) stri
 		if acc == main {
 			b.WriteString("    exports = [\n")
 			for _, l := range links {
-				fmt.Fprintf(&b, "      {%s: %s, accounts: %s%s}\n", l.kind, strconv.Quote(l.subject), list(runners), l.response)
+				fmt.Fprintf(&b, "      {%s: %s, accounts: %s", l.kind, strconv.Quote(l.subject), list(runners))
+				if l.many {
+					b.WriteString(`, response_type: "stream"`)
+				}
+				if l.wait != "" {
+					fmt.Fprintf(&b, ", response_threshold: %q", l.wait)
+				}
+				b.WriteString("}\n")
 			}
 		} else {
 			b.WriteString("    imports = [\n")
@@ -122,9 +129,12 @@ func NSC(account string, users []User) string {
 		kind := ""
 		if l.kind == "service" {
 			kind = " --service"
-			if l.response != "" {
-				kind += " --response-type Stream"
-			}
+		}
+		if l.many {
+			kind += " --response-type Stream"
+		}
+		if l.wait != "" {
+			kind += " --response-threshold " + l.wait
 		}
 		fmt.Fprintf(&b, "nsc add export --account %s --private --subject %s%s\n", account, shellQuote(l.subject), kind)
 		for _, r := range runners {

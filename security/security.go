@@ -451,9 +451,9 @@ func accountOf(main, role string) string {
 
 // link is one subject the main account shares with the tool runners'.
 type link struct {
-	kind     string // "stream" or "service"
-	subject  string
-	response string // the export's response_type, when more than one message answers
+	kind, subject string // kind: "stream" or "service"
+	many          bool   // answered by several messages
+	wait          string // how long an answer may come, past NATS' two minutes
 }
 
 // links are what the main account exports to the tool runners' accounts
@@ -471,11 +471,13 @@ func links(s bus.Subjects) []link {
 	}
 	work, obj := s.Stream(bus.StreamWork), s.ObjectStore(bus.ObjectOutputs)
 	// The bridge's cancels on P.cancel.* (P.cancel.> is a stream import).
-	for _, subj := range []string{s.Workers.SharedRegister(), s.All("register"), s.All("result"), s.All("ask"), s.All("call"), s.Cancel("*"),
+	for _, subj := range []string{s.Workers.SharedRegister(), s.All("register"), s.All("result"), s.Cancel("*"),
 		inbox(RoleRouter) + ".>", inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>",
 		jsAPI + "CONSUMER.INFO." + work + ".*", "$JS.ACK." + work + ".>", "$O." + obj + ".C.>", "$O." + obj + ".M.>"} {
 		out = append(out, link{kind: "service", subject: subj})
 	}
-	// A pull is answered by messages and statuses.
-	return append(out, link{kind: "service", subject: jsAPI + "CONSUMER.MSG.NEXT." + work + ".*", response: `, response_type: "stream"`})
+	// A pull is answered by messages and statuses; a bridge's batch when its
+	// calls end (a tool's timeout is 5 min by default, a park's 24 h).
+	return append(out, link{kind: "service", subject: jsAPI + "CONSUMER.MSG.NEXT." + work + ".*", many: true},
+		link{kind: "service", subject: s.All("call"), wait: "24h"}, link{kind: "service", subject: s.All("ask"), wait: "24h"})
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -46,6 +47,11 @@ func TestServerConfigParses(t *testing.T) {
 		if want := map[string]string{"worker": "acme-worker", "bridge": "acme-bridge"}[u.Username]; u.Account == nil || u.Account.Name != cmp.Or(want, "acme") {
 			t.Fatalf("user %s in account %v, want %s", u.Username, u.Account, cmp.Or(want, "acme"))
 		}
+	}
+	// A bridge's batch is answered when its calls end: past NATS' two minutes.
+	i := slices.IndexFunc(opts.Accounts, func(a *server.Account) bool { return a.Name == "acme" })
+	if d, err := opts.Accounts[i].ServiceExportResponseThreshold("acme.call.>"); err != nil || d != 24*time.Hour {
+		t.Fatalf("acme.call.> may be answered for %v (%v), want 24h", d, err)
 	}
 	if !strings.Contains(conf, `"acme.exec.*"`) || strings.Contains(conf, "toolbus.") {
 		t.Fatalf("the block does not follow the prefix:\n%s", conf)
