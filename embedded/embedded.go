@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -74,7 +75,52 @@ func Start(cfg Config) (*server.Server, error) {
 		}
 		_ = ln.Close()
 	}
-	return serve(opts, cmp.Or(max(cfg.ReadyTimeout, 0), 10*time.Second), "nats-server")
+	s, err := serve(opts, cmp.Or(max(cfg.ReadyTimeout, 0), 10*time.Second), "nats-server")
+	if err != nil || len(opts.Accounts) == 0 {
+		return s, err
+	}
+	switch moved, err := adoptGlobal(s, opts); {
+	case err != nil: // s is shut down
+		return nil, err
+	case moved:
+		return Start(cfg) // on the store as the named account now finds it
+	}
+	return s, nil
+}
+
+// adoptGlobal gives the global account's JetStream store to the one
+// configured account with JetStream, when the global account has none and
+// that account no streams yet: a secured deployment before session 29 kept
+// every login, so its data, in the global account (docs/operations.md). It
+// shuts s down to move the store and reports whether it did.
+func adoptGlobal(s *server.Server, opts *server.Options) (bool, error) {
+	var named []string
+	for _, a := range opts.Accounts {
+		if acc, err := s.LookupAccount(a.Name); err == nil && acc.JetStreamEnabled() {
+			named = append(named, a.Name)
+		}
+	}
+	if len(named) != 1 || s.GlobalAccount().JetStreamEnabled() {
+		return false, nil
+	}
+	root := s.JetStreamConfig().StoreDir
+	global, to := filepath.Join(root, server.DEFAULT_GLOBAL_ACCOUNT), filepath.Join(root, named[0])
+	if old, _ := os.ReadDir(filepath.Join(global, "streams")); len(old) == 0 {
+		return false, nil
+	}
+	if cur, _ := os.ReadDir(filepath.Join(to, "streams")); len(cur) > 0 {
+		return false, nil
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	err := os.RemoveAll(to)
+	if err == nil {
+		err = os.Rename(global, to)
+	}
+	if err != nil {
+		return false, fmt.Errorf("embedded: give the global account's store to %s: %w", named[0], err)
+	}
+	return true, nil
 }
 
 // serve starts a server of opts (whose messages may be 8 MiB) and waits

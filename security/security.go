@@ -4,6 +4,7 @@
 package security
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -51,6 +52,8 @@ type User struct {
 	// "handler-<name>" for an external handler.
 	Name string `json:"name"`
 	Role string `json:"role"`
+	// Account is the user's NATS account (Account).
+	Account string `json:"account"`
 	// Session is the one session of a RoleSession user.
 	Session string `json:"session,omitempty"`
 	// User is the toolbus user a RoleSession user is bound to: the
@@ -134,6 +137,9 @@ func Users(spec Spec) ([]User, error) {
 	users = append(users, sessions...)
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
+	}
+	for i := range users {
+		users[i].Account = Account(spec.Prefix, users[i].Role)
 	}
 	return users, nil
 }
@@ -233,7 +239,9 @@ func router(s bus.Subjects) User {
 	// stream, writes every record, answers every request; workers send
 	// results to its inbox prefix, so it must use it.
 	return User{Name: RoleRouter, Role: RoleRouter, InboxPrefix: inbox(RoleRouter), Permissions: Permissions{
-		Publish:   []string{s.Prefix + ".>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>", "$SRV.>"},
+		// "_R_.>": the reply subjects the server gives the workers' requests
+		// (links), which no client may choose.
+		Publish:   []string{s.Prefix + ".>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>", "$SRV.>", "_R_.>"},
 		Subscribe: []string{s.Prefix + ".>", "_INBOX.>", "$SRV.>"},
 	}}
 }
@@ -422,4 +430,54 @@ func Lookup(users []User, name string) (User, bool) {
 		return User{}, false
 	}
 	return users[i], true
+}
+
+// Account is the NATS account of a login of role in a deployment of
+// prefix ("" means bus.DefaultPrefix): the roles that run tools, worker and
+// bridge, each in one of their own, <prefix>-<role>, every other role in
+// <prefix>. NATS checks no permission on a reply subject, and JetStream
+// answers a request there with the server's rights: what a worker has
+// JetStream (or anyone) answer lands in its own account, never on P.events.>
+// or another subject of the main account (docs/security.md "Accounts").
+func Account(prefix, role string) string { return accountOf(cmp.Or(prefix, bus.DefaultPrefix), role) }
+
+// accountOf is the account of role where main is the main account.
+func accountOf(main, role string) string {
+	if role == RoleWorker || role == RoleBridge {
+		return main + "-" + role
+	}
+	return main
+}
+
+// link is one subject the main account shares with the tool runners'.
+type link struct {
+	kind, subject string // kind: "stream" or "service"
+	many          bool   // answered by several messages
+	wait          string // how long an answer may come, past NATS' two minutes
+}
+
+// links are what the main account exports to the tool runners' accounts
+// (Account) and they import. Streams reach the runners as published, reply
+// subject included: exec requests, cancels, resource requests, events (the
+// bridge's) and $SRV pings. Services are what runners publish into the main
+// account: the reply subject there is the server's own (_R_.…), whose
+// answers go back to the runner's account only, so a worker's request with
+// reply P.events.s1 is answered on its own account's P.events.s1, which
+// nothing exports. The inboxes are those whose requests runners answer.
+func links(s bus.Subjects) []link {
+	var out []link
+	for _, subj := range []string{s.All("exec"), s.All("cancel"), s.All("resources"), s.All("events"), "$SRV.>"} {
+		out = append(out, link{kind: "stream", subject: subj})
+	}
+	work, obj := s.Stream(bus.StreamWork), s.ObjectStore(bus.ObjectOutputs)
+	// The bridge's cancels on P.cancel.* (P.cancel.> is a stream import).
+	for _, subj := range []string{s.Workers.SharedRegister(), s.All("register"), s.All("result"), s.Cancel("*"),
+		inbox(RoleRouter) + ".>", inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>",
+		jsAPI + "CONSUMER.INFO." + work + ".*", "$JS.ACK." + work + ".>", "$O." + obj + ".C.>", "$O." + obj + ".M.>"} {
+		out = append(out, link{kind: "service", subject: subj})
+	}
+	// A pull is answered by messages and statuses; a bridge's batch when its
+	// calls end (a tool's timeout is 5 min by default, a park's 24 h).
+	return append(out, link{kind: "service", subject: jsAPI + "CONSUMER.MSG.NEXT." + work + ".*", many: true},
+		link{kind: "service", subject: s.All("call"), wait: "24h"}, link{kind: "service", subject: s.All("ask"), wait: "24h"})
 }

@@ -1,11 +1,13 @@
 package security_test
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
@@ -42,6 +44,14 @@ func TestServerConfigParses(t *testing.T) {
 		if u.Permissions == nil || u.Permissions.Publish == nil {
 			t.Fatalf("user %s has no permissions", u.Username)
 		}
+		if want := map[string]string{"worker": "acme-worker", "bridge": "acme-bridge"}[u.Username]; u.Account == nil || u.Account.Name != cmp.Or(want, "acme") {
+			t.Fatalf("user %s in account %v, want %s", u.Username, u.Account, cmp.Or(want, "acme"))
+		}
+	}
+	// A bridge's batch is answered when its calls end: past NATS' two minutes.
+	i := slices.IndexFunc(opts.Accounts, func(a *server.Account) bool { return a.Name == "acme" })
+	if d, err := opts.Accounts[i].ServiceExportResponseThreshold("acme.call.>"); err != nil || d != 24*time.Hour {
+		t.Fatalf("acme.call.> may be answered for %v (%v), want 24h", d, err)
 	}
 	if !strings.Contains(conf, `"acme.exec.*"`) || strings.Contains(conf, "toolbus.") {
 		t.Fatalf("the block does not follow the prefix:\n%s", conf)
@@ -73,7 +83,8 @@ func TestNSC(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := security.NSC("TOOLBUS", users)
-	for _, want := range []string{"nsc add user --account TOOLBUS --name worker", "--allow-pub-response 1", "'toolbus.call.*,toolbus.tools.*"} {
+	for _, want := range []string{"nsc add user --account TOOLBUS-worker --name worker", "--allow-pub-response 1", "nsc add user --account TOOLBUS --name router",
+		"nsc add import --account TOOLBUS-bridge --token act.jwt --local-subject 'toolbus.events.>'", "--subject '$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_WORK.*' --service --response-type Stream", "'toolbus.call.*,toolbus.tools.*"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in\n%s", want, out)
 		}
