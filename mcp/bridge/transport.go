@@ -169,16 +169,14 @@ func (t *httpTransport) SetProtocolVersion(v string) {
 // sampling requests are answered in the background, bounded by the bus call
 // (ask.go), since mcp-go gives HTTP handlers only 30 seconds.
 func (t *httpTransport) SetRequestHandler(h transport.RequestHandler) {
-	b, ok := t.Interface.(transport.BidirectionalInterface)
-	if !ok {
-		return
-	}
 	sh, streamable := t.Interface.(*transport.StreamableHTTP)
-	if !streamable {
-		b.SetRequestHandler(h)
+	if !streamable { // SSE: mcp-go's handler as it is
+		if b, ok := t.Interface.(transport.BidirectionalInterface); ok {
+			b.SetRequestHandler(h)
+		}
 		return
 	}
-	b.SetRequestHandler(func(ctx context.Context, r transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
+	sh.SetRequestHandler(func(ctx context.Context, r transport.JSONRPCRequest) (*transport.JSONRPCResponse, error) {
 		if r.Method != string(mcp.MethodElicitationCreate) && r.Method != string(mcp.MethodSamplingCreateMessage) {
 			return h(ctx, r)
 		}
@@ -234,11 +232,6 @@ func (t *httpTransport) SetConnectionLostHandler(h func(error)) {
 	if s, ok := t.Interface.(interface{ SetConnectionLostHandler(func(error)) }); ok {
 		s.SetConnectionLostHandler(h)
 	}
-}
-
-func (t *httpTransport) RequiresLegacyProtocol() bool {
-	l, ok := t.Interface.(interface{ RequiresLegacyProtocol() bool })
-	return ok && l.RequiresLegacyProtocol()
 }
 
 // cancel sends notifications/cancelled for every request noted in ids,

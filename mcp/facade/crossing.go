@@ -57,11 +57,10 @@ type crossing struct {
 	local   func() http.Handler // the session's mcp-go streamable HTTP server
 	log     *slog.Logger
 
-	adoptMu  sync.Mutex // one adoption at a time
-	mu       sync.Mutex
-	subs     map[string]*crossSub // by MCP session id
-	known    map[string]bool      // MCP sessions initialised or adopted here (at most maxClients)
-	adopting string               // the MCP session adopt initialises (not recorded again)
+	adoptMu sync.Mutex // one adoption at a time
+	mu      sync.Mutex
+	subs    map[string]*crossSub // by MCP session id
+	known   map[string]bool      // MCP sessions initialised or adopted here (at most maxClients)
 	// tag prefixes the ids of the requests this server sends ("<tag>.<n>"):
 	// mcp-go numbers them from 1 in every process, so an answer bearing
 	// another tag is carried to its process, not taken here.
@@ -160,21 +159,16 @@ func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
 }
 
 // remember records what the client of the MCP session in ctx declared
-// (the initialize hook).
+// (the initialize hook); adopt's own initialize, marked with adoptHeader, is
+// not recorded again.
 func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	cs := server.ClientSessionFromContext(ctx)
-	if cs == nil || cs.SessionID() == "" || req == nil || !x.store.available(ctx) {
+	if cs == nil || cs.SessionID() == "" || req == nil || req.Header.Get(adoptHeader) != "" || !x.store.available(ctx) {
 		return
 	}
 	x.mu.Lock()
-	adopted := x.adopting == cs.SessionID()
-	if !adopted {
-		keepBounded(&x.known, cs.SessionID(), true, maxClients)
-	}
+	keepBounded(&x.known, cs.SessionID(), true, maxClients)
 	x.mu.Unlock()
-	if adopted {
-		return
-	}
 	rec := clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -202,14 +196,7 @@ func (x *crossing) adopt(ctx context.Context, sid string) {
 	}
 	init, _ := json.Marshal(map[string]any{"jsonrpc": mcp.JSONRPC_VERSION, "id": "toolbus-adopt", "method": mcp.MethodInitialize,
 		"params": map[string]any{"protocolVersion": rec.Version, "capabilities": rec.Capabilities, "clientInfo": rec.Info}})
-	x.mu.Lock()
-	x.adopting = sid
-	x.mu.Unlock()
-	code := x.inject(sid, "", init, true)
-	x.mu.Lock()
-	x.adopting = ""
-	x.mu.Unlock()
-	if code != http.StatusOK {
+	if code := x.inject(sid, "", init, true); code != http.StatusOK {
 		x.log.Debug("facade: an MCP session of another process not adopted", "session", x.session, "status", code)
 		return
 	}

@@ -361,7 +361,9 @@ func TestPostedResponse(t *testing.T) {
 
 // TestAdoptHeaderRefused: a client cannot choose its MCP session id (say,
 // another host's) with the facade's internal adoption header: the
-// facade removes it, and initialize gets a new id.
+// facade removes it, and initialize gets a new id, its client recorded
+// for the other processes as any other's (only adopt's own initialize is
+// not recorded).
 func TestAdoptHeaderRefused(t *testing.T) {
 	p := newPair(t, false)
 	const chosen = "mcp-session-00000000-0000-4000-8000-000000000000"
@@ -379,6 +381,11 @@ func TestAdoptHeaderRefused(t *testing.T) {
 	_ = resp.Body.Close()
 	if sid := resp.Header.Get(server.HeaderKeySessionID); resp.StatusCode != http.StatusOK || sid == "" || sid == chosen {
 		t.Fatalf("initialize with the adoption header: HTTP %d, session %q", resp.StatusCode, sid)
+	}
+	var rec clientRecord
+	key := userKey("m", "adopt-refused", "mallory", digest(resp.Header.Get(server.HeaderKeySessionID)))
+	if err := p.backend[0].kv.get(t.Context(), key, &rec); err != nil || rec.Info.Name != "raw" {
+		t.Fatalf("the client's record: %+v %v", rec, err)
 	}
 }
 

@@ -179,13 +179,15 @@ func (a ask) params(remember, url bool) (mcp.ElicitationParams, bool) {
 // pending is a call of a 2026-07-28 client that asked its host and goes on,
 // until it ends (its result kept a while for the retry) or the facade closes.
 type pending struct {
-	base   stateRecord // the call: session, user, tool, ids, start, deadline
-	asks   <-chan ask  // the next rounds, as the call meets them
-	cancel context.CancelFunc
-	done   chan struct{}
-	res    *mcp.CallToolResult
-	err    error
-	state  string // its current request state; guarded by confirmer.mu
+	base stateRecord // the call: session, user, tool, ids, start, deadline
+	// The next rounds, as the call meets them: its confirm park (runOpts)
+	// and its bridged server's questions (relayer.watchCall).
+	confirm, questions <-chan ask
+	cancel             context.CancelFunc
+	done               chan struct{}
+	res                *mcp.CallToolResult
+	err                error
+	state              string // its current request state; guarded by confirmer.mu
 }
 
 // round is what one request state of a pending call asked.
@@ -208,10 +210,8 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 	if err != nil {
 		c.log.Warn("facade: a bridged server's questions of this call are left to the bus", "tool", req.Params.Name, "err", err)
 	}
-	confirm := make(chan ask, 1)
-	asks := make(chan ask)
-	p.asks = asks
-	go forwardAsks(rctx, confirm, questions, asks)
+	confirm := make(chan ask, 1) // run sends at most one
+	p.confirm, p.questions = confirm, questions
 	go func() {
 		defer close(p.done)
 		defer unlink()
@@ -231,7 +231,9 @@ func (c *confirmer) callModern(ctx context.Context, req mcp.CallToolRequest) (*m
 // up: the call is cancelled) or timeout fires (late's result).
 func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolRequest, timeout <-chan time.Time,
 	late func() *mcp.CallToolResult) (res *mcp.CallToolResult, asked bool, err error) {
+	questions := p.questions // a closed stream is no end: the confirm may still come
 	for {
+		var a ask
 		select {
 		case <-p.done:
 			return p.res, false, p.err
@@ -239,23 +241,9 @@ func (c *confirmer) waitRound(ctx context.Context, p *pending, req mcp.CallToolR
 			p.cancel()
 			<-p.done
 			return nil, false, ctx.Err()
-		case a := <-p.asks:
-			if _, ok := a.params(c.remember, canElicitURL(ctx)); ok { // else a URL question this host cannot open: left to the bus
-				return c.issue(ctx, p, req, a), true, nil
-			}
 		case <-timeout:
 			return late(), false, nil
-		}
-	}
-}
-
-func forwardAsks(ctx context.Context, confirm, questions <-chan ask, asks chan<- ask) {
-	for {
-		var a ask
-		select {
-		case <-ctx.Done():
-			return
-		case a = <-confirm:
+		case a = <-p.confirm:
 		case q, ok := <-questions:
 			if !ok {
 				questions = nil
@@ -264,9 +252,12 @@ func forwardAsks(ctx context.Context, confirm, questions <-chan ask, asks chan<-
 			a = q
 		}
 		select {
-		case asks <- a:
-		case <-ctx.Done():
-			return
+		case <-p.done: // the call ended meanwhile: no round for it
+			return p.res, false, p.err
+		default:
+		}
+		if _, ok := a.params(c.remember, canElicitURL(ctx)); ok { // else a URL question this host cannot open: left to the bus
+			return c.issue(ctx, p, req, a), true, nil
 		}
 	}
 }

@@ -380,26 +380,49 @@ func TestNewRound(t *testing.T) {
 	}
 }
 
-// TestForwardAsks: confirm parks and questions become rounds in order,
-// until the call's context ends; a closed question stream is no end.
-func TestForwardAsks(t *testing.T) {
-	ctx, cancel := context.WithCancel(t.Context())
-	confirm := make(chan ask, 1)
-	questions := make(chan ask, 1)
-	asks := make(chan ask)
-	done := make(chan struct{})
-	go func() { defer close(done); forwardAsks(ctx, confirm, questions, asks) }()
-	questions <- ask{ReplyID: "q1", Question: &bus.Question{}}
-	if a := <-asks; a.Question == nil || a.ReplyID != "q1" {
-		t.Fatalf("first round: %+v", a)
+// TestRoundsOfBothKinds: a pending call's bridged server's questions and
+// its confirm park both become rounds, in the order they come, each stored;
+// a closed question stream is no end (the confirm still comes); a round
+// that comes once the call has ended is never asked: the call's result is.
+func TestRoundsOfBothKinds(t *testing.T) {
+	e := newEnv(t)
+	c := &confirmer{session: "s1", user: "alice", states: e.f.kv, closing: t.Context(), pending: map[string]*round{},
+		holds: func(context.Context, mcp.CallToolRequest) (time.Duration, time.Duration) {
+			return time.Minute, time.Minute
+		}}
+	confirm, questions := make(chan ask, 1), make(chan ask, 1)
+	p := &pending{done: make(chan struct{}), confirm: confirm, questions: questions, cancel: func() {},
+		base: stateRecord{Session: "s1", User: "alice", Tool: "mcp__q__ask", CallID: "c1", ReplyID: "r1", Started: time.Now()}}
+	round := func(want, park string) {
+		t.Helper()
+		res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, nil, nil)
+		if _, ok := res.InputRequests[want]; err != nil || !asked || len(res.InputRequests) != 1 || !ok {
+			t.Fatalf("want a %s round: %+v %v %v", want, res, asked, err)
+		}
+		if _, err := c.states.getState(t.Context(), "s1", "alice", p.state); err != nil {
+			t.Fatalf("the %s round's state is not stored: %v", want, err)
+		}
+		if got := c.pending[p.state].a.Park.ID; got != park {
+			t.Fatalf("the %s round asks about park %q, want %q", want, got, park)
+		}
 	}
+	questions <- ask{Park: bus.Parked{ID: "p1", Name: "mcp__q__elicit"}, ReplyID: "q1", Question: &bus.Question{Server: "q", Message: "Name?"}}
+	round(inputQuestion, "p1")
 	close(questions)
-	confirm <- ask{ReplyID: "c1"}
-	if a := <-asks; a.Question != nil || a.ReplyID != "c1" {
-		t.Fatalf("second round: %+v", a)
+	confirm <- ask{Park: bus.Parked{ID: "p2", Name: "deploy", Input: json.RawMessage(`{}`)}, ReplyID: "r1", deadline: time.Now().Add(time.Minute)}
+	round(inputConfirm, "p2")
+
+	p.res = mcp.NewToolResultText("done")
+	close(p.done)
+	for range 20 { // a confirm waiting each time: the select may pick either
+		select {
+		case confirm <- ask{Park: bus.Parked{ID: "p3", Name: "deploy", Input: json.RawMessage(`{}`)}, ReplyID: "r1"}:
+		default:
+		}
+		if res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, nil, nil); err != nil || asked || textOf(res) != "done" {
+			t.Fatalf("a round after the call ended: %+v %v %v", res, asked, err)
+		}
 	}
-	cancel()
-	<-done
 }
 
 // TestWaitRound: a request of a pending call ends with the call's result,
@@ -409,11 +432,11 @@ func TestForwardAsks(t *testing.T) {
 func TestWaitRound(t *testing.T) {
 	c := &confirmer{}
 	newPending := func() (*pending, chan ask, *bool) {
-		asks := make(chan ask, 1)
+		questions := make(chan ask, 1)
 		cancelled := false
-		p := &pending{done: make(chan struct{}), asks: asks}
+		p := &pending{done: make(chan struct{}), questions: questions}
 		p.cancel = func() { cancelled = true; close(p.done) }
-		return p, asks, &cancelled
+		return p, questions, &cancelled
 	}
 	late := func() *mcp.CallToolResult { return mcp.NewToolResultError("late") }
 
@@ -424,8 +447,8 @@ func TestWaitRound(t *testing.T) {
 		t.Fatalf("ended: %+v %v %v", res, asked, err)
 	}
 
-	p, asks, cancelled := newPending()
-	asks <- ask{Question: &bus.Question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}} // this host has no URL elicitation
+	p, questions, cancelled := newPending()
+	questions <- ask{Question: &bus.Question{Mode: mcp.ElicitationModeURL, URL: "https://example.com/form"}} // this host has no URL elicitation
 	fire := make(chan time.Time, 1)
 	fire <- time.Now()
 	if res, asked, err := c.waitRound(t.Context(), p, mcp.CallToolRequest{}, fire, late); err != nil || asked || textOf(res) != "late" {

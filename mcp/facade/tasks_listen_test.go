@@ -194,16 +194,25 @@ func TestTaskListen(t *testing.T) {
 // TestListenBoundUnit: a facade process serves at most maxListens listen
 // streams of tasks at once; one that ends frees its place.
 func TestListenBoundUnit(t *testing.T) {
-	r := &taskRunners{listens: make(chan struct{}, maxListens)}
+	e := newEnv(t)
+	r := &taskRunners{closing: t.Context(), listens: make(chan struct{}, maxListens)}
+	front := &taskFront{session: "s1", user: "alice", store: e.f.kv, runners: r}
+	ctx := withStream(t.Context(), func([]byte) error { return nil })
+	m := &rpcMessage{ID: json.RawMessage(`1`), Params: json.RawMessage(`{"notifications":{"taskIds":["` + newID() + `"]},` +
+		`"_meta":{"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`)}
 	for range maxListens - 1 {
 		r.listens <- struct{}{}
 	}
-	if !r.startListen() || r.startListen() {
-		t.Fatalf("listens: %d", len(r.listens))
+	if _, rerr := front.listen(ctx, m); rerr != nil || len(r.listens) != maxListens-1 {
+		t.Fatalf("the last place: %+v, %d places taken after it ended", rerr, len(r.listens))
 	}
-	r.endListen()
-	if !r.startListen() {
-		t.Fatal("a place freed is not taken again")
+	r.listens <- struct{}{}
+	if _, rerr := front.listen(ctx, m); rerr == nil || !strings.Contains(rerr.Message, "task subscriptions already") || len(r.listens) != maxListens {
+		t.Fatalf("past the bound: %+v, %d places taken", rerr, len(r.listens))
+	}
+	<-r.listens
+	if _, rerr := front.listen(ctx, m); rerr != nil {
+		t.Fatalf("a place freed is not taken again: %+v", rerr)
 	}
 	if listensForTasks([]byte(`{"notifications":{"toolsListChanged":true}}`)) || !listensForTasks([]byte(`{"notifications":{"taskIds":["a"]}}`)) ||
 		listensForTasks([]byte(`not json`)) {

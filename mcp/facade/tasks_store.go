@@ -604,10 +604,12 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	if send == nil {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "subscriptions/listen: no stream to send on"}
 	}
-	if !s.runners.startListen() {
+	select { // a place of the maxListens listen streams
+	case s.runners.listens <- struct{}{}:
+		defer func() { <-s.runners.listens }()
+	default:
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("this facade process serves %d task subscriptions already (the most)", maxListens)}
 	}
-	defer s.runners.endListen()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	context.AfterFunc(s.runners.closing, stop)
@@ -673,16 +675,3 @@ func (s *taskFront) listen(ctx context.Context, m *rpcMessage) (any, *rpcError) 
 	}
 	return map[string]any{"_meta": meta}, nil
 }
-
-// startListen takes a place of the maxListens listen streams; false when
-// none is free. endListen frees it.
-func (t *taskRunners) startListen() bool {
-	select {
-	case t.listens <- struct{}{}:
-		return true
-	default:
-		return false
-	}
-}
-
-func (t *taskRunners) endListen() { <-t.listens }
