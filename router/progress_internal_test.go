@@ -233,3 +233,75 @@ func TestProgressGate(t *testing.T) {
 		}
 	}
 }
+
+// The gate of an exec is reset before each attempt while the progress of
+// the attempt before may still come (relayed outside the Mux's lock,
+// 1.19): the wait's Done waits for the progress in hand, so the reset
+// races with nothing (-race), and each attempt publishes the progress its
+// worker sent before the result, from seq 1, whatever came after.
+func TestProgressGateAcrossAttempts(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, wc, watch := testkit.Connect(t, s), testkit.Connect(t, s), testkit.Connect(t, s)
+	subj := bus.NewSubjects("")
+	w := &wire{nc: nc, subj: subj, source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler)}
+	relay := &progressRelay{wire: w, now: time.Now}
+	x := requestReply{replies: replies.New(nc, replies.Options{Unguessable: true, Progress: relay.relay}), execs: &execSubjects{}, subj: subj}
+	events, err := watch.SubscribeSync(subj.All("events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	msg := func(seq int) *nats.Msg {
+		e, err := bus.NewEvent(bus.TypeCallProgress, "toolbus/worker/w", bus.Progress{Seq: seq, Output: bus.Text(fmt.Sprint(seq))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := e.Msg("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	res, _ := bus.NewEvent(bus.TypeExecResult, "toolbus/worker/w", bus.ExecResult{State: bus.StateSuccess, Output: bus.Text("done")})
+	result, _ := res.Msg("")
+	if _, err := wc.Subscribe(subj.Workers.Exec("t"), func(m *nats.Msg) {
+		for seq := 1; seq <= 6; seq++ { // 1-3 before the result, 4-6 after
+			if seq == 4 {
+				_ = wc.Publish(m.Reply, result.Data)
+			}
+			p := msg(seq)
+			p.Subject = m.Reply + bus.ProgressSuffix
+			_ = wc.PublishMsg(p)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	j := &job{session: "s1", replyID: "r1", call: bus.Call{ID: "c1", Name: "t"}}
+	const attempts = 30
+	for range attempts {
+		j.progress = progressGate{} // as attempt does
+		exec := bus.Head(bus.TypeExec, w.source)
+		exec.Data = (&bus.ExecRequest{Call: j.call, Attempt: 1, ProgressReply: true}).AppendJSON(nil)
+		if _, err := x.request(context.Background(), j, &exec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	firsts := 0
+	for _, m := range relayed(t, nc, events, subj) {
+		var p bus.Progress
+		if e, err := bus.Decode(m); err != nil || e.DataAs(&p) != nil {
+			t.Fatalf("published %s", m.Data)
+		}
+		if p.Seq == 1 {
+			firsts++
+		}
+	}
+	if firsts != attempts {
+		t.Fatalf("seq 1 published %d times in %d attempts", firsts, attempts)
+	}
+}

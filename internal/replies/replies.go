@@ -35,16 +35,62 @@ type Mux struct {
 	sub     *nats.Subscription
 	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
 
-	// Progress (Options.Progress) comes on psub, a subscription of its
-	// own: handled counts its messages handed on or dropped, drains the
-	// times it was left empty, dropped the NATS client's drops reported;
-	// relaying is the wait whose progress is being handed on. caught (on
-	// mu) is signalled after each message, and on close.
-	psub                     *nats.Subscription
-	handled, drains, dropped uint64
-	relaying                 *Wait
-	caught                   sync.Cond
+	p relays // Options.Progress's side
 }
+
+// relays is a Mux's progress side: its subscription, and how far the
+// subscription's goroutine got, under the Mux's lock. handled counts the
+// messages handed on or dropped, drains the times the subscription was
+// left empty, dropped the NATS client's drops reported; relaying is the
+// wait whose progress is in hand. caught (on the Mux's lock) is signalled
+// after each message, and on close.
+type relays struct {
+	sub             *nats.Subscription
+	handled, drains uint64
+	dropped         int
+	relaying        *Wait
+	caught          sync.Cond
+}
+
+// take notes w's progress in hand, returning its tag; nil (none) when w
+// is not a tagged wait. The lock is held.
+func (r *relays) take(w *Wait) any {
+	if w == nil || w.tag == nil {
+		return nil
+	}
+	r.relaying = w
+	return w.tag
+}
+
+// counted counts a message handled, taking the lock, and returns how many
+// more the NATS client dropped.
+func (r *relays) counted() (dropped int) {
+	r.caught.L.Lock()
+	r.relaying = nil
+	r.handled++
+	if r.sub != nil {
+		if n, _, _ := r.sub.Pending(); n <= 1 { // the message handled only: the NATS client counts it until its handler returns
+			r.drains++
+		}
+		if d, err := r.sub.Dropped(); err == nil && d > r.dropped {
+			dropped, r.dropped = d-r.dropped, d
+		}
+	}
+	r.caught.L.Unlock()
+	r.caught.Broadcast()
+	return dropped
+}
+
+// mark notes in w, a tagged wait whose reply came, the progress read so
+// far: handled, in hand or pending. The lock is held.
+func (r *relays) mark(w *Wait) {
+	n, _, _ := r.sub.Pending()
+	w.replied, w.mark, w.epoch = true, r.handled+uint64(max(n, 0)), r.drains
+}
+
+// behind reports whether progress read before w's reply may not have been
+// handled yet. The lock is held.
+func (r *relays) behind(w *Wait) bool { return r.handled < w.mark && r.drains == w.epoch }
 
 // Options say how a Mux's waits end besides their reply.
 type Options struct {
@@ -85,7 +131,7 @@ const (
 func New(nc *nats.Conn, opts Options) *Mux {
 	opts.EndOnClose = opts.EndOnClose || opts.Progress != nil
 	a := &Mux{nc: nc, opts: opts, waiting: map[string]*Wait{}}
-	a.caught.L = &a.mu
+	a.p.caught.L = &a.mu
 	return a
 }
 
@@ -221,8 +267,8 @@ func (a *Mux) subscribe() {
 	}
 	a.prefix = a.nc.NewInbox() + "."
 	if a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver); a.err == nil && a.opts.Progress != nil {
-		if a.psub, a.err = a.nc.Subscribe(a.prefix+"*"+bus.ProgressSuffix, a.deliver); a.err == nil {
-			a.err = a.psub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
+		if a.p.sub, a.err = a.nc.Subscribe(a.prefix+"*"+bus.ProgressSuffix, a.deliver); a.err == nil {
+			a.err = a.p.sub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
 		}
 	}
 	if a.err != nil {
@@ -243,7 +289,7 @@ func (a *Mux) subscribe() {
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.endWaits(true)
-	for _, s := range []*nats.Subscription{a.sub, a.psub} {
+	for _, s := range []*nats.Subscription{a.sub, a.p.sub} {
 		if s != nil {
 			_ = s.Unsubscribe()
 		}
@@ -254,24 +300,33 @@ func (a *Mux) Unsubscribe() {
 }
 
 // deliver hands a reply to the wait for it, once; a reply that no wait
-// is registered for (late, or not ours) is dropped, as is progress.
+// is registered for (late, or not ours) is dropped. Progress (on its own
+// subscription) goes to Options.Progress, outside the lock.
 func (a *Mux) deliver(m *nats.Msg) {
-	if a.opts.Progress != nil {
-		if inbox, ok := strings.CutSuffix(m.Subject, bus.ProgressSuffix); ok {
-			a.handOn(inbox, m)
-			return
-		}
+	inbox, progress := strings.CutSuffix(m.Subject, bus.ProgressSuffix)
+	if progress = progress && a.opts.Progress != nil; !progress {
+		inbox = m.Subject
 	}
 	a.mu.Lock()
-	w := a.waiting[m.Subject]
+	w := a.waiting[inbox]
+	if progress {
+		tag := a.p.take(w)
+		a.mu.Unlock()
+		if tag != nil {
+			a.opts.Progress(tag, m)
+		}
+		if n := a.p.counted(); n > 0 && a.opts.ProgressDropped != nil {
+			a.opts.ProgressDropped(n)
+		}
+		return
+	}
 	switch {
-	case w != nil && w.tag != nil && a.psub != nil: // awaited for its progress until Done
+	case w != nil && w.tag != nil && a.p.sub != nil: // awaited for its progress until Done
 		if w.replied {
 			w = nil
-			break
+		} else {
+			a.p.mark(w)
 		}
-		n, _, _ := a.psub.Pending() // the progress read so far: handled, in hand or pending
-		w.replied, w.mark, w.epoch = true, a.handled+uint64(max(n, 0)), a.drains
 	default:
 		delete(a.waiting, m.Subject)
 		a.settle()
@@ -279,37 +334,6 @@ func (a *Mux) deliver(m *nats.Msg) {
 	a.mu.Unlock()
 	if w != nil {
 		w.ch <- m
-	}
-}
-
-// handOn hands progress m to Options.Progress with the tag of inbox's
-// wait, if tagged, outside the lock; a Done of that wait waits for it.
-func (a *Mux) handOn(inbox string, m *nats.Msg) {
-	a.mu.Lock()
-	var tag any
-	if w := a.waiting[inbox]; w != nil && w.tag != nil {
-		a.relaying, tag = w, w.tag
-	}
-	a.mu.Unlock()
-	if tag != nil {
-		a.opts.Progress(tag, m)
-	}
-	var dropped uint64
-	a.mu.Lock()
-	a.relaying = nil
-	a.handled++
-	if a.psub != nil {
-		if n, _, _ := a.psub.Pending(); n <= 1 { // m only: the NATS client decrements it after the handler
-			a.drains++
-		}
-		if d, err := a.psub.Dropped(); err == nil && uint64(d) > a.dropped {
-			dropped, a.dropped = uint64(d)-a.dropped, uint64(d)
-		}
-	}
-	a.mu.Unlock()
-	a.caught.Broadcast()
-	if dropped > 0 && a.opts.ProgressDropped != nil {
-		a.opts.ProgressDropped(int(dropped))
 	}
 }
 
@@ -324,15 +348,15 @@ func (a *Mux) Done(w *Wait, replied bool) {
 		return
 	}
 	a.mu.Lock()
-	for replied && a.handled < w.mark && a.drains == w.epoch && !a.closed {
-		a.caught.Wait()
+	for replied && a.p.behind(w) && !a.closed {
+		a.p.caught.Wait()
 	}
 	waiting := a.waiting[w.inbox] == w
 	if waiting {
 		delete(a.waiting, w.inbox)
 	}
-	for a.relaying == w {
-		a.caught.Wait()
+	for a.p.relaying == w {
+		a.p.caught.Wait()
 	}
 	a.settle()
 	reuse := replied || waiting && !w.replied
@@ -446,7 +470,7 @@ func (a *Mux) endWaits(closed bool) {
 	}
 	a.settle()
 	a.mu.Unlock()
-	a.caught.Broadcast() // a Done waiting for progress that will not come now
+	a.p.caught.Broadcast() // a Done waiting for progress that will not come now
 	for _, w := range ws {
 		w.ch <- nil
 	}
