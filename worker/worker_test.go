@@ -399,18 +399,7 @@ func TestProgressToTheRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inbox := f.nc.NewRespInbox()
-	replies, err := f.nc.SubscribeSync(inbox + ".>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	result, err := f.nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	inbox, replies, result := replyInbox(t, f)
 	f.startWorker(worker.Config{}, func(w *worker.Worker) {
 		raw(t, w, "steps", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 			for _, s := range []string{"one", "two"} {
@@ -456,18 +445,7 @@ func TestProgressToTheRouter(t *testing.T) {
 // passes: blocks past the cap are stored, as a large result's.)
 func TestProgressOverTheCap(t *testing.T) {
 	f := newFixture(t, true)
-	inbox := f.nc.NewRespInbox()
-	sent, err := f.nc.SubscribeSync(inbox + ".>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	result, err := f.nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	inbox, sent, result := replyInbox(t, f)
 	f.startWorker(worker.Config{}, func(w *worker.Worker) {
 		raw(t, w, "steps", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 			err := c.Progress(bus.Text("step")...)
@@ -492,6 +470,23 @@ func TestProgressOverTheCap(t *testing.T) {
 	if n, _, _ := sent.Pending(); n != 0 {
 		t.Fatalf("%d progress sent over the cap", n)
 	}
+}
+
+// replyInbox is an exec's reply inbox, read: what comes under it (its
+// progress), and on it (the result).
+func replyInbox(t *testing.T, f *fixture) (inbox string, under, on *nats.Subscription) {
+	inbox = f.nc.NewRespInbox()
+	under, err := f.nc.SubscribeSync(inbox + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on, err = f.nc.SubscribeSync(inbox); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return inbox, under, on
 }
 
 func TestPatchState(t *testing.T) {

@@ -52,16 +52,6 @@ type relays struct {
 	caught          sync.Cond
 }
 
-// take notes w's progress in hand, returning its tag; nil (none) when w
-// is not a tagged wait. The lock is held.
-func (r *relays) take(w *Wait) any {
-	if w == nil || w.tag == nil {
-		return nil
-	}
-	r.relaying = w
-	return w.tag
-}
-
 // counted counts a message handled, taking the lock, and returns how many
 // more the NATS client dropped.
 func (r *relays) counted() (dropped int) {
@@ -310,7 +300,10 @@ func (a *Mux) deliver(m *nats.Msg) {
 	a.mu.Lock()
 	w := a.waiting[inbox]
 	if progress {
-		tag := a.p.take(w)
+		var tag any
+		if w != nil && w.tag != nil {
+			a.p.relaying, tag = w, w.tag // in hand
+		}
 		a.mu.Unlock()
 		if tag != nil {
 			a.opts.Progress(tag, m)
