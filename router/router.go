@@ -357,7 +357,7 @@ func (r *Router) build(ctx context.Context) error {
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
 	progress := &progressRelay{wire: r.wire, now: time.Now}
-	execReplies := replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true, Progress: progress.relay})
+	execReplies := replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true, Progress: progress.relay, ProgressDropped: progress.dropped})
 	r.tools.exec = chain(requestReply{replies: execReplies, execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led.Once))
 	r.pipe = r.newPipeline()
