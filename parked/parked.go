@@ -42,7 +42,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Presence judges the routers of lone calls (Mends.Lone); nil: no notes.
 	Presence *presence.Presence
+	// MaxPayload is the server's max payload: a call whose record would
+	// leave less than AnswerRoom of it does not park (ErrTooLarge); nil: no bound.
+	MaxPayload func() int64
 }
+
+// AnswerRoom is what a parked record leaves free of the max payload for the
+// write that ends it: the answer, and a result whose output the router
+// stores when it would not fit (docs/protocol.md 5.9, 6.1, 1.19).
+const AnswerRoom = 64 << 10
 
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
 const DefaultTTL = 24 * time.Hour
@@ -244,7 +252,15 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	b.Results, b.Waiting, b.Next = run.Results, waiting, run.Next
 	claim(b, "", PhaseParked, "")
 	b.gone = true // nothing under the batch's own key: Finish writes nothing
-	v, err := json.Marshal(b)
+	// The record holds the call's input once: the batch it carries omits it (1.19).
+	c := *b
+	c.Data.Calls = slices.Clone(b.Data.Calls)
+	for i := range c.Data.Calls {
+		if c.Data.Calls[i].ID == r.Call.ID {
+			c.Data.Calls[i].Input = nil
+		}
+	}
+	v, err := json.Marshal(&c)
 	if err != nil {
 		return Parking{}, err
 	}
@@ -347,6 +363,11 @@ func carried(r *Record) *Batch {
 	b := new(Batch)
 	if json.Unmarshal(r.Batch, b) != nil {
 		return nil
+	}
+	for i, c := range b.Data.Calls {
+		if c.ID == r.Call.ID && c.Input == nil { // held by the record (1.19)
+			b.Data.Calls[i].Input = r.Call.Input
+		}
 	}
 	if b.Results == nil {
 		b.Results = map[string]bus.Result{}
@@ -856,7 +877,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 			return nil
 		})
 		if err != nil {
-			return err
+			return sized(err, "the batch's continuation", 0)
 		}
 		*b = *got
 		s.track(b)
@@ -873,7 +894,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	case store.IsConflict(err):
 		return errParkedBefore
 	case err != nil:
-		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
+		return sized(fmt.Errorf("parked: batch %s: %w", b.Key(), err), "the batch's continuation", len(v))
 	}
 	b.rev = rev
 	s.note(b)
@@ -1128,6 +1149,9 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	if err != nil {
 		return err
 	}
+	if s.cfg.MaxPayload != nil && r.Status == bus.ParkParked && int64(len(b)) > s.cfg.MaxPayload()-AnswerRoom {
+		return fmt.Errorf("its record would be %d bytes, more than %w less %d KiB for its answer", len(b), ErrTooLarge, AnswerRoom>>10)
+	}
 	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
 	if err != nil {
 		return fmt.Errorf("parked: park %s: %w", r.Key(), err)
@@ -1209,7 +1233,9 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		now := time.Now().UTC()
 		switch v {
 		case Done: // the answer is the result: parked → done in this one write
-			r.Status, r.Answer, r.Result, r.Owner = bus.ParkDone, a, &res, s.cfg.Owner
+			kept := *a
+			kept.Output = nil // held once, as the result's (1.19)
+			r.Status, r.Answer, r.Result, r.Owner = bus.ParkDone, &kept, &res, s.cfg.Owner
 		case Repark: // a confirmed call of an external tool now waits for its execution
 			r.Kind, r.SuggestedRules, r.Reason, r.Expires = bus.KindExternal, nil, "", now.Add(s.cfg.TTL)
 		default: // Confirmed: this router runs the confirmed call under a lease
@@ -1217,6 +1243,9 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		}
 		return nil
 	})
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return out, bus.Errorf(bus.CodeBadRequest, "answer: it would take call %s's record past the NATS server's max payload; nothing changed (send a smaller answer)", key)
+	}
 	if store.IsFull(err) {
 		// Nothing changed until space is freed: the answerer may answer again later.
 		return out, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
@@ -1586,6 +1615,22 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 		}
 	}
 	return failed
+}
+
+// ErrTooLarge is Park's error, or a call's in Parking.Failed, when a record or
+// continuation would pass the NATS server's max payload: nothing of it was
+// written (docs/protocol.md 6.1, 1.19). Its text names what and how large.
+var ErrTooLarge = errors.New("the NATS server's max payload")
+
+// sized is err, or ErrTooLarge naming what (n bytes) when the server refused its size.
+func sized(err error, what string, n int) error {
+	if !errors.Is(err, nats.ErrMaxPayload) {
+		return err
+	}
+	if n > 0 {
+		what = fmt.Sprintf("%s of %d bytes", what, n)
+	}
+	return fmt.Errorf("%s would pass %w", what, ErrTooLarge)
 }
 
 // ErrNotOwner is Park's error when another router holds the continuation
