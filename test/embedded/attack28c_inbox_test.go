@@ -62,7 +62,7 @@ func TestAttackParkInputPastHalfPayload(t *testing.T) {
 			}
 		}
 		var bd bus.BatchDone
-		if err := nextEvent(t, ev, bus.TypeBatchDone).DataAs(&bd); err != nil || len(bd.Results) != 1 || bd.Results[0].State != bus.StateSuccess {
+		if err := slowDone(t, ev).DataAs(&bd); err != nil || len(bd.Results) != 1 || bd.Results[0].State != bus.StateSuccess {
 			t.Fatalf("%s: batch.done %.300s %v", tool, jsonOf(bd), err)
 		}
 		res := bd.Results[0]
@@ -98,6 +98,27 @@ func standalone(t *testing.T) *env {
 		t.Fatalf("max payload %d", mp)
 	}
 	return e
+}
+
+// slowDone is the next batch.done on ev: a call of a large input (and a
+// 400 KiB output) takes a second or more a step under -race beside a CPU
+// burner (an exec, the ledger, the stored output), so the bound is wide.
+func slowDone(t *testing.T, ev *client.Events) *bus.Event {
+	t.Helper()
+	timeout := time.After(2 * readyBound)
+	for {
+		select {
+		case e, ok := <-ev.C:
+			if !ok {
+				t.Fatal("events closed before batch.done")
+			}
+			if e.Type == bus.TypeBatchDone {
+				return e
+			}
+		case <-timeout:
+			t.Fatal("no batch.done")
+		}
+	}
 }
 
 // bigInput is an object input of exactly n bytes.
@@ -146,14 +167,14 @@ func TestParkInputBound(t *testing.T) {
 				if err := e.answer(t, "ask", session, "r1", "c1", bus.Answer{State: bus.StateSuccess, Output: bus.Text("ok")}); err != nil {
 					t.Fatal(err)
 				}
-				nextEvent(t, ev, bus.TypeBatchDone)
+				slowDone(t, ev)
 				return
 			}
 			if len(r.Parked) != 0 || len(r.Results) != 1 || r.Results[0].Error == nil || r.Results[0].Error.Code != bus.CodeLimitExceeded ||
 				!strings.Contains(textOf(r.Results[0]), "could not wait for an answer: its record would be") {
 				t.Fatalf("%d bytes: want limit_exceeded, got parked %d, %.300s", tc.n, len(r.Parked), jsonOf(r.Results))
 			}
-			nextEvent(t, ev, bus.TypeBatchDone)
+			slowDone(t, ev)
 			for _, key := range []string{session + ".r1.c1", session + ".r1"} {
 				if _, err := kv.Get(t.Context(), key); err != jetstream.ErrKeyNotFound {
 					t.Fatalf("%s after a refused park: %v", key, err)
@@ -187,12 +208,12 @@ func TestParkRefusedLeavesNothingHalfWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	var bd bus.BatchDone
-	if err := nextEvent(t, ev, bus.TypeBatchDone).DataAs(&bd); err != nil || len(bd.Results) != 2 ||
+	if err := slowDone(t, ev).DataAs(&bd); err != nil || len(bd.Results) != 2 ||
 		bd.Results[0].State != bus.StateSuccess || bd.Results[1].Error == nil || bd.Results[1].Error.Code != bus.CodeLimitExceeded {
 		t.Fatalf("batch.done %.400s %v", jsonOf(bd), err)
 	}
 	// The continuation goes once batch.done is out (1.13): bounded polling.
-	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
+	testkit.CheckFor(t, readyBound, 10*time.Millisecond, func() error {
 		if _, err := kv.Get(t.Context(), "s1.r1"); err != jetstream.ErrKeyNotFound {
 			return fmt.Errorf("the continuation stays after batch.done: %v", err)
 		}
