@@ -829,11 +829,31 @@ func (s *conts) knows(key string) bool {
 	return ok
 }
 
-// note records that this router wrote b at its revision.
-func (s *conts) note(b *Batch) {
+// note records that this router wrote b, of size bytes (0: as last seen), at its revision.
+func (s *conts) note(b *Batch, size int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.known.Put(b.Key(), b.rev, brief(b))
+	o := brief(b)
+	if old, ok := s.known.Get(b.Key()); ok && size == 0 {
+		size = old.size
+	}
+	o.size = size
+	s.known.Put(b.Key(), b.rev, o)
+}
+
+// Taken is what an answer to a call of a batch with a continuation of its
+// own must leave of the max payload to it (1.19): its size as last seen,
+// and the shares of its other missing results in the rest less AnswerRoom;
+// 0 for a batch without one (carried, finished) or with no bound.
+func (s Reads) Taken(session, replyID string) int {
+	s.conts.mu.RLock()
+	o, ok := s.conts.known.Get(BatchKey(session, replyID))
+	s.conts.mu.RUnlock()
+	if !ok || len(o.missing) == 0 || s.conts.cfg.MaxPayload == nil {
+		return 0
+	}
+	left := max(int(s.conts.cfg.MaxPayload())-AnswerRoom-o.size, 0)
+	return o.size + left - left/len(o.missing)
 }
 
 // forget records this router's delete of key at rev (0: unknown).
@@ -897,7 +917,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 		return sized(fmt.Errorf("parked: batch %s: %w", b.Key(), err), "the batch's continuation", len(v))
 	}
 	b.rev = rev
-	s.note(b)
+	s.note(b, len(v))
 	s.track(b)
 	return nil
 }
@@ -1014,7 +1034,7 @@ func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Ba
 		return nil, err
 	}
 	b.rev = rev
-	s.note(b)
+	s.note(b, 0)
 	return b, nil
 }
 
@@ -1041,7 +1061,9 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		s.known.Delete(key, b.rev)
 	} else {
-		s.known.Put(key, b.rev, brief(&b))
+		o := brief(&b)
+		o.size = len(e.Value())
+		s.known.Put(key, b.rev, o)
 	}
 	if old, ok := s.active[key]; ok && old.rev >= b.rev {
 		return
@@ -1066,11 +1088,12 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation in brief: phase, missing results, cancel marks.
+// openBatch is a continuation in brief: phase, missing results, cancel marks, size.
 type openBatch struct {
 	phase     Phase
 	missing   []string
 	cancelled []string
+	size      int // bytes of its encoding
 }
 
 func brief(b *Batch) openBatch {

@@ -80,3 +80,41 @@ func TestParkTooLarge(t *testing.T) {
 		}
 	})
 }
+
+// TestTaken: an answer to a call of a batch with a continuation of its own
+// leaves it its size and the other missing results' shares of the rest;
+// a carried batch leaves nothing (its record is the continuation).
+func TestTaken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		kv := newMemKV()
+		const max = 1 << 20
+		s := New(&store.Store{Parked: &store.KV{KeyValue: kv}}, subj, Config{TTL: ttl, Owner: "router-a", Source: source,
+			MaxPayload: func() int64 { return max }})
+		if err := s.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Stop(t, s.Stop)
+		recs := []*Record{record("s1", "r1", "c0"), record("s1", "r1", "c1"), record("s1", "r1", "c2")}
+		b := &Batch{Session: "s1", ReplyID: "r1", Data: bus.Batch{Calls: []bus.Call{recs[0].Call, recs[1].Call, recs[2].Call}}}
+		if _, err := s.Park(t.Context(), Run{Batch: b, Calls: recs, Results: map[string]bus.Result{}, Next: 3, Alone: true}); err != nil {
+			t.Fatal(err)
+		}
+		e, err := kv.Get(t.Context(), "s1.r1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := len(e.Value())
+		left := max - AnswerRoom - size
+		if got, want := s.Read.Taken("s1", "r1"), size+left-left/3; got != want {
+			t.Fatalf("Taken = %d, want %d (size %d, three waits)", got, want, size)
+		}
+		carried := record("s1", "r2", "c0")
+		b = &Batch{Session: "s1", ReplyID: "r2", Data: bus.Batch{Calls: []bus.Call{carried.Call}}}
+		if _, err := s.Park(t.Context(), Run{Batch: b, Calls: []*Record{carried}, Results: map[string]bus.Result{}, Next: 1, Alone: true}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Read.Taken("s1", "r2"); got != 0 {
+			t.Fatalf("Taken of a carried batch = %d", got)
+		}
+	})
+}

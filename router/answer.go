@@ -43,6 +43,7 @@ type parkedCalls interface {
 	Mend(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
+	Taken(session, replyID string) int
 }
 
 // toolLookup is what answers uses of the registry.
@@ -187,7 +188,8 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 }
 
 // fitRecord stores what of a parked call's output would take the write that
-// ends its record past the max payload (protocol 5.9, 6.1, 1.19).
+// ends its record, or its share of its batch's continuation, past the max
+// payload (protocol 5.9, 6.1, 1.19).
 func (r *answers) fitRecord(rec *parked.Record, out []bus.Block, dup bool) ([]bus.Block, error) {
 	if r.fit == nil {
 		return out, nil
@@ -196,6 +198,7 @@ func (r *answers) fitRecord(rec *parked.Record, out []bus.Block, dup bool) ([]bu
 	if rec.Answer != nil {
 		extra += len(rec.Answer.Input)
 	}
+	extra = max(extra, r.parked.Taken(rec.Session, rec.ReplyID)) // the batch's own continuation takes it too
 	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
 	defer cancel()
 	return r.fit(ctx, rec.Key(), out, extra, dup)
