@@ -42,14 +42,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Presence judges the routers of lone calls (Mends.Lone); nil: no notes.
 	Presence *presence.Presence
-	// MaxPayload is the server's max payload: a call whose record would
-	// leave less than AnswerRoom of it does not park (ErrTooLarge); nil: no bound.
+	// MaxPayload is the server's: a record must leave AnswerRoom of it (ErrTooLarge); nil: no bound.
 	MaxPayload func() int64
 }
 
-// AnswerRoom is what a parked record leaves free of the max payload for the
-// write that ends it: the answer, and a result whose output the router
-// stores when it would not fit (docs/protocol.md 5.9, 6.1, 1.19).
+// AnswerRoom is what a parked record leaves of the max payload for the write
+// that ends it, the answer and a result fitted by the router (protocol 6.1, 1.19).
 const AnswerRoom = 64 << 10
 
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
@@ -841,10 +839,9 @@ func (s *conts) note(b *Batch, size int) {
 	s.known.Put(b.Key(), b.rev, o)
 }
 
-// Taken is what an answer to a call of a batch with a continuation of its
-// own must leave of the max payload to it (1.19): its size as last seen,
-// and the shares of its other missing results in the rest less AnswerRoom;
-// 0 for a batch without one (carried, finished) or with no bound.
+// Taken is what an answer must leave of the max payload to its batch's own
+// continuation (1.19): its size as last seen, and its other missing results'
+// shares of the rest less AnswerRoom; 0 without one (carried, finished) or a bound.
 func (s Reads) Taken(session, replyID string) int {
 	s.conts.mu.RLock()
 	o, ok := s.conts.known.Get(BatchKey(session, replyID))
@@ -897,7 +894,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 			return nil
 		})
 		if err != nil {
-			return sized(err, "the batch's continuation", 0)
+			return sized(err)
 		}
 		*b = *got
 		s.track(b)
@@ -914,7 +911,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	case store.IsConflict(err):
 		return errParkedBefore
 	case err != nil:
-		return sized(fmt.Errorf("parked: batch %s: %w", b.Key(), err), "the batch's continuation", len(v))
+		return sized(fmt.Errorf("parked: batch %s: %w", b.Key(), err))
 	}
 	b.rev = rev
 	s.note(b, len(v))
@@ -1641,19 +1638,15 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 }
 
 // ErrTooLarge is Park's error, or a call's in Parking.Failed, when a record or
-// continuation would pass the NATS server's max payload: nothing of it was
-// written (docs/protocol.md 6.1, 1.19). Its text names what and how large.
+// continuation would pass the max payload: nothing of it was written (6.1, 1.19).
 var ErrTooLarge = errors.New("the NATS server's max payload")
 
-// sized is err, or ErrTooLarge naming what (n bytes) when the server refused its size.
-func sized(err error, what string, n int) error {
-	if !errors.Is(err, nats.ErrMaxPayload) {
-		return err
+// sized is err, or ErrTooLarge when the server refused the batch's continuation for its size.
+func sized(err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("the batch's continuation would pass %w", ErrTooLarge)
 	}
-	if n > 0 {
-		what = fmt.Sprintf("%s of %d bytes", what, n)
-	}
-	return fmt.Errorf("%s would pass %w", what, ErrTooLarge)
+	return err
 }
 
 // ErrNotOwner is Park's error when another router holds the continuation
