@@ -54,6 +54,11 @@ func TestAttackParkInputPastHalfPayload(t *testing.T) {
 		if n := bytes.Count(rec, input[6:len(input)-2]); n != 1 {
 			t.Fatalf("%s: the record holds the input %d times, want once", tool, n)
 		}
+		if tool == "run" { // an edited input as large beside it: refused, nothing changed
+			edited := bigInput(700 << 10)
+			edited[7] = 'z'
+			wantCode(t, e.answer(t, tool, "hostile", tool, "c1", bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(input), Input: edited}), bus.CodeBadRequest)
+		}
 		if err := e.answer(t, tool, "hostile", tool, "c1", bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(input)}); err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +127,15 @@ func slowDone(t *testing.T, ev *client.Events) *bus.Event {
 	}
 }
 
+// parkedKV is the P_parked bucket of e's deployment.
+func parkedKV(t *testing.T, e *env) jetstream.KeyValue {
+	kv, err := testkit.JetStream(t, e.nc).KeyValue(t.Context(), "toolbus_parked")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // bigInput is an object input of exactly n bytes.
 func bigInput(n int) json.RawMessage {
 	return json.RawMessage(`{"x":"` + strings.Repeat("x", n-8) + `"}`)
@@ -134,10 +148,7 @@ func bigInput(n int) json.RawMessage {
 func TestParkInputBound(t *testing.T) {
 	e := standalone(t)
 	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
-	kv, err := testkit.JetStream(t, e.nc).KeyValue(t.Context(), "toolbus_parked")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := parkedKV(t, e)
 	limit := int(e.nc.MaxPayload()) - parked.AnswerRoom // a record holds its input and about 600 bytes more
 	for _, tc := range []struct {
 		name  string
@@ -192,10 +203,7 @@ func TestParkInputBound(t *testing.T) {
 func TestParkRefusedLeavesNothingHalfWritten(t *testing.T) {
 	e := standalone(t)
 	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
-	kv, err := testkit.JetStream(t, e.nc).KeyValue(t.Context(), "toolbus_parked")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := parkedKV(t, e)
 	ev := e.watch(t, "s1")
 	big := bigInput(int(e.nc.MaxPayload()) - parked.AnswerRoom + 1024)
 	r := e.callParked(t, "s1", "r1", bus.Call{ID: "c0", Name: "ask"}, bus.Call{ID: "c1", Name: "ask", Input: big})
