@@ -326,7 +326,7 @@ func (r *Router) build(ctx context.Context) error {
 		return fmt.Errorf("router: presence: %w", err)
 	}
 	r.life.Defer(r.presence.Stop)
-	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log,
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log, MaxPayload: r.nc.MaxPayload,
 		Publish: r.nc.PublishMsg, Presence: r.presence})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
@@ -363,7 +363,7 @@ func (r *Router) bind() {
 	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led, progress: execReplies}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
-		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, events: r.events,
+		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, fit: r.outputs.Fit, events: r.events,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, pipe: r.pipe, batches: &r.batches}
