@@ -778,17 +778,19 @@ func sameValues(k string, vs []string) bool {
 }
 
 // plainValue reports whether header value v is ASCII without '%', eight
-// bytes a word while they last.
+// bytes a word, the last word the last eight bytes.
 func plainValue(v string) bool {
-	i := 0
-	for ; i+8 <= len(v); i += 8 {
-		w := word(v[i : i+8])
-		if pct := w ^ '%'*ones; (w|(pct-ones)&^pct)&(0x80*ones) != 0 {
-			return false
+	if len(v) < 8 {
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c >= utf8.RuneSelf || c == '%' {
+				return false
+			}
 		}
+		return true
 	}
-	for ; i < len(v); i++ {
-		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
+	for i := 0; i < len(v); i += 8 {
+		w := word(v[min(i, len(v)-8):][:8])
+		if pct := w ^ '%'*ones; (w|(pct-ones)&^pct)&(0x80*ones) != 0 {
 			return false
 		}
 	}

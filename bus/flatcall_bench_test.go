@@ -73,3 +73,21 @@ func BenchmarkReadOnlyDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadOnlyHeaders makes the ce- header values of the call's two
+// binary events, the router's exec and the worker's result.
+func BenchmarkReadOnlyHeaders(b *testing.B) {
+	var exec, result Event
+	if DecodeTo(callExecMsg, &exec) != nil || DecodeTo(callResultMsg, &result) != nil {
+		b.Fatal("decode")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if v := compactAttrs(&exec); v[1] != exec.ID {
+			b.Fatal(v)
+		}
+		if v := compactAttrs(&result); v[1] != result.ID {
+			b.Fatal(v)
+		}
+	}
+}
