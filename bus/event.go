@@ -118,9 +118,9 @@ func (e *Event) Validate() error {
 	case e.DataContentType != "" && !isJSONContentType(e.DataContentType):
 		return Errorf(CodeBadEvent, "datacontenttype must be application/json, got %q", e.DataContentType)
 	}
-	for _, a := range [...]struct{ name, v string }{{"sessionid", e.SessionID}, {"replyid", e.ReplyID}, {"toolcallid", e.ToolCallID}} {
-		if a.v != "" && !ValidID(a.v) {
-			return Errorf(CodeBadEvent, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", a.name, a.v)
+	for i, v := range [...]string{e.SessionID, e.ReplyID, e.ToolCallID} {
+		if v != "" && !ValidID(v) {
+			return Errorf(CodeBadEvent, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", attrNames[slotSession+i], v)
 		}
 	}
 	if e.Time != "" {
