@@ -74,15 +74,20 @@ func BenchmarkReadOnlyDecode(b *testing.B) {
 	}
 }
 
-// BenchmarkReadOnlyHeaders makes the ce- header values of the call's two
-// binary events, the router's exec and the worker's result.
-func BenchmarkReadOnlyHeaders(b *testing.B) {
-	var exec, result Event
-	if DecodeTo(callExecMsg, &exec) != nil || DecodeTo(callResultMsg, &result) != nil {
+// BenchmarkReadOnlyEncodes makes the ce- header values of the call's two
+// binary events (the router's exec, the worker's result) and the JSON of
+// its two structured ones (the client's batch, the router's reply).
+func BenchmarkReadOnlyEncodes(b *testing.B) {
+	var exec, result, batch, reply Event
+	if DecodeTo(callExecMsg, &exec) != nil || DecodeTo(callResultMsg, &result) != nil ||
+		DecodeTo(callBatchMsg, &batch) != nil || DecodeTo(callReplyMsg, &reply) != nil {
 		b.Fatal("decode")
 	}
+	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
+		buf = batch.appendJSON(buf[:0])
+		buf = reply.appendJSON(buf[:0])
 		if v := compactAttrs(&exec); v[1] != exec.ID {
 			b.Fatal(v)
 		}

@@ -234,13 +234,16 @@ func (p *flatParser) uint(max int) (uint64, bool) {
 	return n, true
 }
 
-// unescape is the byte a one-character escape \c stands for; 0 for none.
-func unescape(c byte) byte {
-	if k := strings.IndexByte(escapes, c); k >= 0 {
-		return escaped[k]
+// unescape is the byte a one-character escape \c stands for; 0 for none
+// (a table, so that it inlines and its callers keep their registers).
+func unescape(c byte) byte { return unescapes[c] }
+
+var unescapes = func() (t [256]byte) {
+	for k := range len(escapes) {
+		t[escapes[k]] = escaped[k]
 	}
-	return 0
-}
+	return t
+}()
 
 // addUnescaped is addString for s, a string str read, with its escapes undone.
 func addUnescaped(w *strings.Builder, s []byte) string {
