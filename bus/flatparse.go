@@ -132,10 +132,10 @@ func (p *flatParser) plain() ([]byte, bool) {
 // quoted is str, also reporting whether the string has escapes. It
 // scans as plainRun does, inline: a call would spill what it holds.
 func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
-	if p.i < len(p.b) && p.b[p.i] != '"' {
-		p.skip()
-	}
 	b, i := p.b, p.i
+	for i < len(b) && space(b[i]) {
+		i++
+	}
 	if i >= len(b) || b[i] != '"' {
 		return nil, false, false
 	}
