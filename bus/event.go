@@ -456,7 +456,10 @@ func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err
 	if IsBinary(m.Header) {
 		return false, decodeBinary(m.Header, m.Data, e, false)
 	}
-	b := bytes.TrimSpace(m.Data)
+	b := m.Data
+	if len(b) == 0 || b[0] != '{' || b[len(b)-1] != '}' { // else TrimSpace has nothing to trim
+		b = bytes.TrimSpace(b)
+	}
 	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view, data) {
 		return true, e.Validate()
 	}
@@ -733,7 +736,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 			return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 		}
 	}
-	if len(bytes.TrimSpace(e.Data)) == 0 {
+	if len(e.Data) == 0 || (e.Data[0] <= ' ' || e.Data[0] >= utf8.RuneSelf) && len(bytes.TrimSpace(e.Data)) == 0 { // JSON's first byte: nothing to trim
 		e.Data = nil
 	} else if check && !json.Valid(e.Data) {
 		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
