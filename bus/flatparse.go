@@ -377,7 +377,9 @@ func (p *flatParser) checked(depth int) bool {
 	case 't', 'f', 'n':
 		return p.literal("true") || p.literal("false") || p.literal("null")
 	case '-':
-		p.i++
+		if p.i++; p.i == len(p.b) || space(p.b[p.i]) { // uint would read past it
+			return false
+		}
 	}
 	_, ok := p.uint(19)
 	return ok
