@@ -308,14 +308,19 @@ func (p *flatParser) raw(kinds string) ([]byte, bool) {
 const anyValue = `{["ntf0123456789`
 
 // value finds the end of the JSON object or array at p.i, checked to be
-// JSON unless p.unchecked: by checked when it reads it, else by a scan for
-// its end and the general checker.
+// JSON unless p.unchecked: by checked when it reads it, else by scan.
 func (p *flatParser) value() (end int, ok bool) {
 	start := p.i
 	if p.checked(maxCheckedDepth) {
 		return p.i, true
 	}
 	p.i = start
+	return p.scan()
+}
+
+// scan finds the end of the object or array at p.i by its brackets, then
+// asks the general checker unless p.unchecked.
+func (p *flatParser) scan() (end int, ok bool) {
 	depth, in := 0, false
 	for j := p.i; j < len(p.b); j++ {
 		c := p.b[j]
