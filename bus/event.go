@@ -118,9 +118,9 @@ func (e *Event) Validate() error {
 	case e.DataContentType != "" && !isJSONContentType(e.DataContentType):
 		return Errorf(CodeBadEvent, "datacontenttype must be application/json, got %q", e.DataContentType)
 	}
-	for _, a := range [...]struct{ name, v string }{{"sessionid", e.SessionID}, {"replyid", e.ReplyID}, {"toolcallid", e.ToolCallID}} {
-		if a.v != "" && !ValidID(a.v) {
-			return Errorf(CodeBadEvent, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", a.name, a.v)
+	for i, v := range [...]string{e.SessionID, e.ReplyID, e.ToolCallID} {
+		if v != "" && !ValidID(v) {
+			return Errorf(CodeBadEvent, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", attrNames[slotSession+i], v)
 		}
 	}
 	if e.Time != "" {
@@ -456,7 +456,10 @@ func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err
 	if IsBinary(m.Header) {
 		return false, decodeBinary(m.Header, m.Data, e, false)
 	}
-	b := bytes.TrimSpace(m.Data)
+	b := m.Data
+	if len(b) == 0 || b[0] != '{' || b[len(b)-1] != '}' { // else TrimSpace has nothing to trim
+		b = bytes.TrimSpace(b)
+	}
 	if len(b) > 0 && b[0] == '{' && decodeFlatData(b, e, false, view, data) {
 		return true, e.Validate()
 	}
@@ -733,7 +736,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 			return Errorf(CodeBadEvent, "attribute %s is given twice with different values, by headers %s and %s", name, a, b)
 		}
 	}
-	if len(bytes.TrimSpace(e.Data)) == 0 {
+	if len(e.Data) == 0 || (e.Data[0] <= ' ' || e.Data[0] >= utf8.RuneSelf) && len(bytes.TrimSpace(e.Data)) == 0 { // JSON's first byte: nothing to trim
 		e.Data = nil
 	} else if check && !json.Valid(e.Data) {
 		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
@@ -778,17 +781,19 @@ func sameValues(k string, vs []string) bool {
 }
 
 // plainValue reports whether header value v is ASCII without '%', eight
-// bytes a word while they last.
+// bytes a word, the last word the last eight bytes.
 func plainValue(v string) bool {
-	i := 0
-	for ; i+8 <= len(v); i += 8 {
-		w := word(v[i : i+8])
-		if pct := w ^ '%'*ones; (w|(pct-ones)&^pct)&(0x80*ones) != 0 {
-			return false
+	if len(v) < 8 {
+		for i := 0; i < len(v); i++ {
+			if c := v[i]; c >= utf8.RuneSelf || c == '%' {
+				return false
+			}
 		}
+		return true
 	}
-	for ; i < len(v); i++ {
-		if c := v[i]; c >= utf8.RuneSelf || c == '%' {
+	for i := 0; i < len(v); i += 8 {
+		w := word(v[min(i, len(v)-8):][:8])
+		if pct := w ^ '%'*ones; (w|(pct-ones)&^pct)&(0x80*ones) != 0 {
 			return false
 		}
 	}

@@ -246,3 +246,28 @@ func TestPlainRunEachByte(t *testing.T) {
 		}
 	}
 }
+
+// checked takes only JSON, and ends where scan (value before checked:
+// the matching bracket, then goccy's Valid) does; value reads as scan.
+func FuzzChecked(f *testing.F) {
+	for _, s := range []string{`{"text":"hello"}`, `{}`, `[]`, `[1,-0,0,12]`, `{"a":{"a":[true,false,null]}}x`, ` { "a" : [ 1 , "}" ] } `,
+		`{"a":01}`, `{"a":1.5}`, `{"a":1e3}`, `{"a":-}`, `{"a":tru}`, `{"a":truex}`, `[1 2]`, `[1,]`, `{,}`, `{"a"}`, `{"a":"\u0041"}`,
+		`{"a":"é"}`, "{\"a\":\"\x7f\"}", `{"a":"\q"}`, `[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`, `{"a":1,"a":2}`,
+		`[12345678901234567890]`, `["x"}`, `{"a":1]`, `[- 1]`, `[-]`, `[-x]`, `[-01]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 || b[0] != '{' && b[0] != '[' {
+			return
+		}
+		wantEnd, wantOK := (&flatParser{b: b}).scan()
+		p := flatParser{b: b}
+		if p.checked(maxCheckedDepth) && (!wantOK || p.i != wantEnd || !json.Valid(b[:p.i])) {
+			t.Fatalf("%q: checked took %q; the scan: end %d, ok %v", b, b[:p.i], wantEnd, wantOK)
+		}
+		p = flatParser{b: b}
+		if end, ok := p.value(); ok != wantOK || ok && end != wantEnd {
+			t.Fatalf("%q: value %d %v, want %d %v", b, end, ok, wantEnd, wantOK)
+		}
+	})
+}

@@ -20,19 +20,41 @@ type flatParser struct {
 
 // skip reads any whitespace (a byte above ' ' ends it at once).
 func (p *flatParser) skip() {
-	for p.i < len(p.b) && p.b[p.i] <= ' ' && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+	for p.i < len(p.b) && space(p.b[p.i]) {
 		p.i++
 	}
 }
 
-// take reads byte c after any whitespace.
+// space reports whether c is JSON whitespace.
+func space(c byte) bool { return c <= ' ' && (c == ' ' || c == '\t' || c == '\n' || c == '\r') }
+
+// take reads byte c after any whitespace; the senders write none, so the
+// usual read is one compare.
 func (p *flatParser) take(c byte) bool {
-	p.skip()
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
+	b, i := p.b, p.i
+	for i < len(b) && b[i] != c && space(b[i]) {
+		i++
+	}
+	if i < len(b) && b[i] == c {
+		p.i = i + 1
 		return true
 	}
+	p.i = i
 	return false
+}
+
+// next reads the byte after any whitespace, 0 at the end: the separator
+// after a member or an element.
+func (p *flatParser) next() byte {
+	b, i := p.b, p.i
+	for ; i < len(b); i++ {
+		if c := b[i]; !space(c) {
+			p.i = i + 1
+			return c
+		}
+	}
+	p.i = i
+	return 0
 }
 
 // end reports whether only whitespace is left.
@@ -70,11 +92,8 @@ func (p *flatParser) object(member func(key []byte) uint16) (seen uint16, ok boo
 			return 0, false
 		}
 		seen |= bit
-		if p.take('}') {
-			return seen, true
-		}
-		if !p.take(',') {
-			return 0, false
+		if c := p.next(); c != ',' {
+			return seen, c == '}'
 		}
 	}
 }
@@ -91,11 +110,8 @@ func (p *flatParser) array(elem func() bool) bool {
 		if !elem() {
 			return false
 		}
-		if p.take(']') {
-			return true
-		}
-		if !p.take(',') {
-			return false
+		if c := p.next(); c != ',' {
+			return c == ']'
 		}
 	}
 }
@@ -113,27 +129,36 @@ func (p *flatParser) plain() ([]byte, bool) {
 	return s, ok && !escaped
 }
 
-// quoted is str, also reporting whether the string has escapes.
+// quoted is str, also reporting whether the string has escapes. It
+// scans as plainRun does, inline: a call would spill what it holds.
 func (p *flatParser) quoted() (s []byte, escaped, ok bool) {
-	p.skip()
-	if p.i >= len(p.b) || p.b[p.i] != '"' {
+	b, i := p.b, p.i
+	for i < len(b) && space(b[i]) {
+		i++
+	}
+	if i >= len(b) || b[i] != '"' {
 		return nil, false, false
 	}
-	b := p.b[p.i+1:]
-	for j := plainRun(b); j < len(b); j += 1 + plainRun(b[j+1:]) {
-		switch b[j] {
-		case '"':
-			p.i += j + 2
-			return b[:j], escaped, true
-		case '\\':
-			if j+1 >= len(b) || unescape(b[j+1]) == 0 {
-				return nil, false, false
+	for j := i + 1; j < len(b); j += 2 {
+		if j+8 <= len(b) {
+			if m := notPlain(word(b[j : j+8])); m == 0 {
+				j += 6 // and 2 more
+				continue
+			} else {
+				j += bits.TrailingZeros64(m) / 8
 			}
-			j++
-			escaped = true
-		default:
+		} else if plainByte[b[j]] {
+			j-- // and 2 more
+			continue
+		}
+		switch {
+		case b[j] == '"':
+			p.i = j + 1
+			return b[i+1 : j], escaped, true
+		case b[j] != '\\' || j+1 >= len(b) || unescape(b[j+1]) == 0:
 			return nil, false, false
 		}
+		escaped = true
 	}
 	return nil, false, false
 }
@@ -189,30 +214,36 @@ var plainByte = func() (t [256]bool) {
 // without sign, fraction or leading zeros.
 func (p *flatParser) uint(max int) (uint64, bool) {
 	p.skip()
+	var n uint64
 	j := p.i
-	for j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9' {
-		j++
+	for ; j < len(p.b) && p.b[j] >= '0' && p.b[j] <= '9'; j++ {
+		n = n*10 + uint64(p.b[j]-'0')
 	}
 	d := p.b[p.i:j]
 	if len(d) == 0 || len(d) > max || d[0] == '0' && len(d) > 1 ||
 		j < len(p.b) && (p.b[j] == '.' || p.b[j] == 'e' || p.b[j] == 'E') {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(string(d), 10, 64)
-	if err != nil {
-		return 0, false
+	if len(d) == 20 { // 19 digits always fit
+		var err error
+		if n, err = strconv.ParseUint(string(d), 10, 64); err != nil {
+			return 0, false
+		}
 	}
 	p.i = j
 	return n, true
 }
 
-// unescape is the byte a one-character escape \c stands for; 0 for none.
-func unescape(c byte) byte {
-	if k := strings.IndexByte(escapes, c); k >= 0 {
-		return escaped[k]
+// unescape is the byte a one-character escape \c stands for; 0 for none
+// (a table, so that it inlines and its callers keep their registers).
+func unescape(c byte) byte { return unescapes[c] }
+
+var unescapes = func() (t [256]byte) {
+	for k := range len(escapes) {
+		t[escapes[k]] = escaped[k]
 	}
-	return 0
-}
+	return t
+}()
 
 // addUnescaped is addString for s, a string str read, with its escapes undone.
 func addUnescaped(w *strings.Builder, s []byte) string {
@@ -276,8 +307,20 @@ func (p *flatParser) raw(kinds string) ([]byte, bool) {
 // anyValue is raw's kinds for every value it reads.
 const anyValue = `{["ntf0123456789`
 
-// value finds the end of the JSON object or array at p.i.
+// value finds the end of the JSON object or array at p.i, checked to be
+// JSON unless p.unchecked: by checked when it reads it, else by scan.
 func (p *flatParser) value() (end int, ok bool) {
+	start := p.i
+	if p.checked(maxCheckedDepth) {
+		return p.i, true
+	}
+	p.i = start
+	return p.scan()
+}
+
+// scan finds the end of the object or array at p.i by its brackets, then
+// asks the general checker unless p.unchecked.
+func (p *flatParser) scan() (end int, ok bool) {
 	depth, in := 0, false
 	for j := p.i; j < len(p.b); j++ {
 		c := p.b[j]
@@ -299,6 +342,52 @@ func (p *flatParser) value() (end int, ok bool) {
 		}
 	}
 	return 0, false
+}
+
+// maxCheckedDepth bounds checked's nesting; deeper values go the long way.
+const maxCheckedDepth = 32
+
+// checked reads one JSON value of the plain form (str's strings, integers
+// without fraction or exponent, literals; members may repeat, as JSON
+// allows) nested at most depth deep, and reports false at anything else,
+// which value leaves to the general checker (FuzzChecked).
+func (p *flatParser) checked(depth int) bool {
+	p.skip()
+	if p.i >= len(p.b) || depth == 0 {
+		return false
+	}
+	switch c := p.b[p.i]; c {
+	case '{', '[':
+		p.i++
+		close := c + 2 // '}' and ']' are two above their openers
+		if p.take(close) {
+			return true
+		}
+		for {
+			if c == '{' {
+				if _, ok := p.str(); !ok || !p.take(':') {
+					return false
+				}
+			}
+			if !p.checked(depth - 1) {
+				return false
+			}
+			if c := p.next(); c != ',' {
+				return c == close
+			}
+		}
+	case '"':
+		_, ok := p.str()
+		return ok
+	case 't', 'f', 'n':
+		return p.literal("true") || p.literal("false") || p.literal("null")
+	case '-':
+		if p.i++; p.i == len(p.b) || space(p.b[p.i]) { // uint would read past it
+			return false
+		}
+	}
+	_, ok := p.uint(19)
+	return ok
 }
 
 // dataAs is e.DataAs(r) through a new T, so that r may stay on its caller's stack.
