@@ -167,17 +167,18 @@ func TestShellSetsidChildKilledAtEnd(t *testing.T) {
 	needLauncher(t, s)
 	for name, cmd := range map[string]string{
 		"end":     "setsid sh -c 'echo $$ > pid; sleep 2; touch marker' & while [ ! -s pid ]; do sleep 0.01; done",
-		"timeout": "setsid sh -c 'echo $$ > pid; sleep 10; touch marker' & while [ ! -s pid ]; do sleep 0.01; done; sleep 30",
+		"timeout": "setsid sh -c 'echo $$ > pid; sleep 60; touch marker' & while [ ! -s pid ]; do sleep 0.01; done; sleep 90",
 		"double":  "(setsid sh -c 'echo $$ > pid; sleep 2; touch marker' &) ; while [ ! -s pid ]; do sleep 0.01; done",
 	} {
 		t.Run(name, func(t *testing.T) {
 			os.Remove(filepath.Join(dir, "pid"))
-			// The timeout case is cut at 3 s; the others end in well under
-			// one, but get 20 s so a loaded machine's slow start does not
-			// fail them (a child left running still shows: the marker).
+			// The timeout case is cut at 8 s (at 3 s a CI run at load 18
+			// timed out before the child wrote its pid); the others end in
+			// well under one, but get 20 s so a loaded machine's slow start
+			// does not fail them (a child left running still shows: the marker).
 			timeout := 20000
 			if name == "timeout" {
-				timeout = 3000
+				timeout = 8000
 			}
 			_, err := s.Run(t.Context(), "", ShellIn{Command: cmd, TimeoutMS: timeout})
 			if name == "timeout" {
