@@ -238,12 +238,15 @@ func TestSessionModeSharedAtOnce(t *testing.T) {
 		mode := []string{"explore", "bypass"}[i%2]
 		s.adminOK(t, "session.mode", "s1", M{"mode": mode})
 		r := s.call(t, "s1", fmt.Sprintf("r%d", i), callsData(Call{ID: "c1", Name: "write"}))
-		got := "parked"
+		got, why := "parked", ""
 		if len(r.Results) == 1 {
 			got = r.Results[0].State
+			if e := r.Results[0].Error; e != nil {
+				why = e.Message
+			}
 		}
 		if want := map[string]string{"explore": "denied", "bypass": "success"}[mode]; got != want {
-			t.Fatalf("round %d: session.mode %s acknowledged, then the call was %s, want %s", i, mode, got, want)
+			t.Fatalf("round %d: session.mode %s acknowledged, then the call was %s (%s), want %s", i, mode, got, why, want)
 		}
 	}
 }
