@@ -252,6 +252,11 @@ type ExecRequest struct {
 // subject its progress goes to when the exec says progress_reply (1.18).
 const ProgressSuffix = ".progress"
 
+// MaxProgress is the most bytes of an io.toolbus.call.progress message's
+// body: a router drops a larger one unread, a worker refuses to send it
+// (docs/protocol.md 5.3, 1.19).
+const MaxProgress = 64 << 10
+
 // ExecResult is the data of io.toolbus.exec.result.
 type ExecResult struct {
 	State      string          `json:"state"`

@@ -42,7 +42,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Presence judges the routers of lone calls (Mends.Lone); nil: no notes.
 	Presence *presence.Presence
+	// MaxPayload is the server's: a record must leave AnswerRoom of it (ErrTooLarge); nil: no bound.
+	MaxPayload func() int64
 }
+
+// AnswerRoom is what a parked record leaves of the max payload for the write
+// that ends it, the answer and a result fitted by the router (protocol 6.1, 1.19).
+const AnswerRoom = 64 << 10
 
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
 const DefaultTTL = 24 * time.Hour
@@ -244,7 +250,15 @@ func (s *Store) parkCarried(ctx context.Context, run Run, waiting []string) (Par
 	b.Results, b.Waiting, b.Next = run.Results, waiting, run.Next
 	claim(b, "", PhaseParked, "")
 	b.gone = true // nothing under the batch's own key: Finish writes nothing
-	v, err := json.Marshal(b)
+	// The record holds the call's input once: the batch it carries omits it (1.19).
+	c := *b
+	c.Data.Calls = slices.Clone(b.Data.Calls)
+	for i := range c.Data.Calls {
+		if c.Data.Calls[i].ID == r.Call.ID {
+			c.Data.Calls[i].Input = nil
+		}
+	}
+	v, err := json.Marshal(&c)
 	if err != nil {
 		return Parking{}, err
 	}
@@ -347,6 +361,11 @@ func carried(r *Record) *Batch {
 	b := new(Batch)
 	if json.Unmarshal(r.Batch, b) != nil {
 		return nil
+	}
+	for i, c := range b.Data.Calls {
+		if c.ID == r.Call.ID && c.Input == nil { // held by the record (1.19)
+			b.Data.Calls[i].Input = r.Call.Input
+		}
 	}
 	if b.Results == nil {
 		b.Results = map[string]bus.Result{}
@@ -808,11 +827,30 @@ func (s *conts) knows(key string) bool {
 	return ok
 }
 
-// note records that this router wrote b at its revision.
-func (s *conts) note(b *Batch) {
+// note records that this router wrote b, of size bytes (0: as last seen), at its revision.
+func (s *conts) note(b *Batch, size int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.known.Put(b.Key(), b.rev, brief(b))
+	o := brief(b)
+	if old, ok := s.known.Get(b.Key()); ok && size == 0 {
+		size = old.size
+	}
+	o.size = size
+	s.known.Put(b.Key(), b.rev, o)
+}
+
+// Taken is what an answer must leave of the max payload to its batch's own
+// continuation (1.19): its size as last seen, and its other missing results'
+// shares of the rest less AnswerRoom; 0 without one (carried, finished) or a bound.
+func (s Reads) Taken(session, replyID string) int {
+	s.conts.mu.RLock()
+	o, ok := s.conts.known.Get(BatchKey(session, replyID))
+	s.conts.mu.RUnlock()
+	if !ok || len(o.missing) == 0 || s.conts.cfg.MaxPayload == nil {
+		return 0
+	}
+	left := max(int(s.conts.cfg.MaxPayload())-AnswerRoom-o.size, 0)
+	return o.size + left - left/len(o.missing)
 }
 
 // forget records this router's delete of key at rev (0: unknown).
@@ -856,7 +894,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 			return nil
 		})
 		if err != nil {
-			return err
+			return sized(err)
 		}
 		*b = *got
 		s.track(b)
@@ -873,10 +911,10 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	case store.IsConflict(err):
 		return errParkedBefore
 	case err != nil:
-		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
+		return sized(fmt.Errorf("parked: batch %s: %w", b.Key(), err))
 	}
 	b.rev = rev
-	s.note(b)
+	s.note(b, len(v))
 	s.track(b)
 	return nil
 }
@@ -993,7 +1031,7 @@ func (s *conts) update(ctx context.Context, session, replyID string, fn func(*Ba
 		return nil, err
 	}
 	b.rev = rev
-	s.note(b)
+	s.note(b, 0)
 	return b, nil
 }
 
@@ -1020,7 +1058,9 @@ func (s *conts) applyBatch(e jetstream.KeyValueEntry) {
 	if e.Operation() != jetstream.KeyValuePut {
 		s.known.Delete(key, b.rev)
 	} else {
-		s.known.Put(key, b.rev, brief(&b))
+		o := brief(&b)
+		o.size = len(e.Value())
+		s.known.Put(key, b.rev, o)
 	}
 	if old, ok := s.active[key]; ok && old.rev >= b.rev {
 		return
@@ -1045,11 +1085,12 @@ func (s *conts) stale(cutoff time.Time) []*Batch {
 	return out
 }
 
-// openBatch is a continuation in brief: phase, missing results, cancel marks.
+// openBatch is a continuation in brief: phase, missing results, cancel marks, size.
 type openBatch struct {
 	phase     Phase
 	missing   []string
 	cancelled []string
+	size      int // bytes of its encoding
 }
 
 func brief(b *Batch) openBatch {
@@ -1127,6 +1168,9 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
+	}
+	if s.cfg.MaxPayload != nil && r.Status == bus.ParkParked && int64(len(b)) > s.cfg.MaxPayload()-AnswerRoom {
+		return fmt.Errorf("its record would be %d bytes, more than %w less %d KiB for its answer", len(b), ErrTooLarge, AnswerRoom>>10)
 	}
 	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
 	if err != nil {
@@ -1209,7 +1253,9 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		now := time.Now().UTC()
 		switch v {
 		case Done: // the answer is the result: parked → done in this one write
-			r.Status, r.Answer, r.Result, r.Owner = bus.ParkDone, a, &res, s.cfg.Owner
+			kept := *a
+			kept.Output = nil // held once, as the result's (1.19)
+			r.Status, r.Answer, r.Result, r.Owner = bus.ParkDone, &kept, &res, s.cfg.Owner
 		case Repark: // a confirmed call of an external tool now waits for its execution
 			r.Kind, r.SuggestedRules, r.Reason, r.Expires = bus.KindExternal, nil, "", now.Add(s.cfg.TTL)
 		default: // Confirmed: this router runs the confirmed call under a lease
@@ -1217,6 +1263,9 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		}
 		return nil
 	})
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return out, bus.Errorf(bus.CodeBadRequest, "answer: it would take call %s's record past the NATS server's max payload; nothing changed (send a smaller answer)", key)
+	}
 	if store.IsFull(err) {
 		// Nothing changed until space is freed: the answerer may answer again later.
 		return out, fmt.Errorf("%s: the answer was not recorded: %w", store.FullText, err)
@@ -1586,6 +1635,18 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 		}
 	}
 	return failed
+}
+
+// ErrTooLarge is Park's error, or a call's in Parking.Failed, when a record or
+// continuation would pass the max payload: nothing of it was written (6.1, 1.19).
+var ErrTooLarge = errors.New("the NATS server's max payload")
+
+// sized is err, or ErrTooLarge when the server refused the batch's continuation for its size.
+func sized(err error) error {
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("the batch's continuation would pass %w", ErrTooLarge)
+	}
+	return err
 }
 
 // ErrNotOwner is Park's error when another router holds the continuation

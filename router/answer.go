@@ -27,6 +27,8 @@ type answers struct {
 	secured bool // the router binds users by credentials (Config.Identities)
 
 	sealAnswer func(key string, out []bus.Block) ([]bus.Block, error)
+	// fit stores what of an output would not fit beside extra bytes (offload.Offloader.Fit; nil: nothing).
+	fit        func(ctx context.Context, key string, out []bus.Block, extra int, dup bool) ([]bus.Block, error)
 	events     eventPort
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *parked.Batch)
@@ -41,6 +43,7 @@ type parkedCalls interface {
 	Mend(ctx context.Context, rec *parked.Record, res bus.Result, report func(*parked.Batch)) (*parked.Batch, bool, error)
 	Continuation(ctx context.Context, rec *parked.Record) (*parked.Batch, error)
 	Parked(session, replyID string) []*parked.Record
+	Taken(session, replyID string) int
 }
 
 // toolLookup is what answers uses of the registry.
@@ -178,11 +181,27 @@ func (r *answers) checkAnswer(rec *parked.Record, a *bus.Answer, via string, t *
 		}
 	}
 	out, err := r.sealAnswer(bus.CallKey(rec.Session, rec.ReplyID, rec.Call.ID), a.Output) // protocol 5.9
-	if err != nil {
-		return err
+	if err == nil {
+		a.Output, err = r.fitRecord(rec, out, a.State != bus.StateSuccess)
 	}
-	a.Output = out
-	return nil
+	return err
+}
+
+// fitRecord stores what of a parked call's output would take the write that
+// ends its record, or its share of its batch's continuation, past the max
+// payload (protocol 5.9, 6.1, 1.19).
+func (r *answers) fitRecord(rec *parked.Record, out []bus.Block, dup bool) ([]bus.Block, error) {
+	if r.fit == nil {
+		return out, nil
+	}
+	extra := len(rec.Call.Input) + len(rec.Batch) + len(rec.User) + len(rec.Context)
+	if rec.Answer != nil {
+		extra += len(rec.Answer.Input)
+	}
+	extra = max(extra, r.parked.Taken(rec.Session, rec.ReplyID)) // the batch's own continuation takes it too
+	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
+	defer cancel()
+	return r.fit(ctx, rec.Key(), out, extra, dup)
 }
 
 // checkDigest checks a confirmation's input_digest; required: it must be given.
@@ -287,8 +306,10 @@ func (r *answers) settle(got parked.Answered, tool *registry.Tool) {
 	var res bus.Result
 	if err != nil {
 		res = internal(rec.Call, fmt.Errorf("continuation: %w", err))
-	} else {
-		res = r.runConfirmed(rec, tool, cont)
+	} else if res = r.runConfirmed(rec, tool, cont); res.Output != nil {
+		if res.Output, err = r.fitRecord(rec, res.Output, res.State != bus.StateSuccess); err != nil {
+			res = internal(rec.Call, fmt.Errorf("storing the output its record cannot hold: %w", err))
+		}
 	}
 	r.complete(rec, res)
 }

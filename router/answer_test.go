@@ -25,6 +25,7 @@ type fakeParked struct {
 func (f *fakeParked) Answer(context.Context, string, string, *bus.Answer, parked.Decide) (parked.Answered, error) {
 	return parked.Answered{}, errors.New("not used")
 }
+func (f *fakeParked) Taken(string, string) int { return 0 }
 func (f *fakeParked) Continuation(context.Context, *parked.Record) (*parked.Batch, error) {
 	f.gets++
 	return f.cont, f.getErr

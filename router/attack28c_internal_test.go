@@ -3,13 +3,17 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/replies"
@@ -43,22 +47,23 @@ func BenchmarkParkedPages10k(b *testing.B) {
 	}
 }
 
-// BenchmarkProgressRelay1MiB (red team 28c): what the router spends on one
-// worker's progress of a 1 MiB text under the reply Mux's lock (decoded,
-// checked, published again), which every other exec reply of the router
-// waits behind; the gate admits 8 at once per call, then 4 a second.
-func BenchmarkProgressRelay1MiB(b *testing.B) {
+// BenchmarkProgressRelayMax (red team 28c; 1.19): what the router's
+// progress goroutine spends on one worker's progress of the largest size
+// relayed, bus.MaxProgress bytes (decoded, checked, published again); the
+// gate admits 8 at once per call, then 4 a second. Before 1.19 a progress
+// of almost 1 MiB was relayed, under the reply Mux's lock (15 to 36 ms).
+func BenchmarkProgressRelayMax(b *testing.B) {
 	s := testkit.RunServer(b)
 	nc := testkit.Connect(b, s)
 	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler)}
 	relay := &progressRelay{wire: w, now: time.Now}
-	e, err := bus.NewEvent(bus.TypeCallProgress, "toolbus/worker/evil", bus.Progress{Seq: 1, Output: bus.Text(strings.Repeat("é", 480<<10))})
+	e, err := bus.NewEvent(bus.TypeCallProgress, "toolbus/worker/evil", bus.Progress{Seq: 1, Output: bus.Text(strings.Repeat("é", 30<<10))})
 	if err != nil {
 		b.Fatal(err)
 	}
 	m, err := e.Msg("x.progress")
-	if err != nil {
-		b.Fatal(err)
+	if err != nil || len(m.Data) > bus.MaxProgress {
+		b.Fatal(len(m.Data), err)
 	}
 	b.SetBytes(int64(len(m.Data)))
 	for b.Loop() {
@@ -67,64 +72,111 @@ func BenchmarkProgressRelay1MiB(b *testing.B) {
 	}
 }
 
-// TestAttackProgressStallsReplies (red team 28c, a known gap): one worker
-// holding a few calls sends each its burst of eight progress events of
-// almost 1 MiB; the router decodes, checks and publishes each again on the
-// one subscription every exec reply of the router comes through (some
-// 15 to 36 ms a MiB, BenchmarkProgressRelay1MiB), so another worker's reply
-// sent after them waits behind 96 MiB of progress (611 ms here, while the
-// subscription's pending limit of 64 MiB drops some of the progress, and
-// in a longer flood could drop replies: their calls time out). The burst
-// is back every 2 s; the gate counts events, not bytes.
+// TestAttackProgressStallsReplies (red team 28c, closed by protocol 1.19):
+// one worker holding 12 calls floods each with progress, eight events of
+// almost 1 MiB (over bus.MaxProgress) and eight of 60 KiB, while the
+// router's progress goroutine is stuck on the first (a stand-in for any
+// slowness of the relay that holds whatever the load). Before 1.19
+// progress was relayed on the one subscription every exec reply comes
+// through, under its lock: another worker's reply waited behind 96 MiB of
+// it (611 ms), and a longer flood could drop replies. Now the replies of
+// 64 other calls, execs or not, sent after the flood, all arrive while
+// the progress is still stuck; the NATS client drops the flood past the
+// progress subscription's pending limits (reported), never a reply (no
+// slow consumer but the progress subscription); released, the execs'
+// Done return once the progress read before their replies was handled.
 func TestAttackProgressStallsReplies(t *testing.T) {
-	if os.Getenv("TOOLBUS_RUN_BUGS") == "" {
-		t.Skip("BUG (known gap, docs/security.md): a worker's large progress stalls every exec reply of the router")
-	}
 	s := testkit.RunServer(t)
-	nc, wc := testkit.Connect(t, s), testkit.Connect(t, s)
+	slow := make(chan string, 4)
+	nc := testkit.Connect(t, s, nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) && sub != nil {
+			select {
+			case slow <- sub.Subject:
+			default:
+			}
+		}
+	}))
+	wc := testkit.Connect(t, s)
 	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler)}
 	relay := &progressRelay{wire: w, now: time.Now}
-	mux := replies.New(nc, replies.Options{EndOnClose: true, Unguessable: true, Progress: relay.relay})
-	e, err := bus.NewEvent(bus.TypeCallProgress, "toolbus/worker/evil", bus.Progress{Seq: 1, Output: bus.Text(strings.Repeat("é", 480<<10))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var held []*replies.Wait
-	for i := range 12 {
-		wt, err := mux.AwaitTagged(&job{session: "s1", replyID: fmt.Sprintf("r%d", i), call: bus.Call{ID: "c1", Name: "t"}})
+	stuck, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var dropped atomic.Int64
+	mux := replies.New(nc, replies.Options{Unguessable: true, ProgressDropped: func(n int) { dropped.Add(int64(n)) },
+		Progress: func(tag any, m *nats.Msg) {
+			once.Do(func() { close(stuck); <-release })
+			relay.relay(tag, m)
+		}})
+	await := func(i int, tagged bool) *replies.Wait {
+		wt, err := mux.Await(0)
+		if tagged {
+			wt, err = mux.AwaitTagged(&job{session: "s1", replyID: fmt.Sprintf("r%d", i), call: bus.Call{ID: "c1", Name: "t"}})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, wt)
+		return wt
 	}
-	victim, err := mux.Await(0)
-	if err != nil {
+	var held, victims []*replies.Wait
+	for i := range 12 {
+		held = append(held, await(i, true))
+	}
+	for i := range 64 {
+		victims = append(victims, await(100+i, i%2 == 0))
+	}
+	if err := nc.Flush(); err != nil { // the Mux's subscriptions are the server's
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil { // the Mux's subscription is the server's
-		t.Fatal(err)
+	var flood []*bus.Event
+	for _, text := range []string{strings.Repeat("é", 480<<10), strings.Repeat("x", 60<<10)} {
+		e, err := bus.NewEvent(bus.TypeCallProgress, "toolbus/worker/evil", bus.Progress{Seq: 1, Output: bus.Text(text)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		flood = append(flood, e)
 	}
 	for range 8 {
 		for _, wt := range held {
-			m, err := e.Msg(wt.Inbox() + bus.ProgressSuffix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := wc.PublishMsg(m); err != nil {
-				t.Fatal(err)
+			for _, e := range flood {
+				m, err := e.Msg(wt.Inbox() + bus.ProgressSuffix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := wc.PublishMsg(m); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
+	testkit.Recv(t, stuck, time.Minute, "the first progress")
 	start := time.Now()
-	if err := wc.Publish(victim.Inbox(), []byte("the other call's result")); err != nil {
-		t.Fatal(err)
+	for i, v := range victims {
+		if err := wc.Publish(v.Inbox(), fmt.Appendf(nil, "reply %d", i)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	m := victim.Wait(context.Background(), 10*time.Second)
-	t.Logf("the other reply after %v", time.Since(start))
-	if m == nil {
-		t.Fatalf("another call's reply was lost behind 96 MiB of progress")
-	} else if d := time.Since(start); d > 250*time.Millisecond {
-		t.Fatalf("another call's reply waited %v behind 96 MiB of progress", d)
+	for i, v := range victims {
+		if m := v.Wait(context.Background(), time.Minute); m == nil || string(m.Data) != fmt.Sprintf("reply %d", i) {
+			t.Fatalf("reply %d behind the stuck progress: %v", i, m)
+		}
+	}
+	t.Logf("64 replies after %v, the progress stuck", time.Since(start))
+	close(release)
+	start = time.Now()
+	for _, v := range victims {
+		mux.Done(v, true)
+	}
+	t.Logf("their Done after %v more", time.Since(start))
+	for _, wt := range held {
+		mux.Done(wt, false)
+	}
+	if dropped.Load() == 0 {
+		t.Errorf("no progress dropped past the pending limits")
+	}
+	for len(slow) > 0 {
+		if sub := <-slow; !strings.HasSuffix(sub, bus.ProgressSuffix) {
+			t.Errorf("a slow consumer on %s", sub)
+		}
 	}
 }
 
@@ -189,6 +241,7 @@ func TestAttackProgressSubjects(t *testing.T) {
 		if m := wt.Wait(context.Background(), 10*time.Second); m == nil || !strings.HasSuffix(string(m.Data), "reply") {
 			t.Fatalf("a wait's reply: %v", m)
 		}
+		mux.Done(wt, true) // the exec's once the progress sent before its reply was handled
 	}
 	var got []string
 	for _, m := range relayed(t, nc, events, subj) {

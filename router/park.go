@@ -70,7 +70,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 			b.cont = nil // nothing was recorded: there is no continuation to settle
 		}
 		for _, c := range calls {
-			b.finish(c, internal(c.call, err))
+			b.finish(c, unparked(c.call, err))
 		}
 		return true
 	}
@@ -87,13 +87,23 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	b.cont = got.Batch
 	for i, c := range calls {
 		if err := got.Failed[c.call.ID]; err != nil {
-			b.finish(c, internal(c.call, err))
+			b.finish(c, unparked(c.call, err))
 		} else if s.parked != nil {
 			s.parked.WithLabelValues(recs[i].Kind).Inc()
 		}
 	}
 	b.parked = s.listed(b, got.Parked, next)
 	return true
+}
+
+// unparked is the result of call c that could not park (err): limit_exceeded
+// when its record or its batch's continuation is too large (protocol 6.1, 1.19).
+func unparked(c bus.Call, err error) bus.Result {
+	if errors.Is(err, parked.ErrTooLarge) {
+		return bus.ErrorResult(c, bus.CodeLimitExceeded, fmt.Sprintf(
+			"LimitExceededError: Call %s could not wait for an answer: %v. Send it again with a smaller input, or in a batch of its own.", c.ID, err))
+	}
+	return internal(c, err)
 }
 
 // listed is what the reply and call.parked list: parked, then held-back calls.

@@ -12,20 +12,22 @@ import (
 // Progress reaches the session through the router (docs/protocol.md 5.3,
 // 1.18): a worker sends a call's io.toolbus.call.progress to the exec's
 // reply subject + bus.ProgressSuffix, the exec's wait hands it here
-// (internal/replies, Options.Progress), and the router publishes it on
-// P.events.<session> under the ids of the exec it sent: a worker, which
-// may not publish there, reports progress of the calls it was sent only.
+// (internal/replies, Options.Progress: a subscription and goroutine of its
+// own, 1.19), and the router publishes it on P.events.<session> under the
+// ids of the exec it sent: a worker, which may not publish there, reports
+// progress of the calls it was sent only.
 
-// A call's progress is bounded: a burst of progressBurst events, then one
-// every progressEvery (the bridge's pace, mcp/bridge); the rest is dropped
-// before it is decoded.
+// A call's progress is bounded: events of at most bus.MaxProgress bytes,
+// a burst of progressBurst, then one every progressEvery (the bridge's
+// pace, mcp/bridge); the rest is dropped before it is decoded.
 const (
 	progressBurst = 8
 	progressEvery = 250 * time.Millisecond
 )
 
-// progressGate is one exec attempt's progress so far; only the reply
-// subscription touches it, under the wait's lock (reset before each attempt).
+// progressGate is one exec attempt's progress so far, reset before each
+// attempt; only the progress goroutine touches it while the attempt's wait
+// is registered, and the wait's Done waits for that (internal/replies).
 type progressGate struct {
 	seq    int       // the last seq published
 	tokens int       // events allowed now
@@ -61,12 +63,14 @@ func (x *progressRelay) relay(tag any, m *nats.Msg) {
 	if !ok {
 		return
 	}
-	if !j.progress.admit(x.now()) {
+	if len(m.Data) > bus.MaxProgress || !j.progress.admit(x.now()) {
+		x.dropped(1)
 		return
 	}
 	ref := callRef{j.session, j.replyID, j.call.ID}
 	data, err := progressData(m, ref, j.progress.seq)
 	if err != nil {
+		x.dropped(1)
 		x.log.Debug("router: progress dropped", "call", ref.key(), "err", err)
 		return
 	}
@@ -79,6 +83,14 @@ func (x *progressRelay) relay(tag any, m *nats.Msg) {
 	e.TraceParent, e.TraceState = j.trace[0], j.trace[1]
 	if err := bus.SendTrusted(x.subj.EventsMsg(j.session), &e, "", x.nc.PublishMsg); err != nil {
 		x.log.Warn("router: progress not published", "call", ref.key(), "err", err)
+	}
+}
+
+// dropped counts n progress events dropped: over the size or the pace, not
+// valid, or (replies.Options.ProgressDropped) past the pending limits.
+func (x *progressRelay) dropped(n int) {
+	if x.m != nil {
+		x.m.Rejected.WithLabelValues("progress_dropped").Add(float64(n))
 	}
 }
 

@@ -326,7 +326,7 @@ func (r *Router) build(ctx context.Context) error {
 		return fmt.Errorf("router: presence: %w", err)
 	}
 	r.life.Defer(r.presence.Stop)
-	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log,
+	r.parked = parked.New(r.store, r.subj, parked.Config{TTL: r.cfg.ParkTTL, Owner: r.cfg.ID, Source: r.source, Logger: r.log, MaxPayload: r.nc.MaxPayload,
 		Publish: r.nc.PublishMsg, Presence: r.presence})
 	if err := r.parked.Start(bg); err != nil {
 		return fmt.Errorf("router: parked calls: %w", err)
@@ -357,13 +357,13 @@ func (r *Router) build(ctx context.Context) error {
 // bind builds the handler types over the subsystems, and the routes.
 func (r *Router) bind() {
 	progress := &progressRelay{wire: r.wire, now: time.Now}
-	execReplies := replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true, Progress: progress.relay})
+	execReplies := replies.New(r.nc, replies.Options{EndOnClose: true, Unguessable: true, Progress: progress.relay, ProgressDropped: progress.dropped})
 	r.tools.exec = chain(requestReply{replies: execReplies, execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led.Once))
 	r.pipe = r.newPipeline()
 	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led, progress: execReplies}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
-		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, events: r.events,
+		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, fit: r.outputs.Fit, events: r.events,
 		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, pipe: r.pipe, batches: &r.batches}

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	fastjson "github.com/goccy/go-json"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/schemas"
 )
 
@@ -99,8 +101,10 @@ func (c *Call) ContextValue(key string, v any) (bool, error) {
 }
 
 // Progress sends an io.toolbus.call.progress event with the blocks, never
-// part of the result; large blocks are stored as results' are, and blocks
-// above Config.MaxOutput are an error, nothing sent. It goes to the router
+// part of the result; blocks past what a progress carries (bus.MaxProgress
+// bytes in all, 1.19) are stored as large results' are, and blocks above
+// Config.MaxOutput, or a progress still over bus.MaxProgress, are an
+// error, nothing sent. It goes to the router
 // that sent the call when the exec says it takes progress (progress_reply,
 // or a durable call's progress_inbox: docs/protocol.md 5.3, 1.18), which
 // publishes it on the session's events; else (a router of 1.17) on
@@ -109,7 +113,9 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.w == nil {
 		return nil
 	}
-	blocks, err := c.w.off.Fit(c.w.base, callKey(c.SessionID, c.ReplyID, c.ID), blocks, 0, false)
+	// Inline at most progressOutput: the payload less Reserve, less the rest.
+	rest := int(c.w.nc.MaxPayload()) - offload.Reserve - progressOutput
+	blocks, err := c.w.off.Fit(c.w.base, callKey(c.SessionID, c.ReplyID, c.ID), blocks, rest, false)
 	if err != nil {
 		return fmt.Errorf("worker: progress: %w", err)
 	}
@@ -133,8 +139,17 @@ func (c *Call) Progress(blocks ...bus.Block) error {
 	if c.progressInbox == "" {
 		to = c.w.subj.EventsMsg(c.SessionID)
 	}
-	return bus.SendTrusted(to, &e, "", c.w.nc.PublishMsg)
+	return bus.SendTrusted(to, &e, "", func(m *nats.Msg) error {
+		if len(m.Data) > bus.MaxProgress {
+			return fmt.Errorf("worker: progress: %d bytes, more than the %d a router takes (docs/protocol.md 5.3); not sent", len(m.Data), bus.MaxProgress)
+		}
+		return c.w.nc.PublishMsg(m)
+	})
 }
+
+// progressOutput is the most of a progress's output sent inline: the rest
+// of bus.MaxProgress is the event's attributes.
+const progressOutput = bus.MaxProgress - 4<<10
 
 // PatchState sets the JSON merge patch (RFC 7386) the router applies to the
 // session's agent state when the call succeeds; state_injected tools only.

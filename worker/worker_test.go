@@ -399,18 +399,7 @@ func TestProgressToTheRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inbox := f.nc.NewRespInbox()
-	replies, err := f.nc.SubscribeSync(inbox + ".>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	result, err := f.nc.SubscribeSync(inbox)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := f.nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	inbox, replies, result := replyInbox(t, f)
 	f.startWorker(worker.Config{}, func(w *worker.Worker) {
 		raw(t, w, "steps", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
 			for _, s := range []string{"one", "two"} {
@@ -448,6 +437,56 @@ func TestProgressToTheRouter(t *testing.T) {
 	if n, _, _ := events.Pending(); n != 0 {
 		t.Fatalf("%d events published by the worker", n)
 	}
+}
+
+// A progress whose message would pass bus.MaxProgress (1.19), here by the
+// exec's tracestate of 70 KiB that it carries, is the tool's error,
+// nothing sent: a router would drop it unread. (Its output alone never
+// passes: blocks past the cap are stored, as a large result's.)
+func TestProgressOverTheCap(t *testing.T) {
+	f := newFixture(t, true)
+	inbox, sent, result := replyInbox(t, f)
+	f.startWorker(worker.Config{}, func(w *worker.Worker) {
+		raw(t, w, "steps", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			err := c.Progress(bus.Text("step")...)
+			return textOut(fmt.Sprint(err)), nil
+		})
+	})
+	m := eventMsg(t, f.subj.Workers.Exec("steps"), execEvent(t, "steps", "toolu_1", `{}`, func(e *bus.Event, r *bus.ExecRequest) {
+		e.TraceState, r.ProgressReply = "k="+strings.Repeat("v", 70<<10), true
+	}))
+	m.Reply = inbox
+	if err := f.nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	r, err := result.NextMsg(bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := execResult(t, decodeReply(t, r))
+	if len(res.Output) != 1 || !strings.Contains(res.Output[0].Text, fmt.Sprintf("more than the %d a router takes", bus.MaxProgress)) {
+		t.Fatalf("the tool's progress error: %s", jsonOf(res.Output))
+	}
+	if n, _, _ := sent.Pending(); n != 0 {
+		t.Fatalf("%d progress sent over the cap", n)
+	}
+}
+
+// replyInbox is an exec's reply inbox, read: what comes under it (its
+// progress), and on it (the result).
+func replyInbox(t *testing.T, f *fixture) (inbox string, under, on *nats.Subscription) {
+	inbox = f.nc.NewRespInbox()
+	under, err := f.nc.SubscribeSync(inbox + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if on, err = f.nc.SubscribeSync(inbox); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return inbox, under, on
 }
 
 func TestPatchState(t *testing.T) {

@@ -34,7 +34,53 @@ type Mux struct {
 	free    sync.Pool
 	sub     *nats.Subscription
 	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
+
+	p relays // Options.Progress's side
 }
+
+// relays is a Mux's progress side: its subscription, and how far the
+// subscription's goroutine got, under the Mux's lock. handled counts the
+// messages handed on or dropped, drains the times the subscription was
+// left empty, dropped the NATS client's drops reported; relaying is the
+// wait whose progress is in hand. caught (on the Mux's lock) is signalled
+// after each message, and on close.
+type relays struct {
+	sub             *nats.Subscription
+	handled, drains uint64
+	dropped         int
+	relaying        *Wait
+	caught          sync.Cond
+}
+
+// counted counts a message handled, taking the lock, and returns how many
+// more the NATS client dropped.
+func (r *relays) counted() (dropped int) {
+	r.caught.L.Lock()
+	r.relaying = nil
+	r.handled++
+	if r.sub != nil {
+		if n, _, _ := r.sub.Pending(); n <= 1 { // the message handled only: the NATS client counts it until its handler returns
+			r.drains++
+		}
+		if d, err := r.sub.Dropped(); err == nil && d > r.dropped {
+			dropped, r.dropped = d-r.dropped, d
+		}
+	}
+	r.caught.L.Unlock()
+	r.caught.Broadcast()
+	return dropped
+}
+
+// mark notes in w, a tagged wait whose reply came, the progress read so
+// far: handled, in hand or pending. The lock is held.
+func (r *relays) mark(w *Wait) {
+	n, _, _ := r.sub.Pending()
+	w.replied, w.mark, w.epoch = true, r.handled+uint64(max(n, 0)), r.drains
+}
+
+// behind reports whether progress read before w's reply may not have been
+// handled yet. The lock is held.
+func (r *relays) behind(w *Wait) bool { return r.handled < w.mark && r.drains == w.epoch }
 
 // Options say how a Mux's waits end besides their reply.
 type Options struct {
@@ -49,17 +95,34 @@ type Options struct {
 	// Unguessable: inboxes end in 64 random bits, for untrusted repliers
 	// (workers, docs/security.md) who could otherwise answer the next one.
 	Unguessable bool
-	// Progress, when set, is handed each message to a registered wait's
-	// inbox + bus.ProgressSuffix (an exec's progress, docs/protocol.md 5.3)
-	// with the tag its request gave; the wait goes on. It runs on the
-	// subscription, in order with the replies, under the Mux's lock (so
-	// never for a wait that ended): it must be quick and not call the Mux.
+	// Progress, when set, is handed each message to a tagged wait's inbox
+	// + bus.ProgressSuffix (an exec's progress, docs/protocol.md 5.3) with
+	// the tag its request gave; the wait goes on. Progress comes on a
+	// subscription of its own, with small pending limits (past them the
+	// NATS client drops it, never a reply), and runs on its goroutine, in
+	// order, outside the lock, so no reply waits behind it. Never for a
+	// wait once its Done returned: Done waits for the message in hand, and
+	// a replied wait's Done for the progress read before its reply (at
+	// most the pending limits' worth), so a call's progress precedes its
+	// result. Progress implies EndOnClose.
 	Progress func(tag any, m *nats.Msg)
+	// ProgressDropped, with Progress, is told on Progress's goroutine how
+	// many more progress messages the NATS client dropped past the limits.
+	ProgressDropped func(n int)
 }
+
+// The progress subscription's pending limits: what a flood may queue.
+const (
+	progressPendingMsgs  = 1024
+	progressPendingBytes = 1 << 20
+)
 
 // New returns a Mux on nc; it subscribes on the first Await.
 func New(nc *nats.Conn, opts Options) *Mux {
-	return &Mux{nc: nc, opts: opts, waiting: map[string]*Wait{}}
+	opts.EndOnClose = opts.EndOnClose || opts.Progress != nil
+	a := &Mux{nc: nc, opts: opts, waiting: map[string]*Wait{}}
+	a.p.caught.L = &a.mu
+	return a
 }
 
 // Conn is the connection the Mux subscribes on.
@@ -70,6 +133,11 @@ type Wait struct {
 	inbox string
 	ch    chan *nats.Msg
 	tag   any // the request's, for Options.Progress
+	// replied: a tagged wait's reply came (it stays in waiting until Done
+	// for its progress), when the progress read before it was handled by
+	// the mark'th message handled, or by the next drain.
+	replied     bool
+	mark, epoch uint64
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -188,11 +256,11 @@ func (a *Mux) subscribe() {
 		return
 	}
 	a.prefix = a.nc.NewInbox() + "."
-	all := "*"
-	if a.opts.Progress != nil {
-		all = ">" // the inboxes and their progress subjects, in one order
+	if a.sub, a.err = a.nc.Subscribe(a.prefix+"*", a.deliver); a.err == nil && a.opts.Progress != nil {
+		if a.p.sub, a.err = a.nc.Subscribe(a.prefix+"*"+bus.ProgressSuffix, a.deliver); a.err == nil {
+			a.err = a.p.sub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
+		}
 	}
-	a.sub, a.err = a.nc.Subscribe(a.prefix+all, a.deliver)
 	if a.err != nil {
 		return
 	}
@@ -211,8 +279,10 @@ func (a *Mux) subscribe() {
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.endWaits(true)
-	if a.sub != nil {
-		_ = a.sub.Unsubscribe()
+	for _, s := range []*nats.Subscription{a.sub, a.p.sub} {
+		if s != nil {
+			_ = s.Unsubscribe()
+		}
 	}
 	if a.status != nil {
 		a.nc.RemoveStatusListener(a.status)
@@ -220,22 +290,40 @@ func (a *Mux) Unsubscribe() {
 }
 
 // deliver hands a reply to the wait for it, once; a reply that no wait
-// is registered for (late, or not ours) is dropped, as is progress.
+// is registered for (late, or not ours) is dropped. Progress (on its own
+// subscription) goes to Options.Progress, outside the lock.
 func (a *Mux) deliver(m *nats.Msg) {
-	if a.opts.Progress != nil {
-		if inbox, ok := strings.CutSuffix(m.Subject, bus.ProgressSuffix); ok {
-			a.mu.Lock()
-			if w := a.waiting[inbox]; w != nil {
-				a.opts.Progress(w.tag, m)
-			}
-			a.mu.Unlock()
-			return
-		}
+	inbox, progress := strings.CutSuffix(m.Subject, bus.ProgressSuffix)
+	if progress = progress && a.opts.Progress != nil; !progress {
+		inbox = m.Subject
 	}
 	a.mu.Lock()
-	w := a.waiting[m.Subject]
-	delete(a.waiting, m.Subject)
-	a.settle()
+	w := a.waiting[inbox]
+	if progress {
+		var tag any
+		if w != nil && w.tag != nil {
+			a.p.relaying, tag = w, w.tag // in hand
+		}
+		a.mu.Unlock()
+		if tag != nil {
+			a.opts.Progress(tag, m)
+		}
+		if n := a.p.counted(); n > 0 && a.opts.ProgressDropped != nil {
+			a.opts.ProgressDropped(n)
+		}
+		return
+	}
+	switch {
+	case w != nil && w.tag != nil && a.p.sub != nil: // awaited for its progress until Done
+		if w.replied {
+			w = nil
+		} else {
+			a.p.mark(w)
+		}
+	default:
+		delete(a.waiting, m.Subject)
+		a.settle()
+	}
 	a.mu.Unlock()
 	if w != nil {
 		w.ch <- m
@@ -243,22 +331,34 @@ func (a *Mux) deliver(m *nats.Msg) {
 }
 
 // Done ends w's wait, replied when its reply was taken from C (then no
-// lock: deliver or endOn took w out of waiting). A wait whose reply may
-// still come to its channel is not reused; one that ended before its reply
-// came is reused with a new inbox.
+// lock, unless tagged: deliver or endOn took w out of waiting). A wait whose
+// reply may still come to its channel is not reused; one that ended before
+// its reply came is reused with a new inbox. With Options.Progress, no
+// progress is handed on with w's tag once Done returns.
 func (a *Mux) Done(w *Wait, replied bool) {
-	if replied {
-		w.tag = nil
+	if replied && w.tag == nil {
 		a.free.Put(w)
 		return
 	}
 	a.mu.Lock()
-	_, waiting := a.waiting[w.inbox]
-	delete(a.waiting, w.inbox)
-	a.settle()
-	a.mu.Unlock()
+	for replied && a.p.behind(w) && !a.closed {
+		a.p.caught.Wait()
+	}
+	waiting := a.waiting[w.inbox] == w
 	if waiting {
-		w.inbox, w.tag = "", nil
+		delete(a.waiting, w.inbox)
+	}
+	for a.p.relaying == w {
+		a.p.caught.Wait()
+	}
+	a.settle()
+	reuse := replied || waiting && !w.replied
+	a.mu.Unlock()
+	if reuse {
+		if !replied {
+			w.inbox = ""
+		}
+		w.tag, w.replied = nil, false
 		a.free.Put(w)
 	}
 }
@@ -356,11 +456,14 @@ func (a *Mux) endWaits(closed bool) {
 	a.closed = a.closed || closed
 	ws := make([]*Wait, 0, len(a.waiting))
 	for inbox, w := range a.waiting {
-		ws = append(ws, w)
+		if !w.replied { // a replied one's reply is in its channel
+			ws = append(ws, w)
+		}
 		delete(a.waiting, inbox)
 	}
 	a.settle()
 	a.mu.Unlock()
+	a.p.caught.Broadcast() // a Done waiting for progress that will not come now
 	for _, w := range ws {
 		w.ch <- nil
 	}

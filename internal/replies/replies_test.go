@@ -3,6 +3,7 @@ package replies
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -431,5 +432,68 @@ func TestProgressToItsWait(t *testing.T) {
 	a.deliver(&nats.Msg{Subject: w.inbox + bus.ProgressSuffix, Data: []byte("late")})
 	if strings.Join(got, " ") != "one:p1 one:p2" {
 		t.Fatalf("progress handed on: %q", got)
+	}
+}
+
+// Progress comes apart from the replies, on its own goroutine, outside the
+// lock, yet every progress sent before a request's reply is handed on
+// before the request returns, and none once it returned, whether replied
+// or given up: so a request may reset its tag's count between requests,
+// as an exec resets its gate between attempts, which -race checks. The
+// worker sends five progress messages before its reply and two after;
+// every fourth request gets no reply (its deadline passes).
+func TestProgressBeforeItsRequestReturns(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, wc := testkit.Connect(t, s), testkit.Connect(t, s)
+	type count struct{ n int } // a tag's progress so far, no lock of its own
+	if _, err := wc.Subscribe("exec", func(m *nats.Msg) {
+		for i := range 7 {
+			if i == 5 && string(m.Data) != "silent" {
+				_ = wc.Publish(m.Reply, m.Data)
+			}
+			_ = wc.Publish(m.Reply+bus.ProgressSuffix, []byte("p"))
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a := New(nc, Options{Unguessable: true, Progress: func(tag any, _ *nats.Msg) {
+		c := tag.(*count)
+		n := c.n
+		runtime.Gosched() // a wider window for a request that returned too soon
+		c.n = n + 1
+	}})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Go(func() {
+			tag := &count{}
+			for i := range 40 {
+				tag.n = 0
+				data, deadline := "reply", time.Time{}
+				if i%4 == 3 {
+					data, deadline = "silent", time.Now().Add(20*time.Millisecond)
+				}
+				m, err := a.RequestUntil(t.Context(), deadline, tag, func(inbox string) error {
+					return nc.PublishMsg(&nats.Msg{Subject: "exec", Reply: inbox, Data: []byte(data)})
+				})
+				switch {
+				case data == "silent" && err != context.DeadlineExceeded:
+					errs <- fmt.Errorf("%d/%d: a silent request ended with %v, %v", g, i, m, err)
+				case data == "reply" && (err != nil || tag.n < 5):
+					errs <- fmt.Errorf("%d/%d: replied %v, %v with %d progress handed on, want 5 or more", g, i, m, err, tag.n)
+				default:
+					continue
+				}
+				return
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }

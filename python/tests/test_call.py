@@ -187,3 +187,46 @@ async def test_progress_where_the_exec_says(router, worker_factory):
                 await s.unsubscribe()
     finally:
         await nc.close()
+
+
+async def test_progress_over_the_cap(router, worker_factory):
+    """Protocol 1.19: a progress message is at most 64 KiB (``MAX_PROGRESS``): a large block is stored and sent
+    by reference, and a progress still over the cap (here by the exec's tracestate of 70 KiB, which it carries)
+    raises in the tool, nothing sent."""
+    name = unique("py_progress_cap")
+
+    @toolbus.tool(name=name, read_only=True)
+    async def big(ctx: toolbus.ToolContext) -> str:
+        """One large progress."""
+        try:
+            await ctx.progress("x" * (100 << 10))
+        except ValueError as err:
+            return str(err)
+        return "sent"
+
+    await worker_factory(big)
+    nc = await nats.connect(router.url)
+    try:
+        for tracestate in ("", "k=" + "v" * (70 << 10)):
+            got: asyncio.Queue = asyncio.Queue()
+            inbox = nc.new_inbox()
+            subs = [await nc.subscribe(s, cb=got.put) for s in (inbox, inbox + ".progress")]
+            e = exec_event(name, "c1")
+            e.data["call"]["input"], e.data["progress_reply"], e.tracestate = {}, True, tracestate
+            body, headers = ev.encode_structured(e)
+            await nc.publish(f"toolbus.exec.{name}", body, reply=inbox, headers=headers)
+            first = await asyncio.wait_for(got.get(), 30)
+            if tracestate:
+                text = ev.decode(first.data, first.headers).data["output"][0]["text"]
+                assert first.subject == inbox and f"more than the {ev.MAX_PROGRESS}" in text, (first.subject, text)
+                assert got.empty()
+            else:
+                p = ev.decode(first.data, first.headers)
+                assert first.subject == inbox + ".progress" and len(first.data) <= ev.MAX_PROGRESS, first.subject
+                assert any(b["type"] != "text" for b in p.data["output"]), p.data  # the text by reference
+                result = await asyncio.wait_for(got.get(), 30)
+                assert ev.decode(result.data, result.headers).data["output"][0]["text"] == "sent"
+            for s in subs:
+                await s.unsubscribe()
+    finally:
+        await nc.close()

@@ -24,6 +24,7 @@ TYPE_TOOLS_LIST = "io.toolbus.tools.list"
 TYPE_CALL_CANCEL = "io.toolbus.call.cancel"
 TYPE_CALL_RESULT = "io.toolbus.call.result"
 TYPE_CALL_PROGRESS = "io.toolbus.call.progress"
+MAX_PROGRESS = 64 << 10  # the most bytes of a progress message's body a router takes (5.3, 1.19)
 TYPE_CALL_PARKED = "io.toolbus.call.parked"
 TYPE_BATCH_DONE = "io.toolbus.batch.done"
 TYPE_EXEC = "io.toolbus.exec"

@@ -379,12 +379,16 @@ class _Executor:
 
         async def progress(blocks: list[Block]) -> None:
             nonlocal seq
-            blocks = await self._off.fit(key, blocks)
+            # Blocks past 60 KiB stored (the rest of MAX_PROGRESS is the event's attributes), as in Go.
+            blocks = await self._off.fit(key, blocks, int(self.nc.max_payload) - RESERVE - (ev.MAX_PROGRESS - (4 << 10)))
             seq += 1
             pe = ev.Event(ev.TYPE_CALL_PROGRESS, self.source, {"seq": seq, "output": blocks_json(blocks)}, subject=c["id"],
                           sessionid=e.sessionid, replyid=e.replyid, toolcallid=c["id"], traceparent=e.traceparent,
                           tracestate=e.tracestate)
             body, headers = ev.encode_structured(pe)
+            if len(body) > ev.MAX_PROGRESS:
+                raise ValueError(f"progress: {len(body)} bytes, more than the {ev.MAX_PROGRESS} a router takes "
+                                 "(docs/protocol.md 5.3); not sent")
             await self.nc.publish(progress_to, body, headers=headers)
 
         ctx = ToolContext(id=c["id"], name=s.tool.name, session=e.sessionid, reply_id=e.replyid,

@@ -20,6 +20,8 @@ public final class Codes {
   public static final String CALL_CANCEL = "io.toolbus.call.cancel";
   public static final String CALL_RESULT = "io.toolbus.call.result";
   public static final String CALL_PROGRESS = "io.toolbus.call.progress";
+  /** The most bytes of a progress message's body a router takes (5.3, 1.19). */
+  public static final int MAX_PROGRESS = 64 << 10;
   public static final String CALL_PARKED = "io.toolbus.call.parked";
   public static final String BATCH_DONE = "io.toolbus.batch.done";
   public static final String EXEC = "io.toolbus.exec";

@@ -129,7 +129,10 @@ public final class ToolCall {
     if (worker == null) {
       return;
     }
-    List<Block> out = worker.offloader().fit(key(), blocks, 0, false);
+    // Blocks past 60 KiB stored (the rest of MAX_PROGRESS is the event's attributes), as in Go.
+    long payload = worker.connection().getServerInfo().getMaxPayload();
+    int rest = (int) (payload - Offloader.RESERVE - (Codes.MAX_PROGRESS - (4 << 10)));
+    List<Block> out = worker.offloader().fit(key(), blocks, rest, false);
     int n;
     synchronized (this) {
       n = ++seq;

@@ -54,6 +54,10 @@ class BusTest {
       c.progress(Block.text("step 2"));
       return "done";
     });
+    worker.tool(ToolDef.builder("j_big_progress").readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> {
+      c.progress(Block.text("x".repeat(100 << 10)));
+      return "sent";
+    });
     worker.tool(ToolDef.builder("j_slow").readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> {
       slowStarted.countDown();
       Thread.sleep(TimeUnit.MINUTES.toMillis(5));
@@ -192,6 +196,37 @@ class BusTest {
       assertEquals("c1", p1.subject);
       assertEquals(s, p1.sessionid);
       assertTrue(p1.source.startsWith("toolbus/router/")); // the router publishes it (1.18)
+    }
+  }
+
+  /**
+   * Protocol 1.19: a progress message is at most 64 KiB (Codes.MAX_PROGRESS), which a router
+   * takes; a larger block is stored and sent by reference.
+   */
+  @Test
+  void progressUnderTheCap() throws Exception {
+    try (Connection raw = router.connect()) {
+      String inbox = raw.createInbox();
+      io.nats.client.Subscription sub = raw.subscribe(inbox + ".>");
+      io.nats.client.Subscription result = raw.subscribe(inbox);
+      raw.flush(Duration.ofSeconds(5));
+      Event e = Event.of(Codes.EXEC, "toolbus/router/test", Map.of("call", Map.of("id", "c1", "name", "j_big_progress",
+          "input", Map.of()), "attempt", 1, "progress_reply", true));
+      e.sessionid = "jwire";
+      e.replyid = "r-big";
+      e.toolcallid = "c1";
+      raw.publish(e.toMessage("toolbus.exec.j_big_progress", inbox));
+      Message p = sub.nextMessage(Duration.ofSeconds(10));
+      assertNotNull(p, "no progress");
+      assertTrue(p.getData().length <= Codes.MAX_PROGRESS, p.getData().length + " bytes");
+      boolean stored = false;
+      for (JsonNode b : Event.decode(p).dataTree().path("output")) {
+        stored |= !"text".equals(b.path("type").asText());
+      }
+      assertTrue(stored, "the text not stored: " + Event.decode(p).dataTree());
+      Message r = result.nextMessage(Duration.ofSeconds(10));
+      assertNotNull(r);
+      assertEquals("sent", Event.decode(r).dataTree().path("output").path(0).path("text").asText());
     }
   }
 
