@@ -362,14 +362,19 @@ func perCallOf(v float64, calls int64) float64 {
 // The machine's and this process's figures from /proc; each is 0 (or "")
 // where there is no /proc.
 
-// memKB is this process's resident set size and its peak, in kB.
-func memKB() (rss, hwm int64) {
+// procSelf is this process's resident set size and its peak, in kB, and
+// the write system calls it has made so far (syscw; -1 when it cannot tell).
+func procSelf() (rss, hwm, writes int64) {
+	writes = -1
 	if p, err := procfs.Self(); err == nil {
 		if st, err := p.NewStatus(); err == nil {
-			return int64(st.VmRSS / 1024), int64(st.VmHWM / 1024)
+			rss, hwm = int64(st.VmRSS/1024), int64(st.VmHWM/1024)
+		}
+		if io, err := p.IO(); err == nil {
+			writes = int64(io.SyscW)
 		}
 	}
-	return 0, 0
+	return rss, hwm, writes
 }
 
 // machineBusy is the CPU time every process on the machine has used since

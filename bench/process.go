@@ -27,7 +27,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/memtune"
-	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/store"
@@ -231,8 +230,10 @@ func readStats(gc bool) childStats {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	rss, hwm := memKB()
-	return childStats{CPUNS: testkit.ProcessCPU().Nanoseconds(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC, Writes: testkit.WriteCalls()}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // zero CPU where it fails
+	rss, hwm, writes := procSelf()
+	return childStats{CPUNS: ru.Utime.Nano() + ru.Stime.Nano(), Mallocs: ms.Mallocs, HeapInuse: ms.HeapInuse, RSSKB: rss, HWMKB: hwm, NumGC: ms.NumGC, Writes: writes}
 }
 
 // RunChild runs this process as a part of the bench when

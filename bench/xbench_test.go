@@ -30,6 +30,17 @@ func TestWriteProfile(t *testing.T) {
 	}
 }
 
+// TestReadStats: a child's CPU and write calls are the process's own, as
+// testkit (which the bench binary does not link) reads them.
+func TestReadStats(t *testing.T) {
+	cpu, writes := testkit.ProcessCPU().Nanoseconds(), testkit.WriteCalls()
+	s := readStats(false)
+	cpuAfter, writesAfter := testkit.ProcessCPU().Nanoseconds(), testkit.WriteCalls()
+	if s.CPUNS < cpu || s.CPUNS > cpuAfter || s.Writes < writes || s.Writes > writesAfter || s.RSSKB <= 0 || s.HWMKB < s.RSSKB {
+		t.Fatalf("readStats = %+v; testkit: cpu %d..%d ns, writes %d..%d", s, cpu, cpuAfter, writes, writesAfter)
+	}
+}
+
 func TestOtherCores(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -124,15 +124,11 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("inbox: parked calls: %w (is a router running, and may this login read them?)", err)
 	}
-	st, err := kv.Status(ctx)
+	leader, err := store.OpenKV(ctx, s.js, kv)
 	if err != nil {
 		return fmt.Errorf("inbox: parked calls: %w", err)
 	}
-	replicas := 1
-	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		replicas = b.StreamInfo().Config.Replicas
-	}
-	s.records.fetch = leaderReads(store.NewKV(s.js, kv, replicas), s.records)
+	s.records.fetch = leaderReads(leader, s.records)
 	if s.tools, err = s.js.KeyValue(ctx, s.subj.Bucket(bus.BucketTools)); err != nil {
 		return fmt.Errorf("inbox: tool definitions: %w", err)
 	}

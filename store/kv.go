@@ -42,6 +42,19 @@ func NewKV(js jetstream.JetStream, kv jetstream.KeyValue, replicas int) *KV {
 	return k
 }
 
+// OpenKV wraps kv (NewKV) with the replica count its stream has.
+func OpenKV(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (*KV, error) {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	replicas := 1
+	if b, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		replicas = b.StreamInfo().Config.Replicas
+	}
+	return NewKV(js, kv, replicas), nil
+}
+
 // APIPrefix is the subject prefix of js's JetStream API requests, ending
 // in a dot.
 func APIPrefix(js jetstream.JetStream) string {

@@ -134,18 +134,12 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
 		}
 	}
+	if err == nil {
+		st.kv, err = store.OpenKV(ctx, js, kv)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
 	}
-	status, err := kv.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errNoStore, err)
-	}
-	replicas := 1
-	if b, ok := status.(*jetstream.KeyValueBucketStatus); ok {
-		replicas = b.StreamInfo().Config.Replicas
-	}
-	st.kv = store.NewKV(js, kv, replicas)
 	return st.kv, nil
 }
 

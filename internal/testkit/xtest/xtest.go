@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -74,9 +73,19 @@ type Deployment struct {
 	*Readiness
 }
 
+// TB is what Run needs of a testing.TB, so that the bench's binary, which
+// calls Start, does not link package testing.
+type TB interface {
+	Helper()
+	TempDir() string
+	Context() context.Context
+	Fatal(args ...any)
+	Cleanup(func())
+}
+
 // Run is Start for a test: it fails t on error and closes the deployment
 // when t ends. Dir defaults to t.TempDir().
-func Run(t testing.TB, cfg Config) *Deployment {
+func Run(t TB, cfg Config) *Deployment {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
