@@ -456,8 +456,33 @@ type link struct {
 	wait          string // how long an answer may come, past NATS' two minutes
 }
 
+// imports are what the account of the tool runners' role imports of links:
+// the streams its login may read, and as services only the subjects it may
+// publish on (and the inboxes of the requests it answers). The server passes
+// an answer that reaches a service import on through it, whatever the
+// permissions: a worker naming P.register as a request's reply had the answer
+// published there in the main account while its account imported P.register
+// (docs/security.md "Accounts").
+func imports(prefix string, users []User, role string) []link {
+	var out []link
+	i := slices.IndexFunc(users, func(u User) bool { return u.Role == role })
+	if i < 0 {
+		return nil
+	}
+	p := users[i].Permissions
+	for _, l := range links(bus.NewSubjects(prefix)) {
+		if l.kind == "stream" && slices.ContainsFunc(p.Subscribe, func(s string) bool { return strings.HasPrefix(s, strings.TrimSuffix(l.subject, ">")) }) {
+			out = append(out, l)
+		}
+	}
+	for _, subj := range slices.Concat(p.Publish, []string{inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>"}) {
+		out = append(out, link{kind: "service", subject: subj})
+	}
+	return out
+}
+
 // links are what the main account exports to the tool runners' accounts
-// (Account) and they import. Streams reach the runners as published, reply
+// (Account), which import of them what imports says. Streams reach the runners as published, reply
 // subject included: exec requests, cancels, resource requests, events (the
 // bridge's) and $SRV pings. Services are what runners publish into the main
 // account: the reply subject there is the server's own (_R_.…), whose
