@@ -63,3 +63,24 @@ func TestAttackRunnerChainsAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRunnerJetStreamBeyondConsumers (session 29, red team): the tool
+// runners' accounts import the JetStream API of the work consumers only, and
+// their logins may publish on nothing else of it: a worker or a bridge that
+// asks for the events stream's info, a parked or ledger record by direct get,
+// a stored message, a purge or a delete, or a consumer of its own, is refused
+// by NATS before anything reaches JetStream.
+func TestAttackRunnerJetStreamBeyondConsumers(t *testing.T) {
+	d := newDeployment(t)
+	s := bus.NewSubjects("")
+	events, parked, ledger := s.Stream(bus.StreamEvents), "KV_"+s.Bucket(bus.BucketParked), "KV_"+s.Bucket(bus.BucketLedger)
+	for _, role := range []string{security.RoleWorker, security.RoleBridge} {
+		l := d.conn(role)
+		for _, subj := range []string{"$JS.API.STREAM.INFO." + events, "$JS.API.DIRECT.GET." + parked + ".$KV." + s.Bucket(bus.BucketParked) + ".x",
+			"$JS.API.DIRECT.GET." + ledger, "$JS.API.STREAM.MSG.GET." + events, "$JS.API.STREAM.PURGE." + events, "$JS.API.STREAM.DELETE." + events,
+			"$JS.API.CONSUMER.CREATE." + s.Stream(bus.StreamWork), "$JS.API.CONSUMER.DELETE." + s.Stream(bus.StreamWork) + "." + s.Workers.WorkConsumer("batchjob"),
+			"$JS.API.STREAM.LIST", "$KV." + s.Bucket(bus.BucketParked) + ".x"} {
+			l.denyPublish(subj)
+		}
+	}
+}
