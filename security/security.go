@@ -453,7 +453,7 @@ func accountOf(main, role string) string {
 type link struct {
 	kind, subject string // kind: "stream" or "service"
 	many          bool   // answered by several messages
-	wait          string // how long an answer may come, past NATS' two minutes
+	wait          string // how long an answer may come, instead of NATS' two minutes
 }
 
 // imports are what the account of the tool runners' role imports of links:
@@ -497,9 +497,14 @@ func links(s bus.Subjects) []link {
 	work, obj := s.Stream(bus.StreamWork), s.ObjectStore(bus.ObjectOutputs)
 	// The bridge's cancels on P.cancel.* (P.cancel.> is a stream import).
 	for _, subj := range []string{s.Workers.SharedRegister(), s.All("register"), s.All("result"), s.Cancel("*"),
-		inbox(RoleRouter) + ".>", inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>",
 		jsAPI + "CONSUMER.INFO." + work + ".*", "$JS.ACK." + work + ".>", "$O." + obj + ".C.>", "$O." + obj + ".M.>"} {
 		out = append(out, link{kind: "service", subject: subj})
+	}
+	// What runners send to these inboxes is itself an answer, never answered:
+	// the server keeps a request's way back (a few hundred bytes) until
+	// answered or the threshold, so a worker's flood with replies is held 1 s.
+	for _, r := range []string{RoleRouter, RoleOperator, RoleFacade} {
+		out = append(out, link{kind: "service", subject: inbox(r) + ".>", wait: "1s"})
 	}
 	// A pull is answered by messages and statuses; a bridge's batch when its
 	// calls end (a tool's timeout is 5 min by default, a park's 24 h).
