@@ -146,6 +146,9 @@ type ClusterConfig struct {
 	Dir string
 	// Name is the cluster's name; "" means "toolbus".
 	Name string
+	// ConfigFile is a nats-server configuration (accounts, users) every
+	// node applies before its ports, store and routes.
+	ConfigFile string
 }
 
 // clusterNodes is the size of a cluster, clusterReady the bound of the wait
@@ -235,16 +238,17 @@ func (c *Cluster) Start(i int) error {
 			routes = append(routes, &url.URL{Scheme: "nats", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(p))})
 		}
 	}
-	opts := &server.Options{
-		ServerName: fmt.Sprintf("n%d", i),
-		Host:       "127.0.0.1",
-		Port:       c.clients[i],
-		JetStream:  true,
-		StoreDir:   filepath.Join(c.cfg.Dir, fmt.Sprintf("n%d", i)),
-		NoSigs:     true,
-		Cluster:    server.ClusterOpts{Name: c.cfg.Name, Host: "127.0.0.1", Port: c.routes[i]},
-		Routes:     routes,
+	opts := &server.Options{}
+	if c.cfg.ConfigFile != "" {
+		o, err := server.ProcessConfigFile(c.cfg.ConfigFile)
+		if err != nil {
+			return fmt.Errorf("embedded: nats config %s: %w", c.cfg.ConfigFile, err)
+		}
+		opts = o
 	}
+	opts.ServerName, opts.Host, opts.Port, opts.JetStream, opts.NoSigs = fmt.Sprintf("n%d", i), "127.0.0.1", c.clients[i], true, true
+	opts.StoreDir = filepath.Join(c.cfg.Dir, fmt.Sprintf("n%d", i))
+	opts.Cluster, opts.Routes = server.ClusterOpts{Name: c.cfg.Name, Host: "127.0.0.1", Port: c.routes[i]}, routes
 	s, err := serve(opts, 20*time.Second, fmt.Sprintf("node %d", i))
 	c.nodes[i] = s
 	return err

@@ -453,11 +453,36 @@ func accountOf(main, role string) string {
 type link struct {
 	kind, subject string // kind: "stream" or "service"
 	many          bool   // answered by several messages
-	wait          string // how long an answer may come, past NATS' two minutes
+	wait          string // how long an answer may come, instead of NATS' two minutes
+}
+
+// imports are what the account of the tool runners' role imports of links:
+// the streams its login may read, and as services only the subjects it may
+// publish on (and the inboxes of the requests it answers). The server passes
+// an answer that reaches a service import on through it, whatever the
+// permissions: a worker naming P.register as a request's reply had the answer
+// published there in the main account while its account imported P.register
+// (docs/security.md "Accounts").
+func imports(prefix string, users []User, role string) []link {
+	var out []link
+	i := slices.IndexFunc(users, func(u User) bool { return u.Role == role })
+	if i < 0 {
+		return nil
+	}
+	p := users[i].Permissions
+	for _, l := range links(bus.NewSubjects(prefix)) {
+		if l.kind == "stream" && slices.ContainsFunc(p.Subscribe, func(s string) bool { return strings.HasPrefix(s, strings.TrimSuffix(l.subject, ">")) }) {
+			out = append(out, l)
+		}
+	}
+	for _, subj := range slices.Concat(p.Publish, []string{inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>"}) {
+		out = append(out, link{kind: "service", subject: subj})
+	}
+	return out
 }
 
 // links are what the main account exports to the tool runners' accounts
-// (Account) and they import. Streams reach the runners as published, reply
+// (Account), which import of them what imports says. Streams reach the runners as published, reply
 // subject included: exec requests, cancels, resource requests, events (the
 // bridge's) and $SRV pings. Services are what runners publish into the main
 // account: the reply subject there is the server's own (_R_.…), whose
@@ -472,9 +497,14 @@ func links(s bus.Subjects) []link {
 	work, obj := s.Stream(bus.StreamWork), s.ObjectStore(bus.ObjectOutputs)
 	// The bridge's cancels on P.cancel.* (P.cancel.> is a stream import).
 	for _, subj := range []string{s.Workers.SharedRegister(), s.All("register"), s.All("result"), s.Cancel("*"),
-		inbox(RoleRouter) + ".>", inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>",
 		jsAPI + "CONSUMER.INFO." + work + ".*", "$JS.ACK." + work + ".>", "$O." + obj + ".C.>", "$O." + obj + ".M.>"} {
 		out = append(out, link{kind: "service", subject: subj})
+	}
+	// What runners send to these inboxes is itself an answer, never answered:
+	// the server keeps a request's way back (a few hundred bytes) until
+	// answered or the threshold, so a worker's flood with replies is held 1 s.
+	for _, r := range []string{RoleRouter, RoleOperator, RoleFacade} {
+		out = append(out, link{kind: "service", subject: inbox(r) + ".>", wait: "1s"})
 	}
 	// A pull is answered by messages and statuses; a bridge's batch when its
 	// calls end (a tool's timeout is 5 min by default, a park's 24 h).
