@@ -74,12 +74,16 @@ type Reply struct {
 
 // Parked describes a call that waits for an answer on Subject.
 type Parked struct {
-	ID             string          `json:"id"`
-	Name           string          `json:"name"`
-	Input          json.RawMessage `json:"input,omitempty"`
-	Kind           string          `json:"kind"`
-	Subject        string          `json:"subject"`
-	SuggestedRules []Rule          `json:"suggested_rules,omitempty"`
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input,omitempty"`
+	// InputOmitted (since 1.19): the input did not fit in the message;
+	// InputDigest is then its digest, and parked.list lists it (3.2).
+	InputOmitted   bool   `json:"input_omitted,omitempty"`
+	InputDigest    string `json:"input_digest,omitempty"`
+	Kind           string `json:"kind"`
+	Subject        string `json:"subject"`
+	SuggestedRules []Rule `json:"suggested_rules,omitempty"`
 	// Asked is set by a router only for a call of a batch that came on
 	// P.ask.<session>, a bridge's question (docs/protocol.md 12, 1.17).
 	Asked bool `json:"asked,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -102,8 +103,10 @@ type reportStep struct {
 	landing  landingFunc // the router's tracked writes (nil: untracked)
 	events   eventPort
 	sessions sessionPort // the reply's session revision
-	m        *metrics.Router
-	log      *slog.Logger
+	// maxPayload is the connection's payload limit (nil: parked lists are not fitted).
+	maxPayload func() int64
+	m          *metrics.Router
+	log        *slog.Logger
 }
 
 // result publishes a finished call's io.toolbus.call.result when due, and counts it.
@@ -261,6 +264,9 @@ func (s reportStep) reply(b *batch, subject string) {
 		pj = []byte(`[]`)
 	} else {
 		pj, err = fastjson.Marshal(b.parked)
+		if err == nil && s.maxPayload != nil && len(buf)+len(pj) > int(s.maxPayload())-parkedPageSlack {
+			pj, err = fastjson.Marshal(s.parkedFit(b.parked, len(buf)))
+		}
 	}
 	if err == nil {
 		buf = append(buf, pj...)
@@ -276,6 +282,32 @@ func (s reportStep) reply(b *batch, subject string) {
 	if pooled {
 		releaseResults(b, buf)
 	}
+}
+
+// parkedFit is ps as a message holding used bytes besides lists them: past
+// the max payload less parkedPageSlack, a call is listed without its input
+// (input_omitted, with its input_digest), as parked.list lists one that does
+// not fit its page, so the reply and call.parked are always sent (protocol 3.2, 9).
+func (s reportStep) parkedFit(ps []bus.Parked, used int) []bus.Parked {
+	if s.maxPayload == nil || len(ps) == 0 {
+		return ps
+	}
+	room := int(s.maxPayload()) - parkedPageSlack - used
+	if encodedLen(ps) <= room {
+		return ps
+	}
+	out := slices.Clone(ps)
+	size := len(`[]`)
+	for i := range out {
+		p := &out[i]
+		n := encodedLen(p) + 1 // and its comma
+		if size+n > room && len(p.Input) > 0 {
+			p.InputDigest, p.Input, p.InputOmitted = bus.InputDigest(p.Input), nil, true
+			n = encodedLen(p) + 1
+		}
+		size += n
+	}
+	return out
 }
 
 // resultsBufs are the buffers of read-only batches' results, batch.done's

@@ -92,18 +92,26 @@ func hasStored(out []bus.Block) bool {
 type fitStep struct {
 	outputs    *offload.Offloader // nil: nothing is stored (and nothing checked)
 	maxPayload func() int64       // the connection's payload limit
+	// taken is what the batch's own continuation takes of the max payload,
+	// with its parked calls' shares (parked.Reads.Taken; nil: none).
+	taken func(session, replyID string) int
 }
 
 // fitReserve is kept free in each aggregate message for the rest of it.
 const fitReserve = 64 << 10
 
 // fit returns res, its output stored when it would not fit beside the
-// batch's results; room is checked and reserved under the batch's lock.
+// batch's results, and beside its continuation once it parked (the result
+// joins it, 1.19); room is checked and reserved under the batch's lock.
 func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
 	if s.outputs == nil {
 		return res
 	}
-	room := s.maxPayload() - fitReserve
+	reserve := int64(fitReserve)
+	if s.taken != nil {
+		reserve += int64(s.taken(b.session, b.replyID))
+	}
+	room := s.maxPayload() - reserve
 	dup := res.State != bus.StateSuccess
 	size := offload.Bound(res.Output, dup) // cheap, and exact enough for small outputs
 	if size > 64<<10 {
@@ -120,7 +128,7 @@ func (s fitStep) fit(b *batch, c *callState, res bus.Result) bus.Result {
 	c.size = resultOverhead // held while its output is stored
 	b.mu.Unlock()
 	// Fit bounds its own store writes (offload.PutTimeout), past a cancel too.
-	out, err := s.outputs.Fit(b.ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken)+fitReserve, dup)
+	out, err := s.outputs.Fit(b.ctx, bus.CallKey(b.session, b.replyID, c.call.ID), res.Output, int(taken+reserve), dup)
 	if err != nil {
 		return internal(c.call, fmt.Errorf("the batch's results do not fit in one message and this output could not be stored: %w", err))
 	}

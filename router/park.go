@@ -54,7 +54,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 		run.Announce = func(recs []*parked.Record) {
 			b.parked = s.listed(b, recs, next)
 			// For live subscribers only (protocol 3.4): the reply lists them too.
-			if err := b.p.report.events.live(bus.TypeCallParked, b.session, b.replyID, "", b.trace, bus.ParkedEvent{Calls: b.parked}); err != nil {
+			if err := b.p.report.events.live(bus.TypeCallParked, b.session, b.replyID, "", b.trace, bus.ParkedEvent{Calls: b.p.report.parkedFit(b.parked, 0)}); err != nil {
 				b.p.log.Warn("router: call.parked not published", "session", b.session, "reply", b.replyID, "err", err)
 			}
 		}

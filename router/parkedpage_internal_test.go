@@ -212,3 +212,39 @@ func TestAttackParkedPageLargeContext(t *testing.T) {
 		}
 	}
 }
+
+// TestParkedFit: the reply's parked list keeps every input while it fits
+// the max payload less parkedPageSlack beside the results; past that, each
+// call that does not fit in what is left is listed without its input, with
+// its digest (protocol 3.2, 1.19), and every call stays listed.
+func TestParkedFit(t *testing.T) {
+	in := json.RawMessage(`{"x":"` + strings.Repeat("x", 3000) + `"}`)
+	ps := []bus.Parked{{ID: "c0", Name: "ask", Kind: bus.KindQueued}, {ID: "c1", Name: "ask", Input: in, Kind: bus.KindExternal},
+		{ID: "c2", Name: "ask", Input: in, Kind: bus.KindExternal}}
+	whole := encodedLen(ps)
+	for _, row := range []struct {
+		name        string
+		used, limit int
+		omitted     []bool
+	}{
+		{"fits exactly", 0, whole + parkedPageSlack, []bool{false, false, false}},
+		{"a byte over", 1, whole + parkedPageSlack, []bool{false, false, true}},
+		{"results take one", 3000, whole + parkedPageSlack, []bool{false, false, true}},
+		{"results take more", 4000, whole + parkedPageSlack, []bool{false, true, true}},
+		{"no room", 1 << 20, whole + parkedPageSlack, []bool{false, true, true}},
+	} {
+		s := reportStep{maxPayload: func() int64 { return int64(row.limit) }}
+		got := s.parkedFit(ps, row.used)
+		for i, p := range got {
+			if p.ID != ps[i].ID || p.InputOmitted != row.omitted[i] || p.InputOmitted && (p.Input != nil || p.InputDigest != bus.InputDigest(in)) {
+				t.Fatalf("%s: %s listed with input_omitted %v, %d input bytes, digest %q", row.name, p.ID, p.InputOmitted, len(p.Input), p.InputDigest)
+			}
+		}
+		if len(got) != len(ps) || ps[1].Input == nil || ps[2].Input == nil {
+			t.Fatalf("%s: %d listed, or the batch's own list changed", row.name, len(got))
+		}
+	}
+	if got := (reportStep{}).parkedFit(ps, 1<<30); len(got) != 3 || got[2].InputOmitted {
+		t.Fatal("no payload limit: the list changed")
+	}
+}

@@ -127,6 +127,11 @@ def test_strict_records():
     # Replies are lenient about unknown members, strict about types.
     r = toolbus.Reply.from_json({"results": [{"id": "c", "name": "n", "state": "success", "output": [], "new": 1}], "parked": []})
     assert r.results[0].ok
+    # A parked call listed without its input (1.19, protocol 3.2) reads as one with no input.
+    r = toolbus.Reply.from_json({"results": [], "parked": [{"id": "c", "name": "ask", "input_omitted": True,
+                                                            "input_digest": "sha256:00", "kind": "external",
+                                                            "subject": "toolbus.answer.ask"}]})
+    assert r.parked[0].id == "c" and r.parked[0].input is None
     with pytest.raises(toolbus.ProtocolError):
         toolbus.Reply.from_json({"results": "nope"})
     assert toolbus.ToolDef.from_json({"name": "x", "input_schema": {"type": "object"}, "timeout_ms": 1.0}).timeout_ms == 1
