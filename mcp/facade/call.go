@@ -196,17 +196,20 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
 			}
 			if len(reply.Results) > 0 {
-				// Answered before the reply: the call.parked event, if
-				// the watch holds it, still tells the host.
+				// Answered: what the watch holds of the call, its
+				// call.parked event and its progress, still reaches the
+				// host, before the result (TestCallsAtOnceProgress).
 			drain:
-				for !announced {
+				for {
 					select {
 					case e, ok := <-ev.C:
 						if !ok {
 							break drain
 						}
-						if e.Type == bus.TypeCallParked && e.ReplyID == replyID {
+						if e.Type == bus.TypeCallParked && e.ReplyID == replyID && !announced {
 							announced = announceParked(e, b.Calls[0].ID, notify)
+						} else if e.Type == bus.TypeCallProgress && e.ReplyID == replyID && e.ToolCallID == b.Calls[0].ID {
+							notifyProgress(e, notify)
 						}
 					default:
 						break drain
@@ -275,10 +278,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			}
 			switch e.Type {
 			case bus.TypeCallProgress:
-				var p bus.Progress
-				if e.DataAs(&p) == nil {
-					notify(blocksText(p.Output))
-				}
+				notifyProgress(e, notify)
 			case bus.TypeCallResult:
 				var r bus.Result
 				if err := e.DataAs(&r); err != nil {
@@ -290,6 +290,14 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				early = &r
 			}
 		}
+	}
+}
+
+// notifyProgress tells the host of e, a call.progress event.
+func notifyProgress(e *bus.Event, notify func(string)) {
+	var p bus.Progress
+	if e.DataAs(&p) == nil {
+		notify(blocksText(p.Output))
 	}
 }
 
