@@ -550,6 +550,7 @@ type execWatch struct {
 type execWatches struct {
 	mu   sync.Mutex
 	head *execWatch
+	tick time.Time // the watchdog's last round (stalled)
 }
 
 // callRef names a call: its session, its batch's reply id and its id.
@@ -597,7 +598,7 @@ func (x *execWatches) remove(w *execWatch) {
 // ends now instead of at its timeout (registry.MayHold: a worker that does
 // not list its calls holds them all).
 func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registry.Registry, log *slog.Logger) {
-	if reg.Troubled(now) {
+	if x.stalled(now, hb) || reg.Troubled(now) {
 		return // beats may be missing for want of a bucket, not of workers
 	}
 	x.mu.Lock()
@@ -613,6 +614,19 @@ func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registr
 		w.vanished.Store(true)
 		w.cancel.stop()
 	}
+}
+
+// stalled records a watchdog round at now and reports whether the round
+// before it was more than two heartbeats earlier: the router itself was
+// held (a GC pause, a starved process, a suspended VM), so beats that came
+// meanwhile may not be read yet, and a live worker must not be taken for
+// gone; the next round, a heartbeat later, reads them.
+func (x *execWatches) stalled(now time.Time, hb time.Duration) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	late := !x.tick.IsZero() && now.Sub(x.tick) > 2*hb
+	x.tick = now
+	return late
 }
 
 // workQueue is the executor of durable tools (docs/protocol.md 5.8): the

@@ -129,3 +129,27 @@ func TestExecRequest(t *testing.T) {
 		t.Fatalf("closed: %v", err)
 	}
 }
+
+// The watchdog skips the round after one that came more than two
+// heartbeats late (the router was held: beats that came meanwhile are not
+// read yet), and watches again a heartbeat later.
+func TestWatchdogStalled(t *testing.T) {
+	const hb = 500 * time.Millisecond
+	t0 := time.Unix(1_000_000, 0)
+	var x execWatches
+	for i, tc := range []struct {
+		at      time.Duration // since t0
+		stalled bool
+	}{
+		{0, false},                      // the first round
+		{hb, false},                     // on time
+		{2 * hb, false},                 // on time
+		{4*hb + time.Millisecond, true}, // two heartbeats and more since the last: held
+		{5 * hb, false},                 // the round after: beats read, watched again
+		{7 * hb, false},                 // exactly two heartbeats: not held
+	} {
+		if got := x.stalled(t0.Add(tc.at), hb); got != tc.stalled {
+			t.Fatalf("round %d at %v: stalled %v, want %v", i, tc.at, got, tc.stalled)
+		}
+	}
+}
