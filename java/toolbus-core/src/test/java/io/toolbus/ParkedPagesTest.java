@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.IntFunction;
@@ -54,12 +55,15 @@ class ParkedPagesTest {
     return new Sender(c, nc, new Requester(nc), "java-test", new ConcurrentHashMap<>());
   }
 
-  /** Counts the parked.list requests of session sent on prefix (a plain subscription sees them all). */
-  static AtomicInteger countRequests(Dispatcher d, String prefix, String session) {
-    AtomicInteger n = new AtomicInteger();
+  /**
+   * Counts the parked.list requests of session sent on prefix (a plain subscription sees them all):
+   * a permit each, released on the dispatcher's thread, so a test waits for them, bounded.
+   */
+  static Semaphore countRequests(Dispatcher d, String prefix, String session) {
+    Semaphore n = new Semaphore(0);
     d.subscribe(prefix + ".admin.parked.list", m -> {
       if (session.equals(Event.decode(m).sessionid)) {
-        n.incrementAndGet();
+        n.release();
       }
     });
     return n;
@@ -81,7 +85,7 @@ class ParkedPagesTest {
 
     Dispatcher d = nc.createDispatcher();
     try {
-      AtomicInteger requests = countRequests(d, "toolbus", s);
+      Semaphore requests = countRequests(d, "toolbus", s);
       nc.flush(Duration.ofSeconds(10));
       Sender tx = sender("toolbus");
       String c5 = tx.parkedDigest(s, "rp", "c5", 2);
@@ -89,8 +93,10 @@ class ParkedPagesTest {
       assertTrue(digests.contains("c5=" + c5), digests + " " + c5);
       BusException none = assertThrows(BusException.class, () -> tx.parkedDigest(s, "rp", "c9", 2));
       assertEquals(Codes.NOT_PARKED, none.code());
+      // The dispatcher counts on its own thread, maybe after the walk returned: wait for six.
+      assertTrue(requests.tryAcquire(6, 10, TimeUnit.SECONDS), "three pages of two calls, twice");
       nc.flush(Duration.ofSeconds(10));
-      assertEquals(6, requests.get(), "three pages of two calls, twice");
+      assertEquals(0, requests.availablePermits(), "no request past the six");
       // The public path (one page) answers with the same digest the walk found.
       assertEquals(c5, tx.parkedDigest(s, "rp", "c5"));
     } finally {
