@@ -148,8 +148,7 @@ func write(dir, url string, spec Spec, users []User) error {
 	if err != nil {
 		return fmt.Errorf("security: %w", err)
 	}
-	conf, _ := os.ReadFile(filepath.Join(dir, ServerConfigFile))
-	creds, err := keys(dir, string(conf), users, func(u User) (string, error) { return newSeed(dir, abs, url, u) })
+	creds, err := keys(dir, users, func(u User) (string, error) { return newSeed(dir, abs, url, u) })
 	if err != nil {
 		return err
 	}
@@ -169,11 +168,12 @@ func write(dir, url string, spec Spec, users []User) error {
 	return nil
 }
 
-// keys is each user's public key: its seed's in dir, else the one conf
-// (dir's nats-server.conf) gives it, for a seed moved to the host that runs
-// the role, else fresh's (nil: an error).
-func keys(dir, conf string, users []User, fresh func(User) (string, error)) (map[string]Credential, error) {
-	kept := confKeys(conf)
+// keys is each user's public key: its seed's in dir, else the one dir's
+// nats-server.conf gives it (a seed moved to the host that runs the role),
+// else fresh's (nil: an error).
+func keys(dir string, users []User, fresh func(User) (string, error)) (map[string]Credential, error) {
+	conf, _ := os.ReadFile(filepath.Join(dir, ServerConfigFile))
+	kept := confKeys(string(conf))
 	creds := map[string]Credential{}
 	for _, u := range users {
 		pub, err := publicKey(SeedFile(dir, u.Name))
@@ -389,12 +389,10 @@ func Refresh(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if string(old) == JSON(users) {
-		conf, err := os.ReadFile(filepath.Join(dir, ServerConfigFile))
-		creds, kerr := keys(dir, string(conf), users, nil)
-		if err == nil && kerr == nil && string(conf) == ServerConfig(spec.Prefix, users, creds) {
-			return false, nil
-		}
+	conf, err := os.ReadFile(filepath.Join(dir, ServerConfigFile))
+	creds, kerr := keys(dir, users, nil)
+	if string(old) == JSON(users) && err == nil && kerr == nil && string(conf) == ServerConfig(spec.Prefix, users, creds) {
+		return false, nil
 	}
 	if err := write(dir, envURL(dir), spec, users); err != nil {
 		return false, err
