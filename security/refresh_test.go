@@ -3,10 +3,12 @@ package security_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/embedded"
@@ -37,8 +39,8 @@ func TestRefreshUpgradesAccounts(t *testing.T) {
 		b, _ := os.ReadFile(security.SeedFile(dir, u.Name))
 		seeds[u.Name] = string(b)
 	}
-	if got := attackEvents(t, dir, users); got == nil {
-		t.Fatal("the old configuration did not let the worker's request publish in s1's events")
+	if got, account := attackEvents(t, dir, users); got == nil || account != "" {
+		t.Fatalf("the old configuration (the worker in account %q) did not let its request publish in s1's events", account)
 	}
 	if changed, err := security.Refresh(dir); err != nil || !changed {
 		t.Fatalf("refresh: %v %v", changed, err)
@@ -54,8 +56,12 @@ func TestRefreshUpgradesAccounts(t *testing.T) {
 	if info, err := os.Stat(confFile); err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("%s: %v %v", confFile, info.Mode(), err)
 	}
-	if got := attackEvents(t, dir, users); got != nil {
+	got, account := attackEvents(t, dir, users)
+	if got != nil {
 		t.Fatalf("after the refresh, JetStream published on %s: %s", got.Subject, got.Data)
+	}
+	if account != "toolbus-worker" {
+		t.Fatalf("the worker logged in to account %s", account)
 	}
 }
 
@@ -80,8 +86,9 @@ func withoutAccounts(conf string) string {
 // attackEvents starts a server with dir's configuration and has the worker
 // ask JetStream for a consumer's info with reply toolbus.events.s1, then
 // with its own inbox (which must be answered); it returns what the router
-// read on toolbus.events.> meanwhile, nil if nothing.
-func attackEvents(t *testing.T, dir string, users []security.User) *nats.Msg {
+// read on toolbus.events.> meanwhile, nil if nothing, and the worker's account
+// ("" for the global one).
+func attackEvents(t *testing.T, dir string, users []security.User) (*nats.Msg, string) {
 	t.Helper()
 	srv, err := embedded.Start(embedded.Config{ConfigFile: filepath.Join(dir, security.ServerConfigFile), StoreDir: t.TempDir()})
 	if err != nil {
@@ -115,5 +122,13 @@ func attackEvents(t *testing.T, dir string, users []security.User) *nats.Msg {
 		t.Fatalf("the worker's request with its own inbox: %v", err)
 	}
 	got, _ := watch.NextMsg(time.Second)
-	return got
+	conns, err := srv.Connz(&server.ConnzOptions{Username: true}) // the account of a login outside the global one
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(conns.Conns, func(c *server.ConnInfo) bool { return c.Name == "test-worker" })
+	if i < 0 {
+		t.Fatal("no worker connection")
+	}
+	return got, conns.Conns[i].Account
 }
