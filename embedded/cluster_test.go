@@ -1,6 +1,7 @@
 package embedded_test
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/natsconn"
+	"github.com/toolbus/toolbus/security"
 )
 
 func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
@@ -69,5 +72,41 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 	}
 	if _, err := embedded.StartCluster(embedded.ClusterConfig{}); err == nil {
 		t.Fatal("a cluster without a store directory started")
+	}
+}
+
+// TestWaitStreamLeaderInAnAccount: on a secured cluster (the generated
+// accounts, as `router --secure` writes them) a stream lives in the main
+// account, not the global one; its leader is found there, and a new one
+// after the leader's node stops.
+func TestWaitStreamLeaderInAnAccount(t *testing.T) {
+	dir := t.TempDir()
+	secure := filepath.Join(dir, "secure")
+	if _, err := security.Generate(secure, "", security.Spec{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(dir, "js"), ConfigFile: filepath.Join(secure, security.ServerConfigFile)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Stop(t, c.Stop)
+	nc, err := natsconn.Config{URLs: c.URLs(0), NKey: security.SeedFile(secure, security.RoleRouter), InboxPrefix: security.RouterInbox}.Connect("test", nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := testkit.JetStream(t, nc).CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "b", Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	leader, err := c.WaitStreamLeader("KV_b", bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Node(leader).JetStreamIsStreamLeader(security.Account("", security.RoleRouter), "KV_b") {
+		t.Fatalf("node %d does not lead KV_b in the main account", leader)
+	}
+	c.StopNode(leader)
+	if next, err := c.WaitStreamLeader("KV_b", 3*bound); err != nil || next == leader {
+		t.Fatalf("no new leader: %d %v", next, err)
 	}
 }

@@ -378,15 +378,20 @@ func waitFor(timeout time.Duration, ok func() bool) bool {
 	return true
 }
 
-// WaitStreamLeader waits until stream (in the global account) has a leader
-// and returns its node.
+// WaitStreamLeader waits until stream, in whichever account holds it (the
+// global one, or a configured account with JetStream), has a leader and
+// returns its node.
 func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
 	leader := -1
 	if !waitFor(timeout, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		leader = slices.IndexFunc(c.nodes, func(s *server.Server) bool {
-			return s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
+			if s == nil {
+				return false
+			}
+			accounts, _ := s.Accountz(nil) // every account's name: no error
+			return slices.ContainsFunc(accounts.Accounts, func(a string) bool { return s.JetStreamIsStreamLeader(a, stream) })
 		})
 		return leader >= 0
 	}) {

@@ -141,23 +141,16 @@ func envURL(dir string) string {
 	return ""
 }
 
-// write writes users into dir: a seed and .env for each user without one
-// (kept seeds keep their keys), then nats-server.conf, spec.json and users.json by rename.
+// write writes users into dir: a seed and .env for each user without a key
+// (keys), then nats-server.conf, spec.json and users.json by rename.
 func write(dir, url string, spec Spec, users []User) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return fmt.Errorf("security: %w", err)
 	}
-	creds := map[string]Credential{}
-	for _, u := range users {
-		pub, err := publicKey(SeedFile(dir, u.Name))
-		if errors.Is(err, os.ErrNotExist) {
-			pub, err = newSeed(dir, abs, url, u)
-		}
-		if err != nil {
-			return err
-		}
-		creds[u.Name] = Credential{NKey: pub}
+	creds, err := keys(dir, users, func(u User) (string, error) { return newSeed(dir, abs, url, u) })
+	if err != nil {
+		return err
 	}
 	sb, _ := json.MarshalIndent(spec, "", "  ")
 	for _, f := range []struct {
@@ -173,6 +166,44 @@ func write(dir, url string, spec Spec, users []User) error {
 		}
 	}
 	return nil
+}
+
+// keys is each user's public key: its seed's in dir, else the one dir's
+// nats-server.conf gives it (a seed moved to the host that runs the role),
+// else fresh's (nil: an error).
+func keys(dir string, users []User, fresh func(User) (string, error)) (map[string]Credential, error) {
+	conf, _ := os.ReadFile(filepath.Join(dir, ServerConfigFile))
+	kept := confKeys(string(conf))
+	creds := map[string]Credential{}
+	for _, u := range users {
+		pub, err := publicKey(SeedFile(dir, u.Name))
+		if errors.Is(err, os.ErrNotExist) && kept[u.Name] != "" {
+			pub, err = kept[u.Name], nil
+		} else if errors.Is(err, os.ErrNotExist) && fresh != nil {
+			pub, err = fresh(u)
+		}
+		if err != nil {
+			return nil, err
+		}
+		creds[u.Name] = Credential{NKey: pub}
+	}
+	return creds, nil
+}
+
+// confKeys are the nkeys by user of a nats-server.conf that ServerConfig
+// wrote, of this version or an older one: a user's comment line, then its
+// nkey.
+func confKeys(conf string) map[string]string {
+	kept, name := map[string]string{}, ""
+	for line := range strings.Lines(conf) {
+		line = strings.TrimSpace(line)
+		if c, ok := strings.CutPrefix(line, "# "); ok {
+			name, _, _ = strings.Cut(c, " (role ")
+		} else if k, ok := strings.CutPrefix(line, `{nkey: "`); ok && name != "" {
+			kept[name], _, _ = strings.Cut(k, `"`)
+		}
+	}
+	return kept
 }
 
 // publicKey is the public key of the nkey seed in file.
@@ -340,7 +371,8 @@ func (b *Bindings) OwnAgent(session string) bool {
 }
 
 // Refresh rewrites dir's configuration from its spec, keeping every key,
-// when an older version wrote different users; a running server must then
+// when an older version wrote different users or another nats-server.conf
+// (accounts and their links change it alone); a running server must then
 // reload. It reports whether it rewrote.
 func Refresh(dir string) (bool, error) {
 	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
@@ -357,7 +389,9 @@ func Refresh(dir string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if string(old) == JSON(users) {
+	conf, err := os.ReadFile(filepath.Join(dir, ServerConfigFile))
+	creds, kerr := keys(dir, users, nil)
+	if string(old) == JSON(users) && err == nil && kerr == nil && string(conf) == ServerConfig(spec.Prefix, users, creds) {
 		return false, nil
 	}
 	if err := write(dir, envURL(dir), spec, users); err != nil {

@@ -1,6 +1,7 @@
 package security_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -199,15 +200,24 @@ func FuzzParseBindings(f *testing.F) {
 // TestRefresh: a directory written by an older version (here: the agent
 // may still pull any consumer of the events stream by name, issue 26) is
 // rewritten with this version's permissions at the next start, every key
-// kept; an up-to-date one, or one without users.json, is left alone.
+// kept; an up-to-date one, or one without users.json, is left alone, not a
+// file written (an MCP-enabled one too, even without the facade's seed,
+// whose key stays: TestSecureMCP's directories).
 func TestRefresh(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "secure")
 	if _, err := security.Generate(dir, "", security.Spec{Sessions: []string{"s1"}}); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := security.Refresh(dir); err != nil || changed {
-		t.Fatalf("fresh directory: %v %v", changed, err)
+	unchanged(t, dir, "fresh directory")
+	if _, err := security.AddAgent(dir, "s2", "alice"); err != nil {
+		t.Fatal(err)
 	}
+	unchanged(t, dir, "an agent added")
+	kept, _ := os.ReadFile(filepath.Join(dir, security.ServerConfigFile))
+	if err := os.Remove(security.SeedFile(dir, security.RoleFacade)); err != nil {
+		t.Fatal(err)
+	}
+	unchanged(t, dir, "the facade's seed moved away")
 	usersFile := filepath.Join(dir, security.UsersFile)
 	b, _ := os.ReadFile(usersFile)
 	old := strings.Replace(string(b), `"toolbus.replay.*"`, `"toolbus.replay.*", "$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_EVENTS.*"`, 1)
@@ -229,11 +239,56 @@ func TestRefresh(t *testing.T) {
 	if now, _ := os.ReadFile(security.SeedFile(dir, "agent")); string(now) != string(seed) {
 		t.Fatal("the agent's key changed")
 	}
+	// A seed moved away keeps its key when the configuration is rewritten.
+	if now, _ := os.ReadFile(filepath.Join(dir, security.ServerConfigFile)); string(now) != string(kept) {
+		t.Fatal("the facade's key was not kept")
+	}
+	if _, err := os.Stat(security.SeedFile(dir, security.RoleFacade)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the facade's seed came back: %v", err)
+	}
 	hand := t.TempDir()
 	if err := os.WriteFile(filepath.Join(hand, security.ServerConfigFile), []byte("listen: 127.0.0.1:4222\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := security.Refresh(hand); err != nil || changed {
-		t.Fatalf("hand-made configuration: %v %v", changed, err)
+	unchanged(t, hand, "hand-made configuration")
+}
+
+// unchanged checks that Refresh writes nothing in dir: every file the same
+// (its inode, time and bytes: a rename makes a new one).
+func unchanged(t *testing.T, dir, what string) {
+	t.Helper()
+	type file struct {
+		info os.FileInfo
+		data string
+	}
+	files := func() map[string]file {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]file{}
+		for _, e := range entries {
+			info, err := os.Stat(filepath.Join(dir, e.Name()))
+			data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[e.Name()] = file{info, string(data)}
+		}
+		return m
+	}
+	before := files()
+	if changed, err := security.Refresh(dir); err != nil || changed {
+		t.Fatalf("%s: refreshed %v %v", what, changed, err)
+	}
+	after := files()
+	for name, f := range before {
+		g, ok := after[name]
+		if !ok || !os.SameFile(f.info, g.info) || !f.info.ModTime().Equal(g.info.ModTime()) || f.data != g.data {
+			t.Errorf("%s: %s written", what, name)
+		}
+	}
+	if len(after) != len(before) {
+		t.Errorf("%s: %d files, then %d", what, len(before), len(after))
 	}
 }
