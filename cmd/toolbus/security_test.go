@@ -172,6 +172,45 @@ func TestSecurityAgent(t *testing.T) {
 	}
 }
 
+// TestSecurityRefresh: `toolbus security refresh` leaves a current
+// directory of --out alone, brings one whose nats-server.conf another
+// version wrote back to this version's, every seed kept, and refuses bad
+// arguments and a directory that holds no users.
+func TestSecurityRefresh(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	if _, _, err := exec(t.Context(), "security", "config", "--out", dir, "--session", "s1"); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, security.ServerConfigFile)
+	want, _ := os.ReadFile(conf)
+	seed, _ := os.ReadFile(security.SeedFile(dir, "worker"))
+	if out, _, err := exec(t.Context(), "security", "refresh", "--dir", dir); err != nil || !strings.Contains(out, "is up to date") {
+		t.Fatalf("a current directory: %v\n%s", err, out)
+	}
+	// Another version's conf: the worker's account links gone (session 28 had none).
+	old := strings.ReplaceAll(string(want), "toolbus-worker", "toolbus-other")
+	if err := os.WriteFile(conf, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := exec(t.Context(), "security", "refresh", "--dir", dir); err != nil || !strings.Contains(out, "updated the permissions in "+dir) {
+		t.Fatalf("an old directory: %v\n%s", err, out)
+	}
+	got, _ := os.ReadFile(conf)
+	after, _ := os.ReadFile(security.SeedFile(dir, "worker"))
+	if string(got) != string(want) || string(after) != string(seed) {
+		t.Fatalf("refreshed conf equal: %v, seed kept: %v", string(got) == string(want), string(after) == string(seed))
+	}
+	for _, args := range [][]string{
+		{"security", "refresh"},
+		{"security", "refresh", "--dir", t.TempDir()},
+		{"security", "refresh", "--dir", dir, "extra"},
+	} {
+		if _, _, err := exec(t.Context(), args...); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
 func has(users []security.User, name string) bool { _, ok := security.Lookup(users, name); return ok }
 
 // TestSecurityToken: `toolbus security token` prints a new token and the

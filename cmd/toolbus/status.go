@@ -276,6 +276,9 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(args) > 0 && args[0] == "token" {
 		return runSecurityToken(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "refresh" {
+		return runSecurityRefresh(args[1:], stdout, stderr)
+	}
 	c, _ := lookup("security")
 	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
@@ -297,7 +300,7 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	if len(pos) != 1 || pos[0] != "config" {
-		return usageError(fs, "security takes one subcommand, config or agent")
+		return usageError(fs, "security takes one subcommand: config, agent, refresh or token")
 	}
 	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: cli.SplitList(*workerTools), WorkerGroups: cli.SplitList(*workerGroups),
 		WorkerSharedRegister: *workerShared, ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers),
@@ -391,6 +394,36 @@ func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer
 	fmt.Fprintf(stdout, "  a router started with --secure %s takes it within %s, without a restart; another nats-server: reload its configuration (%s)\n",
 		*dir, "2s", filepath.Join(*dir, security.ServerConfigFile))
 	return nil
+}
+
+// runSecurityRefresh is `toolbus security refresh`: a directory of `--out`
+// (or `--secure`) brought to this version's rendering, keys kept
+// (security.Refresh: what `router --secure` does at each start).
+func runSecurityRefresh(args []string, stdout, stderr io.Writer) error {
+	fs := securityFlagSet("security refresh", "usage: toolbus security refresh [--dir DIR]\n\n"+
+		"Rewrite DIR's nats-server.conf and users.json from its spec.json as this version renders them, every\n"+
+		"key kept (what router --secure does at each start); nothing is written when DIR is up to date.", stderr)
+	dir := fs.String("dir", os.Getenv("TOOLBUS_SECURE"), "the directory of --out or --secure (default $TOOLBUS_SECURE)")
+	if err := parseNone(fs, args); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return usageError(fs, "--dir (or $TOOLBUS_SECURE) names the directory")
+	}
+	if _, err := os.Stat(filepath.Join(*dir, security.UsersFile)); err != nil {
+		return fmt.Errorf("%s holds no %s: generate it first (router --secure %s, or toolbus security config --out %s)", *dir, security.UsersFile, *dir, *dir)
+	}
+	wrote, err := security.Refresh(*dir)
+	if err != nil {
+		return err
+	}
+	if !wrote {
+		_, err = fmt.Fprintf(stdout, "toolbus: %s is up to date\n", *dir)
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "toolbus: updated the permissions in %s to this version's (keys kept); reload its nats-server (%s)\n",
+		*dir, filepath.Join(*dir, security.ServerConfigFile))
+	return err
 }
 
 // runSecurityToken is `toolbus security token`: a new random bearer token
