@@ -42,12 +42,13 @@ type Config struct {
 	Logger *slog.Logger
 	// Presence judges the routers of lone calls (Mends.Lone); nil: no notes.
 	Presence *presence.Presence
-	// MaxPayload is the server's: a record must leave AnswerRoom of it (ErrTooLarge); nil: no bound.
+	// MaxPayload is the server's: a record or continuation must leave AnswerRoom of it (ErrTooLarge); nil: no bound.
 	MaxPayload func() int64
 }
 
 // AnswerRoom is what a parked record leaves of the max payload for the write
-// that ends it, the answer and a result fitted by the router (protocol 6.1, 1.19).
+// that ends it, the answer and a result fitted by the router (protocol 6.1,
+// 1.19), and a continuation for its results (1.20).
 const AnswerRoom = 64 << 10
 
 // DefaultTTL is how long a call stays parked when Config.TTL is zero.
@@ -313,7 +314,7 @@ func (s *Store) join(ctx context.Context, run Run, cont *Batch) []*Record {
 // continuation b, or (b nil) its records recs.
 func differs(run Run, b *Batch, recs []*Record) error {
 	if b != nil {
-		return bus.SameCalls(b.ReplyID, b.Data.Calls, run.Batch.Data.Calls)
+		return b.Same(run.Batch.Data.Calls)
 	}
 	return SameRecorded(run.Batch.Data.Calls, recs...)
 }
@@ -746,10 +747,58 @@ type Batch struct {
 	// Owner, while active, renews Touched (a lease); stale, it is taken over.
 	Owner   string    `json:"owner,omitempty"`
 	Touched time.Time `json:"touched"`
+	// Held is, by call id, the digest (bus.CallDigests' canon) of each
+	// input of heldFrom bytes or more that the call's record holds and Data
+	// leaves out (1.20), to compare a re-sent copy with (Same).
+	Held map[string]string `json:"held,omitempty"`
 
 	rev  uint64
 	gone bool // carried in a record, or removed: Finish has nothing to delete
 }
+
+// heldFrom is the input size from which a parked call's input is held by
+// its record only, not by its batch's continuation as well (1.20).
+const heldFrom = 1 << 10
+
+// hold leaves out of b's calls (copied first) the inputs of heldFrom bytes
+// or more of calls ids, whose records hold them, keeping their digests.
+func (b *Batch) hold(ids []string) {
+	b.Data.Calls = slices.Clone(b.Data.Calls)
+	for i, c := range b.Data.Calls {
+		if len(c.Input) >= heldFrom && slices.Contains(ids, c.ID) {
+			if b.Held == nil {
+				b.Held = map[string]string{}
+			}
+			_, b.Held[c.ID] = bus.CallDigests(c.Name, c.Input)
+			b.Data.Calls[i].Input = nil
+		}
+	}
+}
+
+// Same is bus.SameCalls of b's calls and calls, a re-sent copy's
+// (docs/protocol.md 3.1); an input b holds by its digest (Held) is
+// compared by the digest of the copy's.
+func (b *Batch) Same(calls []bus.Call) error {
+	first := b.Data.Calls
+	if len(b.Held) > 0 {
+		first, calls = slices.Clone(first), slices.Clone(calls)
+		for i, c := range first {
+			if d, ok := b.Held[c.ID]; ok {
+				first[i].Input = heldInput(d)
+			}
+		}
+		for i, c := range calls {
+			if _, ok := b.Held[c.ID]; ok {
+				_, d := bus.CallDigests(c.Name, c.Input)
+				calls[i].Input = heldInput(d)
+			}
+		}
+	}
+	return bus.SameCalls(b.ReplyID, first, calls)
+}
+
+// heldInput stands for an input by its digest d in a comparison (Same).
+func heldInput(d string) json.RawMessage { return json.RawMessage(`{"held":"` + d + `"}`) }
 
 // last reports whether id's result is the last b awaits, nothing after it.
 func (b *Batch) last(id string) bool {
@@ -891,10 +940,12 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 			maps.Copy(cur.Results, results)
 			cur.Waiting, cur.Next = waiting, next
 			phase(cur)
-			return nil
+			cur.hold(waiting)
+			_, err := s.encode(cur)
+			return err
 		})
 		if err != nil {
-			return sized(err)
+			return err
 		}
 		*b = *got
 		s.track(b)
@@ -902,7 +953,9 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	}
 	b.Results, b.Waiting, b.Next = results, waiting, next
 	phase(b)
-	v, err := json.Marshal(b)
+	stored := *b // b keeps the inputs: its run compares copies with them
+	stored.hold(waiting)
+	v, err := s.encode(&stored)
 	if err != nil {
 		return err
 	}
@@ -911,7 +964,7 @@ func (s *conts) parkBatch(ctx context.Context, b *Batch, results map[string]bus.
 	case store.IsConflict(err):
 		return errParkedBefore
 	case err != nil:
-		return sized(fmt.Errorf("parked: batch %s: %w", b.Key(), err))
+		return fmt.Errorf("parked: batch %s: %w", b.Key(), err)
 	}
 	b.rev = rev
 	s.note(b, len(v))
@@ -1169,8 +1222,10 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	if err != nil {
 		return err
 	}
-	if s.cfg.MaxPayload != nil && r.Status == bus.ParkParked && int64(len(b)) > s.cfg.MaxPayload()-AnswerRoom {
-		return fmt.Errorf("its record would be %d bytes, more than %w less %d KiB for its answer", len(b), ErrTooLarge, AnswerRoom>>10)
+	if r.Status == bus.ParkParked {
+		if err := s.bound("its record", len(b)); err != nil {
+			return err
+		}
 	}
 	rev, err := store.Create(ctx, s.kv, r.Key(), b, store.Bounded)
 	if err != nil {
@@ -1641,12 +1696,22 @@ func renewOwned[T any, K ~string](ctx context.Context, kv jetstream.KeyValue, l 
 // continuation would pass the max payload: nothing of it was written (6.1, 1.19).
 var ErrTooLarge = errors.New("the NATS server's max payload")
 
-// sized is err, or ErrTooLarge when the server refused the batch's continuation for its size.
-func sized(err error) error {
-	if errors.Is(err, nats.ErrMaxPayload) {
-		return fmt.Errorf("the batch's continuation would pass %w", ErrTooLarge)
+// bound is ErrTooLarge when what, of n bytes, would leave less than
+// AnswerRoom of the max payload for its answers (protocol 6.1, 1.19, 1.20).
+func (s shared) bound(what string, n int) error {
+	if s.cfg.MaxPayload != nil && int64(n) > s.cfg.MaxPayload()-AnswerRoom {
+		return fmt.Errorf("%s would be %d bytes, more than %w less %d KiB for its answer", what, n, ErrTooLarge, AnswerRoom>>10)
 	}
-	return err
+	return nil
+}
+
+// encode is b's encoding, bound as a record's: its answers' results join it.
+func (s *conts) encode(b *Batch) ([]byte, error) {
+	v, err := json.Marshal(b)
+	if err == nil {
+		err = s.bound("the batch's continuation", len(v))
+	}
+	return v, err
 }
 
 // ErrNotOwner is Park's error when another router holds the continuation

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -115,6 +116,104 @@ func TestTaken(t *testing.T) {
 		}
 		if got := s.Read.Taken("s1", "r2"); got != 0 {
 			t.Fatalf("Taken of a carried batch = %d", got)
+		}
+	})
+}
+
+// TestContinuationRoom: a continuation of its own holds a waiting call's
+// input of heldFrom bytes or more by its digest only, its record holding
+// the input (1.20), and leaves AnswerRoom of the max payload for the
+// results that join it, as a record does: at that bound the run parks; a
+// byte past it, new or re-parked, its calls fail ErrTooLarge and nothing is
+// written. A re-sent copy is compared with a held input by its digest.
+func TestContinuationRoom(t *testing.T) {
+	big := json.RawMessage(`{"x":"` + strings.Repeat("b", heldFrom-8) + `"}`) // heldFrom bytes: held
+	under := json.RawMessage(`{"x":"` + strings.Repeat("u", heldFrom-9) + `"}`)
+	queued := json.RawMessage(`{"x":"` + strings.Repeat("q", 4<<10) + `"}`) // not waiting: kept
+	synctest.Test(t, func(t *testing.T) {
+		kv := newMemKV()
+		var max int64 = 1 << 30
+		s := New(&store.Store{Parked: &store.KV{KeyValue: kv}}, subj, Config{TTL: ttl, Owner: "router-a", Source: source,
+			MaxPayload: func() int64 { return max }})
+		if err := s.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Stop(t, s.Stop)
+		// run parks c0 and c1 (ins) of a batch whose call c2 is queued behind them.
+		run := func(reply string, alone bool, ins ...json.RawMessage) Run {
+			b := &Batch{Session: "s1", ReplyID: reply}
+			var recs []*Record
+			for i, in := range ins {
+				r := record("s1", reply, "c"+strconv.Itoa(i))
+				r.Call.Input = in
+				recs, b.Data.Calls = append(recs, r), append(b.Data.Calls, r.Call)
+			}
+			b.Data.Calls = append(b.Data.Calls, bus.Call{ID: "c2", Name: "deploy", Input: queued})
+			return Run{Batch: b, Calls: recs, Results: map[string]bus.Result{}, Next: len(ins), Alone: alone}
+		}
+		stored := func(reply string) []byte {
+			e, err := kv.Get(t.Context(), "s1."+reply)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e.Value()
+		}
+		if _, err := s.Park(t.Context(), run("r0", true, under, big)); err != nil {
+			t.Fatal(err)
+		}
+		v := stored("r0")
+		if bytes.Contains(v, big) || !bytes.Contains(v, under) || !bytes.Contains(v, queued) || !bytes.Contains(v, []byte(`"held":{"c1":"`)) {
+			t.Fatalf("held: only c1's input of %d bytes, by its digest: %.400s", heldFrom, v)
+		}
+		if _, err := s.Park(t.Context(), run("r1", true, big, big)); err != nil {
+			t.Fatal(err)
+		}
+		size := int64(len(stored("r1"))) // the size of r2..r5's continuations too
+		for i, tc := range []struct {
+			name  string
+			max   int64
+			alone bool // false: c0 parked running, then c0 and c1 re-parked (the update)
+			parks bool
+		}{
+			{"at the bound", size + AnswerRoom, true, true},
+			{"a byte past it", size + AnswerRoom - 1, true, false},
+			{"re-parked at the bound", size + AnswerRoom, false, true},
+			{"re-parked a byte past it", size + AnswerRoom - 1, false, false},
+		} {
+			reply := "r" + strconv.Itoa(2+i)
+			r := run(reply, true, big, big)
+			if !tc.alone {
+				max = 1 << 30
+				first := run(reply, false, big, big)
+				first.Calls = first.Calls[:1] // c1's input is held from the re-park on
+				got, err := s.Park(t.Context(), first)
+				if err != nil || got.Batch.Phase != PhaseRunning {
+					t.Fatalf("%s: the first park: %+v %v", tc.name, got, err)
+				}
+				r.Batch = got.Batch
+			}
+			max = tc.max
+			writes := kv.writes
+			got, err := s.Park(t.Context(), r)
+			if tc.parks != (err == nil) || tc.parks && (len(got.Parked) != 2 || int64(len(stored(reply))) != size) {
+				t.Fatalf("%s (%d bytes, max %d): parked %v, %+v %v", tc.name, size, tc.max, tc.parks, got, err)
+			}
+			if !tc.parks && (!errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "the batch's continuation would be") || kv.writes != writes) {
+				t.Fatalf("%s: %v, %d writes", tc.name, err, kv.writes-writes)
+			}
+		}
+		max = 1 << 30
+		// A re-sent copy of r1: the same calls, a held input written otherwise, or another input.
+		same := json.RawMessage(`{ "x" : "` + strings.Repeat("b", heldFrom-8) + `" }`)
+		other := json.RawMessage(`{"x":"` + strings.Repeat("o", heldFrom-8) + `"}`)
+		for _, c := range []struct {
+			in      json.RawMessage
+			differs bool
+		}{{big, false}, {same, false}, {other, true}, {nil, true}} {
+			got, err := s.Park(t.Context(), run("r1", true, big, c.in))
+			if err != nil || !got.Before || (got.Differs != nil) != c.differs {
+				t.Fatalf("a copy with c1's input %.20s: %+v %v", c.in, got, err)
+			}
 		}
 	})
 }

@@ -234,10 +234,11 @@ func TestParkRefusedLeavesNothingHalfWritten(t *testing.T) {
 	}
 }
 
-// TestParkLargeBatchAnswered: a batch with a continuation of its own holds
-// every call's input and its answers' results; an answer's output that
-// would take that continuation past the max payload beside a large input of
-// the batch is stored (5.9, 1.19), so the batch is done with both results.
+// TestParkLargeBatchAnswered: the answers' results join a batch's
+// continuation of its own; an answer's output past its share of it (what
+// the continuation leaves less AnswerRoom, halved: two waits), or past what
+// its record's 700 KiB input leaves, is stored (5.9, 1.19), so the batch is
+// done with both results.
 func TestParkLargeBatchAnswered(t *testing.T) {
 	e := standalone(t)
 	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
@@ -246,7 +247,7 @@ func TestParkLargeBatchAnswered(t *testing.T) {
 	if len(r.Parked) != 2 {
 		t.Fatalf("parked %d: %.300s", len(r.Parked), jsonOf(r.Results))
 	}
-	out := strings.Repeat("y", 350<<10)
+	out := strings.Repeat("y", 600<<10)
 	for _, id := range []string{"c0", "c1"} {
 		if err := e.answer(t, "ask", "s1", "r1", id, bus.Answer{State: bus.StateSuccess, Output: bus.Text(out)}); err != nil {
 			t.Fatalf("%s: %v", id, err)
@@ -313,13 +314,14 @@ func TestParkReplyPastMaxPayload(t *testing.T) {
 }
 
 // TestParkContinuationNoRoom (session 29, found beside the fix above): two
-// parked inputs that fill a batch's continuation of its own to within
-// 64 KiB of the max payload park (a record leaves AnswerRoom, the
-// continuation does not), and then no answer's result can join the
+// parked inputs that filled a batch's continuation of its own to within
+// 64 KiB of the max payload parked (a record leaves AnswerRoom, the
+// continuation did not), and then no answer's result could join the
 // continuation ("parked result not recorded: maximum payload exceeded",
-// every lease): the answers are accepted and the batch never finishes.
+// every lease): the answers were accepted and the batch never finished.
+// Since 1.20 the continuation holds such inputs by their digests (the
+// records hold them) and leaves AnswerRoom too.
 func TestParkContinuationNoRoom(t *testing.T) {
-	knownBug(t, "a continuation within 64 KiB of the max payload parks, and its answers never join it")
 	e := standalone(t)
 	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
 	ev := e.watch(t, "s1")
@@ -336,11 +338,49 @@ func TestParkContinuationNoRoom(t *testing.T) {
 	}
 }
 
-// TestParkLargeInputLateResult: a batch parks a 700 KiB input while its
-// other call still runs; that call's 350 KiB result joins the batch's
-// continuation, so it is fitted beside it (stored, 5.9, 1.19), and the
-// batch finishes once answered. Before, it was fitted to the reply alone:
-// the continuation was not saved, and the batch waited for a re-send.
+// TestParkThreeLargeAnswers: three parked calls with 300 KiB inputs each
+// (held by their records, not by the continuation: 1.20) are answered with
+// 300 KiB outputs each on a 1 MiB server; each result joins the
+// continuation inline or, past its share, by reference (5.9), and
+// batch.done has all three.
+func TestParkThreeLargeAnswers(t *testing.T) {
+	e := standalone(t)
+	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
+	ev := e.watch(t, "s1")
+	ids := []string{"c0", "c1", "c2"}
+	var calls []bus.Call
+	for _, id := range ids {
+		calls = append(calls, bus.Call{ID: id, Name: "ask", Input: bigInput(300 << 10)})
+	}
+	if r := e.callParked(t, "s1", "r1", calls...); len(r.Parked) != 3 {
+		t.Fatalf("parked %d: %.300s", len(r.Parked), jsonOf(r.Results))
+	}
+	out := strings.Repeat("y", 300<<10)
+	for _, id := range ids {
+		if err := e.answer(t, "ask", "s1", "r1", id, bus.Answer{State: bus.StateSuccess, Output: bus.Text(out)}); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	var bd bus.BatchDone
+	if err := slowDone(t, ev).DataAs(&bd); err != nil || len(bd.Results) != 3 {
+		t.Fatalf("batch.done %.300s %v", jsonOf(bd), err)
+	}
+	for i, res := range bd.Results {
+		inline := len(res.Output) == 1 && res.Output[0].Text == out
+		stored := len(res.Output) == 2 && strings.HasPrefix(res.Output[1].URL, "nats-object://")
+		if res.ID != ids[i] || res.State != bus.StateSuccess || !inline && !stored {
+			t.Fatalf("%s: %.300s", ids[i], jsonOf(res))
+		}
+	}
+}
+
+// TestParkLargeInputLateResult: a batch parks a call while its other call,
+// with a 700 KiB input, still runs; that call's 350 KiB result joins the
+// batch's continuation, which holds that input, so it is fitted beside it
+// (stored, 5.9, 1.19), and the batch finishes once answered. Before, it
+// was fitted to the reply alone: the continuation was not saved, and the
+// batch waited for a re-send. (Until 1.20 the parked call had the large
+// input, which the continuation now leaves to its record.)
 func TestParkLargeInputLateResult(t *testing.T) {
 	e := standalone(t)
 	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
@@ -363,7 +403,7 @@ func TestParkLargeInputLateResult(t *testing.T) {
 	}
 	replied := make(chan got, 1)
 	go func() {
-		r, err := e.client.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "c0", Name: "ask", Input: bigInput(700 << 10)}, {ID: "c1", Name: "late"}}},
+		r, err := e.client.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "c0", Name: "ask"}, {ID: "c1", Name: "late", Input: bigInput(700 << 10)}}},
 			client.WithReplyID("r1"))
 		replied <- got{r, err}
 	}()
@@ -386,6 +426,79 @@ func TestParkLargeInputLateResult(t *testing.T) {
 	}
 	var bd bus.BatchDone
 	if err := slowDone(t, ev).DataAs(&bd); err != nil || len(bd.Results) != 2 {
+		t.Fatalf("batch.done %.300s %v", jsonOf(bd), err)
+	}
+}
+
+// TestAttackResendHeldInput (1.20): a batch's continuation of its own holds
+// a parked call's input of 1 KiB or more by its digest (the record holds the
+// input), so a re-sent copy under the batch's reply id is compared with
+// that digest: while the batch waits (the copy's park conflicts) and while
+// it runs resumed on this router (whose batch, rebuilt from the
+// continuation, lacks the input). A copy with another input is refused
+// bad_request, before any call runs; the same calls written otherwise are
+// a copy, adopted while it waits and run beside it once resumed.
+func TestAttackResendHeldInput(t *testing.T) {
+	e := standalone(t)
+	e.registerDefs(t, bus.ToolDef{Name: "ask", External: true})
+	release, started := make(chan struct{}), make(chan struct{}, 2)
+	e.startWorker(worker.Config{}, func(w *worker.Worker) {
+		// Read-only: a copy runs it too (no ledger); not concurrency-safe: a run after c0's.
+		handle(t, w, bus.ToolDef{Name: "after", ReadOnly: true, Permission: bus.PermissionAllow},
+			func(ctx context.Context, _ *worker.Call) (*bus.ExecResult, error) {
+				started <- struct{}{}
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+				return &bus.ExecResult{Output: bus.Text("after")}, nil
+			})
+	}, "after")
+	ev := e.watch(t, "s1")
+	x := strings.Repeat("x", 4<<10)
+	batch := func(input string) bus.Batch {
+		return bus.Batch{Calls: []bus.Call{{ID: "c0", Name: "ask", Input: json.RawMessage(input)}, {ID: "c1", Name: "after"}}}
+	}
+	same, other := ` {"x": "`+x+`"} `, `{"x":"`+x[1:]+`y"}`
+	if r := e.callParked(t, "s1", "r1", batch(`{"x":"`+x+`"}`).Calls...); len(r.Parked) != 2 || r.Parked[1].Kind != bus.KindQueued {
+		t.Fatalf("first: %.300s", jsonOf(r))
+	}
+	refused := func(when string) {
+		t.Helper()
+		_, err := e.client.Call(testCtx(t), "s1", batch(other), client.WithReplyID("r1"))
+		var be *bus.Error
+		if !errors.As(err, &be) || be.Code != bus.CodeBadRequest || !strings.Contains(be.Message, "call c0 (ask) has another input") {
+			t.Fatalf("%s: a copy with another input: %v", when, err)
+		}
+	}
+	refused("waiting")
+	if r, err := e.client.Call(testCtx(t), "s1", batch(same), client.WithReplyID("r1")); err != nil || len(r.Parked) != 2 {
+		t.Fatalf("waiting: the same calls: %.300s %v", jsonOf(r), err)
+	}
+	if err := e.answer(t, "ask", "s1", "r1", "c0", bus.Answer{State: bus.StateSuccess, Output: bus.Text("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	<-started // resumed: c1 runs here, until released
+	refused("resumed")
+	copied := make(chan error, 1)
+	go func() {
+		r, err := e.client.Call(testCtx(t), "s1", batch(same), client.WithReplyID("r1"))
+		if err == nil && (len(r.Results) != 2 || r.Results[0].State != bus.StateSuccess || r.Results[1].State != bus.StateSuccess) {
+			err = fmt.Errorf("results %.300s", jsonOf(r.Results))
+		}
+		copied <- err
+	}()
+	select { // the copy, taken beside the resumed batch, runs c1 too; refused, it would not
+	case <-started:
+	case err := <-copied:
+		t.Fatalf("resumed: the same calls: %v", err)
+	}
+	close(release)
+	if err := <-copied; err != nil {
+		t.Fatalf("resumed: the same calls: %v", err)
+	}
+	var bd bus.BatchDone
+	if err := slowDone(t, ev).DataAs(&bd); err != nil || len(bd.Results) != 2 || bd.Results[1].State != bus.StateSuccess {
 		t.Fatalf("batch.done %.300s %v", jsonOf(bd), err)
 	}
 }

@@ -47,7 +47,8 @@ func strandAndMend(t *testing.T, published bool) {
 	})
 	e.waitLive("solo")
 	const reply = "r1"
-	calls := []bus.Call{{ID: "c1", Name: "ext"}, {ID: "c2", Name: "solo"}}
+	// c1's input is its record's only: the continuation holds its digest (1.20).
+	calls := []bus.Call{{ID: "c1", Name: "ext", Input: bigInput(2 << 10)}, {ID: "c2", Name: "solo"}}
 	r := e.callParked(t, "s1", reply, calls...)
 	if len(r.Parked) != 2 || r.Parked[1].Kind != bus.KindQueued {
 		t.Fatalf("reply %s", jsonOf(r))
