@@ -161,9 +161,12 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			return
 		}
 		progress++
+		params := map[string]any{"progressToken": token, "progress": progress, "message": msg}
+		if st, _ := ctx.Value(callStreamKey).(*callStream); st != nil && st.notify(ctx, string(mcp.MethodNotificationProgress), params) {
+			return // on the call's own stream (stream.go)
+		}
 		if srv := server.ServerFromContext(ctx); srv != nil {
-			_ = srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
-				map[string]any{"progressToken": token, "progress": progress, "message": msg})
+			_ = srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params)
 		}
 	}
 	// ended ends run when ctx has ended, whichever way run saw it.
