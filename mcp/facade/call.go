@@ -102,6 +102,10 @@ type runOpts struct {
 	onBackground func(bus.TaskHandle) // the call went on as a bus task (tasks.go)
 }
 
+// doneWait bounds how long a call answered at once reads its watch for
+// its batch's batch.done, forwarding the progress before it.
+const doneWait = time.Second
+
 // run runs the call and waits for its result, a parked call on the
 // session's events until its deadline (parkFor), sending progress
 // notifications (every ProgressEvery while parked) when the client sent a
@@ -161,9 +165,12 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			return
 		}
 		progress++
+		params := map[string]any{"progressToken": token, "progress": progress, "message": msg}
+		if st, _ := ctx.Value(callStreamKey).(*callStream); st != nil && st.notify(ctx, string(mcp.MethodNotificationProgress), params) {
+			return // on the call's own stream (stream.go)
+		}
 		if srv := server.ServerFromContext(ctx); srv != nil {
-			_ = srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
-				map[string]any{"progressToken": token, "progress": progress, "message": msg})
+			_ = srv.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params)
 		}
 	}
 	// ended ends run when ctx has ended, whichever way run saw it.
@@ -179,6 +186,7 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 	var parked *bus.Parked
 	var early *bus.Result // a result event read before the reply
 	announced := false    // the host heard of the park from its call.parked event
+	doneRead := false     // the batch's batch.done, after its progress
 	var wait, tick <-chan time.Time
 	var deadline time.Time
 	for {
@@ -195,26 +203,35 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 			if callErr != nil {
 				return mcp.NewToolResultError("Error: " + callErr.Error()), nil
 			}
-			if len(reply.Results) > 0 {
-				// Answered: what the watch holds of the call, its
-				// call.parked event and its progress, still reaches the
-				// host, before the result (TestCallsAtOnceProgress).
+			if len(reply.Results) > 0 && token != nil && !doneRead {
+				// Answered: the call's call.parked event and progress still
+				// reach the host, before the result. The router publishes
+				// them before the batch's batch.done, on the subject the
+				// watch reads, so the watch is read up to it (its goroutine
+				// may be behind the reply's); at most doneWait
+				// (TestCallsAtOnceProgress).
+				until := time.NewTimer(doneWait)
+				defer until.Stop()
 			drain:
 				for {
 					select {
 					case e, ok := <-ev.C:
-						if !ok {
+						switch {
+						case !ok || e.Type == bus.TypeBatchDone && e.ReplyID == replyID:
 							break drain
-						}
-						if e.Type == bus.TypeCallParked && e.ReplyID == replyID && !announced {
+						case e.Type == bus.TypeCallParked && e.ReplyID == replyID && !announced:
 							announced = announceParked(e, b.Calls[0].ID, notify)
-						} else if e.Type == bus.TypeCallProgress && e.ReplyID == replyID && e.ToolCallID == b.Calls[0].ID {
+						case e.Type == bus.TypeCallProgress && e.ReplyID == replyID && e.ToolCallID == b.Calls[0].ID:
 							notifyProgress(e, notify)
 						}
-					default:
+					case <-until.C:
+						break drain
+					case <-ctx.Done():
 						break drain
 					}
 				}
+			}
+			if len(reply.Results) > 0 {
 				return result(reply.Results[0]), nil
 			}
 			if len(reply.Parked) == 0 {
@@ -271,6 +288,10 @@ func (c *caller) run(ctx context.Context, req mcp.CallToolRequest, o runOpts) (*
 				// The park, seen before the reply: an answer may finish
 				// the call before the reply says it parked.
 				announced = announceParked(e, b.Calls[0].ID, notify)
+				continue
+			}
+			if e.Type == bus.TypeBatchDone {
+				doneRead = true
 				continue
 			}
 			if e.ToolCallID != b.Calls[0].ID {

@@ -640,12 +640,10 @@ func TestLegacyCarriedRefusedRetried(t *testing.T) {
 
 // TestCallsAtOnceProgress (raw JSON-RPC at 2025-11-25): three tools/calls
 // of slow (progress, then held until released) at once in one MCP session,
-// each with its own progress token. mcp-go (v1.2.1) keeps one notification
-// channel per session that every POST being served forwards from, the
-// longest waiting first, so a call's notice may go out on another call's
-// stream (docs/mcp.md "Progress of calls at once"). What holds: every call's
-// progress reaches the host on one of the session's streams (hosts match it
-// by token), and each stream ends with its own call's result.
+// each with its own progress token. Each call's progress goes out on its own
+// request's stream, before its result, and on no other call's stream:
+// mcp-go's one notification channel per session is not used for it (docs/mcp.md
+// "Progress of calls at once").
 func TestCallsAtOnceProgress(t *testing.T) {
 	p := newPair(t, false)
 	const s = "lb-progress"
@@ -686,16 +684,19 @@ func TestCallsAtOnceProgress(t *testing.T) {
 		got[token] = testkit.Recv(t, c, bound, "a later call's stream")
 	}
 	ids := map[string]string{"p": `"id":31`, "p32": `"id":"p32"`, "p33": `"id":"p33"`}
-	all := ""
 	for token, rest := range got {
-		if !strings.Contains(rest, "slow done") || !strings.Contains(rest, ids[token]) {
+		own := strings.Index(rest, fmt.Sprintf(`"progressToken":%q`, token))
+		end := strings.Index(rest, ids[token])
+		if !strings.Contains(rest, "slow done") || end < 0 {
 			t.Errorf("call %s: not its result: %s", token, rest)
 		}
-		all += rest
-	}
-	for token := range got {
-		if !strings.Contains(all, fmt.Sprintf(`"progressToken":%q`, token)) {
-			t.Errorf("call %s's progress reached none of the session's streams: %v", token, got)
+		if own < 0 || own > end {
+			t.Errorf("call %s: its progress is not on its stream before its result: %s", token, rest)
+		}
+		for other := range got {
+			if other != token && strings.Contains(rest, fmt.Sprintf(`"progressToken":%q`, other)) {
+				t.Errorf("call %s's stream carries call %s's progress: %s", token, other, rest)
+			}
 		}
 	}
 }

@@ -154,7 +154,10 @@ func (f *Facade) Closed() <-chan struct{} { return f.life.Closed() }
 
 type ctxKey int
 
-const contextKey ctxKey = 0 // the request's ContextHeader
+const (
+	contextKey    ctxKey = iota // the request's ContextHeader
+	callStreamKey               // a tools/call's *callStream (stream.go)
+)
 
 // Handler serves streamable HTTP at /mcp/<session> (sessionOf; else 404).
 // Every request is authenticated (Config.Auth; 401 with a challenge), then
@@ -204,6 +207,11 @@ func (f *Facade) Handler() http.Handler {
 		if modernCancel(r, m) {
 			w.WriteHeader(http.StatusAccepted)
 			return
+		}
+		if m != nil && m.Method == string(mcp.MethodToolsCall) {
+			st := newCallStream(w)
+			defer st.end()
+			w, r = st, r.WithContext(context.WithValue(r.Context(), callStreamKey, st))
 		}
 		if s.cross.serveHTTP(w, r, body, m) { // crossing.go
 			return
