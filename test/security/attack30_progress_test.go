@@ -38,6 +38,18 @@ func TestAttackProgressFlood(t *testing.T) {
 	must(t, err)
 	_, err = bus.SendRequest(testCtx(t), f.nc, s.Workers.Register("flood"), ev)
 	must(t, err)
+	go func() { // its heartbeat, so the flood may take longer than three beats
+		tick := time.NewTicker(testHeartbeat / 2)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.Context().Done():
+				return
+			case <-tick.C:
+				_ = bus.SendWith(s.Workers.Register("flood"), ev, "", f.nc.PublishMsg)
+			}
+		}
+	}()
 	_, err = f.nc.QueueSubscribe(s.Workers.Exec("flood"), s.Workers.ExecQueue("flood"), func(m *nats.Msg) {
 		x, err := bus.Decode(m)
 		if err != nil {
