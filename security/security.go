@@ -52,7 +52,7 @@ type User struct {
 	// "handler-<name>" for an external handler.
 	Name string `json:"name"`
 	Role string `json:"role"`
-	// Account is the user's NATS account (Account).
+	// Account is the user's NATS account (accountOf: the main account, or one per tool runner login).
 	Account string `json:"account"`
 	// Session is the one session of a RoleSession user.
 	Session string `json:"session,omitempty"`
@@ -88,6 +88,11 @@ type Spec struct {
 	Bind map[string]string `json:"bind,omitempty"`
 	// Handlers adds one user per external handler.
 	Handlers []Handler `json:"handlers,omitempty"`
+	// Workers adds one worker login per entry, worker-<name>, confined to
+	// its tools and alone in an account of its own, so that one worker
+	// process can neither read nor answer another's calls (docs/security.md
+	// "Accounts").
+	Workers []Handler `json:"workers,omitempty"`
 	// WorkerTools, when set, confines the worker user to these tools.
 	WorkerTools []string `json:"worker_tools,omitempty"`
 	// WorkerGroups are the groups a worker confined by WorkerTools may
@@ -138,8 +143,14 @@ func Users(spec Spec) ([]User, error) {
 	for _, h := range spec.Handlers {
 		users = append(users, handler(s, h))
 	}
+	for _, h := range spec.Workers {
+		u := worker(s, h.Tools, nil, false)
+		u.Name, u.InboxPrefix = RoleWorker+"-"+h.Name, inbox(RoleWorker+"-"+h.Name)
+		u.Permissions.Subscribe[slices.Index(u.Permissions.Subscribe, inbox(RoleWorker)+".>")] = u.InboxPrefix + ".>"
+		users = append(users, u)
+	}
 	for i := range users {
-		users[i].Account = Account(spec.Prefix, users[i].Role)
+		users[i].Account = accountOf(cmp.Or(spec.Prefix, bus.DefaultPrefix), users[i])
 	}
 	return users, nil
 }
@@ -167,18 +178,22 @@ func check(spec Spec) error {
 		}
 	}
 	names := map[string]bool{}
-	for _, h := range spec.Handlers {
+	for i, h := range slices.Concat(spec.Handlers, spec.Workers) {
+		what := "handler"
+		if i >= len(spec.Handlers) {
+			what = "worker"
+		}
 		if !bus.ValidName(h.Name) {
-			return fmt.Errorf("security: handler name %q must match ^[A-Za-z0-9_-]{1,64}$", h.Name)
+			return fmt.Errorf("security: %s name %q must match ^[A-Za-z0-9_-]{1,64}$", what, h.Name)
 		}
-		if names[h.Name] {
-			return fmt.Errorf("security: handler %q given twice", h.Name)
+		if names[what+h.Name] {
+			return fmt.Errorf("security: %s %q given twice", what, h.Name)
 		}
-		names[h.Name] = true
+		names[what+h.Name] = true
 		if len(h.Tools) == 0 {
-			return fmt.Errorf("security: handler %q needs at least one tool", h.Name)
+			return fmt.Errorf("security: %s %q needs at least one tool", what, h.Name)
 		}
-		if err := checkTools("handler "+h.Name, h.Tools); err != nil {
+		if err := checkTools(what+" "+h.Name, h.Tools); err != nil {
 			return err
 		}
 	}
@@ -252,7 +267,16 @@ func worker(s bus.Subjects, tools, groups []string, shared bool) User {
 	// never to a session's events, which only routers publish (protocol
 	// 1.18); durable calls come from work consumers, their results on
 	// P.result.<tool>.
-	sub := each(tools, s.Workers.Exec)
+	// A confined worker takes its tools' execs in their queue groups only
+	// (protocol 5.1), so another process of the login is delivered none of
+	// those it is sent, nor learns their reply subjects; the worker of every
+	// tool cannot be pinned so (a queue pattern cannot follow the subject).
+	sub := each(tools, func(t string) string {
+		if t == "*" {
+			return s.Workers.Exec(t)
+		}
+		return s.Workers.Exec(t) + " " + s.Workers.ExecQueue(t)
+	})
 	sub = append(sub, s.All("cancel"), "$SRV.>", inbox(RoleWorker)+".>")
 	if len(tools) == 0 {
 		// A bridge (mcp/bridge) serves its MCP servers' resources on
@@ -432,19 +456,16 @@ func Lookup(users []User, name string) (User, bool) {
 	return users[i], true
 }
 
-// Account is the NATS account of a login of role in a deployment of
-// prefix ("" means bus.DefaultPrefix): the roles that run tools, worker and
-// bridge, each in one of their own, <prefix>-<role>, every other role in
-// <prefix>. NATS checks no permission on a reply subject, and JetStream
-// answers a request there with the server's rights: what a worker has
-// JetStream (or anyone) answer lands in its own account, never on P.events.>
-// or another subject of the main account (docs/security.md "Accounts").
-func Account(prefix, role string) string { return accountOf(cmp.Or(prefix, bus.DefaultPrefix), role) }
-
-// accountOf is the account of role where main is the main account.
-func accountOf(main, role string) string {
-	if role == RoleWorker || role == RoleBridge {
-		return main + "-" + role
+// accountOf is the NATS account of login u where main is the main account
+// (the prefix): each login that runs tools, worker, worker-<name> and
+// bridge, in one of its own, <main>-<login>, every other in main. NATS
+// checks no permission on a reply subject, and JetStream answers a request
+// there with the server's rights: what a worker has JetStream (or anyone)
+// answer lands in its own account, never on P.events.> or another subject of
+// the main account, nor on another worker login's (docs/security.md "Accounts").
+func accountOf(main string, u User) string {
+	if u.Role == RoleWorker || u.Role == RoleBridge {
+		return main + "-" + u.Name
 	}
 	return main
 }
@@ -456,20 +477,16 @@ type link struct {
 	wait          string // how long an answer may come, instead of NATS' two minutes
 }
 
-// imports are what the account of the tool runners' role imports of links:
-// the streams its login may read, and as services only the subjects it may
+// imports are what the account of tool runner u imports of links: the
+// streams its login may read, and as services only the subjects it may
 // publish on (and the inboxes of the requests it answers). The server passes
 // an answer that reaches a service import on through it, whatever the
 // permissions: a worker naming P.register as a request's reply had the answer
 // published there in the main account while its account imported P.register
 // (docs/security.md "Accounts").
-func imports(prefix string, users []User, role string) []link {
+func imports(prefix string, u User) []link {
 	var out []link
-	i := slices.IndexFunc(users, func(u User) bool { return u.Role == role })
-	if i < 0 {
-		return nil
-	}
-	p := users[i].Permissions
+	p := u.Permissions
 	for _, l := range links(bus.NewSubjects(prefix)) {
 		if l.kind == "stream" && slices.ContainsFunc(p.Subscribe, func(s string) bool { return strings.HasPrefix(s, strings.TrimSuffix(l.subject, ">")) }) {
 			out = append(out, l)
@@ -482,7 +499,7 @@ func imports(prefix string, users []User, role string) []link {
 }
 
 // links are what the main account exports to the tool runners' accounts
-// (Account), which import of them what imports says. Streams reach the runners as published, reply
+// (accountOf), which import of them what imports says. Streams reach the runners as published, reply
 // subject included: exec requests, cancels, resource requests, events (the
 // bridge's) and $SRV pings. Services are what runners publish into the main
 // account: the reply subject there is the server's own (_R_.…), whose

@@ -18,7 +18,8 @@ import (
 // `toolbus security config` prints it, is a valid nats-server
 // configuration once the variables are set, and holds every user.
 func TestServerConfigParses(t *testing.T) {
-	users, err := security.Users(security.Spec{Prefix: "acme", Sessions: []string{"s1"}, Handlers: []security.Handler{{Name: "h", Tools: []string{"a", "b"}}}})
+	users, err := security.Users(security.Spec{Prefix: "acme", Sessions: []string{"s1"}, Handlers: []security.Handler{{Name: "h", Tools: []string{"a", "b"}}},
+		Workers: []security.Handler{{Name: "h", Tools: []string{"a"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestServerConfigParses(t *testing.T) {
 		if u.Permissions == nil || u.Permissions.Publish == nil {
 			t.Fatalf("user %s has no permissions", u.Username)
 		}
-		if want := map[string]string{"worker": "acme-worker", "bridge": "acme-bridge"}[u.Username]; u.Account == nil || u.Account.Name != cmp.Or(want, "acme") {
+		if want := map[string]string{"worker": "acme-worker", "bridge": "acme-bridge", "worker-h": "acme-worker-h"}[u.Username]; u.Account == nil || u.Account.Name != cmp.Or(want, "acme") {
 			t.Fatalf("user %s in account %v, want %s", u.Username, u.Account, cmp.Or(want, "acme"))
 		}
 	}
