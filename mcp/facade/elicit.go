@@ -93,7 +93,11 @@ func confirmParams(p bus.Parked, remember bool) mcp.ElicitationParams {
 	if remember {
 		choices = []string{choiceAllow, choiceAllowAlways, choiceDeny}
 	}
-	return mcp.ElicitationParams{Message: fmt.Sprintf("Allow the tool %s to run with input %s?", p.Name, p.Input),
+	input := "input " + string(p.Input)
+	if p.InputOmitted {
+		input = "an input too large to show here (" + p.InputDigest + "; toolbus parked shows it)"
+	}
+	return mcp.ElicitationParams{Message: fmt.Sprintf("Allow the tool %s to run with %s?", p.Name, input),
 		RequestedSchema: map[string]any{"type": "object", "required": []string{"decision"},
 			"properties": map[string]any{"decision": map[string]any{"type": "string", "title": "Decision",
 				"enum": choices}}}}
@@ -129,8 +133,12 @@ func (c *confirmer) decide(ctx context.Context, p bus.Parked, replyID string, re
 		return
 	}
 	yes := decision == choiceAllow || decision == choiceAllowAlways
-	// Bound to the exact input the host's user saw (docs/protocol.md 6.3).
+	// Bound to the exact input the host's user saw (docs/protocol.md 6.3),
+	// or was told the digest of, where the park left it out (3.2, 1.19).
 	a := bus.Answer{Confirmed: &yes, InputDigest: bus.InputDigest(p.Input)}
+	if p.InputOmitted {
+		a.InputDigest = p.InputDigest
+	}
 	if decision == choiceAllowAlways && c.remember {
 		a.Rules = p.SuggestedRules
 	}

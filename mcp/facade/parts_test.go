@@ -84,6 +84,11 @@ func TestConfirmParams(t *testing.T) {
 			t.Errorf("message %q", params.Message)
 		}
 	}
+	// A park that left its input out (3.2, 1.19) names its digest instead.
+	big := bus.Parked{Name: "deploy", InputOmitted: true, InputDigest: "sha256:abc"}
+	if m := confirmParams(big, false).Message; !strings.Contains(m, "too large to show here (sha256:abc;") {
+		t.Errorf("message %q", m)
+	}
 }
 
 // TestClaims: a question is put to one host at a time, at most maxAsked
