@@ -65,7 +65,7 @@ func init() {
 		{"limits", "[--tool T] [--user U] [--reset [--rule R]]", "show what the quotas and rate limits have used and left for a tool, user and session, or reset them", runLimits},
 		{"audit", "[--since 1h] [--session S] [--tool T] [--user U] [--json]", "export the audit trail of tool calls as JSON lines (docs/operations.md)", runAudit},
 		{"mcp", "", "serve the session as an MCP server over stdio (--user U), for a desktop MCP host", runMCP},
-		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR] | refresh [--dir DIR] | token [--name N] [--user U]", "print the NATS permissions of the toolbus roles for a deployment, add a per-session agent user, bring a generated directory up to date (docs/security.md), or make an MCP bearer token and its sha256: line (docs/mcp.md)", runSecurity},
+		{"security", "config [--prefix P] [--session S ...] [--handler NAME=tool,tool ...] [--worker NAME=tool,tool ...] [--format conf|nsc|json] [--out DIR] | agent --session S [--user U] [--dir DIR] | refresh [--dir DIR] | token [--name N] [--user U]", "print the NATS permissions of the toolbus roles for a deployment, add a per-session agent user, bring a generated directory up to date (docs/security.md), or make an MCP bearer token and its sha256: line (docs/mcp.md)", runSecurity},
 		{"bench", "", "measure toolbus against raw NATS request/reply, each part in a process of its own (--quick, --json)", harness("bench")},
 		{"soak", "", "run 2 routers and 3 workers under load with faults and count lost and duplicated calls (--duration, --json)", harness("soak")},
 	}

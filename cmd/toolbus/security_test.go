@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,16 @@ func TestSecurityConfigFormats(t *testing.T) {
 	if err != nil || json.Unmarshal([]byte(out), &users) != nil || !has(users, "session-s1") || !has(users, security.RoleFacade) {
 		t.Fatalf("json: %v\n%s", err, out)
 	}
+	// A worker login of its own: its account, its inbox, its tools only.
+	out, _, err = exec(t.Context(), "security", "config", "--format", "json", "--worker", "a=greet")
+	users = nil
+	if err != nil || json.Unmarshal([]byte(out), &users) != nil || !has(users, "worker-a") {
+		t.Fatalf("--worker: %v\n%s", err, out)
+	}
+	if u, _ := security.Lookup(users, "worker-a"); u.Account != "toolbus-worker-a" || u.InboxPrefix != "_INBOX.worker-a" ||
+		!slices.Contains(u.Permissions.Subscribe, "toolbus.exec.greet toolbus-exec-greet") {
+		t.Fatalf("worker-a: %+v", u)
+	}
 	out, _, err = exec(t.Context(), "security", "config", "--format", "nsc", "--account", "ACME")
 	if err != nil || !strings.Contains(out, "nsc add user --account ACME --name agent") {
 		t.Fatalf("nsc: %v\n%s", err, out)
@@ -131,6 +142,7 @@ func TestSecurityConfigFormats(t *testing.T) {
 	for _, args := range [][]string{
 		{"security"}, {"security", "show"}, {"security", "config", "--format", "yaml"},
 		{"security", "config", "--handler", "ops"}, {"security", "config", "--session", "a.b"},
+		{"security", "config", "--worker", "a"}, {"security", "config", "--worker", "a.b=greet"},
 		{"security", "config", "--format", "nsc", "--out", t.TempDir()},
 	} {
 		if _, _, err := exec(t.Context(), args...); err == nil {

@@ -282,9 +282,10 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	c, _ := lookup("security")
 	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
 	prefix := fs.String("prefix", bus.DefaultPrefix, "subject prefix of the deployment")
-	var sessions, handlers []string
+	var sessions, handlers, workers []string
 	fs.Func("session", "add an agent user confined to this session (repeatable)", func(v string) error { sessions = append(sessions, v); return nil })
 	fs.Func("handler", "add an external handler user: NAME=tool,tool (repeatable)", func(v string) error { handlers = append(handlers, v); return nil })
+	fs.Func("worker", "add a worker login of its own, worker-NAME, confined to its tools and alone in an account: NAME=tool,tool (repeatable)", func(v string) error { workers = append(workers, v); return nil })
 	workerTools := fs.String("worker-tools", "", "confine the worker user to these comma-separated tools: it serves and defines only them (default: every tool)")
 	workerGroups := fs.String("worker-groups", "", "with --worker-tools: the comma-separated groups the worker may define (default: none)")
 	workerShared := fs.Bool("worker-shared-register", false, "also let the worker publish on P.register, the registration subject of protocol 1.11, while workers are updated to 1.12 (any definition goes there: remove it once every worker is updated)")
@@ -305,12 +306,18 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	spec := security.Spec{Prefix: *prefix, Sessions: sessions, WorkerTools: cli.SplitList(*workerTools), WorkerGroups: cli.SplitList(*workerGroups),
 		WorkerSharedRegister: *workerShared, ApproverTools: cli.SplitList(*approverTools), AgentAnswers: cli.SplitList(*agentAnswers),
 		FacadeAnswers: cli.SplitList(*facadeAnswers)}
-	for _, h := range handlers {
-		name, tools, ok := strings.Cut(h, "=")
-		if !ok || cli.SplitList(tools) == nil {
-			return usageError(fs, "--handler %q must be NAME=tool,tool", h)
+	for _, f := range []struct {
+		flag string
+		in   []string
+		out  *[]security.Handler
+	}{{"--handler", handlers, &spec.Handlers}, {"--worker", workers, &spec.Workers}} {
+		for _, h := range f.in {
+			name, tools, ok := strings.Cut(h, "=")
+			if !ok || cli.SplitList(tools) == nil {
+				return usageError(fs, "%s %q must be NAME=tool,tool", f.flag, h)
+			}
+			*f.out = append(*f.out, security.Handler{Name: name, Tools: cli.SplitList(tools)})
 		}
-		spec.Handlers = append(spec.Handlers, security.Handler{Name: name, Tools: cli.SplitList(tools)})
 	}
 	if *format != "conf" && *format != "nsc" && *format != "json" {
 		return usageError(fs, "--format %q must be conf, nsc or json", *format)
