@@ -69,7 +69,7 @@ func hasSpace(raw []byte) bool {
 // appendChecked appends raw compacted, or fails naming member when raw is
 // not JSON, as json.Marshal refuses it.
 func appendChecked(b []byte, raw []byte, member string) ([]byte, error) {
-	if !json.Valid(raw) {
+	if !validJSON(raw) {
 		return nil, fmt.Errorf("bus: %s is not valid JSON", member)
 	}
 	return appendCompact(b, raw), nil
@@ -209,7 +209,7 @@ func (b *Batch) AppendJSON(out []byte) ([]byte, error) {
 		out = appendField(out, `,"name":`, c.Name)
 		if len(c.Input) > 0 {
 			out = append(out, `,"input":`...)
-			if !json.Valid(c.Input) { // appendChecked's check, the member named only when it fails
+			if !validJSON(c.Input) { // appendChecked's check, the member named only when it fails
 				return nil, fmt.Errorf("bus: calls[%d].input is not valid JSON", i)
 			}
 			out = appendCompact(out, c.Input)

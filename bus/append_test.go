@@ -127,13 +127,18 @@ func TestProgressAppendJSON(t *testing.T) {
 
 // A raw member that is not JSON is refused, as json.Marshal refuses it.
 func TestAppendJSONInvalidRaw(t *testing.T) {
-	bad := json.RawMessage(`{"a":`)
-	if _, err := (&Result{Metadata: bad}).AppendJSON(nil); err == nil {
-		t.Error("Result with invalid metadata encoded")
-	}
-	for _, x := range []ExecResult{{Metadata: bad}, {StatePatch: bad}} {
-		if _, err := x.AppendJSON(nil); err == nil || json.Valid(bad) {
-			t.Errorf("%+v encoded", x)
+	// The plain form with more after it (validJSON's fast read stops short) too.
+	for _, bad := range []json.RawMessage{json.RawMessage(`{"a":`), json.RawMessage(`{"a":1}x`), json.RawMessage(`{} {}`), json.RawMessage(`[1,]`)} {
+		if _, err := (&Result{Metadata: bad}).AppendJSON(nil); err == nil {
+			t.Errorf("Result with invalid metadata %s encoded", bad)
+		}
+		for _, x := range []ExecResult{{Metadata: bad}, {StatePatch: bad}} {
+			if _, err := x.AppendJSON(nil); err == nil || json.Valid(bad) {
+				t.Errorf("%+v encoded", x)
+			}
+		}
+		if _, err := (&Batch{Calls: []Call{{ID: "c1", Name: "t", Input: bad}}}).AppendJSON(nil); err == nil {
+			t.Errorf("batch with input %s encoded", bad)
 		}
 	}
 }

@@ -738,7 +738,7 @@ func decodeBinary(h nats.Header, body []byte, e *Event, check bool) error {
 	}
 	if len(e.Data) == 0 || (e.Data[0] <= ' ' || e.Data[0] >= utf8.RuneSelf) && len(bytes.TrimSpace(e.Data)) == 0 { // JSON's first byte: nothing to trim
 		e.Data = nil
-	} else if check && !json.Valid(e.Data) {
+	} else if check && !validJSON(e.Data) {
 		return Errorf(CodeBadEvent, "binary-mode data is not JSON")
 	}
 	return e.Validate()

@@ -109,6 +109,18 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// A binary-mode event's data that starts as the plain form and is not JSON
+// is refused (validJSON's fast read stops short of the end).
+func TestDecodeBinaryRejectsData(t *testing.T) {
+	for _, body := range []string{`{"a":1}x`, `{} {}`, `[1,]`, `{"a":"b"`} {
+		e := bus.Head("t", "a")
+		e.Data = []byte(body)
+		if _, err := bus.Decode(bus.BinaryMsg("s", &e)); !errors.Is(err, bus.ErrBadEvent) {
+			t.Errorf("%s: err = %v, want bad_event", body, err)
+		}
+	}
+}
+
 func TestToolDefDefaults(t *testing.T) {
 	var d bus.ToolDef
 	if err := json.Unmarshal([]byte(`{"name":"x","input_schema":{"type":"object"}}`), &d); err != nil {

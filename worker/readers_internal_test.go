@@ -318,3 +318,40 @@ func TestReadersWakeLastFollower(t *testing.T) {
 		}
 	})
 }
+
+// TestReadersLaterStreakPromotesOnItsOwnTime: a streak that begins soon
+// after another is promoted promoteAfter after its own start, neither at
+// the earlier streak's time nor never (a timer left armed across streaks,
+// tried in session 30, must keep this).
+func TestReadersLaterStreakPromotesOnItsOwnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var started atomic.Int64
+		gate := make(chan struct{})
+		rs := newReaders(64, time.Minute, 64, func(m *nats.Msg) {
+			started.Add(1)
+			if m.Subject == "long" {
+				<-gate
+			}
+		}).start()
+		defer rs.wait(t.Context())
+		defer rs.close()
+		defer close(gate)
+		rs.ch <- &nats.Msg{Subject: "short"} // a streak of one call, at 0: arms the timer for promoteAfter
+		synctest.Wait()
+		time.Sleep(promoteAfter * 6 / 10)
+		for _, s := range []string{"long", "next", "next"} { // a streak at 0.6 promoteAfter, the timer still pending
+			rs.ch <- &nats.Msg{Subject: s}
+		}
+		synctest.Wait()
+		time.Sleep(promoteAfter / 2) // past the first streak's time, not the second's
+		synctest.Wait()
+		if n := started.Load(); n != 2 {
+			t.Fatalf("%d calls started at 1.1 promoteAfter, want 2 (the long one's streak is younger)", n)
+		}
+		time.Sleep(promoteAfter / 2) // the long call has served promoteAfter
+		synctest.Wait()
+		if n := started.Load(); n != 4 {
+			t.Fatalf("%d calls started at 1.6 promoteAfter, want all 4", n)
+		}
+	})
+}
