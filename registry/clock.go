@@ -8,44 +8,36 @@ import (
 	"github.com/toolbus/toolbus/internal/life"
 )
 
-// heldClock is the local clock less the time this router was held (a
-// starved process, a GC pause, a suspended VM): the gaps between its ticks
-// beyond two ticks. Beats sent meanwhile are read late, so that time is no
-// evidence that a worker stopped (docs/registry.md).
+// heldClock is liveness's clock: it moves on only as it ticks, every tenth
+// of a heartbeat, and each tick by the time since the one before but at
+// most two ticks. The time the router was held (a starved process, a GC
+// pause, a suspended VM) is left out: the beats sent meanwhile are read
+// late, so that time is no evidence that a worker stopped (docs/registry.md).
 type heldClock struct {
 	wall  func() time.Time
-	every time.Duration        // between ticks
-	mark  atomic.Pointer[tick] // the last tick; nil: none yet
+	every time.Duration
+	last  atomic.Pointer[tick] // nil: no tick yet, the wall clock
 }
 
-// tick is when the clock last ticked and how long it was held before.
-type tick struct {
-	at   time.Time
-	held time.Duration
-}
+// tick is a tick's wall time and the clock's time then.
+type tick struct{ at, now time.Time }
 
-// late is the time held since t, at now.
-func (t *tick) late(now time.Time, every time.Duration) time.Duration {
-	return max(0, now.Sub(t.at)-2*every)
-}
-
-// now is the wall clock less the time held so far, the current hold included.
+// now is the clock's time: one atomic load, no clock read.
 func (c *heldClock) now() time.Time {
-	now := c.wall()
-	if t := c.mark.Load(); t != nil {
-		return now.Add(-t.held - t.late(now, c.every))
+	if t := c.last.Load(); t != nil {
+		return t.now
 	}
-	return now
+	return c.wall()
 }
 
-// tick records a tick now; only run calls it, but tests.
+// tick moves the clock on; only run calls it, but tests.
 func (c *heldClock) tick() {
-	now, next := c.wall(), &tick{}
-	if t := c.mark.Load(); t != nil {
-		next.held = t.held + t.late(now, c.every)
+	at := c.wall()
+	next := &tick{at: at, now: at}
+	if t := c.last.Load(); t != nil {
+		next.now = t.now.Add(min(at.Sub(t.at), 2*c.every))
 	}
-	next.at = now
-	c.mark.Store(next)
+	c.last.Store(next)
 }
 
 // run ticks until ctx ends.

@@ -9,29 +9,28 @@ import (
 
 // TestHeldClockLive: liveness by heldClock, at the boundary. A worker beats
 // once at t0 (heartbeat 1 s, ticks every 100 ms); the router ticks on time,
-// or is held (no tick) and then asked, before or after its first tick
-// since. A worker is gone after three heartbeats of the router's own
-// time: the time held is left out, the lateness of a tick up to two ticks
-// is not.
+// late, or not at all for 5 s (held), and is asked at its last tick or
+// later. A worker is gone after three heartbeats of the clock: a tick
+// moves it on by at most two ticks, so the time held is left out.
 func TestHeldClockLive(t *testing.T) {
 	const tickEvery = 100 * time.Millisecond
 	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	held := append(every(tickEvery, time.Second), 6200*time.Millisecond) // no tick from 1 s to 6.2 s
 	for _, tc := range []struct {
 		name  string
 		ticks []time.Duration // after t0, after the beat
 		ask   time.Duration   // the wall clock when asked, after t0
 		live  bool
 	}{
-		{"on time, just before three heartbeats", upTo(3 * time.Second), 3*time.Second - time.Nanosecond, true},
-		{"on time, three heartbeats: gone", upTo(3 * time.Second), 3 * time.Second, false},
-		{"ticks two ticks late: not held", every(200*time.Millisecond, 3*time.Second), 3 * time.Second, false},
-		{"held 5 s, asked before its tick", upTo(time.Second), 6 * time.Second, true},
-		{"held 5 s, asked after its tick", append(upTo(time.Second), 6*time.Second), 6 * time.Second, true},
-		{"held 5 s (1 s to 6.2 s), then three heartbeats of its own less a moment", append(upTo(time.Second), every(tickEvery, 8*time.Second)[61:]...),
-			8*time.Second - time.Nanosecond, true},
-		{"held 5 s (1 s to 6.2 s), then three heartbeats of its own: gone", append(upTo(time.Second), every(tickEvery, 8*time.Second)[61:]...),
-			8 * time.Second, false},
-		{"held 5 s, asked later without a tick: held still", upTo(time.Second), time.Hour, true},
+		{"on time, a tick before three heartbeats", every(tickEvery, 2900*time.Millisecond), 2950 * time.Millisecond, true},
+		{"on time, three heartbeats: gone", every(tickEvery, 3*time.Second), 3 * time.Second, false},
+		{"two ticks apart: on time", every(2*tickEvery, 3*time.Second), 3 * time.Second, false},
+		{"three ticks apart: two of each three count", every(3*tickEvery, 3*time.Second), 3 * time.Second, true},
+		{"held, asked before its tick", every(tickEvery, time.Second), 6 * time.Second, true},
+		{"held, asked at its tick", held, 6200 * time.Millisecond, true},
+		{"held, then three heartbeats of the clock less a tick", append(held, every(tickEvery, 7900*time.Millisecond)[62:]...), 7900 * time.Millisecond, true},
+		{"held, then three heartbeats of the clock: gone", append(held, every(tickEvery, 8*time.Second)[62:]...), 8 * time.Second, false},
+		{"held, asked an hour later without a tick", every(tickEvery, time.Second), time.Hour, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wall := t0
@@ -54,9 +53,6 @@ func TestHeldClockLive(t *testing.T) {
 		})
 	}
 }
-
-// upTo is a tick every 100 ms after 0 up to d.
-func upTo(d time.Duration) []time.Duration { return every(100*time.Millisecond, d) }
 
 // every is a tick every e after 0 up to d.
 func every(e, d time.Duration) []time.Duration {

@@ -70,7 +70,9 @@ func TestRouterHeldCallRuns(t *testing.T) {
 		}
 		return nil
 	})
-	if gone := time.Since(resumed); gone > 3*hb+bound/2 {
+	gone := time.Since(resumed)
+	if gone > 3*hb+bound/2 {
 		t.Fatalf("the silent worker was gone %v after the router resumed", gone)
 	}
+	t.Logf("the silent worker was gone %v after the router resumed", gone)
 }
