@@ -61,8 +61,7 @@ type Registry struct {
 	probes       probes                                       // Refresh's probes, one per tool at a time
 	started      time.Time                                    // when Start had the initial values
 	clock        *heldClock                                   // liveness's; nil with Config.Now
-	stopClock    context.CancelFunc                           // ends clock's ticks; nil before Start
-	clockDone    chan struct{}                                // closed when they ended
+	stopClock    func()                                       // ends its ticks and waits; nil before Start
 }
 
 // New returns a Registry over the store's buckets; call Start before use.
@@ -98,13 +97,13 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.watches = []*store.Watch{tw, ww}
 	r.started = r.cfg.Now()
 	if r.clock != nil {
-		var tctx context.Context
-		tctx, r.stopClock = context.WithCancel(context.WithoutCancel(ctx))
-		r.clockDone = make(chan struct{})
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
 		go func() {
-			defer close(r.clockDone)
-			r.clock.run(tctx)
+			defer close(done)
+			r.clock.run(ctx)
 		}()
+		r.stopClock = func() { cancel(); <-done }
 	}
 	return nil
 }
@@ -113,7 +112,6 @@ func (r *Registry) Start(ctx context.Context) error {
 func (r *Registry) Stop(ctx context.Context) error {
 	if r.stopClock != nil {
 		r.stopClock()
-		<-r.clockDone
 	}
 	return store.StopAll(ctx, r.watches...)
 }
