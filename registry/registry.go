@@ -41,7 +41,8 @@ type Config struct {
 	Heartbeat time.Duration
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
-	// Now returns the current time; nil means time.Now.
+	// Now returns the current time; nil means time.Now, and liveness then
+	// leaves out the time this router was held (heldClock).
 	Now func() time.Time
 }
 
@@ -59,6 +60,8 @@ type Registry struct {
 	consumers    sync.Map                                     // durable tools whose consumer exists
 	probes       probes                                       // Refresh's probes, one per tool at a time
 	started      time.Time                                    // when Start had the initial values
+	clock        *heldClock                                   // liveness's; nil with Config.Now
+	stopClock    func()                                       // ends its ticks and waits; nil before Start
 }
 
 // New returns a Registry over the store's buckets; call Start before use.
@@ -67,12 +70,15 @@ func New(st *store.Store, cfg Config) *Registry {
 		cfg.Heartbeat = bus.DefaultHeartbeat
 	}
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	r := &Registry{cfg: cfg, workConsumer: st.WorkConsumer}
+	now := cfg.Now
+	if now == nil {
+		r.cfg.Now = time.Now
+		r.clock = &heldClock{wall: time.Now, every: max(cfg.Heartbeat/10, time.Millisecond)}
+		now = r.clock.now
+	}
 	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
-	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: cfg.Now, health: st.Health, version: &r.version,
+	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: now, health: st.Health, version: &r.version,
 		beats: map[string]map[string]beat{}}
 	return r
 }
@@ -90,11 +96,25 @@ func (r *Registry) Start(ctx context.Context) error {
 	}
 	r.watches = []*store.Watch{tw, ww}
 	r.started = r.cfg.Now()
+	if r.clock != nil {
+		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.clock.run(ctx)
+		}()
+		r.stopClock = func() { cancel(); <-done }
+	}
 	return nil
 }
 
 // Stop ends the watches, waiting for them until ctx ends; safe twice.
-func (r *Registry) Stop(ctx context.Context) error { return store.StopAll(ctx, r.watches...) }
+func (r *Registry) Stop(ctx context.Context) error {
+	if r.stopClock != nil {
+		r.stopClock()
+	}
+	return store.StopAll(ctx, r.watches...)
+}
 
 // Version changes whenever the cache does, for what was derived from it.
 func (r *Registry) Version() uint64 { return r.version.Load() }
@@ -510,10 +530,10 @@ func (l *liveness) applyWorker(e jetstream.KeyValueEntry) {
 
 // Troubled reports whether a liveness write failed within four heartbeats:
 // missed beats may never have been stored, so nobody is declared gone.
-func (l *liveness) Troubled(now time.Time) bool {
+func (l *liveness) Troubled() bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	return !l.trouble.IsZero() && now.Sub(l.trouble) < 4*l.heartbeat
+	return !l.trouble.IsZero() && l.now().Sub(l.trouble) < 4*l.heartbeat
 }
 
 // MayHold reports whether a live worker of tool may be running call key.

@@ -598,7 +598,7 @@ func (x *execWatches) remove(w *execWatch) {
 // ends now instead of at its timeout (registry.MayHold: a worker that does
 // not list its calls holds them all).
 func (x *execWatches) watchWorkers(now time.Time, hb time.Duration, reg *registry.Registry, log *slog.Logger) {
-	if x.stalled(now, hb) || reg.Troubled(now) {
+	if x.stalled(now, hb) || reg.Troubled() {
 		return // beats may be missing for want of a bucket, not of workers
 	}
 	x.mu.Lock()
