@@ -82,7 +82,8 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 	dir := t.TempDir()
 	secure := filepath.Join(dir, "secure")
-	if _, err := security.Generate(secure, "", security.Spec{}); err != nil {
+	users, err := security.Generate(secure, "", security.Spec{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(dir, "js"), ConfigFile: filepath.Join(secure, security.ServerConfigFile)})
@@ -102,7 +103,7 @@ func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.Node(leader).JetStreamIsStreamLeader(security.Account("", security.RoleRouter), "KV_b") {
+	if router, _ := security.Lookup(users, security.RoleRouter); !c.Node(leader).JetStreamIsStreamLeader(router.Account, "KV_b") {
 		t.Fatalf("node %d does not lead KV_b in the main account", leader)
 	}
 	c.StopNode(leader)

@@ -354,10 +354,11 @@ func (c *Cluster) unhealthy() string {
 	c.mu.Lock()
 	nodes := slices.Clone(c.nodes)
 	c.mu.Unlock()
+	// A stopped node first: the others' health then only echoes it.
+	if i := slices.Index(nodes, nil); i >= 0 {
+		return fmt.Sprintf("node %d is stopped", i)
+	}
 	for i, s := range nodes {
-		if s == nil {
-			return fmt.Sprintf("node %d is stopped", i)
-		}
 		if h := s.Healthz(nil); h.Status != "ok" || h.Error != "" {
 			return fmt.Sprintf("node %d: %s", i, cmp.Or(h.Error, h.Status))
 		}
