@@ -19,7 +19,9 @@ import (
 func TestAttackSameHeldInput(t *testing.T) {
 	x := strings.Repeat("x", 2<<10)
 	in := `{"a":1,"x":"` + x + `"}`
-	call := func(id, name, input string) bus.Call { return bus.Call{ID: id, Name: name, Input: json.RawMessage(input)} }
+	call := func(id, name, input string) bus.Call {
+		return bus.Call{ID: id, Name: name, Input: json.RawMessage(input)}
+	}
 	first := []bus.Call{call("c0", "ask", in), call("c1", "after", `{"b":2}`)}
 	b := &Batch{ReplyID: "r1", Data: bus.Batch{Calls: first}}
 	b.hold([]string{"c0", "c1"})
