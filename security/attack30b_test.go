@@ -121,3 +121,44 @@ func TestAttackRefreshWritesNoSymlink(t *testing.T) {
 		t.Errorf("worker-a not in the configuration")
 	}
 }
+
+// TestAttackWorkerLoginNames (session 30, second red team): a login per
+// worker named to meet another login: worker-a beside worker-a-b, a
+// handler a, a session worker-a, the shared worker. Every login keeps its
+// own name, seed file, inbox and, for a tool runner, account; no login may
+// read below another's inbox prefix (a name holds no '.', so
+// _INBOX.worker-a.> never covers _INBOX.worker-a-b), and no two runners
+// share an account.
+func TestAttackWorkerLoginNames(t *testing.T) {
+	users, err := security.Users(security.Spec{Sessions: []string{"worker-a", "a"}, Handlers: []security.Handler{{Name: "a", Tools: []string{"x"}}, {Name: "worker-a", Tools: []string{"x"}}},
+		Workers: []security.Handler{{Name: "a", Tools: []string{"x"}}, {Name: "a-b", Tools: []string{"x"}}, {Name: "worker", Tools: []string{"x"}}, {Name: "bridge", Tools: []string{"x"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, inboxes, accounts := map[string]bool{}, map[string]string{}, map[string]string{}
+	for _, u := range users {
+		if names[u.Name] || inboxes[u.InboxPrefix] != "" {
+			t.Errorf("%s: name or inbox %s taken", u.Name, u.InboxPrefix)
+		}
+		names[u.Name], inboxes[u.InboxPrefix] = true, u.Name
+		if u.Role == security.RoleWorker || u.Role == security.RoleBridge {
+			if other := accounts[u.Account]; other != "" {
+				t.Errorf("%s and %s share account %s", u.Name, other, u.Account)
+			}
+			accounts[u.Account] = u.Name
+		}
+	}
+	for _, u := range users {
+		for _, sub := range u.Permissions.Subscribe {
+			below, ok := strings.CutSuffix(sub, ".>")
+			if !ok || !strings.HasPrefix(sub, "_INBOX.") {
+				continue
+			}
+			for prefix, other := range inboxes {
+				if other != u.Name && u.Role != security.RoleRouter && (prefix == below || strings.HasPrefix(prefix, below+".")) { // the router is trusted
+					t.Errorf("%s may read %s's inbox %s (%s)", u.Name, other, prefix, sub)
+				}
+			}
+		}
+	}
+}
