@@ -162,3 +162,34 @@ func TestAttackWorkerLoginNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackConfKeysHostile (session 30, second red team): Refresh keeps
+// a key nats-server.conf gives a user only when the user's seed is gone (a
+// seed moved to the host that runs the role). A hand-edited or hostile
+// configuration in the directory (a comment naming another user before a
+// key, a second key line for a user, a key named for a user with a seed)
+// never replaces a key whose seed is there: the configuration is rendered
+// again with the seeds' keys.
+func TestAttackConfKeysHostile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	users, err := security.Generate(dir, "", security.Spec{Workers: []security.Handler{{Name: "a", Tools: []string{"greet"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	confFile := filepath.Join(dir, security.ServerConfigFile)
+	conf, _ := os.ReadFile(confFile)
+	const forged = "UAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+	hostile := string(conf) + "# router (role router), inbox prefix _INBOX.router\n{nkey: \"" + forged + "\"\n# worker-a (role worker)\n  {nkey: \"" + forged + "\",\n"
+	for _, u := range users {
+		hostile = strings.Replace(hostile, "# "+u.Name+" (role", "# router (role", 1)
+	}
+	if err := os.WriteFile(confFile, []byte(hostile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := security.Refresh(dir); err != nil || !changed {
+		t.Fatalf("refresh: changed %v, %v", changed, err)
+	}
+	if now, _ := os.ReadFile(confFile); string(now) != string(conf) || strings.Contains(string(now), forged) {
+		t.Fatalf("not the seeds' configuration:\n%s", now)
+	}
+}
