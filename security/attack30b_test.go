@@ -57,22 +57,13 @@ func TestAttackPasswordVariableShared(t *testing.T) {
 // worker-<name> login from the configuration.
 func TestAttackSpecLostKeepsWorkerLogins(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "secure")
-	spec := security.Spec{Prefix: "toolbus", Workers: []security.Handler{{Name: "a", Tools: []string{"greet"}}, {Name: "b", Tools: []string{"fetch", "put"}}}}
+	spec := security.Spec{Workers: []security.Handler{{Name: "a", Tools: []string{"greet"}}, {Name: "b", Tools: []string{"fetch", "put"}}}}
 	users, err := security.Generate(dir, "", spec)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, security.SpecFile)); err != nil {
 		t.Fatal(err)
-	}
-	got, err := security.LoadSpec(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := json.Marshal(got)
-	b, _ := json.Marshal(spec)
-	if string(a) != string(b) {
-		t.Errorf("spec read back %s, want %s", a, b)
 	}
 	if changed, err := security.Refresh(dir); err != nil || changed {
 		t.Fatalf("refresh: changed %v, %v", changed, err)
