@@ -87,6 +87,10 @@ func specOf(users []User) Spec {
 				spec.Prefix = strings.TrimSuffix(u.Permissions.Publish[0], ".>")
 			}
 		case RoleWorker:
+			if u.Name != RoleWorker {
+				spec.Workers = append(spec.Workers, Handler{Name: strings.TrimPrefix(u.Name, RoleWorker+"-"), Tools: u.Tools})
+				continue
+			}
 			spec.WorkerTools = u.Tools
 			groupPrefix := bus.NewSubjects(spec.Prefix).Workers.RegisterGroup("")
 			for _, p := range u.Permissions.Publish {
@@ -259,14 +263,14 @@ func newSeed(dir, abs, url string, u User) (string, error) {
 	}
 	seed, _ := kp.Seed()
 	pub, _ := kp.PublicKey()
-	if err := os.WriteFile(SeedFile(dir, u.Name), append(seed, '\n'), 0o600); err != nil {
+	if _, err := private.WriteFile(SeedFile(dir, u.Name), bytes.NewReader(append(seed, '\n'))); err != nil {
 		return "", fmt.Errorf("security: %w", err)
 	}
 	env := exportLine("NATS_NKEY", SeedFile(abs, u.Name)) + exportLine("NATS_INBOX_PREFIX", u.InboxPrefix)
 	if url != "" {
 		env = exportLine("NATS_URL", url) + env
 	}
-	if err := os.WriteFile(EnvFile(dir, u.Name), []byte(env), 0o600); err != nil {
+	if _, err := private.WriteFile(EnvFile(dir, u.Name), strings.NewReader(env)); err != nil {
 		return "", fmt.Errorf("security: %w", err)
 	}
 	return pub, nil

@@ -28,6 +28,20 @@ func PasswordEnvName(user string) string {
 	return "TOOLBUS_" + strings.ToUpper(strings.NewReplacer("-", "_").Replace(user)) + "_PASSWORD"
 }
 
+// CheckPasswordNames refuses users two of which would read one password
+// variable (worker-a-b and worker-a_b, or worker-a and worker-A), one of
+// whom could then log in as the other.
+func CheckPasswordNames(users []User) error {
+	seen := map[string]string{}
+	for _, u := range users {
+		if other, ok := seen[PasswordEnvName(u.Name)]; ok {
+			return fmt.Errorf("security: users %q and %q would share the password variable %s: rename one", other, u.Name, PasswordEnvName(u.Name))
+		}
+		seen[PasswordEnvName(u.Name)] = u.Name
+	}
+	return nil
+}
+
 // ServerConfig renders users as nats-server accounts (User.Account): the
 // main account, with JetStream, exports to the tool runners' accounts what
 // links names, and they import of it what imports says (docs/security.md "Accounts"). Each user

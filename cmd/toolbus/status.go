@@ -347,6 +347,9 @@ func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	case "json":
 		fmt.Fprint(stdout, security.JSON(users))
 	default:
+		if err := security.CheckPasswordNames(users); err != nil {
+			return err
+		}
 		fmt.Fprint(stdout, security.ServerConfig(*prefix, users, nil))
 	}
 	return nil

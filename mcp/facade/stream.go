@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -26,11 +27,16 @@ type callStream struct {
 	mu     sync.Mutex
 	header http.Header // mcp-go's
 	sent   bool        // the status and header are sent
-	ended  bool        // mcp-go has returned: nothing more from the call
+	ended  bool        // mcp-go has returned, or a notice's write failed: nothing more from the call
+	wait   time.Duration
 }
 
+// noticeWait bounds a notice's write: a host that reads nothing held the
+// call's loop in it, and so its deadline and the bus call's interruption.
+const noticeWait = 10 * time.Second
+
 func newCallStream(w http.ResponseWriter) *callStream {
-	return &callStream{ResponseWriter: w, header: w.Header().Clone()}
+	return &callStream{ResponseWriter: w, header: w.Header().Clone(), wait: noticeWait}
 }
 
 func (s *callStream) Header() http.Header { return s.header }
@@ -112,7 +118,13 @@ func (s *callStream) notify(ctx context.Context, method string, params map[strin
 		h.Set("Connection", "keep-alive")
 		s.ResponseWriter.WriteHeader(http.StatusOK)
 	}
-	_, _ = fmt.Fprintf(s.ResponseWriter, "event: message\ndata: %s\n\n", data)
-	s.flush()
-	return true
+	rc := http.NewResponseController(s.ResponseWriter)
+	_ = rc.SetWriteDeadline(time.Now().Add(s.wait))
+	_, err = fmt.Fprintf(s.ResponseWriter, "event: message\ndata: %s\n\n", data)
+	if err == nil {
+		err = rc.Flush()
+	}
+	_ = rc.SetWriteDeadline(time.Time{})
+	s.ended = err != nil // the host is gone or reads nothing (TestAttackProgressSlowReader)
+	return err == nil
 }
