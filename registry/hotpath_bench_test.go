@@ -35,7 +35,7 @@ func BenchmarkResolveReads(b *testing.B) {
 		tools = append(tools, def(fmt.Sprintf("tool%d", i)))
 	}
 	for w := range 3 {
-		if _, err := r.Register(b.Context(), registry.Shared, bus.Register{Worker: fmt.Sprintf("w%d", w), Tools: tools, InFlight: map[string][]string{}}); err != nil {
+		if _, err := r.Register(b.Context(), registry.Shared, "", bus.Register{Worker: fmt.Sprintf("w%d", w), Tools: tools, InFlight: map[string][]string{}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func BenchmarkResolveReads(b *testing.B) {
 				return
 			default:
 			}
-			_, _ = r.Register(b.Context(), registry.Shared, bus.Register{Worker: "w0", Tools: tools, InFlight: map[string][]string{}})
+			_, _ = r.Register(b.Context(), registry.Shared, "", bus.Register{Worker: "w0", Tools: tools, InFlight: map[string][]string{}})
 		}
 	}()
 	b.ResetTimer()
