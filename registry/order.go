@@ -6,6 +6,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -201,21 +202,17 @@ func decodeStored(b []byte) stored {
 	return v
 }
 
-// boundElsewhere is bound when worker's key for tool is cached bound to
-// another account than account and was seen within three heartbeats (an
-// older one may have expired: the write's compare-and-set on revision 0
-// decides, see rev). l.mu is held.
-func (l *liveness) boundElsewhere(tool, worker, account string) error {
-	if b, ok := l.beats[tool][worker]; ok && b.account != account && b.at.After(l.cutoff()) {
-		return bound(tool, worker)
-	}
-	return nil
+// elsewhere reports whether b, a cached beat, binds its key to another
+// account than account and was seen after cutoff (an older one may have
+// expired: the write's compare-and-set on revision 0 decides, revFor).
+func (b beat) elsewhere(account string, cutoff time.Time) bool {
+	return b.account != account && b.at.After(cutoff)
 }
 
-// rev is the revision account's write to worker's key for tool is
-// compare-and-set on: the cached one, 0 when another account's. l.mu is held.
-func (l *liveness) rev(tool, worker, account string) uint64 {
-	if b := l.beats[tool][worker]; b.account == account {
+// revFor is the revision account's write of b's key is compare-and-set on:
+// b's, or 0 when b is another account's.
+func (b beat) revFor(account string) uint64 {
+	if b.account == account {
 		return b.rev
 	}
 	return 0

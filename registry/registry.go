@@ -570,8 +570,8 @@ func (l *liveness) read(worker, account string, beats map[string]*bus.WorkerBeat
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for tool := range beats {
-		if err := l.boundElsewhere(tool, worker, account); err != nil {
-			return &reading{refused: err}, func() {}
+		if l.beats[tool][worker].elsewhere(account, l.cutoff()) {
+			return &reading{refused: bound(tool, worker)}, func() {}
 		}
 	}
 	rd := &reading{worker: worker, account: account, seen: make(map[string]seenBeat, len(beats))}
@@ -580,7 +580,7 @@ func (l *liveness) read(worker, account string, beats map[string]*bus.WorkerBeat
 	for tool, bv := range beats {
 		leftBefore := l.order.leftAfter(tool, worker, 0)
 		b, ok := l.beats[tool][worker]
-		rd.seen[tool] = seenBeat{rev: l.rev(tool, worker, account), left: b.left || leftBefore}
+		rd.seen[tool] = seenBeat{rev: b.revFor(account), left: b.left || leftBefore}
 		if bv == nil || (ok && b.left) || leftBefore || ok && b.account != account {
 			continue
 		}
@@ -645,7 +645,7 @@ func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.Exec
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.beats[tool][worker]
-	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq || l.boundElsewhere(tool, worker, rd.account) != nil) {
+	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq || b.elsewhere(rd.account, l.cutoff())) {
 		return
 	}
 	if rd != nil {
@@ -754,15 +754,14 @@ func (l *liveness) leave(ctx context.Context, worker, account, only string) erro
 			tools = append(tools, tool)
 		}
 	}
-	for _, tool := range tools {
-		if err := l.boundElsewhere(tool, worker, account); err != nil {
-			l.mu.Unlock()
-			return err
-		}
-	}
 	revs := make([]uint64, len(tools)) // the revisions checked: each write is compare-and-set on its own
 	for i, tool := range tools {
-		revs[i] = l.rev(tool, worker, account)
+		b := l.beats[tool][worker]
+		if b.elsewhere(account, l.cutoff()) {
+			l.mu.Unlock()
+			return bound(tool, worker)
+		}
+		revs[i] = b.revFor(account)
 	}
 	seq := l.order.leave(worker, tools)
 	for _, tool := range tools {
