@@ -93,16 +93,7 @@ func TestBinding(t *testing.T) {
 //
 //	go test -run - -bench 'Beat$' ./registry/
 func BenchmarkBeat(b *testing.B) {
-	nc := testkit.Connect(b, testkit.RunServer(b))
-	st, err := store.Setup(b.Context(), testkit.JetStream(b, nc), bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := registry.New(st, registry.Config{Heartbeat: time.Minute})
-	if err := r.Start(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	defer r.Stop(b.Context())
+	r := benchRegistry(b)
 	for _, account := range []string{"", "toolbus-worker-deployer"} {
 		b.Run("account="+account, func(b *testing.B) {
 			reg := bus.Register{Worker: "w" + account, Tools: []bus.ToolDef{def("greet")}, InFlight: map[string][]string{"greet": {}}}
