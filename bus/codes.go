@@ -39,6 +39,9 @@ const (
 	HeaderContentType = "content-type"
 	HeaderTraceParent = "traceparent"
 	HeaderTraceState  = "tracestate"
+	// HeaderRequestInfo is nats-server's (ClientInfoHdr): set by the server,
+	// with the sender's account ("acc"), on a message crossing a service import.
+	HeaderRequestInfo = "Nats-Request-Info"
 )
 
 // Error codes, as carried in io.toolbus.error data and in result.error.code.

@@ -31,7 +31,7 @@ func basicFixture(t *testing.T, cfg groups.Config) (*registry.Registry, *groups.
 		{Name: "echo", Description: "Echo the input.", InputSchema: obj, Groups: []string{bus.GroupBasic}},
 		{Name: "deploy", Description: "Deploy a service.", InputSchema: obj, Groups: []string{"ops"}},
 	}
-	if ack, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
+	if ack, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
 	return r, s

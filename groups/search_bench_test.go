@@ -46,7 +46,7 @@ func BenchmarkSearch10kRegistered(b *testing.B) {
 		}
 	}
 	for i := 0; i < len(defs); i += 500 {
-		if ack, err := r.Register(b.Context(), registry.Shared, bus.Register{Worker: "w", Tools: defs[i : i+500]}); err != nil || len(ack.Rejected) > 0 {
+		if ack, err := r.Register(b.Context(), registry.Shared, "", bus.Register{Worker: "w", Tools: defs[i : i+500]}); err != nil || len(ack.Rejected) > 0 {
 			b.Fatal(err, ack.Rejected)
 		}
 	}

@@ -47,7 +47,7 @@ func searchFixture(t *testing.T, cfg groups.Config) (*registry.Registry, *groups
 		{Worker: "w2", Tools: []bus.ToolDef{def("weather_radar", "Radar images of weather.", ``, "weather")}},
 		{Worker: "w2", Leaving: true},
 	} {
-		if ack, err := r.Register(t.Context(), registry.Shared, reg); err != nil || len(ack.Rejected) != 0 {
+		if ack, err := r.Register(t.Context(), registry.Shared, "", reg); err != nil || len(ack.Rejected) != 0 {
 			t.Fatalf("register: %+v %v", ack, err)
 		}
 	}
@@ -235,7 +235,7 @@ func TestSearchShrinksListing(t *testing.T) {
 				InputSchema: json.RawMessage(`{"type":"object","properties":{}}`), Groups: []string{fmt.Sprintf("g%d", g)}})
 		}
 	}
-	if ack, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
+	if ack, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
 		t.Fatalf("register: %v %v", err, ack.Rejected)
 	}
 	before := len(s.View(r, s.Refresh(t.Context(), "s"), nil).Tools())
@@ -287,7 +287,7 @@ func TestSearchFollowsChanges(t *testing.T) {
 	}
 	register := func(defs ...bus.ToolDef) {
 		t.Helper()
-		if ack, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w1", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
+		if ack, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w1", Tools: defs}); err != nil || len(ack.Rejected) != 0 {
 			t.Fatalf("register: %+v %v", ack, err)
 		}
 	}

@@ -157,7 +157,7 @@ func viewFixtureStore(t *testing.T) (*store.Store, *registry.Registry, *groups.S
 		{Worker: "w1", Tools: []bus.ToolDef{ext, def("ghost", "ghost"), def("explicit", "basic")}},
 		{Worker: "w2", Leaving: true},
 	} {
-		ack, err := r.Register(t.Context(), registry.Shared, reg)
+		ack, err := r.Register(t.Context(), registry.Shared, "", reg)
 		if err != nil || len(ack.Rejected) != 0 {
 			t.Fatalf("register: %+v %v", ack, err)
 		}

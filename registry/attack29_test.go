@@ -24,7 +24,7 @@ func TestAttackStaleExecForm(t *testing.T) {
 		t.Helper()
 		reg := bus.Register{Worker: worker, Tools: []bus.ToolDef{def("t")}, BinaryExec: form > bus.ExecStructured,
 			CompactExec: form == bus.ExecCompact, InFlight: map[string][]string{}, Leaving: leaving}
-		if _, err := r.Register(t.Context(), registry.Shared, reg); err != nil {
+		if _, err := r.Register(t.Context(), registry.Shared, "", reg); err != nil {
 			t.Fatal(err)
 		}
 	}

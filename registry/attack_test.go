@@ -12,7 +12,7 @@ import (
 // subject, P.register.<on> (docs/protocol.md 7.1).
 func registerOn(t *testing.T, r *registry.Registry, on string, reg bus.Register) bus.RegisterAck {
 	t.Helper()
-	ack, err := r.Register(t.Context(), on, reg)
+	ack, err := r.Register(t.Context(), on, "", reg)
 	if err != nil {
 		t.Fatalf("register on %s: %v", on, err)
 	}

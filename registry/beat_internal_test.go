@@ -33,14 +33,14 @@ func TestRegisterCountsBeforeWriting(t *testing.T) {
 	beat := func(inflight ...string) bus.Register {
 		return bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}, InFlight: map[string][]string{"t": append([]string{}, inflight...)}}
 	}
-	if ack, err := r.Register(t.Context(), Shared, beat()); err != nil || len(ack.Accepted) != 1 {
+	if ack, err := r.Register(t.Context(), Shared, "", beat()); err != nil || len(ack.Accepted) != 1 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
 	held := &heldKV{KeyValue: st.Workers, writing: make(chan struct{}), release: make(chan struct{})}
 	r.liveness.kv = held
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Register(t.Context(), Shared, beat("s.r.c"))
+		_, err := r.Register(t.Context(), Shared, "", beat("s.r.c"))
 		done <- err
 	}()
 	select {

@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -19,23 +20,13 @@ import (
 //
 //	go test -run - -bench ResolveReads -benchtime 2s ./registry/
 func BenchmarkResolveReads(b *testing.B) {
-	nc := testkit.Connect(b, testkit.RunServer(b))
-	js := testkit.JetStream(b, nc)
-	st, err := store.Setup(b.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r := registry.New(st, registry.Config{Heartbeat: time.Minute})
-	if err := r.Start(b.Context()); err != nil {
-		b.Fatal(err)
-	}
-	defer r.Stop(b.Context())
+	r := benchRegistry(b)
 	var tools []bus.ToolDef
 	for i := range 100 {
 		tools = append(tools, def(fmt.Sprintf("tool%d", i)))
 	}
 	for w := range 3 {
-		if _, err := r.Register(b.Context(), registry.Shared, bus.Register{Worker: fmt.Sprintf("w%d", w), Tools: tools, InFlight: map[string][]string{}}); err != nil {
+		if _, err := r.Register(b.Context(), registry.Shared, "", bus.Register{Worker: fmt.Sprintf("w%d", w), Tools: tools, InFlight: map[string][]string{}}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -49,7 +40,7 @@ func BenchmarkResolveReads(b *testing.B) {
 				return
 			default:
 			}
-			_, _ = r.Register(b.Context(), registry.Shared, bus.Register{Worker: "w0", Tools: tools, InFlight: map[string][]string{}})
+			_, _ = r.Register(b.Context(), registry.Shared, "", bus.Register{Worker: "w0", Tools: tools, InFlight: map[string][]string{}})
 		}
 	}()
 	b.ResetTimer()
@@ -70,4 +61,19 @@ func BenchmarkResolveReads(b *testing.B) {
 	b.StopTimer()
 	close(stop)
 	<-done
+}
+
+// benchRegistry is a started Registry of a minute's heartbeat on a memory store.
+func benchRegistry(b *testing.B) *registry.Registry {
+	nc := testkit.Connect(b, testkit.RunServer(b))
+	st, err := store.Setup(b.Context(), testkit.JetStream(b, nc), bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := registry.New(st, registry.Config{Heartbeat: time.Minute})
+	if err := r.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Stop(context.WithoutCancel(b.Context())) })
+	return r
 }

@@ -2,9 +2,11 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -108,9 +110,11 @@ func (o *readOrder) prune() {
 
 // reading is one registration as read, with each tool's beat as cached then.
 type reading struct {
-	worker string
-	seq    uint64
-	seen   map[string]seenBeat
+	worker  string
+	account string // the NATS account it came from, which its keys are bound to
+	refused error  // a key is bound to another account: nothing read
+	seq     uint64
+	seen    map[string]seenBeat
 }
 
 // seenBeat is the worker's beat for a tool when a registration was read.
@@ -134,12 +138,15 @@ var errLeft = errors.New("registry: the worker left since its beat was read")
 // errBeaten: a beat not stored, another beat of the worker stored since.
 var errBeaten = errors.New("registry: another beat was stored first")
 
+// errBound: a beat or leave not stored, its key bound to another account.
+var errBound = errors.New("registry: the key is bound to another account")
+
 // beatAttempts bounds the writes of one beat lost to the worker's other beats.
 const beatAttempts = 4
 
-// putBeat stores a beat at key by compare-and-set on rev (0: none); another write
-// first returns its revision with errLeft or errBeaten.
-func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64) (uint64, error) {
+// putBeat stores a beat of account at key by compare-and-set on rev (0: none);
+// another write first returns its revision with errBound, errLeft or errBeaten.
+func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byte, rev uint64, account string) (uint64, error) {
 	var (
 		n   uint64
 		err error
@@ -153,14 +160,67 @@ func putBeat(ctx context.Context, kv jetstream.KeyValue, key string, value []byt
 		return n, err
 	}
 	e, gerr := kv.Get(ctx, key)
-	switch {
-	case store.IsNotFound(gerr):
-		return 0, errBeaten // expired or deleted: Create writes over a delete
-	case gerr != nil:
+	if gerr != nil {
+		if store.IsNotFound(gerr) {
+			return 0, errBeaten // expired or deleted: Create writes over a delete
+		}
 		return 0, gerr
-	case bus.DecodeWorkerBeat(e.Value()).Left:
+	}
+	switch v := decodeStored(e.Value()); {
+	case v.Account != account:
+		return e.Revision(), errBound
+	case v.Left:
 		return e.Revision(), errLeft
 	default:
 		return e.Revision(), errBeaten
 	}
+}
+
+// A worker id is bound, per tool, to the NATS account that stored its key
+// first, for as long as the key lives (three heartbeats past its last beat
+// or leave): a beat or leave from another account would end the calls the
+// worker runs (docs/registry.md, protocol 7.1, 1.20).
+
+// stored is a P_workers value: the beat and the account its key is bound to.
+type stored struct {
+	bus.WorkerBeat
+	Account string `json:"account,omitempty"`
+}
+
+// encodeStored is bv's P_workers value bound to account; without one, bv.Encode's.
+func encodeStored(bv bus.WorkerBeat, account string) []byte {
+	if bv.Left {
+		bv = bus.WorkerBeat{Left: true}
+	}
+	b, _ := json.Marshal(stored{bv, account})
+	return b
+}
+
+func decodeStored(b []byte) stored {
+	var v stored
+	_ = json.Unmarshal(b, &v)
+	return v
+}
+
+// elsewhere reports whether b, a cached beat, binds its key to another
+// account than account and was seen after cutoff (an older one may have
+// expired: the write's compare-and-set on revision 0 decides, revFor).
+func (b beat) elsewhere(account string, cutoff time.Time) bool {
+	return b.account != account && b.at.After(cutoff)
+}
+
+// revFor is the revision account's write of b's key is compare-and-set on:
+// b's, or 0 when b is another account's.
+func (b beat) revFor(account string) uint64 {
+	if b.account == account {
+		return b.rev
+	}
+	return 0
+}
+
+// bound is the refusal of a registration, beat or leave of worker for tool
+// from another account than its key's.
+func bound(tool, worker string) error {
+	return bus.Errorf(bus.CodeDenied, "worker id %q is bound, for tool %q, to another NATS account: the one that registered it first, "+
+		"until its record expires three heartbeats after its last beat; nothing was changed (docs/protocol.md 7.1)", worker, tool)
 }

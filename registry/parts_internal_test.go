@@ -168,7 +168,7 @@ func TestBeatCountsWhenRead(t *testing.T) {
 				l.order.landed("w1", []string{"t"}, seq)
 			}
 			now = t0.Add(2500 * time.Millisecond) // the beat at t0 is nearly stale
-			rd, done := l.read("w1", map[string]*bus.WorkerBeat{"t": tc.bv})
+			rd, done := l.read("w1", "", map[string]*bus.WorkerBeat{"t": tc.bv})
 			now = t0.Add(5 * time.Second) // past the beat at t0, not the one read
 			if got := l.MayHold("t", "s.r.c"); got != tc.counts {
 				t.Errorf("MayHold = %v, want %v", got, tc.counts)
@@ -213,7 +213,7 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 		first  bool // the worker's first registration: nothing cached or stored
 	}{
 		{"leave applied before the write", func(t *testing.T, l *liveness, kv *fakeKV) {
-			if err := l.leave(ctx, "w1", ""); err != nil {
+			if err := l.leave(ctx, "w1", "", ""); err != nil {
 				t.Fatal(err)
 			}
 		}, 1, false},
@@ -229,19 +229,19 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 						t.Error("a beat stored before the leave brought the worker back while the leave was written")
 					}
 				}
-				if err := l.leave(ctx, "w1", ""); err != nil {
+				if err := l.leave(ctx, "w1", "", ""); err != nil {
 					t.Error(err)
 				}
 			}
 		}, 2, false},
 		{"leave read, then the store refuses the beat", func(t *testing.T, l *liveness, kv *fakeKV) {
-			if err := l.leave(ctx, "w1", ""); err != nil {
+			if err := l.leave(ctx, "w1", "", ""); err != nil {
 				t.Fatal(err)
 			}
 			kv.refuse = true
 		}, 1, false},
 		{"leave read before the first write", func(t *testing.T, l *liveness, kv *fakeKV) {
-			if err := l.leave(ctx, "w1", ""); err != nil {
+			if err := l.leave(ctx, "w1", "", ""); err != nil {
 				t.Fatal(err)
 			}
 		}, 1, true}, // the leave's write covers the tool
@@ -258,7 +258,7 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 				rev = kv.store("t.w1", bv.Encode())
 				l.setBeat("t", "w1", beat{at: now, rev: rev, inflight: []string{}}, false)
 			}
-			rd, done := l.read("w1", read)
+			rd, done := l.read("w1", "", read)
 			kv.before = func() { tc.during(t, l, kv) }
 			if err := l.record(ctx, "t", bv, rd); err != nil && !kv.refuse {
 				t.Fatal(err)
@@ -275,7 +275,7 @@ func TestBeatReadBeforeLeave(t *testing.T) {
 				t.Errorf("leave kept after everything landed: %+v", l.order.leaves)
 			}
 			// Read after the leave: it counts once stored.
-			rd, done = l.read("w1", beats)
+			rd, done = l.read("w1", "", beats)
 			if l.liveExcept("t", "") {
 				t.Fatal("a beat read after the leave counted before it was stored")
 			}
@@ -304,8 +304,8 @@ func TestBeatsKeepReadOrder(t *testing.T) {
 			l := newLiveness(&now)
 			l.kv = kv
 			l.setBeat("t", "w1", beat{at: now, rev: kv.store("t.w1", older.Encode()), inflight: []string{}}, false)
-			rd1, done1 := l.read("w1", map[string]*bus.WorkerBeat{"t": &older})
-			rd2, done2 := l.read("w1", map[string]*bus.WorkerBeat{"t": &newer})
+			rd1, done1 := l.read("w1", "", map[string]*bus.WorkerBeat{"t": &older})
+			rd2, done2 := l.read("w1", "", map[string]*bus.WorkerBeat{"t": &newer})
 			holds := func(when string) {
 				t.Helper()
 				if !l.MayHold("t", "s.r.c") {

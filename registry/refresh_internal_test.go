@@ -41,7 +41,7 @@ func TestRefreshSeesBeatAFollowerLacks(t *testing.T) {
 	start(b)
 
 	d := bus.ToolDef{Name: "fresh", InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}
-	if ack, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}}); err != nil || len(ack.Accepted) != 1 {
+	if ack, err := a.Register(t.Context(), Shared, "", bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}}); err != nil || len(ack.Accepted) != 1 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
 	refreshedLive(t, b, "fresh")
@@ -50,10 +50,10 @@ func TestRefreshSeesBeatAFollowerLacks(t *testing.T) {
 	// seen at once all the same, however recent that call's Refresh.
 	again := d
 	again.Name = "again"
-	if ack, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Tools: []bus.ToolDef{again}}); err != nil || len(ack.Accepted) != 1 {
+	if ack, err := a.Register(t.Context(), Shared, "", bus.Register{Worker: "w1", Tools: []bus.ToolDef{again}}); err != nil || len(ack.Accepted) != 1 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
-	if _, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+	if _, err := a.Register(t.Context(), Shared, "", bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Refresh(t.Context(), "again"); err != nil {
@@ -62,7 +62,7 @@ func TestRefreshSeesBeatAFollowerLacks(t *testing.T) {
 	if tool, ok := b.Lookup("again"); !ok || b.Live(tool) {
 		t.Fatalf("after its only worker left, %q is known %v, live", "again", ok)
 	}
-	if ack, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w2", Tools: []bus.ToolDef{again}}); err != nil || len(ack.Accepted) != 1 {
+	if ack, err := a.Register(t.Context(), Shared, "", bus.Register{Worker: "w2", Tools: []bus.ToolDef{again}}); err != nil || len(ack.Accepted) != 1 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
 	refreshedLive(t, b, "again")
@@ -112,10 +112,10 @@ func TestRefreshAwaitsFirstBeatAfterStart(t *testing.T) {
 	}
 	a := New(st, Config{Heartbeat: beat})
 	d := bus.ToolDef{Name: "slow", InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}
-	if ack, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}}); err != nil || len(ack.Accepted) != 1 {
+	if ack, err := a.Register(t.Context(), Shared, "", bus.Register{Worker: "w1", Tools: []bus.ToolDef{d}}); err != nil || len(ack.Accepted) != 1 {
 		t.Fatalf("register: %+v %v", ack, err)
 	}
-	if _, err := a.Register(t.Context(), Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+	if _, err := a.Register(t.Context(), Shared, "", bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	b := New(st, Config{Heartbeat: beat})
@@ -128,7 +128,7 @@ func TestRefreshAwaitsFirstBeatAfterStart(t *testing.T) {
 	registered := make(chan error, 1)
 	go func() {
 		<-probed.read // the worker beats once Refresh found none in KV
-		_, err := a.Register(context.WithoutCancel(t.Context()), Shared, bus.Register{Worker: "w2", Tools: []bus.ToolDef{d}})
+		_, err := a.Register(context.WithoutCancel(t.Context()), Shared, "", bus.Register{Worker: "w2", Tools: []bus.ToolDef{d}})
 		registered <- err
 	}()
 	refreshedLive(t, b, "slow")

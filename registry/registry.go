@@ -160,10 +160,13 @@ func (r *Registry) awaitFirstBeat(ctx context.Context, t *Tool) {
 }
 
 // Register applies a registration or heartbeat that came on P.register.<on>
-// (Confine) or on Shared (docs/protocol.md 7.1): changed definitions stored
-// by compare-and-set, then liveness. KV errors are returned, rejections are
-// in the ack; groups are the caller's.
-func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (bus.RegisterAck, error) {
+// (Confine) or on Shared (docs/protocol.md 7.1) from NATS account account
+// ("": the router's own, or a deployment without accounts): changed
+// definitions stored by compare-and-set, then liveness. A worker id's keys
+// are bound to the account that stored them first: from another, the whole
+// registration is refused denied (bound), nothing changed. KV errors are
+// returned, rejections are in the ack; groups are the caller's.
+func (r *Registry) Register(ctx context.Context, on, account string, reg bus.Register) (bus.RegisterAck, error) {
 	ack := bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{}}
 	if !bus.ValidID(reg.Worker) {
 		return ack, bus.Errorf(bus.CodeBadRequest, "worker id %q must match ^[A-Za-z0-9_-]{1,128}$", reg.Worker)
@@ -177,10 +180,13 @@ func (r *Registry) Register(ctx context.Context, on string, reg bus.Register) (b
 		ack.Rejected = append(ack.Rejected, rejected...)
 	}
 	if reg.Leaving {
-		return ack, r.leave(ctx, reg.Worker, on)
+		return ack, r.leave(ctx, reg.Worker, account, on)
 	}
-	rd, done := r.read(reg.Worker, r.repeated(reg))
+	rd, done := r.read(reg.Worker, account, r.repeated(reg))
 	defer done()
+	if rd.refused != nil {
+		return ack, rd.refused
+	}
 	ack.Rejected = append(ack.Rejected, reg.Refused...)
 	seen := map[string]bool{}
 	for _, d := range reg.Tools {
@@ -507,6 +513,7 @@ type beat struct {
 	inflight []string     // calls of the tool the worker was running (bus.CallKey); nil: it does not say
 	form     bus.ExecForm // the exec form the worker reads (docs/protocol.md 5.1)
 	read     uint64       // the registration (readOrder) that counted it on this router; 0: the watch
+	account  string       // the NATS account its key is bound to (protocol 7.1, 1.20)
 }
 
 // cutoff is the oldest beat that still makes a worker live.
@@ -524,8 +531,8 @@ func (l *liveness) applyWorker(e jetstream.KeyValueEntry) {
 		l.setBeat(tool, worker, beat{rev: e.Revision()}, true)
 		return
 	}
-	v := bus.DecodeWorkerBeat(e.Value())
-	l.setBeat(tool, worker, beat{at: l.now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, form: v.Form()}, false)
+	v := decodeStored(e.Value())
+	l.setBeat(tool, worker, beat{at: l.now(), rev: e.Revision(), left: v.Left, inflight: v.InFlight, form: v.Form(), account: v.Account}, false)
 }
 
 // Troubled reports whether a liveness write failed within four heartbeats:
@@ -557,21 +564,27 @@ func (l *liveness) ExecForm(tool string) bus.ExecForm {
 }
 
 // read counts worker's beats as soon as read (nil: only once stored), unless
-// it left; it returns what record needs and done, called once applied.
-func (l *liveness) read(worker string, beats map[string]*bus.WorkerBeat) (*reading, func()) {
+// it left; it returns what record needs (refused, and nothing counted, when
+// a key of worker's is bound to another account) and done, called once applied.
+func (l *liveness) read(worker, account string, beats map[string]*bus.WorkerBeat) (*reading, func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rd := &reading{worker: worker, seen: make(map[string]seenBeat, len(beats))}
+	for tool := range beats {
+		if l.beats[tool][worker].elsewhere(account, l.cutoff()) {
+			return &reading{refused: bound(tool, worker)}, func() {}
+		}
+	}
+	rd := &reading{worker: worker, account: account, seen: make(map[string]seenBeat, len(beats))}
 	l.order.opened(rd)
 	now := l.now()
 	for tool, bv := range beats {
 		leftBefore := l.order.leftAfter(tool, worker, 0)
 		b, ok := l.beats[tool][worker]
-		rd.seen[tool] = seenBeat{rev: b.rev, left: b.left || leftBefore}
-		if bv == nil || (ok && b.left) || leftBefore {
+		rd.seen[tool] = seenBeat{rev: b.revFor(account), left: b.left || leftBefore}
+		if bv == nil || (ok && b.left) || leftBefore || ok && b.account != account {
 			continue
 		}
-		b.at, b.inflight, b.form, b.read = now, bv.InFlight, bv.Form(), rd.seq
+		b.at, b.inflight, b.form, b.read, b.account = now, bv.InFlight, bv.Form(), rd.seq, account
 		l.keep(tool, worker, b)
 	}
 	return rd, func() {
@@ -594,7 +607,7 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 	key := tool + "." + worker
 	rev, err := rd.seen[tool].rev, error(nil)
 	for range beatAttempts {
-		if rev, err = putBeat(ctx, l.kv, key, bv.Encode(), rev); !errors.Is(err, errBeaten) {
+		if rev, err = putBeat(ctx, l.kv, key, encodeStored(bv, rd.account), rev, rd.account); !errors.Is(err, errBeaten) {
 			break
 		}
 		l.mu.RLock()
@@ -604,9 +617,12 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 			return nil // a beat read later is stored, or on its way: it says more
 		}
 	}
-	if errors.Is(err, errLeft) {
-		l.setBeat(tool, worker, beat{rev: rev, left: true}, false)
+	switch {
+	case errors.Is(err, errLeft):
+		l.setBeat(tool, worker, beat{at: l.now(), rev: rev, left: true, account: rd.account}, false)
 		return nil
+	case errors.Is(err, errBound):
+		return bound(tool, worker)
 	}
 	full := l.health.Note(err)
 	if err != nil {
@@ -620,7 +636,7 @@ func (l *liveness) record(ctx context.Context, tool string, bv bus.WorkerBeat, r
 		}
 		return fmt.Errorf("registry: liveness %s: %w", key, err)
 	}
-	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, form: bv.Form(), read: rd.seq}, false)
+	l.setBeat(tool, worker, beat{at: l.now(), rev: rev, inflight: bv.InFlight, form: bv.Form(), read: rd.seq, account: rd.account}, false)
 	return nil
 }
 
@@ -629,8 +645,11 @@ func (l *liveness) sawBeat(tool, worker string, inflight []string, form bus.Exec
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.beats[tool][worker]
-	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq) {
+	if rd != nil && (rd.overtaken(l, tool) || b.read > rd.seq || b.elsewhere(rd.account, l.cutoff())) {
 		return
+	}
+	if rd != nil {
+		b.account = rd.account
 	}
 	b.at, b.left, b.inflight, b.form = l.now(), false, inflight, form
 	l.keep(tool, worker, b)
@@ -717,8 +736,9 @@ func (l *liveness) Workers() map[string]int {
 
 // leave marks a worker gone in the cache and KV ("left", not deleted: a
 // late older beat must not revive it); only, when set, confines it to that
-// tool, written even before its beat was seen here.
-func (l *liveness) leave(ctx context.Context, worker, only string) error {
+// tool, written even before its beat was seen here. bound when a key of
+// worker's is bound to another account than account, nothing changed.
+func (l *liveness) leave(ctx context.Context, worker, account, only string) error {
 	l.mu.Lock()
 	var tools []string
 	if only != "" {
@@ -734,9 +754,18 @@ func (l *liveness) leave(ctx context.Context, worker, only string) error {
 			tools = append(tools, tool)
 		}
 	}
+	revs := make([]uint64, len(tools)) // the revisions checked: each write is compare-and-set on its own
+	for i, tool := range tools {
+		b := l.beats[tool][worker]
+		if b.elsewhere(account, l.cutoff()) {
+			l.mu.Unlock()
+			return bound(tool, worker)
+		}
+		revs[i] = b.revFor(account)
+	}
 	seq := l.order.leave(worker, tools)
 	for _, tool := range tools {
-		if b, ok := l.beats[tool][worker]; ok {
+		if b, ok := l.beats[tool][worker]; ok && b.account == account {
 			b.left = true
 			l.keep(tool, worker, b)
 		}
@@ -747,12 +776,19 @@ func (l *liveness) leave(ctx context.Context, worker, only string) error {
 		l.order.landed(worker, tools, seq)
 		l.mu.Unlock()
 	}()
-	for _, tool := range tools {
-		rev, err := l.kv.Put(ctx, beatKey(tool, worker), bus.WorkerLeft)
-		if err != nil {
+	left := encodeStored(bus.WorkerBeat{Left: true}, account)
+	for i, tool := range tools {
+		rev, err := revs[i], errBeaten
+		for n := 0; errors.Is(err, errBeaten) && n < beatAttempts; n++ {
+			rev, err = putBeat(ctx, l.kv, beatKey(tool, worker), left, rev, account)
+		}
+		switch {
+		case errors.Is(err, errBound):
+			return bound(tool, worker)
+		case err != nil && !errors.Is(err, errLeft):
 			return fmt.Errorf("registry: leave %s.%s: %w", tool, worker, err)
 		}
-		l.setBeat(tool, worker, beat{rev: rev, left: true}, false)
+		l.setBeat(tool, worker, beat{at: l.now(), rev: rev, left: true, account: account}, false)
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func external(d *bus.ToolDef) { d.External = true }
 // register applies one registration of worker and fails the test on error.
 func register(t *testing.T, r *registry.Registry, worker string, defs ...bus.ToolDef) bus.RegisterAck {
 	t.Helper()
-	ack, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: worker, Tools: defs})
+	ack, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: worker, Tools: defs})
 	if err != nil {
 		t.Fatalf("register %s: %v", worker, err)
 	}
@@ -220,7 +220,7 @@ func TestRegisterValidation(t *testing.T) {
 func TestRegisterBadWorker(t *testing.T) {
 	r := start(t, newStore(t), registry.Config{})
 	for _, w := range []string{"", "w.1", "w 1", strings.Repeat("w", 129)} {
-		_, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: w, Tools: []bus.ToolDef{def("t")}})
+		_, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: w, Tools: []bus.ToolDef{def("t")}})
 		if !errors.Is(err, bus.ErrBadRequest) {
 			t.Errorf("worker %q: err %v, want bad_request", w, err)
 		}
@@ -283,7 +283,7 @@ func TestRegisterConflict(t *testing.T) {
 	}
 	// Once the workers serving A left, B may replace it.
 	for _, w := range []string{"w1", "w3"} {
-		if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: w, Leaving: true}); err != nil {
+		if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: w, Leaving: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -313,7 +313,7 @@ func TestLeavingRemovesLiveness(t *testing.T) {
 	if _, err := st.Workers.Get(t.Context(), "a.w1"); err != nil {
 		t.Fatalf("liveness key a.w1: %v", err)
 	}
-	if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+	if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"a", "b"} {
@@ -332,7 +332,7 @@ func TestLeavingRemovesLiveness(t *testing.T) {
 	if _, ok := r.Lookup("a"); !ok {
 		t.Error("definition removed by leaving")
 	}
-	if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+	if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -361,7 +361,7 @@ func TestLeavingIsImmediate(t *testing.T) {
 	for i := range 100 {
 		w := fmt.Sprint("w", i)
 		accepted(t, register(t, r, w, def("a"), def("b")), "a", "b")
-		if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: w, Leaving: true}); err != nil {
+		if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: w, Leaving: true}); err != nil {
 			t.Fatal(err)
 		}
 		for range 20 {
@@ -512,7 +512,7 @@ func TestLivenessExpiry(t *testing.T) {
 		}
 	}
 	// The external tool stays live after its registering worker left.
-	if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+	if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	if !live(t, r, "ext") {
@@ -611,7 +611,7 @@ func TestSecondRegistrySeesEverything(t *testing.T) {
 	// Later registrations, leavings and deletions reach it through the watch.
 	v := second.Version()
 	accepted(t, register(t, r, "w3", def("c")), "c")
-	if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "w1", Leaving: true}); err != nil {
+	if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w1", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
@@ -685,7 +685,7 @@ func TestExecFormMixedFleet(t *testing.T) {
 	other := start(t, st, registry.Config{})
 	reg := func(worker string, binary, compact bool, tool string) {
 		t.Helper()
-		ack, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: worker, Tools: []bus.ToolDef{def(tool)},
+		ack, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: worker, Tools: []bus.ToolDef{def(tool)},
 			BinaryExec: binary, CompactExec: compact, InFlight: map[string][]string{}})
 		if err != nil {
 			t.Fatal(err)
@@ -715,7 +715,7 @@ func TestExecFormMixedFleet(t *testing.T) {
 	if e, err := st.Workers.Get(t.Context(), "u.odd"); err != nil || string(e.Value()) != `{"inflight":[]}` {
 		t.Fatalf("u.odd: %v", err)
 	}
-	if _, err := r.Register(t.Context(), registry.Shared, bus.Register{Worker: "old", Leaving: true}); err != nil {
+	if _, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "old", Leaving: true}); err != nil {
 		t.Fatal(err)
 	}
 	wantForm("t", 1, bus.ExecCompact)

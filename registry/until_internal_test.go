@@ -128,7 +128,7 @@ func TestLiveUntilAgreesWithScan(t *testing.T) {
 		case 2:
 			l.sawBeat(tool, worker, nil, form, nil)
 		case 3:
-			_, done := l.read(worker, map[string]*bus.WorkerBeat{tool: {Binary: form > 0, Compact: form > 1}})
+			_, done := l.read(worker, "", map[string]*bus.WorkerBeat{tool: {Binary: form > 0, Compact: form > 1}})
 			done()
 		default:
 			l.setBeat(tool, worker, beat{at: now, rev: rev, form: form}, false)

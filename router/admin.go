@@ -32,6 +32,7 @@ type registrar struct {
 	reg          *registry.Registry
 	refuseShared bool
 	sharedWarned atomic.Int64 // unix ns of the last warning of a refused registration on P.register
+	boundWarned  atomic.Int64 // and of one for a worker id bound to another account
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
@@ -50,6 +51,10 @@ func (x *registrar) onRegister(m *nats.Msg) {
 		if err := e.DataAs(&reg); err != nil {
 			return nil, err
 		}
+		account, err := senderAccount(m)
+		if err != nil {
+			return nil, err
+		}
 		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
 		defer cancel()
 		if group {
@@ -66,10 +71,34 @@ func (x *registrar) onRegister(m *nats.Msg) {
 		if !shared {
 			on = name
 		}
-		ack, err := x.reg.Register(ctx, on, reg)
+		ack, err := x.reg.Register(ctx, on, account, reg)
 		ack.Rejected = append(ack.Rejected, groupRejects...)
+		if be := (*bus.Error)(nil); errors.As(err, &be) && be.Code == bus.CodeDenied {
+			x.warnEvery(&x.boundWarned, "router: refused a registration, beat or leave for a worker id bound to another NATS account (docs/security.md)",
+				"subject", m.Subject, "worker", reg.Worker, "account", account)
+		}
 		return ack, err
 	})
+}
+
+// senderAccount is the NATS account that sent m as the server says it: a
+// message that crossed a service import (a tool runner's account into the
+// main one) has a reply the server made, _R_.…, which no client may send,
+// and the server's Nats-Request-Info, replacing any the client set. ""
+// without the header: the router's own account, or a deployment without
+// accounts. The header on any other message is the sender's claim: refused.
+func senderAccount(m *nats.Msg) (string, error) {
+	info := m.Header.Get(bus.HeaderRequestInfo)
+	if info == "" {
+		return "", nil
+	}
+	var ci struct {
+		Account string `json:"acc"`
+	}
+	if !strings.HasPrefix(m.Reply, "_R_.") || json.Unmarshal([]byte(info), &ci) != nil || ci.Account == "" {
+		return "", bus.Errorf(bus.CodeBadRequest, "a registration carries %s only as the NATS server sets it, on a request through a service import; nothing was registered (docs/protocol.md 7.1)", bus.HeaderRequestInfo)
+	}
+	return ci.Account, nil
 }
 
 // defineGroup stores a registration's group on P.register.group.<name>, rejecting the rest.
@@ -111,13 +140,17 @@ func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Reject
 
 // warnShared logs, at most once a minute, a refused 1.11 registration.
 func (x *registrar) warnShared(source string) {
-	now := time.Now().UnixNano()
-	last := x.sharedWarned.Load()
-	if now-last < int64(time.Minute) || !x.sharedWarned.CompareAndSwap(last, now) {
+	x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
+		"subject", x.subj.Workers.SharedRegister(), "source", source)
+}
+
+// warnEvery logs msg unless last says it was logged within a minute.
+func (x *registrar) warnEvery(last *atomic.Int64, msg string, args ...any) {
+	now, then := time.Now().UnixNano(), last.Load()
+	if now-then < int64(time.Minute) || !last.CompareAndSwap(then, now) {
 		return
 	}
-	x.log.Warn("router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
-		"subject", x.subj.Workers.SharedRegister(), "source", source)
+	x.log.Warn(msg, args...)
 }
 
 // adminVerbs serves P.admin.<verb> (docs/protocol.md 9).

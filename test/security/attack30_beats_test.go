@@ -3,9 +3,10 @@ package security
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -20,12 +21,11 @@ import (
 // claim: the subject P.register.greet is all NATS can confine). worker-a's
 // call should end with worker-a's result; it ends unknown_outcome (either
 // forgery alone does it), so a worker of a tool can end the tool's calls
-// that other workers run. Known: the fix binds a worker id to its login
-// (docs/security.md, registry or protocol 7, not the accounts' rendering).
+// that other workers run. Closed in session 30 (protocol 1.20): a worker id is
+// bound to the NATS account that registered it first, which the server names
+// in Nats-Request-Info across the worker account's service import; b's
+// beats and leaves are refused denied.
 func TestAttackWorkerBeatsForAnother(t *testing.T) {
-	if os.Getenv("TOOLBUS_RUN_BUGS") == "" {
-		t.Skip("BUG: a worker's forged beats and leaves under another worker's id end that worker's calls unknown_outcome")
-	}
 	sp := spec
 	sp.Workers = []security.Handler{{Name: "a", Tools: []string{"greet"}}, {Name: "b", Tools: []string{"greet"}}}
 	d := newDeploymentOf(t, sp)
@@ -56,8 +56,18 @@ func TestAttackWorkerBeatsForAnother(t *testing.T) {
 	forge := func(r bus.Register) {
 		ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+w.ID(), r)
 		must(t, err)
-		_, err = bus.SendRequest(testCtx(t), b.nc, s.Workers.Register("greet"), ev)
+		// A forged Nats-Request-Info naming a's account: the server replaces it.
+		m, err := ev.Msg(s.Workers.Register("greet"))
 		must(t, err)
+		m.Header.Set(bus.HeaderRequestInfo, `{"acc":"toolbus-worker-a"}`)
+		reply, err := b.nc.RequestMsgWithContext(testCtx(t), m)
+		must(t, err)
+		var e bus.Error
+		if got, _ := bus.Decode(reply); got == nil || got.Type != bus.TypeError || got.DataAs(&e) != nil || e.Code != bus.CodeDenied {
+			t.Fatalf("b's registration under a's id with a's account claimed: %s, want denied", reply.Data)
+		}
+		// Without a reply the server's header has no _R_. reply to vouch for it: refused too.
+		must(t, b.nc.PublishMsg(&nats.Msg{Subject: m.Subject, Header: m.Header, Data: m.Data}))
 	}
 	// Six heartbeats' worth (past the router's patience for a call its
 	// worker does not list), beats listing nothing and leaves in turn.
