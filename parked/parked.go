@@ -1516,11 +1516,9 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 type endings struct {
 	mu      sync.Mutex
 	m       map[string]endedCall
-	max     int // at most this many notes (0: no bound); past it new ones are not kept
-	dropped int // notes not kept since the last look (max)
-	// now is the notes' clock: presence's, so that the time this router
-	// was held (reading no watch) does not age them (docs/parked.md).
-	now func() time.Time
+	max     int              // at most this many notes (0: no bound); past it new ones are not kept
+	dropped int              // notes not kept since the last look (max)
+	now     func() time.Time // presence's: a hold ages no note (docs/parked.md)
 }
 
 // note notes, the first time, that r (of key) ended as this set keeps

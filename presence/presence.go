@@ -55,11 +55,9 @@ type Presence struct {
 	value []byte
 	watch *store.Watch
 	// live: the watch has delivered the bucket's initial values.
-	live atomic.Bool
-	// clock is this router's, less the time it was held: every peer's
-	// renewal is seen, and every judgement made, by it.
-	clock     *held.Clock
-	stopClock func() // nil before Start
+	live      atomic.Bool
+	clock     *held.Clock // renewals are seen, and judged, by it
+	stopClock func()      // ends its ticks (Start)
 
 	mu    sync.Mutex
 	peers map[string]peer
@@ -78,7 +76,8 @@ func New(kv jetstream.KeyValue, cfg Config) *Presence {
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 5*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	v, _ := json.Marshal(Value{Router: cfg.ID, Instance: nuid.Next(), HeartbeatMS: cfg.Heartbeat.Milliseconds()})
-	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}, clock: held.New(time.Now, cfg.Heartbeat/10)}
+	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{},
+		clock: held.New(time.Now, cfg.Heartbeat/10), stopClock: func() {}}
 }
 
 // Start puts this router's key and follows everyone's; the first put is
@@ -96,7 +95,7 @@ func (p *Presence) Start(ctx context.Context) error {
 	}
 	p.watch = w
 	p.live.Store(true)
-	p.stopClock = p.clock.Start()
+	p.stopClock = p.clock.Start(ctx)
 	return nil
 }
 
@@ -113,9 +112,7 @@ func (p *Presence) Beat(ctx context.Context) error {
 // Stop ends the watch and deletes this router's key, so that the others
 // know at once that it stopped; safe to call twice.
 func (p *Presence) Stop(ctx context.Context) error {
-	if p.stopClock != nil {
-		p.stopClock()
-	}
+	p.stopClock()
 	err := store.StopAll(ctx, p.watch)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Heartbeat)
 	defer cancel()

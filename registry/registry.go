@@ -98,7 +98,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.watches = []*store.Watch{tw, ww}
 	r.started = r.cfg.Now()
 	if r.clock != nil {
-		r.stopClock = r.clock.Start()
+		r.stopClock = r.clock.Start(ctx)
 	}
 	return nil
 }

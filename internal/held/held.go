@@ -1,8 +1,6 @@
 // Package held is a clock that leaves out the time its process was held (a
-// starved process, a GC pause, a suspended VM): what the process could not
-// read meanwhile is no evidence that others stopped (docs/registry.md,
-// docs/parked.md). Liveness and leases judged by what this process saw
-// read it; times that others wrote stay on the wall clock.
+// starved process, a GC pause, a suspended VM): what it could not read then
+// is no evidence that others stopped (docs/registry.md, docs/parked.md).
 package held
 
 import (
@@ -48,8 +46,9 @@ func (c *Clock) Tick() {
 }
 
 // Start ticks until stop, which waits for the ticks to end; safe twice.
-func (c *Clock) Start() (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
+// The ticks outlive ctx, as the component that starts them does.
+func (c *Clock) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
