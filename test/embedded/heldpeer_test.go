@@ -1,10 +1,7 @@
 package embedded
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +12,6 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/parked"
-	"github.com/toolbus/toolbus/presence"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -39,31 +35,8 @@ func TestRouterHeldJudgesNoPeerGone(t *testing.T) {
 	if _, err := store.Setup(t.Context(), js, bus.NewSubjects("toolbus"), store.Config{Heartbeat: hb}); err != nil {
 		t.Fatal(err)
 	}
-	routers, err := js.KeyValue(t.Context(), "toolbus_routers")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(t.Context(), "toolbus_parked")
-	if err != nil {
-		t.Fatal(err)
-	}
-	putPresence(t, routers, "B", "i1")
-	ctx, cancel := context.WithCancel(t.Context())
-	var beats sync.WaitGroup
-	beats.Go(func() { // B renews five times a heartbeat, until the test ends
-		v, _ := json.Marshal(presence.Value{Router: "B", Instance: "i1", HeartbeatMS: hb.Milliseconds()})
-		tick := time.NewTicker(hb / 5)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				_, _ = routers.Put(ctx, "B", v)
-			}
-		}
-	})
-	t.Cleanup(func() { cancel(); beats.Wait() })
+	_, routers, kv := buckets(t, nc)
+	keepPresence(t, routers, "B", hb)
 	a := startRouterArgs(t, bin, "--nats", s.ClientURL(), "--builtin=false", "--id", "A", "--heartbeat", hb.String())
 	registerSignOff(t, nc)
 	c := client.New(nc, client.Config{Source: "test/agent"})
