@@ -40,7 +40,9 @@ type Config struct {
 	Publish func(*nats.Msg) error
 	// Logger receives warnings; nil discards.
 	Logger *slog.Logger
-	// Presence judges the routers of lone calls (Mends.Lone); nil: no notes.
+	// Presence judges the routers of lone calls (Mends.Lone), and its clock
+	// (less the time this router was held) notes every ending; nil: no
+	// notes of lone calls, and endings noted by the wall clock.
 	Presence *presence.Presence
 	// MaxPayload is the server's: a record or continuation must leave AnswerRoom of it (ErrTooLarge); nil: no bound.
 	MaxPayload func() int64
@@ -464,12 +466,12 @@ func (s *Store) Resume(ctx context.Context, rec *Record, res bus.Result, report 
 // result joined the continuation (docs/protocol.md 6.1, 1.11). Use Store.Mends.
 type Mends struct{ s *Store }
 
-// Stranded returns the records of calls seen ending before cutoff whose
+// Stranded returns the records of calls seen ending a lease ago whose
 // cached continuation still lacks their result (no I/O in the normal case).
-func (m Mends) Stranded(ctx context.Context, cutoff time.Time) []*Record {
+func (m Mends) Stranded(ctx context.Context, lease time.Duration) []*Record {
 	s := m.s
 	var out []*Record
-	for key, n := range s.calls.ended.before(cutoff) {
+	for key, n := range s.calls.ended.before(s.calls.ended.now().Add(-lease)) {
 		switch s.conts.awaits(n) {
 		case awaitNone:
 			s.calls.ended.forget(key)
@@ -531,14 +533,14 @@ var errMended = errors.New("parked: the result joined its batch")
 // Lone returns the records of carried calls seen ending whose router is gone
 // without outliving the end by a lease (presence.Judge): it may have died
 // before batch.done (docs/protocol.md 1.13). The normal path costs no I/O.
-func (m Mends) Lone(ctx context.Context, now time.Time) []*Record {
+func (m Mends) Lone(ctx context.Context) []*Record {
 	s := m.s
 	if s.cfg.Presence == nil {
 		return nil
 	}
 	var out []*Record
-	for key, n := range s.calls.lone.before(now) {
-		switch s.cfg.Presence.Judge(n.router, n.seen, now) {
+	for key, n := range s.calls.lone.before(s.cfg.Presence.Now()) {
+		switch s.cfg.Presence.Judge(n.router, n.seen) {
 		case presence.Unsure:
 			continue
 		case presence.Outlived:
@@ -1207,8 +1209,12 @@ type calls struct {
 }
 
 func newCalls(sh shared, subj bus.Subjects) *calls {
+	now := time.Now
+	if sh.cfg.Presence != nil {
+		now = sh.cfg.Presence.Now
+	}
 	return &calls{shared: sh, subj: subj, parked: store.NewCache[*Record](goneMemory), answered: map[string]*Record{},
-		ended: endings{m: map[string]endedCall{}}, lone: endings{m: map[string]endedCall{}, max: maxLone}}
+		ended: endings{m: map[string]endedCall{}, now: now}, lone: endings{m: map[string]endedCall{}, max: maxLone, now: now}}
 }
 
 // create stores a new parked record before its request (docs/protocol.md
@@ -1510,8 +1516,9 @@ func (c *calls) apply(e jetstream.KeyValueEntry) {
 type endings struct {
 	mu      sync.Mutex
 	m       map[string]endedCall
-	max     int // at most this many notes (0: no bound); past it new ones are not kept
-	dropped int // notes not kept since the last look (max)
+	max     int              // at most this many notes (0: no bound); past it new ones are not kept
+	dropped int              // notes not kept since the last look (max)
+	now     func() time.Time // presence's: a hold ages no note (docs/parked.md)
 }
 
 // note notes, the first time, that r (of key) ended as this set keeps
@@ -1531,7 +1538,7 @@ func (e *endings) note(key string, r *Record, ends bool) {
 		e.dropped++
 		return
 	}
-	e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, router: r.Owner, seen: time.Now()}
+	e.m[key] = endedCall{session: r.Session, replyID: r.ReplyID, callID: r.Call.ID, router: r.Owner, seen: e.now()}
 }
 
 // maxLone bounds the notes of lone calls ended within a lease.
@@ -1593,7 +1600,7 @@ func (e *endings) later(key string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if n, ok := e.m[key]; ok {
-		n.seen = time.Now()
+		n.seen = e.now()
 		e.m[key] = n
 	}
 }

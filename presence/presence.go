@@ -1,6 +1,7 @@
 // Package presence keeps which routers are alive (docs/protocol.md 8,
 // docs/parked.md): each renews its key in P_routers every heartbeat and
-// deletes it on a clean stop; the others judge by their own clock.
+// deletes it on a clean stop; the others judge by their own clock, less
+// the time they were held (internal/held): a held router read no renewals.
 package presence
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/toolbus/toolbus/internal/held"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -53,7 +55,9 @@ type Presence struct {
 	value []byte
 	watch *store.Watch
 	// live: the watch has delivered the bucket's initial values.
-	live atomic.Bool
+	live      atomic.Bool
+	clock     *held.Clock // renewals are seen, and judged, by it
+	stopClock func()      // ends its ticks (Start)
 
 	mu    sync.Mutex
 	peers map[string]peer
@@ -72,7 +76,8 @@ func New(kv jetstream.KeyValue, cfg Config) *Presence {
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 5*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	v, _ := json.Marshal(Value{Router: cfg.ID, Instance: nuid.Next(), HeartbeatMS: cfg.Heartbeat.Milliseconds()})
-	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}}
+	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{},
+		clock: held.New(time.Now, cfg.Heartbeat/10), stopClock: func() {}}
 }
 
 // Start puts this router's key and follows everyone's; the first put is
@@ -90,6 +95,7 @@ func (p *Presence) Start(ctx context.Context) error {
 	}
 	p.watch = w
 	p.live.Store(true)
+	p.stopClock = p.clock.Start(ctx)
 	return nil
 }
 
@@ -106,6 +112,7 @@ func (p *Presence) Beat(ctx context.Context) error {
 // Stop ends the watch and deletes this router's key, so that the others
 // know at once that it stopped; safe to call twice.
 func (p *Presence) Stop(ctx context.Context) error {
+	p.stopClock()
 	err := store.StopAll(ctx, p.watch)
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Heartbeat)
 	defer cancel()
@@ -118,8 +125,13 @@ func (p *Presence) Stop(ctx context.Context) error {
 // Live reports whether the watch has delivered the bucket's initial values.
 func (p *Presence) Live() bool { return p.live.Load() }
 
+// Now is the clock Judge reads: this router's, less the time it was held
+// (a tick, a tenth of a heartbeat, old at most); the moment a router ended
+// something is noted by it.
+func (p *Presence) Now() time.Time { return p.clock.Now() }
+
 func (p *Presence) apply(e jetstream.KeyValueEntry) {
-	now := time.Now()
+	now := p.clock.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	id := e.Key()
@@ -163,13 +175,14 @@ func (v Verdict) String() string {
 	return [...]string{"unsure", "outlived", "gone"}[v]
 }
 
-// Judge says whether router, which ended something at ended (by this
-// router's clock), outlived it by a lease, is gone, or may still be finishing.
-func (p *Presence) Judge(router string, ended, now time.Time) Verdict {
+// Judge says whether router, which ended something at ended (by Now),
+// outlived it by a lease, is gone, or may still be finishing, by Now: the
+// time this router was held counts neither for nor against router.
+func (p *Presence) Judge(router string, ended time.Time) Verdict {
 	p.mu.Lock()
 	pr, ok := p.peers[router]
 	p.mu.Unlock()
-	return judge(pr, ok, ended, now, Beats*p.cfg.Heartbeat)
+	return judge(pr, ok, ended, p.clock.Now(), Beats*p.cfg.Heartbeat)
 }
 
 // judge: gone when deleted, stale by lease, an instance first seen after

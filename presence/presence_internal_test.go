@@ -86,7 +86,7 @@ func TestStaleness(t *testing.T) {
 					for _, e := range s.see {
 						p.apply(e)
 					}
-					if got := p.Judge("a", t0, time.Now()); got != s.want {
+					if got := p.Judge("a", t0); got != s.want {
 						t.Fatalf("step %d (%v after the end): %v, want %v", i, time.Since(t0), got, s.want)
 					}
 				}
@@ -107,8 +107,73 @@ func TestBounded(t *testing.T) {
 		if n := len(p.peers); n != MaxRouters {
 			t.Fatalf("%d routers kept, want %d", n, MaxRouters)
 		}
-		if got := p.Judge("ra0s", time.Now(), time.Now()); got != Unsure {
+		if got := p.Judge("ra0s", time.Now()); got != Unsure {
 			t.Fatalf("a kept router: %v", got)
 		}
 	})
+}
+
+// TestHeldRouterJudges: "a" ended something as it renewed its key (t0,
+// by this router's clock); this router then is held (no tick of its clock,
+// no delivery: SIGSTOP, a starved process) and resumes, judging "a" at its
+// first tick back, before the renewals that waited, and again after it ran
+// on. The clock (internal/held) leaves the hold out: a renewing router is
+// never gone, and one that stopped is gone a lease of the clock after its
+// last renewal, at the tick's boundary. By the wall clock (before session
+// 30) every held case was gone as it resumed. Heartbeat 1 s, ticks 100 ms.
+func TestHeldRouterJudges(t *testing.T) {
+	const hb, tick = time.Second, 100 * time.Millisecond
+	const held = 3*hb + hb/2
+	for _, tc := range []struct {
+		name          string
+		hold          time.Duration // after t0 the router is held this long
+		renews        bool          // "a" renews every heartbeat; else t0 was its last renewal
+		run           time.Duration // then the router runs this long, ticking
+		resumed, want Verdict       // as it resumes (at t0 when not held), and after run
+	}{
+		{"not held, renewing: a lease after the end, outlived", 0, true, 3 * hb, Unsure, Outlived},
+		{"not held, renewing: a tick short of a lease", 0, true, 3*hb - tick, Unsure, Unsure},
+		{"held past a lease, renewing: not gone as it resumes, outlived a lease of the clock later", held, true, 3 * hb, Unsure, Outlived},
+		{"not held, stopped: a lease after its last renewal", 0, false, 3 * hb, Unsure, Unsure},
+		{"not held, stopped: a tick past a lease, gone", 0, false, 3*hb + tick, Unsure, Gone},
+		{"held past a lease, stopped: a lease of the clock after its last renewal", held, false, 3*hb - 2*tick, Unsure, Unsure},
+		{"held past a lease, stopped: a tick past a lease of the clock, gone", held, false, 3*hb - tick, Unsure, Gone},
+		{"held an hour, stopped: not gone as it resumes", time.Hour, false, 0, Unsure, Unsure},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(nil, Config{ID: "me", Heartbeat: hb})
+				p.clock.Tick()
+				p.apply(put("a", "i1"))
+				t0 := p.Now()
+				var waited []entry // "a"'s renewals sent while this router was held
+				if tc.renews {
+					waited = make([]entry, tc.hold/hb)
+					for i := range waited {
+						waited[i] = put("a", "i1")
+					}
+				}
+				if tc.hold > 0 {
+					time.Sleep(tc.hold)
+					p.clock.Tick() // the first tick back
+				}
+				if got := p.Judge("a", t0); got != tc.resumed {
+					t.Fatalf("as it resumed (clock %v after the end): %v, want %v", p.Now().Sub(t0), got, tc.resumed)
+				}
+				for _, e := range waited {
+					p.apply(e)
+				}
+				for i := 1; i <= int(tc.run/tick); i++ {
+					time.Sleep(tick)
+					p.clock.Tick()
+					if tc.renews && i%int(hb/tick) == 0 {
+						p.apply(put("a", "i1"))
+					}
+				}
+				if got := p.Judge("a", t0); got != tc.want {
+					t.Fatalf("after running %v (clock %v after the end): %v, want %v", tc.run, p.Now().Sub(t0), got, tc.want)
+				}
+			})
+		})
+	}
 }

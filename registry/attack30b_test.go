@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/held"
 )
 
 // TestAttackHeldClockStarved (session 30, second red team): whoever loads
@@ -20,21 +21,21 @@ func TestAttackHeldClockStarved(t *testing.T) {
 	const hb, tickEvery = time.Second, 100 * time.Millisecond
 	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 	wall := t0
-	c := &heldClock{wall: func() time.Time { return wall }, every: tickEvery}
+	c := held.New(func() time.Time { return wall }, tickEvery)
 	l := newLiveness(&wall)
-	l.now = c.now
-	c.tick()
+	l.now = c.Now
+	c.Tick()
 	l.setBeat("t", "w1", beat{at: l.now(), rev: 1}, false)
 	tool := &Tool{Def: bus.ToolDef{Name: "t"}}
 	var gone time.Duration
 	for at := hb; at <= 20*hb && gone == 0; at += hb { // 10 ticks late each
 		wall = t0.Add(at)
-		c.tick()
+		c.Tick()
 		if !l.Live(tool) {
 			gone = at
 		}
 	}
 	if gone != 15*hb {
-		t.Fatalf("the stopped worker gone at %v of wall time (clock %v), want 15 s", gone, c.now().Sub(t0))
+		t.Fatalf("the stopped worker gone at %v of wall time (clock %v), want 15 s", gone, c.Now().Sub(t0))
 	}
 }

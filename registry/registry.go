@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/held"
 	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/store"
@@ -42,7 +43,7 @@ type Config struct {
 	// Logger receives warnings about bad entries; nil discards.
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now, and liveness then
-	// leaves out the time this router was held (heldClock).
+	// leaves out the time this router was held (internal/held).
 	Now func() time.Time
 }
 
@@ -60,7 +61,7 @@ type Registry struct {
 	consumers    sync.Map                                     // durable tools whose consumer exists
 	probes       probes                                       // Refresh's probes, one per tool at a time
 	started      time.Time                                    // when Start had the initial values
-	clock        *heldClock                                   // liveness's; nil with Config.Now
+	clock        *held.Clock                                  // liveness's; nil with Config.Now
 	stopClock    func()                                       // ends its ticks and waits; nil before Start
 }
 
@@ -74,8 +75,8 @@ func New(st *store.Store, cfg Config) *Registry {
 	now := cfg.Now
 	if now == nil {
 		r.cfg.Now = time.Now
-		r.clock = &heldClock{wall: time.Now, every: max(cfg.Heartbeat/10, time.Millisecond)}
-		now = r.clock.now
+		r.clock = held.New(time.Now, cfg.Heartbeat/10)
+		now = r.clock.Now
 	}
 	r.catalog = newCatalog(st.Tools, cfg.Logger, &r.version)
 	r.liveness = &liveness{kv: st.Workers, heartbeat: cfg.Heartbeat, now: now, health: st.Health, version: &r.version,
@@ -97,13 +98,7 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.watches = []*store.Watch{tw, ww}
 	r.started = r.cfg.Now()
 	if r.clock != nil {
-		ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			r.clock.run(ctx)
-		}()
-		r.stopClock = func() { cancel(); <-done }
+		r.stopClock = r.clock.Start(ctx)
 	}
 	return nil
 }

@@ -251,8 +251,8 @@ func (r *continuations) renewLeases(now time.Time) {
 func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	ctx, cancel := context.WithTimeout(r.life.Context(), 5*time.Second)
 	defer cancel()
-	cutoff := now.Add(-lease)
-	conts, answered := r.parked.TakeOver(ctx, cutoff)
+	// The owners' times in touched are their wall clocks: so is now.
+	conts, answered := r.parked.TakeOver(ctx, now.Add(-lease))
 	for _, cont := range conts { // as tracked work: false once the router is closing
 		if !r.life.Go(func(context.Context) { r.repair(cont) }) {
 			r.parked.Release(cont)
@@ -261,11 +261,11 @@ func (r *continuations) takeOver(now time.Time, lease time.Duration) {
 	for _, rec := range answered {
 		r.life.Go(func(context.Context) { r.answers.settleTaken(rec) })
 	}
-	for _, rec := range r.parked.Mends.Stranded(ctx, cutoff) {
+	for _, rec := range r.parked.Mends.Stranded(ctx, lease) { // its notes' clock: less the time this router was held
 		r.life.Go(func(context.Context) { r.answers.mend(rec) })
 	}
 	// Lone calls whose router is gone (1.13): batch.done goes out again.
-	for _, rec := range r.parked.Mends.Lone(ctx, now) {
+	for _, rec := range r.parked.Mends.Lone(ctx) {
 		r.life.Go(func(context.Context) { r.answers.complete(rec, *rec.Result) })
 	}
 }

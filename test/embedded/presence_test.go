@@ -179,26 +179,8 @@ func TestLoneBatchOfASlowRouter(t *testing.T) {
 	js, routers, kv := e.buckets(t)
 	const reply, slow = "r1", "slow"
 
-	// The slow router's heartbeat: it renews its key five times per
-	// heartbeat of the deployment, so a loaded machine does not make it
-	// look gone; it stops with the test.
-	putPresence(t, routers, slow, "i1")
-	ctx, cancel := context.WithCancel(t.Context())
-	var beats sync.WaitGroup
-	beats.Go(func() {
-		tick := time.NewTicker(testHeartbeat / 5)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				v, _ := json.Marshal(presence.Value{Router: slow, Instance: "i1", HeartbeatMS: testHeartbeat.Milliseconds()})
-				_, _ = routers.Put(ctx, slow, v)
-			}
-		}
-	})
-	t.Cleanup(func() { cancel(); beats.Wait() })
+	// The slow router renews its key until the test ends.
+	keepPresence(t, routers, slow, testHeartbeat)
 	// Every router knows the slow one before it ends the call (a router
 	// first seen after the end counts as another process).
 	for _, r := range e.routers {
@@ -235,10 +217,42 @@ func TestLoneBatchOfASlowRouter(t *testing.T) {
 	}
 }
 
+// keepPresence puts the presence key of router id (instance i1, of
+// heartbeat hb) and renews it five times a heartbeat, so a loaded machine
+// does not make it look gone, until the test ends.
+func keepPresence(t *testing.T, routers jetstream.KeyValue, id string, hb time.Duration) {
+	t.Helper()
+	v, _ := json.Marshal(presence.Value{Router: id, Instance: "i1", HeartbeatMS: hb.Milliseconds()})
+	if _, err := routers.Put(t.Context(), id, v); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var beats sync.WaitGroup
+	beats.Go(func() {
+		tick := time.NewTicker(hb / 5)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				_, _ = routers.Put(ctx, id, v)
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); beats.Wait() })
+}
+
 // buckets returns a JetStream context and the presence and parked buckets.
 func (e *env) buckets(t *testing.T) (jetstream.JetStream, jetstream.KeyValue, jetstream.KeyValue) {
 	t.Helper()
-	js := testkit.JetStream(t, e.nc)
+	return buckets(t, e.nc)
+}
+
+// buckets is env.buckets over nc.
+func buckets(t *testing.T, nc *nats.Conn) (jetstream.JetStream, jetstream.KeyValue, jetstream.KeyValue) {
+	t.Helper()
+	js := testkit.JetStream(t, nc)
 	routers, err := js.KeyValue(t.Context(), "toolbus_routers")
 	if err != nil {
 		t.Fatal(err)

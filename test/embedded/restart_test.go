@@ -102,6 +102,14 @@ func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nat
 	}
 	c = client.New(nc, client.Config{Source: "test/agent"})
 	a = startRouter(t, bin, url(0), "A")
+	registerSignOff(t, nc)
+	return bin, url, nc, c, a
+}
+
+// registerSignOff registers the external tool sign_off through a router
+// that just said it serves.
+func registerSignOff(t *testing.T, nc *nats.Conn) {
+	t.Helper()
 	reg, _ := bus.NewEvent(bus.TypeRegister, "test/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{{
 		Name: "sign_off", Description: "A person signs off.", External: true, ConcurrencySafe: true, Permission: bus.PermissionAllow,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
@@ -115,7 +123,6 @@ func killableDeployment(t *testing.T) (bin string, url func(int) string, nc *nat
 		}
 		return err
 	})
-	return bin, url, nc, c, a
 }
 
 func TestParkedCallSurvivesRouterKill(t *testing.T) {
