@@ -94,9 +94,9 @@ func TestHeldOwnerRunsOnce(t *testing.T) {
 					runs.Add(1)
 					return bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text(text)}
 				}
-				held := make(chan bus.Result)
+				firstRun := make(chan bus.Result)
 				go func() { // the held router: its run returns two leases later, nothing renewed
-					held <- owner.Claimed(t.Context(), c, func(claim Entry) bus.Result {
+					firstRun <- owner.Claimed(t.Context(), c, func(claim Entry) bus.Result {
 						time.Sleep(2 * lease)
 						res, _ := owner.Record(t.Context(), "k", claim, ran("first"))
 						return res
@@ -107,7 +107,7 @@ func TestHeldOwnerRunsOnce(t *testing.T) {
 					res, _ := waiter.Record(t.Context(), "k", claim, ran("again"))
 					return res
 				})
-				first := <-held
+				first := <-firstRun
 				want, wantRuns := bus.CodeUnknownOutcome, int32(1)
 				if retry {
 					want, wantRuns = "", 2
