@@ -196,7 +196,26 @@ type fakeKV struct {
 	refuse             error  // when set, every write fails with it
 	stops              int    // watches stopped
 	updates            int    // compare-and-sets tried (a create is one)
+	conflicts          int    // compare-and-sets refused: the revision moved on
 	beforeUpdate       func() // when set, called (once) before the next compare-and-set
+	afterGet           func() // when set, called (once) after the next Get read the value
+	muted              bool   // watches get nothing: the puts wait in backlog (flush)
+	backlog            []fakeEntry
+}
+
+// flush ends muted and gives the watches the puts they missed, in order.
+func (k *fakeKV) flush() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.backlog {
+		for _, ch := range k.watchers {
+			select {
+			case ch <- e:
+			default:
+			}
+		}
+	}
+	k.muted, k.backlog = false, nil
 }
 
 type fakeEntry struct {
@@ -228,11 +247,16 @@ func (w fakeWatch) Stop() error {
 
 func (k *fakeKV) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.rev == 0 {
+	e, hook := fakeEntry{key, k.val, k.rev}, k.afterGet
+	k.afterGet = nil
+	k.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	if e.rev == 0 {
 		return nil, jetstream.ErrKeyNotFound
 	}
-	return fakeEntry{key, k.val, k.rev}, nil
+	return e, nil
 }
 
 func (k *fakeKV) Watch(_ context.Context, key string, _ ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
@@ -265,10 +289,15 @@ func (k *fakeKV) Update(_ context.Context, key string, val []byte, last uint64) 
 		return 0, k.refuse
 	}
 	if last != k.rev {
+		k.conflicts++
 		return 0, jetstream.ErrKeyExists
 	}
 	k.rev++
 	k.val = val
+	if k.muted {
+		k.backlog = append(k.backlog, fakeEntry{key, val, k.rev})
+		return k.rev, nil
+	}
 	for _, ch := range k.watchers {
 		select {
 		case ch <- fakeEntry{key, val, k.rev}:
