@@ -1,10 +1,13 @@
 // Package presence keeps which routers are alive (docs/protocol.md 8,
 // docs/parked.md): each renews its key in P_routers every heartbeat and
 // deletes it on a clean stop; the others judge by their own clock, less
-// the time they were held (internal/held): a held router read no renewals.
+// the time they were held (internal/held): a held router read no renewals;
+// and only up to the moment their watch last delivered their own renewal: a
+// watch that is not reading is no evidence that anyone stopped.
 package presence
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -61,6 +64,9 @@ type Presence struct {
 
 	mu    sync.Mutex
 	peers map[string]peer
+	// read: when the watch last delivered this router's own renewal; it had
+	// then delivered every renewal put before it (one stream, in order).
+	read time.Time
 }
 
 // peer is what this router saw of one router's key, on its own clock.
@@ -144,6 +150,9 @@ func (p *Presence) apply(e jetstream.KeyValueEntry) {
 		p.peers[id] = cur
 		return
 	}
+	if id == p.cfg.ID && bytes.Equal(e.Value(), p.value) {
+		p.read = now
+	}
 	var v Value
 	if json.Unmarshal(e.Value(), &v) != nil {
 		return
@@ -176,23 +185,27 @@ func (v Verdict) String() string {
 }
 
 // Judge says whether router, which ended something at ended (by Now),
-// outlived it by a lease, is gone, or may still be finishing, by Now: the
-// time this router was held counts neither for nor against router.
+// outlived it by a lease, is gone, or may still be finishing: the time this
+// router was held counts neither for nor against router, and a lease without
+// its renewals counts only up to when the watch last delivered this router's
+// own renewal, so while the watch is behind (a lost consumer being made
+// again, a lag) router's absence is judged no further.
 func (p *Presence) Judge(router string, ended time.Time) Verdict {
 	p.mu.Lock()
 	pr, ok := p.peers[router]
+	read := p.read
 	p.mu.Unlock()
-	return judge(pr, ok, ended, p.clock.Now(), Beats*p.cfg.Heartbeat)
+	return judge(pr, ok, ended, read, Beats*p.cfg.Heartbeat)
 }
 
-// judge: gone when deleted, stale by lease, an instance first seen after
-// ended, or unseen a lease after ended; outlived when the same instance
-// renewed at least lease after ended; else unsure.
-func judge(p peer, seen bool, ended, now time.Time, lease time.Duration) Verdict {
+// judge: gone when deleted, stale by lease at read, an instance first seen
+// after ended, or unseen a lease after ended by read; outlived when the same
+// instance renewed at least lease after ended; else unsure.
+func judge(p peer, seen bool, ended, read time.Time, lease time.Duration) Verdict {
 	switch {
-	case !seen && now.Sub(ended) <= lease:
+	case !seen && read.Sub(ended) <= lease:
 		return Unsure
-	case !seen, p.gone, now.Sub(p.last) > lease, p.since.After(ended):
+	case !seen, p.gone, read.Sub(p.last) > lease, p.since.After(ended):
 		return Gone
 	case !p.last.Before(ended.Add(lease)):
 		return Outlived

@@ -24,6 +24,10 @@ func (e entry) Created() time.Time              { return time.Time{} }
 func (e entry) Delta() uint64                   { return 0 }
 func (e entry) Operation() jetstream.KeyValueOp { return e.op }
 
+// mine is this router's own renewal, as its watch delivers it: the watch
+// then has delivered everything put before it.
+func mine(p *Presence) entry { return entry{key: p.cfg.ID, value: p.value, op: jetstream.KeyValuePut} }
+
 func put(id, instance string) entry {
 	v, _ := json.Marshal(Value{Router: id, Instance: instance, HeartbeatMS: 1000})
 	return entry{key: id, value: v, op: jetstream.KeyValuePut}
@@ -31,8 +35,9 @@ func put(id, instance string) entry {
 
 // TestStaleness walks the staleness rule on the bubble's clock: a router
 // that ended something at t0 (as the watching router saw it) is judged at
-// each step from what the watch delivered of its key. The heartbeat is 1 s,
-// so a lease is 3 s.
+// each step from what the watch delivered of its key, the watch current (it
+// delivers this router's own renewal at each step: TestWatchBehind has it
+// not). The heartbeat is 1 s, so a lease is 3 s.
 func TestStaleness(t *testing.T) {
 	const hb = time.Second
 	type step struct {
@@ -83,7 +88,7 @@ func TestStaleness(t *testing.T) {
 				t0 := time.Now()
 				for i, s := range tc.steps {
 					time.Sleep(s.after)
-					for _, e := range s.see {
+					for _, e := range append(s.see, mine(p)) {
 						p.apply(e)
 					}
 					if got := p.Judge("a", t0); got != s.want {
@@ -145,6 +150,7 @@ func TestHeldRouterJudges(t *testing.T) {
 				p := New(nil, Config{ID: "me", Heartbeat: hb})
 				p.clock.Tick()
 				p.apply(put("a", "i1"))
+				p.apply(mine(p))
 				t0 := p.Now()
 				var waited []entry // "a"'s renewals sent while this router was held
 				if tc.renews {
@@ -170,8 +176,73 @@ func TestHeldRouterJudges(t *testing.T) {
 						p.apply(put("a", "i1"))
 					}
 				}
+				p.apply(mine(p)) // the watch current
 				if got := p.Judge("a", t0); got != tc.want {
 					t.Fatalf("after running %v (clock %v after the end): %v, want %v", tc.run, p.Now().Sub(t0), got, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestWatchBehind: the watch delivers nothing, or not this router's own
+// renewals, for a while (a consumer lost with its connection and being made
+// again, a lag); "a" ended something at t0. While the watch is behind no
+// absence is judged, however long; a deletion still is; once the watch
+// reads again (this router's own renewal comes back, after what was put
+// before it), "a" is judged on the lease as before. "me" in a step is this
+// router's own renewal. Heartbeat 1 s, a lease 3 s.
+func TestWatchBehind(t *testing.T) {
+	const hb = time.Second
+	me := entry{key: "me"}
+	type step struct {
+		after time.Duration // since the previous step
+		see   []entry       // deliveries at this step
+		want  Verdict       // Judge("a", t0)
+	}
+	a := put("a", "i1")
+	for _, tc := range []struct {
+		name  string
+		setup []entry // before t0
+		steps []step
+	}{
+		{name: "behind past a lease while a renews: not gone, outlived once the renewals that waited arrive", setup: []entry{a, me},
+			steps: []step{{after: 3*hb + time.Millisecond, want: Unsure}, {after: 2 * hb, want: Unsure}, {see: []entry{a, me, a, me, a, me, a, me, a, me}, want: Outlived}}},
+		{name: "behind past a lease, a stopped at the end: unsure while behind, gone once the watch reads again", setup: []entry{a, me},
+			steps: []step{{after: 5 * hb, want: Unsure}, {after: time.Hour, want: Unsure}, {see: []entry{me}, want: Gone}}},
+		{name: "current again with a renewal that waited: gone a lease after it, as before", setup: []entry{a, me},
+			steps: []step{{after: 2 * hb, want: Unsure}, {see: []entry{a, me}, want: Unsure}, {after: 3 * hb, see: []entry{me}, want: Unsure}, {after: time.Millisecond, see: []entry{me}, want: Gone}}},
+		{name: "a heartbeat behind: gone a heartbeat later", setup: []entry{a, me},
+			steps: []step{{after: 2*hb + hb/2, see: []entry{me}, want: Unsure}, {after: hb, want: Unsure}, {see: []entry{me}, want: Gone}}},
+		{name: "another router's renewals arrive, its own do not: a's absence is not judged", setup: []entry{a, put("b", "i9"), me},
+			steps: []step{{after: 2 * hb, see: []entry{put("b", "i9")}, want: Unsure}, {after: 2 * hb, see: []entry{put("b", "i9")}, want: Unsure}, {see: []entry{me}, want: Gone}}},
+		{name: "another process's renewals under this router's id are not its own", setup: []entry{a, me},
+			steps: []step{{after: 4 * hb, see: []entry{put("me", "other")}, want: Unsure}}},
+		{name: "a clean stop is gone while behind", setup: []entry{a, me},
+			steps: []step{{after: 4 * hb, see: []entry{{key: "a", op: jetstream.KeyValueDelete}}, want: Gone}}},
+		{name: "a router never seen is not gone while behind", setup: []entry{put("b", "i9"), me},
+			steps: []step{{after: 5 * hb, want: Unsure}, {see: []entry{me}, want: Gone}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := New(nil, Config{ID: "me", Heartbeat: hb})
+				see := func(es []entry) {
+					for _, e := range es {
+						if e.key == "me" && e.value == nil {
+							e = mine(p)
+						}
+						p.apply(e)
+					}
+				}
+				see(tc.setup)
+				time.Sleep(time.Millisecond)
+				t0 := time.Now()
+				for i, s := range tc.steps {
+					time.Sleep(s.after)
+					see(s.see)
+					if got := p.Judge("a", t0); got != s.want {
+						t.Fatalf("step %d (%v after the end): %v, want %v", i, time.Since(t0), got, s.want)
+					}
 				}
 			})
 		})

@@ -22,10 +22,11 @@ import (
 // peers' renewals meanwhile. Its peer B renews all along, and ended a lone
 // parked call (docs/protocol.md 6.1, 1.13) just before the hold, then
 // published its call.result and batch.done. As A resumes, B is not gone: A
-// publishes neither again in its two heartbeats back (presence judges by
-// the held clock, internal/held). On main A judged B gone on its first
-// heartbeat back and published both: stored once, seen twice live, and
-// logged as a router gone.
+// publishes neither again in its four heartbeats back, past a lease
+// (presence judges by the held clock, internal/held, and only up to when its
+// restarting watch last delivered A's own renewal). Before session 30 A
+// judged B gone on its first heartbeat back and published both: stored
+// once, seen twice live, and logged as a router gone.
 func TestRouterHeldJudgesNoPeerGone(t *testing.T) {
 	const hb = time.Second
 	bin := buildRouter(t)
@@ -85,11 +86,11 @@ func TestRouterHeldJudgesNoPeerGone(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	// Two heartbeats of A's own after it resumed: past its first looks at
-	// the note, short of a lease (its watch of P_routers, restarting, may
-	// take longer than that to deliver B's renewals: docs/parked.md).
+	// Four heartbeats of A's own after it resumed: past its first looks at
+	// the note, and a lease for B's renewals to outlive it, however late
+	// A's watch of P_routers, restarting, delivers them.
 	resumed, n := time.Now(), 0
-	for n < 2 {
+	for n < 4 {
 		select {
 		case e := <-renewals.Updates():
 			if e != nil && e.Operation() == jetstream.KeyValuePut && e.Created().After(resumed) {
