@@ -5,16 +5,19 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"syscall"
 
 	"github.com/toolbus/toolbus/internal/private"
 )
 
 // lockStore flocks store directory dir so a second router cannot open it;
-// the lock file must be this user's regular file, not a link.
-func lockStore(dir string) (unlock func(), err error) {
+// the lock file must be this user's regular file, not a link. It holds the
+// holder's listen address, which a refused router is told to join.
+func lockStore(dir, listen string) (unlock func(), err error) {
 	path := filepath.Join(dir, "toolbus-router.lock")
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 	if errors.Is(err, syscall.ELOOP) {
@@ -28,11 +31,22 @@ func lockStore(dir string) (unlock func(), err error) {
 		return nil, fmt.Errorf("store %s: the lock file %s is not a regular file of this process's user; refusing it", dir, path)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
+		defer f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("store %s is in use by another router (lock %s): give this one its own --data, or stop the other", dir, path)
+			b, _ := io.ReadAll(io.LimitReader(f, 256))
+			other := string(b)
+			if !hostPort.MatchString(other) {
+				other = "<the other's --listen>" // a router of before session 31 wrote none
+			}
+			return nil, fmt.Errorf("store %s is in use by another router (lock %s): give this one its own --data, or stop the other\n  to add a router beside it, join its server: --nats nats://%s; for a separate bus: --listen ADDR (and its own --data)", dir, path, other)
 		}
 		return nil, fmt.Errorf("store %s: lock: %w", dir, err)
 	}
+	if f.Truncate(0) == nil {
+		_, _ = f.WriteAt([]byte(listen), 0)
+	}
 	return func() { f.Close() }, nil
 }
+
+// hostPort is the shape of a listen address read back from a lock file.
+var hostPort = regexp.MustCompile(`^[A-Za-z0-9.:\[\]-]{1,255}$`)

@@ -134,11 +134,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		unlock, err := lockStore(dir)
+		unlock, err := lockStore(dir, *listen) // refused: most often a router runs here, whose server a second one joins
 		if err != nil {
-			// Most often a router already runs here: a second one joins
-			// its server (a new --data alone then fails on the port).
-			return fmt.Errorf("%w\n  to add a router beside it, join its server: --nats nats://%s (the other's --listen); for a separate bus: --listen ADDR (and its own --data)", err, *listen)
+			return err
 		}
 		defer unlock()
 		s, err := embedded.Start(embedded.Config{Listen: *listen, StoreDir: dir, ConfigFile: *natsConfig})

@@ -72,7 +72,7 @@ func TestDefaultStoreTakeover(t *testing.T) {
 				t.Fatalf("%s: %v %v, want 0700", d, fi.Mode(), err)
 			}
 		}
-		unlock, err := lockStore(dir)
+		unlock, err := lockStore(dir, "127.0.0.1:4222")
 		if err != nil {
 			t.Fatal(err)
 		}

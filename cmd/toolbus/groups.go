@@ -141,7 +141,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if !slices.Contains(formats, *format) {
-		return usageError(fs, "unknown --format %q", *format)
+		return usageError(fs, "unknown --format %q (want %s)", *format, strings.Join(formats, ", "))
 	}
 	if *deferred && *format != bus.FormatOpenAIResponses && *format != bus.FormatAnthropic {
 		return usageError(fs, "--deferred needs --format openai-responses or anthropic")

@@ -186,6 +186,9 @@ func (cn *conn) connect(ctx context.Context) (*nats.Conn, error) {
 			st.abort(&refusedError{err: err})
 		}
 	}))
+	if errors.Is(err, nats.ErrNoServers) {
+		err = fmt.Errorf("%w (is a router running? start one with `go run ./cmd/router`, or name the deployment with --nats or $NATS_URL)", err)
+	}
 	if err == nil && st != nil {
 		st.conns = append(st.conns, nc)
 	}

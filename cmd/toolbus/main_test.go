@@ -139,6 +139,20 @@ func TestCallNoRouter(t *testing.T) {
 	}
 }
 
+// TestNewcomerHints: the errors a first run meets say what to do: no
+// server at the URL names the router to start and --nats; an audit of a
+// deployment whose routers keep none names the config block.
+func TestNewcomerHints(t *testing.T) {
+	_, _, err := exec(t.Context(), "status", "--nats", "nats://127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "is a router running? start one with `go run ./cmd/router`, or name the deployment with --nats or $NATS_URL") {
+		t.Errorf("status on no server: %v", err)
+	}
+	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat})
+	if _, _, err := exec(t.Context(), "audit", "--nats", x.URL(0)); err == nil || !strings.Contains(err.Error(), "until their --config has an audit block (docs/guardrails.md)") {
+		t.Errorf("audit without an audit block: %v", err)
+	}
+}
+
 func TestCallRejected(t *testing.T) {
 	var out bytes.Buffer
 	err := callError(t.Context(), nil, "cli", "r1", bus.Errorf(bus.CodeBadRequest, "agent_only cannot include external tools"), true, &out)
@@ -378,7 +392,7 @@ func TestUsage(t *testing.T) {
 		{"call bad reply id", []string{"call", "echo", "--reply-id", "a b"}, "--reply-id"},
 		{"call bad session", []string{"call", "echo", "--session", "a.b"}, "--session"},
 		{"call unknown flag", []string{"call", "echo", "--bogus"}, "flag provided but not defined"},
-		{"tools bad format", []string{"tools", "--format", "xml"}, `unknown --format "xml"`},
+		{"tools bad format", []string{"tools", "--format", "xml"}, `unknown --format "xml" (want toolbus, openai, openai-responses, anthropic, gemini, mcp)`},
 		{"tools argument", []string{"tools", "x"}, "no arguments"},
 		{"tools deferred in a format without it", []string{"tools", "--format", "openai", "--deferred"}, "--deferred needs --format openai-responses or anthropic"},
 		{"watch argument", []string{"watch", "x"}, "no arguments"},

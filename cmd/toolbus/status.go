@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -261,6 +262,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		_, err := fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.Time.Format(time.RFC3339), clean(r.Session), clean(orDash(r.CallID)), clean(orDash(r.Tool)), clean(r.User), clean(r.Decision.Behavior), clean(orDash(r.Decision.Approver)), clean(out), r.DurationMS)
 		return err
 	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w: the routers keep no audit trail until their --config has an audit block (docs/guardrails.md)", err)
+	}
 	if err != nil {
 		return err
 	}
