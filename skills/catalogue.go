@@ -3,12 +3,14 @@ package skills
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/internal/life"
@@ -86,7 +88,13 @@ func (c *Catalogue) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("skills: watch the object store: %w", err)
 	}
-	c.life.Defer(func(context.Context) error { return w.Stop() })
+	c.life.Defer(func(context.Context) error {
+		// Start's context ending stops the watch first (nats.go unsubscribes it then).
+		if err := w.Stop(); !errors.Is(err, nats.ErrBadSubscription) {
+			return err
+		}
+		return nil
+	})
 	c.life.Loop(func(lctx context.Context) {
 		rctx, cancel := context.WithCancel(ctx) // Start's context, or the drain
 		defer context.AfterFunc(lctx, cancel)()

@@ -1,9 +1,12 @@
 package skills_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,5 +146,24 @@ func TestPushRefusesInvalid(t *testing.T) {
 	}
 	if _, err := os.GetInfo(t.Context(), "pdf"); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		t.Fatalf("an invalid skill was stored: %v", err)
+	}
+}
+
+// A router's drain ends Start's context before its unwind stops the
+// watch: the stop then finds the watch stopped, which is not an error.
+func TestDrainAfterStartContextEnds(t *testing.T) {
+	objects, _ := objectStore(t)
+	var logs testkit.Buffer
+	c := skills.NewCatalogue(skills.Config{Objects: objects, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	ctx, cancel := context.WithCancel(t.Context())
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := c.Drain(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "unwind step") {
+		t.Fatalf("drain warned: %s", logs.String())
 	}
 }
