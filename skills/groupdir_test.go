@@ -62,7 +62,9 @@ func TestGroupDirForShellUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	old := syscall.Umask(0o077) // a hardened root's: the files are still readable by the group
 	sdir, release, err := m.Acquire(t.Context(), "tool", "")
+	syscall.Umask(old)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -174,8 +174,19 @@ func write(dir string, s *Skill) (err error) {
 			return err
 		}
 	}
-	// Readable below the root, whose mode decides who gets in.
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// Readable below the root, whose mode decides who gets in, whatever the
+	// umask (077 left a shell user nothing to read).
+	err = filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o755)
+		if !d.IsDir() {
+			mode = fileMode(filepath.ToSlash(p[len(tmp)+1:]))
+		}
+		return os.Chmod(p, mode)
+	})
+	if err != nil {
 		return err
 	}
 	_ = os.RemoveAll(dir) // a failed earlier attempt
