@@ -366,8 +366,8 @@ func (c *capped) text() string {
 
 // SkillsMaterializer puts cat's skills, for the shell of cfg, in a fresh
 // private directory under parent (the user cache directory when ""), or,
-// when the shell runs as another user, in one of the system temp directory
-// that only that user's group may enter (skills.PrivateDir).
+// when the shell runs as another user, in a directory of the system temp
+// directory that only that user's group may enter (skills.PrivateDir).
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
 	c, err := shellCredential(cfg)
 	if err != nil {
