@@ -365,15 +365,16 @@ func (c *capped) text() string {
 }
 
 // SkillsMaterializer puts cat's skills, for the shell of cfg, in a fresh
-// private directory under parent (the user cache directory when ""),
-// readable by the shell user's group when there is one.
+// private directory under parent (the user cache directory when ""), or,
+// when the shell runs as another user, in a directory of the system temp
+// directory that only that user's group may enter (skills.PrivateDir).
 func SkillsMaterializer(cat *skills.Catalogue, parent, prefix string, cfg Config) (*skills.Materializer, error) {
 	c, err := shellCredential(cfg)
 	if err != nil {
 		return nil, err
 	}
 	gid := -1
-	if c != nil {
+	if c != nil && c.uid != os.Geteuid() {
 		gid = c.gid
 	}
 	dir, err := skills.PrivateDir(parent, prefix, gid)

@@ -54,9 +54,12 @@ func NewMaterializer(cat *Catalogue, root string) (*Materializer, error) {
 func (m *Materializer) Close() error { return os.RemoveAll(m.root) }
 
 // PrivateDir makes a fresh 0700 directory in parent (private; "" is the user
-// cache's toolbus/skills); with gid >= 0 it is 0750 of that group, for a
-// --shell-user.
+// cache's toolbus/skills); with gid >= 0, for a shell user other than this
+// process's, a groupDir instead.
 func PrivateDir(parent, pattern string, gid int) (string, error) {
+	if gid >= 0 {
+		return groupDir(pattern, gid)
+	}
 	if parent == "" {
 		cache, err := os.UserCacheDir()
 		if err != nil {
@@ -74,15 +77,35 @@ func PrivateDir(parent, pattern string, gid int) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("skills: %w", err)
 	}
-	if gid >= 0 {
-		err = os.Chown(dir, -1, gid)
+	return dir, nil
+}
+
+// groupDir makes a fresh directory of group gid, mode 0750, in the system
+// temp directory, which a shell user can reach where it cannot enter a
+// private parent: named unpredictably by a mkdir that neither follows a link
+// nor reuses a directory, under the temp directory's real path, every
+// directory above it root's or ours and not writable by others without the
+// sticky bit (private.Ancestors), so nobody else can swap it.
+func groupDir(pattern string, gid int) (string, error) {
+	// The real path: a link to the temp directory could later lead elsewhere.
+	tmp, err := filepath.EvalSymlinks(os.TempDir())
+	dir := ""
+	if err == nil {
+		dir, err = os.MkdirTemp(tmp, "toolbus-skills-"+pattern)
+	}
+	if err == nil {
+		if err = private.Ancestors(dir, "skills' files"); err == nil {
+			err = os.Chown(dir, -1, gid)
+		}
 		if err == nil {
 			err = os.Chmod(dir, 0o750)
 		}
 		if err != nil {
 			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("skills: %w", err)
 		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("skills: %w", err)
 	}
 	return dir, nil
 }
@@ -151,8 +174,19 @@ func write(dir string, s *Skill) (err error) {
 			return err
 		}
 	}
-	// Readable below the root, whose mode decides who gets in.
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	// Readable below the root, whose mode decides who gets in, whatever the
+	// umask (077 left a shell user nothing to read).
+	err = filepath.WalkDir(tmp, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o755)
+		if !d.IsDir() {
+			mode = fileMode(filepath.ToSlash(p[len(tmp)+1:]))
+		}
+		return os.Chmod(p, mode)
+	})
+	if err != nil {
 		return err
 	}
 	_ = os.RemoveAll(dir) // a failed earlier attempt

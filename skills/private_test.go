@@ -73,15 +73,5 @@ func TestPrivateDir(t *testing.T) {
 	if _, err := PrivateDir(theirs, "r-", -1); err == nil {
 		t.Fatal("PrivateDir under another user's parent")
 	}
-	// With a group (for --shell-user): 0750, that group.
-	g, err := PrivateDir(parent, "router-g-", 65534)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi, _ := os.Stat(g); fi.Mode().Perm() != 0o750 {
-		t.Fatalf("group dir mode %v", fi.Mode().Perm())
-	}
-	if _, err := NewMaterializer(NewCatalogue(Config{}), g); err != nil {
-		t.Fatalf("the group directory on reuse: %v", err)
-	}
+	// With a group (for --shell-user): TestGroupDirForShellUser.
 }

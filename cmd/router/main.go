@@ -198,7 +198,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			cfg := builtinFlags.Config(*workdir, log)
 			if *workdir != "" {
 				var m *skills.Materializer
-				parent := "" // DATA/skills, or the user cache directory without --data
+				parent := "" // DATA/skills, or the user cache directory without --data (the temp directory for a shell user of its own)
 				if *data != "" {
 					parent = filepath.Join(*data, "skills")
 				}

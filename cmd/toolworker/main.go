@@ -183,7 +183,7 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		if err := cat.Start(ctx); err != nil {
 			return nil, err
 		}
-		// A fresh private directory under the user cache directory.
+		// A fresh private directory under the user cache directory (the temp directory for a shell user of its own).
 		m, err := builtin.SkillsMaterializer(cat, "", "toolworker-"+cmp.Or(id, w.ID())+"-", cfg)
 		if err != nil {
 			_ = cat.Drain(context.WithoutCancel(ctx))
