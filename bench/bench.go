@@ -50,7 +50,10 @@ type Options struct {
 	Runs int
 	// CPUProfile, when set, is the file the router process writes a CPU
 	// profile of read-only calls at the most callers to, after the last
-	// run; ".write" and ".worker" before the extension name the others.
+	// run; ".write", ".worker", ".nats", ".nats-<mid callers>" and
+	// ".nats-relay" before the extension name the others (nats-server's
+	// during read-only calls at the most and mid callers, and relayed ones),
+	// and each adds a heap profile at its end (".heap").
 	CPUProfile string
 	// ProfileWindow is the length of each CPU profile; zero means three
 	// Durations, at least 10 s.
@@ -137,15 +140,18 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 	top, mid := opts.Callers[len(opts.Callers)-1], nearest(opts.Callers, 16)
 	run := RunResult{Run: n, LoadAvgStart: loadAvg(), PIDs: map[string]int{}}
 	opts.Logf("bench: run %d: starting nats-server, router, relay forwarder and worker processes", n)
-	// After the last run: the router's profile (and the worker's meanwhile)
-	// during read-only calls, then the router's during write calls.
-	var profileRuns []map[string]string
+	// After the last run: the router's, the worker's and nats-server's
+	// profiles during read-only calls, the router's during write calls, and
+	// nats-server's during read-only calls at mid callers and the relay's.
+	var profileRuns []profileSpec
 	profiles := map[string][]string{}
-	if opts.CPUProfile != "" && last {
-		profileRuns = []map[string]string{{roleRouter: opts.CPUProfile, roleWorker: profileBeside(opts.CPUProfile, "worker")},
-			{roleRouter: profileBeside(opts.CPUProfile, "write")}}
-		for _, files := range profileRuns {
-			for role, f := range files {
+	if f := opts.CPUProfile; f != "" && last {
+		profileRuns = []profileSpec{{2, top, map[string]string{roleRouter: f, roleWorker: profileBeside(f, "worker"), roleNATS: profileBeside(f, "nats")}},
+			{3, top, map[string]string{roleRouter: profileBeside(f, "write")}},
+			{2, mid, map[string]string{roleNATS: profileBeside(f, "nats-"+strconv.Itoa(mid))}},
+			{1, top, map[string]string{roleNATS: profileBeside(f, "nats-relay")}}}
+		for _, r := range profileRuns {
+			for role, f := range r.files {
 				profiles[role] = append(profiles[role], f)
 			}
 		}
@@ -183,9 +189,9 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 	if !last {
 		return run, nil
 	}
-	for i, files := range profileRuns {
-		opts.Logf("bench: CPU profiles, %d callers, %v: %v", top, opts.ProfileWindow, files)
-		profs, err := profileRun(ctx, d, files, opts.ProfileWindow, top, paths[2+i].fn) // read-only, then write
+	for _, r := range profileRuns {
+		opts.Logf("bench: CPU profiles, %s, %d callers, %v: %v", paths[r.path].name, r.callers, opts.ProfileWindow, r.files)
+		profs, err := profileRun(ctx, d, r.files, opts.ProfileWindow, r.callers, paths[r.path].fn)
 		if err != nil {
 			return fail(fmt.Errorf("bench: profile: %w", err))
 		}
@@ -209,6 +215,13 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 
 // procNATS names the nats-server process's share in CPUUSPerCall.
 const procNATS = "nats"
+
+// profileSpec is one profiled load: paths[path] from callers callers, each
+// role's process writing its profile to its file.
+type profileSpec struct {
+	path, callers int
+	files         map[string]string
+}
 
 // profileBeside is file with .kind before its extension.
 func profileBeside(file, kind string) string {

@@ -464,6 +464,9 @@ var shareKinds = []struct {
 	{"NATS client (parse, dispatch, headers, publish)", []string{"github.com/nats-io/nats.go", "github.com/nats-io/nats%2ego"}},
 	{"contexts and timers", []string{"context.", "time."}},
 	{"toolbus", []string{"github.com/toolbus/toolbus/"}},
+	// nats-server's profile: its streams' work, then the rest of it.
+	{"nats-server JetStream (stream store, dedupe)", []string{"github.com/nats-io/nats-server/v2/server.(*stream)", "github.com/nats-io/nats-server/v2/server.(*fileStore)"}},
+	{"nats-server (parse, match, deliver)", []string{"github.com/nats-io/nats-server/"}},
 }
 
 // otherKind is the kind of a sample no shareKinds entry took.

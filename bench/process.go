@@ -362,7 +362,8 @@ func serveControl(url, role string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// profiler writes one CPU profile at a time to one of the allowed files.
+// profiler writes one CPU profile at a time to one of the allowed files,
+// and the heap profile at its end beside it (".heap" before the extension).
 type profiler struct {
 	allowed []string
 	mu      sync.Mutex
@@ -374,7 +375,7 @@ func (p *profiler) toggle(path string) error {
 	defer p.mu.Unlock()
 	if p.f != nil {
 		pprof.StopCPUProfile()
-		err := p.f.Close()
+		err := errors.Join(p.f.Close(), writeHeap(profileBeside(p.f.Name(), "heap")))
 		p.f = nil
 		if err != nil || path == "" {
 			return err
@@ -396,6 +397,16 @@ func (p *profiler) toggle(path string) error {
 	}
 	p.f = f
 	return nil
+}
+
+// writeHeap writes this process's heap profile (as of its last collection)
+// to file: what a profiled window leaves live.
+func writeHeap(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.WriteHeapProfile(f), f.Close())
 }
 
 func childConnect(url, role string) (*nats.Conn, error) {

@@ -35,18 +35,23 @@ func TestSplitSamples(t *testing.T) {
 		[]string{"internal/runtime/syscall/linux.Syscall6", "syscall.write", "github.com/nats-io/nats%2ego.(*Conn).flusher"},
 		[]string{"github.com/toolbus/toolbus/router.(*batch).run"},
 		[]string{"runtime.usleep"},
+		[]string{"syscall.Pwrite", "github.com/nats-io/nats-server/v2/server.(*msgBlock).writeAt", "github.com/nats-io/nats-server/v2/server.(*fileStore).StoreMsg"},
+		[]string{"runtime.mapaccess2_faststr", "github.com/nats-io/nats-server/v2/server.(*stream).checkMsgId"},
+		[]string{"github.com/nats-io/nats-server/v2/server.(*Sublist).match", "github.com/nats-io/nats-server/v2/server.(*client).parse"},
 	)
-	got, err := splitSamples(p, 7)
+	got, err := splitSamples(p, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]float64{
-		"garbage collector (marking, assists, sweeping)": 2000.0 / 7,
-		"allocation":                       1000.0 / 7,
-		"JSON":                             1000.0 / 7,
-		"socket writes (sending messages)": 1000.0 / 7,
-		"toolbus":                          1000.0 / 7,
-		otherKind:                          1000.0 / 7,
+		"garbage collector (marking, assists, sweeping)": 2000.0 / 10,
+		"allocation":                       1000.0 / 10,
+		"JSON":                             1000.0 / 10,
+		"socket writes (sending messages)": 1000.0 / 10,
+		"toolbus":                          1000.0 / 10,
+		otherKind:                          1000.0 / 10,
+		"nats-server JetStream (stream store, dedupe)": 2000.0 / 10,
+		"nats-server (parse, match, deliver)":          1000.0 / 10,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("kinds %+v, want %v", got, want)

@@ -93,8 +93,8 @@ func TestCrossDeployment(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	file := filepath.Join(t.TempDir(), "router.prof")
-	d, err := deploy(ctx, config{exe: exe, sessions: 2, mcpClients: 2, profiles: map[string][]string{roleRouter: {file}}})
+	file, natsFile := filepath.Join(t.TempDir(), "router.prof"), filepath.Join(t.TempDir(), "nats.prof")
+	d, err := deploy(ctx, config{exe: exe, sessions: 2, mcpClients: 2, profiles: map[string][]string{roleRouter: {file}, roleNATS: {natsFile}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,25 +135,34 @@ func TestCrossDeployment(t *testing.T) {
 	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off}); err == nil || !strings.Contains(err.Error(), "no profile running") {
 		t.Errorf("stopping a profile that is not running: %v", err)
 	}
-	// Only the files the parent named at start may be written.
+	// Only the files the parent named at start may be written, by the
+	// router and by nats-server (the other's file neither).
 	other := filepath.Join(t.TempDir(), "x.prof")
-	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &other}); err == nil || !strings.Contains(err.Error(), "not a profile file") {
-		t.Errorf("a profile into a file not named at start: %v", err)
+	for role, f := range map[string]string{roleRouter: other, roleNATS: file} {
+		if _, err := d.stats(ctx, role, ctlRequest{Profile: &f}); err == nil || !strings.Contains(err.Error(), "not a profile file") {
+			t.Errorf("%s: a profile into a file not named at start: %v", role, err)
+		}
 	}
-	if _, err := os.Stat(other); !os.IsNotExist(err) {
-		t.Errorf("%s was created: %v", other, err)
+	for _, f := range []string{other, file, profileBeside(file, "heap")} {
+		if _, err := os.Stat(f); !os.IsNotExist(err) {
+			t.Errorf("%s was created: %v", f, err)
+		}
 	}
 
-	// A profile while calls run is written and stopped.
-	profs, err := profileRun(ctx, d, map[string]string{roleRouter: file}, 200*time.Millisecond, 2, d.callTool(toolRead))
+	// A profile while calls run is written and stopped, with the heap's
+	// beside it.
+	profs, err := profileRun(ctx, d, map[string]string{roleRouter: file, roleNATS: natsFile}, 200*time.Millisecond, 2, d.callTool(toolRead))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(profs) != 1 || profs[0].Calls <= 0 || profs[0].CPUUSPerCall <= 0 || profs[0].File != file || profs[0].Role != roleRouter || !sampled(profs[0]) {
+	if len(profs) != 2 || profs[1].Calls <= 0 || profs[1].CPUUSPerCall <= 0 || profs[1].File != file || profs[1].Role != roleRouter || !sampled(profs[1]) ||
+		profs[0].File != natsFile || profs[0].Role != roleNATS || profs[0].CPUUSPerCall <= 0 {
 		t.Errorf("profiles %+v", profs)
 	}
-	if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
-		t.Errorf("profile %s: %v", file, err)
+	for _, f := range []string{file, profileBeside(file, "heap"), natsFile, profileBeside(natsFile, "heap")} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %s: %v", f, err)
+		}
 	}
 	if _, err := d.stats(ctx, roleRouter, ctlRequest{Profile: &off}); err == nil {
 		t.Error("the profile still runs after profile returned")
@@ -261,14 +270,24 @@ func TestRunQuick(t *testing.T) {
 	if rep.Sessions == nil || rep.Sessions.Count != 300 || rep.Sessions.Cached < 300 || rep.Sessions.RSSMiBAfter <= 0 || rep.Sessions.PeakRSSMiB <= 0 {
 		t.Errorf("sessions: %+v", rep.Sessions)
 	}
-	if len(rep.Profiles) != 3 {
-		t.Fatalf("profiles %v, want 3 (router read-only, worker, router write)", rep.Profiles)
+	// nats-server, router and worker during read-only calls, the router
+	// during write calls, nats-server during read-only calls at 4 callers
+	// and during relayed ones; each with its heap profile beside it.
+	roles := []string{roleNATS, roleRouter, roleWorker, roleRouter, roleNATS, roleNATS}
+	if len(rep.Profiles) != len(roles) {
+		t.Fatalf("profiles %v, want %v", rep.Profiles, roles)
 	}
-	for i, role := range []string{roleRouter, roleWorker, roleRouter} {
+	for i, role := range roles {
 		p := rep.Profiles[i]
 		if fi, err := os.Stat(p.File); err != nil || fi.Size() == 0 || p.Calls <= 0 || p.Role != role || !sampled(p) {
 			t.Errorf("profile %d %+v: %v", i, p, err)
 		}
+		if fi, err := os.Stat(profileBeside(p.File, "heap")); err != nil || fi.Size() == 0 {
+			t.Errorf("profile %d: heap profile: %v", i, err)
+		}
+	}
+	if c := rep.Profiles[4].Callers; c != 4 {
+		t.Errorf("nats-server's second read-only profile at %d callers, want 4", c)
 	}
 	for _, want := range []string{"run 1", "run 2", "raw one_hop", "throughput_4", "router_cpu_write_us", "others' cores",
 		"router process memory", "mcp-go HTTP", "vs_mcp_http_4", "worker CPU profile", "workers_8_vs_1", "parked path", "I/O-bound tool",
