@@ -69,7 +69,7 @@ class JsonAttackTest {
   void deepResultIsAnErrorOfTheCall() throws Exception {
     Router router = Router.shared();
     String tool = "j_deep_" + Ids.next();
-    try (Connection nc = router.connect(); Connection raw = router.connect()) {
+    try (Connection nc = router.connect()) {
       Worker w = Worker.builder(nc).id("jdeep-" + Ids.next()).heartbeat(Duration.ofSeconds(1)).build();
       CountDownLatch hold = new CountDownLatch(1);
       w.tool(ToolDef.builder(tool).description("Raw.").readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> {
@@ -78,21 +78,21 @@ class JsonAttackTest {
       });
       w.start();
       // The definition is the SDK worker's, held; a hostile responder answers each exec first, with deep metadata.
-      Dispatcher d = raw.createDispatcher(m -> {
+      Dispatcher d = nc.createDispatcher(m -> {
         Event x = Event.decode(m);
         String body = "{\"specversion\":\"1.0\",\"id\":\"r" + Ids.next() + "\",\"source\":\"attacker\",\"type\":\"" + Codes.EXEC_RESULT
             + "\",\"sessionid\":\"" + x.sessionid + "\",\"replyid\":\"" + x.replyid + "\",\"toolcallid\":\"" + x.toolcallid
             + "\",\"datacontenttype\":\"application/json\",\"data\":{\"state\":\"success\",\"output\":[{\"type\":\"text\",\"text\":\"x\"}],\"metadata\":"
             + DEEP + "}}";
-        raw.publish(m.getReplyTo(), body.getBytes(StandardCharsets.UTF_8));
+        nc.publish(m.getReplyTo(), body.getBytes(StandardCharsets.UTF_8));
       });
       d.subscribe("toolbus.exec." + tool);
-      raw.flush(Duration.ofSeconds(5));
+      nc.flush(Duration.ofSeconds(5));
       ToolbusClient c = ToolbusClient.builder(nc).timeout(Duration.ofSeconds(20)).build();
       String session = "jdeep-" + Ids.next();
       BusException e = assertThrows(BusException.class, () -> c.call(session, Batch.builder().call("c1", tool, Map.of()).build()));
       assertTrue(e.getMessage().contains("nesting depth") || e.getMessage().contains("not JSON"), e.getMessage());
-      raw.closeDispatcher(d);
+      nc.closeDispatcher(d);
       hold.countDown();
       Reply again = c.call(session, Batch.builder().call("c2", "echo", Map.of("text", "still")).build());
       assertEquals("still", again.results().get(0).output().get(0).text());
