@@ -144,3 +144,45 @@ async def test_attack_worker_deep_result(client, router, worker_factory, session
             await w.drain()
     finally:
         await nc.close()
+
+
+async def test_attack_cancel_flood(router, worker_factory, session):
+    """Any agent may publish cancels on its session's ``P.cancel.<s>``, which every Python worker reads (it must
+    see a cancel that overtakes its exec), naming call ids of its choosing: each id was remembered for two minutes
+    and every cancel scanned them all, so four cancels of 100,000 ids held 400,000 keys in every worker on the bus
+    (and a stream of them, quadratic CPU). Now only valid ids are kept, at most ``MAX_CANCELLED``, the oldest going
+    first in O(1); a fresh cancel is still remembered, and the worker serves calls."""
+    from toolbus import worker as wk
+
+    name = unique("py_cancel_flood")
+
+    @toolbus.tool(name=name, read_only=True)
+    async def ok() -> str:
+        return "served"
+
+    w = await worker_factory(ok)
+    nc = await nats.connect(router.url)
+    try:
+        for n in range(4):
+            ids = [f"f{n}x{i}" for i in range(100_000)] + ["not.an id", "x" * 200]
+            e = ev.Event(ev.TYPE_CALL_CANCEL, "attacker", {"calls": ids}, replyid=f"flood{n}", sessionid=session)
+            body, headers = ev.encode_structured(e)
+            await nc.publish(f"toolbus.cancel.{session}", body, headers=headers)
+        legit = ev.Event(ev.TYPE_CALL_CANCEL, "agent", {"calls": ["c1"]}, replyid="late", sessionid=session)
+        body, headers = ev.encode_structured(legit)
+        await nc.publish(f"toolbus.cancel.{session}", body, headers=headers)
+        await nc.flush()
+        end = time.monotonic() + 30
+        while not w._x._was_cancelled(f"{session}.late.c1", session, "late"):  # bounded polling: the cancels' delivery
+            assert time.monotonic() < end, "the legitimate cancel was not remembered"
+            await asyncio.sleep(0.05)
+        assert len(w._x._cancelled) <= wk.MAX_CANCELLED, len(w._x._cancelled)
+        assert not any(k.endswith(("not.an id", "x" * 200)) for k in w._x._cancelled)
+    finally:
+        await nc.close()
+    async with toolbus.Client(await nats.connect(router.url)) as c:
+        try:
+            reply = await c.call(session, [{"id": "c9", "name": name, "input": {}}])
+            assert reply.results[0].text == "served"
+        finally:
+            await c.nc.close()
