@@ -99,4 +99,57 @@ class JsonAttackTest {
       w.drain(Duration.ofSeconds(5));
     }
   }
+
+  /**
+   * Any agent may publish cancels on its own P.cancel.<session>, which every Java worker reads,
+   * naming ids of its choosing: four cancels of 100,000 ids held 400,000 keys for two minutes in
+   * every worker, each cancel scanning them all. Now only valid ids are kept, at most
+   * MAX_CANCELLED, the oldest dropped first; a fresh cancel is still remembered.
+   */
+  @Test
+  void cancelFloodBounded() throws Exception {
+    Router router = Router.shared();
+    String tool = "j_cflood_" + Ids.next();
+    try (Connection nc = router.connect()) {
+      Worker w = Worker.builder(nc).id("jcf-" + Ids.next()).heartbeat(Duration.ofSeconds(5)).build();
+      w.tool(ToolDef.builder(tool).description("Ok.").readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> "served");
+      w.start();
+      java.lang.reflect.Field f = Worker.class.getDeclaredField("calls");
+      f.setAccessible(true);
+      CallTable table = (CallTable) f.get(w);
+      String session = "jcf-" + Ids.next();
+      for (int n = 0; n < 4; n++) {
+        java.util.List<String> ids = new java.util.ArrayList<>();
+        for (int i = 0; i < 100_000; i++) {
+          ids.add("f" + n + "x" + i);
+        }
+        ids.add("not.an id");
+        Event e = Event.of(Codes.CALL_CANCEL, "attacker", Map.of("calls", ids));
+        e.sessionid = session;
+        e.replyid = "flood" + n;
+        nc.publish("toolbus.cancel." + session, e.encode());
+      }
+      Event legit = Event.of(Codes.CALL_CANCEL, "agent", Map.of("calls", java.util.List.of("c1")));
+      legit.sessionid = session;
+      legit.replyid = "late";
+      nc.publish("toolbus.cancel." + session, legit.encode());
+      nc.flush(Duration.ofSeconds(10));
+      String late = Ids.callKey(session, "late", "c1");
+      long end = System.nanoTime() + Duration.ofSeconds(60).toNanos();
+      while (true) { // bounded polling: the cancels' delivery
+        synchronized (table) {
+          if (table.cancelled.containsKey(late)) {
+            assertTrue(table.cancelled.size() <= CallTable.MAX_CANCELLED, "remembered " + table.cancelled.size());
+            assertTrue(table.cancelled.keySet().stream().noneMatch(k -> k.endsWith("not.an id")));
+            break;
+          }
+        }
+        assertTrue(System.nanoTime() < end, "the legitimate cancel was not remembered");
+        Thread.sleep(50);
+      }
+      ToolbusClient c = ToolbusClient.builder(nc).timeout(Duration.ofSeconds(20)).build();
+      assertEquals("served", c.call(session, Batch.builder().call("c9", tool, Map.of()).build()).results().get(0).output().get(0).text());
+      w.drain(Duration.ofSeconds(5));
+    }
+  }
 }
