@@ -186,3 +186,31 @@ async def test_attack_cancel_flood(router, worker_factory, session):
             assert reply.results[0].text == "served"
         finally:
             await c.nc.close()
+
+
+async def test_attack_reply_never_comes(router, session):
+    """A responder that takes a Python agent's requests and never answers (a hostile or stuck router on another
+    prefix) costs the agent only its timeout: each call raises TimeoutError when it is up, and 200 of them leave no
+    pending request, subscription or task behind."""
+    silent = await nats.connect(router.url)
+    c = await toolbus.Client.connect(router.url, prefix="ghost", source="pytest")
+    try:
+        async def swallow(m: Any) -> None:  # takes every batch, answers none
+            pass
+
+        await silent.subscribe("ghost.call.>", cb=swallow)
+        await silent.flush()
+        with pytest.raises(toolbus.TimeoutError):  # the first request makes nats-py's one reply subscription
+            await c.call(session, [{"id": "c0", "name": "echo"}], timeout=0.02)
+        subs, tasks = len(c.nc._subs), len(asyncio.all_tasks())
+        t0 = time.monotonic()
+        for i in range(200):
+            with pytest.raises(toolbus.TimeoutError):
+                await c.call(session, [{"id": f"c{i}", "name": "echo"}], timeout=0.02)
+        assert time.monotonic() - t0 < 60
+        assert len(c.nc._resp_map) == 0, len(c.nc._resp_map)
+        assert len(c.nc._subs) == subs and len(asyncio.all_tasks()) <= tasks, (len(c.nc._subs), subs, len(asyncio.all_tasks()), tasks)
+    finally:
+        await c.close()
+        await c.nc.close()
+        await silent.close()
