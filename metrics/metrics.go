@@ -1,6 +1,7 @@
 // Package metrics defines the Prometheus metrics of routers and workers and
 // serves them over HTTP. Labels stay bounded: unknown tool names count under
-// "unknown", states are the fixed result states.
+// "unknown", states are the fixed result states, and a router's tool and
+// code labels take at most MaxLabelValues values each (then "other").
 package metrics
 
 import (
@@ -9,6 +10,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,14 +22,23 @@ import (
 // UnknownTool is the tool label of calls that named no registered tool.
 const UnknownTool = "unknown"
 
+// MaxLabelValues bounds the distinct values of a router's tool label, and
+// of its code label: names an agent chooses (a request-scoped tool's) or a
+// worker registers would otherwise add series without end. Past it a new
+// value counts under OtherLabel.
+const MaxLabelValues = 1024
+
+// OtherLabel is the label of values past MaxLabelValues.
+const OtherLabel = "other"
+
 var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 
 // Router holds a router's metrics.
 type Router struct {
-	Calls      *prometheus.CounterVec   // tool, state
-	Latency    *prometheus.HistogramVec // tool
+	Calls      CounterVec   // tool, state
+	Latency    HistogramVec // tool
 	Batches    prometheus.Counter
-	Rejected   *prometheus.CounterVec // code
+	Rejected   CounterVec // code
 	DedupeHits prometheus.Counter
 	Parked     *prometheus.CounterVec // kind
 	Answers    *prometheus.CounterVec // outcome
@@ -43,18 +55,19 @@ type RouterSources struct {
 
 // NewRouter registers a router's metrics on reg (a fresh registry when nil).
 func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
+	tools := new(labels)
 	m := &Router{
-		Calls:    counterVec("toolbus_router_calls_total", "Finished tool calls by tool and result state.", "tool", "state"),
-		Latency:  latencyVec("toolbus_router_call_duration_seconds", "Time from a call's batch arriving to its result, by tool (parked calls excluded)."),
+		Calls:    CounterVec{counterVec("toolbus_router_calls_total", "Finished tool calls by tool and result state.", "tool", "state"), tools},
+		Latency:  HistogramVec{latencyVec("toolbus_router_call_duration_seconds", "Time from a call's batch arriving to its result, by tool (parked calls excluded)."), tools},
 		Batches:  prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_batches_total", Help: "Batches accepted."}),
-		Rejected: counterVec("toolbus_router_rejected_total", "Messages answered with io.toolbus.error, by code.", "code"),
+		Rejected: CounterVec{counterVec("toolbus_router_rejected_total", "Messages answered with io.toolbus.error, by code.", "code"), new(labels)},
 		DedupeHits: prometheus.NewCounter(prometheus.CounterOpts{Name: "toolbus_router_dedupe_hits_total",
 			Help: "Calls answered from the dedupe ledger, or from a background task an earlier copy of the call started, instead of running again."}),
 		Parked:   counterVec("toolbus_router_parked_total", "Calls parked, by kind.", "kind"),
 		Answers:  counterVec("toolbus_router_answers_total", "Answers to parked calls, by outcome (accepted or an error code).", "outcome"),
 		Inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "toolbus_router_inflight", Help: "Messages being handled now."}),
 	}
-	cs := []prometheus.Collector{m.Calls, m.Latency, m.Batches, m.Rejected, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
+	cs := []prometheus.Collector{m.Calls.vec, m.Latency.vec, m.Batches, m.Rejected.vec, m.DedupeHits, m.Parked, m.Answers, m.Inflight,
 		gaugeFunc("toolbus_router_capacity", "MaxInflight: messages the router handles at once before back-pressure.",
 			func() int { return src.Capacity }),
 		gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow),
@@ -63,6 +76,51 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 	}
 	register(reg, cs...)
 	return m
+}
+
+// labels is the set of values a label has taken, at most MaxLabelValues.
+type labels struct {
+	seen sync.Map // value -> struct{}
+	n    atomic.Int32
+}
+
+// of returns v while the set has room for it, else OtherLabel.
+func (l *labels) of(v string) string {
+	if _, ok := l.seen.Load(v); ok {
+		return v
+	}
+	if l.n.Add(1) > MaxLabelValues {
+		l.n.Add(-1)
+		return OtherLabel
+	}
+	if _, dup := l.seen.LoadOrStore(v, struct{}{}); dup {
+		l.n.Add(-1)
+	}
+	return v
+}
+
+// CounterVec is a counter vector whose first label is bounded (labels).
+type CounterVec struct {
+	vec *prometheus.CounterVec
+	l   *labels
+}
+
+// WithLabelValues is the counter of the values, the first one bounded
+// (in place: lvs is the caller's variadic list).
+func (c CounterVec) WithLabelValues(lvs ...string) prometheus.Counter {
+	lvs[0] = c.l.of(lvs[0])
+	return c.vec.WithLabelValues(lvs...)
+}
+
+// HistogramVec is a histogram vector of one bounded label (labels).
+type HistogramVec struct {
+	vec *prometheus.HistogramVec
+	l   *labels
+}
+
+// WithLabelValues is the histogram of the value, bounded.
+func (h HistogramVec) WithLabelValues(v string) prometheus.Observer {
+	return h.vec.WithLabelValues(h.l.of(v))
 }
 
 type liveWorkers struct {

@@ -320,8 +320,8 @@ def decode_structured(data: bytes) -> Event:
         raise ProtocolError("message is not a JSON CloudEvent")
     try:
         obj = json.loads(b)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ProtocolError(f"message is not a CloudEvent: {err}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:  # RecursionError: nested past the stack
+        raise ProtocolError(f"message is not a CloudEvent: {_unreadable(err)}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("message is not a JSON CloudEvent")
     kw: dict[str, Any] = {}
@@ -340,9 +340,15 @@ def decode_structured(data: bytes) -> Event:
         try:
             raw = base64.b64decode(b64, validate=True)
             value = json.loads(raw) if raw.strip() else None
-        except (binascii.Error, ValueError) as err:
-            raise ProtocolError(f"data_base64: {err}") from None
+        except (binascii.Error, ValueError, RecursionError) as err:
+            raise ProtocolError(f"data_base64: {_unreadable(err)}") from None
     return _decoded(kw, value)
+
+
+def _unreadable(err: Exception) -> str:
+    """Why valid JSON may still not be read here: nested deeper than Python's stack, an integer past
+    ``sys.get_int_max_str_digits`` (both kept: raising them would let a sender spend the process's stack or CPU)."""
+    return "nested too deeply for Python" if isinstance(err, RecursionError) else str(err)
 
 
 _UNSET = dict.fromkeys(("specversion", "id", "source", "type", *_ATTRS), "")
@@ -413,8 +419,8 @@ def _decode_binary(headers: Mapping[str, str], body: bytes) -> Event:
     if body.strip():
         try:
             value = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise ProtocolError("binary-mode data is not JSON") from None
+        except (ValueError, UnicodeDecodeError, RecursionError) as err:
+            raise ProtocolError(f"binary-mode data is not JSON: {_unreadable(err)}") from None
     return _decoded({n: v for n, (_, v) in seen.items() if n in _UNSET}, value)
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -21,6 +22,8 @@ from .records import Block, Group, Rejection, ToolDef, blocks_json, to_blocks
 from .tool import Handler, Tool, ToolContext, ToolResult, tools_of
 
 CANCEL_MEMORY = 120.0
+# Cancels remembered at most: any agent may publish cancels naming ids of its choosing, which every worker reads.
+MAX_CANCELLED = 65536
 DEFAULT_MAX_CONCURRENT = 64
 
 
@@ -294,7 +297,7 @@ class _Executor:
         self._compact = compact  # answer a compact exec in the compact form (5.2, 1.16)
         self._sem = asyncio.Semaphore(max_concurrent)
         self._calls: dict[str, _Call] = {}
-        self._cancelled: dict[str, float] = {}
+        self._cancelled: OrderedDict[str, float] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
 
@@ -532,12 +535,16 @@ class _Executor:
         if isinstance(e.data, dict) and isinstance(e.data.get("calls"), list):
             ids = [i for i in e.data["calls"] if isinstance(i, str)]
         now = time.monotonic()
-        for k in [k for k, at in self._cancelled.items() if now - at > CANCEL_MEMORY]:
-            del self._cancelled[k]
         prefix = f"{session}.{e.replyid}."
-        keys = [prefix + i for i in ids] if ids else [prefix]
-        for k in keys:
+        keys = [prefix + i for i in ids if ev.valid_id(i)] if ids else [prefix]
+        for k in keys:  # kept in arrival order: the oldest go first, each in O(1)
             self._cancelled[k] = now
+            self._cancelled.move_to_end(k)
+        while self._cancelled:
+            at = next(iter(self._cancelled.values()))
+            if len(self._cancelled) <= MAX_CANCELLED and now - at <= CANCEL_MEMORY:
+                break
+            self._cancelled.popitem(last=False)
         for key, c in list(self._calls.items()):
             if (not ids and key.startswith(prefix)) or key in keys:
                 c.cancelled = True

@@ -4,6 +4,7 @@ import io.nats.client.Message;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -14,11 +15,14 @@ import java.util.Map;
  */
 final class CallTable {
   static final Duration CANCEL_MEMORY = Duration.ofMinutes(2);
+  /** Cancels remembered at most: any agent may publish cancels naming ids of its choosing, which every worker reads. */
+  static final int MAX_CANCELLED = 65_536;
 
   private final Subjects subj;
   private final Map<String, String> queued = new HashMap<>(); // key -> tool
   private final Map<String, ToolCall> running = new HashMap<>();
-  private final Map<String, Long> cancelled = new HashMap<>(); // key (or reply prefix) -> nanos
+  // key (or reply prefix) -> nanos, in arrival order: the oldest are dropped first
+  final LinkedHashMap<String, Long> cancelled = new LinkedHashMap<>();
 
   CallTable(Subjects subj) {
     this.subj = subj;
@@ -79,10 +83,9 @@ final class CallTable {
     long now = System.nanoTime();
     List<ToolCall> stop = new ArrayList<>();
     synchronized (this) {
-      cancelled.values().removeIf(at -> now - at > CANCEL_MEMORY.toNanos());
       if (calls.isEmpty()) {
         String prefix = Ids.callKey(session, e.replyid, "");
-        cancelled.put(prefix, now);
+        remember(prefix, now);
         running.forEach((k, c) -> {
           if (k.startsWith(prefix)) {
             stop.add(c);
@@ -90,14 +93,30 @@ final class CallTable {
         });
       }
       for (String id : calls) {
+        if (!Ids.validId(id)) {
+          continue;
+        }
         String k = Ids.callKey(session, e.replyid, id);
-        cancelled.put(k, now);
+        remember(k, now);
         ToolCall c = running.get(k);
         if (c != null) {
           stop.add(c);
         }
       }
+      for (var it = cancelled.values().iterator(); it.hasNext(); ) { // the expired, and past the bound the oldest
+        long at = it.next();
+        if (cancelled.size() <= MAX_CANCELLED && now - at <= CANCEL_MEMORY.toNanos()) {
+          break;
+        }
+        it.remove();
+      }
     }
     stop.forEach(c -> c.stop(ToolCall.Stop.CANCELLED));
+  }
+
+  /** Remembers a cancel's key at the end of the arrival order. */
+  private void remember(String key, long now) {
+    cancelled.remove(key);
+    cancelled.put(key, now);
   }
 }
