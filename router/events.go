@@ -71,7 +71,9 @@ func (x *routerEvents) stored(ctx context.Context, evs []*sentEvent) error {
 func (x *routerEvents) announce(typ, session, replyID, callID string, trace [2]string, data json.RawMessage) error {
 	var e bus.Event
 	rawEventTo(&e, x.source, typ, session, replyID, callID, trace, data)
-	return bus.SendTrusted(x.subj.EventsMsg(session), &e, e.ID, x.nc.PublishMsg) // stored once, as a retried publish would be
+	// No Nats-Msg-Id (1.21): published once and never again under this id,
+	// it has no twin to dedupe, and each id held costs the stream's heap.
+	return bus.SendTrusted(x.subj.EventsMsg(session), &e, "", x.nc.PublishMsg)
 }
 
 func (x *routerEvents) live(typ, session, replyID, callID string, trace [2]string, data any) error {

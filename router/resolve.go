@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/permission"
 	"github.com/toolbus/toolbus/schemas"
 	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/tracing"
 )
 
 // resolveStep resolves a batch's calls and validates their inputs.
@@ -212,7 +213,8 @@ func checkTurn(e *bus.Event, lim Limits, calls []bus.Call, read *bus.Batch) (tur
 			seen[c.ID] = struct{}{}
 		}
 	}
-	return newTurn(e.SessionID, e.ID, [2]string{e.TraceParent, e.TraceState}, e.ExpiryTime, *data)
+	tp, ts := tracing.Bound(e.TraceParent, e.TraceState)
+	return newTurn(e.SessionID, e.ID, [2]string{tp, ts}, e.ExpiryTime, *data)
 }
 
 // checkAsked enforces that only a bridge parks a bridged server's question

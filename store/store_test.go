@@ -91,6 +91,25 @@ func TestSetupConfig(t *testing.T) {
 			t.Errorf("stream %+v", info.Config)
 		}
 	}
+	// The events stream stores an event sent again under its id once
+	// within the dedupe window (docs/protocol.md 3.4; it was nats-server's
+	// two minutes before 1.21), bounded by the events' age.
+	for _, tc := range []struct {
+		cfg  store.Config
+		want time.Duration
+	}{
+		{store.Config{Memory: true}, bus.DefaultDedupeWindow},
+		{cfg, time.Minute},
+		{store.Config{Memory: true, DedupeWindow: time.Hour, EventsMaxAge: 30 * time.Minute}, 30 * time.Minute},
+	} {
+		st, err := store.Setup(t.Context(), js, bus.NewSubjects("dup"), tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := st.Events.Info(t.Context()); err != nil || info.Config.Duplicates != tc.want {
+			t.Errorf("events stream's duplicates window %v (%v), want %v", info.Config.Duplicates, err, tc.want)
+		}
+	}
 	// Defaults.
 	def, err := store.Setup(t.Context(), js, bus.NewSubjects("dflt"), store.Config{Memory: true})
 	if err != nil {

@@ -26,6 +26,29 @@ func Extract(ctx context.Context, traceparent, tracestate string) context.Contex
 	return propagator.Extract(ctx, propagation.MapCarrier{"traceparent": traceparent, "tracestate": tracestate})
 }
 
+// Bounds of what Bound passes on: a traceparent of a later version than 00
+// (which is 55 characters) may add fields; 512 characters of tracestate are
+// what W3C Trace Context asks every vendor to pass on.
+const (
+	maxTraceParent = 256
+	maxTraceState  = 512
+)
+
+// Bound returns the trace context the bus passes on for what a caller sent:
+// none for a traceparent W3C Trace Context does not read (nor its
+// tracestate), and no tracestate past maxTraceState. Calls are never refused
+// for their trace context (docs/protocol.md 1, 1.21).
+func Bound(traceparent, tracestate string) (string, string) {
+	if traceparent == "" || len(traceparent) > maxTraceParent ||
+		!trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})).IsValid() {
+		return "", ""
+	}
+	if len(tracestate) > maxTraceState {
+		tracestate = ""
+	}
+	return traceparent, tracestate
+}
+
 // Inject returns the traceparent and tracestate of ctx's span, or the given
 // fallbacks when ctx has no valid span (tracing off: pass through what came in).
 func Inject(ctx context.Context, fallbackParent, fallbackState string) (string, string) {

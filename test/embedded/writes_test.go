@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
@@ -304,4 +305,51 @@ func TestWritingBatchDoneLost(t *testing.T) {
 	if got := lastStored(t, e.nc, "lost"); got.Type != bus.TypeBatchDone || got.ReplyID != reply {
 		t.Fatalf("newest stored event %s of %s, want the re-sent copy's batch.done of %s", got.Type, got.ReplyID, reply)
 	}
+}
+
+// The events stream dedupes an event by its Nats-Msg-Id (docs/protocol.md
+// 3.4): an awaited batch.done carries it, the event's id, for its retries;
+// an unawaited one (a read-only batch's) is published once and carries
+// none since 1.21, so the stream keeps no id of it. Both are stored.
+func TestBatchDoneMsgID(t *testing.T) {
+	e := newEnv(t, 1)
+	e.addWorker(func(w *worker.Worker) {
+		handle(t, w, bus.ToolDef{Name: "quick", ReadOnly: true, ConcurrencySafe: true, InputSchema: objectSchema(`{}`)},
+			func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textResult("done"), nil })
+	})
+	sub, err := e.nc.SubscribeSync("toolbus.events.ids")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seqs := streamSeqs(t, e)
+	for _, tc := range []struct {
+		b      bus.Batch
+		awaits bool
+	}{
+		{bus.Batch{Calls: []bus.Call{{ID: "c", Name: "quick"}}}, false},
+		{bus.Batch{Calls: []bus.Call{{ID: "c", Name: "quick"}}, Events: bus.EventsCalls}, true},
+	} {
+		wantSuccess(t, e.batch(t, "ids", tc.b, client.WithReplyID(client.NewReplyID())).Results[0], "done")
+		for {
+			m, err := sub.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := bus.Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Type != bus.TypeBatchDone {
+				continue
+			}
+			if got := m.Header.Get(jetstream.MsgIDHeader); (got == ev.ID) != tc.awaits || (got != "") != tc.awaits {
+				t.Errorf("batch.done (events %q) carries Nats-Msg-Id %q, event id %s; want it only when awaited (%v)", tc.b.Events, got, ev.ID, tc.awaits)
+			}
+			break
+		}
+	}
+	waitWrites(t, e, seqs, "TOOLBUS_EVENTS", 3) // both batch.done and the call.result
 }
