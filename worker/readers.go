@@ -41,36 +41,8 @@ type readers struct {
 	once      sync.Once
 	wg        sync.WaitGroup
 
-	alarm   func(fire func()) alarm // a reader's promotion timer: goAlarm, or newAlarm (serving)
-	decided func(placed bool)       // tests: called as a reader ends a streak, placed if it waits on the channel
+	decided func(placed bool) // tests: called as a reader ends a streak, placed if it waits on the channel
 }
-
-// alarm runs its fire once set's d has passed; set replaces the last
-// setting, and d 0 stops it.
-type alarm interface {
-	set(d time.Duration)
-	close()
-}
-
-// goTimer is an alarm on a runtime timer (tests in synctest bubbles, and
-// where the kernel has no timerfd).
-type goTimer struct{ *time.Timer }
-
-func goAlarm(fire func()) alarm {
-	t := time.AfterFunc(time.Hour, fire)
-	t.Stop()
-	return goTimer{t}
-}
-
-func (t goTimer) set(d time.Duration) {
-	if d == 0 {
-		t.Stop()
-	} else {
-		t.Reset(d)
-	}
-}
-
-func (t goTimer) close() { t.Stop() }
 
 // maxIdle bounds the followers that wait at once.
 const maxIdle = 256
@@ -83,7 +55,7 @@ const promoteAfter = 100 * time.Microsecond
 // limit of them (readerLimit); start starts them.
 func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) *readers {
 	return &readers{ch: make(chan *nats.Msg, size), serve: serve, idleTime: idle, after: promoteAfter, limit: int64(max(limit, 1)),
-		more: make(chan struct{}, 1), quit: make(chan struct{}), alarm: goAlarm}
+		more: make(chan struct{}, 1), quit: make(chan struct{})}
 }
 
 // start starts the first reader and the spawner.
@@ -126,7 +98,7 @@ func (rs *readers) spawn() {
 type reader struct {
 	rs    *readers
 	state atomic.Int32
-	timer alarm
+	timer *time.Timer
 	// took counts the requests taken; armed is took when the timer was
 	// armed, so fire tells one long call from a run of short ones.
 	took, armed atomic.Int64
@@ -147,8 +119,9 @@ func (rs *readers) read() {
 	defer rs.all.Add(-1)
 	r := &reader{rs: rs, wake: make(chan struct{}, 1), idle: time.NewTimer(time.Hour)}
 	r.idle.Stop()
-	r.timer = rs.alarm(r.fire)
-	defer r.timer.close()
+	r.timer = time.AfterFunc(time.Hour, r.fire)
+	r.timer.Stop()
+	defer r.timer.Stop()
 	for r.lead() && r.follow() {
 	}
 }
@@ -260,14 +233,14 @@ func (rs *readers) promote() bool {
 func (r *reader) begin() {
 	r.state.Store(busy)
 	r.armed.Store(r.took.Load())
-	r.timer.set(r.rs.after)
+	r.timer.Reset(r.rs.after)
 }
 
 func (r *reader) end() {
 	if r.state.Load() == waiting {
 		return
 	}
-	r.timer.set(0)
+	r.timer.Stop()
 	r.state.Store(waiting)
 }
 
@@ -304,7 +277,7 @@ func (r *reader) fire() {
 	// At the limit, a follower that came just after promote found none:
 	// try again after promoteAfter, lest a long call hold the channel.
 	if !woke && rs.followers.Load() > 0 && r.state.CompareAndSwap(promoted, busy) {
-		r.timer.set(rs.after)
+		r.timer.Reset(rs.after)
 	}
 }
 

@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,8 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // blocked starts readers, at most limit, whose every call waits for
@@ -358,35 +354,4 @@ func TestReadersLaterStreakPromotesOnItsOwnTime(t *testing.T) {
 			t.Fatalf("%d calls started at 1.6 promoteAfter, want all 4", n)
 		}
 	})
-}
-
-// TestReadersKernelAlarm: on the real clock, the alarm of the worker's
-// readers (a timerfd, alarm_linux.go) promotes past calls that do not
-// return as the runtime timer does in the bubbles above, and a burst
-// behind them opens a timerfd per reader, never more than the readers'
-// limit (docs/security.md).
-func TestReadersKernelAlarm(t *testing.T) {
-	fds := func() int { e, _ := os.ReadDir("/proc/self/fd"); return len(e) }
-	before := fds()
-	var started atomic.Int64
-	gate := make(chan struct{})
-	rs := newReaders(64, time.Minute, 3, func(*nats.Msg) {
-		started.Add(1)
-		<-gate
-	})
-	rs.alarm = newAlarm
-	rs.start()
-	t.Cleanup(func() { close(gate); rs.close(); rs.wait(context.Background()) })
-	for range 10 {
-		rs.ch <- &nats.Msg{}
-	}
-	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
-		if n := started.Load(); n != 3 {
-			return fmt.Errorf("%d calls started, want one per reader, 3", n)
-		}
-		return nil
-	})
-	if n := fds() - before; n > 3 {
-		t.Fatalf("3 readers opened %d descriptors", n)
-	}
 }

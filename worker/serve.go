@@ -55,9 +55,7 @@ func (s *serving) start() error {
 	for _, t := range s.tools {
 		s.bySubject[s.subj.Workers.Exec(t.def.Name)] = t
 	}
-	s.in = newReaders(pendingMsgs, time.Minute, readerLimit(s.slots), s.take)
-	s.in.alarm = newAlarm
-	s.in.start()
+	s.in = newReaders(pendingMsgs, time.Minute, readerLimit(s.slots), s.take).start()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.subs = map[string]*nats.Subscription{}
