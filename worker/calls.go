@@ -24,7 +24,19 @@ type callTable struct {
 	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
 	answered  answeredRing         // the calls answered last, for linger after their reply
 	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
+	order     []remembered         // cancelled's keys in arrival order, at most maxCancels
 }
+
+// remembered is a cancel's key as it came, with when.
+type remembered struct {
+	key string
+	at  time.Time
+}
+
+// maxCancels bounds the cancels a worker remembers: any agent may cancel
+// made-up ids on its own session's subject, which every worker reads
+// (docs/security.md); the Python and Java workers keep as many.
+const maxCancels = 1 << 16
 
 func newCallTable(subj bus.Subjects) *callTable {
 	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}}
@@ -176,7 +188,7 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		return
 	}
 	e, err := bus.Decode(m)
-	if err != nil || e.Type != bus.TypeCallCancel || e.ReplyID == "" {
+	if err != nil || e.Type != bus.TypeCallCancel || !bus.ValidID(e.ReplyID) {
 		return
 	}
 	var c bus.Cancel
@@ -186,14 +198,9 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
 	now := time.Now()
-	for k, at := range ct.cancelled {
-		if now.Sub(at) > cancelMemory {
-			delete(ct.cancelled, k)
-		}
-	}
 	if len(c.Calls) == 0 {
 		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
-		ct.cancelled[prefix] = now
+		ct.remember(prefix, now)
 		for k, call := range ct.inflight {
 			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
 				call.abort()
@@ -202,10 +209,28 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		return
 	}
 	for _, id := range c.Calls {
+		if !bus.ValidID(id) {
+			continue // no call has it
+		}
 		key := bus.CallKey(session, e.ReplyID, id)
-		ct.cancelled[key] = now
+		ct.remember(key, now)
 		if call, ok := ct.inflight[key]; ok {
 			call.abort()
+		}
+	}
+}
+
+// remember notes a cancel of key at now and forgets, oldest first, those
+// past cancelMemory or past maxCancels. Called with ct.mu held.
+func (ct *callTable) remember(key string, now time.Time) {
+	ct.cancelled[key] = now
+	ct.order = append(ct.order, remembered{key, now})
+	for len(ct.order) > maxCancels || now.Sub(ct.order[0].at) > cancelMemory {
+		r := ct.order[0]
+		ct.order[0] = remembered{}
+		ct.order = ct.order[1:]
+		if ct.cancelled[r.key] == r.at { // not cancelled again since
+			delete(ct.cancelled, r.key)
 		}
 	}
 }

@@ -100,6 +100,9 @@ func TestCallTableCancel(t *testing.T) {
 		{"no reply id", []call{{"s1", "r1", "a"}},
 			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1", "") },
 			nil, call{"s1", "r1", "b"}, false},
+		{"a reply id no call has", []call{{"s1", "r1", "a"}},
+			func(t *testing.T) *nats.Msg { return cancelMsg(t, "toolbus.cancel.s1", "r 1") },
+			nil, call{"s1", "r1", "b"}, false},
 		{"garbage", []call{{"s1", "r1", "a"}},
 			func(*testing.T) *nats.Msg { return &nats.Msg{Subject: "toolbus.cancel.s1", Data: []byte("{")} },
 			nil, call{"s1", "r1", "b"}, false},
@@ -186,5 +189,44 @@ func TestAnsweredRing(t *testing.T) {
 		if n > 0 && stopped != 1 {
 			t.Errorf("%d answers: %d calls after false", n, stopped)
 		}
+	}
+}
+
+// A worker remembers at most maxCancels cancels, valid ids only, and forgets
+// the oldest first (by age, or past the bound); a key cancelled again is
+// remembered from its latest cancel.
+func TestCallTableCancelMemory(t *testing.T) {
+	ct := newCallTable(bus.NewSubjects(""))
+	ids := make([]string, maxCancels+10)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c%d", i)
+	}
+	ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", append(ids, "not valid", "x.y")...))
+	if len(ct.cancelled) != maxCancels || len(ct.order) != maxCancels {
+		t.Fatalf("remembers %d keys (%d in order), want %d", len(ct.cancelled), len(ct.order), maxCancels)
+	}
+	for _, tc := range []struct {
+		id  string
+		cut bool
+	}{{"c0", false}, {"c9", false}, {"c10", true}, {fmt.Sprintf("c%d", maxCancels+9), true}} {
+		if cut := ct.begin(bus.CallKey("s1", "r1", tc.id), &Call{ID: tc.id, SessionID: "s1", ReplyID: "r1"}); cut != tc.cut {
+			t.Errorf("request %s cut off: %v, want %v", tc.id, cut, tc.cut)
+		}
+	}
+	// Age: the cancels of a moment past cancelMemory go at the next one; a
+	// key cancelled again since stays.
+	ct.mu.Lock()
+	old := time.Now().Add(-cancelMemory - time.Second)
+	for i := range ct.order {
+		ct.order[i].at = old
+		ct.cancelled[ct.order[i].key] = old
+	}
+	ct.mu.Unlock()
+	ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", "c10"))
+	if len(ct.cancelled) != 1 || len(ct.order) != 1 {
+		t.Fatalf("after cancelMemory: %d keys (%d in order), want 1", len(ct.cancelled), len(ct.order))
+	}
+	if _, ok := ct.cancelled[bus.CallKey("s1", "r1", "c10")]; !ok {
+		t.Fatal("the key cancelled again was forgotten")
 	}
 }

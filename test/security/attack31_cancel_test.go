@@ -9,20 +9,17 @@ import (
 	"github.com/toolbus/toolbus/bus"
 )
 
-// TestAttackCancelFloodGoWorker (session 31, red team; a gap, skipped): a
+// TestAttackCancelFloodGoWorker (session 31, red team; closed): a
 // session agent publishes four cancels on its own P.cancel.s1, each naming
 // 100,000 made-up call ids. Every worker reads every session's cancels
 // (one that overtakes its exec must stop it), and the Go worker's
 // callTable remembers each named key for two minutes with no bound,
 // scanning them all at each cancel: this process's heap kept 34 MB once
 // it settled (with the worker's map bounded at 65,536, a trial edit, it
-// passed 3 of 3), and so would every Go worker on the bus. The Python and
-// Java workers keep at most 65,536 since session 31 (python/tests
+// passed 3 of 3), and so would every Go worker on the bus. Go, Python and
+// Java workers keep at most 65,536 valid ones since session 31 (python/tests
 // test_attack31.py::test_attack_cancel_flood, java JsonAttackTest.cancelFloodBounded).
 func TestAttackCancelFloodGoWorker(t *testing.T) {
-	t.Skip("gap (worker/calls.go, owned by wrk31): onCancel remembers every named id for cancelMemory with no bound; " +
-		"proposed: as the Python and Java workers since session 31, remember only valid ids, at most 65,536, in arrival order, " +
-		"the expired and the oldest past the bound dropped from the front (no scan of all per cancel)")
 	d := newDeployment(t)
 	d.startWorker()
 	heap := func() uint64 {
