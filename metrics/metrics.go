@@ -22,6 +22,10 @@ import (
 // UnknownTool is the tool label of calls that named no registered tool.
 const UnknownTool = "unknown"
 
+// RequestTool is the tool label of calls of request-scoped tools, whose
+// names the agent chooses.
+const RequestTool = "request_scoped"
+
 // MaxLabelValues bounds the distinct values of a router's tool label, and
 // of its code label: names an agent chooses (a request-scoped tool's) or a
 // worker registers would otherwise add series without end. Past it a new

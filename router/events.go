@@ -124,7 +124,10 @@ func (s reportStep) result(b *batch, c *callState, res bus.Result) {
 		return
 	}
 	tool := metrics.UnknownTool
-	if c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable {
+	switch {
+	case c.target.External != nil: // named by the agent
+		tool = metrics.RequestTool
+	case c.target.Code == "" || c.target.Code == bus.CodeInactiveTool || c.target.Code == bus.CodeUnavailable:
 		tool = c.call.Name
 	}
 	s.m.Calls.WithLabelValues(tool, res.State).Inc()
