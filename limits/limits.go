@@ -46,7 +46,11 @@ type Call struct {
 	Tool     string
 	ReadOnly bool
 	User     string
-	Session  string
+	// Login is the session's own agent login (docs/security.md "Identities"):
+	// a call with no user counts per user under it, apart from the shared
+	// agent's sessions (no login of their own: "").
+	Login   string
+	Session string
 	// CacheHit: the result cache answers the call (counted by CacheHits rules).
 	CacheHit bool
 }
@@ -333,6 +337,9 @@ func (l *Limiter) value(p string, c Call) string {
 	case PerTool:
 		return c.Tool
 	case PerUser:
+		if c.User == "" && c.Login != "" {
+			return "nats:" + c.Login
+		}
 		return c.User
 	case PerSession:
 		return c.Session

@@ -325,6 +325,31 @@ func TestTenantFromConfigOnly(t *testing.T) {
 	}
 }
 
+// A call with no user counts per user under its session's own login, apart
+// from the shared agent's (no login) and from any user's.
+func TestPerUserLogin(t *testing.T) {
+	s := testkit.RunServer(t)
+	l := newLimiter(t, testkit.Connect(t, s), Policy{
+		Rules: []Rule{{Name: "u", Per: []string{PerUser}, Budget: &Budget{Units: 1}}},
+	}, 1, nil)
+	for _, tc := range []struct {
+		call    Call
+		refused bool
+	}{
+		{Call{Tool: "x"}, false},                                     // the shared agent
+		{Call{Tool: "x", Login: "session-s2"}, false},                // its own count
+		{Call{Tool: "x", User: "alice", Login: "session-s1"}, false}, // a user counts as the user
+		{Call{Tool: "x", User: "alice"}, true},
+		{Call{Tool: "x", Login: "session-s2"}, true},
+		{Call{Tool: "x"}, true},
+		{Call{Tool: "x", Login: "session-s3"}, false},
+	} {
+		if ref, err := l.Check(t.Context(), tc.call); err != nil || (ref != nil) != tc.refused {
+			t.Fatalf("%+v: refused %+v (%v), want refused %v", tc.call, ref, err, tc.refused)
+		}
+	}
+}
+
 // TestRuleMatches: what a rule counts, cache hits included (pure logic).
 func TestRuleMatches(t *testing.T) {
 	for _, tc := range []struct {

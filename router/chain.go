@@ -105,7 +105,7 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return g, err
 		}
 	}
-	q := &quotas{counted: counted, log: log}
+	q := &quotas{counted: counted, ids: cfg.Identities, log: log}
 	if cfg.Guard.Cache {
 		c, err := rcache.New(ctx, js, subj, rcache.Config{Replicas: cfg.Store.Replicas, Memory: cfg.Store.Memory, Now: cfg.Guard.Now})
 		if err != nil {
@@ -172,6 +172,7 @@ type quotas struct {
 	cache   resultStore                                                 // nil: no result cache
 	lookups *prometheus.CounterVec                                      // the cache's, by tool and hit or miss
 	counted func(ctx context.Context, key string, parks bool) bool      // recordedCalls.counted
+	ids     Identities                                                  // per-user counts of a session's own login with no user
 	log     *slog.Logger
 }
 
@@ -234,7 +235,8 @@ func (q *quotas) admit(ctx context.Context, j *job, hit bool) *bus.Result {
 	if !hit && !d.ReadOnly && q.counted(ctx, j.key(), false) {
 		return nil
 	}
-	return q.check(ctx, j.c, limits.Call{Tool: d.Name, ReadOnly: d.ReadOnly, User: userOf(j.user), Session: j.session, CacheHit: hit})
+	return q.check(ctx, j.c, limits.Call{Tool: d.Name, ReadOnly: d.ReadOnly, User: userOf(j.user),
+		Login: ownLogin(q.ids, j.session), Session: j.session, CacheHit: hit})
 }
 
 // admitPark counts parked call c of a registry tool; a result if it may not park.
@@ -248,7 +250,8 @@ func (q *quotas) admitPark(b *batch, c *callState) *bus.Result {
 	if q.counted(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), true) {
 		return nil
 	}
-	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User), Session: b.session})
+	return q.check(ctx, c, limits.Call{Tool: t.Def.Name, ReadOnly: t.Def.ReadOnly, User: userOf(b.data.User),
+		Login: ownLogin(q.ids, b.session), Session: b.session})
 }
 
 // check counts c's call against the limits: the result of a refused or
@@ -395,10 +398,10 @@ func (a *auditTrail) land(ctx context.Context, rec *audit.Record, p *audit.Pendi
 	}
 }
 
-// natsUser is session's own agent user (docs/security.md, 1.13); "" on an
+// ownLogin is session's own agent login (docs/security.md, 1.13); "" on an
 // open router or for the shared agent's sessions.
-func (a *auditTrail) natsUser(session string) string {
-	if a.ids == nil || !bus.ValidID(session) || sharedAgents(a.ids, session) {
+func ownLogin(ids Identities, session string) string {
+	if ids == nil || !bus.ValidID(session) || sharedAgents(ids, session) {
 		return ""
 	}
 	return "session-" + session
@@ -408,7 +411,7 @@ func (a *auditTrail) natsUser(session string) string {
 // which ended with res; its decision is behavior in the session's mode.
 func (a *auditTrail) callRecord(session, replyID string, c bus.Call, user json.RawMessage, res bus.Result, behavior string) *audit.Record {
 	rec := &audit.Record{Time: time.Now().UTC(), Router: a.id, Session: session, ReplyID: replyID, CallID: c.ID,
-		User: userOf(user), NATSUser: a.natsUser(session), Tool: c.Name, Outcome: audit.Outcome{State: res.State},
+		User: userOf(user), NATSUser: ownLogin(a.ids, session), Tool: c.Name, Outcome: audit.Outcome{State: res.State},
 		Decision: audit.Decision{Behavior: behavior, Mode: a.session(session).Mode}}
 	if res.Error != nil {
 		rec.Outcome.Code = res.Error.Code
@@ -445,7 +448,7 @@ func (a *auditTrail) refused(ctx context.Context, session, replyID, kind string,
 	default:
 		return
 	}
-	natsUser := a.natsUser(session)
+	natsUser := ownLogin(a.ids, session)
 	ok, suppressed := a.refusals.Take(cmp.Or(natsUser, unboundCaller), time.Now())
 	if !ok {
 		if a.suppressed != nil {

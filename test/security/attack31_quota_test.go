@@ -73,16 +73,14 @@ func TestAttackQuotaIdentity(t *testing.T) {
 	}
 }
 
-// TestAttackQuotaSharedAgentSpendsOwnLogin (session 31, red team: a gap,
-// skipped): the shared agent, in sessions of its own choosing, spends the
+// TestAttackQuotaSharedAgentSpendsOwnLogin (session 31, red team; closed):
+// the shared agent, in sessions of its own choosing, spends the
 // per-user budget that a session with an agent login of its own but no
 // user (s2) counts against too: both run as no user, one key "". Row 280
 // gave such a session an identity of its own for the pools, tasks, replays
-// and refusals (protocol 1.13), not for quotas.
+// and refusals (protocol 1.13), and now for quotas: it counts per user
+// under its login (limits.Call.Login).
 func TestAttackQuotaSharedAgentSpendsOwnLogin(t *testing.T) {
-	t.Skip("gap (router/chain.go, owned by rcpu31): limits.Call.User is the batch's user, \"\" for s2 as for the shared agent's sessions; " +
-		"proposed: for a session with a login of its own and no user (!sharedAgents(ids, s) && no bound user), count PerUser under that login (\"session-<s>\"), " +
-		"as router.sharedAgents already separates it for the pools")
 	d := quotaDeployment(t)
 	shared := d.conn("agent").client()
 	for i := range 2 {
