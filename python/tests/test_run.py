@@ -278,3 +278,45 @@ async def test_handler_runs_in_the_serving_task():
 
     res = await asyncio.ensure_future(x._run(s, ctx("raise"), _Call("k", "py_wait"), None))
     assert (res.state, res.output[0].text) == ("interrupted", ev.INTERRUPTED_TEXT)
+
+
+READY_WORKER = """
+import asyncio, sys, toolbus
+
+@toolbus.tool(name="py_ready", read_only=True)
+async def ready(x: int) -> str:
+    return str(x)
+
+asyncio.run(toolbus.serve(ready, url=sys.argv[1], id="ready-1"))
+"""
+
+
+async def test_serve_says_when_ready(bins, tmpdir_session):
+    """toolbus.serve says on stderr, once registered, which worker serves which tools where, and SIGTERM drains it."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, start_router, stop_router, wait_ready
+
+    r = start_router(tmpdir_session, bins)
+    proc = None
+    try:
+        await wait_ready(r.url, r.proc, r.log)
+        proc = subprocess.Popen([sys.executable, "-c", READY_WORKER, r.url], stderr=subprocess.PIPE,
+                                env={**os.environ, "PYTHONPATH": str(ROOT / "python" / "src")})
+        assert proc.stderr is not None
+        line = (await asyncio.wait_for(asyncio.to_thread(proc.stderr.readline), 60)).decode()
+        assert line.startswith("toolbus: worker ready-1 serving py_ready on nats://"), line
+        c = await toolbus.Client.connect(r.url)
+        try:
+            rep = await c.call("ready", [{"id": "c1", "name": "py_ready", "input": {"x": 7}}], timeout=30)
+            assert rep.results[0].ok
+        finally:
+            await c.close()
+        proc.terminate()
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        stop_router(r)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -150,8 +151,9 @@ class Worker:
             raise RegistrationError("the router rejected " + "; ".join(f"{r.name}: {r.reason}" for r in self.rejected), list(self.rejected))
 
     async def run(self, *, strict: bool = True) -> None:
-        """start(), then serve until stop() or SIGINT/SIGTERM, then drain."""
-        await self.start(strict=strict)
+        """start() unless started, then serve until stop() or SIGINT/SIGTERM, then drain."""
+        if not self._started:
+            await self.start(strict=strict)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             try:
@@ -717,7 +719,14 @@ async def _quiet(aw: Any) -> None:
 
 
 async def serve(*tools: Any, url: str | None = None, **worker_kw: Any) -> None:
-    """Connect to ``url`` (else $NATS_URL), serve the tools until SIGINT/SIGTERM, then drain."""
+    """Connect to ``url`` (else $NATS_URL), serve the tools until SIGINT/SIGTERM, then drain.
+
+    Once registered it says so on stderr: ``toolbus: worker <id> serving <tools> on <url>``.
+    """
     w = await Worker.connect(url, **worker_kw)
     w.add(*tools)
+    await w.start()
+    served = ", ".join(name for name, s in w._tools.items() if not s.rejected)
+    print(f"toolbus: worker {w.id} serving {served} on {w.nc.connected_url.geturl() if w.nc.connected_url else url}",
+          file=sys.stderr, flush=True)
     await w.run()
