@@ -5,6 +5,7 @@ package tracing
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
@@ -39,14 +40,33 @@ const (
 // tracestate), and no tracestate past maxTraceState. Calls are never refused
 // for their trace context (docs/protocol.md 1, 1.21).
 func Bound(traceparent, tracestate string) (string, string) {
-	if traceparent == "" || len(traceparent) > maxTraceParent ||
-		!trace.SpanContextFromContext(propagator.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})).IsValid() {
+	if !validParent(traceparent) {
 		return "", ""
 	}
 	if len(tracestate) > maxTraceState {
 		tracestate = ""
 	}
 	return traceparent, tracestate
+}
+
+// validParent reports whether W3C Trace Context reads tp, at most
+// maxTraceParent long: version-traceid-parentid-flags in lower-case hex
+// (version ff invalid, 00 exactly so, a later one perhaps with more after
+// a dash), neither id all zeros.
+func validParent(tp string) bool {
+	if len(tp) < 55 || len(tp) > maxTraceParent || tp[:2] == "ff" || tp[:2] == "00" && len(tp) != 55 || len(tp) > 55 && tp[55] != '-' {
+		return false
+	}
+	for i := range 55 {
+		if i == 2 || i == 35 || i == 52 {
+			if tp[i] != '-' {
+				return false
+			}
+		} else if !('0' <= tp[i] && tp[i] <= '9' || 'a' <= tp[i] && tp[i] <= 'f') {
+			return false
+		}
+	}
+	return strings.Trim(tp[3:35], "0") != "" && strings.Trim(tp[36:52], "0") != ""
 }
 
 // Inject returns the traceparent and tracestate of ctx's span, or the given
