@@ -1,6 +1,7 @@
 package router
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"slices"
@@ -19,7 +20,9 @@ import (
 // (newCallContexts), so no call takes the base's lock. Any other parent
 // ends it through context.AfterFunc. Its Value is its parent's, so
 // context.Cause of a call the base ended is the base's (errDrainDeadline);
-// a context derived from it is ended through its AfterFunc.
+// a context derived from it is ended through its AfterFunc. The root ends
+// its kids at their own deadlines on one timer of its own (sweeper), not a
+// timer per call.
 type callCtx struct {
 	parent   context.Context // its values; and what ends it unless up does
 	up       *callCtx        // the callCtx whose kid it is; nil: none
@@ -28,15 +31,18 @@ type callCtx struct {
 	done     chan struct{}
 	state    atomic.Int32 // ctxLive, ctxCanceled, ctxExpired
 
-	// Among up's kids (guarded by up.mu) while linked.
+	// Among up's kids (guarded by up.mu) while linked; due: its index + 1
+	// in up's sweeper (0: not in it).
 	prev, next *callCtx
 	linked     bool
+	due        int
 
 	mu     sync.Mutex
 	timer  *callTimer
 	afters []*func()   // AfterFunc's, until the context ends
 	kids   *callCtx    // the callCtxs under it, linked through prev and next
 	unhook func() bool // stops the AfterFunc on a foreign parent
+	sw     *sweeper    // a root's (newCallContexts): its kids' own deadlines
 }
 
 const (
@@ -57,16 +63,19 @@ func (c *callCtx) start(parent context.Context, d time.Time) {
 	if pd, ok := parent.Deadline(); ok && (!own || pd.Before(d)) {
 		c.deadline, c.timed, own = pd, true, false // the parent ends it first
 	}
-	if !c.link(parent) {
+	var dur time.Duration
+	if own {
+		dur = time.Until(d)
+	}
+	if !c.link(parent, dur > 0) || !own {
 		return
 	}
-	if !own {
-		return
-	}
-	dur := time.Until(d)
 	if dur <= 0 {
 		c.end(ctxExpired)
 		return
+	}
+	if c.up != nil && c.up.sw != nil {
+		return // its root's sweeper ends it (adopt)
 	}
 	c.mu.Lock()
 	if c.state.Load() == ctxLive {
@@ -75,15 +84,16 @@ func (c *callCtx) start(parent context.Context, d time.Time) {
 	c.mu.Unlock()
 }
 
-// link makes c end with parent; false when it ended already.
-func (c *callCtx) link(parent context.Context) bool {
+// link makes c end with parent, and at its own deadline to come (due)
+// under a root; false when it ended already.
+func (c *callCtx) link(parent context.Context, due bool) bool {
 	if parent.Err() != nil {
 		c.end(endedBy(parent))
 		return false
 	}
 	if up := callCtxOf(parent); up != nil {
 		c.up = up
-		if s := up.adopt(c); s != ctxLive {
+		if s := up.adopt(c, due); s != ctxLive {
 			c.end(s)
 			return false
 		}
@@ -118,8 +128,9 @@ func callCtxOf(ctx context.Context) *callCtx {
 	return c
 }
 
-// adopt makes k one of c's kids and returns c's state (not ctxLive: not adopted).
-func (c *callCtx) adopt(k *callCtx) int32 {
+// adopt makes k one of c's kids, swept at its deadline when due and c is
+// a root, and returns c's state (not ctxLive: not adopted).
+func (c *callCtx) adopt(k *callCtx, due bool) int32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.state.Load(); s != ctxLive {
@@ -130,6 +141,9 @@ func (c *callCtx) adopt(k *callCtx) int32 {
 		c.kids.prev = k
 	}
 	c.kids = k
+	if due && c.sw != nil {
+		c.sw.add(k, c)
+	}
 	return ctxLive
 }
 
@@ -149,6 +163,9 @@ func (c *callCtx) drop(k *callCtx) {
 		k.next.prev = k.prev
 	}
 	k.prev, k.next, k.linked = nil, nil, false
+	if k.due > 0 {
+		heap.Remove(&c.sw.dues, k.due-1)
+	}
 }
 
 // stop cancels c (stopper).
@@ -183,11 +200,14 @@ func (c *callCtx) endAs(s int32) bool {
 	c.timer, c.afters, c.unhook = nil, nil, nil
 	for k := c.kids; k != nil; {
 		next := k.next
-		k.prev, k.next, k.linked = nil, nil, false
+		k.prev, k.next, k.linked, k.due = nil, nil, false, 0
 		k.endAs(s)
 		k = next
 	}
 	c.kids = nil
+	if c.sw != nil {
+		c.sw.stop()
+	}
 	close(c.done) // after the kids': whoever sees c end sees them ended
 	c.mu.Unlock()
 	if t != nil {
@@ -249,9 +269,85 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 
 // newCallContexts is the root of the batch calls' contexts under base.
 func newCallContexts(base context.Context) *callCtx {
-	root := new(callCtx)
+	root := &callCtx{sw: new(sweeper)}
 	root.start(base, time.Time{})
 	return root
+}
+
+// sweeper ends a root's kids at their own deadlines on one timer, armed
+// for the earliest; a kid that ends first leaves it armed, and its fire
+// then arms it for the next. A timer per call put one into a P's timer
+// heap and took it out again per call (docs/performance.md, session 31).
+// Guarded by the root's mu.
+type sweeper struct {
+	dues dueHeap
+	t    *time.Timer
+	at   time.Time // when t fires; zero: not armed
+}
+
+// add puts kid k of root in the heap, arming the timer earlier if k is due first.
+func (w *sweeper) add(k, root *callCtx) {
+	heap.Push(&w.dues, k)
+	if d := k.deadline; w.at.IsZero() || d.Before(w.at) {
+		w.arm(d, root)
+	}
+}
+
+func (w *sweeper) arm(d time.Time, root *callCtx) {
+	w.at = d
+	if w.t == nil {
+		w.t = time.AfterFunc(time.Until(d), func() { w.sweep(root, time.Now()) })
+	} else {
+		w.t.Reset(time.Until(d))
+	}
+}
+
+// stop forgets the kids (ended by the root) and stops the timer.
+func (w *sweeper) stop() {
+	w.dues, w.at = nil, time.Time{}
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
+
+// sweep ends root's kids whose deadlines passed by now and arms the timer
+// for the next.
+func (w *sweeper) sweep(root *callCtx, now time.Time) {
+	var due []*callCtx
+	root.mu.Lock()
+	w.at = time.Time{}
+	for len(w.dues) > 0 && !now.Before(w.dues[0].deadline) {
+		due = append(due, heap.Pop(&w.dues).(*callCtx))
+	}
+	if len(w.dues) > 0 && root.state.Load() == ctxLive {
+		w.arm(w.dues[0].deadline, root)
+	}
+	root.mu.Unlock()
+	for _, k := range due {
+		k.end(ctxExpired) // unless it ended meanwhile
+	}
+}
+
+// dueHeap is a sweeper's kids, earliest deadline first (container/heap).
+type dueHeap []*callCtx
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].due, h[j].due = i+1, j+1
+}
+func (h *dueHeap) Push(x any) {
+	k := x.(*callCtx)
+	k.due = len(*h) + 1
+	*h = append(*h, k)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	k := old[len(old)-1]
+	old[len(old)-1], k.due = nil, 0
+	*h = old[:len(old)-1]
+	return k
 }
 
 // callTimer is a call context's deadline timer, pooled while it never fired.
