@@ -1,7 +1,6 @@
 package router
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"slices"
@@ -31,11 +30,9 @@ type callCtx struct {
 	done     chan struct{}
 	state    atomic.Int32 // ctxLive, ctxCanceled, ctxExpired
 
-	// Among up's kids (guarded by up.mu) while linked; due: its index + 1
-	// in up's sweeper (0: not in it).
+	// Among up's kids (guarded by up.mu) while linked.
 	prev, next *callCtx
 	linked     bool
-	due        int
 
 	mu     sync.Mutex
 	timer  *callTimer
@@ -142,7 +139,7 @@ func (c *callCtx) adopt(k *callCtx, due bool) int32 {
 	}
 	c.kids = k
 	if due && c.sw != nil {
-		c.sw.add(k, c)
+		c.sw.arm(k.deadline, c)
 	}
 	return ctxLive
 }
@@ -163,9 +160,6 @@ func (c *callCtx) drop(k *callCtx) {
 		k.next.prev = k.prev
 	}
 	k.prev, k.next, k.linked = nil, nil, false
-	if k.due > 0 {
-		heap.Remove(&c.sw.dues, k.due-1)
-	}
 }
 
 // stop cancels c (stopper).
@@ -200,13 +194,13 @@ func (c *callCtx) endAs(s int32) bool {
 	c.timer, c.afters, c.unhook = nil, nil, nil
 	for k := c.kids; k != nil; {
 		next := k.next
-		k.prev, k.next, k.linked, k.due = nil, nil, false, 0
+		k.prev, k.next, k.linked = nil, nil, false
 		k.endAs(s)
 		k = next
 	}
 	c.kids = nil
-	if c.sw != nil {
-		c.sw.stop()
+	if w := c.sw; w != nil && w.t != nil {
+		w.t.Stop()
 	}
 	close(c.done) // after the kids': whoever sees c end sees them ended
 	c.mu.Unlock()
@@ -275,25 +269,20 @@ func newCallContexts(base context.Context) *callCtx {
 }
 
 // sweeper ends a root's kids at their own deadlines on one timer, armed
-// for the earliest; a kid that ends first leaves it armed, and its fire
-// then arms it for the next. A timer per call put one into a P's timer
-// heap and took it out again per call (docs/performance.md, session 31).
-// Guarded by the root's mu.
+// for the earliest kid when it came; a kid that ends first leaves it as it
+// is, and its fire arms it for the earliest kid then. A timer per call put
+// one into a P's timer heap and took it out again per call
+// (docs/performance.md, session 31). Guarded by the root's mu.
 type sweeper struct {
-	dues dueHeap
-	t    *time.Timer
-	at   time.Time // when t fires; zero: not armed
+	t  *time.Timer
+	at time.Time // when t fires; zero: not armed
 }
 
-// add puts kid k of root in the heap, arming the timer earlier if k is due first.
-func (w *sweeper) add(k, root *callCtx) {
-	heap.Push(&w.dues, k)
-	if d := k.deadline; w.at.IsZero() || d.Before(w.at) {
-		w.arm(d, root)
-	}
-}
-
+// arm arms the timer for d unless it is armed for d or sooner.
 func (w *sweeper) arm(d time.Time, root *callCtx) {
+	if !w.at.IsZero() && !d.Before(w.at) {
+		return
+	}
 	w.at = d
 	if w.t == nil {
 		w.t = time.AfterFunc(time.Until(d), func() { w.sweep(root, time.Now()) })
@@ -302,52 +291,29 @@ func (w *sweeper) arm(d time.Time, root *callCtx) {
 	}
 }
 
-// stop forgets the kids (ended by the root) and stops the timer.
-func (w *sweeper) stop() {
-	w.dues, w.at = nil, time.Time{}
-	if w.t != nil {
-		w.t.Stop()
-	}
-}
-
 // sweep ends root's kids whose deadlines passed by now and arms the timer
-// for the next.
+// for the earliest of the others.
 func (w *sweeper) sweep(root *callCtx, now time.Time) {
 	var due []*callCtx
+	var next time.Time
 	root.mu.Lock()
 	w.at = time.Time{}
-	for len(w.dues) > 0 && !now.Before(w.dues[0].deadline) {
-		due = append(due, heap.Pop(&w.dues).(*callCtx))
+	for k := root.kids; k != nil; k = k.next {
+		switch {
+		case !k.timed:
+		case !now.Before(k.deadline):
+			due = append(due, k)
+		case next.IsZero() || k.deadline.Before(next):
+			next = k.deadline
+		}
 	}
-	if len(w.dues) > 0 && root.state.Load() == ctxLive {
-		w.arm(w.dues[0].deadline, root)
+	if !next.IsZero() && root.state.Load() == ctxLive {
+		w.arm(next, root)
 	}
 	root.mu.Unlock()
 	for _, k := range due {
 		k.end(ctxExpired) // unless it ended meanwhile
 	}
-}
-
-// dueHeap is a sweeper's kids, earliest deadline first (container/heap).
-type dueHeap []*callCtx
-
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h dueHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].due, h[j].due = i+1, j+1
-}
-func (h *dueHeap) Push(x any) {
-	k := x.(*callCtx)
-	k.due = len(*h) + 1
-	*h = append(*h, k)
-}
-func (h *dueHeap) Pop() any {
-	old := *h
-	k := old[len(old)-1]
-	old[len(old)-1], k.due = nil, 0
-	*h = old[:len(old)-1]
-	return k
 }
 
 // callTimer is a call context's deadline timer, pooled while it never fired.
