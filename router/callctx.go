@@ -35,7 +35,7 @@ type callCtx struct {
 	linked     bool
 
 	mu     sync.Mutex
-	timer  *callTimer
+	timer  *time.Timer // its deadline's, under no root
 	afters []*func()   // AfterFunc's, until the context ends
 	kids   *callCtx    // the callCtxs under it, linked through prev and next
 	unhook func() bool // stops the AfterFunc on a foreign parent
@@ -74,11 +74,26 @@ func (c *callCtx) start(parent context.Context, d time.Time) {
 	if c.up != nil && c.up.sw != nil {
 		return // its root's sweeper ends it (adopt)
 	}
+	if r := c.up.root(); r != nil { // a kid's kid: in the root's tree
+		r.mu.Lock()
+		if r.state.Load() == ctxLive {
+			r.sw.arm(d, r)
+		}
+		r.mu.Unlock()
+		return
+	}
 	c.mu.Lock()
 	if c.state.Load() == ctxLive {
-		c.timer = startCallTimer(c, dur)
+		c.timer = time.AfterFunc(dur, func() { c.end(ctxExpired) })
 	}
 	c.mu.Unlock()
+}
+
+// root is the root (newCallContexts) c is under, or c; nil: none.
+func (c *callCtx) root() *callCtx {
+	for ; c != nil && c.sw == nil; c = c.up {
+	}
+	return c
 }
 
 // link makes c end with parent, and at its own deadline to come (due)
@@ -205,7 +220,7 @@ func (c *callCtx) endAs(s int32) bool {
 	close(c.done) // after the kids': whoever sees c end sees them ended
 	c.mu.Unlock()
 	if t != nil {
-		t.release()
+		t.Stop()
 	}
 	if unhook != nil {
 		unhook()
@@ -291,22 +306,12 @@ func (w *sweeper) arm(d time.Time, root *callCtx) {
 	}
 }
 
-// sweep ends root's kids whose deadlines passed by now and arms the timer
-// for the earliest of the others.
+// sweep ends the callCtxs under root whose deadlines passed by now and
+// arms the timer for the earliest of the others.
 func (w *sweeper) sweep(root *callCtx, now time.Time) {
-	var due []*callCtx
-	var next time.Time
 	root.mu.Lock()
 	w.at = time.Time{}
-	for k := root.kids; k != nil; k = k.next {
-		switch {
-		case !k.timed:
-		case !now.Before(k.deadline):
-			due = append(due, k)
-		case next.IsZero() || k.deadline.Before(next):
-			next = k.deadline
-		}
-	}
+	due, next := dueIn(root.kids, now, nil, time.Time{})
 	if !next.IsZero() && root.state.Load() == ctxLive {
 		w.arm(next, root)
 	}
@@ -316,36 +321,22 @@ func (w *sweeper) sweep(root *callCtx, now time.Time) {
 	}
 }
 
-// callTimer is a call context's deadline timer, pooled while it never fired.
-type callTimer struct {
-	t *time.Timer
-	c atomic.Pointer[callCtx]
-}
-
-var callTimers sync.Pool
-
-func startCallTimer(c *callCtx, d time.Duration) *callTimer {
-	ct, _ := callTimers.Get().(*callTimer)
-	if ct == nil {
-		ct = new(callTimer)
-		ct.c.Store(c)
-		ct.t = time.AfterFunc(d, ct.fire)
-		return ct
+// dueIn adds to due the kids from k on, and their kids, whose deadlines
+// passed by now, and returns with next the earliest deadline of the others.
+// The kids' parent's lock is held; it takes each kid's (parent before kid).
+func dueIn(k *callCtx, now time.Time, due []*callCtx, next time.Time) ([]*callCtx, time.Time) {
+	for ; k != nil; k = k.next {
+		switch {
+		case !k.timed:
+		case !now.Before(k.deadline):
+			due = append(due, k) // its kids end with it
+			continue
+		case next.IsZero() || k.deadline.Before(next):
+			next = k.deadline
+		}
+		k.mu.Lock()
+		due, next = dueIn(k.kids, now, due, next)
+		k.mu.Unlock()
 	}
-	ct.c.Store(c)
-	ct.t.Reset(d)
-	return ct
-}
-
-func (ct *callTimer) fire() {
-	if c := ct.c.Load(); c != nil {
-		c.end(ctxExpired)
-	}
-}
-
-func (ct *callTimer) release() {
-	if ct.t.Stop() {
-		ct.c.Store(nil)
-		callTimers.Put(ct)
-	}
+	return due, next
 }

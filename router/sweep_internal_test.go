@@ -92,25 +92,34 @@ func TestSweeperEndsKidsAtTheirDeadlines(t *testing.T) {
 }
 
 // TestSweeperTimer: on the clock, each kid ends at its own deadline, not
-// a moment before; one added with an earlier deadline than the armed one
-// re-arms the timer earlier; the timer's fire for a kid that ended first
-// ends nobody and arms it for the next.
+// a moment before, and so does a kid's kid (a write call's attempt); one
+// added with an earlier deadline than the armed one re-arms the timer
+// earlier; the timer's fire for a kid that ended first ends nobody and
+// arms it for the next.
 func TestSweeperTimer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		root := newCallContexts(context.Background())
 		defer root.stop()
 		start := time.Now()
-		var late, gone, early callCtx
+		var late, gone, early, call, attempt callCtx
 		late.start(root, start.Add(3*time.Second))
 		gone.start(root, start.Add(time.Second))
 		early.start(root, start.Add(2*time.Second))
+		call.start(root, time.Time{}) // a write call: its attempt has the deadline
+		attempt.start(&call, start.Add(1500*time.Millisecond))
 		gone.stop()
 		time.Sleep(time.Second) // gone's deadline: its fire ends nobody
 		synctest.Wait()
-		if late.Err() != nil || early.Err() != nil {
+		if late.Err() != nil || early.Err() != nil || attempt.Err() != nil {
 			t.Fatal("a kid ended at another's deadline")
 		}
-		time.Sleep(time.Second - time.Nanosecond)
+		time.Sleep(500 * time.Millisecond) // a kid's kid is swept too
+		synctest.Wait()
+		if attempt.Err() != context.DeadlineExceeded || call.Err() != nil || early.Err() != nil {
+			t.Fatalf("at 1.5s: attempt %v, its call %v, early %v", attempt.Err(), call.Err(), early.Err())
+		}
+		call.stop()
+		time.Sleep(500*time.Millisecond - time.Nanosecond)
 		synctest.Wait()
 		if early.Err() != nil {
 			t.Fatal("ended before its deadline")
