@@ -19,7 +19,9 @@ import (
 // (newCallContexts), so no call takes the base's lock. Any other parent
 // ends it through context.AfterFunc. Its Value is its parent's, so
 // context.Cause of a call the base ended is the base's (errDrainDeadline);
-// a context derived from it is ended through its AfterFunc.
+// a context derived from it is ended through its AfterFunc. The root ends
+// its kids at their own deadlines on one timer of its own (sweeper), not a
+// timer per call.
 type callCtx struct {
 	parent   context.Context // its values; and what ends it unless up does
 	up       *callCtx        // the callCtx whose kid it is; nil: none
@@ -33,10 +35,11 @@ type callCtx struct {
 	linked     bool
 
 	mu     sync.Mutex
-	timer  *callTimer
+	timer  *time.Timer // its deadline's, under no root
 	afters []*func()   // AfterFunc's, until the context ends
 	kids   *callCtx    // the callCtxs under it, linked through prev and next
 	unhook func() bool // stops the AfterFunc on a foreign parent
+	sw     *sweeper    // a root's (newCallContexts): its kids' own deadlines
 }
 
 const (
@@ -57,33 +60,52 @@ func (c *callCtx) start(parent context.Context, d time.Time) {
 	if pd, ok := parent.Deadline(); ok && (!own || pd.Before(d)) {
 		c.deadline, c.timed, own = pd, true, false // the parent ends it first
 	}
-	if !c.link(parent) {
+	var dur time.Duration
+	if own {
+		dur = time.Until(d)
+	}
+	if !c.link(parent, dur > 0) || !own {
 		return
 	}
-	if !own {
-		return
-	}
-	dur := time.Until(d)
 	if dur <= 0 {
 		c.end(ctxExpired)
 		return
 	}
+	if c.up != nil && c.up.sw != nil {
+		return // its root's sweeper ends it (adopt)
+	}
+	if r := c.up.root(); r != nil { // a kid's kid: in the root's tree
+		r.mu.Lock()
+		if r.state.Load() == ctxLive {
+			r.sw.arm(d, r)
+		}
+		r.mu.Unlock()
+		return
+	}
 	c.mu.Lock()
 	if c.state.Load() == ctxLive {
-		c.timer = startCallTimer(c, dur)
+		c.timer = time.AfterFunc(dur, func() { c.end(ctxExpired) })
 	}
 	c.mu.Unlock()
 }
 
-// link makes c end with parent; false when it ended already.
-func (c *callCtx) link(parent context.Context) bool {
+// root is the root (newCallContexts) c is under, or c; nil: none.
+func (c *callCtx) root() *callCtx {
+	for ; c != nil && c.sw == nil; c = c.up {
+	}
+	return c
+}
+
+// link makes c end with parent, and at its own deadline to come (due)
+// under a root; false when it ended already.
+func (c *callCtx) link(parent context.Context, due bool) bool {
 	if parent.Err() != nil {
 		c.end(endedBy(parent))
 		return false
 	}
 	if up := callCtxOf(parent); up != nil {
 		c.up = up
-		if s := up.adopt(c); s != ctxLive {
+		if s := up.adopt(c, due); s != ctxLive {
 			c.end(s)
 			return false
 		}
@@ -118,8 +140,9 @@ func callCtxOf(ctx context.Context) *callCtx {
 	return c
 }
 
-// adopt makes k one of c's kids and returns c's state (not ctxLive: not adopted).
-func (c *callCtx) adopt(k *callCtx) int32 {
+// adopt makes k one of c's kids, swept at its deadline when due and c is
+// a root, and returns c's state (not ctxLive: not adopted).
+func (c *callCtx) adopt(k *callCtx, due bool) int32 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.state.Load(); s != ctxLive {
@@ -130,6 +153,9 @@ func (c *callCtx) adopt(k *callCtx) int32 {
 		c.kids.prev = k
 	}
 	c.kids = k
+	if due && c.sw != nil {
+		c.sw.arm(k.deadline, c)
+	}
 	return ctxLive
 }
 
@@ -188,10 +214,13 @@ func (c *callCtx) endAs(s int32) bool {
 		k = next
 	}
 	c.kids = nil
+	if w := c.sw; w != nil && w.t != nil {
+		w.t.Stop()
+	}
 	close(c.done) // after the kids': whoever sees c end sees them ended
 	c.mu.Unlock()
 	if t != nil {
-		t.release()
+		t.Stop()
 	}
 	if unhook != nil {
 		unhook()
@@ -249,41 +278,65 @@ func (c *callCtx) AfterFunc(f func()) (stop func() bool) {
 
 // newCallContexts is the root of the batch calls' contexts under base.
 func newCallContexts(base context.Context) *callCtx {
-	root := new(callCtx)
+	root := &callCtx{sw: new(sweeper)}
 	root.start(base, time.Time{})
 	return root
 }
 
-// callTimer is a call context's deadline timer, pooled while it never fired.
-type callTimer struct {
-	t *time.Timer
-	c atomic.Pointer[callCtx]
+// sweeper ends a root's kids at their own deadlines on one timer, armed
+// for the earliest kid when it came; a kid that ends first leaves it as it
+// is, and its fire arms it for the earliest kid then. A timer per call put
+// one into a P's timer heap and took it out again per call
+// (docs/performance.md, session 31). Guarded by the root's mu.
+type sweeper struct {
+	t  *time.Timer
+	at time.Time // when t fires; zero: not armed
 }
 
-var callTimers sync.Pool
-
-func startCallTimer(c *callCtx, d time.Duration) *callTimer {
-	ct, _ := callTimers.Get().(*callTimer)
-	if ct == nil {
-		ct = new(callTimer)
-		ct.c.Store(c)
-		ct.t = time.AfterFunc(d, ct.fire)
-		return ct
+// arm arms the timer for d unless it is armed for d or sooner.
+func (w *sweeper) arm(d time.Time, root *callCtx) {
+	if !w.at.IsZero() && !d.Before(w.at) {
+		return
 	}
-	ct.c.Store(c)
-	ct.t.Reset(d)
-	return ct
-}
-
-func (ct *callTimer) fire() {
-	if c := ct.c.Load(); c != nil {
-		c.end(ctxExpired)
+	w.at = d
+	if w.t == nil {
+		w.t = time.AfterFunc(time.Until(d), func() { w.sweep(root, time.Now()) })
+	} else {
+		w.t.Reset(time.Until(d))
 	}
 }
 
-func (ct *callTimer) release() {
-	if ct.t.Stop() {
-		ct.c.Store(nil)
-		callTimers.Put(ct)
+// sweep ends the callCtxs under root whose deadlines passed by now and
+// arms the timer for the earliest of the others.
+func (w *sweeper) sweep(root *callCtx, now time.Time) {
+	root.mu.Lock()
+	w.at = time.Time{}
+	due, next := dueIn(root.kids, now, nil, time.Time{})
+	if !next.IsZero() && root.state.Load() == ctxLive {
+		w.arm(next, root)
 	}
+	root.mu.Unlock()
+	for _, k := range due {
+		k.end(ctxExpired) // unless it ended meanwhile
+	}
+}
+
+// dueIn adds to due the kids from k on, and their kids, whose deadlines
+// passed by now, and returns with next the earliest deadline of the others.
+// The kids' parent's lock is held; it takes each kid's (parent before kid).
+func dueIn(k *callCtx, now time.Time, due []*callCtx, next time.Time) ([]*callCtx, time.Time) {
+	for ; k != nil; k = k.next {
+		switch {
+		case !k.timed:
+		case !now.Before(k.deadline):
+			due = append(due, k) // its kids end with it
+			continue
+		case next.IsZero() || k.deadline.Before(next):
+			next = k.deadline
+		}
+		k.mu.Lock()
+		due, next = dueIn(k.kids, now, due, next)
+		k.mu.Unlock()
+	}
+	return due, next
 }

@@ -108,7 +108,8 @@ func TestCallCtxNested(t *testing.T) {
 	type setup struct {
 		base    context.Context
 		end     context.CancelCauseFunc // ends the base
-		call    *callCtx                // the call's context, under the base
+		root    *callCtx                // the calls' root over the base
+		call    *callCtx                // the call's context, under the root
 		parent  context.Context         // the attempt's parent: call, or a context over it
 		attempt *callCtx
 	}
@@ -131,10 +132,11 @@ func TestCallCtxNested(t *testing.T) {
 			act: func(s *setup) { s.attempt.stop() }, attemptErr: context.Canceled, cause: context.Canceled},
 		{name: "base's end ends both with its cause", kid: true, attemptAt: hour,
 			act: func(s *setup) { s.end(drain); waitDone(t, s.call) }, callErr: context.Canceled, attemptErr: context.Canceled, cause: drain},
-		// The call's timer fired by hand: a real one of a millisecond could
-		// fire, under load, before the attempt starts (not a kid then).
+		// The root's sweep run by hand past the call's deadline: a real one
+		// of a millisecond could fire, under load, before the attempt starts
+		// (not a kid then).
 		{name: "call's deadline ends the attempt as expired", kid: true, callEnds: hour, attemptAt: 2 * hour,
-			act: func(s *setup) { s.call.timer.fire() }, callErr: context.DeadlineExceeded, attemptErr: context.DeadlineExceeded, cause: context.DeadlineExceeded},
+			act: func(s *setup) { s.root.sw.sweep(s.root, time.Now().Add(hour+time.Second)) }, callErr: context.DeadlineExceeded, attemptErr: context.DeadlineExceeded, cause: context.DeadlineExceeded},
 		{name: "over a value context of the call", kid: true, attemptAt: hour,
 			over: func(_ *testing.T, ctx context.Context) context.Context {
 				return context.WithValue(ctx, ctxKey("k"), "v")
@@ -159,7 +161,8 @@ func TestCallCtxNested(t *testing.T) {
 			if tc.callEnds > 0 {
 				callEnds = time.Now().Add(tc.callEnds)
 			}
-			s.call.start(newCallContexts(base), callEnds)
+			s.root = newCallContexts(base)
+			s.call.start(s.root, callEnds)
 			s.parent = s.call
 			if tc.over != nil {
 				s.parent = tc.over(t, s.call)
