@@ -166,6 +166,7 @@ func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
 	if len(ct.cancelled) == 0 {
 		return false // the usual case: no key to build
 	}
+	ct.forget(time.Now()) // a cancel older than cancelMemory no longer counts
 	_, replyCancelled := ct.cancelled[bus.CallKey(c.SessionID, c.ReplyID, "")]
 	_, callCancelled := ct.cancelled[key]
 	return replyCancelled || callCancelled
@@ -220,12 +221,17 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 	}
 }
 
-// remember notes a cancel of key at now and forgets, oldest first, those
-// past cancelMemory or past maxCancels. Called with ct.mu held.
+// remember notes a cancel of key at now (then forget). Called with ct.mu held.
 func (ct *callTable) remember(key string, now time.Time) {
 	ct.cancelled[key] = now
 	ct.order = append(ct.order, remembered{key, now})
-	for len(ct.order) > maxCancels || now.Sub(ct.order[0].at) > cancelMemory {
+	ct.forget(now)
+}
+
+// forget drops, oldest first, the cancels past cancelMemory at now or past
+// maxCancels. Called with ct.mu held.
+func (ct *callTable) forget(now time.Time) {
+	for len(ct.order) > maxCancels || len(ct.order) > 0 && now.Sub(ct.order[0].at) > cancelMemory {
 		r := ct.order[0]
 		ct.order[0] = remembered{}
 		ct.order = ct.order[1:]

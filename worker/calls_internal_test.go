@@ -229,4 +229,13 @@ func TestCallTableCancelMemory(t *testing.T) {
 	if _, ok := ct.cancelled[bus.CallKey("s1", "r1", "c10")]; !ok {
 		t.Fatal("the key cancelled again was forgotten")
 	}
+	// A cancel past cancelMemory cuts no request off, though no cancel came
+	// since to forget it: a batch re-sent later under its reply id runs.
+	ct.mu.Lock()
+	ct.order[0].at = old
+	ct.cancelled[ct.order[0].key] = old
+	ct.mu.Unlock()
+	if ct.begin(bus.CallKey("s1", "r1", "c10"), &Call{ID: "c10", SessionID: "s1", ReplyID: "r1"}) {
+		t.Fatal("a cancel older than cancelMemory cut a request off")
+	}
 }

@@ -521,7 +521,11 @@ class _Executor:
     # ---- cancel (5.4) ----
 
     def _was_cancelled(self, key: str, session: str, reply_id: str) -> bool:
-        return key in self._cancelled or f"{session}.{reply_id}." in self._cancelled
+        if not self._cancelled:
+            return False
+        now = time.monotonic()  # a cancel older than CANCEL_MEMORY no longer counts
+        return any(at is not None and now - at <= CANCEL_MEMORY
+                   for at in (self._cancelled.get(key), self._cancelled.get(f"{session}.{reply_id}.")))
 
     async def on_cancel(self, msg: Any) -> None:
         session = self.subjects.token(msg.subject, "cancel")

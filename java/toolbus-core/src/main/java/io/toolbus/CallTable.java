@@ -47,10 +47,19 @@ final class CallTable {
     return out;
   }
 
-  /** Lists c as running; reports whether a cancel came first. */
+  /** Lists c as running; reports whether a cancel came first (within CANCEL_MEMORY). */
   synchronized boolean begin(ToolCall c) {
     running.put(c.key(), c);
-    return cancelled.containsKey(Ids.callKey(c.sessionId(), c.replyId(), "")) || cancelled.containsKey(c.key());
+    if (cancelled.isEmpty()) {
+      return false;
+    }
+    long now = System.nanoTime();
+    return recent(cancelled.get(Ids.callKey(c.sessionId(), c.replyId(), "")), now) || recent(cancelled.get(c.key()), now);
+  }
+
+  /** Whether a cancel remembered at {@code at} (null: none) still counts at {@code now}. */
+  private static boolean recent(Long at, long now) {
+    return at != null && now - at <= CANCEL_MEMORY.toNanos();
   }
 
   synchronized void end(ToolCall c) {
