@@ -93,10 +93,7 @@ type groupRecord struct {
 
 // newGroup is g cached at rev, first put at order (zero: rev stands in).
 func newGroup(g bus.Group, rev uint64, order int64) *group {
-	if order == 0 {
-		order = int64(rev)
-	}
-	return &group{def: g, order: order, rev: rev}
+	return &group{def: g, order: cmp.Or(order, int64(rev)), rev: rev}
 }
 
 // Put stores a group definition when it is new or changed.

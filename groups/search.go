@@ -88,9 +88,7 @@ func ParseSearch(input json.RawMessage) (SearchInput, error) {
 	case len(in.Query) > MaxSearchQuery:
 		return in, bus.Errorf(bus.CodeInvalidInput, "Invalid arguments for search_tools: query is longer than %d bytes; use a few words.", MaxSearchQuery)
 	}
-	if in.Limit == 0 {
-		in.Limit = DefaultSearchLimit
-	}
+	in.Limit = cmp.Or(in.Limit, DefaultSearchLimit)
 	if in.Limit < 1 || in.Limit > MaxSearchLimit {
 		return in, bus.Errorf(bus.CodeInvalidInput, "Invalid arguments for search_tools: limit must be between 1 and %d.", MaxSearchLimit)
 	}

@@ -152,7 +152,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}{
 		{&st.Events, jetstream.StreamConfig{Name: s.Stream(bus.StreamEvents), Description: "toolbus session events",
 			Subjects: []string{s.All("events")}, MaxAge: cfg.EventsMaxAge, MaxBytes: cfg.EventsMaxBytes, Storage: eventsStorage, Discard: jetstream.DiscardOld,
-			Duplicates: eventsDuplicates(cfg)}},
+			Duplicates: min(cfg.DedupeWindow, cfg.EventsMaxAge)}}, // the dedupe window of docs/protocol.md 3.4
 		// Durable calls wait here for a worker, until it acknowledges them;
 		// the message id (the call key) dedupes a re-sent batch's publish.
 		{&st.Work, jetstream.StreamConfig{Name: s.Stream(bus.StreamWork), Description: "toolbus durable calls waiting for a worker",
@@ -230,7 +230,3 @@ func MCPConfig(s bus.Subjects, replicas int, storage jetstream.StorageType) jets
 	return jetstream.KeyValueConfig{Bucket: s.Bucket(bus.BucketMCP), Description: "toolbus MCP facade tasks and request states",
 		TTL: bus.MCPStateMaxAge, History: 1, MaxValueSize: 1 << 20, Replicas: positive(replicas, 1), Storage: storage}
 }
-
-// eventsDuplicates is the events stream's dedupe window: the dedupe window
-// (docs/protocol.md 3.4), within the events' own age bound.
-func eventsDuplicates(cfg Config) time.Duration { return min(cfg.DedupeWindow, cfg.EventsMaxAge) }
