@@ -233,7 +233,7 @@ func (b *batch) run(start int) bool {
 	}
 	sess := b.p.sessions.Snapshot(b.ctx, b.session, rev)
 	if start == 0 && !b.start.IsZero() { // a new batch: its session is in use
-		if err := b.p.sessions.TouchRead(b.ctx, b.session, sess); err != nil {
+		if err := b.p.sessions.TouchRead(b.ctx, b.session, sess, b.start); err != nil {
 			b.p.log.Warn("router: session not touched", "session", b.session, "err", err)
 		}
 	}
@@ -504,7 +504,7 @@ type sessionPort interface {
 	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session // session.Revisions
 	Session(id string) *groups.Session
 	Revision(id string) uint64
-	TouchRead(ctx context.Context, id string, sess *groups.Session) error
+	TouchRead(ctx context.Context, id string, sess *groups.Session, now time.Time) error
 	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
 }
 

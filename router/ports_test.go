@@ -33,7 +33,7 @@ type fakeSessions struct {
 func (f *fakeSessions) Snapshot(context.Context, string, uint64) *groups.Session { return f.sess }
 func (f *fakeSessions) Session(string) *groups.Session                           { return f.sess }
 func (f *fakeSessions) Revision(string) uint64                                   { return f.rev }
-func (f *fakeSessions) TouchRead(_ context.Context, _ string, s *groups.Session) error {
+func (f *fakeSessions) TouchRead(_ context.Context, _ string, s *groups.Session, _ time.Time) error {
 	f.touched = append(f.touched, s)
 	return nil
 }

@@ -127,13 +127,13 @@ func (s *Store) Touch(ctx context.Context, id string) error {
 	if !ok {
 		return nil
 	}
-	return s.TouchRead(ctx, id, sess)
+	return s.TouchRead(ctx, id, sess, time.Now())
 }
 
-// TouchRead is Touch for sess, session id as the caller read it (a batch's
-// snapshot, Revisions.Snapshot): a session not stored is left alone.
-func (s *Store) TouchRead(ctx context.Context, id string, sess *Session) error {
-	if sess.rev == 0 || time.Since(sess.Updated) < s.cfg.IdleTTL/2 {
+// TouchRead is Touch at now for sess, session id as the caller read it (a
+// batch's snapshot, Revisions.Snapshot): a session not stored is left alone.
+func (s *Store) TouchRead(ctx context.Context, id string, sess *Session, now time.Time) error {
+	if sess.rev == 0 || now.Sub(sess.Updated) < s.cfg.IdleTTL/2 {
 		return nil
 	}
 	_, err := s.Update(ctx, id, func(*Session) error { return nil })

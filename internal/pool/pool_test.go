@@ -111,6 +111,11 @@ func TestIdleGoroutineExitsAfterReuse(t *testing.T) {
 func TestIdleGoroutinesReaped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := pool.New(time.Second)
+		defer func() {
+			if err := p.Close(t.Context()); err != nil {
+				t.Error(err)
+			}
+		}()
 		release := make(chan struct{})
 		var burst sync.WaitGroup
 		for range 8 {
@@ -132,9 +137,6 @@ func TestIdleGoroutinesReaped(t *testing.T) {
 		synctest.Wait()
 		if n := p.Idle(); n != 1 {
 			t.Fatalf("%d goroutines waiting under a load of one task at a time, want 1", n)
-		}
-		if err := p.Close(t.Context()); err != nil {
-			t.Fatal(err)
 		}
 	})
 }
