@@ -181,9 +181,6 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 		r.reject(m, err)
 		return
 	}
-	if err := b.p.sessions.Touch(b.ctx, b.session); err != nil {
-		r.log.Warn("router: session not touched", "session", b.session, "err", err)
-	}
 	complete := b.run(0)
 	// A cancel from now on is the continuation's (cancelParked): tracked
 	// until the reply, the batch would interrupt its calls a second time.
@@ -235,6 +232,11 @@ func (b *batch) run(start int) bool {
 		rev = b.data.SessionRev
 	}
 	sess := b.p.sessions.Snapshot(b.ctx, b.session, rev)
+	if start == 0 && !b.start.IsZero() { // a new batch: its session is in use
+		if err := b.p.sessions.TouchRead(b.ctx, b.session, sess, b.start); err != nil {
+			b.p.log.Warn("router: session not touched", "session", b.session, "err", err)
+		}
+	}
 	b.p.resolve.from(b, sess, start)
 	for i := start; i < len(b.calls); {
 		if b.cutOff() {
@@ -502,7 +504,7 @@ type sessionPort interface {
 	Snapshot(ctx context.Context, id string, rev uint64) *groups.Session // session.Revisions
 	Session(id string) *groups.Session
 	Revision(id string) uint64
-	Touch(ctx context.Context, id string) error
+	TouchRead(ctx context.Context, id string, sess *groups.Session, now time.Time) error
 	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
 }
 

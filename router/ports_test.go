@@ -24,15 +24,19 @@ import (
 // what they were asked), so that each step runs without NATS or a Router.
 
 type fakeSessions struct {
-	sess   *groups.Session
-	rev    uint64
-	resets []string
+	sess    *groups.Session
+	rev     uint64
+	resets  []string
+	touched []*groups.Session // TouchRead's sessions
 }
 
 func (f *fakeSessions) Snapshot(context.Context, string, uint64) *groups.Session { return f.sess }
 func (f *fakeSessions) Session(string) *groups.Session                           { return f.sess }
 func (f *fakeSessions) Revision(string) uint64                                   { return f.rev }
-func (f *fakeSessions) Touch(context.Context, string) error                      { return nil }
+func (f *fakeSessions) TouchRead(_ context.Context, _ string, s *groups.Session, _ time.Time) error {
+	f.touched = append(f.touched, s)
+	return nil
+}
 func (f *fakeSessions) Reset(_ context.Context, _ string, in json.RawMessage) (string, error) {
 	f.resets = append(f.resets, string(in))
 	if strings.Contains(string(in), "bad") {
@@ -602,5 +606,27 @@ func TestRunningBatchesCopies(t *testing.T) {
 	rb.untrack(b)
 	if got := rb.running("s1", "r1"); got != nil || len(rb.m) != 0 || len(rb.more) != 0 {
 		t.Fatalf("after all left: %v %v %v", got, rb.m, rb.more)
+	}
+}
+
+// TestNewBatchTouchesItsSnapshot: a new batch touches the session it runs
+// in, as its snapshot read it (no second read); a continuation does not.
+func TestNewBatchTouchesItsSnapshot(t *testing.T) {
+	for _, cont := range []bool{false, true} {
+		f := newFakePipeline(t, bus.ToolDef{Name: "echo", ReadOnly: true})
+		b := f.batchOf(t, "", call("c1", "echo"))
+		if cont {
+			b.start = time.Time{}
+		}
+		if !b.run(0) {
+			t.Fatal("batch did not complete")
+		}
+		want := []*groups.Session{f.sessions.sess}
+		if cont {
+			want = nil
+		}
+		if !slices.Equal(f.sessions.touched, want) {
+			t.Errorf("continuation %v: touched %v, want %v", cont, f.sessions.touched, want)
+		}
 	}
 }

@@ -124,7 +124,16 @@ func (s *Store) Touch(ctx context.Context, id string) error {
 	s.mu.RLock() // Peek, as Session: the recency is not changed
 	sess, ok := s.lru.Peek(id)
 	s.mu.RUnlock()
-	if !ok || time.Since(sess.Updated) < s.cfg.IdleTTL/2 {
+	if !ok {
+		return nil
+	}
+	return s.TouchRead(ctx, id, sess, time.Now())
+}
+
+// TouchRead is Touch at now for sess, session id as the caller read it (a
+// batch's snapshot, Revisions.Snapshot): a session not stored is left alone.
+func (s *Store) TouchRead(ctx context.Context, id string, sess *Session, now time.Time) error {
+	if sess.rev == 0 || now.Sub(sess.Updated) < s.cfg.IdleTTL/2 {
 		return nil
 	}
 	_, err := s.Update(ctx, id, func(*Session) error { return nil })

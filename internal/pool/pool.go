@@ -9,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/toolbus/toolbus/internal/life"
 )
 
 // MaxIdle is how many goroutines of one pool may wait for work at once; one
@@ -19,18 +17,22 @@ const MaxIdle = 256
 
 // Pool is a set of reusable goroutines; the zero value is not usable.
 type Pool struct {
-	tasks chan Task
-	quit  chan struct{}
-	idle  time.Duration
-	wg    sync.WaitGroup
-	once  sync.Once
-	idleN atomic.Int64 // goroutines waiting for work
+	tasks  chan Task // a nil Task: the goroutine that takes it exits
+	idle   time.Duration
+	reap   atomic.Pointer[time.Timer] // reapIdle's next round
+	wg     sync.WaitGroup
+	once   sync.Once
+	closed atomic.Bool
+	idleN  atomic.Int64 // goroutines waiting for work
+	low    atomic.Int64 // the fewest waiting since the last reap
 }
 
 // New returns a Pool whose goroutines exit after idle (to twice idle)
 // without work.
 func New(idle time.Duration) *Pool {
-	return &Pool{tasks: make(chan Task), quit: make(chan struct{}), idle: idle}
+	p := &Pool{tasks: make(chan Task), idle: idle}
+	p.reap.Store(time.AfterFunc(idle, p.reapIdle))
+	return p
 }
 
 // Task is what a pool runs. A caller that already has a value per task
@@ -56,35 +58,42 @@ func (p *Pool) Run(t Task) {
 	}
 }
 
-// work runs f and the tasks handed to it until idle for p.idle to twice
-// that; its timer is not reset per task.
-func (p *Pool) work(f Task) {
+// work runs t and the tasks handed to it. Waiting, it receives from one
+// channel, with no timer of its own: a select over a timer's channel put
+// the timer into the P's heap and took it out again on every wait
+// (docs/performance.md, session 32); reapIdle ends the idle ones.
+func (p *Pool) work(t Task) {
 	defer p.wg.Done()
-	f.Run()
-	t := time.NewTimer(p.idle)
-	defer t.Stop()
-	worked := false
-	for {
+	for t != nil {
+		t.Run()
+		if p.closed.Load() {
+			return
+		}
 		if p.idleN.Add(1) > MaxIdle {
 			p.idleN.Add(-1)
 			return
 		}
-		select {
-		case f := <-p.tasks:
-			p.idleN.Add(-1)
-			f.Run()
-			worked = true
-		case <-t.C:
-			p.idleN.Add(-1)
-			if !worked {
-				return
-			}
-			worked = false
-			t.Reset(p.idle)
-		case <-p.quit:
-			p.idleN.Add(-1)
-			return
+		t = <-p.tasks
+		if n := p.idleN.Add(-1); n < p.low.Load() {
+			p.low.Store(n) // a race may lose one: a goroutine more stays a round
 		}
+	}
+}
+
+// reapIdle ends as many waiting goroutines as waited the whole round since
+// the last one (the fewest waiting meanwhile): one idle for a round exits
+// within two.
+func (p *Pool) reapIdle() {
+	n := p.low.Swap(p.idleN.Load())
+	for ; n > 0 && !p.closed.Load(); n-- {
+		select {
+		case p.tasks <- nil:
+		default:
+			n = 0
+		}
+	}
+	if !p.closed.Load() {
+		p.reap.Store(time.AfterFunc(p.idle, p.reapIdle))
 	}
 }
 
@@ -95,9 +104,16 @@ func (p *Pool) Idle() int { return int(p.idleN.Load()) }
 // until ctx ends (then it returns ctx's error; the tasks still end on their
 // own). Go must not be called after Close. It is safe to call twice.
 func (p *Pool) Close(ctx context.Context) error {
-	p.once.Do(func() { close(p.quit) })
-	if !life.WaitFor(ctx, &p.wg) {
-		return fmt.Errorf("pool: close: %w", ctx.Err())
+	p.once.Do(func() { p.closed.Store(true); p.reap.Load().Stop() })
+	ended := make(chan struct{})
+	go func() { p.wg.Wait(); close(ended) }()
+	for {
+		select {
+		case p.tasks <- nil: // an idle goroutine exits
+		case <-ended:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("pool: close: %w", ctx.Err())
+		}
 	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -102,4 +103,40 @@ func TestIdleGoroutineExitsAfterReuse(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
+}
+
+// TestIdleGoroutinesReaped: goroutines a burst left waiting, which the
+// load after it does not need, exit within two rounds of the idle time,
+// and the one the load keeps busy stays (synctest's clock).
+func TestIdleGoroutinesReaped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := pool.New(time.Second)
+		defer func() {
+			if err := p.Close(t.Context()); err != nil {
+				t.Error(err)
+			}
+		}()
+		release := make(chan struct{})
+		var burst sync.WaitGroup
+		for range 8 {
+			burst.Add(1)
+			p.Go(func() { <-release; burst.Done() })
+		}
+		close(release)
+		burst.Wait()
+		synctest.Wait()
+		if n := p.Idle(); n != 8 {
+			t.Fatalf("%d goroutines waiting after a burst of 8", n)
+		}
+		s := make(signal)
+		for range 25 { // one task at a time for 2.5 s: one goroutine does
+			p.Run(s)
+			<-s
+			time.Sleep(100 * time.Millisecond)
+		}
+		synctest.Wait()
+		if n := p.Idle(); n != 1 {
+			t.Fatalf("%d goroutines waiting under a load of one task at a time, want 1", n)
+		}
+	})
 }
