@@ -103,16 +103,26 @@ func (e *BlockError) Unwrap() error { return e.Err }
 // ErrNotThisCall is a reference to an object that is not the call's own.
 var ErrNotThisCall = errors.New("a stored output must be the call's own")
 
-func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, error) {
-	r, err := ParseRef(b.URL)
+// Owned parses url, a reference of call key, refusing without a read one
+// that names no object of bucket under "<key>." (Seal's first checks).
+func Owned(bucket, key, url string) (Ref, error) {
+	r, err := ParseRef(url)
 	if err != nil {
-		return b, err
+		return r, err
 	}
-	if r.Bucket != s.bucket {
-		return b, fmt.Errorf("%w: %s is not in the outputs object store %s", ErrNotThisCall, short(b.URL), s.bucket)
+	if r.Bucket != bucket {
+		return r, fmt.Errorf("%w: %s is not in the outputs object store %s", ErrNotThisCall, short(url), bucket)
 	}
 	if !strings.HasPrefix(r.Name, key+".") {
-		return b, fmt.Errorf("%w: the name of %s does not start with the call's key %s.", ErrNotThisCall, short(b.URL), key)
+		return r, fmt.Errorf("%w: the name of %s does not start with the call's key %s.", ErrNotThisCall, short(url), key)
+	}
+	return r, nil
+}
+
+func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, error) {
+	r, err := Owned(s.bucket, key, b.URL)
+	if err != nil {
+		return b, err
 	}
 	info, err := s.Info(ctx, r.Name)
 	if errors.Is(err, ErrNotFound) {
