@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -158,6 +159,9 @@ type Server struct {
 	st     *Store
 	window int
 	known  *lru.Cache[string, *verified] // by name#digest
+	// first joins the reads of an object not known yet: one verification
+	// (a read of the whole object) for reads sent at once.
+	first singleflight.Group
 }
 
 // verified is an object whose bytes were checked against its digest.
@@ -232,20 +236,26 @@ func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
 	if v, ok := sv.known.Get(k); ok {
 		return v, nil
 	}
-	info, err := sv.st.Info(ctx, r.Name)
+	v, err, _ := sv.first.Do(k, func() (any, error) {
+		info, err := sv.st.Info(ctx, r.Name)
+		if err != nil {
+			return nil, err
+		}
+		if info.Digest() != r.Digest {
+			return nil, fmt.Errorf("%w: its digest is no longer the recorded one", errTampered)
+		}
+		chunks, err := sv.st.walk(ctx, info, r.Digest)
+		if err != nil {
+			return nil, err
+		}
+		v := &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
+		sv.known.ContainsOrAdd(k, v)
+		return v, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if info.Digest() != r.Digest {
-		return nil, fmt.Errorf("%w: its digest is no longer the recorded one", errTampered)
-	}
-	chunks, err := sv.st.walk(ctx, info, r.Digest)
-	if err != nil {
-		return nil, err
-	}
-	v := &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
-	sv.known.ContainsOrAdd(k, v)
-	return v, nil
+	return v.(*verified), nil
 }
 
 // read returns up to n bytes from off of a verified object (fewer at its
