@@ -2,7 +2,6 @@ package security
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
-	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -25,34 +22,13 @@ import (
 func TestAttackOutputReadAmplified(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
-	wl := d.conn("worker")
-	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
 	big := strings.Repeat("0123456789abcdef", 2<<20) // 32 MiB
-	must(t, w.Handle(bus.ToolDef{Name: "huge", Description: "A 32 MiB output.", ReadOnly: true,
-		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
+	startTool(t, d, bus.ToolDef{Name: "huge", Description: "A 32 MiB output.", ReadOnly: true},
 		func(context.Context, *worker.Call) (*bus.ExecResult, error) {
 			return &bus.ExecResult{Output: bus.Text(big)}, nil
-		}))
-	must(t, w.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+		})
 	ac := d.conn("session-s1").client()
-	ref := func(replyID string) string {
-		rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "huge"}}}, client.WithReplyID(replyID))
-		must(t, err)
-		for _, b := range rep.Results[0].Output {
-			if client.IsStored(b) {
-				return b.URL
-			}
-		}
-		t.Fatalf("nothing stored: %.300v", rep.Results[0])
-		return ""
-	}
+	ref := func(replyID string) string { return storedRef(t, ac, "s1", replyID, "huge") }
 	nc := d.conn("session-s1").nc
 	window := func(u string) error { // 64 bytes: what is served costs nothing
 		e, err := bus.NewEvent(offload.TypeGet, "attacker", offload.Get{URL: u, Max: 64})

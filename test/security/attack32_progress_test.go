@@ -38,11 +38,7 @@ func TestAttackProgressLinksOtherOutput(t *testing.T) {
 		t.Fatalf("the shared agent reads sb's output by its reference (what a published link would give sa): %v", err)
 	}
 
-	wl := d.conn("worker")
-	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
-	must(t, w.Handle(bus.ToolDef{Name: "leak", Description: "Links another call's output in its progress.", ReadOnly: true,
-		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
+	startTool(t, d, bus.ToolDef{Name: "leak", Description: "Links another call's output in its progress.", ReadOnly: true},
 		func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
 			ref := refs[c.SessionID]
 			for _, u := range []string{ref, ref[:strings.Index(ref, "#")]} { // with its digest and without
@@ -54,14 +50,7 @@ func TestAttackProgressLinksOtherOutput(t *testing.T) {
 				return nil, err
 			}
 			return &bus.ExecResult{Output: bus.Text("done")}, nil
-		}))
-	must(t, w.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+		})
 
 	for i, c := range []struct {
 		session string
@@ -104,13 +93,39 @@ func TestAttackProgressLinksOtherOutput(t *testing.T) {
 // reference.
 func bigRefIn(t *testing.T, cl *client.Client, session, replyID string) string {
 	t.Helper()
-	reply, err := cl.Call(testCtx(t), session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "bigread"}}}, client.WithReplyID(replyID))
+	return storedRef(t, cl, session, replyID, "bigread")
+}
+
+// storedRef calls tool in session as cl and returns the reference of the
+// output it stored.
+func storedRef(t *testing.T, cl *client.Client, session, replyID, tool string) string {
+	t.Helper()
+	reply, err := cl.Call(testCtx(t), session, bus.Batch{Calls: []bus.Call{{ID: "c1", Name: tool}}}, client.WithReplyID(replyID))
 	must(t, err)
 	for _, b := range reply.Results[0].Output {
 		if client.IsStored(b) {
 			return b.URL
 		}
 	}
-	t.Fatalf("bigread stored nothing: %.300v", reply.Results[0])
+	t.Fatalf("%s stored nothing: %.300v", tool, reply.Results[0])
 	return ""
+}
+
+// startTool serves def (an open object schema unless it has one) with fn
+// on a worker of its own, logged in as worker, until the test ends.
+func startTool(t *testing.T, d *deployment, def bus.ToolDef, fn worker.Handler) {
+	t.Helper()
+	w, err := worker.New(d.conn("worker").nc, worker.Config{Heartbeat: testHeartbeat})
+	must(t, err)
+	if def.InputSchema == nil {
+		def.InputSchema = json.RawMessage(`{"type":"object","properties":{}}`)
+	}
+	must(t, w.Handle(def, fn))
+	must(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Drain(ctx)
+	})
+	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
 }

@@ -2,15 +2,12 @@ package security
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -24,24 +21,14 @@ import (
 func TestAttackTaskOutputScansSession(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
-	wl := d.conn("worker")
-	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
 	release := make(chan struct{})
-	must(t, w.Handle(bus.ToolDef{Name: "slow", Description: "Runs past its timeout.", ReadOnly: true, ConcurrencySafe: true,
-		TimeoutMS: 200, Background: true, InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
+	startTool(t, d, bus.ToolDef{Name: "slow", Description: "Runs past its timeout.", ReadOnly: true, ConcurrencySafe: true,
+		TimeoutMS: 200, Background: true},
 		func(_ context.Context, c *worker.Call) (*bus.ExecResult, error) {
 			_ = c.Progress(bus.Text("halfway")...)
 			<-release
 			return &bus.ExecResult{Output: bus.Text("slow done")}, nil
-		}))
-	must(t, w.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+		})
 	ac := d.conn("session-s1").client()
 	rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "slow"}}})
 	must(t, err)
