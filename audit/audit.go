@@ -29,6 +29,9 @@ const (
 // Defaults.
 const (
 	DefaultMaxAge = 30 * 24 * time.Hour
+	// DefaultMaxBytes is Config.MaxBytes's default: what a flood of calls
+	// may fill of the store before the trail refuses new records.
+	DefaultMaxBytes = 1 << 30
 	// DefaultMaxWait is Config.MaxWait's default.
 	DefaultMaxWait = 30 * time.Second
 	// MaxInput bounds the input a record carries; a larger one is left
@@ -95,7 +98,9 @@ type Outcome struct {
 type Config struct {
 	// MaxAge is how long records are kept; zero means DefaultMaxAge.
 	MaxAge time.Duration `json:"max_age,omitempty"`
-	// MaxBytes bounds the stream (oldest first); zero: no bound but MaxAge.
+	// MaxBytes bounds the stream; zero means DefaultMaxBytes, negative no
+	// bound but MaxAge. A full trail refuses new records (each counted lost
+	// and logged in full by Stored's caller) and keeps every older one.
 	MaxBytes int64 `json:"max_bytes,omitempty"`
 	// Inputs records each call's input (redacted); otherwise only its digest.
 	Inputs bool `json:"inputs,omitempty"`
@@ -122,9 +127,10 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 	if cfg.MaxAge <= 0 {
 		cfg.MaxAge = DefaultMaxAge
 	}
-	if cfg.MaxBytes <= 0 {
-		cfg.MaxBytes = -1
+	if cfg.MaxBytes == 0 {
+		cfg.MaxBytes = DefaultMaxBytes
 	}
+	cfg.MaxBytes = max(cfg.MaxBytes, -1)
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = DefaultMaxWait
 	}
@@ -140,11 +146,14 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 	err = store.Retry(ctx, store.Provision, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: s.Stream(Stream), Description: "toolbus audit trail: one record per tool call",
-			Subjects: []string{s.All(kind)}, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Discard: jetstream.DiscardOld,
+			Subjects: []string{s.All(kind)}, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Discard: jetstream.DiscardNew,
 			Duplicates: dedupeWindow, Replicas: max(cfg.Replicas, 1), Storage: storage,
 		})
 		return err
 	})
+	if store.IsFull(err) { // JetStream reserves the bound on each server
+		err = fmt.Errorf("%w (audit.max_bytes is %d bytes: set a smaller one)", err, cfg.MaxBytes)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: stream %s: %w", s.Stream(Stream), err)
 	}

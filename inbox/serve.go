@@ -34,6 +34,10 @@ type Running struct {
 	done chan struct{}
 }
 
+// idleTimeout closes a connection idle between requests: without it, one
+// without the token held a goroutine and a descriptor for good (session 32).
+var idleTimeout = 2 * time.Minute
+
 // Open starts an inbox on nc listening on addr: the token is token, the
 // first line of tokenFile, or a random one; a non-loopback addr needs one
 // of the first two (CheckListen). cfg.Token is set from them.
@@ -59,7 +63,7 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	srv.RegisterOnShutdown(cancel) // ends the event streams
 	r := &Running{URL: "http://" + ln.Addr().String() + "/?token=" + tok, Addr: ln.Addr().String(), Generated: generated,

@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 )
 
 // Progress reaches the session through the router (docs/protocol.md 5.3,
@@ -68,7 +69,7 @@ func (x *progressRelay) relay(tag any, m *nats.Msg) {
 		return
 	}
 	ref := callRef{j.session, j.replyID, j.call.ID}
-	data, err := progressData(m, ref, j.progress.seq)
+	data, err := progressData(m, ref, j.progress.seq, x.subj.ObjectStore(bus.ObjectOutputs))
 	if err != nil {
 		x.dropped(1)
 		x.log.Debug("router: progress dropped", "call", ref.key(), "err", err)
@@ -95,8 +96,9 @@ func (x *progressRelay) dropped(n int) {
 }
 
 // progressData is the data of the progress event m sent for call ref,
-// checked: its type, no other call named, a seq past last, valid blocks.
-func progressData(m *nats.Msg, ref callRef, last int) (bus.Progress, error) {
+// checked: its type, no other call named, a seq past last, valid blocks,
+// stored outputs only the call's own objects of bucket.
+func progressData(m *nats.Msg, ref callRef, last int, bucket string) (bus.Progress, error) {
 	var p bus.Progress
 	var e bus.Event
 	if err := bus.DecodeTo(m, &e); err != nil {
@@ -115,7 +117,11 @@ func progressData(m *nats.Msg, ref callRef, last int) (bus.Progress, error) {
 		return p, fmt.Errorf("seq %d after %d", p.Seq, last)
 	}
 	for i, bl := range p.Output {
-		if err := checkBlock(bl); err != nil {
+		err := checkBlock(bl)
+		if err == nil && hasStored(p.Output[i:i+1]) {
+			_, err = offload.Owned(bucket, ref.key(), bl.URL) // the call's own, as a result's (5.9); nothing read
+		}
+		if err != nil {
 			return p, fmt.Errorf("output block %d: %w", i, err)
 		}
 	}

@@ -552,10 +552,16 @@ func (s *Store) Renew(ctx context.Context, session, id, owner string, lease time
 }
 
 // Output reads the progress blocks a task's call published so far from the
-// session's events (stream, subject), the last at most maxBytes of them
-// (truncated says older ones were left out); ctx bounds the read.
+// session's events (stream, subject) between its start and its end (or
+// deadline, or its task.done), the last at most maxBytes of them (truncated
+// says older ones were left out); ctx bounds the read. The session's later
+// events are not read: an agent's flood of them after the task cost every
+// read (docs/security.md).
 func Output(ctx context.Context, js jetstream.JetStream, stream, subject string, rec *Record, maxBytes int) (out []bus.Block, truncated bool, err error) {
-	start := rec.Started.Add(-time.Second)
+	start, until := rec.Started.Add(-time.Second), rec.Deadline.Add(time.Second) // a second for the clocks
+	if rec.Ended != nil {
+		until = rec.Ended.Add(time.Second)
+	}
 	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle})
 	if err != nil {
@@ -582,11 +588,16 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		if err != nil {
 			return out, truncated, err
 		}
-		got := 0
+		got, past := 0, false
 		for m := range batch.Messages() {
 			got++
 			pending--
-			blocks := progressOf(m, rec)
+			if md, err := m.Metadata(); past || err == nil && md.Timestamp.After(until) {
+				past = true
+				continue
+			}
+			blocks, end := progressOf(m, rec)
+			past = end
 			for _, b := range blocks {
 				out = append(out, b)
 				size += len(b.Text) + len(b.Data) + len(b.URL)
@@ -599,7 +610,7 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return out, truncated, err
 		}
-		if got == 0 || ctx.Err() != nil {
+		if got == 0 || past || ctx.Err() != nil {
 			break
 		}
 	}
@@ -610,15 +621,16 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 // its last read.
 const outputIdle = 10 * time.Second
 
-// progressOf is the blocks of m when it is a progress event of rec's call.
-func progressOf(m jetstream.Msg, rec *Record) []bus.Block {
+// progressOf is the blocks of m when it is a progress event of rec's call;
+// end reports the call's task.done, after which no progress of it comes.
+func progressOf(m jetstream.Msg, rec *Record) (blocks []bus.Block, end bool) {
 	e, err := bus.Decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()})
-	if err != nil || e.Type != bus.TypeCallProgress || e.ReplyID != rec.ReplyID || e.ToolCallID != rec.CallID {
-		return nil
+	if err != nil || e.ReplyID != rec.ReplyID || e.ToolCallID != rec.CallID {
+		return nil, false
 	}
 	var p bus.Progress
-	if json.Unmarshal(e.Data, &p) != nil {
-		return nil
+	if e.Type != bus.TypeCallProgress || json.Unmarshal(e.Data, &p) != nil {
+		return nil, e.Type == bus.TypeTaskDone
 	}
-	return p.Output
+	return p.Output, false
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/store"
@@ -103,16 +104,26 @@ func (e *BlockError) Unwrap() error { return e.Err }
 // ErrNotThisCall is a reference to an object that is not the call's own.
 var ErrNotThisCall = errors.New("a stored output must be the call's own")
 
-func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, error) {
-	r, err := ParseRef(b.URL)
+// Owned parses url, a reference of call key, refusing without a read one
+// that names no object of bucket under "<key>." (Seal's first checks).
+func Owned(bucket, key, url string) (Ref, error) {
+	r, err := ParseRef(url)
 	if err != nil {
-		return b, err
+		return r, err
 	}
-	if r.Bucket != s.bucket {
-		return b, fmt.Errorf("%w: %s is not in the outputs object store %s", ErrNotThisCall, short(b.URL), s.bucket)
+	if r.Bucket != bucket {
+		return r, fmt.Errorf("%w: %s is not in the outputs object store %s", ErrNotThisCall, short(url), bucket)
 	}
 	if !strings.HasPrefix(r.Name, key+".") {
-		return b, fmt.Errorf("%w: the name of %s does not start with the call's key %s.", ErrNotThisCall, short(b.URL), key)
+		return r, fmt.Errorf("%w: the name of %s does not start with the call's key %s.", ErrNotThisCall, short(url), key)
+	}
+	return r, nil
+}
+
+func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, error) {
+	r, err := Owned(s.bucket, key, b.URL)
+	if err != nil {
+		return b, err
 	}
 	info, err := s.Info(ctx, r.Name)
 	if errors.Is(err, ErrNotFound) {
@@ -148,6 +159,9 @@ type Server struct {
 	st     *Store
 	window int
 	known  *lru.Cache[string, *verified] // by name#digest
+	// first joins the reads of an object not known yet: one verification
+	// (a read of the whole object) for reads sent at once.
+	first singleflight.Group
 }
 
 // verified is an object whose bytes were checked against its digest.
@@ -222,20 +236,26 @@ func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
 	if v, ok := sv.known.Get(k); ok {
 		return v, nil
 	}
-	info, err := sv.st.Info(ctx, r.Name)
+	v, err, _ := sv.first.Do(k, func() (any, error) {
+		info, err := sv.st.Info(ctx, r.Name)
+		if err != nil {
+			return nil, err
+		}
+		if info.Digest() != r.Digest {
+			return nil, fmt.Errorf("%w: its digest is no longer the recorded one", errTampered)
+		}
+		chunks, err := sv.st.walk(ctx, info, r.Digest)
+		if err != nil {
+			return nil, err
+		}
+		v := &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
+		sv.known.ContainsOrAdd(k, v)
+		return v, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	if info.Digest() != r.Digest {
-		return nil, fmt.Errorf("%w: its digest is no longer the recorded one", errTampered)
-	}
-	chunks, err := sv.st.walk(ctx, info, r.Digest)
-	if err != nil {
-		return nil, err
-	}
-	v := &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
-	sv.known.ContainsOrAdd(k, v)
-	return v, nil
+	return v.(*verified), nil
 }
 
 // read returns up to n bytes from off of a verified object (fewer at its

@@ -28,15 +28,7 @@ const outputsStream = "OBJ_toolbus_outputs"
 // output's reference.
 func bigRef(t *testing.T, ac *client.Client, replyID string) string {
 	t.Helper()
-	reply, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "bigread"}}}, client.WithReplyID(replyID))
-	must(t, err)
-	for _, b := range reply.Results[0].Output {
-		if client.IsStored(b) {
-			return b.URL
-		}
-	}
-	t.Fatalf("bigread stored nothing: %.300v", reply.Results[0])
-	return ""
+	return bigRefIn(t, ac, "s1", replyID)
 }
 
 // TestOutputsPerSession: a stored output of session s1 is read by s1's
