@@ -562,20 +562,21 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	if rec.Ended != nil {
 		until = rec.Ended.Add(time.Second)
 	}
-	cons, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle})
+	// A plain pull consumer, made and deleted here: an ordered one makes a
+	// new consumer on every Fetch and deletes the last on a goroutine of
+	// its own, so a read left consumers behind it for a while; nats.go
+	// leaves an ordered consumer 5 minutes idle, and the events stream's
+	// consumers bound every session's replays (docs/security.md,
+	// TestAttackTaskOutputConsumers).
+	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle, MemoryStorage: true, Replicas: 1})
 	if err != nil {
 		return nil, false, err
 	}
-	// Deleted once read: nats.go leaves an ordered consumer 5 minutes
-	// idle, and the events stream's consumers bound every session's
-	// replays (docs/security.md, TestAttackTaskOutputConsumers).
 	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			_ = js.DeleteConsumer(dctx, stream, info.Name)
-		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
 	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
