@@ -1,13 +1,16 @@
 package soak
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 )
 
@@ -71,5 +74,48 @@ func TestBinariesFromBin(t *testing.T) {
 	_, _, err := cli.Helpers(t.Context(), t.TempDir(), t.TempDir(), func(string, ...any) {}, "router", "toolworker")
 	if err == nil || !strings.Contains(err.Error(), "router and toolworker") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestBatchDoneMissing: a completed batch without its batch.done fails the
+// soak unless protocol 3.4 allows it: a batch whose batch.done may go out
+// unawaited (nothing parks, nothing durable) that completed during a fault.
+func TestBatchDoneMissing(t *testing.T) {
+	start := time.Now()
+	kind := func(name string) *soakKind {
+		i := slices.IndexFunc(soakKinds, func(k soakKind) bool { return k.name == name })
+		return &soakKinds[i]
+	}
+	faults := []soakFault{{AtMS: 10_000, Kind: "stop_nats_node", DownMS: 6_000}}
+	for _, tt := range []struct {
+		name    string
+		kinds   []string
+		at      time.Duration // the last result, since the start
+		done    bool
+		missing int
+		allowed int
+	}{
+		{"stored", []string{"read_only"}, 12 * time.Second, true, 0, 0},
+		{"read-only during a fault", []string{"read_only", "slow_effect"}, 12 * time.Second, false, 0, 1},
+		{"just before the fault", []string{"side_effect"}, 8500 * time.Millisecond, false, 0, 1},
+		{"just after the fault", []string{"read_only"}, 20 * time.Second, false, 0, 1},
+		{"read-only, no fault near", []string{"read_only"}, 40 * time.Second, false, 1, 0},
+		{"parked during a fault", []string{"read_only", "parked_confirm"}, 12 * time.Second, false, 1, 0},
+		{"durable during a fault", []string{"durable"}, 12 * time.Second, false, 1, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := &soakTracker{start: start, calls: map[string]*soakCall{}, bats: map[string]*soakBatch{}}
+			b := &soakBatch{session: "s", reply: "r", first: start, done: tt.done}
+			for i, k := range tt.kinds {
+				id := fmt.Sprint("c", i)
+				b.calls = append(b.calls, &soakCall{key: "s.r." + id, id: id, kind: kind(k), batch: b, seen: map[string]string{},
+					final: &bus.Result{ID: id}, finalAt: start.Add(tt.at)})
+			}
+			tr.add(b)
+			rep := tr.report(nil, faults, time.Minute)
+			if rep.BatchDoneMissing != tt.missing || rep.BatchDoneUnstored != tt.allowed {
+				t.Fatalf("missing %d, allowed %d; want %d, %d", rep.BatchDoneMissing, rep.BatchDoneUnstored, tt.missing, tt.allowed)
+			}
+		})
 	}
 }
