@@ -1,8 +1,6 @@
 package inbox
 
 import (
-	"bufio"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -30,25 +28,5 @@ func TestAttackIdleConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close(t.Context()) })
-	c, err := net.Dial("tcp", in.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Write([]byte("GET /api/calls HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(c)
-	res, err := http.ReadResponse(br, nil)
-	if err != nil || res.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("a request without the token: %v %v", res, err)
-	}
-	res.Body.Close()
-	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	if _, err := br.ReadByte(); err == nil || time.Since(start) > 5*time.Second {
-		t.Fatalf("an idle connection without the token was kept %v (%v)", time.Since(start), err)
-	}
+	testkit.IdleClosed(t, in.Addr, "GET /api/calls HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusUnauthorized)
 }

@@ -227,7 +227,7 @@ func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout}
 	context.AfterFunc(ctx, func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
@@ -237,3 +237,7 @@ func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus
 	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
 	return reg, nil
 }
+
+// idleTimeout closes a connection idle between requests: without it anyone
+// who reaches the port holds its connections for good (docs/security.md).
+var idleTimeout = 2 * time.Minute

@@ -176,3 +176,19 @@ func TestSecureMCP(t *testing.T) {
 		t.Fatalf("an old secure directory: %v", err)
 	}
 }
+
+// TestMCPIdleConnections (session 32, red team's gap): the facade closes
+// a connection idle between requests, so a client without a token that
+// sent one request cannot hold its connections for good.
+func TestMCPIdleConnections(t *testing.T) {
+	defer func(d time.Duration) { mcpIdleTimeout = d }(mcpIdleTimeout)
+	mcpIdleTimeout = 200 * time.Millisecond
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte("tokens:\n- {token: "+facade.HashToken("a-token-of-sixteen-chars")+", user: alice, sessions: [s1]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := startRun(t, []string{"--listen", "127.0.0.1:-1", "--data", filepath.Join(dir, "data"), "--heartbeat", "500ms",
+		"--mcp-listen", "127.0.0.1:0", "--mcp-tokens", tokens}, regexp.MustCompile(`MCP \(streamable HTTP\) at http://(\S+)/mcp/<session>`))
+	testkit.IdleClosed(t, m[1], "POST /mcp/s1 HTTP/1.1\r\nHost: "+m[1]+"\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", http.StatusUnauthorized)
+}

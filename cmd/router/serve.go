@@ -174,7 +174,7 @@ func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDi
 		nc.Close()
 		return nil, fmt.Errorf("--mcp-listen: %w", err)
 	}
-	hs := &http.Server{Handler: f.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: f.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: mcpIdleTimeout}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -271,3 +271,8 @@ func (o *inboxOptions) serve(ctx context.Context, router natsconn.Config, secure
 // inboxCloseWait is how long the inbox's requests under way get on
 // shutdown before open pages lose their connection.
 const inboxCloseWait = 2 * time.Second
+
+// mcpIdleTimeout closes a facade connection idle between requests (an open
+// event stream is a request, not idle): without it anyone who reaches the
+// port holds its connections for good (docs/security.md).
+var mcpIdleTimeout = 2 * time.Minute

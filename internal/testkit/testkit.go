@@ -4,8 +4,11 @@
 package testkit
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"net"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -149,5 +152,34 @@ func Recv[T any](t testing.TB, ch <-chan T, total time.Duration, what string) T 
 		t.Fatalf("timed out after %v waiting for %s", total, what)
 		var zero T
 		return zero
+	}
+}
+
+// IdleClosed sends one HTTP/1.1 request (e.g. "GET / HTTP/1.1\r\nHost:
+// x\r\n\r\n") on a new connection to addr, wants its answer's status, and
+// then wants the server to close the connection, left idle, within 5 s: a
+// server without an idle timeout lets anyone hold its connections for good.
+func IdleClosed(t testing.TB, addr, request string, status int) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(request)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != status {
+		t.Fatalf("%q: %v %v, want HTTP %d", request, res, err, status)
+	}
+	_ = res.Body.Close()
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := br.ReadByte(); err == nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("an idle connection was kept %v (%v)", time.Since(start), err)
 	}
 }
