@@ -71,14 +71,14 @@ func (r *relays) counted() (dropped int) {
 	return dropped
 }
 
-// mark notes in w, a tagged wait whose reply came, the progress read so
-// far: handled, in hand or pending. The lock is held.
+// mark notes in w, a tagged wait, the progress read so far: handled, in
+// hand or pending. The lock is held.
 func (r *relays) mark(w *Wait) {
 	n, _, _ := r.sub.Pending()
-	w.replied, w.mark, w.epoch = true, r.handled+uint64(max(n, 0)), r.drains
+	w.mark, w.epoch = r.handled+uint64(max(n, 0)), r.drains
 }
 
-// behind reports whether progress read before w's reply may not have been
+// behind reports whether progress read before w's mark may not have been
 // handled yet. The lock is held.
 func (r *relays) behind(w *Wait) bool { return r.handled < w.mark && r.drains == w.epoch }
 
@@ -318,6 +318,7 @@ func (a *Mux) deliver(m *nats.Msg) {
 		if w.replied {
 			w = nil
 		} else {
+			w.replied = true
 			a.p.mark(w)
 		}
 	default:
@@ -333,15 +334,20 @@ func (a *Mux) deliver(m *nats.Msg) {
 // Done ends w's wait, replied when its reply was taken from C (then no
 // lock, unless tagged: deliver or endOn took w out of waiting). A wait whose
 // reply may still come to its channel is not reused; one that ended before
-// its reply came is reused with a new inbox. With Options.Progress, no
-// progress is handed on with w's tag once Done returns.
+// its reply came is reused with a new inbox. With Options.Progress, the
+// progress read before its reply (or, with none, before Done) is handed on
+// with w's tag before Done returns, and none after: a durable call's
+// result comes another way, after its progress (docs/protocol.md 5.3).
 func (a *Mux) Done(w *Wait, replied bool) {
 	if replied && w.tag == nil {
 		a.free.Put(w)
 		return
 	}
 	a.mu.Lock()
-	for replied && a.p.behind(w) && !a.closed {
+	if w.tag != nil && a.p.sub != nil && !w.replied {
+		a.p.mark(w)
+	}
+	for w.tag != nil && a.p.sub != nil && a.p.behind(w) && !a.closed {
 		a.p.caught.Wait()
 	}
 	waiting := a.waiting[w.inbox] == w

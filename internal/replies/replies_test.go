@@ -497,3 +497,52 @@ func TestProgressBeforeItsRequestReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A tagged wait whose result comes another way (a durable call's, through
+// the ledger: protocol 5.3, 5.8) ends with Done(w, false): every progress
+// read before Done is handed on before Done returns. The worker sends five
+// progress messages and then the result on another subject, which the
+// waiter reads on the Mux's connection, as a router reads its ledger watch.
+func TestProgressBeforeItsWaitEnds(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, wc := testkit.Connect(t, s), testkit.Connect(t, s)
+	type count struct{ n int }
+	a := New(nc, Options{Unguessable: true, Progress: func(tag any, _ *nats.Msg) {
+		c := tag.(*count)
+		n := c.n
+		runtime.Gosched()
+		c.n = n + 1
+	}})
+	results := make(chan *nats.Msg, 1)
+	sub, err := nc.ChanSubscribe("result", results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if _, err := wc.Subscribe("work", func(m *nats.Msg) {
+		for range 5 {
+			_ = wc.Publish(string(m.Data)+bus.ProgressSuffix, []byte("p"))
+		}
+		_ = wc.Publish("result", nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		tag := &count{}
+		w, err := a.AwaitTagged(tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Publish("work", []byte(w.Inbox())); err != nil {
+			t.Fatal(err)
+		}
+		testkit.Recv(t, results, 10*time.Second, "the result")
+		a.Done(w, false)
+		if tag.n != 5 {
+			t.Fatalf("%d: %d progress handed on before Done returned, want 5", i, tag.n)
+		}
+	}
+}

@@ -476,7 +476,7 @@ func busyGoroutines() int {
 		if !strings.HasPrefix(g, "goroutine ") {
 			continue
 		}
-		if strings.Contains(g, "[select") && idleInPool(g) {
+		if (strings.Contains(g, "[select") || strings.Contains(g, "[chan receive")) && idleInPool(g) {
 			continue
 		}
 		count++
@@ -485,7 +485,7 @@ func busyGoroutines() int {
 }
 
 // idleInPool reports whether a goroutine's stack has the pool's work loop
-// as its first frame outside the runtime (its select), so not a task.
+// as its first frame outside the runtime (its wait for a task), so not a task.
 func idleInPool(stack string) bool {
 	for _, line := range strings.Split(stack, "\n")[1:] {
 		if strings.HasPrefix(line, "\t") || strings.HasPrefix(line, "runtime.") {
