@@ -1,0 +1,71 @@
+"""Red team, session 32: hostile peers on a Python worker's exec subject (raw NATS protocol to a
+real worker through a real nats-server). docs/security.md, "Attacks, and what stops each"."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import nats
+
+import toolbus
+from conftest import unique
+from test_attack_pyperf import compact_exec, raw_request
+from toolbus import event as ev
+
+
+async def test_attack_exec_input_not_an_object(router, worker_factory):
+    """An exec whose input is valid JSON but no object (5.1: the input is the object that passed
+    the schema) is refused bad_event; the tool never runs with the defaults it used to get."""
+    ran: list[str] = []
+    name = unique("py_attack32")
+
+    @toolbus.tool(name=name)
+    async def wipe(path: str = "/tmp/scratch") -> str:
+        ran.append(path)
+        return "wiped " + path
+
+    await worker_factory(wipe)
+    nc = await nats.connect(router.url)
+    try:
+        for inp in (b"[1, 2]", b'"x"', b"5", b"true"):
+            body = b'{"call":{"id":"c1","name":"%s","input":%s},"attempt":1}' % (name.encode(), inp)
+            m = await raw_request(router.url, nc, f"toolbus.exec.{name}", compact_exec(name, **{"content-type": b"application/json"}), body)
+            e = ev.decode(m.data, m.headers)
+            assert e.type == ev.TYPE_ERROR and e.data["code"] == "bad_event", (inp, e.data)
+            assert "call.input must be an object" in e.data["message"], e.data
+        assert ran == []
+        body = b'{"call":{"id":"c1","name":"%s","input":{"path":"/tmp/x"}},"attempt":1}' % name.encode()
+        m = await raw_request(router.url, nc, f"toolbus.exec.{name}", compact_exec(name, **{"content-type": b"application/json"}), body)
+        assert ev.decode(m.data, m.headers).data["output"] == [{"type": "text", "text": "wiped /tmp/x"}]
+    finally:
+        await nc.close()
+
+
+async def test_attack_exec_deadline_past_and_far(router, worker_factory):
+    """A deadline in the past ends the call at once as the deadline's error; one in year 9999 is an
+    ordinary call (the timer takes it), and the worker serves the next call."""
+    name = unique("py_attack32")
+    started = asyncio.Event()
+
+    @toolbus.tool(name=name, read_only=True)
+    async def slow(n: int = 0) -> str:
+        if n:
+            started.set()
+            await asyncio.sleep(3600)
+        return "ok"
+
+    await worker_factory(slow)
+    nc = await nats.connect(router.url)
+    try:
+        body = b'{"call":{"id":"c1","name":"%s","input":{"n":1}},"attempt":1}' % name.encode()
+        past = compact_exec(name, **{"ce-expirytime": ev.rfc3339(time.time() - 3600).encode(), "content-type": b"application/json"})
+        m = await raw_request(router.url, nc, f"toolbus.exec.{name}", past, body)
+        d = ev.decode(m.data, m.headers).data
+        assert d["state"] == "error" and "deadline" in d["output"][0]["text"], d
+        far = compact_exec(name, **{"ce-expirytime": b"9999-12-31T23:59:59Z", "content-type": b"application/json"})
+        body = b'{"call":{"id":"c2","name":"%s","input":{}},"attempt":1}' % name.encode()
+        m = await raw_request(router.url, nc, f"toolbus.exec.{name}", far, body)
+        assert ev.decode(m.data, m.headers).data["output"] == [{"type": "text", "text": "ok"}]
+    finally:
+        await nc.close()
