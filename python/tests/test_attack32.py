@@ -69,3 +69,56 @@ async def test_attack_exec_deadline_past_and_far(router, worker_factory):
         assert ev.decode(m.data, m.headers).data["output"] == [{"type": "text", "text": "ok"}]
     finally:
         await nc.close()
+
+
+async def test_attack_exec_flood_bounded(router, worker_factory):
+    """10,000 execs at once on one tool's subject: at most max_concurrent run (5.x, as the Go
+    worker's bound), the worker holds no task or call per exec beyond them (nats-py keeps at most
+    max(4 * max_concurrent, 1024) waiting and drops the rest, unanswered: those calls end as a
+    vanished worker's, 5.7), and once the flood is over it serves a call."""
+    name = unique("py_attack32")
+    release = asyncio.Event()
+    running = peak = 0
+
+    @toolbus.tool(name=name, read_only=True)
+    async def hold(n: int = 0) -> str:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            if n:
+                await release.wait()
+            return "ok"
+        finally:
+            running -= 1
+
+    w = await worker_factory(hold, max_concurrent=4)
+    nc = await nats.connect(router.url)
+    try:
+        inbox = nc.new_inbox()
+        for i in range(10_000):
+            e = ev.Event(ev.TYPE_EXEC, "attacker", {"call": {"id": f"c{i}", "name": name, "input": {"n": 1}}, "attempt": 1},
+                         sessionid="s1", replyid="r1", toolcallid=f"c{i}", expirytime=ev.rfc3339(time.time() + 60))
+            body, headers = ev.encode_structured(e)
+            await nc.publish(f"toolbus.exec.{name}", body, reply=inbox, headers=headers)
+        await nc.flush()
+        for _ in range(500):  # bounded polling: the first four run
+            if peak >= 4:
+                break
+            await asyncio.sleep(0.01)
+        assert peak == 4 and len(w._x._tasks) <= 4 and len(w._x._calls) <= 5, (peak, len(w._x._tasks), len(w._x._calls))
+        release.set()
+        sub = w._tools[name].sub
+        for _ in range(6000):  # bounded polling: the backlog nats-py kept (the rest it dropped) is served
+            if sub.pending_msgs == 0 and not w._x._tasks:
+                break
+            await asyncio.sleep(0.01)
+        assert sub.pending_msgs == 0, sub.pending_msgs
+        e = ev.Event(ev.TYPE_EXEC, "agent", {"call": {"id": "last", "name": name, "input": {}}, "attempt": 1},
+                     sessionid="s2", replyid="r2", toolcallid="last", expirytime=ev.rfc3339(time.time() + 60))
+        body, headers = ev.encode_structured(e)
+        m = await nc.request(f"toolbus.exec.{name}", body, headers=headers, timeout=60)
+        assert ev.decode(m.data, m.headers).data["output"] == [{"type": "text", "text": "ok"}]
+        assert peak == 4
+    finally:
+        await nc.close()
