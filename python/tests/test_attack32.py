@@ -122,3 +122,34 @@ async def test_attack_exec_flood_bounded(router, worker_factory):
         assert peak == 4
     finally:
         await nc.close()
+
+
+async def test_attack_forged_reply_ids(router):
+    """A responder on P.call.<session> that answers before the router (3.2: each call once,
+    finished or parked): a result for a call never sent, two results for one call, or a call
+    left out make Client.call raise ProtocolError (prefix "forged": no router answers there), and
+    the reply it should take is taken."""
+    from toolbus import Client
+    from toolbus.errors import ProtocolError
+    import pytest
+
+    ok = {"id": "c1", "name": "t", "state": "success", "output": [{"type": "text", "text": "forged"}]}
+    session = unique("forged").replace("_", "-")
+    for results in ([{**ok, "id": "other"}], [ok, ok], [], [ok, {**ok, "id": "c2"}], [ok]):
+        nc = await nats.connect(router.url)
+        try:
+            async def answer(msg, results=results):
+                e = ev.Event(ev.TYPE_CALL_REPLY, "attacker", {"results": results, "parked": []}, sessionid=session, replyid="r")
+                body, headers = ev.encode_structured(e)
+                await nc.publish(msg.reply, body, headers=headers)
+
+            await nc.subscribe(f"forged.call.{session}", cb=answer)
+            await nc.flush()
+            async with await Client.connect(router.url, prefix="forged") as c:
+                if results == [ok]:
+                    assert (await c.call(session, [{"id": "c1", "name": "t", "input": {}}], timeout=10)).results[0].id == "c1"
+                    continue
+                with pytest.raises(ProtocolError, match="each call of the batch once"):
+                    await c.call(session, [{"id": "c1", "name": "t", "input": {}}], timeout=10)
+        finally:
+            await nc.close()
