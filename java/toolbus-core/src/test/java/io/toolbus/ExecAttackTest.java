@@ -51,4 +51,35 @@ class ExecAttackTest {
       w.drain(Duration.ofSeconds(5));
     }
   }
+
+  /**
+   * A responder on P.call.<session> answering before the router (3.2: each call once, finished or
+   * parked): a result for a call never sent, one twice, or a call left out is a BusException; a
+   * reply naming each call once is taken. Prefix "forged": no router answers there.
+   */
+  @Test
+  void forgedReplyIdsRefused() throws Exception {
+    Router router = Router.shared();
+    String ok = "{\"id\":\"c1\",\"name\":\"t\",\"state\":\"success\",\"output\":[]}";
+    String[] forged = {ok.replace("c1", "other"), ok + "," + ok, "", ok + "," + ok.replace("c1", "c2"), ok};
+    for (int i = 0; i < forged.length; i++) {
+      String results = forged[i];
+      try (Connection nc = router.connect(); Connection hostile = router.connect()) {
+        String session = "jforged-" + Ids.next();
+        Message reply = Event.of(Codes.CALL_REPLY, "attacker", Json.MAPPER.readTree("{\"results\":[" + results + "],\"parked\":[]}"))
+            .toMessage("x", null);
+        io.nats.client.Dispatcher d = hostile.createDispatcher(m -> hostile.publish(m.getReplyTo(), reply.getHeaders(), reply.getData()));
+        d.subscribe("forged.call." + session);
+        hostile.flush(Duration.ofSeconds(5));
+        ToolbusClient c = ToolbusClient.builder(nc).prefix("forged").build();
+        Batch b = Batch.builder().call("c1", "t", Map.of()).build();
+        if (i == forged.length - 1) {
+          assertEquals("c1", c.call(session, b).results().get(0).id());
+          continue;
+        }
+        BusException e = org.junit.jupiter.api.Assertions.assertThrows(BusException.class, () -> c.call(session, b));
+        assertTrue(e.getMessage().contains("each call of the batch once"), e.getMessage());
+      }
+    }
+  }
 }
