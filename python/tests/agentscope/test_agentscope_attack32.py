@@ -40,3 +40,36 @@ async def test_attack_bus_tool_shadows_local_tool(as_router: Router, session: st
     finally:
         await w.drain(timeout=1)
         await w.nc.close()
+
+
+async def test_attack_schema_shapes_passed_through(as_router: Router, session: str) -> None:
+    """Schemas a worker may register (7.2: at most 64 KiB, no external $ref) in shapes a converter
+    could loop on or blow up: a $ref to the root, a $defs cycle, an enum of 5,000 values. The
+    adapter converts nothing: the model's list holds each schema as registered."""
+    from toolbus import Client, Worker
+
+    shapes = {
+        "ref_root": {"type": "object", "properties": {"child": {"$ref": "#"}}},
+        "ref_cycle": {"type": "object", "$defs": {"a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}},
+                                                   "b": {"type": "object", "properties": {"a": {"$ref": "#/$defs/a"}}}},
+                      "properties": {"x": {"$ref": "#/$defs/a"}}},
+        "enum_5000": {"type": "object", "properties": {"v": {"type": "string", "enum": [f"v{i}" for i in range(5000)]}}},
+    }
+
+    async def handler(ctx: object) -> str:
+        return "ok"
+
+    w = Worker(await __import__("nats").connect(as_router.url), heartbeat=1.0)
+    for name, schema in shapes.items():
+        w.handle({"name": name, "description": "d", "input_schema": schema}, handler)
+    await w.start()
+    try:
+        async with await Client.connect(as_router.url) as client:
+            bus = BusToolkit(client, session)
+            got = {s["function"]["name"]: s["function"]["parameters"] for s in await bus.get_tool_schemas()}
+            for name, schema in shapes.items():
+                assert got[name] == schema, name
+                assert (await bus.get_tool(name)).input_schema == schema
+    finally:
+        await w.drain(timeout=1)
+        await w.nc.close()
