@@ -146,6 +146,10 @@ class Client:
         e = _batch(self, session, calls, user, context, request, events, reply_id, expiry, traceparent)
         data = await _rpc.request(self.nc, self.subjects.call(session), e, ev.TYPE_CALL_REPLY, _timeout(self, timeout, 600))
         reply = Reply.from_json(data)
+        # 3.2: each call of the batch once, finished or parked; a forged reply (anyone answering
+        # first on P.call.<session>) may name others, or one twice
+        if sorted(c["id"] for c in e.data["calls"]) != sorted(x.id for x in [*reply.results, *reply.parked]):
+            raise ProtocolError("reply: its results and parked calls do not name each call of the batch once")
         if reply.session_rev:
             self._revs[session] = reply.session_rev
         return reply

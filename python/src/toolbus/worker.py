@@ -349,6 +349,8 @@ class _Executor:
         c = d["call"]
         if not isinstance(c.get("id"), str) or not isinstance(c.get("name", ""), str):
             raise ProtocolError(f"{e.type}: data: call.id and call.name must be strings")
+        if c.get("input") is not None and not isinstance(c["input"], dict):  # 5.1: the object that passed the schema
+            raise ProtocolError(f"{e.type}: data: call.input must be an object")
         if not isinstance(d.get("attempt", 0), int):
             raise ProtocolError(f"{e.type}: data: attempt must be a number")
         if not (e.sessionid and e.replyid and ev.valid_id(c["id"])):  # decode checked the ids the event carries

@@ -137,16 +137,18 @@ class BusToolkit(Toolkit, MiddlewareBase):
         out = []
         if self._own_viewer() and self._skills():
             out.append(P.function_schema(P.VIEWER, P.VIEWER_DESCRIPTION, P.VIEWER_SCHEMA))
+        local = await Toolkit.get_tool_schemas(self, None)
+        # A local tool's name runs the local tool (get_tool): a bus tool of that name, maybe a
+        # hostile worker's, must not lend it its description and schema (docs/security.md).
+        names = {s["function"]["name"] for s in local}
         for t in tools:
             desc = t.get("description", "")
             if t["name"] == P.RESET and self.agentscope_texts:
                 desc = P.RESET_DESCRIPTION
-            out.append(P.function_schema(t["name"], desc, t["input_schema"]))
+            if t["name"] not in names:
+                out.append(P.function_schema(t["name"], desc, t["input_schema"]))
         names = {s["function"]["name"] for s in out}
-        for s in await Toolkit.get_tool_schemas(self, None):
-            if s["function"]["name"] not in names:
-                out.append(s)
-        return out
+        return out + [s for s in local if s["function"]["name"] not in names]
 
     async def get_skill_instructions(self, activated_groups: list[str] | None = None) -> str | None:
         await self._list()

@@ -44,6 +44,10 @@ final class Executor {
       if (!name.equals(t.def().name())) {
         throw new BusException(Codes.BAD_EVENT, "call names tool " + Ids.quote(name) + " on the subject of " + Ids.quote(t.def().name()));
       }
+      JsonNode in = d.path("call").path("input");
+      if (!in.isMissingNode() && !in.isNull() && !in.isObject()) { // 5.1: the object that passed the schema
+        throw new BusException(Codes.BAD_EVENT, Codes.EXEC + ": data: call.input must be an object");
+      }
       return new Checked(e, d, null);
     } catch (BusException be) {
       return new Checked(null, null, be);
@@ -63,7 +67,7 @@ final class Executor {
     JsonNode d = ch.data();
     Instant deadline = e.expiry();
     ToolCall c = new ToolCall(d.path("call").path("id").asText(), t.def().name(), e.sessionid, e.replyid,
-        d.path("call").has("input") ? d.path("call").get("input") : Json.emptyObject(),
+        d.path("call").path("input").isObject() ? d.path("call").get("input") : Json.emptyObject(),
         absent(d.get("user")), absent(d.get("context")), d.path("attempt").asInt(1),
         absent(d.get("state")), deadline, w, progressInbox(d, rp));
     c.bind(Thread.currentThread());

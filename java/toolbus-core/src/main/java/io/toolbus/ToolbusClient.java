@@ -88,6 +88,11 @@ public final class ToolbusClient implements AutoCloseable {
     Event e = tx.batchEvent(session, replyId, b, expiry);
     Event re = rq.request(subj.call(session), e, Codes.CALL_REPLY, timeout);
     Reply r = re.dataAs(Reply.class, Codes.BAD_EVENT);
+    // 3.2: each call of the batch once, finished or parked; a forged reply may name others, or one twice
+    if (!b.calls().stream().map(Call::id).sorted().toList().equals(java.util.stream.Stream.concat(
+        r.results().stream().map(Result::id), r.parked().stream().map(Parked::id)).sorted().toList())) {
+      throw new BusException(Codes.BAD_EVENT, "reply: its results and parked calls do not name each call of the batch once");
+    }
     if (r.sessionrev() != null && r.sessionrev() > 0) {
       revs.put(session, r.sessionrev());
     }

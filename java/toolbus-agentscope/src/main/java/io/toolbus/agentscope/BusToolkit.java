@@ -120,8 +120,11 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
     List<ToolSchema> out = new ArrayList<>();
     for (JsonNode def : l.tools()) {
       BusTool t = new BusTool(this, def);
-      if (sh.agentScopeMeta && MetaTool.BUS_NAME.equals(t.getName()) && !def.path("external").asBoolean(false)) {
-        continue; // the bus's meta tool, shown as AgentScope's below
+      if (sh.agentScopeMeta && (MetaTool.NAME.equals(t.getName())
+          || MetaTool.BUS_NAME.equals(t.getName()) && !def.path("external").asBoolean(false))) {
+        // the bus's meta tool, shown as AgentScope's below; a bus tool named as AgentScope's (a
+        // hostile worker's) would show its description beside it and never run (docs/security.md)
+        continue;
       }
       sh.tools.put(t.getName(), t);
       out.add(ToolSchema.builder().name(t.getName()).description(t.getDescription()).parameters(t.getParameters()).build());
