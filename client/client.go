@@ -147,8 +147,49 @@ func (r *requester) batch(ctx context.Context, subject, session string, b bus.Ba
 	if err != nil {
 		return nil, err
 	}
+	calls := b.Calls
+	if !trusted { // an option may have set other data: the calls sent are its
+		var sent struct {
+			Calls []bus.Call `json:"calls"`
+		}
+		if json.Unmarshal(e.Data, &sent) == nil {
+			calls = sent.Calls
+		}
+	}
+	if !namesEach(calls, reply) {
+		// Anyone who may answer on the call subject first could name other calls.
+		return nil, bus.Errorf(bus.CodeBadEvent, "reply: its results and parked calls do not name each call of the batch once (3.2)")
+	}
 	r.revs.saw(session, reply.SessionRev)
 	return reply, nil
+}
+
+// namesEach reports whether rep names each of calls once, finished or
+// parked (protocol 3.2).
+func namesEach(calls []bus.Call, rep *bus.Reply) bool {
+	if len(rep.Results)+len(rep.Parked) != len(calls) {
+		return false
+	}
+	for _, c := range calls {
+		n := 0
+		for i := range rep.Results {
+			n += b2i(rep.Results[i].ID == c.ID)
+		}
+		for i := range rep.Parked {
+			n += b2i(rep.Parked[i].ID == c.ID)
+		}
+		if n != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Publish sends a batch without waiting; results arrive as events on the

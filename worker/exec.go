@@ -50,6 +50,9 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if err == nil && req.Call.Name != t.def.Name {
 		err = bus.Errorf(bus.CodeBadEvent, "call names tool %q on the subject of %q", req.Call.Name, t.def.Name)
 	}
+	if err == nil && notObject(req.Call.Input) {
+		err = bus.Errorf(bus.CodeBadEvent, "call.input must be an object")
+	}
 	if err != nil {
 		var be *bus.Error
 		if !errors.As(err, &be) {

@@ -12,6 +12,7 @@
 package worker
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -586,6 +587,13 @@ func (w *Worker) drain(ctx context.Context) error {
 		w.serve.in.wait(ctx)
 	}
 	return err
+}
+
+// notObject reports whether an exec's input is present, not null and no
+// JSON object: protocol 5.1's input is the object that passed the schema.
+func notObject(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	return len(raw) > 0 && raw[0] != '{' && string(raw) != "null"
 }
 
 // absentIfNull maps the JSON null of an absent user or context to nil.

@@ -571,6 +571,10 @@ func TestMalformedExec(t *testing.T) {
 		{"data of wrong type", event(bus.TypeExec, `{"call":5}`, nil), nil},
 		{"data not an object", event(bus.TypeExec, `"echo"`, nil), nil},
 		{"call for another tool", event(bus.TypeExec, `{"call":{"id":"c1","name":"other","input":{}},"attempt":1}`, nil), nil},
+		// 5.1: the input is the object that passed the schema (session 32's red team).
+		{"input an array", event(bus.TypeExec, `{"call":{"id":"c1","name":"echo","input":[1,2]},"attempt":1}`, nil), nil},
+		{"input a string", event(bus.TypeExec, `{"call":{"id":"c1","name":"echo","input":"x"},"attempt":1}`, nil), nil},
+		{"input a number", event(bus.TypeExec, `{"call":{"id":"c1","name":"echo","input":5},"attempt":1}`, nil), nil},
 		{"bad session id", event(bus.TypeExec, good, func(e *bus.Event) { e.SessionID = "s.1" }), nil},
 		{"no session id", event(bus.TypeExec, good, func(e *bus.Event) { e.SessionID = "" }), nil},
 		{"no reply id", event(bus.TypeExec, good, func(e *bus.Event) { e.ReplyID = "" }), nil},
@@ -587,8 +591,9 @@ func TestMalformedExec(t *testing.T) {
 	if runs.Load() != 0 {
 		t.Fatalf("tool ran %d times on malformed requests", runs.Load())
 	}
-	// The worker still serves, including binary mode.
+	// The worker still serves, including binary mode and a null input.
 	wantText(t, f.exec(t, execEvent(t, "echo", "c1", `{}`), "echo"), bus.StateSuccess, "echo")
+	wantText(t, f.exec(t, execEvent(t, "echo", "c3", `null`), "echo"), bus.StateSuccess, "echo")
 	bm := bus.BinaryMsg("", execEvent(t, "echo", "c2", `{}`))
 	h, body := bm.Header, bm.Data
 	wantText(t, execResult(t, f.request(t, &nats.Msg{Subject: f.subj.Workers.Exec("echo"), Header: h, Data: body})), bus.StateSuccess, "echo")
