@@ -35,6 +35,14 @@ func TestRetentionConfig(t *testing.T) {
 		if status.Bucket() != "lim_outputs" || status.TTL() != outTTL || si.Config.MaxBytes != outBytes {
 			t.Errorf("outputs %s TTL %v max bytes %d; want %v, %d", status.Bucket(), status.TTL(), si.Config.MaxBytes, outTTL, outBytes)
 		}
+		// Without a byte bound, the default bound by messages (1.23).
+		wantMsgs := int64(store.DefaultOutputsMaxMsgs)
+		if outBytes > 0 {
+			wantMsgs = -1
+		}
+		if si.Config.MaxMsgs != wantMsgs || si.Config.MaxMsgSize != store.OutputsMaxMsgSize || si.Config.Discard != jetstream.DiscardNew {
+			t.Errorf("outputs max msgs %d, max msg size %d, discard %v", si.Config.MaxMsgs, si.Config.MaxMsgSize, si.Config.Discard)
+		}
 	}
 	subj := bus.NewSubjects("lim")
 	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true})

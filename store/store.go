@@ -35,8 +35,10 @@ type Config struct {
 	// OutputsTTL is how long a stored output (docs/protocol.md 5.9) is kept;
 	// zero means bus.DefaultOutputsTTL.
 	OutputsTTL time.Duration
-	// OutputsMaxBytes bounds the outputs object store (when full, a new
-	// output is refused); zero or negative means no bound but OutputsTTL.
+	// OutputsMaxBytes bounds the outputs object store's bytes (when full,
+	// a new output is refused; JetStream reserves the bound on each server).
+	// Zero or negative means the default bound by messages, which reserves
+	// nothing: at most DefaultOutputsMaxMsgs of OutputsMaxMsgSize each.
 	OutputsMaxBytes int64
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
@@ -72,6 +74,16 @@ func positive[T int | int64 | time.Duration](v, def T) T {
 	}
 	return v
 }
+
+// The outputs bucket's bounds (docs/protocol.md 5.9): every message is a
+// chunk of at most 128 KiB (offload.ChunkSize, nats.go's default) or the
+// metadata, so a message of OutputsMaxMsgSize leaves 8 KiB for headers; and
+// without a byte bound the bucket keeps DefaultOutputsMaxMsgs messages,
+// about 4.25 GiB, refusing new ones past it.
+const (
+	OutputsMaxMsgSize     = 136 << 10
+	DefaultOutputsMaxMsgs = 32 << 10
+)
 
 // DefaultWorkAckWait is Config.WorkAckWait's default.
 const DefaultWorkAckWait = 30 * time.Second
@@ -146,6 +158,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		eventsStorage = jetstream.MemoryStorage
 	}
 	outputs := s.ObjectStore(bus.ObjectOutputs)
+	outputsMsgs := int64(DefaultOutputsMaxMsgs)
+	if cfg.OutputsMaxBytes > 0 {
+		outputsMsgs = -1 // the operator's byte bound instead
+	}
 	streams := []struct {
 		dst *jetstream.Stream
 		cfg jetstream.StreamConfig
@@ -162,6 +178,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		// objects.
 		{nil, jetstream.StreamConfig{Name: "OBJ_" + outputs, Description: "toolbus outputs too large to send inline",
 			Subjects: []string{"$O." + outputs + ".C.>", "$O." + outputs + ".M.>"}, MaxAge: cfg.OutputsTTL, MaxBytes: cfg.OutputsMaxBytes,
+			MaxMsgs: outputsMsgs, MaxMsgSize: OutputsMaxMsgSize,
 			Storage: storage, Discard: jetstream.DiscardNew, AllowDirect: true}},
 	}
 	for _, x := range streams {
