@@ -49,7 +49,7 @@ func TestRetentionConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(st, bus.DefaultEventsMaxAge, -1, bus.DefaultOutputsTTL, -1)
+	check(st, bus.DefaultEventsMaxAge, store.DefaultEventsMaxBytes, bus.DefaultOutputsTTL, -1)
 	st, err = store.Setup(t.Context(), js, subj, store.Config{Memory: true, EventsMaxAge: time.Hour, EventsMaxBytes: 1 << 20,
 		OutputsTTL: 2 * time.Hour, OutputsMaxBytes: 8 << 20})
 	if err != nil {

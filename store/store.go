@@ -30,7 +30,8 @@ type Config struct {
 	// bus.DefaultEventsMaxAge.
 	EventsMaxAge time.Duration
 	// EventsMaxBytes bounds the bytes the events stream keeps (the oldest
-	// events go first); zero or negative means no bound but EventsMaxAge.
+	// events go first; JetStream reserves it on each server); zero means
+	// DefaultEventsMaxBytes, negative no bound but EventsMaxAge.
 	EventsMaxBytes int64
 	// OutputsTTL is how long a stored output (docs/protocol.md 5.9) is kept;
 	// zero means bus.DefaultOutputsTTL.
@@ -62,7 +63,10 @@ func (c *Config) defaults() {
 	c.EventsMaxAge = positive(c.EventsMaxAge, bus.DefaultEventsMaxAge)
 	c.HandoffMaxAge = positive(c.HandoffMaxAge, bus.DefaultHandoffTTL)
 	c.OutputsTTL = positive(c.OutputsTTL, bus.DefaultOutputsTTL)
-	c.EventsMaxBytes = positive(c.EventsMaxBytes, -1)
+	if c.EventsMaxBytes == 0 {
+		c.EventsMaxBytes = DefaultEventsMaxBytes
+	}
+	c.EventsMaxBytes = max(c.EventsMaxBytes, -1)
 	c.OutputsMaxBytes = positive(c.OutputsMaxBytes, -1)
 	c.WorkAckWait = positive(c.WorkAckWait, DefaultWorkAckWait)
 }
@@ -84,6 +88,11 @@ const (
 	OutputsMaxMsgSize     = 136 << 10
 	DefaultOutputsMaxMsgs = 32 << 10
 )
+
+// DefaultEventsMaxBytes is Config.EventsMaxBytes's default (protocol 1.23):
+// what a flood of calls may fill of the store with events (about 470 bytes
+// a read-only batch) before the oldest go.
+const DefaultEventsMaxBytes = 1 << 30
 
 // DefaultWorkAckWait is Config.WorkAckWait's default.
 const DefaultWorkAckWait = 30 * time.Second
@@ -184,6 +193,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	for _, x := range streams {
 		x.cfg.Replicas = cfg.Replicas
 		h, err := provision(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, x.cfg) })
+		if IsFull(err) && x.cfg.MaxBytes > 0 { // JetStream reserves the bound on each server
+			err = fmt.Errorf("%w (max_bytes is %d bytes: set a smaller one)", err, x.cfg.MaxBytes)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store: stream %s: %w", x.cfg.Name, err)
 		}

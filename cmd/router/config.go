@@ -84,7 +84,7 @@ func parseConfig(name string, b []byte) (*fileConfig, error) {
 func limitFlags(fs *flag.FlagSet) *limitsConfig {
 	l := &limitsConfig{}
 	fs.Var(&l.EventsMaxAge, "events-max-age", "how long the events stream P_EVENTS keeps events (default 24h)")
-	fs.Var(&l.EventsMaxBytes, "events-max-bytes", "bytes the events stream keeps, oldest dropped first, e.g. 1GiB (default: no bound but the age)")
+	fs.Var(&l.EventsMaxBytes, "events-max-bytes", "bytes the events stream keeps, oldest dropped first, reserved on each server, e.g. 4GiB (default 1GiB)")
 	fs.Var(&l.OutputsTTL, "outputs-ttl", "how long outputs too large to send inline stay in the P_outputs object store (default 24h)")
 	fs.Var(&l.OutputsMaxBytes, "outputs-max-bytes", "bytes the P_outputs object store may hold, reserved on each server; a new output beyond it is refused (default: 32,768 messages of at most 136 KiB, nothing reserved)")
 	fs.Var(&l.InlineOutput, "inline-output", "encoded output size of the built-in tools above which it is stored in P_outputs (default 1MiB, capped by the payload limit)")

@@ -1,13 +1,17 @@
 package security
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -33,6 +37,12 @@ func TestAttackOutputsFillDisk(t *testing.T) {
 	c := info.Config
 	if c.MaxMsgs != store.DefaultOutputsMaxMsgs || c.MaxMsgSize != store.OutputsMaxMsgSize || c.Discard != jetstream.DiscardNew || c.MaxBytes != -1 {
 		t.Fatalf("outputs bounds: max_msgs %d, max_msg_size %d, discard %v, max_bytes %d", c.MaxMsgs, c.MaxMsgSize, c.Discard, c.MaxBytes)
+	}
+
+	ev, err := js.Stream(testCtx(t), "TOOLBUS_EVENTS")
+	must(t, err)
+	if ei, err := ev.Info(testCtx(t)); err != nil || ei.Config.MaxBytes != store.DefaultEventsMaxBytes {
+		t.Fatalf("the events stream's default bound: %v %v", ei, err) // TestAttackEventsFillDisk
 	}
 
 	// A worker may publish chunks, but none larger than a chunk and its
@@ -61,5 +71,45 @@ func TestAttackOutputsFillDisk(t *testing.T) {
 	}
 	if b, err := s1.client().Outputs().FetchBytes(testCtx(t), old); err != nil || len(b) != 2<<20 {
 		t.Fatalf("the output stored before the bucket filled: %d bytes, %v", len(b), err)
+	}
+}
+
+// TestAttackEventsFillDisk (session 33, closed in 1.23): every batch leaves
+// its batch.done in the events stream (about 470 bytes for one read-only
+// call) for 24 hours, and the stream had no byte bound unless the operator
+// set one, so an agent's flood of cheap calls filled the store's disk (a
+// few hundred GB a day at the bench's rate). Now the stream keeps at most
+// store.DefaultEventsMaxBytes, the oldest events going first; here a
+// small bound stands in for it: a flood of twice the bound leaves the
+// stream within it, and the latest batch's batch.done is stored.
+func TestAttackEventsFillDisk(t *testing.T) {
+	const limit = 256 << 10
+	d := newDeployment(t, func(c *router.Config) { c.Store.EventsMaxBytes = limit })
+	d.startWorker()
+	s1 := d.conn("session-s1").client()
+	js := testkit.JetStream(t, d.conn("operator").nc)
+	stream, err := js.Stream(testCtx(t), "TOOLBUS_EVENTS")
+	must(t, err)
+	calls := make([]bus.Call, 16)
+	for i := range calls {
+		calls[i] = bus.Call{ID: fmt.Sprintf("c%d", i), Name: "greet"}
+	}
+	last := ""
+	for i := range 200 { // a batch.done of 16 results is about 3 KB: 600 KB in all
+		last = fmt.Sprintf("flood%d", i)
+		_, err := s1.Call(testCtx(t), "s1", bus.Batch{Calls: calls}, client.WithReplyID(last))
+		must(t, err)
+	}
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		m, err := stream.GetLastMsgForSubject(testCtx(t), "toolbus.events.s1")
+		if err != nil || !strings.Contains(string(m.Data), last) {
+			return fmt.Errorf("the last batch.done not stored yet (%v)", err)
+		}
+		return nil
+	})
+	info, err := stream.Info(testCtx(t))
+	must(t, err)
+	if info.Config.MaxBytes != limit || info.Config.Discard != jetstream.DiscardOld || info.State.Bytes > limit || info.State.FirstSeq < 2 {
+		t.Fatalf("events stream: max_bytes %d, discard %v, holds %d bytes from seq %d", info.Config.MaxBytes, info.Config.Discard, info.State.Bytes, info.State.FirstSeq)
 	}
 }
