@@ -7,7 +7,7 @@ import (
 
 // FuzzParseTime holds parseTime to time.Parse(time.RFC3339Nano): the same
 // instant in the same zone (== where both are UTC: the fast path's) or
-// both an error.
+// both an error; and validTime to time.Parse's error.
 func FuzzParseTime(f *testing.F) {
 	for _, s := range []string{
 		"2026-12-05T10:11:28.123Z", "2026-12-05T10:11:28Z", "2026-12-05T10:11:28.123456789Z",
@@ -28,6 +28,9 @@ func FuzzParseTime(f *testing.F) {
 		same := got.Equal(want) && gz == wz && goff == woff && (want.Location() != time.UTC || got == want)
 		if (err == nil) != (werr == nil) || !same {
 			t.Fatalf("parseTime(%q) = %v, %v; time.Parse: %v, %v", s, got, err, want, werr)
+		}
+		if validTime(s) != (werr == nil) {
+			t.Fatalf("validTime(%q) = %v; time.Parse: %v", s, validTime(s), werr)
 		}
 	})
 }
