@@ -50,9 +50,10 @@ type Options struct {
 	Runs int
 	// CPUProfile, when set, is the file the router process writes a CPU
 	// profile of read-only calls at the most callers to, after the last
-	// run; ".write", ".worker", ".nats", ".nats-<mid callers>" and
-	// ".nats-relay" before the extension name the others (nats-server's
-	// during read-only calls at the most and mid callers, and relayed ones),
+	// run; ".write", ".worker", ".nats", ".nats-<mid callers>",
+	// ".worker-<mid>", ".client-<mid>" and ".nats-relay" before the
+	// extension name the others (nats-server's during read-only calls at the
+	// most and mid callers, the SDKs' at mid callers, and relayed ones),
 	// and each adds a heap profile at its end (".heap").
 	CPUProfile string
 	// ProfileWindow is the length of each CPU profile; zero means three
@@ -148,7 +149,8 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 	if f := opts.CPUProfile; f != "" && last {
 		profileRuns = []profileSpec{{2, top, map[string]string{roleRouter: f, roleWorker: profileBeside(f, "worker"), roleNATS: profileBeside(f, "nats")}},
 			{3, top, map[string]string{roleRouter: profileBeside(f, "write")}},
-			{2, mid, map[string]string{roleNATS: profileBeside(f, "nats-"+strconv.Itoa(mid))}},
+			{2, mid, map[string]string{roleNATS: profileBeside(f, "nats-"+strconv.Itoa(mid)),
+				roleWorker: profileBeside(f, "worker-"+strconv.Itoa(mid)), roleClient: profileBeside(f, "client-"+strconv.Itoa(mid))}},
 			{1, top, map[string]string{roleNATS: profileBeside(f, "nats-relay")}}}
 		for _, r := range profileRuns {
 			for role, f := range r.files {

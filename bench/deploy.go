@@ -109,6 +109,7 @@ type deployment struct {
 	sessions []string
 	mcp      *mcpHTTP // nil without mcp-go
 	sleepers int      // workers of the I/O-bound tool, in this process
+	prof     profiler // this process's (the client's) CPU profiles
 }
 
 // labelled runs fn with the goroutine label of part; connections and
@@ -418,7 +419,10 @@ func (d *deployment) childErrors() string {
 // process's).
 func (d *deployment) stats(ctx context.Context, role string, req ctlRequest) (st childStats, err error) {
 	if d.cfg.exe == "" || role == roleClient {
-		return readStats(req.GC), nil
+		if d.prof.allowed = d.cfg.profiles[roleClient]; req.Profile != nil {
+			err = d.prof.toggle(*req.Profile)
+		}
+		return readStats(req.GC), err
 	}
 	body, _ := json.Marshal(req)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -271,9 +271,10 @@ func TestRunQuick(t *testing.T) {
 		t.Errorf("sessions: %+v", rep.Sessions)
 	}
 	// nats-server, router and worker during read-only calls, the router
-	// during write calls, nats-server during read-only calls at 4 callers
-	// and during relayed ones; each with its heap profile beside it.
-	roles := []string{roleNATS, roleRouter, roleWorker, roleRouter, roleNATS, roleNATS}
+	// during write calls, the client, nats-server and the worker during
+	// read-only calls at 4 callers, and nats-server during relayed ones;
+	// each with its heap profile beside it.
+	roles := []string{roleNATS, roleRouter, roleWorker, roleRouter, roleClient, roleNATS, roleWorker, roleNATS}
 	if len(rep.Profiles) != len(roles) {
 		t.Fatalf("profiles %v, want %v", rep.Profiles, roles)
 	}
@@ -286,7 +287,7 @@ func TestRunQuick(t *testing.T) {
 			t.Errorf("profile %d: heap profile: %v", i, err)
 		}
 	}
-	if c := rep.Profiles[4].Callers; c != 4 {
+	if c := rep.Profiles[5].Callers; c != 4 {
 		t.Errorf("nats-server's second read-only profile at %d callers, want 4", c)
 	}
 	for _, want := range []string{"run 1", "run 2", "raw one_hop", "throughput_4", "router_cpu_write_us", "others' cores",

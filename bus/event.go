@@ -123,13 +123,13 @@ func (e *Event) Validate() error {
 			return Errorf(CodeBadEvent, "%s %q must match ^[A-Za-z0-9_-]{1,128}$", attrNames[slotSession+i], v)
 		}
 	}
-	if e.Time != "" {
-		if _, err := parseTime(e.Time); err != nil {
-			return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
-		}
+	if e.Time != "" && !validTime(e.Time) {
+		return Errorf(CodeBadEvent, "time %q is not RFC 3339", e.Time)
 	}
-	_, err := e.Expiry()
-	return err
+	if e.ExpiryTime != "" && !validTime(e.ExpiryTime) {
+		return Errorf(CodeBadEvent, "expirytime %q is not RFC 3339", e.ExpiryTime)
+	}
+	return nil
 }
 
 func isJSONContentType(ct string) bool {

@@ -6,15 +6,26 @@ import "time"
 // the form toolbus writes by hand, anything else by time.Parse
 // (FuzzParseTime holds them to one result).
 func parseTime(s string) (time.Time, error) {
-	if t, ok := parseUTC(s); ok {
+	if t, ok := parseUTC(s, true); ok {
 		return t, nil
 	}
 	return time.Parse(time.RFC3339Nano, s)
 }
 
+// validTime reports whether parseTime reads s, without making the time
+// (Validate: an event's times are checked on every decode, used seldom).
+func validTime(s string) bool {
+	if _, ok := parseUTC(s, false); ok {
+		return true
+	}
+	_, err := time.Parse(time.RFC3339Nano, s)
+	return err == nil
+}
+
 // parseUTC reads s when it is YYYY-MM-DDTHH:MM:SS[.F{1,9}]Z with a day
 // below 29 and the other fields in range; ok is false for anything else.
-func parseUTC(s string) (time.Time, bool) {
+// Without date, only ok is reported (the time is zero).
+func parseUTC(s string, date bool) (time.Time, bool) {
 	n := len(s)
 	if n < len("2006-01-02T15:04:05Z") || n > len("2006-01-02T15:04:05.999999999Z") || s[n-1] != 'Z' ||
 		s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':' {
@@ -38,6 +49,9 @@ func parseUTC(s string) (time.Time, bool) {
 		for range 30 - n { // to nanoseconds: 9 digits
 			nsec *= 10
 		}
+	}
+	if !date {
+		return time.Time{}, true
 	}
 	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
 }

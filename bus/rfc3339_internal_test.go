@@ -1,13 +1,14 @@
 package bus
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
 
 // FuzzParseTime holds parseTime to time.Parse(time.RFC3339Nano): the same
 // instant in the same zone (== where both are UTC: the fast path's) or
-// both an error.
+// both an error; and validTime to time.Parse's error.
 func FuzzParseTime(f *testing.F) {
 	for _, s := range []string{
 		"2026-12-05T10:11:28.123Z", "2026-12-05T10:11:28Z", "2026-12-05T10:11:28.123456789Z",
@@ -28,6 +29,9 @@ func FuzzParseTime(f *testing.F) {
 		same := got.Equal(want) && gz == wz && goff == woff && (want.Location() != time.UTC || got == want)
 		if (err == nil) != (werr == nil) || !same {
 			t.Fatalf("parseTime(%q) = %v, %v; time.Parse: %v, %v", s, got, err, want, werr)
+		}
+		if validTime(s) != (werr == nil) {
+			t.Fatalf("validTime(%q) = %v; time.Parse: %v", s, validTime(s), werr)
 		}
 	})
 }
@@ -97,4 +101,30 @@ func BenchmarkAppendTime(b *testing.B) {
 			buf = t.AppendFormat(buf[:0], timeLayout)
 		}
 	})
+}
+
+// TestValidateRefusesBadTimes: Validate checks time and expirytime without
+// making them (validTime), and still refuses what time.Parse refuses, the
+// days a month lacks among them (docs/security.md).
+func TestValidateRefusesBadTimes(t *testing.T) {
+	for _, s := range []string{"2026-02-29T10:11:28Z", "2026-02-30T10:11:28Z", "2026-04-31T00:00:00Z", "2026-12-05T24:00:00Z",
+		"2026-12-05T10:11:28.Z", "2026-13-05T10:11:28Z", "2026-12-05", "bad"} {
+		for _, attr := range []string{"time", "expirytime"} {
+			e := Head(TypeExec, "toolbus/router/r1")
+			if attr == "time" {
+				e.Time = s
+			} else {
+				e.ExpiryTime = s
+			}
+			var be *Error
+			if err := e.Validate(); !errors.As(err, &be) || be.Code != CodeBadEvent {
+				t.Errorf("%s %q: Validate = %v, want bad_event", attr, s, err)
+			}
+		}
+	}
+	e := Head(TypeExec, "toolbus/router/r1")
+	e.ExpiryTime = "2024-02-29T23:59:59.999999999Z"
+	if err := e.Validate(); err != nil {
+		t.Errorf("a leap day: %v", err)
+	}
 }

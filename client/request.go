@@ -258,7 +258,9 @@ func (s *sessionRevs) saw(session string, rev uint64) {
 	if s.rev == nil || len(s.rev) >= maxRevs {
 		s.rev = map[string]uint64{}
 	}
-	s.rev[session] = max(s.rev[session], rev)
+	if old, ok := s.rev[session]; !ok || rev > old { // one lookup when it is known already
+		s.rev[session] = rev
+	}
 }
 
 // forget drops what is known of session.

@@ -49,7 +49,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	verbose := fs.Bool("v", false, "print progress to stderr")
 	fs.Bool("cross-process", true, "accepted for old commands: every run is cross-process")
 	runs := fs.Int("runs", 0, "runs on fresh processes (default 3)")
-	cpuprofile := fs.String("cpuprofile", "", "FILE for CPU profiles after the last run, at the most callers, at least 10 s each: the router process during read-only calls (FILE), the worker process meanwhile (.worker before the extension), the router during write calls (.write), nats-server during read-only calls at the most and at 16 callers (.nats, .nats-16) and during relayed ones (.nats-relay), each process's heap at a profile's end (.heap after those); each split by kind of work in the report")
+	cpuprofile := fs.String("cpuprofile", "", "FILE for CPU profiles after the last run, at the most callers, at least 10 s each: the router process during read-only calls (FILE), the worker process meanwhile (.worker before the extension), the router during write calls (.write), nats-server during read-only calls at the most and at 16 callers (.nats, .nats-16) and during relayed ones (.nats-relay), the worker and this process (the client) at 16 callers (.worker-16, .client-16), each process's heap at a profile's end (.heap after those); each split by kind of work in the report")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
