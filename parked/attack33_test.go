@@ -3,7 +3,6 @@ package parked
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -177,32 +176,42 @@ func mustDigest(in json.RawMessage) string {
 	return d
 }
 
-// TestAttackParkedFillDiskCarried (session 33, left open): a batch whose
-// last call alone waits is carried in that call's record (1.6), with the
-// batch's other calls' inputs, their results and its context; the ending
-// keeps all of it, so the same loop with the large input in an earlier call
-// still leaves it in P_parked for 7 days. Closing it needs the bucket's bound
-// (docs/security.md) or an ending that holds the carried batch's inputs too.
+// TestAttackParkedFillDiskCarried (session 33): a batch whose last call
+// alone waits is carried in that call's record (1.6), with the batch's other
+// calls' inputs, their results and its context, so the same loop with the
+// large input in an earlier call kept it (four such batches, ended: 1.6 MB).
+// The ending holds the carried batch's inputs by their digests too and
+// drops its large context; a re-sent copy is still compared whole.
 func TestAttackParkedFillDiskCarried(t *testing.T) {
-	if os.Getenv("TOOLBUS_RUN_BUGS") == "" {
-		t.Skip("GAP: an ended carried record keeps its batch's other inputs and context; P_parked has no bound")
-	}
-	s := start(t, newStore(t))
+	st := newStore(t)
+	s, other := start(t, st), startAs(t, st, "router-b")
 	ctx := t.Context()
+	run := func(reply, earlier string) Run {
+		r := record("s1", reply, "c1")
+		b := newBatch("s1", reply)
+		b.Data.Calls = []bus.Call{{ID: "c0", Name: "echo", Input: bigInput(400, earlier)}, r.Call}
+		b.Data.Context = bigInput(100, "context")
+		return Run{Batch: b, Calls: []*Record{r}, Results: map[string]bus.Result{"c0": ok("c0")}, Next: 2, Alone: true}
+	}
 	before := storedBytes(t, s)
 	for i := range 4 {
-		r := record("s1", fmt.Sprintf("r%d", i), "c1")
-		b := newBatch("s1", r.ReplyID)
-		b.Data.Calls = []bus.Call{{ID: "c0", Name: "echo", Input: bigInput(400, "earlier")}, r.Call}
-		run := Run{Batch: b, Calls: []*Record{r}, Results: map[string]bus.Result{"c0": ok("c0")}, Next: 2, Alone: true}
-		if _, err := s.Park(ctx, run); err != nil {
+		if _, err := s.Park(ctx, run(fmt.Sprintf("r%d", i), "a")); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Cancel(ctx, "s1", r.ReplyID, nil); err != nil {
-			t.Fatal(err)
+		ended, err := s.Cancel(ctx, "s1", fmt.Sprintf("r%d", i), nil)
+		if err != nil || len(ended) != 1 || carried(ended[0]).Data.Calls[0].Input == nil {
+			t.Fatalf("cancel: %v, %v (the caller's copy keeps its batch whole)", ended, err)
 		}
 	}
-	if grew := storedBytes(t, s) - before; grew > 4*2<<10 {
+	grew := storedBytes(t, s) - before
+	if grew > 4*3<<10 {
 		t.Fatalf("P_parked grew by %d bytes for 4 carried batches with a 400 KiB input, ended", grew)
+	}
+	t.Logf("P_parked grew by %d bytes for 4 carried batches with a 400 KiB earlier input and a 100 KiB context, ended", grew)
+	if got, err := other.Park(ctx, run("r0", "a")); err != nil || !got.Before || got.Differs != nil || got.Batch == nil || got.Batch.Results["c0"].ID != "c0" {
+		t.Fatalf("a copy of an ended carried batch: %+v, %v", got, err)
+	}
+	if got, err := other.Park(ctx, run("r1", "b")); err != nil || !got.Before || got.Differs == nil {
+		t.Fatalf("a copy with another earlier input: %+v, %v", got, err)
 	}
 }

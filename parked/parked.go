@@ -1392,26 +1392,43 @@ const heldMark = `"held:`
 
 // hold makes r, ending, keep its input's digest instead of an input of
 // heldFrom bytes or more, and neither the batch's context nor its user of
-// heldFrom bytes or more (the handler's copies); it returns r as it was.
+// heldFrom bytes or more (the handler's copies); a batch r carries keeps
+// its calls' inputs so by their digests too (Batch.hold), and no such
+// context or user: nothing of it runs again. It returns r as it was.
 func hold(r *Record) Record {
 	full := *r
 	if len(r.Call.Input) >= heldFrom {
 		_, d := bus.CallDigests(r.Call.Name, r.Call.Input)
 		r.Call.Input = json.RawMessage(heldMark + d + `"`)
 	}
-	if len(r.Context) >= heldFrom {
-		r.Context = nil
-	}
-	if len(r.User) >= heldFrom {
-		r.User = nil
+	r.Context, r.User = small(r.Context), small(r.User)
+	var b Batch
+	if len(r.Batch) >= heldFrom && json.Unmarshal(r.Batch, &b) == nil {
+		ids := make([]string, len(b.Data.Calls))
+		for i, c := range b.Data.Calls {
+			ids[i] = c.ID
+		}
+		b.hold(ids)
+		b.Data.Context, b.Data.User = small(b.Data.Context), small(b.Data.User)
+		if v, err := json.Marshal(&b); err == nil {
+			r.Batch = v
+		}
 	}
 	return full
 }
 
+// small is v when shorter than heldFrom, else nothing (hold).
+func small(v json.RawMessage) json.RawMessage {
+	if len(v) >= heldFrom {
+		return nil
+	}
+	return v
+}
+
 // unhold gives r, the caller's copy of an ended record, what hold left out
-// of the stored one: the audit trail records the call whole.
+// of the stored one: the audit trail records the call whole, Resume runs its batch.
 func unhold(r, full *Record) {
-	r.Call.Input, r.Context, r.User = full.Call.Input, full.Context, full.User
+	r.Call.Input, r.Context, r.User, r.Batch = full.Call.Input, full.Context, full.User, full.Batch
 }
 
 // heldDigest is the digest an ended record r keeps of its input (hold); "" when it keeps the input.
