@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -328,7 +329,12 @@ func SameRecorded(calls []bus.Call, recs ...*Record) error {
 	for _, rec := range recs {
 		for _, c := range calls {
 			if c.ID == rec.Call.ID {
-				if err := bus.SameCalls(rec.ReplyID, []bus.Call{rec.Call}, []bus.Call{c}); err != nil {
+				first := rec.Call
+				if d := heldDigest(rec); d != "" { // an ended call's input, by its digest (1.23)
+					_, canon := bus.CallDigests(c.Name, c.Input)
+					first.Input, c.Input = heldInput(d), heldInput(canon)
+				}
+				if err := bus.SameCalls(rec.ReplyID, []bus.Call{first}, []bus.Call{c}); err != nil {
 					return err
 				}
 			}
@@ -366,7 +372,15 @@ func carried(r *Record) *Batch {
 		return nil
 	}
 	for i, c := range b.Data.Calls {
-		if c.ID == r.Call.ID && c.Input == nil { // held by the record (1.19)
+		if c.ID != r.Call.ID || c.Input != nil {
+			continue
+		}
+		if d := heldDigest(r); d != "" { // the record ended: it holds the digest (1.23)
+			if b.Held == nil {
+				b.Held = map[string]string{}
+			}
+			b.Held[c.ID] = d
+		} else { // held by the record (1.19)
 			b.Data.Calls[i].Input = r.Call.Input
 		}
 	}
@@ -1224,7 +1238,12 @@ func (s *calls) create(ctx context.Context, r *Record) error {
 	r.Status, r.Created, r.Expires = cmp.Or(r.Status, bus.ParkParked), now, now.Add(s.cfg.TTL)
 	// P.answer.<tool> for every kind: clients derive P.approve (protocol 6.1).
 	r.Subject, r.InputDigest = s.subj.Handoffs.Answer(r.Call.Name), bus.InputDigest(r.Call.Input)
-	b, err := json.Marshal(r)
+	stored := r
+	if r.Status != bus.ParkParked { // an ended call's record (Forestall's) holds its input's digest
+		stored = new(*r)
+		hold(stored)
+	}
+	b, err := json.Marshal(stored)
 	if err != nil {
 		return err
 	}
@@ -1299,6 +1318,7 @@ func wrongStatus(r *Record, from bus.ParkStatus) error {
 func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, decide Decide) (Answered, error) {
 	s := st.calls
 	var out Answered
+	var full Record
 	r, err := s.change(ctx, key, answerPolicy, func(r *Record) error {
 		if r.Call.Name != tool {
 			return bus.Errorf(bus.CodeNotParked, "no call %s of tool %s is parked in session %s, reply %s", r.Call.ID, tool, r.Session, r.ReplyID)
@@ -1317,6 +1337,7 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 			kept := *a
 			kept.Output = nil // held once, as the result's (1.19)
 			r.Status, r.Answer, r.Result, r.Owner = bus.ParkDone, &kept, &res, s.cfg.Owner
+			full = hold(r)
 		case Repark: // a confirmed call of an external tool now waits for its execution
 			r.Kind, r.SuggestedRules, r.Reason, r.Expires = bus.KindExternal, nil, "", now.Add(s.cfg.TTL)
 		default: // Confirmed: this router runs the confirmed call under a lease
@@ -1335,6 +1356,9 @@ func (st *Store) Answer(ctx context.Context, key, tool string, a *bus.Answer, de
 		return out, err
 	}
 	out.Record = r
+	if out.Verdict == Done {
+		unhold(r, &full)
+	}
 	if out.Verdict == Repark {
 		s.live(r) // the record, now of kind external, is the new request
 	}
@@ -1347,11 +1371,73 @@ var answerPolicy = store.Policy{}
 // end moves a call from status from to status to with res as its result
 // (answered → done, parked → expired or cancelled); one racing router wins.
 func (s *calls) end(ctx context.Context, key string, from, to bus.ParkStatus, res bus.Result) (*Record, error) {
-	return s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
+	var full Record
+	r, err := s.transition(ctx, key, from, store.UntilLanded, func(r *Record) error {
 		// Named for Mends.Lone: that router publishes a carried batch.done.
 		r.Status, r.Result, r.Owner = to, &res, s.cfg.Owner
+		full = hold(r)
 		return nil
 	})
+	if r != nil {
+		unhold(r, &full)
+	}
+	return r, err
+}
+
+// heldMark starts what an ended record keeps of an input of heldFrom bytes
+// or more: the JSON string "held:<digest>" (bus.CallDigests' canon), which
+// no parked input is (an object), so that every ending shrinks its record
+// (docs/protocol.md 6.1, 1.23).
+const heldMark = `"held:`
+
+// hold makes r, ending, keep its input's digest instead of an input of
+// heldFrom bytes or more, and neither the batch's context nor its user of
+// heldFrom bytes or more (the handler's copies); a batch r carries keeps
+// its calls' inputs so by their digests too (Batch.hold), and no such
+// context or user: nothing of it runs again. It returns r as it was.
+func hold(r *Record) Record {
+	full := *r
+	if len(r.Call.Input) >= heldFrom {
+		_, d := bus.CallDigests(r.Call.Name, r.Call.Input)
+		r.Call.Input = json.RawMessage(heldMark + d + `"`)
+	}
+	r.Context, r.User = small(r.Context), small(r.User)
+	var b Batch
+	if len(r.Batch) >= heldFrom && json.Unmarshal(r.Batch, &b) == nil {
+		ids := make([]string, len(b.Data.Calls))
+		for i, c := range b.Data.Calls {
+			ids[i] = c.ID
+		}
+		b.hold(ids)
+		b.Data.Context, b.Data.User = small(b.Data.Context), small(b.Data.User)
+		if v, err := json.Marshal(&b); err == nil {
+			r.Batch = v
+		}
+	}
+	return full
+}
+
+// small is v when shorter than heldFrom, else nothing (hold).
+func small(v json.RawMessage) json.RawMessage {
+	if len(v) >= heldFrom {
+		return nil
+	}
+	return v
+}
+
+// unhold gives r, the caller's copy of an ended record, what hold left out
+// of the stored one: the audit trail records the call whole, Resume runs its batch.
+func unhold(r, full *Record) {
+	r.Call.Input, r.Context, r.User, r.Batch = full.Call.Input, full.Context, full.User, full.Batch
+}
+
+// heldDigest is the digest an ended record r keeps of its input (hold); "" when it keeps the input.
+func heldDigest(r *Record) string {
+	in := string(r.Call.Input)
+	if r.Status == bus.ParkParked || r.Status == bus.ParkAnswered || !strings.HasPrefix(in, heldMark) || !strings.HasSuffix(in, `"`) {
+		return ""
+	}
+	return in[len(heldMark) : len(in)-1]
 }
 
 // endAll ends the parked calls recs with code's error, returning those ended here.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/internal/testkit/xtest"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // TestInboxCommand: toolbus inbox refuses a public address without a token
@@ -64,5 +67,36 @@ func TestParkedHistory(t *testing.T) {
 	}
 	if !regexp.MustCompile(`s9 +r1 +c1 +write +confirm +done +success +toolbus/cli via toolbus.approve.write +20\d\d-`).MatchString(out) {
 		t.Fatalf("history:\n%s", out)
+	}
+}
+
+// TestParkedHistoryHeldInput: a call that ended keeps a large input only by
+// its digest (protocol 1.23, proposed): parked --history lists it, and its
+// JSON shows the input as "held:<digest>".
+func TestParkedHistoryHeldInput(t *testing.T) {
+	d := newDeployment(t)
+	type noteIn struct {
+		Text string `json:"text"`
+	}
+	if _, err := d.x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "write", Description: "Write a note."},
+			func(context.Context, *worker.Call, noteIn) (string, error) { return "written", nil })
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	events := d.watchSession(t, "s9")
+	pad := strings.Repeat("p", 4<<10)
+	d.park(t, "s9", "r2", "write", `{"text":"`+pad+`"}`, bus.KindConfirm)
+	if _, _, err := exec(t.Context(), "cancel", "r2", "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, events, "r2")
+	out, _, err := exec(t.Context(), "parked", "--history", "--session", "s9", "--nats", d.url)
+	if err != nil || !regexp.MustCompile(`s9 +r2 +c1 +write +confirm +cancelled +interrupted`).MatchString(out) {
+		t.Fatalf("history: %v\n%s", err, out)
+	}
+	out, _, err = exec(t.Context(), "parked", "--history", "--json", "--session", "s9", "--nats", d.url)
+	if err != nil || !regexp.MustCompile(`"input": "held:[A-Za-z0-9_-]{22}"`).MatchString(out) || strings.Contains(out, pad) {
+		t.Fatalf("history --json: %v\n%.2000s", err, out)
 	}
 }
