@@ -23,14 +23,16 @@ func (d *Batch) FromEventInto(e *Event, calls []Call) error {
 // DecodeBatch is DecodeHead that reads the data of an io.toolbus.call.batch
 // in the plain form in the same pass, into d as FromEventInto would (its
 // calls in calls when they fit), and returns d; a nil batch and no error
-// leave the caller to read e's data (FromEventInto).
+// leave the caller to read e's data (FromEventInto). d's strings and raw
+// members are slices of m.Data (nats.go gives each message data of its
+// own), each raw member capped: m.Data must not be written while d is used.
 func DecodeBatch(m *nats.Msg, e *Event, d *Batch, calls []Call) (*Batch, error) {
 	var f flatBatch
 	flat, err := decodeHead(m, e, false, flatData{batch: &f})
 	if err != nil || !flat || !f.ok || e.Type != TypeCallBatch {
 		return nil, err
 	}
-	f.fill(d, calls)
+	f.fill(d, calls, true)
 	return d, nil
 }
 
@@ -58,7 +60,7 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	if !f.read(&p) || !p.end() {
 		return false
 	}
-	f.fill(d, into)
+	f.fill(d, into, false)
 	return true
 }
 
@@ -107,21 +109,25 @@ func (f *flatBatch) add(c flatCall) {
 	f.n++
 }
 
-// fill makes d of what read collected, its calls in into when it has room.
-func (f *flatBatch) fill(d *Batch, into []Call) {
+// fill makes d of what read collected, its calls in into when it has room,
+// its strings and raw members in the data read when inPlace, else copied.
+func (f *flatBatch) fill(d *Batch, into []Call, inPlace bool) {
 	calls := f.more
 	if f.n <= len(f.first) {
 		calls = f.first[:f.n]
 	}
-	// One buffer; each raw member's capacity ends where it does.
-	n := len(f.events) + len(f.user) + len(f.context)
-	for _, c := range calls {
-		n += len(c.id) + len(c.name) + len(c.input)
+	// One buffer, or none; each raw member's capacity ends where it does.
+	var buf []byte
+	if !inPlace {
+		n := len(f.events) + len(f.user) + len(f.context)
+		for _, c := range calls {
+			n += len(c.id) + len(c.name) + len(c.input)
+		}
+		buf = make([]byte, 0, n)
 	}
-	buf := make([]byte, 0, n)
 	take := func(v []byte) json.RawMessage {
-		if v == nil {
-			return nil
+		if v == nil || inPlace {
+			return v // raw members are capped (flatParser.raw)
 		}
 		off := len(buf)
 		buf = append(buf, v...)
