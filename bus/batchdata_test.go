@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -203,6 +204,16 @@ func TestDecodeBatchInPlace(t *testing.T) {
 	_ = append(d.Context, "xxxxxxxx"...)
 	if string(m.Data) != was || fmt.Sprintf("%#v", d) != want {
 		t.Errorf("appending to members wrote the message: %s", m.Data)
+	}
+	// A message padded past twice its members and inPlaceSlack (a long
+	// attribute): its members are copied, so a kept one does not pin it.
+	pad := strings.Repeat("x", inPlaceSlack)
+	m = &nats.Msg{Data: []byte(strings.Replace(batchEnvelopes(batchSeeds[1])[0], `"sessionid":"s1"`, `"sessionid":"s1","subject":"`+pad+`"`, 1))}
+	if got, err := DecodeBatch(m, &e, &d, nil); got == nil || err != nil || e.Subject != pad {
+		t.Fatalf("DecodeBatch of the padded batch: %v, %v", got, err)
+	}
+	if in(d.User) || in(d.Calls[0].Input) || in(unsafe.Slice(unsafe.StringData(d.Calls[1].ID), len(d.Calls[1].ID))) {
+		t.Error("the members of a padded batch are in its message's data")
 	}
 }
 
