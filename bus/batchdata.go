@@ -23,14 +23,18 @@ func (d *Batch) FromEventInto(e *Event, calls []Call) error {
 // DecodeBatch is DecodeHead that reads the data of an io.toolbus.call.batch
 // in the plain form in the same pass, into d as FromEventInto would (its
 // calls in calls when they fit), and returns d; a nil batch and no error
-// leave the caller to read e's data (FromEventInto).
+// leave the caller to read e's data (FromEventInto). d's strings and raw
+// members are slices of m.Data (nats.go gives each message data of its
+// own), each raw member capped, unless m.Data is more than twice their
+// bytes and inPlaceSlack (a member kept pins no more): m.Data must not be
+// written while d is used.
 func DecodeBatch(m *nats.Msg, e *Event, d *Batch, calls []Call) (*Batch, error) {
 	var f flatBatch
 	flat, err := decodeHead(m, e, false, flatData{batch: &f})
 	if err != nil || !flat || !f.ok || e.Type != TypeCallBatch {
 		return nil, err
 	}
-	f.fill(d, calls)
+	f.fill(d, calls, m.Data)
 	return d, nil
 }
 
@@ -58,7 +62,7 @@ func decodeBatchFlat(b []byte, d *Batch, into []Call) bool {
 	if !f.read(&p) || !p.end() {
 		return false
 	}
-	f.fill(d, into)
+	f.fill(d, into, nil)
 	return true
 }
 
@@ -107,21 +111,27 @@ func (f *flatBatch) add(c flatCall) {
 	f.n++
 }
 
-// fill makes d of what read collected, its calls in into when it has room.
-func (f *flatBatch) fill(d *Batch, into []Call) {
+// fill makes d of what read collected, its calls in into when it has room,
+// its strings and raw members left in data read (nil: none) when it is at
+// most twice their bytes and inPlaceSlack, else copied into one buffer.
+func (f *flatBatch) fill(d *Batch, into []Call, read []byte) {
 	calls := f.more
 	if f.n <= len(f.first) {
 		calls = f.first[:f.n]
 	}
-	// One buffer; each raw member's capacity ends where it does.
+	// Each raw member's capacity ends where it does.
 	n := len(f.events) + len(f.user) + len(f.context)
 	for _, c := range calls {
 		n += len(c.id) + len(c.name) + len(c.input)
 	}
-	buf := make([]byte, 0, n)
+	var buf []byte
+	inPlace := read != nil && len(read) <= 2*n+inPlaceSlack
+	if !inPlace {
+		buf = make([]byte, 0, n)
+	}
 	take := func(v []byte) json.RawMessage {
-		if v == nil {
-			return nil
+		if v == nil || inPlace {
+			return v // raw members are capped (flatParser.raw)
 		}
 		off := len(buf)
 		buf = append(buf, v...)
@@ -142,6 +152,11 @@ func (f *flatBatch) fill(d *Batch, into []Call) {
 		d.Calls[k] = Call{ID: str(c.id), Name: str(c.name), Input: take(c.input), Background: c.background}
 	}
 }
+
+// inPlaceSlack is what a batch's message may hold beside twice its
+// members' bytes (its attributes, the JSON around them) and have its members
+// read in place (DecodeBatch).
+const inPlaceSlack = 4 << 10
 
 // flatCallAt reads the call object at p: "id", "name" (plain strings),
 // "input" (an object) and "background", each at most once.

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 )
@@ -167,14 +169,51 @@ func TestDecodeBatchIsHeadAndFromEvent(t *testing.T) {
 	bin := &nats.Msg{Header: nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"r1"}, "ce-source": {"s"}, "ce-type": {TypeCallBatch}},
 		Data: []byte(batchSeeds[0])}
 	batchReadAgrees(t, bin)
-	// The usual batch of one call, into the caller's array: two
-	// allocations, the attributes' string and the calls' buffer.
+	// The usual batch of one call, into the caller's array: one
+	// allocation, the attributes' string; the calls are read in place.
 	m := &nats.Msg{Data: []byte(batchEnvelopes(batchSeeds[0])[0])}
 	var e Event
 	var b Batch
 	var into [1]Call
-	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeBatch(m, &e, &b, into[:0]) }); n != 2 && !raceEnabled {
-		t.Errorf("DecodeBatch: %v allocations, want 2", n)
+	if n := testing.AllocsPerRun(100, func() { _, _ = DecodeBatch(m, &e, &b, into[:0]) }); n != 1 && !raceEnabled {
+		t.Errorf("DecodeBatch: %v allocations, want 1", n)
+	}
+}
+
+// DecodeBatch reads a batch's strings and raw members in the message's
+// data, each raw member capped: appending to one writes neither the
+// message nor another member.
+func TestDecodeBatchInPlace(t *testing.T) {
+	m := &nats.Msg{Data: []byte(batchEnvelopes(batchSeeds[1])[0])}
+	was := string(m.Data)
+	var e Event
+	var d Batch
+	if got, err := DecodeBatch(m, &e, &d, nil); got == nil || err != nil {
+		t.Fatalf("DecodeBatch: %v, %v", got, err)
+	}
+	in := func(b []byte) bool {
+		start, at := uintptr(unsafe.Pointer(&m.Data[0])), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		return len(b) > 0 && at >= start && at+uintptr(len(b)) <= start+uintptr(len(m.Data))
+	}
+	if !in(d.User) || !in(d.Calls[0].Input) || !in(unsafe.Slice(unsafe.StringData(d.Calls[1].ID), len(d.Calls[1].ID))) {
+		t.Error("the members are not in the message's data")
+	}
+	want := fmt.Sprintf("%#v", d)
+	_ = append(d.Calls[0].Input, "xxxxxxxx"...)
+	_ = append(d.User, "xxxxxxxx"...)
+	_ = append(d.Context, "xxxxxxxx"...)
+	if string(m.Data) != was || fmt.Sprintf("%#v", d) != want {
+		t.Errorf("appending to members wrote the message: %s", m.Data)
+	}
+	// A message padded past twice its members and inPlaceSlack (a long
+	// attribute): its members are copied, so a kept one does not pin it.
+	pad := strings.Repeat("x", inPlaceSlack)
+	m = &nats.Msg{Data: []byte(strings.Replace(batchEnvelopes(batchSeeds[1])[0], `"sessionid":"s1"`, `"sessionid":"s1","subject":"`+pad+`"`, 1))}
+	if got, err := DecodeBatch(m, &e, &d, nil); got == nil || err != nil || e.Subject != pad {
+		t.Fatalf("DecodeBatch of the padded batch: %v, %v", got, err)
+	}
+	if in(d.User) || in(d.Calls[0].Input) || in(unsafe.Slice(unsafe.StringData(d.Calls[1].ID), len(d.Calls[1].ID))) {
+		t.Error("the members of a padded batch are in its message's data")
 	}
 }
 
