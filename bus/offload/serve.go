@@ -160,7 +160,7 @@ type Server struct {
 	st     *Store
 	window int
 	known  *lru.Cache[string, *verified] // by name#digest
-	chunks atomic.Int64                   // of the objects known
+	chunks atomic.Int64                  // of the objects known
 	// first joins the reads of an object not known yet: one verification
 	// (a read of the whole object) for reads sent at once.
 	first singleflight.Group
