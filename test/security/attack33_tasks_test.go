@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -35,39 +36,16 @@ func TestAttackTaskOutputPolled(t *testing.T) {
 		})
 	defer close(release)
 	ac := d.conn("session-s1").client()
-	rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "slow"}}})
-	must(t, err)
-	if rep.Results[0].Task == nil {
-		t.Fatalf("not backgrounded: %+v", rep.Results[0])
-	}
-	id := rep.Results[0].Task.ID
-	calls := make([]bus.Call, 64)
-	for i := range calls {
-		calls[i] = bus.Call{ID: fmt.Sprintf("c%d", i), Name: "greet"}
-	}
-	for range 100 { // about 19,000 events in s1 while the task runs
-		if _, err := ac.Call(testCtx(t), "s1", bus.Batch{Events: "calls", Calls: calls}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sent := func() (n int64) {
-		cz, err := d.srv.Connz(&server.ConnzOptions{Limit: 1024})
-		must(t, err)
-		for _, c := range cz.Conns {
-			if c.Name == "test-router" {
-				n += c.OutMsgs
-			}
-		}
-		return n
-	}
+	id := startTask(t, ac)
+	floodEvents(t, ac) // about 19,000 events in s1 while the task runs
 	output := func(want int) (int64, []bus.Block) {
-		from := sent()
+		from := routerOutMsgs(t, d)
 		_, out, err := ac.Tasks().Output(testCtx(t), "s1", id)
 		must(t, err)
 		if len(out) > want || out[0].Text != "halfway" {
 			t.Fatalf("the task's output: %+v", out)
 		}
-		return sent() - from, out
+		return routerOutMsgs(t, d) - from, out
 	}
 	first, _ := output(1)
 	second, _ := output(1)
@@ -83,6 +61,46 @@ func TestAttackTaskOutputPolled(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the progress after the first reads never came in the output")
+		}
+	}
+}
+
+// routerOutMsgs is how many messages the server has sent the router's
+// connections.
+func routerOutMsgs(t *testing.T, d *deployment) (n int64) {
+	t.Helper()
+	cz, err := d.srv.Connz(&server.ConnzOptions{Limit: 1024})
+	must(t, err)
+	for _, c := range cz.Conns {
+		if c.Name == "test-router" {
+			n += c.OutMsgs
+		}
+	}
+	return n
+}
+
+// startTask sends s1's call of the background tool slow and returns its
+// task's id.
+func startTask(t *testing.T, ac *client.Client) string {
+	t.Helper()
+	rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "slow"}}})
+	must(t, err)
+	if rep.Results[0].Task == nil {
+		t.Fatalf("not backgrounded: %+v", rep.Results[0])
+	}
+	return rep.Results[0].Task.ID
+}
+
+// floodEvents sends s1 100 batches of 64 calls with "events": "calls".
+func floodEvents(t *testing.T, ac *client.Client) {
+	t.Helper()
+	calls := make([]bus.Call, 64)
+	for i := range calls {
+		calls[i] = bus.Call{ID: fmt.Sprintf("c%d", i), Name: "greet"}
+	}
+	for range 100 {
+		if _, err := ac.Call(testCtx(t), "s1", bus.Batch{Events: "calls", Calls: calls}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
