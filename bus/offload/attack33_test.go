@@ -93,3 +93,18 @@ func BenchmarkAttackCycledRead(b *testing.B) {
 		}
 	})
 }
+
+// FuzzDecodeGet (session 33, red team: an agent's output.get data): no data
+// panics the decoder, and what it takes names a url and no negative offset
+// or max.
+func FuzzDecodeGet(f *testing.F) {
+	f.Add([]byte(`{"url":"nats-object://o_outputs/s1.r.c#sha256=00","offset":5,"max":10}`))
+	f.Add([]byte(`{"url":"x","offset":-1}`))
+	f.Add([]byte(`{"url":"x","offset":1e30}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		g, err := offload.DecodeGet(data)
+		if err == nil && (g.URL == "" || g.Offset < 0 || g.Max < 0) {
+			t.Fatalf("taken: %+v", g)
+		}
+	})
+}
