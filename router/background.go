@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
@@ -42,7 +43,14 @@ type background struct {
 
 	running sync.Map // task id → ownedTask: the runs this router owns
 	flights sync.Map // call key → *flight: the calls run here before their handoff
+	// cursors: where this router's last output read of a task ended, so the
+	// next goes on from there (docs/security.md, TestAttackTaskOutputPolled)
+	cursors *lru.Cache[string, tasks.Cursor]
 }
+
+// outputCursors bounds the tasks whose last output read a router keeps
+// (each with at most bus.MaxTaskOutputLen of output).
+const outputCursors = 256
 
 type ownedTask struct {
 	session string
@@ -62,7 +70,8 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &background{wire: r.wire, r: r, cfg: cfg,
+	cursors, _ := lru.New[string, tasks.Cursor](outputCursors) // fails only for a size below 1
+	b := &background{wire: r.wire, r: r, cfg: cfg, cursors: cursors,
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser,
 			Landing: r.life.Landing})}
 	verbs := &taskVerbs{b}
@@ -473,8 +482,12 @@ func (b *taskVerbs) query(ctx context.Context, session string, q bus.TaskQuery) 
 	case bus.TaskOutput:
 		r, gerr := b.st.Get(ctx, session, q.IDs[0])
 		if recs, err = []*tasks.Record{r}, gerr; err == nil {
+			cur, _ := b.cursors.Get(r.Session + "." + r.ID) // a copy: reads at once each go on from it
 			reply.Output, reply.Truncated, err = tasks.Output(ctx, b.r.store.JS, b.subj.Stream(bus.StreamEvents),
-				b.subj.Events(session), r, bus.MaxTaskOutputLen)
+				b.subj.Events(session), r, bus.MaxTaskOutputLen, &cur)
+			if err == nil {
+				b.cursors.Add(r.Session+"."+r.ID, cur)
+			}
 		}
 	}
 	if err != nil {

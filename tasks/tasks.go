@@ -557,19 +557,39 @@ func (s *Store) Renew(ctx context.Context, session, id, owner string, lease time
 // says older ones were left out); ctx bounds the read. The session's later
 // events are not read: an agent's flood of them after the task cost every
 // read (docs/security.md).
-func Output(ctx context.Context, js jetstream.JetStream, stream, subject string, rec *Record, maxBytes int) (out []bus.Block, truncated bool, err error) {
+//
+// cur, when not nil, is where an earlier read of the task ended: the read
+// goes on from there, so polling a running task reads each event of its
+// session once, not every one since its start at each read; cur is moved
+// to where this read ends (unless it fails).
+func Output(ctx context.Context, js jetstream.JetStream, stream, subject string, rec *Record, maxBytes int, cur *Cursor) (out []bus.Block, truncated bool, err error) {
 	start, until := rec.Started.Add(-time.Second), rec.Deadline.Add(time.Second) // a second for the clocks
 	if rec.Ended != nil {
 		until = rec.Ended.Add(time.Second)
 	}
+	cc := jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy,
+		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle, MemoryStorage: true, Replicas: 1}
+	if cur != nil && cur.Done { // the read that saw its end
+		return cur.Out, cur.Truncated, nil
+	}
+	var size int
+	next, done := uint64(0), false
+	if cur != nil && cur.Next > 0 {
+		cc.DeliverPolicy, cc.OptStartTime, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, cur.Next
+		out, size, truncated, next = slices.Clone(cur.Out), cur.Size, cur.Truncated, cur.Next
+	}
+	defer func() {
+		if cur != nil && err == nil && next > 0 {
+			*cur = Cursor{Next: next, Out: out, Size: size, Truncated: truncated, Done: done}
+		}
+	}()
 	// A plain pull consumer, made and deleted here: an ordered one makes a
 	// new consumer on every Fetch and deletes the last on a goroutine of
 	// its own, so a read left consumers behind it for a while; nats.go
 	// leaves an ordered consumer 5 minutes idle, and the events stream's
 	// consumers bound every session's replays (docs/security.md,
 	// TestAttackTaskOutputConsumers).
-	cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy,
-		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle, MemoryStorage: true, Replicas: 1})
+	cons, err := js.CreateConsumer(ctx, stream, cc)
 	if err != nil {
 		return nil, false, err
 	}
@@ -583,7 +603,6 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		return nil, false, err
 	}
 	pending := info.NumPending
-	var size int
 	for pending > 0 {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -593,9 +612,13 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		for m := range batch.Messages() {
 			got++
 			pending--
-			if md, err := m.Metadata(); past || err == nil && md.Timestamp.After(until) {
+			md, err := m.Metadata()
+			if past || err == nil && md.Timestamp.After(until) {
 				past = true
 				continue
+			}
+			if err == nil {
+				next = md.Sequence.Stream + 1
 			}
 			blocks, end := progressOf(m, rec)
 			past = end
@@ -611,11 +634,22 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return out, truncated, err
 		}
+		done = past
 		if got == 0 || past || ctx.Err() != nil {
 			break
 		}
 	}
 	return out, truncated, nil
+}
+
+// Cursor is where a read of a task's output ended: the next stream
+// sequence of the session's events and what was read before it.
+type Cursor struct {
+	Next      uint64
+	Out       []bus.Block
+	Size      int
+	Truncated bool
+	Done      bool // the read came to the task's end: nothing more to read
 }
 
 // outputIdle is how long an Output consumer whose delete failed outlives

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/singleflight"
@@ -159,6 +160,7 @@ type Server struct {
 	st     *Store
 	window int
 	known  *lru.Cache[string, *verified] // by name#digest
+	chunks atomic.Int64                  // of the objects known
 	// first joins the reads of an object not known yet: one verification
 	// (a read of the whole object) for reads sent at once.
 	first singleflight.Group
@@ -171,14 +173,23 @@ type verified struct {
 	chunks         []chunk
 }
 
-// serverCache bounds the verified objects a Server remembers (the least
-// recently used go first).
-const serverCache = 512
+// serverCache and serverChunks bound the verified objects a Server
+// remembers, by count and by their chunks' records (24 bytes each: 6 MiB,
+// 32 GiB of outputs in 128 KiB chunks); the least recently used go first.
+// An agent that cycles them has each read verify its object whole again,
+// so a session needs more outputs than it may store to do so (512 objects
+// of 1 MiB were enough before, docs/security.md).
+const (
+	serverCache  = 1 << 16
+	serverChunks = 1 << 18
+)
 
 // NewServer serves st's objects in windows of at most window bytes.
 func NewServer(st *Store, window int) *Server {
-	known, _ := lru.New[string, *verified](serverCache) // a positive size never fails
-	return &Server{st: st, window: max(window, 1), known: known}
+	sv := &Server{st: st, window: max(window, 1)}
+	// a positive size never fails
+	sv.known, _ = lru.NewWithEvict(serverCache, func(_ string, v *verified) { sv.chunks.Add(-int64(len(v.chunks))) })
+	return sv
 }
 
 // Serve answers one read: the window from g.Offset of an object named
@@ -249,7 +260,12 @@ func (sv *Server) object(ctx context.Context, r Ref) (*verified, error) {
 			return nil, err
 		}
 		v := &verified{session: info.Header(HeaderSession), media: info.MediaType(), size: int64(info.Size), chunks: chunks}
-		sv.known.ContainsOrAdd(k, v)
+		if ok, _ := sv.known.ContainsOrAdd(k, v); !ok {
+			sv.chunks.Add(int64(len(chunks)))
+			for sv.chunks.Load() > serverChunks && sv.known.Len() > 1 {
+				sv.known.RemoveOldest()
+			}
+		}
 		return v, nil
 	})
 	if err != nil {

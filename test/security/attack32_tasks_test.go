@@ -2,10 +2,7 @@ package security
 
 import (
 	"context"
-	"fmt"
 	"testing"
-
-	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/worker"
@@ -30,46 +27,23 @@ func TestAttackTaskOutputScansSession(t *testing.T) {
 			return &bus.ExecResult{Output: bus.Text("slow done")}, nil
 		})
 	ac := d.conn("session-s1").client()
-	rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "slow"}}})
-	must(t, err)
-	if rep.Results[0].Task == nil {
-		t.Fatalf("not backgrounded: %+v", rep.Results[0])
-	}
-	id := rep.Results[0].Task.ID
+	id := startTask(t, ac)
 	close(release)
 	if ts, err := ac.Tasks().Wait(testCtx(t), "s1", bound, id); err != nil || ts[0].State != bus.StateSuccess {
 		t.Fatalf("the task's end: %+v %v", ts, err)
 	}
 	// What the server sent the router's connections for one output read.
 	output := func() int64 {
-		sent := func() (n int64) {
-			cz, err := d.srv.Connz(&server.ConnzOptions{Limit: 1024})
-			must(t, err)
-			for _, c := range cz.Conns {
-				if c.Name == "test-router" {
-					n += c.OutMsgs
-				}
-			}
-			return n
-		}
-		from := sent()
+		from := routerOutMsgs(t, d)
 		_, out, err := ac.Tasks().Output(testCtx(t), "s1", id)
 		if err != nil || len(out) != 1 || out[0].Text != "halfway" {
 			t.Fatalf("the task's output: %+v %v", out, err)
 		}
-		return sent() - from
+		return routerOutMsgs(t, d) - from
 	}
 	before := output()
 
-	calls := make([]bus.Call, 64)
-	for i := range calls {
-		calls[i] = bus.Call{ID: fmt.Sprintf("c%d", i), Name: "greet"}
-	}
-	for range 100 { // 100 batches: about 19,000 events in s1 after the task's end
-		if _, err := ac.Call(testCtx(t), "s1", bus.Batch{Events: "calls", Calls: calls}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	floodEvents(t, ac) // about 19,000 events in s1 after the task's end
 	after := output()
 	t.Logf("an ended task's output: %d messages to the router before the flood, %d after", before, after)
 	if after > before+300 { // at most one fetch (256) past the task's end

@@ -21,6 +21,7 @@ from .offload import DEFAULT_INLINE_LIMIT, DEFAULT_MAX_OUTPUT, Offloader, parse_
 from .records import Answer, Block, Call, Reply, Request, Rule, ToolsList, to_blocks
 
 CallLike = Call | dict[str, Any]
+EVENTS_WAITING = 1024
 
 
 def _calls(calls: Sequence[CallLike] | CallLike) -> list[dict[str, Any]]:
@@ -45,12 +46,17 @@ def _request(req: Request | dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 class EventStream:
-    """Live events of one session (``P.events.<session>``), opened with ``async with``."""
+    """Live events of one session (``P.events.<session>``), opened with ``async with``.
+
+    At most ``EVENTS_WAITING`` (1024) events wait for the reader, as the Go client's Watch holds;
+    the ones that come while it is full are dropped and counted in ``dropped``.
+    """
 
     def __init__(self, nc: Any, subject: str) -> None:
         self._nc, self._subject = nc, subject
         self._sub: Any = None
-        self._q: asyncio.Queue[ev.Event] = asyncio.Queue()
+        self._q: asyncio.Queue[ev.Event] = asyncio.Queue(EVENTS_WAITING)
+        self.dropped = 0
 
     async def __aenter__(self) -> EventStream:
         async def on(m: Any) -> None:
@@ -58,6 +64,8 @@ class EventStream:
                 self._q.put_nowait(ev.decode(m.data, m.headers))
             except ProtocolError:
                 pass  # not an event: skipped, as the Go client's Watch does
+            except asyncio.QueueFull:
+                self.dropped += 1  # a reader behind a flood: the memory held stays bounded
 
         self._sub = await self._nc.subscribe(self._subject, cb=on)
         await self._nc.flush()
@@ -302,7 +310,11 @@ class Client:
         return dict(r["tasks"][0]), [Block.from_json(b) for b in r.get("output") or []]
 
     async def fetch(self, ref: str | Block, *, session: str | None = None, timeout: float | None = None) -> bytes:
-        """The bytes of a stored output (5.9), read through ``P.outputs.<session>`` and checked against its digest."""
+        """The bytes of a stored output (5.9), read through ``P.outputs.<session>`` and checked against its digest.
+
+        An object the router says is larger than ``max_output`` (the output ceiling, 64 MiB by default)
+        is refused before a byte is kept, as are bytes past the size it said.
+        """
         url = ref.url if isinstance(ref, Block) else ref
         r = parse_ref(url)
         if not r.digest:
@@ -319,9 +331,13 @@ class Client:
             if ch.get("digest") != r.digest or (size >= 0 and ch["size"] != size):
                 raise ToolbusError(f"fetch {url}: the object changed while it was read", "internal")
             size = ch["size"]
+            if size > self._off.max:
+                raise ProtocolError(f"fetch {url}: the router says {size} bytes, past the output ceiling of {self._off.max} (5.9)")
             part = base64.b64decode(ch.get("data") or "")
             if not part and len(out) < size:
                 raise ProtocolError(f"fetch {url}: the router sent no bytes at offset {len(out)}")
+            if len(out) + len(part) > size:
+                raise ProtocolError(f"fetch {url}: the router sent bytes past the object's size {size}")
             h.update(part)
             out += part
         if h.hexdigest() != r.digest:

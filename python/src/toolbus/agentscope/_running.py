@@ -77,19 +77,29 @@ async def start(client: Any, session: str, call: Any, rid: str, timeout: float, 
         raise
 
 
+# What one call's progress may show the agent: a router keeps an honest
+# worker's progress far below (5.3: 64 KiB an event, 8 at once, then 4 a
+# second), a hostile router or a flood is not shown past it (its result is).
+MAX_PROGRESS_SHOWN = 4 << 20
+
+
 async def _progress(run: Running, timeout: float) -> AsyncGenerator[ToolChunk, None]:
-    """The progress of a running call as chunks, until its reply is in."""
+    """The progress of a running call as chunks, until its reply is in (and
+    what came before it, within drain's bounds)."""
+    shown, ended = 0, False
     while True:
         for e in run.pending:
-            yield ToolChunk(content=P.to_blocks((e.data or {}).get("output", [])),
-                            state=ToolResultState.RUNNING, is_last=False)
+            content = P.to_blocks((e.data or {}).get("output", []))
+            shown += sum(len(b.text) if isinstance(b, TextBlock) else 1024 for b in content)
+            if shown <= MAX_PROGRESS_SHOWN:
+                yield ToolChunk(content=content, state=ToolResultState.RUNNING, is_last=False)
         run.pending = []
+        if ended:
+            return
         if run.task.done():
             # progress published before the result may still be on its way
-            # through the event subscription: take what came
-            run.pending = await drain(run.stream, run.call_id)
-            if not run.pending:
-                return
+            # through the event subscription: take what came, once
+            run.pending, ended = await drain(run.stream, run.call_id), True
             continue
         getter = asyncio.ensure_future(run.stream.next(timeout=timeout))
         done, _ = await asyncio.wait({run.task, getter}, return_when=asyncio.FIRST_COMPLETED)
@@ -125,16 +135,20 @@ async def stream(name: str, run: Running, show: Presentation, timeout: float) ->
     yield ToolResponse(id=final.id).append_chunk(final)
 
 
-async def drain(events: Any, call_id: str, wait: float = 0.02) -> list:
-    """The progress events of call_id that arrive within ``wait`` seconds."""
-    out = []
-    while True:
+async def drain(events: Any, call_id: str, wait: float = 0.02, most: float = 0.25) -> list:
+    """The progress events of call_id that arrive until none came for ``wait``
+    seconds, at most ``most`` seconds (a flood that never pauses ends there)."""
+    out: list = []
+    loop = asyncio.get_running_loop()
+    end = loop.time() + most
+    while loop.time() < end:
         try:
-            e = await events.next(timeout=wait)
+            e = await events.next(timeout=min(wait, max(end - loop.time(), 0.001)))
         except Exception:
             return out
         if e.type == ev.TYPE_CALL_PROGRESS and e.toolcallid == call_id:
             out.append(e)
+    return out
 
 
 def error(text: str) -> ToolChunk:

@@ -110,6 +110,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
         self.answer_wait = answer_wait
         self._listing: Any = None
         self._proxies: dict[str, dict] = {}
+        self._router_viewer = False
         self._results: dict[str, Any] = {}
         self._outcomes = Outcomes(client, session)
         self._show = R.Presentation(agentscope_texts, self._own_viewer)
@@ -120,7 +121,19 @@ class BusToolkit(Toolkit, MiddlewareBase):
         self._listing = await self.client.tools(
             self.session, "toolbus", request=self.request, user=self.user,
         )
-        self._proxies = {t["name"]: t for t in self._listing.tools}
+        # A name listed twice (a worker's tool named as the router's reset_tools, loader or
+        # viewer) runs the router's, listed last (4.3): the model sees that one only. The
+        # router's Skill viewer is listed right before the loader (10); any other Skill is a
+        # worker's, which the adapter's own viewer (AgentScope's name) replaces.
+        tools = self._listing.tools
+        last = {t["name"]: i for i, t in enumerate(tools)}
+        tools = [t for i, t in enumerate(tools) if last[t["name"]] == i]
+        names = [t["name"] for t in tools]
+        self._router_viewer = any(a == P.VIEWER and b == P.LOADER for a, b in zip(names, names[1:]))
+        if self.skill_viewer and not self._router_viewer:
+            tools = [t for t in tools if t["name"] != P.VIEWER]
+        self._listing.tools = tools
+        self._proxies = {t["name"]: t for t in tools}
         return self._listing
 
     def _skills(self) -> list[tuple[str, str]]:
@@ -169,7 +182,7 @@ class BusToolkit(Toolkit, MiddlewareBase):
     def _own_viewer(self) -> bool:
         """The adapter offers AgentScope's Skill viewer itself unless the
         router does (``router --skill-viewer``)."""
-        return self.skill_viewer and P.VIEWER not in self._proxies
+        return self.skill_viewer and not self._router_viewer
 
     def _proxy(self, name: str) -> _BusTool | None:
         if name == P.VIEWER and self._own_viewer() and self._skills():

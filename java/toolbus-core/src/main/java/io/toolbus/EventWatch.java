@@ -13,13 +13,14 @@ import java.util.function.Consumer;
 
 /**
  * A live subscription to a session's events (docs/protocol.md 3.4): results, progress, parked
- * calls and batch.done. Events that do not decode are dropped. Read them from {@link #next}, or
+ * calls and batch.done. Events that do not decode are dropped, and so are those that come while
+ * 1024 wait to be read (a flood holds bounded memory). Read them from {@link #next}, or
  * give a listener; close to unsubscribe.
  */
 public final class EventWatch implements AutoCloseable {
   private final Connection nc;
   private final Dispatcher d;
-  private final BlockingQueue<Event> queue = new LinkedBlockingQueue<>(65536);
+  private final BlockingQueue<Event> queue = new LinkedBlockingQueue<>(1024); // as the Go client's Watch; more are dropped
   private final java.util.concurrent.atomic.AtomicInteger busy = new java.util.concurrent.atomic.AtomicInteger();
 
   EventWatch(Connection nc, String subject, Consumer<Event> listener) {

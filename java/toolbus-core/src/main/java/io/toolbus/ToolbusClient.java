@@ -262,7 +262,10 @@ public final class ToolbusClient implements AutoCloseable {
   /** A stored output's bytes, checked against its digest. */
   public record Output(String mediaType, long size, String digest, byte[] bytes) {}
 
-  /** Reads a stored output (a nats-object:// url with #sha256=) through a router, window by window. */
+  /**
+   * Reads a stored output (a nats-object:// url with #sha256=) through a router, window by window;
+   * an object said to be past the output ceiling ({@code maxOutput}, 64 MiB by default) is refused.
+   */
   public Output fetch(String session, String url) {
     int hash = url == null ? -1 : url.indexOf("#sha256=");
     if (url == null || !url.startsWith("nats-object://") || hash < 0) {
@@ -282,9 +285,12 @@ public final class ToolbusClient implements AutoCloseable {
       }
       size = ch.path("size").asLong();
       media = ch.path("media_type").asText();
+      if (size > off.max()) {
+        throw new BusException(Codes.BAD_EVENT, "fetch " + url + ": the router says " + size + " bytes, past the output ceiling of " + off.max() + " (5.9)");
+      }
       byte[] part = Base64.getDecoder().decode(ch.path("data").asText(""));
-      if (part.length == 0 && offset < size) {
-        throw new BusException(Codes.INTERNAL, "fetch " + url + ": an empty window at " + offset + " of " + size);
+      if (part.length == 0 && offset < size || offset + part.length > size) {
+        throw new BusException(Codes.INTERNAL, "fetch " + url + ": an empty window, or bytes past the size, at " + offset + " of " + size);
       }
       h.update(part);
       out.write(part, 0, part.length);

@@ -118,7 +118,14 @@ public class BusToolkit extends Toolkit implements AutoCloseable {
     ToolsList l = sh.client.tools(sh.session, "toolbus", sh.request == null ? null : sh.request.toRequest(), sh.user);
     sh.last = l;
     List<ToolSchema> out = new ArrayList<>();
+    // a name listed twice (a worker's tool named as the router's reset_tools or skill loader) runs
+    // the router's, listed last (4.3): the model sees that one only (docs/security.md)
+    java.util.Map<String, JsonNode> last = new java.util.HashMap<>();
+    l.tools().forEach(def -> last.put(def.path("name").asText(), def));
     for (JsonNode def : l.tools()) {
+      if (last.get(def.path("name").asText()) != def) {
+        continue;
+      }
       BusTool t = new BusTool(this, def);
       if (sh.agentScopeMeta && (MetaTool.NAME.equals(t.getName())
           || MetaTool.BUS_NAME.equals(t.getName()) && !def.path("external").asBoolean(false))) {

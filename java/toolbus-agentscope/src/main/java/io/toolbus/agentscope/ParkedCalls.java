@@ -29,6 +29,9 @@ public final class ParkedCalls {
   private final String session;
   private final Map<String, String> replyOf = new ConcurrentHashMap<>(); // call id -> reply id
   private final Map<String, Result> results = new ConcurrentHashMap<>(); // reply.call -> result
+  // reply ids of batches sent and not yet suspended: their results may come before their parked
+  // calls are known; any other result is none of this toolkit's and is not kept
+  private final java.util.Set<String> sending = ConcurrentHashMap.newKeySet();
   private final Map<String, ToolUseBlock> running = new ConcurrentHashMap<>(); // call id -> use
   private final Map<Boolean, BiConsumer<ToolUseBlock, ToolResultBlock>> chunks = new ConcurrentHashMap<>();
 
@@ -39,6 +42,17 @@ public final class ParkedCalls {
 
   void parked(String callId, String replyId) {
     replyOf.put(callId, replyId);
+  }
+
+  /** Marks a batch as sent (true) or as suspended, its parked calls known (false): then the
+   * results kept of its other calls are dropped. */
+  void sending(String replyId, boolean on) {
+    if (on) {
+      sending.add(replyId);
+      return;
+    }
+    sending.remove(replyId);
+    results.keySet().removeIf(k -> k.startsWith(replyId + ".") && !replyId.equals(replyOf.get(k.substring(replyId.length() + 1))));
   }
 
   /**
@@ -93,7 +107,9 @@ public final class ParkedCalls {
     for (JsonNode n : rs) {
       try {
         Result r = Json.decode(n, Result.class, Codes.BAD_EVENT, e.type);
-        results.put(e.replyid + "." + r.id(), r);
+        if (sending.contains(e.replyid) || e.replyid != null && e.replyid.equals(replyOf.get(r.id()))) {
+          results.put(e.replyid + "." + r.id(), r);
+        }
       } catch (RuntimeException ex) {
         // a malformed event changes nothing
       }
@@ -130,6 +146,9 @@ public final class ParkedCalls {
         wait(Math.max(1, left / 1_000_000));
       }
       out.add(Results.plain(results.get(key)));
+    }
+    for (String id : suspendedIds(suspended)) { // handed over: kept no longer
+      results.remove(replyOf.remove(id) + "." + id);
     }
     return new ToolResultMessage(out);
   }

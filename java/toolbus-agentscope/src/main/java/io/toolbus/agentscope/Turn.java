@@ -73,20 +73,25 @@ final class Turn {
       b.user(user).context(context).request(request == null ? null : request.toRequest());
       String replyId = io.toolbus.Ids.next();
       parked.running(calls, true);
-      Reply r;
+      parked.sending(replyId, true);
       try {
-        r = client.call(session, replyId, b.build(), null);
-        settle.run(); // progress published before the result is in the watch's queue: hand it over
+        Reply r;
+        try {
+          r = client.call(session, replyId, b.build(), null);
+          settle.run(); // progress published before the result is in the watch's queue: hand it over
+        } finally {
+          parked.running(calls, false);
+        }
+        for (Result res : r.results()) {
+          Map<String, Object> in = metaCalls.get(res.id());
+          byId.put(res.id(), in != null && res.ok()
+              ? Results.text(res.id(), MetaTool.NAME, MetaTool.reply(in, meta))
+              : Results.toAgentScope(res, inputOf(calls, res.id()), schemaOf(res.name())));
+        }
+        suspend(calls, r.parked(), replyId, byId);
       } finally {
-        parked.running(calls, false);
+        parked.sending(replyId, false);
       }
-      for (Result res : r.results()) {
-        Map<String, Object> in = metaCalls.get(res.id());
-        byId.put(res.id(), in != null && res.ok()
-            ? Results.text(res.id(), MetaTool.NAME, MetaTool.reply(in, meta))
-            : Results.toAgentScope(res, inputOf(calls, res.id()), schemaOf(res.name())));
-      }
-      suspend(calls, r.parked(), replyId, byId);
     }
     List<ToolResultBlock> out = new ArrayList<>();
     calls.forEach(u -> out.add(byId.get(u.getId())));
