@@ -151,6 +151,17 @@ func ValidID(s string) bool { return validToken(s, 128) }
 // ^[A-Za-z0-9_-]{1,64}$, the common subset of OpenAI, Anthropic and MCP.
 func ValidName(s string) bool { return validToken(s, 64) }
 
+// RouterTool reports whether name is a tool the router lists itself
+// (docs/protocol.md 4.3, 10): reset_tools, search_tools, the skills'
+// load_skill_through_path and Skill. A worker may not register one (7.1).
+func RouterTool(name string) bool {
+	switch name {
+	case "reset_tools", "search_tools", "load_skill_through_path", "Skill":
+		return true
+	}
+	return false
+}
+
 func validToken(s string, max int) bool {
 	if len(s) == 0 || len(s) > max {
 		return false

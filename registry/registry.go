@@ -253,6 +253,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if !bus.ValidName(d.Name) {
 		return fmt.Sprintf("name %q must match ^[A-Za-z0-9_-]{1,64}$", d.Name), nil
 	}
+	if bus.RouterTool(d.Name) {
+		return fmt.Sprintf("name %q is a tool the router lists itself (docs/protocol.md 7.1)", d.Name), nil
+	}
 	for _, g := range d.Groups {
 		if !bus.ValidName(g) {
 			return fmt.Sprintf("group name %q must match ^[A-Za-z0-9_-]{1,64}$", g), nil
