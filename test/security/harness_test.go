@@ -259,21 +259,28 @@ func (d *deployment) startWorker() *login {
 		_ = w.Drain(ctx)
 	})
 	testkit.Recv(d.t, w.Registered(), bound, "the worker's registration")
-	ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/registrar", bus.Register{Worker: "registrar", Tools: []bus.ToolDef{
-		{Name: "pick", Description: "A person picks.", External: true, Permission: bus.PermissionAllow, ConcurrencySafe: true,
-			InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}}})
-	must(d.t, err)
-	ctx, cancel := context.WithTimeout(d.t.Context(), bound)
-	defer cancel()
-	msg, err := bus.SendRequest(ctx, l.nc, bus.NewSubjects("").Workers.Register("pick"), ev)
-	must(d.t, err)
-	resp, err := bus.Decode(msg)
-	must(d.t, err)
-	var ack bus.RegisterAck
-	if err := resp.DataAs(&ack); err != nil || len(ack.Accepted) != 1 {
-		d.t.Fatalf("register pick: %s %v", resp.Data, err)
+	if ack, data := register(d.t, l, "registrar", bus.ToolDef{Name: "pick", Description: "A person picks.", External: true,
+		Permission: bus.PermissionAllow, ConcurrencySafe: true, InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}); len(ack.Accepted) != 1 {
+		d.t.Fatalf("register pick: %s", data)
 	}
 	return l
+}
+
+// register sends def as worker's registration on its own subject as l and
+// returns the router's ack and its data.
+func register(t *testing.T, l *login, worker string, def bus.ToolDef) (bus.RegisterAck, json.RawMessage) {
+	t.Helper()
+	ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+worker, bus.Register{Worker: worker, Tools: []bus.ToolDef{def}})
+	must(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), bound)
+	defer cancel()
+	msg, err := bus.SendRequest(ctx, l.nc, bus.NewSubjects("").Workers.Register(def.Name), ev)
+	must(t, err)
+	resp, err := bus.Decode(msg)
+	must(t, err)
+	var ack bus.RegisterAck
+	must(t, resp.DataAs(&ack))
+	return ack, resp.Data
 }
 
 func must(t *testing.T, err error) {
