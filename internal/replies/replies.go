@@ -39,17 +39,17 @@ type Mux struct {
 }
 
 // relays is a Mux's progress side: its subscription, and how far the
-// subscription's goroutine got, under the Mux's lock. handled counts the
-// messages handed on or dropped, drains the times the subscription was
-// left empty, dropped the NATS client's drops reported; relaying is the
-// wait whose progress is in hand. caught (on the Mux's lock) is signalled
-// after each message, and on close.
+// subscription's goroutine got, under the Mux's lock. started counts the
+// messages begun, handled those handed on or dropped, drains the times the
+// subscription was left empty, dropped the NATS client's drops reported;
+// relaying is the wait whose progress is in hand. caught (on the Mux's
+// lock) is signalled after each message, and on close.
 type relays struct {
-	sub             *nats.Subscription
-	handled, drains uint64
-	dropped         int
-	relaying        *Wait
-	caught          sync.Cond
+	sub                      *nats.Subscription
+	started, handled, drains uint64
+	dropped                  int
+	relaying                 *Wait
+	caught                   sync.Cond
 }
 
 // counted counts a message handled, taking the lock, and returns how many
@@ -79,8 +79,26 @@ func (r *relays) mark(w *Wait) {
 }
 
 // behind reports whether progress read before w's mark may not have been
-// handled yet. The lock is held.
-func (r *relays) behind(w *Wait) bool { return r.handled < w.mark && r.drains == w.epoch }
+// handled yet: not when nothing is queued or in hand (a mark taken after a
+// message was counted but before the NATS client uncounted it, as its
+// handler returned, is one too high, and no message may come to reach it).
+// With none in hand and one pending, which may be that uncounted one, it
+// looks again in a millisecond. The lock is held.
+func (r *relays) behind(w *Wait) bool {
+	if r.handled >= w.mark || r.drains != w.epoch {
+		return false
+	}
+	if r.started > r.handled {
+		return true // its counted wakes the waiters
+	}
+	switch n, _, _ := r.sub.Pending(); {
+	case n <= 0:
+		return false
+	case n == 1:
+		time.AfterFunc(time.Millisecond, r.caught.Broadcast)
+	}
+	return true
+}
 
 // Options say how a Mux's waits end besides their reply.
 type Options struct {
@@ -300,6 +318,7 @@ func (a *Mux) deliver(m *nats.Msg) {
 	a.mu.Lock()
 	w := a.waiting[inbox]
 	if progress {
+		a.p.started++
 		var tag any
 		if w != nil && w.tag != nil {
 			a.p.relaying, tag = w, w.tag // in hand

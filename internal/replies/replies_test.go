@@ -546,3 +546,33 @@ func TestProgressBeforeItsWaitEnds(t *testing.T) {
 		}
 	}
 }
+
+// A tagged wait's Done returns once nothing is queued or in hand, even when
+// its mark is one too high: a mark taken after a progress message was
+// counted but before the NATS client uncounted it (as its handler
+// returned) counts that message twice, and no message may come to reach it
+// (CI: TestAttackProgressStallsReplies's Done waited 7 minutes).
+func TestDoneAfterAMarkTooHigh(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc, wc := testkit.Connect(t, s), testkit.Connect(t, s)
+	handed := make(chan struct{}, 1)
+	a := New(nc, Options{Progress: func(any, *nats.Msg) { handed <- struct{}{} }})
+	w, err := a.AwaitTagged(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wc.Publish(w.Inbox()+bus.ProgressSuffix, []byte("p")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Recv(t, handed, 10*time.Second, "the progress")
+	if err := wc.Publish(w.Inbox(), []byte("reply")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Recv(t, w.C(), 10*time.Second, "the reply")
+	a.mu.Lock()
+	w.mark, w.epoch = a.p.handled+1, a.p.drains // the window's mark
+	a.mu.Unlock()
+	done := make(chan struct{})
+	go func() { a.Done(w, true); close(done) }()
+	testkit.Recv(t, done, 10*time.Second, "Done")
+}
