@@ -561,6 +561,9 @@ func TestDoneAfterAMarkTooHigh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the server has the subscriptions before wc publishes
+		t.Fatal(err)
+	}
 	if err := wc.Publish(w.Inbox()+bus.ProgressSuffix, []byte("p")); err != nil {
 		t.Fatal(err)
 	}
