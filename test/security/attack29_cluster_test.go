@@ -76,5 +76,15 @@ func TestAccountsOnACluster(t *testing.T) {
 	}
 	call("before")
 	c.StopNode(0)
+	// The router's connection moves to another node; a request sent before
+	// its subscriptions reach the client's node through the cluster's routes
+	// is lost (core NATS, at most once): the client waits for the router to
+	// answer a listing again before the calls, as an agent retries.
+	testkit.CheckFor(t, 3*bound, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := ac.Tools(ctx, "s2", "", nil)
+		return err
+	})
 	call("stopped")
 }
