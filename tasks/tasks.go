@@ -624,10 +624,10 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 			past = end
 			for _, b := range blocks {
 				out = append(out, b)
-				size += len(b.Text) + len(b.Data) + len(b.URL)
+				size += cost(b)
 			}
 			for size > maxBytes && len(out) > 1 {
-				size -= len(out[0].Text) + len(out[0].Data) + len(out[0].URL)
+				size -= cost(out[0])
 				out, truncated = out[1:], true
 			}
 		}
@@ -640,6 +640,20 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		}
 	}
 	return out, truncated, nil
+}
+
+// cost is what block b counts against a task output's bound: every field's
+// bytes and 16 for the block itself, so that no block's bytes are free of
+// it (docs/security.md, TestAttackTaskOutputFreeBlocks).
+func cost(b bus.Block) int {
+	n := 16 + len(b.Type) + len(b.Text) + len(b.MediaType) + len(b.Data) + len(b.URL) + len(b.URI) + len(b.Name) + len(b.Title) + len(b.Description)
+	if a := b.Annotations; a != nil {
+		n += len(a.LastModified) + 8
+		for _, s := range a.Audience {
+			n += len(s)
+		}
+	}
+	return n
 }
 
 // Cursor is where a read of a task's output ended: the next stream
