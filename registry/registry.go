@@ -456,6 +456,7 @@ type liveness struct {
 	until   liveUntil                  // what a call reads of beats: set with them, under mu and its own lock
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
+	swept   time.Time                  // when keep last dropped the beats long unseen
 }
 
 // liveUntil is, per tool, until when a worker of each exec form is live
@@ -682,8 +683,25 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	l.keep(tool, worker, b)
 }
 
-// keep records b as worker's beat for tool; the caller holds l.mu.
+// keep records b as worker's beat for tool; the caller holds l.mu. At
+// most once a heartbeat it first drops every beat seen no more for six
+// heartbeats, twice P_workers' TTL: its key expired, and an expiry reaches
+// no watch, so nothing else would (a worker may register under any number
+// of ids, each with its calls in flight; TestAttackStaleBeatsKept).
 func (l *liveness) keep(tool, worker string, b beat) {
+	if now := l.now(); now.Sub(l.swept) >= l.heartbeat {
+		l.swept = now
+		for t, m := range l.beats {
+			n := len(m)
+			maps.DeleteFunc(m, func(_ string, b beat) bool { return b.at.Before(now.Add(-6 * l.heartbeat)) })
+			if len(m) < n {
+				if len(m) == 0 {
+					delete(l.beats, t)
+				}
+				l.until.set(t, m, 3*l.heartbeat)
+			}
+		}
+	}
 	m := l.beats[tool]
 	if m == nil {
 		m = map[string]beat{}
