@@ -24,8 +24,12 @@ func TestAttackFitUncountedMembers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, big := range []func(string) bus.Block{
-		func(s string) bus.Block { return bus.Block{Type: bus.BlockData, MediaType: "text/plain", URL: "file:///x", Description: s} },
-		func(s string) bus.Block { return bus.Block{Type: bus.BlockData, MediaType: "text/plain", URL: "file:///x", Name: s} },
+		func(s string) bus.Block {
+			return bus.Block{Type: bus.BlockData, MediaType: "text/plain", URL: "file:///x", Description: s}
+		},
+		func(s string) bus.Block {
+			return bus.Block{Type: bus.BlockData, MediaType: "text/plain", URL: "file:///x", Name: s}
+		},
 		func(s string) bus.Block { return bus.Block{Type: bus.BlockText, Title: s} },
 		func(s string) bus.Block { return bus.Block{Type: bus.BlockText, URI: s} },
 	} {

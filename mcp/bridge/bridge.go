@@ -425,6 +425,10 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 		seen[d.Name] = t.Name
 		defs = append(defs, d)
 	}
+	if len(defs) > MaxTools {
+		l.log.Error("bridge: tools left out: the server lists more than the bridge takes (enable_tools picks them)", "bridged", MaxTools, "left_out", len(defs)-MaxTools)
+		defs = defs[:MaxTools]
+	}
 	l.mu.Lock()
 	same := l.w != nil && slices.EqualFunc(l.defs, defs, func(a, b bus.ToolDef) bool { return a.Equal(&b) })
 	l.mu.Unlock()
