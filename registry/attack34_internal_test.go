@@ -2,6 +2,7 @@ package registry
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -58,6 +59,19 @@ func TestAttackStaleBeatsKept(t *testing.T) {
 		return len(r.liveness.beats["t"])
 	}
 	t.Logf("after 200 registrations: %d beats kept", kept())
+	// The watch delivers in order: once it brought a put made after them,
+	// it brought theirs (a beat it brings later counts from when it came).
+	if _, err := st.Workers.Put(t.Context(), "u.sentinel", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		r.liveness.mu.RLock()
+		defer r.liveness.mu.RUnlock()
+		if _, ok := r.liveness.beats["u"]["sentinel"]; !ok {
+			return errors.New("the watch has not brought the sentinel yet")
+		}
+		return nil
+	})
 	mu.Lock()
 	wall = wall.Add(7 * hb) // the attacker's workers beat no more
 	mu.Unlock()
