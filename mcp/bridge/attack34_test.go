@@ -1,10 +1,15 @@
 package bridge
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,4 +60,63 @@ func TestAttackServerListsManyTools(t *testing.T) {
 	if listed > MaxTools {
 		t.Fatalf("s1 lists %d of the server's tools", listed)
 	}
+}
+
+// TestAttackServerChurnsTools (session 34, red team): a bridged server
+// changes a tool's description and says its list changed, again and again
+// (here for 2 s, as fast as it can). Each notice had the bridge list the
+// tools again and, the definitions differing, stop its worker and start a
+// new one: up to MaxTools definitions and beats written to the catalogue
+// and P_workers per notice of a hundred bytes, every router's catalogue
+// changed, every session's listing with it. Now the bridge lists a
+// server's tools at most once a second (refreshEvery); notices in between
+// are one.
+func TestAttackServerChurnsTools(t *testing.T) {
+	e := newEnv(t)
+	s := server.NewMCPServer("churn", "1.0.0", server.WithToolCapabilities(true))
+	tool := func(i int) {
+		s.AddTool(mcp.NewTool("x", mcp.WithDescription(fmt.Sprintf("Version %d.", i))),
+			func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return mcp.NewToolResultText("ok"), nil
+			})
+	}
+	tool(0)
+	var lists atomic.Int64
+	hs := httptest.NewServer(countLists(server.NewStreamableHTTPServer(s), &lists))
+	t.Cleanup(hs.Close)
+	e.bridge(&File{Servers: []Server{{Name: "c", Transport: TransportHTTP, URL: hs.URL + "/mcp"}}})
+	e.waitTools([]string{"mcp__c__x"}, nil)
+	from, start, last := lists.Load(), time.Now(), 0
+	for last = 1; time.Since(start) < 2*time.Second; last++ {
+		tool(last) // mcp-go sends notifications/tools/list_changed to the bridge
+		runtime.Gosched()
+	}
+	tool(last)
+	took := time.Since(start)
+	testkit.CheckFor(t, bound, 20*time.Millisecond, func() error { // the last version is bridged
+		d, _, err := e.defs()
+		if err == nil && d["mcp__c__x"].Description != fmt.Sprintf("Version %d.", last) {
+			err = errNotYet
+		}
+		return err
+	})
+	n := lists.Load() - from
+	t.Logf("%d tools/list in %v of churn (%d versions)", n, took, last)
+	if most := int64(took/refreshEvery) + 3; n > most {
+		t.Fatalf("%d tools/list in %v of churn, want at most %d", n, took, most)
+	}
+}
+
+// countLists counts the tools/list requests h serves.
+func countLists(h http.Handler, n *atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil {
+			body, _ := io.ReadAll(r.Body)
+			if bytes.Contains(body, []byte(`"tools/list"`)) {
+				n.Add(1)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		h.ServeHTTP(w, r)
+	})
 }

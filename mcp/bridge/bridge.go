@@ -287,7 +287,8 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	l.log.Info("bridge: MCP server connected", "tools", len(l.defs))
 	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
-	last := time.Now() // when the last ping was sent
+	last, listed := time.Now(), time.Now() // when the last ping was sent, the tools last listed
+	var relist <-chan time.Time            // a list_changed put off to refreshEvery after the last listing
 	for {
 		select {
 		case <-ctx.Done():
@@ -295,6 +296,11 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 		case <-l.fail:
 			return true, errFailed
 		case <-l.refresh:
+			if relist == nil {
+				relist = time.After(time.Until(listed.Add(refreshEvery)))
+			}
+		case <-relist:
+			relist, listed = nil, time.Now()
 			if err := l.publish(ctx, cl); err != nil {
 				return true, err
 			}
