@@ -248,6 +248,11 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 	return bv
 }
 
+// MaxDefinition bounds a tool definition's JSON encoding: a worker's
+// descriptions, titles or groups of megabytes put every session's listing
+// past the max payload (TestAttackDefinitionsFillListings).
+const MaxDefinition = 128 << 10
+
 // Check returns why d cannot be registered ("": it can), compiling its schema.
 func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if !bus.ValidName(d.Name) {
@@ -288,6 +293,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	}
 	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
 		return "input_schema is missing", nil
+	}
+	if b, err := json.Marshal(d); err == nil && len(b) > MaxDefinition {
+		return fmt.Sprintf("the definition is %d bytes encoded, more than %d: every session may list it, and a listing is one message (docs/protocol.md 7.1)", len(b), MaxDefinition), nil
 	}
 	s, err := schemas.Compile(d.InputSchema)
 	if err != nil {
