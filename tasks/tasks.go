@@ -642,18 +642,11 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	return out, truncated, nil
 }
 
-// cost is what block b counts against a task output's bound: every field's
-// bytes and 16 for the block itself, so that no block's bytes are free of
-// it (docs/security.md, TestAttackTaskOutputFreeBlocks).
+// cost is what block b counts against a task output's bound: its JSON
+// encoding, every member of it (TestAttackTaskOutputFreeBlocks).
 func cost(b bus.Block) int {
-	n := 16 + len(b.Type) + len(b.Text) + len(b.MediaType) + len(b.Data) + len(b.URL) + len(b.URI) + len(b.Name) + len(b.Title) + len(b.Description)
-	if a := b.Annotations; a != nil {
-		n += len(a.LastModified) + 8
-		for _, s := range a.Audience {
-			n += len(s)
-		}
-	}
-	return n
+	enc, _ := b.MarshalJSON()
+	return len(enc)
 }
 
 // Cursor is where a read of a task's output ended: the next stream

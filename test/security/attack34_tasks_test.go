@@ -17,9 +17,9 @@ import (
 // other fields (a description, a name, a title, a uri: 40 KiB each in 7
 // events) made every read of the task hold and send all of
 // it: the cursor kept it in the router's memory (256 tasks), and at the
-// progress pace a task running an hour holds about 900 MB. Now every
-// field of a block counts, and each block 16 bytes more, so the output
-// stays within its bound plus the one newest block.
+// progress pace a task running an hour holds about 900 MB. Now a block
+// counts as its JSON encoding, so the output stays within its bound plus
+// the one newest block.
 func TestAttackTaskOutputFreeBlocks(t *testing.T) {
 	d := newDeployment(t)
 	d.startWorker()
