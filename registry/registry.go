@@ -248,6 +248,11 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 	return bv
 }
 
+// MaxDefinition bounds a tool definition's JSON encoding: a worker's
+// descriptions, titles or groups of megabytes put every session's listing
+// past the max payload (TestAttackDefinitionsFillListings).
+const MaxDefinition = 128 << 10
+
 // Check returns why d cannot be registered ("": it can), compiling its schema.
 func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	if !bus.ValidName(d.Name) {
@@ -288,6 +293,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 	}
 	if len(d.InputSchema) == 0 || string(d.InputSchema) == "null" {
 		return "input_schema is missing", nil
+	}
+	if b, err := json.Marshal(d); err == nil && len(b) > MaxDefinition {
+		return fmt.Sprintf("the definition is %d bytes encoded, more than %d: every session may list it, and a listing is one message (docs/protocol.md 7.1)", len(b), MaxDefinition), nil
 	}
 	s, err := schemas.Compile(d.InputSchema)
 	if err != nil {
@@ -456,6 +464,7 @@ type liveness struct {
 	until   liveUntil                  // what a call reads of beats: set with them, under mu and its own lock
 	trouble time.Time                  // when a liveness write last failed
 	order   readOrder                  // the registrations and leaves read, in order (order.go)
+	swept   time.Time                  // when keep last dropped the beats long unseen
 }
 
 // liveUntil is, per tool, until when a worker of each exec form is live
@@ -682,8 +691,25 @@ func (l *liveness) setBeat(tool, worker string, b beat, remove bool) {
 	l.keep(tool, worker, b)
 }
 
-// keep records b as worker's beat for tool; the caller holds l.mu.
+// keep records b as worker's beat for tool; the caller holds l.mu. At
+// most once a heartbeat it first drops every beat seen no more for six
+// heartbeats, twice P_workers' TTL: its key expired, and an expiry reaches
+// no watch, so nothing else would (a worker may register under any number
+// of ids, each with its calls in flight; TestAttackStaleBeatsKept).
 func (l *liveness) keep(tool, worker string, b beat) {
+	if now := l.now(); now.Sub(l.swept) >= l.heartbeat {
+		l.swept = now
+		for t, m := range l.beats {
+			n := len(m)
+			maps.DeleteFunc(m, func(_ string, b beat) bool { return b.at.Before(now.Add(-6 * l.heartbeat)) })
+			if len(m) < n {
+				if len(m) == 0 {
+					delete(l.beats, t)
+				}
+				l.until.set(t, m, 3*l.heartbeat)
+			}
+		}
+	}
 	m := l.beats[tool]
 	if m == nil {
 		m = map[string]beat{}

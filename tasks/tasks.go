@@ -624,10 +624,10 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 			past = end
 			for _, b := range blocks {
 				out = append(out, b)
-				size += len(b.Text) + len(b.Data) + len(b.URL)
+				size += cost(b)
 			}
 			for size > maxBytes && len(out) > 1 {
-				size -= len(out[0].Text) + len(out[0].Data) + len(out[0].URL)
+				size -= cost(out[0])
 				out, truncated = out[1:], true
 			}
 		}
@@ -640,6 +640,13 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 		}
 	}
 	return out, truncated, nil
+}
+
+// cost is what block b counts against a task output's bound: its JSON
+// encoding, every member of it (TestAttackTaskOutputFreeBlocks).
+func cost(b bus.Block) int {
+	enc, _ := b.MarshalJSON()
+	return len(enc)
 }
 
 // Cursor is where a read of a task's output ended: the next stream

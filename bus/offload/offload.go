@@ -120,11 +120,18 @@ func Size(out []bus.Block, dup bool) int64 {
 }
 
 // Bound is an upper bound of Size without encoding: an escaped byte takes
-// at most six, a block's names and punctuation less than 96.
+// at most six, a block's names and punctuation less than 160 (160 more
+// with annotations); every member counts (a resource link's description too).
 func Bound(out []bus.Block, dup bool) int64 {
 	n := int64(2)
 	for _, b := range out {
-		n += 96 + 6*int64(len(b.Type)+len(b.Text)+len(b.MediaType)+len(b.Data)+len(b.URL))
+		n += 160 + 6*int64(len(b.Type)+len(b.Text)+len(b.MediaType)+len(b.Data)+len(b.URL)+len(b.URI)+len(b.Name)+len(b.Title)+len(b.Description))
+		if a := b.Annotations; a != nil {
+			n += 160 + 6*int64(len(a.LastModified))
+			for _, s := range a.Audience {
+				n += 3 + 6*int64(len(s))
+			}
+		}
 		if dup {
 			n += 96 + 6*int64(len(b.Type)+len(b.Text))
 		}

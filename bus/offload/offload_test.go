@@ -143,8 +143,12 @@ func TestFit(t *testing.T) {
 func FuzzBound(f *testing.F) {
 	f.Add("text", "a\"\\\x00\u2028<>&é\xff", "", "", "", int64(0), true)
 	f.Add("data", "", "image/png", "iVBO", "", int64(5), false)
+	f.Add("data", "", "text/plain", "", "nats-object://x", int64(-1)<<63, false)
 	f.Fuzz(func(t *testing.T, typ, text, media, data, url string, size int64, dup bool) {
-		out := []bus.Block{{Type: typ, Text: text, MediaType: media, Data: data, URL: url, Size: size}, {Type: bus.BlockText, Text: text}}
+		p := float64(size) / 3 // annotations and every other member (session 34)
+		a := &bus.Annotations{Audience: []string{text, url}, Priority: &p, LastModified: data}
+		out := []bus.Block{{Type: typ, Text: text, MediaType: media, Data: data, URL: url, Size: size},
+			{Type: bus.BlockText, Text: text}, {Type: typ, URI: url, Name: text, Title: media, Description: data, Size: size, Annotations: a}}
 		if b, n := offload.Bound(out, dup), offload.Size(out, dup); b < n {
 			t.Fatalf("bound %d below size %d for %+v", b, n, out)
 		}

@@ -26,6 +26,16 @@ const (
 	// title, in bytes; longer ones are cut, saying so.
 	MaxDescription = 8 << 10
 	MaxTitle       = 256
+	// MaxTools bounds the tools bridged from one server: its listing's
+	// first ones (after enable_tools and disable_tools); the rest are left
+	// out, logged. Every session lists a bridged tool, and its definition
+	// stays in the catalogue (docs/security.md, TestAttackServerListsManyTools).
+	MaxTools = 256
+	// refreshEvery is the least time between two listings of a server's
+	// tools: its list_changed notices in between are one (each may replace
+	// the server's worker and rewrite up to MaxTools definitions,
+	// TestAttackServerChurnsTools).
+	refreshEvery = time.Second
 	// progressEvery is the least time between two progress events of one
 	// call: notices in between are coalesced, the latest one wins.
 	progressEvery = 250 * time.Millisecond

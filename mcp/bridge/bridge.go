@@ -287,7 +287,8 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 	l.log.Info("bridge: MCP server connected", "tools", len(l.defs))
 	ping := time.NewTicker(l.cfg.Ping)
 	defer ping.Stop()
-	last := time.Now() // when the last ping was sent
+	last, listed := time.Now(), time.Now() // when the last ping was sent, the tools last listed
+	var relist <-chan time.Time            // a list_changed put off to refreshEvery after the last listing
 	for {
 		select {
 		case <-ctx.Done():
@@ -295,6 +296,11 @@ func (l *link) session(ctx context.Context) (connected bool, err error) {
 		case <-l.fail:
 			return true, errFailed
 		case <-l.refresh:
+			if relist == nil {
+				relist = time.After(time.Until(listed.Add(refreshEvery)))
+			}
+		case <-relist:
+			relist, listed = nil, time.Now()
 			if err := l.publish(ctx, cl); err != nil {
 				return true, err
 			}
@@ -424,6 +430,10 @@ func (l *link) publish(ctx context.Context, cl *mcpclient.Client) error {
 		}
 		seen[d.Name] = t.Name
 		defs = append(defs, d)
+	}
+	if len(defs) > MaxTools {
+		l.log.Error("bridge: tools left out: the server lists more than the bridge takes (enable_tools picks them)", "bridged", MaxTools, "left_out", len(defs)-MaxTools)
+		defs = defs[:MaxTools]
 	}
 	l.mu.Lock()
 	same := l.w != nil && slices.EqualFunc(l.defs, defs, func(a, b bus.ToolDef) bool { return a.Equal(&b) })
