@@ -6,6 +6,7 @@ package groups
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -90,6 +91,11 @@ func CheckGroup(g *bus.Group) error {
 		return bus.Errorf(bus.CodeBadRequest, "group basic is built in and cannot be defined")
 	case g.Scope != bus.ScopeMeta && g.Scope != bus.ScopeExternal:
 		return bus.Errorf(bus.CodeBadRequest, "group %s: scope must be meta or external, got %q", g.Name, g.Scope)
+	}
+	// Every session's listing names every group with its description, and a
+	// listing is one message: a group is bounded as a tool is.
+	if b, err := json.Marshal(g); err != nil || len(b) > registry.MaxDefinition {
+		return bus.Errorf(bus.CodeBadRequest, "group %s: the definition is %d bytes encoded, more than %d: every session may list it, and a listing is one message (docs/protocol.md 7.1)", g.Name, len(b), registry.MaxDefinition)
 	}
 	return nil
 }

@@ -58,23 +58,28 @@ func TestAttackDefinitionsFillListings(t *testing.T) {
 	}
 }
 
-// TestAttackGroupDefinitionsFillListings (session 34, red team: a GAP in
-// groups/, no helper's this session): the same with group definitions. A
-// worker login that may define groups (every group for a worker of every
-// tool) defines two with descriptions of 4 MiB; every listing names every
-// defined group with its description, so s1's listing is past the max
-// payload (limit_exceeded). groups.CheckGroup bounds no description or
-// instructions; a bound like registry.MaxDefinition's is the fix.
+// TestAttackGroupDefinitionsFillListings (session 34, red team): the same
+// with group definitions. A worker login that may define groups (every
+// group for a worker of every tool) defines two with descriptions of 4 MiB;
+// every listing names every defined group with its description, so s1's
+// listing would be past the max payload (limit_exceeded). A group's JSON is
+// bounded as a tool's (registry.MaxDefinition): both are refused and the
+// listing goes on.
 func TestAttackGroupDefinitionsFillListings(t *testing.T) {
-	t.Skip("GAP: groups.CheckGroup bounds no group description or instructions: two 4 MiB descriptions put every session's listing past the max payload (limit_exceeded)")
 	d := newDeployment(t)
 	w := d.conn("worker")
 	for i := range 2 {
 		ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/big", bus.Register{Worker: "big",
 			Groups: []bus.Group{{Name: fmt.Sprintf("g%d", i), Description: strings.Repeat("d", 4<<20), Scope: bus.ScopeMeta}}})
 		must(t, err)
-		_, err = bus.SendRequest(testCtx(t), w.nc, bus.NewSubjects("").Workers.RegisterGroup(fmt.Sprintf("g%d", i)), ev)
+		m, err := bus.SendRequest(testCtx(t), w.nc, bus.NewSubjects("").Workers.RegisterGroup(fmt.Sprintf("g%d", i)), ev)
 		must(t, err)
+		re, err := bus.Decode(m)
+		must(t, err)
+		var ack bus.RegisterAck
+		if re.DataAs(&ack) != nil || len(ack.Accepted) != 0 || len(ack.Rejected) != 1 || !strings.Contains(ack.Rejected[0].Reason, "bytes encoded") {
+			t.Fatalf("a group of 4 MiB: %s %s, want it rejected", re.Type, m.Data[:min(len(m.Data), 300)])
+		}
 	}
 	if _, err := d.conn("session-s1").client().Tools(testCtx(t), "s1", "", nil); err != nil {
 		t.Fatalf("s1's listing after two groups of 4 MiB: %v", err)
