@@ -76,10 +76,12 @@ func TestAccountsOnACluster(t *testing.T) {
 	}
 	call("before")
 	c.StopNode(0)
-	// The router's connection moves to another node; a request sent before
-	// its subscriptions reach the client's node through the cluster's routes
-	// is lost (core NATS, at most once): the client waits for the router to
-	// answer a listing again before the calls, as an agent retries.
+	// As a node stops, nats-server may replace a route between the two
+	// others (seen under load: one of two routes between them closed a
+	// second later, the router's subscription counting no message): a
+	// request in flight on it is lost (core NATS, at most once), whether or
+	// not the router moved. The client waits for a listing to be answered
+	// again before the calls, as an agent re-sends (docs/operations.md).
 	testkit.CheckFor(t, 3*bound, 10*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
