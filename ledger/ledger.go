@@ -160,6 +160,7 @@ const (
 	duplicate                // another run has the call: wait for its record
 	failed                   // the ledger could not be written: unavailable
 	full                     // the store refused the claim for want of space
+	noRoom                   // P_ledger is at its soft bound (store.Bound): the call does not run
 )
 
 // claim tries to become the one run of key, for timeout (how long
@@ -170,15 +171,20 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
 		wkey: store.KeyOf(l.kv, key)}
 	val, buf := encodePooled(l, &me)
+	// Past P_ledger's soft bound (1.24) only a key claimed before goes on: a re-sent call's.
+	room := store.BoundOf(l.kv).Room(ctx, len(val)+len(key))
 	// The common case in one round trip: nobody has the key.
-	rev, err := store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
+	rev, err := uint64(0), error(store.ErrNoRoom)
+	if room {
+		rev, err = store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
+	}
 	if err == nil {
 		l.cfg.Health.Note(nil)
 		me.rev, me.written = rev, buf // val, for the record (encodeRecord)
 		l.held.hold(key, me)
 		return claimed, me
 	}
-	if l.cfg.Health.Note(err) {
+	if room && l.cfg.Health.Note(err) {
 		// Out of space: every retry would be refused, and nothing was written.
 		l.cfg.Logger.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
 		return full, me
@@ -191,6 +197,9 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	)
 	rev, err = store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		held, seen = false, Entry{}
+		if cur == nil && !room {
+			return nil, store.ErrNoRoom
+		}
 		if cur != nil {
 			switch err := json.Unmarshal(cur.Value(), &seen); {
 			case err == nil && seen.Claim == me.Claim:
@@ -203,6 +212,8 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 		return val, nil
 	})
 	switch {
+	case errors.Is(err, store.ErrNoRoom):
+		return noRoom, me
 	case err != nil:
 		if ctx.Err() == nil {
 			l.cfg.Logger.Warn("ledger: ledger claim failed", "key", key, "err", err)
@@ -836,6 +847,9 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		return res
 	case full:
 		return StoreFull(c.Call, l.cfg.Health)
+	case noRoom:
+		return bus.ErrorResult(c.Call, bus.CodeLimitExceeded, fmt.Sprintf(
+			"LimitExceededError: The call of tool '%s' was not run: the ledger of calls %v. Call it again later.", c.Call.Name, store.ErrNoRoom))
 	default:
 		if ctx.Err() != nil {
 			return bus.InterruptedResult(c.Call)
