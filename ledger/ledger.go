@@ -385,6 +385,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
 	val, buf := encodeRecord(l, &done, claim.written)
+	store.BoundOf(l.kv).Grew(len(val))
 	// The common case in one round trip, bounded by recordWait past ctx:
 	// the claim is as this router left it.
 	start := time.Now()

@@ -98,3 +98,13 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 	b.bytes += int64(n)
 	return true
 }
+
+// Grew counts n bytes a held key grew by (a ledger record replacing its
+// claim), which the next read would show, so new keys see them before.
+func (b *Bound) Grew(n int) {
+	if b != nil {
+		b.mu.Lock()
+		b.bytes += int64(n)
+		b.mu.Unlock()
+	}
+}

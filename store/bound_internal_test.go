@@ -15,7 +15,7 @@ func TestBoundRoom(t *testing.T) {
 	type step struct {
 		after  time.Duration // the clock moves on by this first
 		bucket int64         // the bucket's bytes from now on (-1: reads fail)
-		n      int
+		n      int // < 0: Grew(-n) instead of Room(n)
 		room   bool
 		reads  int // reads so far
 	}
@@ -28,6 +28,7 @@ func TestBoundRoom(t *testing.T) {
 		{"what it admitted counts until the next read", []step{{0, 0, 60, true, 1}, {0, 0, 60, false, 1}}},
 		{"a refusal reads again after a tenth of the interval", []step{
 			{0, 100, 1, false, 1}, {10 * time.Millisecond, 50, 1, false, 1}, {100 * time.Millisecond, 50, 1, true, 2}}},
+		{"growth of a held key counts", []step{{0, 0, 10, true, 1}, {0, 0, -80, true, 1}, {0, 0, 10, true, 1}, {0, 0, 1, false, 1}}},
 		{"an old read is read again", []step{{0, 0, 100, true, 1}, {time.Second, 0, 100, true, 2}}},
 		{"endings that freed room are seen", []step{{0, 200, 1, false, 1}, {BoundEvery, 20, 1, true, 2}}},
 		{"a failed read keeps the last", []step{{0, 95, 1, true, 1}, {time.Second, -1, 10, false, 2}}},
@@ -46,6 +47,10 @@ func TestBoundRoom(t *testing.T) {
 			}}
 			for i, s := range tc.steps {
 				now, bucket = now.Add(s.after), s.bucket
+				if s.n < 0 { // a held key grew by -n
+					b.Grew(-s.n)
+					continue
+				}
 				if got := b.Room(t.Context(), s.n); got != s.room || reads != s.reads {
 					t.Fatalf("step %d: room %v after %d reads; want %v after %d", i, got, reads, s.room, s.reads)
 				}
