@@ -15,7 +15,7 @@ func TestBoundRoom(t *testing.T) {
 	type step struct {
 		after  time.Duration // the clock moves on by this first
 		bucket int64         // the bucket's bytes from now on (-1: reads fail)
-		n      int // < 0: Grew(-n) instead of Room(n)
+		n      int           // < 0: Grew(-n) instead of Room(n)
 		room   bool
 		reads  int // reads so far
 	}
