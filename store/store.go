@@ -5,6 +5,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -73,14 +74,9 @@ func (c *Config) defaults() {
 	}
 	c.EventsMaxBytes = max(c.EventsMaxBytes, -1)
 	c.OutputsMaxBytes = positive(c.OutputsMaxBytes, -1)
-	for _, b := range []struct {
-		v   *int64
-		def int64
-	}{{&c.ParkedMaxBytes, DefaultParkedMaxBytes}, {&c.SessionsMaxBytes, DefaultSessionsMaxBytes}, {&c.LedgerMaxBytes, DefaultLedgerMaxBytes}} {
-		if *b.v == 0 {
-			*b.v = b.def
-		}
-	}
+	c.ParkedMaxBytes = cmp.Or(c.ParkedMaxBytes, DefaultParkedMaxBytes)
+	c.SessionsMaxBytes = cmp.Or(c.SessionsMaxBytes, DefaultSessionsMaxBytes)
+	c.LedgerMaxBytes = cmp.Or(c.LedgerMaxBytes, DefaultLedgerMaxBytes)
 	c.WorkAckWait = positive(c.WorkAckWait, DefaultWorkAckWait)
 }
 
