@@ -983,8 +983,8 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 	var first *bus.Result
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if le, ok := entryOf(cur, nil); ok && le.recorded() {
-			res := resultOf(ctx, l, &le, bus.Call{ID: res.ID, Name: res.Name})
-			first = &res
+			got := resultOf(ctx, l, &le, bus.Call{ID: res.ID, Name: res.Name})
+			first = &got
 			return nil, errRecorded
 		}
 		claim.State, claim.Result = stateDone, &res
