@@ -219,7 +219,7 @@ func (s *Store) Stored(id string) bool {
 
 // ErrNoRoom refuses a session's first write past P_sessions' soft bound
 // (store.Bound; docs/protocol.md 4.2, 1.24).
-var ErrNoRoom = bus.Errorf(bus.CodeLimitExceeded, "LimitExceededError: No new session can be stored now (%v). Go on in a session that exists, or try again later.", store.ErrNoRoom)
+var ErrNoRoom = bus.Errorf(bus.CodeLimitExceeded, "LimitExceededError: No new session can be stored now: the store of sessions %v. Go on in a session that exists, or try again later.", store.ErrNoRoom)
 
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = errors.New("groups: update aborted")
