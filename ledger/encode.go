@@ -40,7 +40,7 @@ func encodePooled(l *Ledger, e *Entry) (val []byte, p *value) {
 // pool would take done's result off the stack.)
 func encodeRecord(l *Ledger, done *Entry, claim *value) ([]byte, *value) {
 	const running = `{"state":"running"` // the claim's members follow, then its closing brace
-	if claim == nil || !bytes.HasPrefix(claim.b, []byte(running)) {
+	if claim == nil || done.Result == nil || !bytes.HasPrefix(claim.b, []byte(running)) {
 		return encodePooled(l, done)
 	}
 	val, p := buffer(l, encodedSize(done))
@@ -89,6 +89,9 @@ func appendEntry(b []byte, e *Entry) []byte {
 	}
 	if e.Result != nil {
 		b = appendResult(b, e.Result)
+	}
+	if e.ResultRef != "" {
+		b = bus.AppendJSONString(append(b, `,"result_ref":`...), e.ResultRef)
 	}
 	return append(b, '}')
 }

@@ -19,6 +19,7 @@ func TestEncode(t *testing.T) {
 		{State: stateRunning, Router: "r-1", Claim: "p-7", Deadline: at.Add(time.Minute), Touched: at},
 		{State: stateRunning, Router: "r-1", Claim: "p-8", Call: "compactDigest", Canon: "canonicalDigest", Deadline: at, Touched: at},
 		{State: stateDone, Router: "r\u2028", Deadline: at.In(time.FixedZone("x", 3600)), Result: &res},
+		{State: stateDone, Router: "r", Claim: "p-9", Deadline: at, ResultRef: "s.r.c1.ABC.ledger#SHA-256=x_y="}, // 1.24
 		{State: stateAbandoned, Router: "r", Deadline: at, Result: ptrTo(bus.ErrorResult(bus.Call{ID: "c2", Name: "t"}, bus.CodeUnknownOutcome, "gone"))},
 	} {
 		got := encode(&e)

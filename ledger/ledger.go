@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/store"
 )
@@ -53,6 +54,9 @@ type Entry struct {
 	// entries of routers without leases.
 	Touched time.Time   `json:"touched,omitzero"`
 	Result  *bus.Result `json:"result,omitempty"`
+	// ResultRef keeps a result above RefAbove in P_outputs (1.24): its
+	// nats-object reference with its digest (5.9); Result is then nil.
+	ResultRef string `json:"result_ref,omitempty"`
 
 	rev     uint64    // the revision of this router's claim
 	wkey    store.Key // the key with its subject, made once for the claim's writes (claim, record)
@@ -65,7 +69,9 @@ func entryOf(e jetstream.KeyValueEntry, err error) (le Entry, ok bool) {
 }
 
 // recorded reports whether e holds its call's result.
-func (e *Entry) recorded() bool { return e.State == stateDone && e.Result != nil }
+func (e *Entry) recorded() bool {
+	return e.State == stateDone && (e.Result != nil || e.ResultRef != "")
+}
 
 // storeKey is key as e's writes send it (with its subject when claimed so).
 func (e *Entry) storeKey(key string) store.Key {
@@ -127,6 +133,10 @@ type Config struct {
 	// result, an abandoned claim) and of a watch's stop in the background;
 	// nil means landBudget that only Stop waits for.
 	Landing func() (context.Context, context.CancelFunc)
+	// Outputs stores a result above RefAbove in P_outputs (its inline
+	// limit RefAbove), and Stored reads it back (1.24); nil: inline.
+	Outputs *offload.Offloader
+	Stored  *offload.Store
 }
 
 // landBudget bounds a write that must land when Config.Landing is nil.
@@ -160,6 +170,7 @@ const (
 	duplicate                // another run has the call: wait for its record
 	failed                   // the ledger could not be written: unavailable
 	full                     // the store refused the claim for want of space
+	noRoom                   // P_ledger is at its soft bound (store.Bound): the call does not run
 )
 
 // claim tries to become the one run of key, for timeout (how long
@@ -170,15 +181,20 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
 		wkey: store.KeyOf(l.kv, key)}
 	val, buf := encodePooled(l, &me)
+	// Past P_ledger's soft bound (1.24) only a key claimed before goes on: a re-sent call's.
+	room := store.BoundOf(l.kv).Room(ctx, len(val)+len(key))
 	// The common case in one round trip: nobody has the key.
-	rev, err := store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
+	rev, err := uint64(0), error(store.ErrNoRoom)
+	if room {
+		rev, err = store.CreateWithin(ctx, l.kv, me.wkey, val, 5*time.Second)
+	}
 	if err == nil {
 		l.cfg.Health.Note(nil)
 		me.rev, me.written = rev, buf // val, for the record (encodeRecord)
 		l.held.hold(key, me)
 		return claimed, me
 	}
-	if l.cfg.Health.Note(err) {
+	if room && l.cfg.Health.Note(err) {
 		// Out of space: every retry would be refused, and nothing was written.
 		l.cfg.Logger.Warn("ledger: ledger claim refused: store full", "key", key, "err", err)
 		return full, me
@@ -191,6 +207,9 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 	)
 	rev, err = store.Update(cctx, l.kv, key, store.Policy{Budget: claimBudget}, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		held, seen = false, Entry{}
+		if cur == nil && !room {
+			return nil, store.ErrNoRoom
+		}
 		if cur != nil {
 			switch err := json.Unmarshal(cur.Value(), &seen); {
 			case err == nil && seen.Claim == me.Claim:
@@ -203,6 +222,8 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 		return val, nil
 	})
 	switch {
+	case errors.Is(err, store.ErrNoRoom):
+		return noRoom, me
 	case err != nil:
 		if ctx.Err() == nil {
 			l.cfg.Logger.Warn("ledger: ledger claim failed", "key", key, "err", err)
@@ -373,7 +394,11 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 	defer l.held.release(key, claim.Claim)
 	done := claim // a copy: the claim's strings leak to the writes, res stays on the stack
 	done.State, done.Result = stateDone, &res
+	if done.ResultRef = byRef(ctx, l, key, &res); done.ResultRef != "" {
+		done.Result = nil
+	}
 	val, buf := encodeRecord(l, &done, claim.written)
+	store.BoundOf(l.kv).Grew(len(val))
 	// The common case in one round trip, bounded by recordWait past ctx:
 	// the claim is as this router left it.
 	start := time.Now()
@@ -390,7 +415,7 @@ func (l *Ledger) Record(ctx context.Context, key string, claim Entry, res bus.Re
 		e, err := l.kv.Get(ctx, key)
 		if le, ok := entryOf(e, err); ok && le.Claim != claim.Claim && le.recorded() {
 			l.cfg.Logger.Warn("ledger: a re-send took over this router's ledger claim (its lease lapsed); the call's answer is the re-send's", "key", key, "by", le.Router)
-			return *le.Result, true
+			return resultOf(ctx, l, &le, bus.Call{ID: res.ID, Name: res.Name}), true
 		}
 	}
 	l.pending.Store(key, pendingResult{res: res, call: claim.digests()})
@@ -646,7 +671,7 @@ func (w *shared) loop(l *Ledger) {
 		last, reread = &le, updates == nil
 		switch {
 		case le.recorded():
-			l.waits.end(l, key, w, *le.Result, true, nil)
+			l.waits.end(l, key, w, resultOf(ctx, l, &le, c.Call), true, nil)
 			return
 		case le.State == stateAbandoned:
 			// The first run never happened; it answered unavailable.
@@ -826,7 +851,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		if claim.recorded() {
 			// The entry read holds the result: no watch to wait on.
 			l.cfg.Hits()
-			return *claim.Result
+			return resultOf(ctx, l, &claim, c.Call)
 		}
 		res, taken := l.wait(ctx, c)
 		if taken != nil {
@@ -836,6 +861,9 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 		return res
 	case full:
 		return StoreFull(c.Call, l.cfg.Health)
+	case noRoom:
+		return bus.ErrorResult(c.Call, bus.CodeLimitExceeded, fmt.Sprintf(
+			"LimitExceededError: The call of tool '%s' was not run: the ledger of calls %v. Call it again later.", c.Call.Name, store.ErrNoRoom))
 	default:
 		if ctx.Err() != nil {
 			return bus.InterruptedResult(c.Call)
@@ -936,7 +964,8 @@ func (a *shared) watch(l *Ledger) {
 				continue
 			}
 			if le, ok := entryOf(u, nil); ok && le.recorded() {
-				l.awaits.end(l, key, a, *le.Result, true, nil)
+				res, err := result(ctx, l, &le)
+				l.awaits.end(l, key, a, res, err == nil, nil)
 				return
 			}
 		}
@@ -954,7 +983,8 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 	var first *bus.Result
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		if le, ok := entryOf(cur, nil); ok && le.recorded() {
-			first = le.Result
+			got := resultOf(ctx, l, &le, bus.Call{ID: res.ID, Name: res.Name})
+			first = &got
 			return nil, errRecorded
 		}
 		claim.State, claim.Result = stateDone, &res

@@ -154,11 +154,15 @@ type Parking struct {
 // Park records the run's continuation, its calls' records, then their live
 // handoff requests (docs/protocol.md 6.1, 6.2); a lone last wait is carried in
 // its call's record. An error means nothing parked, but ErrNotOwner: the
-// batch is another router's and this copy stops.
+// batch is another router's and this copy stops; store.ErrNoRoom: P_parked
+// is at its soft bound.
 func (s *Store) Park(ctx context.Context, run Run) (Parking, error) {
 	waiting := make([]string, len(run.Calls))
 	for i, r := range run.Calls {
 		waiting[i] = r.Call.ID
+	}
+	if err := room(ctx, s, run); err != nil {
+		return Parking{}, err
 	}
 	if carries(run) {
 		return s.parkCarried(ctx, run, waiting)
@@ -241,6 +245,22 @@ func (s *Store) parkCalls(ctx context.Context, run Run) (Parking, error) {
 		out.Batch = b
 	}
 	return out, nil
+}
+
+// room refuses a run past P_parked's soft bound (store.Bound, 1.24), but
+// for a re-sent copy, whose first call has its record already (it joins).
+func room(ctx context.Context, s *Store, run Run) error {
+	n := 0
+	for _, r := range run.Calls {
+		n += len(r.Call.Input) + len(r.Context) + 1024 // the rest of a record, about
+	}
+	if len(run.Calls) == 0 || store.BoundOf(s.calls.kv).Room(ctx, n) {
+		return nil
+	}
+	if _, err := s.Read.Get(ctx, run.Calls[0].Key()); err == nil {
+		return nil
+	}
+	return fmt.Errorf("parked: %w", store.ErrNoRoom)
 }
 
 // carries: a new batch whose last call alone waits lives in that call's record.

@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/parked"
+	"github.com/toolbus/toolbus/store"
 )
 
 // parkStep parks a run's waiting calls and records the continuation (6.1).
@@ -97,11 +98,16 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 }
 
 // unparked is the result of call c that could not park (err): limit_exceeded
-// when its record or its batch's continuation is too large (protocol 6.1, 1.19).
+// when its record or its batch's continuation is too large (protocol 6.1, 1.19),
+// or P_parked is at its soft bound (1.24).
 func unparked(c bus.Call, err error) bus.Result {
 	if errors.Is(err, parked.ErrTooLarge) {
 		return bus.ErrorResult(c, bus.CodeLimitExceeded, fmt.Sprintf(
 			"LimitExceededError: Call %s could not wait for an answer: %v. Send it again with a smaller input, or in a batch of its own.", c.ID, err))
+	}
+	if errors.Is(err, store.ErrNoRoom) {
+		return bus.ErrorResult(c, bus.CodeLimitExceeded, fmt.Sprintf(
+			"LimitExceededError: Call %s could not wait for an answer: the store of waiting calls %v. Answer or cancel calls that wait, or send it again later.", c.ID, store.ErrNoRoom))
 	}
 	return internal(c, err)
 }

@@ -217,11 +217,16 @@ func (s *Store) Stored(id string) bool {
 	return s.lru.Contains(id)
 }
 
+// ErrNoRoom refuses a session's first write past P_sessions' soft bound
+// (store.Bound; docs/protocol.md 4.2, 1.24).
+var ErrNoRoom = bus.Errorf(bus.CodeLimitExceeded, "LimitExceededError: No new session can be stored now: the store of sessions %v. Go on in a session that exists, or try again later.", store.ErrNoRoom)
+
 // ErrAbort may be returned by an Update function to leave the session as it is.
 var ErrAbort = errors.New("groups: update aborted")
 
 // Update changes a session by compare-and-set; fn edits a copy of the latest
-// (maybe more than once) and its error writes nothing.
+// (maybe more than once) and its error writes nothing. A session not stored
+// yet is refused ErrNoRoom past P_sessions' soft bound.
 func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) (*Session, error) {
 	var next *Session
 	var fnErr error
@@ -240,6 +245,9 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 		b, err := json.Marshal(next)
 		if err != nil {
 			return nil, fmt.Errorf("session: encode session %s: %w", id, err)
+		}
+		if entry == nil && !store.BoundOf(s.kv).Room(ctx, len(b)+len(id)) {
+			return nil, ErrNoRoom // a stored session's writes go on (1.24)
 		}
 		return b, nil
 	})

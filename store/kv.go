@@ -29,6 +29,7 @@ type KV struct {
 	prefix string       // "$KV.<bucket>."
 	cas    bool         // writes may go to prefix+key (no domain or API prefix): kvwrite.go
 	acks   *replies.Mux // the replies to those writes (internal/replies)
+	bound  *Bound       // the soft bound Setup gave the bucket (BoundOf)
 }
 
 // NewKV wraps kv. replicas is the bucket's replica count.

@@ -5,6 +5,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -41,6 +42,11 @@ type Config struct {
 	// Zero or negative means the default bound by messages, which reserves
 	// nothing: at most DefaultOutputsMaxMsgs of OutputsMaxMsgSize each.
 	OutputsMaxBytes int64
+	// ParkedMaxBytes, SessionsMaxBytes and LedgerMaxBytes are the soft
+	// bounds of P_parked, P_sessions and P_ledger (Bound; their streams'
+	// max_bytes is HardBytes, reserved on each server): a new key past one
+	// is refused. Zero means the Default*MaxBytes, negative no bound.
+	ParkedMaxBytes, SessionsMaxBytes, LedgerMaxBytes int64
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
 	HandoffMaxAge time.Duration
@@ -68,6 +74,9 @@ func (c *Config) defaults() {
 	}
 	c.EventsMaxBytes = max(c.EventsMaxBytes, -1)
 	c.OutputsMaxBytes = positive(c.OutputsMaxBytes, -1)
+	c.ParkedMaxBytes = cmp.Or(c.ParkedMaxBytes, DefaultParkedMaxBytes)
+	c.SessionsMaxBytes = cmp.Or(c.SessionsMaxBytes, DefaultSessionsMaxBytes)
+	c.LedgerMaxBytes = cmp.Or(c.LedgerMaxBytes, DefaultLedgerMaxBytes)
 	c.WorkAckWait = positive(c.WorkAckWait, DefaultWorkAckWait)
 }
 
@@ -93,6 +102,13 @@ const (
 // what a flood of calls may fill of the store with events (about 470 bytes
 // a read-only batch) before the oldest go.
 const DefaultEventsMaxBytes = 1 << 30
+
+// The soft bounds' defaults (Config.ParkedMaxBytes..., protocol 1.24).
+const (
+	DefaultParkedMaxBytes   = 512 << 20
+	DefaultSessionsMaxBytes = 128 << 20
+	DefaultLedgerMaxBytes   = 512 << 20
+)
 
 // DefaultWorkAckWait is Config.WorkAckWait's default.
 const DefaultWorkAckWait = 30 * time.Second
@@ -132,27 +148,35 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		dst  **KV
 		name string
 		cfg  jetstream.KeyValueConfig
+		soft int64 // the soft bound (Bound), 0: none
 	}{
-		{&st.Tools, bus.BucketTools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}},
-		{&st.Workers, bus.BucketWorkers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}},
-		{&st.Groups, bus.BucketGroups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}},
-		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}},
-		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}},
-		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}},
+		{&st.Tools, bus.BucketTools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}, 0},
+		{&st.Workers, bus.BucketWorkers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}, 0},
+		{&st.Groups, bus.BucketGroups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}, 0},
+		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}, cfg.SessionsMaxBytes},
+		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}, cfg.ParkedMaxBytes},
+		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}, cfg.LedgerMaxBytes},
 		// One small key per router (docs/protocol.md 8, 1.13), at most 1 MiB.
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
-			MaxValueSize: 256, MaxBytes: 1 << 20}},
+			MaxValueSize: 256, MaxBytes: 1 << 20}, 0},
 		// The MCP facades' tasks and request states (docs/mcp.md).
-		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage)},
+		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), 0},
 	}
 	for _, kv := range kvs {
 		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage
+		if kv.soft != 0 {
+			kv.cfg.MaxBytes = HardBytes(kv.soft)
+		}
 		h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kv.cfg) })
+		if IsFull(err) && kv.soft > 0 { // reserved like a stream's (below)
+			err = fmt.Errorf("%w (max_bytes is %d bytes, a soft bound of %d: set a smaller one)", err, kv.cfg.MaxBytes, kv.soft)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
 		}
 		if kv.dst != nil {
 			*kv.dst = NewKV(js, h, cfg.Replicas)
+			(*kv.dst).bound = NewBound(h, kv.soft)
 		}
 	}
 	var err error

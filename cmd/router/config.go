@@ -51,6 +51,10 @@ type limitsConfig struct {
 	OutputsMaxBytes byteSize `json:"outputs_max_bytes,omitempty"`
 	InlineOutput    byteSize `json:"inline_output,omitempty"`
 	MaxOutput       byteSize `json:"max_output,omitempty"`
+	// The soft bounds of P_parked, P_sessions, P_ledger (store.Bound).
+	ParkedMaxBytes   softBound `json:"parked_max_bytes,omitempty"`
+	SessionsMaxBytes softBound `json:"sessions_max_bytes,omitempty"`
+	LedgerMaxBytes   softBound `json:"ledger_max_bytes,omitempty"`
 }
 
 func loadConfig(path string) (*fileConfig, error) {
@@ -87,6 +91,15 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 	fs.Var(&l.EventsMaxBytes, "events-max-bytes", "bytes the events stream keeps, oldest dropped first, reserved on each server, e.g. 4GiB (default 1GiB)")
 	fs.Var(&l.OutputsTTL, "outputs-ttl", "how long outputs too large to send inline stay in the P_outputs object store (default 24h)")
 	fs.Var(&l.OutputsMaxBytes, "outputs-max-bytes", "bytes the P_outputs object store may hold, reserved on each server; a new output beyond it is refused (default: 32,768 messages of at most 136 KiB, nothing reserved)")
+	for _, b := range []struct {
+		v          *softBound
+		name, what string
+		def        int
+	}{{&l.ParkedMaxBytes, "parked", "parked calls (a new park past it ends limit_exceeded)", store.DefaultParkedMaxBytes},
+		{&l.SessionsMaxBytes, "sessions", "sessions (a new session's first write past it is refused limit_exceeded)", store.DefaultSessionsMaxBytes},
+		{&l.LedgerMaxBytes, "ledger", "write calls' results (a new write call past it ends limit_exceeded, not run)", store.DefaultLedgerMaxBytes}} {
+		fs.Var(b.v, b.name+"-max-bytes", fmt.Sprintf("bytes the P_%s bucket of %s may hold; its stream's max_bytes, a quarter (at least 16MiB) more, is reserved on each server; off: no bound (default %dMiB)", b.name, b.what, b.def>>20))
+	}
 	fs.Var(&l.InlineOutput, "inline-output", "encoded output size of the built-in tools above which it is stored in P_outputs (default 1MiB, capped by the payload limit)")
 	fs.Var(&l.MaxOutput, "max-output", "encoded output size of the built-in tools above which it is refused (default 64MiB)")
 	return l
@@ -100,12 +113,15 @@ func (l limitsConfig) override(o *limitsConfig) limitsConfig {
 	pick(&l.OutputsMaxBytes, o.OutputsMaxBytes)
 	pick(&l.InlineOutput, o.InlineOutput)
 	pick(&l.MaxOutput, o.MaxOutput)
+	pick(&l.ParkedMaxBytes, o.ParkedMaxBytes)
+	pick(&l.SessionsMaxBytes, o.SessionsMaxBytes)
+	pick(&l.LedgerMaxBytes, o.LedgerMaxBytes)
 	return l
 }
 
 // pick sets *dst to v when v is set.
-func pick[T duration | byteSize](dst *T, v T) {
-	if v > 0 {
+func pick[T duration | byteSize | softBound](dst *T, v T) {
+	if v != 0 {
 		*dst = v
 	}
 }
@@ -116,6 +132,7 @@ func (l limitsConfig) apply(c *store.Config) {
 	c.EventsMaxBytes = int64(l.EventsMaxBytes)
 	c.OutputsTTL = time.Duration(l.OutputsTTL)
 	c.OutputsMaxBytes = int64(l.OutputsMaxBytes)
+	c.ParkedMaxBytes, c.SessionsMaxBytes, c.LedgerMaxBytes = int64(l.ParkedMaxBytes), int64(l.SessionsMaxBytes), int64(l.LedgerMaxBytes)
 }
 
 // duration is a positive Go duration ("24h") in a file or a flag.
@@ -189,6 +206,21 @@ func (b *byteSize) Set(s string) error {
 }
 
 func (b *byteSize) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }
+
+// softBound is a byteSize, or "off" (-1): no bound.
+type softBound byteSize
+
+func (b *softBound) String() string { return (*byteSize)(b).String() }
+
+func (b *softBound) Set(s string) error {
+	if strings.EqualFold(strings.TrimSpace(s), "off") {
+		*b = -1
+		return nil
+	}
+	return (*byteSize)(b).Set(s)
+}
+
+func (b *softBound) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }
 
 // setJSON sets v from a JSON string, or from any other JSON value (a
 // number) as written, as its flag would be set.

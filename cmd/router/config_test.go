@@ -26,6 +26,13 @@ func (d duration) MarshalJSON() ([]byte, error) {
 
 func (b byteSize) MarshalJSON() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
 
+func (b softBound) MarshalJSON() ([]byte, error) {
+	if b < 0 {
+		return []byte(`"off"`), nil
+	}
+	return byteSize(b).MarshalJSON()
+}
+
 func TestParseConfigLimits(t *testing.T) {
 	cfg, err := parseConfig("r.yaml", []byte(`
 park_ttl: 2h
@@ -36,6 +43,8 @@ limits:
   outputs_max_bytes: 4000000000
   inline_output: 256KiB
   max_output: 32MB
+  parked_max_bytes: 1MiB
+  ledger_max_bytes: "off"
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -49,18 +58,19 @@ limits:
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fl := limitFlags(fs)
-	if err := fs.Parse([]string{"--events-max-bytes", "2GiB", "--outputs-ttl", "1h"}); err != nil {
+	if err := fs.Parse([]string{"--events-max-bytes", "2GiB", "--outputs-ttl", "1h", "--sessions-max-bytes", "off"}); err != nil {
 		t.Fatal(err)
 	}
 	var sc store.Config
 	l.override(fl).apply(&sc)
-	if sc.EventsMaxBytes != 2<<30 || sc.OutputsTTL != time.Hour || sc.EventsMaxAge != 12*time.Hour || sc.OutputsMaxBytes != 4e9 {
+	if sc.EventsMaxBytes != 2<<30 || sc.OutputsTTL != time.Hour || sc.EventsMaxAge != 12*time.Hour || sc.OutputsMaxBytes != 4e9 ||
+		sc.ParkedMaxBytes != 1<<20 || sc.SessionsMaxBytes != -1 || sc.LedgerMaxBytes != -1 {
 		t.Fatalf("store config %+v", sc)
 	}
 	for _, bad := range []string{
 		"limits: {events_max_age: 0s}", "limits: {events_max_age: -1h}", "limits: {events_max_age: 5}",
 		"limits: {events_max_bytes: 0}", "limits: {events_max_bytes: -5}", "limits: {events_max_bytes: 1XB}",
-		"limits: {max_output: nan}", "limits: {max_output: 1e300}", "limits: {inline: 5}", "limits: [1]",
+		"limits: {parked_max_bytes: -5}", "limits: {sessions_max_bytes: 0}", "limits: {max_output: nan}", "limits: {max_output: 1e300}", "limits: {inline: 5}", "limits: [1]",
 		"park_ttl: 0s", "park_ttl: -1h", "park_ttl: soon", "park_ttl: 5",
 	} {
 		if _, err := parseConfig("r.yaml", []byte(bad)); err == nil {
@@ -93,7 +103,7 @@ func FuzzParseConfig(f *testing.F) {
 		"groups:\n  - {name: ops, description: Deploy., instructions: Staging first., scope: meta}\n  - {name: admin, scope: external}\npermissions: {mode: default, rules: [{tool: shell, pattern: \"git:*\", behavior: allow}], work_dirs: [/srv]}\npark_ttl: 24h\n",
 		"limits: {events_max_age: 24h, events_max_bytes: 1GiB, outputs_ttl: 1h, outputs_max_bytes: 5, inline_output: 1MiB, max_output: 64MiB}\n",
 		`{"groups":[{"name":"g","tools":[]}]}`, "park_ttl: -1s", "groups: {a: 1}", "&a [*a, *a]", "- 1", "",
-		"permissions: {mode: 5}", "limits: {events_max_bytes: 1e18}", "\t", "groups:\n- name: x\n  scope: \"\"\n",
+		"permissions: {mode: 5}", "limits: {events_max_bytes: 1e18}", "limits: {parked_max_bytes: \"off\", ledger_max_bytes: 1MiB}", "\t", "groups:\n- name: x\n  scope: \"\"\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -1,0 +1,110 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNoRoom refuses a new key of a bucket at its soft bound (Bound); the
+// keys it holds are still written (docs/protocol.md 8, 1.24).
+var ErrNoRoom = errors.New("holds as much as it may (its bound): nothing new is kept until stored records end or expire")
+
+// Bound is the soft bound routers keep on a bucket's bytes, below its
+// stream's max_bytes (HardBytes): only a new key is refused at it, so
+// the margin above stays for the writes of keys already held (endings,
+// answers, updates), which JetStream's discard-new check on a replicated
+// stream counts whole (docs/store.md, "a soft bound below the stream's").
+// A nil Bound admits everything.
+type Bound struct {
+	soft  int64
+	every time.Duration
+	read  func(context.Context) (int64, error) // the bucket's bytes now
+	now   func() time.Time
+
+	mu      sync.Mutex
+	bytes   int64     // read at `at`, plus what Room admitted since
+	at      time.Time // of the last read (zero: none yet)
+	reading bool      // one caller reads; the others use what was read
+}
+
+// BoundEvery is how old the bytes a Bound judges by may be; a refusal
+// reads them again if a tenth of it passed.
+const BoundEvery = time.Second
+
+// BoundMargin is the least margin above a soft bound (HardBytes).
+const BoundMargin = 16 << 20
+
+// HardBytes is the max_bytes of a bucket whose soft bound is soft (<= 0:
+// none, -1): soft plus a quarter of it, at least BoundMargin.
+func HardBytes(soft int64) int64 {
+	if soft <= 0 {
+		return -1
+	}
+	return soft + max(soft/4, BoundMargin)
+}
+
+// NewBound bounds kv's bytes at soft; nil when soft <= 0.
+func NewBound(kv jetstream.KeyValue, soft int64) *Bound {
+	if soft <= 0 {
+		return nil
+	}
+	return &Bound{soft: soft, every: BoundEvery, now: time.Now, read: func(ctx context.Context) (int64, error) {
+		st, err := kv.Status(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return int64(st.Bytes()), nil
+	}}
+}
+
+// BoundOf is the soft bound Setup gave kv (nil: none).
+func BoundOf(kv jetstream.KeyValue) *Bound {
+	if k, ok := kv.(*KV); ok {
+		return k.bound
+	}
+	return nil
+}
+
+// Room reports whether a new key of about n bytes fits under the soft
+// bound, and counts it when it does. It reads the bucket's bytes when they
+// are BoundEvery old, or a tenth of that before a refusal; a failed read
+// keeps the last (none: room).
+func (b *Bound) Room(ctx context.Context, n int) bool {
+	if b == nil {
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	age := b.now().Sub(b.at)
+	if !b.reading && (age >= b.every || age >= b.every/10 && b.bytes+int64(n) > b.soft) {
+		b.reading = true
+		b.mu.Unlock()
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		bytes, err := b.read(rctx)
+		cancel()
+		b.mu.Lock()
+		b.reading, b.at = false, b.now()
+		if err == nil {
+			b.bytes = bytes
+		}
+	}
+	if b.bytes+int64(n) > b.soft {
+		return false
+	}
+	b.bytes += int64(n)
+	return true
+}
+
+// Grew counts n bytes a held key grew by (a ledger record replacing its
+// claim), which the next read would show, so new keys see them before.
+func (b *Bound) Grew(n int) {
+	if b != nil {
+		b.mu.Lock()
+		b.bytes += int64(n)
+		b.mu.Unlock()
+	}
+}
