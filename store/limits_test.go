@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,5 +75,41 @@ func TestOutputsReplicated(t *testing.T) {
 	}
 	if status.Replicas() != 3 {
 		t.Errorf("outputs replicas %d", status.Replicas())
+	}
+}
+
+// TestBoundUpgradeKeepsWrites: a bucket that already holds more than its
+// new hard bound (one of a router before 1.24, or a bound made smaller)
+// gets a max_bytes above what it holds, so its keys are still written
+// (an answer, a cancel); only new keys are refused, by the soft bound.
+func TestBoundUpgradeKeepsWrites(t *testing.T) {
+	s := testkit.RunServer(t)
+	js := testkit.JetStream(t, testkit.Connect(t, s))
+	subj := bus.NewSubjects("up")
+	st, err := store.Setup(t.Context(), js, subj, store.Config{Memory: true, ParkedMaxBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := make([]byte, 128<<10)
+	for i := range 160 { // 20 MiB, past a 1 MiB soft bound's hard one (17 MiB)
+		if _, err := st.Parked.Put(t.Context(), fmt.Sprintf("k%d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st, err = store.Setup(t.Context(), js, subj, store.Config{Memory: true, ParkedMaxBytes: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.ParkedStream.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held := int64(info.State.Bytes); info.Config.MaxBytes < held+store.BoundMargin {
+		t.Fatalf("max_bytes %d below what the bucket holds (%d) plus the margin", info.Config.MaxBytes, held)
+	}
+	if _, err := st.Parked.Put(t.Context(), "k7", value[:1<<10]); err != nil {
+		t.Fatalf("a held key's write after the upgrade: %v", err)
+	}
+	if store.BoundOf(st.Parked).Room(t.Context(), 100) {
+		t.Fatal("a new key had room past the soft bound")
 	}
 }

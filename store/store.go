@@ -134,6 +134,24 @@ type Store struct {
 	workAckWait time.Duration
 }
 
+// hardBytes is HardBytes(soft), raised above what the bucket already holds
+// when it holds more (a bucket of a router before 1.24, or a bound made
+// smaller): a max_bytes below it would refuse the writes of the keys it
+// holds (answers, cancels, expiries, a session's mode) until its TTL drains
+// it. Its soft bound refuses new keys meanwhile, and a later Setup lowers
+// the hard one.
+func hardBytes(ctx context.Context, js jetstream.JetStream, stream string, soft int64) int64 {
+	hard := HardBytes(soft)
+	if soft > 0 {
+		if st, err := js.Stream(ctx, stream); err == nil {
+			if held := int64(st.CachedInfo().State.Bytes); held+BoundMargin > hard {
+				return held + BoundMargin
+			}
+		}
+	}
+	return hard
+}
+
 // Setup creates or updates the buckets and streams of docs/protocol.md section 8
 // for the deployment named by s. It is idempotent and safe to run from every
 // router at once.
@@ -165,7 +183,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	for _, kv := range kvs {
 		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage
 		if kv.soft != 0 {
-			kv.cfg.MaxBytes = HardBytes(kv.soft)
+			kv.cfg.MaxBytes = hardBytes(ctx, js, "KV_"+kv.cfg.Bucket, kv.soft)
 		}
 		h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kv.cfg) })
 		if IsFull(err) && kv.soft > 0 { // reserved like a stream's (below)
