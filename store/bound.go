@@ -29,6 +29,8 @@ type Bound struct {
 	bytes   int64     // read at `at`, plus what Room admitted since
 	at      time.Time // of the last read (zero: none yet)
 	reading bool      // one caller reads; the others use what was read
+	refused uint64    // new keys refused since the start
+	last    time.Time // of the last refusal
 }
 
 // BoundEvery is how old the bytes a Bound judges by may be; a refusal
@@ -79,6 +81,19 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refresh(ctx, n)
+	if b.bytes+int64(n) > b.soft {
+		b.refused++
+		b.last = b.now()
+		return false
+	}
+	b.bytes += int64(n)
+	return true
+}
+
+// refresh reads the bucket's bytes when they are BoundEvery old, or a
+// tenth of that when n more would not fit; b.mu is held.
+func (b *Bound) refresh(ctx context.Context, n int) {
 	age := b.now().Sub(b.at)
 	if !b.reading && (age >= b.every || age >= b.every/10 && b.bytes+int64(n) > b.soft) {
 		b.reading = true
@@ -92,11 +107,22 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 			b.bytes = bytes
 		}
 	}
-	if b.bytes+int64(n) > b.soft {
-		return false
-	}
-	b.bytes += int64(n)
-	return true
+}
+
+// BoundState is what a Bound saw of its bucket, for operators (metrics,
+// the admin verb status).
+type BoundState struct {
+	Bytes, Soft int64  // the bytes as last read, plus those admitted since
+	Refused     uint64 // new keys refused since the router started
+	Last        time.Time
+}
+
+// State is b's state, its bytes read again when BoundEvery old.
+func (b *Bound) State(ctx context.Context) BoundState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh(ctx, 0)
+	return BoundState{Bytes: b.bytes, Soft: b.soft, Refused: b.refused, Last: b.last}
 }
 
 // Grew counts n bytes a held key grew by (a ledger record replacing its
