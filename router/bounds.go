@@ -33,11 +33,11 @@ func boundStatus(ctx context.Context, st *store.Store) []bus.BoundStatus {
 }
 
 // boundMetrics is metrics.RouterSources.Bounds: each bound's state at a
-// scrape, its bytes read again when a second old.
-func boundMetrics(st *store.Store) func() []metrics.Bound {
+// scrape, its bytes read again (within the router's life) when a second old.
+func boundMetrics(life context.Context, st *store.Store) func() []metrics.Bound {
 	return func() []metrics.Bound {
 		var out []metrics.Bound
-		for _, b := range boundStatus(context.Background(), st) {
+		for _, b := range boundStatus(life, st) {
 			out = append(out, metrics.Bound{Bucket: b.Bucket, Bytes: b.Bytes, Soft: b.Bound, Refused: b.Refused})
 		}
 		return out
