@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // UnknownTool is the tool label of calls that named no registered tool.
@@ -54,15 +56,8 @@ type RouterSources struct {
 	LiveWorkers func() map[string]int // per tool
 	ParkedNow   func() int
 	Sessions    func() int
-	Capacity    int            // MaxInflight
-	Bounds      func() []Bound // the buckets' soft bounds (nil: none)
-}
-
-// Bound is one bucket's soft bound (protocol 1.24) at a scrape.
-type Bound struct {
-	Bucket      string // parked, sessions or ledger: the label's values
-	Bytes, Soft int64
-	Refused     uint64 // new keys refused at the bound since the start
+	Capacity    int                      // MaxInflight
+	Bounds      func() []bus.BoundStatus // the buckets' soft bounds (nil: none)
 }
 
 // NewRouter registers a router's metrics on reg (a fresh registry when nil).
@@ -155,7 +150,7 @@ func (l *liveWorkers) Collect(ch chan<- prometheus.Metric) {
 
 // bounds collects RouterSources.Bounds: refused, bytes and soft bound.
 type bounds struct {
-	f     func() []Bound
+	f     func() []bus.BoundStatus
 	descs [3]*prometheus.Desc
 }
 
@@ -169,7 +164,7 @@ func (b *bounds) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range b.f() {
 		ch <- prometheus.MustNewConstMetric(b.descs[0], prometheus.CounterValue, float64(x.Refused), x.Bucket)
 		ch <- prometheus.MustNewConstMetric(b.descs[1], prometheus.GaugeValue, float64(x.Bytes), x.Bucket)
-		ch <- prometheus.MustNewConstMetric(b.descs[2], prometheus.GaugeValue, float64(x.Soft), x.Bucket)
+		ch <- prometheus.MustNewConstMetric(b.descs[2], prometheus.GaugeValue, float64(x.Bound), x.Bucket)
 	}
 }
 

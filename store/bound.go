@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // ErrNoRoom refuses a new key of a bucket at its soft bound (Bound); the
@@ -109,20 +111,32 @@ func (b *Bound) refresh(ctx context.Context, n int) {
 	}
 }
 
-// BoundState is what a Bound saw of its bucket, for operators (metrics,
-// the admin verb status).
-type BoundState struct {
-	Bytes, Soft int64  // the bytes as last read, plus those admitted since
-	Refused     uint64 // new keys refused since the router started
-	Last        time.Time
-}
-
-// State is b's state, its bytes read again when BoundEvery old.
-func (b *Bound) State(ctx context.Context) BoundState {
+// state is b's state for operators, its bytes read again when BoundEvery old.
+func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refresh(ctx, 0)
-	return BoundState{Bytes: b.bytes, Soft: b.soft, Refused: b.refused, Last: b.last}
+	st := bus.BoundStatus{Bucket: bucket, Bytes: b.bytes, Bound: b.soft, Refused: b.refused}
+	if !b.last.IsZero() {
+		st.LastRefused = new(b.last)
+	}
+	return st
+}
+
+// Bounds are the soft bounds' states (protocol 1.24) for the router's
+// metrics and the admin verb status; a bucket's bytes are read at most
+// once a BoundEvery, however often they are asked.
+func (s *Store) Bounds(ctx context.Context) []bus.BoundStatus {
+	var out []bus.BoundStatus
+	for _, k := range []struct {
+		name string
+		kv   *KV
+	}{{bus.BucketParked, s.Parked}, {bus.BucketSessions, s.Sessions}, {bus.BucketLedger, s.Ledger}} {
+		if k.kv != nil && k.kv.bound != nil {
+			out = append(out, k.kv.bound.state(ctx, k.name))
+		}
+	}
+	return out
 }
 
 // Grew counts n bytes a held key grew by (a ledger record replacing its
