@@ -599,6 +599,20 @@ type StoreStatus struct {
 	State string     `json:"state"`
 	Error string     `json:"error,omitempty"`
 	Since *time.Time `json:"since,omitempty"`
+	// Bounds are the soft bounds of P_parked, P_sessions and P_ledger as
+	// this router keeps them (since 1.24); absent: none.
+	Bounds []BoundStatus `json:"bounds,omitempty"`
+}
+
+// BoundStatus is one bucket's soft bound in StoreStatus: its bytes (read
+// at most a second before, plus what the router admitted since), the
+// bound, and the new keys the router refused at it since its start.
+type BoundStatus struct {
+	Bucket      string     `json:"bucket"` // parked, sessions or ledger
+	Bytes       int64      `json:"bytes"`
+	Bound       int64      `json:"bound"`
+	Refused     uint64     `json:"refused"`
+	LastRefused *time.Time `json:"last_refused,omitempty"`
 }
 
 // ToolStatus is one tool in Status.

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // UnknownTool is the tool label of calls that named no registered tool.
@@ -49,12 +51,13 @@ type Router struct {
 	Inflight   prometheus.Gauge
 }
 
-// RouterSources are read at scrape time; each is required.
+// RouterSources are read at scrape time; each is required but Bounds.
 type RouterSources struct {
 	LiveWorkers func() map[string]int // per tool
 	ParkedNow   func() int
 	Sessions    func() int
-	Capacity    int // MaxInflight
+	Capacity    int                      // MaxInflight
+	Bounds      func() []bus.BoundStatus // the buckets' soft bounds (nil: none)
 }
 
 // NewRouter registers a router's metrics on reg (a fresh registry when nil).
@@ -77,6 +80,12 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 		gaugeFunc("toolbus_parked_calls", "Calls parked now.", src.ParkedNow),
 		gaugeFunc("toolbus_sessions", "Sessions in the router's cache.", src.Sessions),
 		&liveWorkers{f: src.LiveWorkers, desc: prometheus.NewDesc("toolbus_live_workers", "Live workers per tool.", []string{"tool"}, nil)},
+	}
+	if src.Bounds != nil {
+		cs = append(cs, &bounds{f: src.Bounds, descs: [3]*prometheus.Desc{
+			prometheus.NewDesc("toolbus_store_refused_total", "New keys refused at a bucket's soft bound (limit_exceeded), by bucket.", []string{"bucket"}, nil),
+			prometheus.NewDesc("toolbus_store_bytes", "A bounded bucket's bytes as last read (at most a second before a scrape) plus those admitted since.", []string{"bucket"}, nil),
+			prometheus.NewDesc("toolbus_store_soft_bound_bytes", "A bucket's soft bound: new keys are refused at it.", []string{"bucket"}, nil)}})
 	}
 	register(reg, cs...)
 	return m
@@ -136,6 +145,26 @@ func (l *liveWorkers) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
 func (l *liveWorkers) Collect(ch chan<- prometheus.Metric) {
 	for tool, n := range l.f() {
 		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(n), tool)
+	}
+}
+
+// bounds collects RouterSources.Bounds: refused, bytes and soft bound.
+type bounds struct {
+	f     func() []bus.BoundStatus
+	descs [3]*prometheus.Desc
+}
+
+func (b *bounds) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range b.descs {
+		ch <- d
+	}
+}
+
+func (b *bounds) Collect(ch chan<- prometheus.Metric) {
+	for _, x := range b.f() {
+		ch <- prometheus.MustNewConstMetric(b.descs[0], prometheus.CounterValue, float64(x.Refused), x.Bucket)
+		ch <- prometheus.MustNewConstMetric(b.descs[1], prometheus.GaugeValue, float64(x.Bytes), x.Bucket)
+		ch <- prometheus.MustNewConstMetric(b.descs[2], prometheus.GaugeValue, float64(x.Bound), x.Bucket)
 	}
 }
 

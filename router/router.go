@@ -338,7 +338,8 @@ func (r *Router) build(ctx context.Context) error {
 		}
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
-		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight})
+		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight,
+		Bounds: func() []bus.BoundStatus { return r.store.Bounds(bg) }})
 	refs, err := offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: ledger.RefAbove, Max: 1 << 50})
 	if err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // ErrNoRoom refuses a new key of a bucket at its soft bound (Bound); the
@@ -29,6 +31,8 @@ type Bound struct {
 	bytes   int64     // read at `at`, plus what Room admitted since
 	at      time.Time // of the last read (zero: none yet)
 	reading bool      // one caller reads; the others use what was read
+	refused uint64    // new keys refused since the start
+	last    time.Time // of the last refusal
 }
 
 // BoundEvery is how old the bytes a Bound judges by may be; a refusal
@@ -79,6 +83,19 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.refresh(ctx, n)
+	if b.bytes+int64(n) > b.soft {
+		b.refused++
+		b.last = b.now()
+		return false
+	}
+	b.bytes += int64(n)
+	return true
+}
+
+// refresh reads the bucket's bytes when they are BoundEvery old, or a
+// tenth of that when n more would not fit; b.mu is held.
+func (b *Bound) refresh(ctx context.Context, n int) {
 	age := b.now().Sub(b.at)
 	if !b.reading && (age >= b.every || age >= b.every/10 && b.bytes+int64(n) > b.soft) {
 		b.reading = true
@@ -92,11 +109,34 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 			b.bytes = bytes
 		}
 	}
-	if b.bytes+int64(n) > b.soft {
-		return false
+}
+
+// state is b's state for operators, its bytes read again when BoundEvery old.
+func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh(ctx, 0)
+	st := bus.BoundStatus{Bucket: bucket, Bytes: b.bytes, Bound: b.soft, Refused: b.refused}
+	if !b.last.IsZero() {
+		st.LastRefused = new(b.last)
 	}
-	b.bytes += int64(n)
-	return true
+	return st
+}
+
+// Bounds are the soft bounds' states (protocol 1.24) for the router's
+// metrics and the admin verb status; a bucket's bytes are read at most
+// once a BoundEvery, however often they are asked.
+func (s *Store) Bounds(ctx context.Context) []bus.BoundStatus {
+	var out []bus.BoundStatus
+	for _, k := range []struct {
+		name string
+		kv   *KV
+	}{{bus.BucketParked, s.Parked}, {bus.BucketSessions, s.Sessions}, {bus.BucketLedger, s.Ledger}} {
+		if k.kv != nil && k.kv.bound != nil {
+			out = append(out, k.kv.bound.state(ctx, k.name))
+		}
+	}
+	return out
 }
 
 // Grew counts n bytes a held key grew by (a ledger record replacing its

@@ -65,3 +65,33 @@ func TestBoundRoom(t *testing.T) {
 		t.Error("HardBytes")
 	}
 }
+
+// TestAttackBoundStateScraped (session 34, ops34): whoever reaches the
+// metrics port or may ask status makes a router read a bucket's bytes at
+// most once a BoundEvery however often it asks; its state counts the
+// refusals and the last one's time.
+func TestAttackBoundStateScraped(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	reads := 0
+	b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, read: func(context.Context) (int64, error) {
+		reads++
+		return 95, nil
+	}}
+	for range 1000 {
+		b.state(t.Context(), "parked")
+	}
+	if b.Room(t.Context(), 10) || b.Room(t.Context(), 10) || !b.Room(t.Context(), 5) {
+		t.Fatal("room at 95 of 100")
+	}
+	now = now.Add(BoundEvery / 2)
+	for range 1000 {
+		b.state(t.Context(), "parked")
+	}
+	if st := b.state(t.Context(), "parked"); reads != 1 || st.Bytes != 100 || st.Bound != 100 || st.Refused != 2 || !st.LastRefused.Equal(time.Unix(1e9, 0)) {
+		t.Fatalf("%d reads, %+v", reads, st)
+	}
+	now = now.Add(BoundEvery)
+	if st := b.state(t.Context(), "parked"); reads != 2 || st.Bytes != 95 {
+		t.Fatalf("%d reads, %+v", reads, st)
+	}
+}

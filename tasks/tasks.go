@@ -569,6 +569,9 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	}
 	cc := jetstream.ConsumerConfig{FilterSubject: subject, AckPolicy: jetstream.AckNonePolicy,
 		DeliverPolicy: jetstream.DeliverByStartTimePolicy, OptStartTime: &start, InactiveThreshold: outputIdle, MemoryStorage: true, Replicas: 1}
+	if cur != nil && cur.Of != mark(rec) { // another record under the same id (TestCursorOfAnotherRecord)
+		*cur = Cursor{}
+	}
 	if cur != nil && cur.Done { // the read that saw its end
 		return cur.Out, cur.Truncated, nil
 	}
@@ -580,7 +583,7 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	}
 	defer func() {
 		if cur != nil && err == nil && next > 0 {
-			*cur = Cursor{Next: next, Out: out, Size: size, Truncated: truncated, Done: done}
+			*cur = Cursor{Of: mark(rec), Next: next, Out: out, Size: size, Truncated: truncated, Done: done}
 		}
 	}()
 	// A plain pull consumer, made and deleted here: an ordered one makes a
@@ -601,6 +604,17 @@ func Output(ctx context.Context, js jetstream.JetStream, stream, subject string,
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, false, err
+	}
+	// Events past the read's start may be gone (the stream's bound drops
+	// the oldest, 1.23): the output cannot start at the task's first
+	// progress then, and says so (protocol 5.10; TestOutputLostToTheBound).
+	if s, err := js.Stream(ctx, stream); err == nil {
+		st := s.CachedInfo().State
+		if cc.OptStartSeq > 0 {
+			truncated = truncated || st.FirstSeq > cc.OptStartSeq
+		} else {
+			truncated = st.FirstSeq > 1 && (st.Msgs == 0 || st.FirstTime.After(start))
+		}
 	}
 	pending := info.NumPending
 	for pending > 0 {
@@ -652,11 +666,18 @@ func cost(b bus.Block) int {
 // Cursor is where a read of a task's output ended: the next stream
 // sequence of the session's events and what was read before it.
 type Cursor struct {
+	Of        string // the record read (mark): a task made again under its id starts afresh
 	Next      uint64
 	Out       []bus.Block
 	Size      int
 	Truncated bool
 	Done      bool // the read came to the task's end: nothing more to read
+}
+
+// mark tells apart the records a task id may have had: a task made again
+// under an id after its record expired starts later, and may be another call.
+func mark(rec *Record) string {
+	return rec.ReplyID + "\x00" + rec.CallID + "\x00" + rec.Started.UTC().Format(time.RFC3339Nano)
 }
 
 // outputIdle is how long an Output consumer whose delete failed outlives

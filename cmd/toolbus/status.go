@@ -83,6 +83,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintf(stdout, "sessions: %s   parked calls: %d   groups: %d   (answered by router %s)\n", sessions, st.Parked, st.Groups, st.Router)
 	fmt.Fprintln(stdout, storeLine(st.Store))
+	for _, l := range boundLines(st.Store.Bounds, time.Now()) {
+		fmt.Fprintln(stdout, l)
+	}
 	for _, w := range st.Warnings {
 		fmt.Fprintln(stdout, "warning:", w)
 	}
@@ -122,6 +125,35 @@ func storeLine(s bus.StoreStatus) string {
 	}
 	return line
 }
+
+// boundRecent is how long after a refusal status says a bucket refuses.
+const boundRecent = time.Minute
+
+// boundLines are status's lines of the buckets' soft bounds (protocol
+// 1.24): each bucket's bytes against its bound, then a warning for one at
+// 90 % of it or more, or that refused a new key within boundRecent.
+func boundLines(bs []bus.BoundStatus, now time.Time) []string {
+	var lines, warns []string
+	for _, b := range bs {
+		pct := 100 * float64(b.Bytes) / float64(max(b.Bound, 1))
+		line := fmt.Sprintf("  %s: %s of %s (%.0f%%)", b.Bucket, mib(b.Bytes), mib(b.Bound), pct)
+		if b.Refused > 0 {
+			line += fmt.Sprintf(", %d new keys refused since the router started", b.Refused)
+		}
+		lines = append(lines, line)
+		switch {
+		case b.LastRefused != nil && now.Sub(*b.LastRefused) < boundRecent:
+			warns = append(warns, fmt.Sprintf("warning: %s refuses new keys at its bound (the last at %s): its calls or sessions end limit_exceeded (docs/operations.md)",
+				b.Bucket, b.LastRefused.UTC().Format(time.RFC3339)))
+		case pct >= 90:
+			warns = append(warns, fmt.Sprintf("warning: %s is near its bound (%.0f%%): new keys are refused at it (docs/operations.md)", b.Bucket, pct))
+		}
+	}
+	return append(lines, warns...)
+}
+
+// mib is n bytes in MiB, one decimal.
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // discover collects the micro INFO answers of every instance of service
 // name that answers within wait.

@@ -3,9 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
@@ -13,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/router"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/worker"
 )
 
@@ -118,5 +123,88 @@ func TestStatusWarnsUnknownNames(t *testing.T) {
 	}
 	if n := strings.Count(out, "warning:"); n != len(want) {
 		t.Errorf("%d warnings, want %d:\n%s", n, len(want), out)
+	}
+}
+
+func TestBoundLines(t *testing.T) {
+	now := time.Date(2026, 12, 7, 2, 0, 0, 0, time.UTC)
+	recent, old := now.Add(-10*time.Second), now.Add(-time.Hour)
+	for _, tc := range []struct {
+		name string
+		in   bus.BoundStatus
+		want []string
+	}{
+		{"ok", bus.BoundStatus{Bucket: "parked", Bytes: 1 << 20, Bound: 512 << 20},
+			[]string{"  parked: 1.0 MiB of 512.0 MiB (0%)"}},
+		{"near", bus.BoundStatus{Bucket: "ledger", Bytes: 470 << 20, Bound: 512 << 20},
+			[]string{"  ledger: 470.0 MiB of 512.0 MiB (92%)", "warning: ledger is near its bound (92%): new keys are refused at it (docs/operations.md)"}},
+		{"refusing below 90%", bus.BoundStatus{Bucket: "sessions", Bytes: 1 << 20, Bound: 2 << 20, Refused: 3, LastRefused: &recent},
+			[]string{"  sessions: 1.0 MiB of 2.0 MiB (50%), 3 new keys refused since the router started",
+				"warning: sessions refuses new keys at its bound (the last at 2026-12-07T01:59:50Z): its calls or sessions end limit_exceeded (docs/operations.md)"}},
+		{"refused long ago", bus.BoundStatus{Bucket: "sessions", Bytes: 1 << 20, Bound: 2 << 20, Refused: 1, LastRefused: &old},
+			[]string{"  sessions: 1.0 MiB of 2.0 MiB (50%), 1 new keys refused since the router started"}},
+	} {
+		if got := boundLines([]bus.BoundStatus{tc.in}, now); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestStatusBounds: a small soft bound on P_sessions, sessions made until
+// one is refused: the router's toolbus_store_refused_total counts it, and
+// status shows the bucket against its bound with the warning; --json
+// carries the same.
+func TestStatusBounds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat,
+		Router: router.Config{Metrics: reg, Store: store.Config{SessionsMaxBytes: 4 << 10}}})
+	refused := false
+	for i := 0; !refused; i++ {
+		if i == 200 {
+			t.Fatal("no session refused")
+		}
+		_, _, err := exec(t.Context(), "session", "mode", "explore", "--session", fmt.Sprintf("s%d", i), "--nats", x.URL(0))
+		refused = err != nil && strings.Contains(err.Error(), bus.CodeLimitExceeded)
+		if err != nil && !refused {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if l := m.GetLabel(); len(l) == 1 && l[0].GetValue() == bus.BucketSessions {
+				got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	if got["toolbus_store_refused_total"] != 1 || got["toolbus_store_soft_bound_bytes"] != 4<<10 || got["toolbus_store_bytes"] == 0 {
+		t.Fatalf("metrics of the sessions bucket: %v", got)
+	}
+	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", x.URL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", x.URL(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Status bus.Status `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	bs := v.Status.Store.Bounds
+	if len(bs) != 3 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil {
+		t.Fatalf("bounds %+v", bs)
 	}
 }
