@@ -174,7 +174,12 @@ func Subject(s bus.Subjects, session, tool string) string {
 
 // Write publishes rec (input as the policy allows) under the call key as message id,
 // without awaiting the acknowledgement (Stored does); an error: rec did not encode.
+// A nil input with rec.InputDigest set is an input held elsewhere (an ended
+// parked record's, by its digest): rec goes as the caller made it.
 func (t *Trail) Write(rec *Record, input json.RawMessage) (*Pending, error) {
+	if input == nil && rec.InputDigest != "" { // the caller's digest of an input held elsewhere
+		return t.publish(rec, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
+	}
 	if len(input) == 0 {
 		input = json.RawMessage(`{}`) // what the tool gets for no input
 	}

@@ -44,6 +44,14 @@ func TestWriteExportOnCluster(t *testing.T) {
 	if big.Input != nil || big.InputOmitted == "" || big.InputDigest == "" {
 		t.Fatalf("a large input: %+v", big)
 	}
+	// An input held elsewhere (an ended parked record's, by digest): the caller's digest stays.
+	held := &Record{Session: "s9", ReplyID: "r1", CallID: "held", Tool: "a", InputDigest: "sha256:abc", InputOmitted: "held by its digest"}
+	if _, err := trails[0].Write(held, nil); err != nil {
+		t.Fatal(err)
+	}
+	if held.Input != nil || held.InputDigest != "sha256:abc" {
+		t.Fatalf("an input held elsewhere: %+v", held)
+	}
 	again := &Record{Session: "s0", ReplyID: "r1", CallID: "c0", Tool: "a"}
 	if _, err := trails[1].Write(again, nil); err != nil {
 		t.Fatal(err)
@@ -66,8 +74,8 @@ func TestWriteExportOnCluster(t *testing.T) {
 		}
 		return n
 	}
-	if n := count(Filter{}); n != 7 {
-		t.Fatalf("%d records, want 7", n)
+	if n := count(Filter{}); n != 8 {
+		t.Fatalf("%d records, want 8", n)
 	}
 	if n := count(Filter{Session: "s1"}); n != 3 {
 		t.Fatalf("session s1: %d", n)

@@ -1451,6 +1451,10 @@ func unhold(r, full *Record) {
 	r.Call.Input, r.Context, r.User, r.Batch = full.Call.Input, full.Context, full.User, full.Batch
 }
 
+// Held reports whether ended record r holds its input by digest (hold):
+// a router that took the call over has the record's input_digest only.
+func Held(r *Record) bool { return heldDigest(r) != "" }
+
 // heldDigest is the digest an ended record r keeps of its input (hold); "" when it keeps the input.
 func heldDigest(r *Record) string {
 	in := string(r.Call.Input)

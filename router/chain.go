@@ -382,8 +382,12 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
 	r.DurationMS = time.Since(rec.Created).Milliseconds()
 	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
+	input := rec.Call.Input
+	if parked.Held(rec) { // a record this router took over, ended: only its digest (protocol 6.1, 1.23)
+		input, r.InputDigest, r.InputOmitted = nil, rec.InputDigest, "held by its digest in the parked call's ended record"
+	}
 	// Stored first: a parked call ends at a person's pace, no need to overlap.
-	p, err := a.tr.Write(r, rec.Call.Input)
+	p, err := a.tr.Write(r, input)
 	a.land(ctx, r, p, err)
 }
 

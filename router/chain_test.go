@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/parked"
 )
 
 // Table tests of the executor chain's middlewares on fakes (chain.go):
@@ -252,11 +253,12 @@ func TestCacheMiddleware(t *testing.T) {
 
 type fakeTrail struct {
 	recs   []*audit.Record
+	inputs []json.RawMessage
 	stored int
 }
 
-func (f *fakeTrail) Write(rec *audit.Record, _ json.RawMessage) (*audit.Pending, error) {
-	f.recs = append(f.recs, rec)
+func (f *fakeTrail) Write(rec *audit.Record, input json.RawMessage) (*audit.Pending, error) {
+	f.recs, f.inputs = append(f.recs, rec), append(f.inputs, input)
 	return &audit.Pending{}, nil
 }
 func (f *fakeTrail) WriteRefusal(rec *audit.Record) (*audit.Pending, error) { return f.Write(rec, nil) }
@@ -361,3 +363,40 @@ func codeOf(res bus.Result) string {
 }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// TestAuditParkedHeldInput: the audit record of a parked call that ended
+// keeps the call's input, but a record a router took over once it ended
+// holds a large input by its digest only (protocol 6.1, 1.23): its audit
+// record then carries the record's input_digest and says the input is
+// held, never the "held:" mark as the input.
+func TestAuditParkedHeldInput(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		status    bus.ParkStatus
+		input     string
+		wantInput string // "": none given to the trail
+	}{
+		{"the caller's copy, whole", bus.ParkDone, `{"env":"prod"}`, `{"env":"prod"}`},
+		{"taken over, held", bus.ParkDone, `"held:d1"`, ""},
+		{"taken over, cancelled, held", bus.ParkCancelled, `"held:d1"`, ""},
+		{"answered, not ended: the mark is an input like any", bus.ParkAnswered, `"held:d1"`, `"held:d1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeTrail{}
+			a := &auditTrail{tr: f, log: slog.New(slog.DiscardHandler), session: fakeModes{}.Session}
+			rec := &parked.Record{Session: "s1", ReplyID: "r1", Status: tc.status, Kind: bus.KindConfirm, InputDigest: "sha256:abc",
+				Call: bus.Call{ID: "c1", Name: "deploy", Input: json.RawMessage(tc.input)}}
+			a.recordParked(t.Context(), rec, bus.Result{ID: "c1", Name: "deploy", State: bus.StateSuccess})
+			if len(f.recs) != 1 {
+				t.Fatalf("%d audit records", len(f.recs))
+			}
+			r, in := f.recs[0], string(f.inputs[0])
+			if in != tc.wantInput {
+				t.Fatalf("the trail got input %q, want %q", in, tc.wantInput)
+			}
+			if held := tc.wantInput == ""; held != (r.InputDigest == "sha256:abc" && r.InputOmitted != "") {
+				t.Fatalf("input_digest %q, input_omitted %q", r.InputDigest, r.InputOmitted)
+			}
+		})
+	}
+}
