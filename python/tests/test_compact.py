@@ -42,6 +42,15 @@ class Wire:
         await self.nc.flush()
         return self
 
+    async def exec(self, n: int) -> Any:
+        """The n-th exec seen (from 1), by bounded polling: the watcher's connection is not the
+        worker's, so under load it may see the exec after the agent has its reply."""
+        for _ in range(200):
+            if len(self.execs) >= n:
+                return self.execs[n - 1]
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"saw {len(self.execs)} execs, not {n}")
+
     async def answer(self, exec_msg: Any) -> Any:
         """The answer to exec_msg, by bounded polling (the watcher may see it after the agent's reply)."""
         for _ in range(200):
@@ -69,7 +78,7 @@ async def test_compact_exec_answered_with_four_headers(router, client, worker_fa
         wire = await Wire(nc).watch(tool.name)
         reply = await client.call(session, [{"id": "c1", "name": tool.name, "input": {"text": "a b c"}}])
         assert reply.result("c1").text == "3", reply
-        [x] = wire.execs
+        x = await wire.exec(1)
         assert set(x.headers) == COMPACT_EXEC, x.headers
         a = await wire.answer(x)
         assert set(a.headers) == REQUIRED, a.headers
@@ -90,7 +99,7 @@ async def test_compact_off_answers_binary(router, client, worker_factory, sessio
         wire = await Wire(nc).watch(tool.name)
         reply = await client.call(session, [{"id": "c1", "name": tool.name, "input": {"text": "a b"}}])
         assert reply.result("c1").text == "2", reply
-        [x] = wire.execs
+        x = await wire.exec(1)
         assert x.headers["content-type"] == ev.CONTENT_TYPE_JSON and "ce-time" in x.headers, x.headers
         a = await wire.answer(x)
         assert a.headers["content-type"] == ev.CONTENT_TYPE_JSON and a.headers["ce-toolcallid"] == "c1", a.headers
@@ -136,7 +145,7 @@ async def test_mixed_fleet_with_go_worker_gets_compact(router, client, session):
                 break
             reply = await client.call(session, [{"id": f"c{i}", "name": "word_count", "input": {"text": "x y"}}])
             assert reply.result(f"c{i}").text == '{"words":2}', reply
-            x = wire.execs[-1]
+            x = await wire.exec(i + 1)
             assert set(x.headers) == COMPACT_EXEC, x.headers
             a = await wire.answer(x)
             assert set(a.headers) == REQUIRED, a.headers
