@@ -1,7 +1,9 @@
 package io.toolbus;
 
 import io.nats.client.Connection;
+import io.nats.client.Consumer;
 import io.nats.client.Message;
+import io.nats.client.Subscription;
 import java.time.Duration;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
@@ -13,7 +15,7 @@ import java.util.concurrent.TimeoutException;
 /**
  * Sends request events and reads their replies (docs/protocol.md 1): an io.toolbus.error reply
  * becomes a {@link BusException}; a busy reply is sent again after a growing, jittered backoff,
- * as the Go client does, until the deadline.
+ * as the Go client does, until the deadline. A batch is re-sent after silence (3.2.1).
  */
 final class Requester {
   private final Connection nc;
@@ -24,9 +26,14 @@ final class Requester {
 
   /** Sends e to subject and returns the reply event, which must be of type want. */
   Event request(String subject, Event e, String want, Duration timeout) {
+    return request(subject, e, want, timeout, null);
+  }
+
+  /** The same, a batch re-sent after silence as rs says (null: never). */
+  Event request(String subject, Event e, String want, Duration timeout, Resend rs) {
     long deadline = System.nanoTime() + timeout.toNanos();
     for (long backoff = 10; ; backoff = Math.min(2 * backoff, 1000)) {
-      Message resp = send(subject, e, deadline);
+      Message resp = rs == null ? send(subject, e, deadline) : resend(subject, e, deadline, rs);
       Event re = Event.decode(resp);
       if (Codes.ERROR.equals(re.type)) {
         BusException be = errorOf(re);
@@ -52,6 +59,63 @@ final class Requester {
 
   private Message send(String subject, Event e, long deadline) {
     return await(subject, start(subject, e, deadline), deadline);
+  }
+
+  /**
+   * Publishes batch e and waits for its reply until deadline, listening on the reply subject and
+   * on the reply subject + ".running" (3.2.1): when a window passes with neither the reply nor a
+   * running notice of e (that type, replyid e.id), the same message is published again, at most
+   * rs.max() times. A no-responders status fails the first send only; a re-send's waits on.
+   */
+  private Message resend(String subject, Event e, long deadline, Resend rs) {
+    String inbox = nc.createInbox();
+    String reply = inbox + ".reply";
+    Subscription sub = nc.subscribe(inbox + ".>");
+    sub.setPendingLimits(1024, Consumer.DEFAULT_MAX_BYTES); // a flood of notices is dropped past this
+    try {
+      Message m = e.toMessage(subject, reply);
+      nc.publish(m);
+      long quiet = Resend.window(rs.first());
+      for (int resent = 0; ; ) {
+        long now = System.nanoTime();
+        if (now >= deadline) {
+          throw new BusException(Codes.TIMEOUT, "no reply on " + subject + " before the deadline");
+        }
+        if (resent < rs.max() && now >= quiet) {
+          nc.publish(m);
+          resent++;
+          quiet = Resend.window(rs.first());
+          continue;
+        }
+        long until = resent < rs.max() ? Math.min(quiet, deadline) : deadline;
+        Message got = sub.nextMessage(Duration.ofNanos(Math.max(until - now, 1_000_000)));
+        if (got != null && got.getSubject().equals(reply)) {
+          if (!got.isStatusMessage() || got.getStatus().getCode() != 503) {
+            return got;
+          }
+          if (resent == 0) {
+            throw new BusException(Codes.UNAVAILABLE, "no router serves " + subject + " (no responders)");
+          }
+        } else if (got != null && got.getSubject().equals(reply + ".running") && running(got, e.id)) {
+          quiet = Resend.window(rs.afterNotice());
+        }
+      }
+    } catch (InterruptedException ie) {
+      Thread.currentThread().interrupt();
+      throw new BusException(Codes.INTERRUPTED, "interrupted while waiting on " + subject);
+    } finally {
+      sub.unsubscribe();
+    }
+  }
+
+  /** Whether m is a running notice of the batch replyId (3.2.1); anything else does not count. */
+  private static boolean running(Message m, String replyId) {
+    try {
+      Event n = Event.decode(m);
+      return Codes.CALL_RUNNING.equals(n.type) && replyId.equals(n.replyid);
+    } catch (RuntimeException ex) {
+      return false;
+    }
   }
 
   /** Sends e to subject without waiting: many requests in flight at once (a worker's beat, 7.1). */
