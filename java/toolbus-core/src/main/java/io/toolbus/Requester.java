@@ -1,7 +1,7 @@
 package io.toolbus;
 
 import io.nats.client.Connection;
-import io.nats.client.Consumer;
+import io.nats.client.Dispatcher;
 import io.nats.client.Message;
 import io.nats.client.Subscription;
 import java.time.Duration;
@@ -11,6 +11,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * Sends request events and reads their replies (docs/protocol.md 1): an io.toolbus.error reply
@@ -19,6 +20,7 @@ import java.util.concurrent.TimeoutException;
  */
 final class Requester {
   private final Connection nc;
+  private Dispatcher notices;
 
   Requester(Connection nc) {
     this.nc = nc;
@@ -68,44 +70,68 @@ final class Requester {
    * rs.max() times. A no-responders status fails the first send only; a re-send's waits on.
    */
   private Message resend(String subject, Event e, long deadline, Resend rs) {
-    String inbox = nc.createInbox();
-    String reply = inbox + ".reply";
-    Subscription sub = nc.subscribe(inbox + ".>");
-    sub.setPendingLimits(1024, Consumer.DEFAULT_MAX_BYTES); // a flood of notices is dropped past this
+    String reply = nc.createInbox();
+    Subscription sub = nc.subscribe(reply);
+    AtomicLong quiet = new AtomicLong(); // the end of the window (System.nanoTime); a notice moves it
+    Dispatcher d = notices();
+    Subscription heard = d.subscribe(reply + ".running", n -> {
+      if (running(n, e.id)) {
+        quiet.set(Resend.window(rs.afterNotice()));
+      }
+    });
     try {
       Message m = e.toMessage(subject, reply);
+      quiet.set(Resend.window(rs.first()));
       nc.publish(m);
-      long quiet = Resend.window(rs.first());
       for (int resent = 0; ; ) {
         long now = System.nanoTime();
-        if (now >= deadline) {
+        if (now - deadline >= 0) {
           throw new BusException(Codes.TIMEOUT, "no reply on " + subject + " before the deadline");
         }
-        if (resent < rs.max() && now >= quiet) {
+        long until = resent < rs.max() && quiet.get() - deadline < 0 ? quiet.get() : deadline;
+        if (until - now <= 0) {
+          quiet.set(Resend.window(rs.first()));
           nc.publish(m);
           resent++;
-          quiet = Resend.window(rs.first());
           continue;
         }
-        long until = resent < rs.max() ? Math.min(quiet, deadline) : deadline;
         Message got = sub.nextMessage(Duration.ofNanos(Math.max(until - now, 1_000_000)));
-        if (got != null && got.getSubject().equals(reply)) {
-          if (!got.isStatusMessage() || got.getStatus().getCode() != 503) {
-            return got;
-          }
-          if (resent == 0) {
-            throw new BusException(Codes.UNAVAILABLE, "no router serves " + subject + " (no responders)");
-          }
-        } else if (got != null && got.getSubject().equals(reply + ".running") && running(got, e.id)) {
-          quiet = Resend.window(rs.afterNotice());
+        if (got != null && (!got.isStatusMessage() || got.getStatus().getCode() != 503)) {
+          return got;
+        }
+        if (got != null && resent == 0) {
+          throw new BusException(Codes.UNAVAILABLE, "no router serves " + subject + " (no responders)");
         }
       }
     } catch (InterruptedException ie) {
       Thread.currentThread().interrupt();
       throw new BusException(Codes.INTERRUPTED, "interrupted while waiting on " + subject);
     } finally {
+      if (d.isActive()) {
+        d.unsubscribe(heard);
+      }
       sub.unsubscribe();
     }
+  }
+
+  /**
+   * The dispatcher of the running notices of every batch this requester waits for, made on first
+   * use: a flood of notices is dropped past 1024 messages or 1 MiB, never a reply (3.2.1).
+   */
+  private synchronized Dispatcher notices() {
+    if (notices == null) {
+      notices = nc.createDispatcher();
+      notices.setPendingLimits(1024, 1 << 20);
+    }
+    return notices;
+  }
+
+  /** Closes the notices' dispatcher, if made. */
+  synchronized void close() {
+    if (notices != null && nc.getStatus() != Connection.Status.CLOSED) {
+      nc.closeDispatcher(notices);
+    }
+    notices = null;
   }
 
   /** Whether m is a running notice of the batch replyId (3.2.1); anything else does not count. */

@@ -19,7 +19,8 @@ import java.util.function.Consumer;
 /**
  * The agent side of toolbus (docs/protocol.md 3, 4, 6, 5.9): call a batch, list tools in any
  * format, watch events and progress, answer, confirm and cancel parked calls, fetch stored
- * outputs. Safe for concurrent use. Close it to close a connection it opened itself.
+ * outputs. Safe for concurrent use. Close it to close a connection it opened itself, and the
+ * thread that reads its batches' running notices (3.2.1).
  */
 public final class ToolbusClient implements AutoCloseable {
   private final Connection nc;
@@ -310,6 +311,7 @@ public final class ToolbusClient implements AutoCloseable {
 
   @Override
   public void close() throws InterruptedException {
+    rq.close();
     if (owned) {
       nc.close();
     }

@@ -188,6 +188,22 @@ class ResendTest {
     assertSameCopies(2);
   }
 
+  /** 5,000 notices ahead of the reply: they are read on a bounded subscription, the reply on its own. */
+  @Test
+  void noticeFloodNeverDropsTheReply() throws Exception {
+    serve((n, m) -> {
+      String id = Event.decode(m).id;
+      for (int i = 0; i < 5000; i++) {
+        notice(m, Codes.CALL_RUNNING, id);
+      }
+      reply(m);
+    });
+    Reply r = client(new Resend(Duration.ofSeconds(5), Duration.ofSeconds(5), 3), Duration.ofSeconds(30)).call(session, batch());
+    assertEquals("c1", r.results().get(0).id());
+    barrier();
+    assertSameCopies(1);
+  }
+
   @Test
   void nothingResentAfterTheReply() throws Exception {
     CountDownLatch second = new CountDownLatch(1);
@@ -221,7 +237,7 @@ class ResendTest {
     Router router = Router.shared();
     java.util.concurrent.atomic.AtomicInteger runs = new java.util.concurrent.atomic.AtomicInteger();
     try (Connection watcher = router.connect()) {
-      Subscription notices = watcher.subscribe("_INBOX.*.reply.running");
+      Subscription notices = watcher.subscribe("_INBOX.*.running");
       watcher.flush(Duration.ofSeconds(5));
       Worker w = Worker.builder(nc).id("jresend-" + Ids.next()).build();
       w.tool(ToolDef.builder("j_four_seconds").readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> {
