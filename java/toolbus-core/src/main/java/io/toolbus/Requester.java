@@ -3,10 +3,13 @@ package io.toolbus;
 import io.nats.client.Connection;
 import io.nats.client.Dispatcher;
 import io.nats.client.Message;
-import io.nats.client.Subscription;
 import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeUnit;
@@ -20,6 +23,10 @@ import java.util.concurrent.atomic.AtomicLong;
  */
 final class Requester {
   private final Connection nc;
+  private final Map<String, Waiting> waits = new ConcurrentHashMap<>();
+  private final AtomicLong seq = new AtomicLong();
+  private String inbox;
+  private Dispatcher replies;
   private Dispatcher notices;
 
   Requester(Connection nc) {
@@ -31,11 +38,11 @@ final class Requester {
     return request(subject, e, want, timeout, null);
   }
 
-  /** The same, a batch re-sent after silence as rs says (null: never). */
+  /** The same, a batch re-sent after silence as rs says (null or max 0: never). */
   Event request(String subject, Event e, String want, Duration timeout, Resend rs) {
     long deadline = System.nanoTime() + timeout.toNanos();
     for (long backoff = 10; ; backoff = Math.min(2 * backoff, 1000)) {
-      Message resp = rs == null ? send(subject, e, deadline) : resend(subject, e, deadline, rs);
+      Message resp = rs == null || rs.max() == 0 ? send(subject, e, deadline) : resend(subject, e, deadline, rs);
       Event re = Event.decode(resp);
       if (Codes.ERROR.equals(re.type)) {
         BusException be = errorOf(re);
@@ -63,6 +70,9 @@ final class Requester {
     return await(subject, start(subject, e, deadline), deadline);
   }
 
+  /** A batch waiting for its reply: what its reply subject received, and when its window ends. */
+  private record Waiting(String replyId, Duration afterNotice, BlockingQueue<Message> replies, AtomicLong quiet) {}
+
   /**
    * Publishes batch e and waits for its reply until deadline, listening on the reply subject and
    * on the reply subject + ".running" (3.2.1): when a window passes with neither the reply nor a
@@ -70,32 +80,26 @@ final class Requester {
    * rs.max() times. A no-responders status fails the first send only; a re-send's waits on.
    */
   private Message resend(String subject, Event e, long deadline, Resend rs) {
-    String reply = nc.createInbox();
-    Subscription sub = nc.subscribe(reply);
-    AtomicLong quiet = new AtomicLong(); // the end of the window (System.nanoTime); a notice moves it
-    Dispatcher d = notices();
-    Subscription heard = d.subscribe(reply + ".running", n -> {
-      if (running(n, e.id)) {
-        quiet.set(Resend.window(rs.afterNotice()));
-      }
-    });
+    String reply = inbox() + "." + seq.incrementAndGet();
+    Waiting w = new Waiting(e.id, rs.afterNotice(), new ArrayBlockingQueue<>(4), new AtomicLong(Resend.window(rs.first())));
+    waits.put(reply, w);
     try {
       Message m = e.toMessage(subject, reply);
-      quiet.set(Resend.window(rs.first()));
       nc.publish(m);
       for (int resent = 0; ; ) {
         long now = System.nanoTime();
+        long quiet = w.quiet().get();
         if (now - deadline >= 0) {
           throw new BusException(Codes.TIMEOUT, "no reply on " + subject + " before the deadline");
         }
-        long until = resent < rs.max() && quiet.get() - deadline < 0 ? quiet.get() : deadline;
-        if (until - now <= 0) {
-          quiet.set(Resend.window(rs.first()));
+        if (resent < rs.max() && quiet - now <= 0) {
+          w.quiet().set(Resend.window(rs.first()));
           nc.publish(m);
           resent++;
           continue;
         }
-        Message got = sub.nextMessage(Duration.ofNanos(Math.max(until - now, 1_000_000)));
+        long until = resent < rs.max() && quiet - deadline < 0 ? quiet : deadline;
+        Message got = w.replies().poll(until - now, TimeUnit.NANOSECONDS);
         if (got != null && (!got.isStatusMessage() || got.getStatus().getCode() != 503)) {
           return got;
         }
@@ -107,31 +111,44 @@ final class Requester {
       Thread.currentThread().interrupt();
       throw new BusException(Codes.INTERRUPTED, "interrupted while waiting on " + subject);
     } finally {
-      if (d.isActive()) {
-        d.unsubscribe(heard);
-      }
-      sub.unsubscribe();
+      waits.remove(reply);
     }
   }
 
   /**
-   * The dispatcher of the running notices of every batch this requester waits for, made on first
-   * use: a flood of notices is dropped past 1024 messages or 1 MiB, never a reply (3.2.1).
+   * The inbox of every batch this requester waits for, its two subscriptions made on first use:
+   * replies on inbox.*, running notices on inbox.*.running with a dispatcher of their own whose
+   * pending limits (1024 messages, 1 MiB) drop a flood of notices, never a reply (3.2.1).
    */
-  private synchronized Dispatcher notices() {
-    if (notices == null) {
-      notices = nc.createDispatcher();
+  private synchronized String inbox() {
+    if (inbox == null) {
+      inbox = nc.createInbox();
+      replies = nc.createDispatcher(m -> {
+        Waiting w = waits.get(m.getSubject());
+        if (w != null) {
+          w.replies().offer(m);
+        }
+      });
+      replies.subscribe(inbox + ".*");
+      notices = nc.createDispatcher(m -> {
+        Waiting w = waits.get(m.getSubject().substring(0, m.getSubject().length() - ".running".length()));
+        if (w != null && running(m, w.replyId())) {
+          w.quiet().set(Resend.window(w.afterNotice()));
+        }
+      });
       notices.setPendingLimits(1024, 1 << 20);
+      notices.subscribe(inbox + ".*.running");
     }
-    return notices;
+    return inbox;
   }
 
-  /** Closes the notices' dispatcher, if made. */
+  /** Closes the batches' subscriptions, if made. */
   synchronized void close() {
-    if (notices != null && nc.getStatus() != Connection.Status.CLOSED) {
+    if (inbox != null && nc.getStatus() != Connection.Status.CLOSED) {
+      nc.closeDispatcher(replies);
       nc.closeDispatcher(notices);
     }
-    notices = null;
+    inbox = null;
   }
 
   /** Whether m is a running notice of the batch replyId (3.2.1); anything else does not count. */

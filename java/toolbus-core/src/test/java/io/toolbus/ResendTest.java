@@ -237,7 +237,7 @@ class ResendTest {
     Router router = Router.shared();
     java.util.concurrent.atomic.AtomicInteger runs = new java.util.concurrent.atomic.AtomicInteger();
     try (Connection watcher = router.connect()) {
-      Subscription notices = watcher.subscribe("_INBOX.*.running");
+      Subscription notices = watcher.subscribe("_INBOX.*.*.running");
       watcher.flush(Duration.ofSeconds(5));
       Worker w = Worker.builder(nc).id("jresend-" + Ids.next()).build();
       w.tool(ToolDef.builder("j_four_seconds").readOnly(true).inputSchema(Map.of("type", "object")).build(), c -> {
