@@ -119,6 +119,14 @@ class ResendTest {
     }
   }
 
+  /** Calls with rs through the fake router: the reply is its, and the router saw copies identical copies. */
+  private void answered(Resend rs, int copies) throws Exception {
+    Reply r = client(rs, Duration.ofSeconds(30)).call(session, batch());
+    assertEquals("c1", r.results().get(0).id());
+    barrier();
+    assertSameCopies(copies);
+  }
+
   @Test
   void firstCopyLostIsResentAndAnswered() throws Exception {
     serve((n, m) -> {
@@ -127,11 +135,8 @@ class ResendTest {
       }
     });
     long t0 = System.nanoTime();
-    Reply r = client(new Resend(Duration.ofMillis(300), Duration.ofSeconds(5), 3), Duration.ofSeconds(30)).call(session, batch());
-    assertEquals("c1", r.results().get(0).id());
+    answered(new Resend(Duration.ofMillis(300), Duration.ofSeconds(5), 3), 2);
     assertTrue(System.nanoTime() - t0 >= TimeUnit.MILLISECONDS.toNanos(300), "re-sent before the first window");
-    barrier();
-    assertSameCopies(2);
   }
 
   @Test
@@ -142,10 +147,7 @@ class ResendTest {
         timer.schedule(() -> reply(m), 3500, TimeUnit.MILLISECONDS); // past several windows
       }
     });
-    Reply r = client(new Resend(Duration.ofSeconds(1), Duration.ofSeconds(1), 3), Duration.ofSeconds(30)).call(session, batch());
-    assertEquals("c1", r.results().get(0).id());
-    barrier();
-    assertSameCopies(1);
+    answered(new Resend(Duration.ofSeconds(1), Duration.ofSeconds(1), 3), 1);
   }
 
   @Test
@@ -182,10 +184,7 @@ class ResendTest {
         reply(m);
       }
     });
-    Reply r = client(new Resend(Duration.ofMillis(400), Duration.ofSeconds(5), 3), Duration.ofSeconds(30)).call(session, batch());
-    assertEquals("c1", r.results().get(0).id());
-    barrier();
-    assertSameCopies(2);
+    answered(new Resend(Duration.ofMillis(400), Duration.ofSeconds(5), 3), 2);
   }
 
   /** 5,000 notices ahead of the reply: they are read on a bounded subscription, the reply on its own. */
@@ -198,10 +197,7 @@ class ResendTest {
       }
       reply(m);
     });
-    Reply r = client(new Resend(Duration.ofSeconds(5), Duration.ofSeconds(5), 3), Duration.ofSeconds(30)).call(session, batch());
-    assertEquals("c1", r.results().get(0).id());
-    barrier();
-    assertSameCopies(1);
+    answered(new Resend(Duration.ofSeconds(5), Duration.ofSeconds(5), 3), 1);
   }
 
   @Test
