@@ -10,6 +10,8 @@ public final class Codes {
 
   public static final String CALL_BATCH = "io.toolbus.call.batch";
   public static final String CALL_REPLY = "io.toolbus.call.reply";
+  /** A router's notice that a batch still runs, on its reply subject + ".running" (3.2.1, 1.25). */
+  public static final String CALL_RUNNING = "io.toolbus.call.running";
   public static final String TOOLS_QUERY = "io.toolbus.tools.query";
   public static final String TOOLS_LIST = "io.toolbus.tools.list";
   public static final String TASK_QUERY = "io.toolbus.task.query";

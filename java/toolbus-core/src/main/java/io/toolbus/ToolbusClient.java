@@ -19,7 +19,8 @@ import java.util.function.Consumer;
 /**
  * The agent side of toolbus (docs/protocol.md 3, 4, 6, 5.9): call a batch, list tools in any
  * format, watch events and progress, answer, confirm and cancel parked calls, fetch stored
- * outputs. Safe for concurrent use. Close it to close a connection it opened itself.
+ * outputs. Safe for concurrent use. Close it to close a connection it opened itself, and the
+ * thread that reads its batches' running notices (3.2.1).
  */
 public final class ToolbusClient implements AutoCloseable {
   private final Connection nc;
@@ -27,6 +28,7 @@ public final class ToolbusClient implements AutoCloseable {
   private final Subjects subj;
   private final String source;
   private final Duration timeout;
+  private final Resend resend;
   private final Requester rq;
   private final Sender tx;
   private final Offloader off;
@@ -38,6 +40,7 @@ public final class ToolbusClient implements AutoCloseable {
     this.subj = new Subjects(b.prefix);
     this.source = b.source;
     this.timeout = b.timeout;
+    this.resend = b.resend;
     this.rq = new Requester(nc);
     this.tx = new Sender(this, nc, rq, b.source, revs);
     this.off = new Offloader(nc, subj.outputsBucket(), b.inlineLimit, b.maxOutput);
@@ -65,6 +68,7 @@ public final class ToolbusClient implements AutoCloseable {
     private String prefix = "toolbus";
     private String source = "toolbus/java-client";
     private Duration timeout = Duration.ofMinutes(10);
+    private Resend resend = Resend.defaults();
     private int inlineLimit;
     private long maxOutput;
 
@@ -73,6 +77,8 @@ public final class ToolbusClient implements AutoCloseable {
     public Builder source(String s) { source = s; return this; }
     /** How long a batch may wait for its reply (10 minutes unless set). */
     public Builder timeout(Duration t) { timeout = t; return this; }
+    /** Re-sending a batch after silence (3.2.1): {@link Resend#defaults()} unless set; {@link Resend#off()}. */
+    public Builder resend(Resend r) { resend = java.util.Objects.requireNonNull(r, "resend"); return this; }
     public Builder inlineLimit(int n) { inlineLimit = n; return this; }
     public Builder maxOutput(long n) { maxOutput = n; return this; }
     public ToolbusClient build() { return new ToolbusClient(this); }
@@ -86,7 +92,7 @@ public final class ToolbusClient implements AutoCloseable {
   /** Runs a batch as reply replyId, with an optional deadline, and waits for its reply. */
   public Reply call(String session, String replyId, Batch b, Instant expiry) {
     Event e = tx.batchEvent(session, replyId, b, expiry);
-    Event re = rq.request(subj.call(session), e, Codes.CALL_REPLY, timeout);
+    Event re = rq.request(subj.call(session), e, Codes.CALL_REPLY, timeout, resend);
     Reply r = re.dataAs(Reply.class, Codes.BAD_EVENT);
     // 3.2: each call of the batch once, finished or parked; a forged reply may name others, or one twice
     if (!b.calls().stream().map(Call::id).sorted().toList().equals(java.util.stream.Stream.concat(
@@ -305,6 +311,7 @@ public final class ToolbusClient implements AutoCloseable {
 
   @Override
   public void close() throws InterruptedException {
+    rq.close();
     if (owned) {
       nc.close();
     }

@@ -23,7 +23,7 @@ import org.junit.jupiter.api.Timeout;
  * responder). Sequential calls of a 32-byte text; the router's own CPU is not counted.
  * -Dtoolbus.bench.calls=N sets the measured calls (default 300, a quick check);
  * -Dtoolbus.bench.exec=binary has the worker declare binary_exec only (compact, protocol 1.16,
- * unless set); the table goes
+ * unless set); -Dtoolbus.bench.resend=off has the client re-send nothing (3.2.1); the table goes
  * to target/bench.txt and the test output.
  */
 @Timeout(value = 600, unit = TimeUnit.SECONDS)
@@ -44,7 +44,8 @@ class CpuPerCallBench {
         var m = nc.request("bench.raw", TEXT.getBytes(StandardCharsets.UTF_8), Duration.ofSeconds(30));
         assertTrue(m != null && m.getData().length == TEXT.length());
       });
-      ToolbusClient client = ToolbusClient.builder(nc).source("bench").build();
+      ToolbusClient client = ToolbusClient.builder(nc).source("bench")
+          .resend("off".equals(System.getProperty("toolbus.bench.resend")) ? Resend.off() : Resend.defaults()).build();
       String session = Router.session();
       Batch b = Batch.builder().call("c1", "bench_echo", Map.of("text", TEXT)).build();
       bus = measure(router, "worker", () -> {
