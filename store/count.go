@@ -24,7 +24,7 @@ const (
 // stream's max_msgs (HardMsgs) stops. A nil Count admits everything.
 type Count struct {
 	what, flag string // what is bounded ("tools") and the flag that sets it
-	bound     int
+	bound      int
 
 	mu      sync.Mutex
 	pending int    // admitted, not yet cached (Done)

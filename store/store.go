@@ -169,10 +169,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	st := &Store{JS: js, Health: &Health{}}
 	kvs := []struct {
-		dst  **KV
-		name string
-		cfg  jetstream.KeyValueConfig
-		soft int64 // the soft bound (Bound), 0: none
+		dst   **KV
+		name  string
+		cfg   jetstream.KeyValueConfig
+		soft  int64 // the soft bound (Bound), 0: none
 		names *Count
 	}{
 		{&st.Tools, bus.BucketTools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}, 0, newCount("tools", "max-tools", cfg.MaxTools)},
