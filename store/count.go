@@ -20,10 +20,10 @@ const (
 // each of them caches (P_tools, P_groups; protocol 7.1, 1.25): a new name
 // is admitted while the names cached plus those admitted and not yet
 // cached are fewer than the bound; a name held is never judged. Routers
-// judge apart, so together they may admit a little more, which the
-// stream's max_msgs (HardMsgs) stops. A nil Count admits everything.
+// judge apart, so together they may admit more, which the stream's
+// max_msgs (HardMsgs) stops. A nil Count admits everything.
 type Count struct {
-	what, flag string // what is bounded ("tools") and the flag that sets it
+	what, flag string // what is bounded ("tools") and the router flag that sets it
 	bound      int
 
 	mu      sync.Mutex
@@ -48,20 +48,18 @@ func CountOf(kv jetstream.KeyValue) *Count {
 }
 
 // Take admits one new name beside the held ones the caller caches, or
-// returns the refusal's text (limit_exceeded); Done ends what it admitted.
+// returns the refusal's text; Done ends what it admitted.
 func (c *Count) Take(held int) (string, bool) {
 	if c == nil {
 		return "", true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if held+c.pending >= c.bound {
-		c.refused++
-		return fmt.Sprintf("limit_exceeded: the catalogue holds %d %s, the routers' bound (router --%s): a new name is refused, "+
-			"one it holds is still taken; nothing was written (docs/protocol.md 7.1)", held+c.pending, c.what, c.flag), false
+	if held+c.pending < c.bound {
+		c.pending++
+		return "", true
 	}
-	c.pending++
-	return "", true
+	return c.refuse(fmt.Sprintf("the catalogue holds %d %s, the routers' bound", held+c.pending, c.what)), false
 }
 
 // Full counts a new name the stream refused at its max_msgs (IsMaxMsgs)
@@ -69,26 +67,22 @@ func (c *Count) Take(held int) (string, bool) {
 func (c *Count) Full() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.refused++
-	return fmt.Sprintf("limit_exceeded: the stored catalogue of %s is at its stream's max_msgs, the routers' bound (router --%s) "+
-		"and its margin, delete markers counted: a new name is refused, one it holds is still taken; nothing was written (docs/protocol.md 7.1)", c.what, c.flag)
+	return c.refuse("the stored catalogue of " + c.what + " is at its stream's max_msgs, the routers' bound and its margin, delete markers counted,")
 }
 
-// IsMaxMsgs reports whether err is a stream's refusal of a new message at
-// its max_msgs (discard new), which no retry changes.
-func IsMaxMsgs(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeStoreFailed && strings.Contains(apiErr.Description, "maximum messages")
+// refuse counts a refusal and returns its text; c.mu is held.
+func (c *Count) refuse(why string) string {
+	c.refused++
+	return fmt.Sprintf("limit_exceeded: %s (router --%s): a new name is refused, one it holds is still taken; nothing was written (docs/protocol.md 7.1)", why, c.flag)
 }
 
 // Done ends a Take that admitted: the name is cached, or was not written.
 func (c *Count) Done() {
-	if c == nil {
-		return
+	if c != nil {
+		c.mu.Lock()
+		c.pending--
+		c.mu.Unlock()
 	}
-	c.mu.Lock()
-	c.pending--
-	c.mu.Unlock()
 }
 
 // Bound is the bound (0: none) and the new names refused since the start.
@@ -101,19 +95,22 @@ func (c *Count) Bound() (int, uint64) {
 	return c.bound, c.refused
 }
 
-// HardMsgs is the max_msgs of a bucket whose names are bounded at n (<= 0:
-// none, -1): n plus a quarter, at least 64, for what routers admit apart,
-// the delete markers of names taken out, and the writes of held names,
-// which a replicated stream's discard-new check counts whole.
-func HardMsgs(n int) int64 {
-	if n <= 0 {
-		return -1
-	}
-	return int64(n + max(n/4, 64))
+// IsMaxMsgs reports whether err is a stream's refusal of a new message at
+// its max_msgs (discard new), which no retry changes.
+func IsMaxMsgs(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeStoreFailed && strings.Contains(apiErr.Description, "maximum messages")
 }
 
-// capMsgs sets the max_msgs of bucket's stream to HardMsgs(n), raised
-// above what it holds (a catalogue of a router before 1.25: hardBytes).
+// HardMsgs is the max_msgs of a bucket whose names are bounded at n: n
+// plus a quarter, at least 64, for what routers admit apart, the delete
+// markers of names taken out, and the writes of held names, which a
+// replicated stream's discard-new check counts whole.
+func HardMsgs(n int) int64 { return int64(n + max(n/4, 64)) }
+
+// capMsgs sets the max_msgs of bucket's stream to HardMsgs(n), or what it
+// holds plus the margin when more (a catalogue of a router before 1.25, a
+// bound made smaller: hardBytes).
 func capMsgs(ctx context.Context, js jetstream.JetStream, bucket string, n int) error {
 	return Retry(ctx, Provision, func(ctx context.Context) error {
 		s, err := js.Stream(ctx, "KV_"+bucket)
@@ -121,14 +118,7 @@ func capMsgs(ctx context.Context, js jetstream.JetStream, bucket string, n int) 
 			return err
 		}
 		cfg := s.CachedInfo().Config
-		want := HardMsgs(n)
-		if held := int64(s.CachedInfo().State.Msgs); want > 0 && held+int64(max(n/4, 64)) > want {
-			want = held + int64(max(n/4, 64))
-		}
-		if cfg.MaxMsgs == want {
-			return nil
-		}
-		cfg.MaxMsgs = want
+		cfg.MaxMsgs = max(HardMsgs(n), int64(s.CachedInfo().State.Msgs)+HardMsgs(n)-int64(n))
 		_, err = js.UpdateStream(ctx, cfg)
 		return err
 	})
