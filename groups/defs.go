@@ -97,8 +97,15 @@ func newGroup(g bus.Group, rev uint64, order int64) *group {
 	return &group{def: g, order: cmp.Or(order, int64(rev)), rev: rev}
 }
 
-// Put stores a group definition when it is new or changed.
-func (d *definitions) Put(ctx context.Context, g bus.Group) error {
+// Put stores a group definition when it is new or changed: the operator's
+// (the config file, groups.put), taken past the catalogue's bound.
+func (d *definitions) Put(ctx context.Context, g bus.Group) error { return d.put(ctx, g, nil) }
+
+// Register is Put for a group that came with a registration (protocol
+// 7.1): a new name past the catalogue's bound is refused (1.25).
+func (d *definitions) Register(ctx context.Context, g bus.Group) error { return d.put(ctx, g, d.names) }
+
+func (d *definitions) put(ctx context.Context, g bus.Group, names *store.Count) error {
 	g.Scope = cmp.Or(g.Scope, bus.ScopeMeta)
 	if err := CheckGroup(&g); err != nil {
 		return err
@@ -110,8 +117,8 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 			return nil
 		}
 		registered = cur.order // an update keeps the group's place
-	} else if reason, taken := d.names.Take(d.groups.Len()); taken {
-		defer d.names.Done() // once cached, below
+	} else if reason, taken := names.Take(d.groups.Len()); taken {
+		defer names.Done() // once cached, below
 	} else if _, err := d.kv.Get(ctx, g.Name); err != nil {
 		// Past the catalogue's bound (protocol 7.1, 1.25) a name stored
 		// already (another router's, not yet watched here) is still taken.
@@ -122,7 +129,7 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 		return err
 	}
 	rev, err := d.kv.Put(ctx, g.Name, b)
-	if store.IsMaxMsgs(err) {
+	if store.IsMaxMsgs(err) && d.names != nil {
 		return bus.Errorf(bus.CodeLimitExceeded, "%s", d.names.Full())
 	}
 	if err != nil {

@@ -85,7 +85,7 @@ func TestCatalogBound(t *testing.T) {
 	}
 	testkit.Stop(t, g.Stop)
 	group := func(name, desc string) error {
-		return g.Put(t.Context(), bus.Group{Name: name, Description: desc, Scope: bus.ScopeMeta})
+		return g.Register(t.Context(), bus.Group{Name: name, Description: desc, Scope: bus.ScopeMeta})
 	}
 	for _, name := range []string{"g1", "g2"} {
 		if err := group(name, ""); err != nil {
@@ -104,6 +104,10 @@ func TestCatalogBound(t *testing.T) {
 	}
 	if err := group("g3", ""); err != nil {
 		t.Fatalf("a group after a delete: %v", err)
+	}
+	// The operator's groups (the config file, groups.put) are taken past it.
+	if err := g.Put(t.Context(), bus.Group{Name: "ops", Scope: bus.ScopeMeta}); err != nil {
+		t.Fatalf("the operator's group past the bound: %v", err)
 	}
 }
 

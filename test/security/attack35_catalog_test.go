@@ -27,11 +27,11 @@ import (
 // (bound+1)-th new name is rejected limit_exceeded and not stored, every
 // earlier tool still beats and is listed, a session lists at most the
 // bound, and a Go worker whose new tool is refused reports it (rejected,
-// not served) and serves its others. Two routers judging apart in a burst
+// not served) and serves its others. Groups likewise (--max-groups, 3 here). Two routers judging apart in a burst
 // stay within the stream's max_msgs (store.HardMsgs).
 func TestAttackWorkerFillsCatalogue(t *testing.T) {
 	const maxTools = 40
-	d := newDeployment(t, func(c *router.Config) { c.Store.MaxTools = maxTools })
+	d := newDeployment(t, func(c *router.Config) { c.Store.MaxTools, c.Store.MaxGroups = maxTools, 3 })
 	d.startWorker() // greet, deploy, bigread, batchjob, pick
 	w := d.conn(security.RoleWorker)
 	var mine []string
@@ -59,6 +59,21 @@ func TestAttackWorkerFillsCatalogue(t *testing.T) {
 	must(t, err)
 	if len(l.Tools) > maxTools || !slices.ContainsFunc(l.Tools, func(x json.RawMessage) bool { return strings.Contains(string(x), `"name":"greet"`) }) {
 		t.Fatalf("s1 lists %d tools (greet among them?), want at most %d", len(l.Tools), maxTools)
+	}
+
+	for i := range 4 { // groups alike, on their own subjects
+		name := fmt.Sprintf("g%d", i)
+		ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/attacker", bus.Register{Worker: "attacker", Groups: []bus.Group{{Name: name, Scope: bus.ScopeMeta}}})
+		must(t, err)
+		m, err := bus.SendRequest(testCtx(t), w.nc, bus.NewSubjects("").Workers.RegisterGroup(name), ev)
+		must(t, err)
+		re, err := bus.Decode(m)
+		must(t, err)
+		var ack bus.RegisterAck
+		must(t, re.DataAs(&ack))
+		if i < 3 && len(ack.Accepted) != 1 || i == 3 && (len(ack.Rejected) != 1 || !strings.HasPrefix(ack.Rejected[0].Reason, "limit_exceeded: the catalogue holds 3 groups")) {
+			t.Fatalf("group %s, bound 3: %s", name, m.Data)
+		}
 	}
 
 	// A Go worker of a held tool and a new one: the new one is rejected and
