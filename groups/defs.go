@@ -25,8 +25,9 @@ type group struct {
 
 // definitions is P_groups' watch-fed cache, its order and its writes.
 type definitions struct {
-	kv  jetstream.KeyValue
-	log *slog.Logger
+	kv    jetstream.KeyValue
+	log   *slog.Logger
+	names *store.Count // the bound on new names (nil: none)
 
 	groups  *store.Ordered[*group]
 	ordered atomic.Pointer[[]bus.Group] // meta and external groups in registration order; rebuilt on change
@@ -46,7 +47,7 @@ const BasicSearchDescription = "Tools registered without a group."
 var basicMeta = bus.Group{Name: bus.GroupBasic, Description: BasicSearchDescription, Scope: bus.ScopeMeta}
 
 func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
-	d := &definitions{kv: kv, log: log}
+	d := &definitions{kv: kv, log: log, names: store.CountOf(kv)}
 	d.ordered.Store(&[]bus.Group{})
 	d.groups = store.NewOrdered(kv, func(g *group) int64 { return g.order }, func(gs []*group) {
 		ordered := make([]bus.Group, len(gs))
@@ -96,8 +97,15 @@ func newGroup(g bus.Group, rev uint64, order int64) *group {
 	return &group{def: g, order: cmp.Or(order, int64(rev)), rev: rev}
 }
 
-// Put stores a group definition when it is new or changed.
-func (d *definitions) Put(ctx context.Context, g bus.Group) error {
+// Put stores a group definition when it is new or changed: the operator's
+// (the config file, groups.put), taken past the catalogue's bound.
+func (d *definitions) Put(ctx context.Context, g bus.Group) error { return d.put(ctx, g, nil) }
+
+// Register is Put for a group that came with a registration (protocol
+// 7.1): a new name past the catalogue's bound is refused (1.25).
+func (d *definitions) Register(ctx context.Context, g bus.Group) error { return d.put(ctx, g, d.names) }
+
+func (d *definitions) put(ctx context.Context, g bus.Group, names *store.Count) error {
 	g.Scope = cmp.Or(g.Scope, bus.ScopeMeta)
 	if err := CheckGroup(&g); err != nil {
 		return err
@@ -109,12 +117,21 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error {
 			return nil
 		}
 		registered = cur.order // an update keeps the group's place
+	} else if reason, taken := names.Take(d.groups.Len()); taken {
+		defer names.Done() // once cached, below
+	} else if _, err := d.kv.Get(ctx, g.Name); err != nil {
+		// Past the catalogue's bound (protocol 7.1, 1.25) a name stored
+		// already (another router's, not yet watched here) is still taken.
+		return bus.Errorf(bus.CodeLimitExceeded, "%s", reason)
 	}
 	b, err := json.Marshal(groupRecord{Group: g, Registered: registered})
 	if err != nil {
 		return err
 	}
 	rev, err := d.kv.Put(ctx, g.Name, b)
+	if store.IsMaxMsgs(err) && d.names != nil {
+		return bus.Errorf(bus.CodeLimitExceeded, "%s", d.names.Full())
+	}
 	if err != nil {
 		return fmt.Errorf("groups: put %s: %w", g.Name, err)
 	}

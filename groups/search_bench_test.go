@@ -18,7 +18,8 @@ import (
 // built: go test -run - -bench Search10kRegistered -benchtime 200x ./groups/
 func BenchmarkSearch10kRegistered(b *testing.B) {
 	js := testkit.JetStream(b, testkit.Connect(b, testkit.RunServer(b)))
-	st, err := store.Setup(b.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
+	// 10,000 tools: past the catalogue's default bound (protocol 1.25).
+	st, err := store.Setup(b.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute, MaxTools: -1})
 	if err != nil {
 		b.Fatal(err)
 	}

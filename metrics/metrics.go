@@ -58,6 +58,16 @@ type RouterSources struct {
 	Sessions    func() int
 	Capacity    int                      // MaxInflight
 	Bounds      func() []bus.BoundStatus // the buckets' soft bounds (nil: none)
+	Catalog     []Catalog                // the catalogue's names and their bounds (protocol 7.1, 1.25)
+}
+
+// Catalog is one kind of the catalogue's names ("tool", "group") for
+// toolbus_catalog_*: how many a router caches, and their bound (0: none)
+// with the new names it refused.
+type Catalog struct {
+	Kind  string
+	Held  func() int
+	Bound func() (int, uint64)
 }
 
 // NewRouter registers a router's metrics on reg (a fresh registry when nil).
@@ -86,6 +96,16 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 			prometheus.NewDesc("toolbus_store_refused_total", "New keys refused at a bucket's soft bound (limit_exceeded), by bucket.", []string{"bucket"}, nil),
 			prometheus.NewDesc("toolbus_store_bytes", "A bounded bucket's bytes as last read (at most a second before a scrape) plus those admitted since.", []string{"bucket"}, nil),
 			prometheus.NewDesc("toolbus_store_soft_bound_bytes", "A bucket's soft bound: new keys are refused at it.", []string{"bucket"}, nil)}})
+	}
+	for _, c := range src.Catalog {
+		kind := prometheus.Labels{"kind": c.Kind}
+		cs = append(cs,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_catalog_" + c.Kind + "s", Help: "Names in the router's catalogue cache (P_tools, P_groups)."},
+				func() float64 { return float64(c.Held()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "toolbus_catalog_bound", Help: "The catalogue's bound on names, by kind (--max-tools, --max-groups; 0: none).", ConstLabels: kind},
+				func() float64 { b, _ := c.Bound(); return float64(b) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "toolbus_catalog_refused_total", Help: "New names refused limit_exceeded at the catalogue's bound, by kind.", ConstLabels: kind},
+				func() float64 { _, n := c.Bound(); return float64(n) }))
 	}
 	register(reg, cs...)
 	return m

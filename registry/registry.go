@@ -321,9 +321,20 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	var (
 		registered int64
 		same       *Tool
+		taken      bool // a new name, admitted by the catalogue's bound
 	)
+	defer func() {
+		if taken {
+			r.names.Done()
+		}
+	}()
 	rev, err := store.Update(ctx, r.catalog.kv, d.Name, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
 		reason, same, registered = "", nil, time.Now().UnixNano()
+		if entry == nil && !taken { // a name the catalogue does not hold (protocol 7.1, 1.25)
+			if reason, taken = r.names.Take(r.tools.Len()); !taken {
+				return nil, store.ErrNoChange
+			}
+		}
 		if entry != nil {
 			if cur, perr := parseTool(entry.Value()); perr == nil {
 				if cur.Def.Equal(&d) {
@@ -344,6 +355,8 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 		return encodeRecord(&d, registered)
 	})
 	switch {
+	case store.IsMaxMsgs(err) && r.names != nil:
+		return r.names.Full(), nil
 	case err != nil:
 		return "", fmt.Errorf("registry: put %s: %w", d.Name, err)
 	case reason != "":
@@ -382,10 +395,11 @@ type catalog struct {
 	kv    jetstream.KeyValue
 	log   *slog.Logger
 	tools *store.Ordered[*Tool] // bumps the Registry's version on every change
+	names *store.Count          // the bound on new names (nil: none)
 }
 
 func newCatalog(kv jetstream.KeyValue, log *slog.Logger, version *atomic.Uint64) *catalog {
-	return &catalog{kv: kv, log: log, tools: store.NewOrdered(kv, func(t *Tool) int64 { return t.order },
+	return &catalog{kv: kv, log: log, names: store.CountOf(kv), tools: store.NewOrdered(kv, func(t *Tool) int64 { return t.order },
 		func([]*Tool) { version.Add(1) })}
 }
 

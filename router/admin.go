@@ -127,7 +127,7 @@ func (x *registrar) defineGroup(ctx context.Context, name string, reg bus.Regist
 func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Rejection, error) {
 	var rejects []bus.Rejection
 	for _, g := range gs {
-		if err := x.groups.Put(ctx, g); err != nil {
+		if err := x.groups.Register(ctx, g); err != nil {
 			var be *bus.Error
 			if !errors.As(err, &be) {
 				return nil, err

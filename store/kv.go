@@ -30,6 +30,7 @@ type KV struct {
 	cas    bool         // writes may go to prefix+key (no domain or API prefix): kvwrite.go
 	acks   *replies.Mux // the replies to those writes (internal/replies)
 	bound  *Bound       // the soft bound Setup gave the bucket (BoundOf)
+	count  *Count       // the bound Setup gave its names (CountOf)
 }
 
 // NewKV wraps kv. replicas is the bucket's replica count.
@@ -257,7 +258,7 @@ func IsConflict(err error) bool {
 // tried again (docs/store.md): not conflicts, missing keys, bad requests or
 // a closed connection.
 func IsTransient(err error) bool {
-	if err == nil || IsConflict(err) || IsNotFound(err) {
+	if err == nil || IsConflict(err) || IsNotFound(err) || IsMaxMsgs(err) {
 		return false
 	}
 	// A message above the payload limit is refused however often it is

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +24,8 @@ type Ordered[V any] struct {
 
 	mu    sync.RWMutex
 	cache *Cache[V] // by key, with the tombstones of deleted keys
-	list  []V
+	list  []V       // replaced, never changed: readers keep what List gave
+	keys  []string  // list's keys
 }
 
 // NewOrdered returns an empty Ordered over kv; order gives a value's
@@ -40,9 +42,10 @@ func NewOrdered[V any](kv jetstream.KeyValue, order func(V) int64, changed func(
 func (o *Ordered[V]) Apply(e jetstream.KeyValueEntry, decode func(val []byte) (v V, keep bool, err error)) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	old, had := o.cache.Get(e.Key())
 	changed, err := o.cache.Apply(e, decode)
 	if changed {
-		o.relist()
+		o.relist(e.Key(), old, had)
 	}
 	return err
 }
@@ -52,8 +55,9 @@ func (o *Ordered[V]) Apply(e jetstream.KeyValueEntry, decode func(val []byte) (v
 func (o *Ordered[V]) Put(key string, rev uint64, v V) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	old, had := o.cache.Get(key)
 	if o.cache.Put(key, rev, v) {
-		o.relist()
+		o.relist(key, old, had)
 	}
 }
 
@@ -65,8 +69,9 @@ func (o *Ordered[V]) Delete(ctx context.Context, key string) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	old, had := o.cache.Get(key)
 	if o.cache.DeleteOwn(key, rev) {
-		o.relist()
+		o.relist(key, old, had)
 	}
 	return nil
 }
@@ -86,23 +91,35 @@ func (o *Ordered[V]) List() []V {
 	return o.list
 }
 
-// relist rebuilds the listing and tells changed; the caller holds mu.
-func (o *Ordered[V]) relist() {
-	type keyed struct {
-		key string
-		v   V
+// Len returns the number of values held.
+func (o *Ordered[V]) Len() int {
+	o.mu.RLock()
+	defer o.mu.RUnlock()
+	return len(o.list)
+}
+
+// relist moves key in a new listing, from old (when had) to its value now
+// (none: out), and tells changed; the caller holds mu. Linear in the
+// listing (two copies), not a sort of it: every new registration relists
+// (session 35, docs/performance.md).
+func (o *Ordered[V]) relist(key string, old V, had bool) {
+	list, keys := slices.Clone(o.list), slices.Clone(o.keys)
+	if had {
+		if i, found := o.find(list, keys, key, old); found {
+			list, keys = slices.Delete(list, i, i+1), slices.Delete(keys, i, i+1)
+		}
 	}
-	all := make([]keyed, 0, o.cache.Len())
-	for k, v := range o.cache.All() {
-		all = append(all, keyed{k, v})
+	if v, ok := o.cache.Get(key); ok {
+		i, _ := o.find(list, keys, key, v)
+		list, keys = slices.Insert(list, i, v), slices.Insert(keys, i, key)
 	}
-	slices.SortFunc(all, func(a, b keyed) int {
-		return cmp.Or(cmp.Compare(o.order(a.v), o.order(b.v)), cmp.Compare(a.key, b.key))
-	})
-	list := make([]V, len(all))
-	for i, x := range all {
-		list[i] = x.v
-	}
-	o.list = list
+	o.list, o.keys = list, keys
 	o.changed(list)
+}
+
+// find is where key, valued v, is or goes in list: by registration, then key.
+func (o *Ordered[V]) find(list []V, keys []string, key string, v V) (int, bool) {
+	at := o.order(v)
+	i := sort.Search(len(list), func(i int) bool { return cmp.Or(cmp.Compare(o.order(list[i]), at), cmp.Compare(keys[i], key)) >= 0 })
+	return i, i < len(list) && keys[i] == key
 }

@@ -47,6 +47,10 @@ type Config struct {
 	// max_bytes is HardBytes, reserved on each server): a new key past one
 	// is refused. Zero means the Default*MaxBytes, negative no bound.
 	ParkedMaxBytes, SessionsMaxBytes, LedgerMaxBytes int64
+	// MaxTools and MaxGroups bound the names of P_tools and P_groups (Count;
+	// their streams' max_msgs is HardMsgs): a new one past it is refused.
+	// Zero means DefaultMaxTools and DefaultMaxGroups, negative no bound.
+	MaxTools, MaxGroups int
 	// HandoffMaxAge bounds how long external and confirm requests are kept;
 	// zero means bus.DefaultHandoffTTL.
 	HandoffMaxAge time.Duration
@@ -78,6 +82,8 @@ func (c *Config) defaults() {
 	c.SessionsMaxBytes = cmp.Or(c.SessionsMaxBytes, DefaultSessionsMaxBytes)
 	c.LedgerMaxBytes = cmp.Or(c.LedgerMaxBytes, DefaultLedgerMaxBytes)
 	c.WorkAckWait = positive(c.WorkAckWait, DefaultWorkAckWait)
+	c.MaxTools = cmp.Or(c.MaxTools, DefaultMaxTools)
+	c.MaxGroups = cmp.Or(c.MaxGroups, DefaultMaxGroups)
 }
 
 // positive returns v when it is positive, else def.
@@ -163,22 +169,23 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 	}
 	st := &Store{JS: js, Health: &Health{}}
 	kvs := []struct {
-		dst  **KV
-		name string
-		cfg  jetstream.KeyValueConfig
-		soft int64 // the soft bound (Bound), 0: none
+		dst   **KV
+		name  string
+		cfg   jetstream.KeyValueConfig
+		soft  int64 // the soft bound (Bound), 0: none
+		names *Count
 	}{
-		{&st.Tools, bus.BucketTools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}, 0},
-		{&st.Workers, bus.BucketWorkers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}, 0},
-		{&st.Groups, bus.BucketGroups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}, 0},
-		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}, cfg.SessionsMaxBytes},
-		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}, cfg.ParkedMaxBytes},
-		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}, cfg.LedgerMaxBytes},
+		{&st.Tools, bus.BucketTools, jetstream.KeyValueConfig{Description: "toolbus tool definitions"}, 0, newCount("tools", "max-tools", cfg.MaxTools)},
+		{&st.Workers, bus.BucketWorkers, jetstream.KeyValueConfig{Description: "toolbus worker liveness", TTL: 3 * cfg.Heartbeat}, 0, nil},
+		{&st.Groups, bus.BucketGroups, jetstream.KeyValueConfig{Description: "toolbus tool groups"}, 0, newCount("groups", "max-groups", cfg.MaxGroups)},
+		{&st.Sessions, bus.BucketSessions, jetstream.KeyValueConfig{Description: "toolbus sessions", TTL: cfg.SessionTTL}, cfg.SessionsMaxBytes, nil},
+		{&st.Parked, bus.BucketParked, jetstream.KeyValueConfig{Description: "toolbus parked calls", TTL: cfg.HandoffMaxAge}, cfg.ParkedMaxBytes, nil},
+		{&st.Ledger, bus.BucketLedger, jetstream.KeyValueConfig{Description: "toolbus dedupe ledger", TTL: cfg.DedupeWindow}, cfg.LedgerMaxBytes, nil},
 		// One small key per router (docs/protocol.md 8, 1.13), at most 1 MiB.
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
-			MaxValueSize: 256, MaxBytes: 1 << 20}, 0},
+			MaxValueSize: 256, MaxBytes: 1 << 20}, 0, nil},
 		// The MCP facades' tasks and request states (docs/mcp.md).
-		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), 0},
+		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), 0, nil},
 	}
 	for _, kv := range kvs {
 		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage
@@ -194,7 +201,12 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		}
 		if kv.dst != nil {
 			*kv.dst = NewKV(js, h, cfg.Replicas)
-			(*kv.dst).bound = NewBound(h, kv.soft)
+			(*kv.dst).bound, (*kv.dst).count = NewBound(h, kv.soft), kv.names
+		}
+		if kv.names != nil {
+			if err := capMsgs(ctx, js, kv.cfg.Bucket, kv.names.bound); err != nil {
+				return nil, fmt.Errorf("store: bucket %s: max_msgs: %w", kv.cfg.Bucket, err)
+			}
 		}
 	}
 	var err error

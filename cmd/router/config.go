@@ -55,6 +55,9 @@ type limitsConfig struct {
 	ParkedMaxBytes   softBound `json:"parked_max_bytes,omitempty"`
 	SessionsMaxBytes softBound `json:"sessions_max_bytes,omitempty"`
 	LedgerMaxBytes   softBound `json:"ledger_max_bytes,omitempty"`
+	// The catalogue's bounds on names (store.Count; protocol 7.1, 1.25).
+	MaxTools  int `json:"max_tools,omitempty"`
+	MaxGroups int `json:"max_groups,omitempty"`
 }
 
 func loadConfig(path string) (*fileConfig, error) {
@@ -100,6 +103,8 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 		{&l.LedgerMaxBytes, "ledger", "write calls' results (a new write call past it ends limit_exceeded, not run)", store.DefaultLedgerMaxBytes}} {
 		fs.Var(b.v, b.name+"-max-bytes", fmt.Sprintf("bytes the P_%s bucket of %s may hold; its stream's max_bytes, a quarter (at least 16MiB) more, is reserved on each server; off: no bound (default %dMiB)", b.name, b.what, b.def>>20))
 	}
+	fs.IntVar(&l.MaxTools, "max-tools", 0, fmt.Sprintf("tool names the catalogue P_tools takes: a new one past it is rejected limit_exceeded, a held one still taken; -1: no bound (default %d)", store.DefaultMaxTools))
+	fs.IntVar(&l.MaxGroups, "max-groups", 0, fmt.Sprintf("group names P_groups takes, likewise; -1: no bound (default %d)", store.DefaultMaxGroups))
 	fs.Var(&l.InlineOutput, "inline-output", "encoded output size of the built-in tools above which it is stored in P_outputs (default 1MiB, capped by the payload limit)")
 	fs.Var(&l.MaxOutput, "max-output", "encoded output size of the built-in tools above which it is refused (default 64MiB)")
 	return l
@@ -116,11 +121,13 @@ func (l limitsConfig) override(o *limitsConfig) limitsConfig {
 	pick(&l.ParkedMaxBytes, o.ParkedMaxBytes)
 	pick(&l.SessionsMaxBytes, o.SessionsMaxBytes)
 	pick(&l.LedgerMaxBytes, o.LedgerMaxBytes)
+	pick(&l.MaxTools, o.MaxTools)
+	pick(&l.MaxGroups, o.MaxGroups)
 	return l
 }
 
 // pick sets *dst to v when v is set.
-func pick[T duration | byteSize | softBound](dst *T, v T) {
+func pick[T duration | byteSize | softBound | int](dst *T, v T) {
 	if v != 0 {
 		*dst = v
 	}
@@ -133,6 +140,7 @@ func (l limitsConfig) apply(c *store.Config) {
 	c.OutputsTTL = time.Duration(l.OutputsTTL)
 	c.OutputsMaxBytes = int64(l.OutputsMaxBytes)
 	c.ParkedMaxBytes, c.SessionsMaxBytes, c.LedgerMaxBytes = int64(l.ParkedMaxBytes), int64(l.SessionsMaxBytes), int64(l.LedgerMaxBytes)
+	c.MaxTools, c.MaxGroups = l.MaxTools, l.MaxGroups
 }
 
 // duration is a positive Go duration ("24h") in a file or a flag.

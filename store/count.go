@@ -1,0 +1,125 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The catalogue's bounds' defaults (Config.MaxTools, MaxGroups; protocol 7.1, 1.25).
+const (
+	DefaultMaxTools  = 4096
+	DefaultMaxGroups = 1024
+)
+
+// Count is the bound routers keep on the names of a bucket whose every key
+// each of them caches (P_tools, P_groups; protocol 7.1, 1.25): a new name
+// is admitted while the names cached plus those admitted and not yet
+// cached are fewer than the bound; a name held is never judged. Routers
+// judge apart, so together they may admit more, which the stream's
+// max_msgs (HardMsgs) stops. A nil Count admits everything.
+type Count struct {
+	what, flag string // what is bounded ("tools") and the router flag that sets it
+	bound      int
+
+	mu      sync.Mutex
+	pending int    // admitted, not yet cached (Done)
+	refused uint64 // new names refused since the start
+}
+
+// newCount bounds the names of what at n, set by --flag (nil: n < 0, none).
+func newCount(what, flag string, n int) *Count {
+	if n < 0 {
+		return nil
+	}
+	return &Count{what: what, flag: flag, bound: n}
+}
+
+// CountOf is the bound Setup gave kv's names (nil: none).
+func CountOf(kv jetstream.KeyValue) *Count {
+	if k, ok := kv.(*KV); ok {
+		return k.count
+	}
+	return nil
+}
+
+// Take admits one new name beside the held ones the caller caches, or
+// returns the refusal's text; Done ends what it admitted.
+func (c *Count) Take(held int) (string, bool) {
+	if c == nil {
+		return "", true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held+c.pending < c.bound {
+		c.pending++
+		return "", true
+	}
+	return c.refuse(fmt.Sprintf("the catalogue holds %d %s, the routers' bound", held+c.pending, c.what)), false
+}
+
+// Full counts a new name the stream refused at its max_msgs (IsMaxMsgs)
+// and returns the refusal's text.
+func (c *Count) Full() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.refuse("the stored catalogue of " + c.what + " is at its stream's max_msgs, the routers' bound and its margin, delete markers counted,")
+}
+
+// refuse counts a refusal and returns its text; c.mu is held.
+func (c *Count) refuse(why string) string {
+	c.refused++
+	return fmt.Sprintf("limit_exceeded: %s (router --%s): a new name is refused, one it holds is still taken; nothing was written (docs/protocol.md 7.1)", why, c.flag)
+}
+
+// Done ends a Take that admitted: the name is cached, or was not written.
+func (c *Count) Done() {
+	if c != nil {
+		c.mu.Lock()
+		c.pending--
+		c.mu.Unlock()
+	}
+}
+
+// Bound is the bound (0: none) and the new names refused since the start.
+func (c *Count) Bound() (int, uint64) {
+	if c == nil {
+		return 0, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bound, c.refused
+}
+
+// IsMaxMsgs reports whether err is a stream's refusal of a new message at
+// its max_msgs (discard new), which no retry changes.
+func IsMaxMsgs(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == codeStoreFailed && strings.Contains(apiErr.Description, "maximum messages")
+}
+
+// HardMsgs is the max_msgs of a bucket whose names are bounded at n: n
+// plus a quarter, at least 64, for what routers admit apart, the delete
+// markers of names taken out, and the writes of held names, which a
+// replicated stream's discard-new check counts whole.
+func HardMsgs(n int) int64 { return int64(n + max(n/4, 64)) }
+
+// capMsgs sets the max_msgs of bucket's stream to HardMsgs(n), or what it
+// holds plus the margin when more (a catalogue of a router before 1.25, a
+// bound made smaller: hardBytes).
+func capMsgs(ctx context.Context, js jetstream.JetStream, bucket string, n int) error {
+	return Retry(ctx, Provision, func(ctx context.Context) error {
+		s, err := js.Stream(ctx, "KV_"+bucket)
+		if err != nil {
+			return err
+		}
+		cfg := s.CachedInfo().Config
+		cfg.MaxMsgs = max(HardMsgs(n), int64(s.CachedInfo().State.Msgs)+HardMsgs(n)-int64(n))
+		_, err = js.UpdateStream(ctx, cfg)
+		return err
+	})
+}
