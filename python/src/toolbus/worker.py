@@ -45,6 +45,7 @@ class _Served:
     sub: Any = None
     loop: asyncio.Task[Any] | None = None
     rejected: bool = False
+    full: bool = False  # rejected for want of room in the catalogue: registered again every beat (7.1, 1.25)
     stats: dict[str, int] = field(default_factory=lambda: {"calls": 0, "errors": 0})
 
 
@@ -137,16 +138,13 @@ class Worker:
         self._started = True
         self._cancel_sub = await self.nc.subscribe(self.subjects.all("cancel"), cb=self._x.on_cancel)
         for s in self._tools.values():
-            if not s.tool.definition.durable and not s.tool.definition.external:
-                name = s.tool.name
-                s.sub = await self.nc.subscribe(self.subjects.exec(name), queue=self.subjects.exec_queue(name),
-                                                cb=self._x.exec_cb(s), pending_msgs_limit=max(4 * self.max_concurrent, 1024))
+            await self._subscribe(s)
         await self.nc.flush()
         await self._register(first=True)
         self._beat = asyncio.create_task(_heartbeat(self))
         for s in self._tools.values():
-            if s.tool.definition.durable and not s.rejected:
-                s.loop = asyncio.create_task(_take_work(self._x, s))
+            if not s.rejected:
+                self._take_work(s)
         if strict and self.rejected:
             raise RegistrationError("the router rejected " + "; ".join(f"{r.name}: {r.reason}" for r in self.rejected), list(self.rejected))
 
@@ -234,7 +232,7 @@ class Worker:
         data: dict[str, Any] = {"worker": self.id}
         if self.groups:
             data["groups"] = [g.to_json() for g in self.groups]
-        tools = [s.tool.definition.to_json() for s in self._tools.values() if not s.rejected]
+        tools = [s.tool.definition.to_json() for s in self._tools.values() if not s.rejected or s.full]
         if tools:
             data["tools"] = tools
         data.update(self._exec_forms())
@@ -277,6 +275,9 @@ class Worker:
             s = self._tools.get(rej.name)
             if s is not None and not s.rejected:
                 s.rejected = True
+                # The catalogue's bound (7.1, 1.25) is the one refusal that room may lift: the tool is
+                # registered again every beat, as the Go worker does, and served once it is taken.
+                s.full = rej.reason.startswith(ev.CODE_LIMIT_EXCEEDED + ":")
                 self.rejected.append(rej)
                 self.log.error("worker %s: tool %s REJECTED by the router and not served: %s", self.id, rej.name, rej.reason)
                 if s.sub is not None:
@@ -285,7 +286,28 @@ class Worker:
             elif s is None:
                 self.rejected.append(rej)
                 self.log.error("worker %s: registration rejected %s: %s", self.id, rej.name, rej.reason)
+        for name in self.accepted:
+            s = self._tools.get(name)
+            if s is not None and s.full and not self._stopping:
+                s.rejected = s.full = False
+                self.rejected = [r for r in self.rejected if r.name != name]
+                self.log.warning("worker %s: tool %s taken by the router now that the catalogue has room; serving it", self.id, name)
+                await self._subscribe(s)
+                self._take_work(s)
         self.registered.set()
+
+    async def _subscribe(self, s: _Served) -> None:
+        """Takes the tool's execs in its queue group (5.1), unless its calls come otherwise (durable, external)."""
+        d = s.tool.definition
+        if d.durable or d.external or s.sub is not None:
+            return
+        s.sub = await self.nc.subscribe(self.subjects.exec(s.tool.name), queue=self.subjects.exec_queue(s.tool.name),
+                                        cb=self._x.exec_cb(s), pending_msgs_limit=max(4 * self.max_concurrent, 1024))
+
+    def _take_work(self, s: _Served) -> None:
+        """Starts a durable tool's work loop (5.8)."""
+        if s.tool.definition.durable and s.loop is None:
+            s.loop = asyncio.create_task(_take_work(self._x, s))
 
 
 
