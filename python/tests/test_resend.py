@@ -212,7 +212,7 @@ async def test_resend_attack_notice_flood(fake_bus, session):
             await f.nc.publish(m.reply + ".running.deeper", b"{}")
         await f.reply(m)
 
-    f, c = await fake_bus(session, on, resend=toolbus.Resend(first=0.5, after_notice=1.0, max=3))
+    f, c = await fake_bus(session, on, resend=toolbus.Resend(first=30.0, after_notice=30.0, max=3))  # no re-send: one flood
     reply = await c.call(session, [CALL], timeout=60)
     assert reply.result("c1").text == "done"
     m = _rpc._muxes[c.nc]
