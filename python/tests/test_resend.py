@@ -220,6 +220,16 @@ async def test_resend_attack_notice_flood(fake_bus, session):
     assert len(f.copies) == 1
 
 
+@pytest.mark.parametrize("resend", [None, toolbus.Resend(first=0.1)])
+async def test_resend_no_router(router, session, resend):
+    """Nobody subscribes the call subject: NoRouterError at once, with re-sending on or off, as in 1.24."""
+    async with await toolbus.Client.connect(router.url, prefix="nobody", source="pytest", resend=resend) as c:
+        t0 = time.monotonic()
+        with pytest.raises(toolbus.NoRouterError, match="no router serves nobody.call"):
+            await c.call(session, [CALL], timeout=20)
+        assert time.monotonic() - t0 < 10 and waits(c) == 0
+
+
 def test_resend_option_checked():
     assert toolbus.Resend() == toolbus.Resend(first=6.0, after_notice=15.0, max=3)
     for bad in ({"first": 0}, {"after_notice": -1}, {"max": -1}):

@@ -198,11 +198,9 @@ async def _resending(nc: Any, subject: str, body: bytes, headers: dict[str, str]
                                return_when=asyncio.FIRST_COMPLETED)
             if w.reply.done():
                 msg = w.reply.result()
-                if not (msg.headers and msg.headers.get("Status") == "503"):
-                    return msg
-                if not sent:  # nobody took the first copy (after a re-send, the first may still answer)
+                if msg.headers and msg.headers.get("Status") == "503":
                     raise nats.errors.NoRespondersError
-                w.reply = loop.create_future()
+                return msg
             if w.notice.done():
                 w.notice = loop.create_future()
                 at = loop.time() + r.after_notice * random.uniform(1, 1.2)
