@@ -215,8 +215,8 @@ async def test_resend_attack_notice_flood(fake_bus, session):
     f, c = await fake_bus(session, on, resend=toolbus.Resend(first=30.0, after_notice=30.0, max=3))  # no re-send: one flood
     reply = await c.call(session, [CALL], timeout=60)
     assert reply.result("c1").text == "done"
-    m = _rpc._muxes[c.nc]
-    assert waits(c) == 0 and m.sub is not None and m.sub.result().pending_msgs == 0
+    sub = next(s for s in c.nc._subs.values() if s.subject == _rpc._muxes[c.nc].prefix + ">")
+    assert waits(c) == 0 and sub.pending_msgs == 0
     assert len(f.copies) == 1
 
 
@@ -228,6 +228,34 @@ async def test_resend_no_router(router, session, resend):
         with pytest.raises(toolbus.NoRouterError, match="no router serves nobody.call"):
             await c.call(session, [CALL], timeout=20)
         assert time.monotonic() - t0 < 10 and waits(c) == 0
+
+
+async def test_resend_connection_freed(router, session):
+    """A client's connection, closed and dropped after batches, is freed: the per-connection mux and watch
+    (weak-keyed by it) keep no reference to it."""
+    import gc
+    import weakref
+
+    async def on(f: Fake, m: Any) -> None:
+        await f.reply(m)
+
+    nc = await nats.connect(router.url)
+    f = Fake(nc, on)
+    await nc.subscribe(f"{PREFIX}.call.{session}", cb=f.take)
+    await nc.flush()
+    try:
+        c = await toolbus.Client.connect(router.url, prefix=PREFIX, source="pytest")
+        await c.call(session, [CALL], timeout=20)
+        await c.close()
+        ref, c = weakref.ref(c.nc), None
+        for _ in range(100):  # the watch's poller ends within its 0.25 s period
+            gc.collect()
+            if ref() is None:
+                break
+            await asyncio.sleep(0.05)
+        assert ref() is None
+    finally:
+        await nc.close()
 
 
 def test_resend_option_checked():

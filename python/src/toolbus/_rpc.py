@@ -83,7 +83,7 @@ class _Watch:
     """Cancels the requests in flight on a connection once it closes (nats-py would wait out their timeouts)."""
 
     def __init__(self, nc: Any) -> None:
-        self.nc = nc
+        self.nc = weakref.ref(nc)  # not the connection itself: it is the key of _watches
         self.waiting: set[asyncio.Task[Any]] = set()
         self.closed: set[asyncio.Task[Any]] = set()
         self.poller: asyncio.Task[Any] | None = None
@@ -91,7 +91,8 @@ class _Watch:
     async def poll(self) -> None:
         while self.waiting:
             await asyncio.sleep(0.25)
-            if self.nc.is_closed:
+            nc = self.nc()
+            if nc is None or nc.is_closed:
                 for t in self.waiting:
                     self.closed.add(t)
                     t.cancel()
@@ -135,21 +136,25 @@ class _Wait:
 
 class _Mux:
     """One wildcard subscription per connection, ``<inbox>.>``: a batch's reply comes on ``<inbox>.<n>``,
-    its notices on ``<inbox>.<n>.running``. Each message only completes a future: a flood costs no memory."""
+    its notices on ``<inbox>.<n>.running``. Each message only completes a future: a flood costs no memory.
+    It keeps no reference to the connection (the key of ``_muxes``, which would then never be freed)."""
 
     def __init__(self, nc: Any) -> None:
-        self.nc, self.prefix = nc, nc.new_inbox() + "."
+        self.prefix = nc.new_inbox() + "."
         self.waits: dict[str, _Wait] = {}
         self.n = itertools.count(1)
-        self.sub: asyncio.Future[Any] | None = None
+        self.opened: asyncio.Future[None] | None = None
 
-    async def open(self) -> None:
-        if self.sub is None:
-            self.sub = asyncio.ensure_future(self.nc.subscribe(self.prefix + ">", cb=self.on))
+    async def open(self, nc: Any) -> None:
+        async def subscribe() -> None:
+            await nc.subscribe(self.prefix + ">", cb=self.on)
+
+        if self.opened is None:
+            self.opened = asyncio.ensure_future(subscribe())
         try:
-            await asyncio.shield(self.sub)
+            await asyncio.shield(self.opened)
         except Exception:
-            self.sub = None
+            self.opened = None
             raise
 
     async def on(self, m: Any) -> None:
@@ -180,7 +185,7 @@ async def _resending(nc: Any, subject: str, body: bytes, headers: dict[str, str]
     m = _muxes.get(nc)
     if m is None:
         m = _muxes[nc] = _Mux(nc)
-    await m.open()
+    await m.open(nc)
     loop = asyncio.get_running_loop()
     token, now = str(next(m.n)), loop.time()
     end, at, sent = now + timeout, now, -1  # sent: the re-sends so far, -1 before the first send
