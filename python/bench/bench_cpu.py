@@ -10,6 +10,7 @@ read from /proc/<pid>/stat), divided by the number of calls. Linux only. BENCH_E
 default), binary or structured picks the exec form the worker declares (docs/protocol.md 5.1).
 BENCH_PROFILE=file writes cProfile stats of the responder (file.raw, file.toolbus) and of the
 requester's measured calls (file.client-raw, file.client-toolbus); the CPU numbers are then not comparable.
+BENCH_RESEND=off makes the client with resend=None (protocol 3.2.1: one copy, nats-py's own request).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ async def measure(kind: str, url: str, calls: int, warmup: int) -> tuple[float, 
             async def one(i: int) -> None:
                 await nc.request("bench.raw", PAYLOAD, timeout=10)
         else:
-            c = await toolbus.Client.connect(url, source="bench")
+            c = await toolbus.Client.connect(url, source="bench", resend=None if os.environ.get("BENCH_RESEND") == "off" else toolbus.Resend())
             nc = c.nc
             calls_ = [toolbus.Call("c1", "bench_echo", {"text": "hello, bench"})]
             while "bench_echo" not in (await c.tools("bench")).names:

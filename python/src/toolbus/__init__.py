@@ -1,6 +1,6 @@
 """toolbus: agents and tool workers on NATS, speaking docs/protocol.md (see python/API.md)."""
 
-from .client import Client, EventStream
+from .client import Client, EventStream, Resend
 from .follow import FollowStream, HandoffStream, ReplayStream
 from .errors import (BusError, NoRouterError, NoToolCallsError, ProtocolError, RegistrationError, SchemaError,
                      TimeoutError, ToolbusError, ToolError)
@@ -14,7 +14,7 @@ from .worker import Worker, serve
 __all__ = [
     "Answer", "Block", "BusError", "Call", "Client", "Event", "EventStream", "ExternalRequest", "ExternalTool", "FollowStream", "HandoffStream", "Group", "GroupInfo",
     "ModelReply", "ModelTurn", "NoRouterError", "NoToolCallsError", "Parked", "ProtocolError", "RegistrationError",
-    "Rejection", "ReplayStream", "Reply", "Request", "Result", "ResultError", "Rule", "SchemaError", "State", "Subjects", "TimeoutError",
+    "Rejection", "ReplayStream", "Reply", "Request", "Resend", "Result", "ResultError", "Rule", "SchemaError", "State", "Subjects", "TimeoutError",
     "Tool", "ToolContext", "ToolDef", "ToolError", "ToolResult", "ToolbusError", "ToolsList", "Worker", "input_digest",
     "load_groups", "parse_model_turn", "reset_input", "serve", "tool", "valid_id", "valid_name",
 ]

@@ -12,6 +12,7 @@ from typing import Any, AsyncIterator, Sequence
 import nats
 
 from . import _rpc
+from ._rpc import Resend
 from . import event as ev
 from .event import _q
 from .errors import NoToolCallsError, ProtocolError, ToolbusError
@@ -113,8 +114,9 @@ class Client:
     """An agent's handle on the bus. Safe to share between tasks of one event loop."""
 
     def __init__(self, nc: Any, *, prefix: str = "toolbus", source: str = "toolbus/client", timeout: float | None = None,
-                 inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT) -> None:
+                 inline_limit: int = DEFAULT_INLINE_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT, resend: Resend | None = Resend()) -> None:
         self.nc = nc
+        self.resend = resend
         self.subjects = ev.Subjects(prefix)
         self.source = source or "toolbus/client"
         self.timeout = timeout
@@ -125,11 +127,11 @@ class Client:
     @classmethod
     async def connect(cls, url: str | None = None, *, prefix: str = "toolbus", source: str = "toolbus/client",
                       timeout: float | None = None, inline_limit: int = DEFAULT_INLINE_LIMIT,
-                      max_output: int = DEFAULT_MAX_OUTPUT, **nats_options: Any) -> Client:
+                      max_output: int = DEFAULT_MAX_OUTPUT, resend: Resend | None = Resend(), **nats_options: Any) -> Client:
         """Connect to NATS (url, else $NATS_URL, else nats://127.0.0.1:4222); the client owns the connection."""
         nats_options.setdefault("name", source)
         nc = await nats.connect(url or os.environ.get("NATS_URL") or "nats://127.0.0.1:4222", **nats_options)
-        c = cls(nc, prefix=prefix, source=source, timeout=timeout, inline_limit=inline_limit, max_output=max_output)
+        c = cls(nc, prefix=prefix, source=source, timeout=timeout, inline_limit=inline_limit, max_output=max_output, resend=resend)
         c._owned = True
         return c
 
@@ -150,9 +152,11 @@ class Client:
     async def call(self, session: str, calls: Sequence[CallLike] | CallLike, *, user: Any = None, context: Any = None,
                    request: Request | dict[str, Any] | None = None, events: str | None = None, reply_id: str | None = None,
                    expiry: _dt.datetime | float | None = None, traceparent: str | None = None, timeout: float | None = None) -> Reply:
-        """Run a batch (3.1) and wait for its reply (3.2). ``expiry``: a datetime or unix time."""
+        """Run a batch (3.1) and wait for its reply (3.2), re-sent after silence as the client's ``resend`` says (3.2.1).
+
+        ``expiry``: a datetime or unix time."""
         e = _batch(self, session, calls, user, context, request, events, reply_id, expiry, traceparent)
-        data = await _rpc.request(self.nc, self.subjects.call(session), e, ev.TYPE_CALL_REPLY, _timeout(self, timeout, 600))
+        data = await _rpc.request(self.nc, self.subjects.call(session), e, ev.TYPE_CALL_REPLY, _timeout(self, timeout, 600), self.resend)
         reply = Reply.from_json(data)
         # 3.2: each call of the batch once, finished or parked; a forged reply (anyone answering
         # first on P.call.<session>) may name others, or one twice
@@ -430,4 +434,4 @@ def stored_blocks(output: list[Block]) -> list[Block]:
     return [b for b in output if b.is_stored]
 
 
-__all__ = ["Client", "EventStream", "HandoffStream", "ReplayStream", "stored_blocks"]
+__all__ = ["Client", "EventStream", "HandoffStream", "ReplayStream", "Resend", "stored_blocks"]

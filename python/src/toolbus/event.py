@@ -26,6 +26,7 @@ TYPE_CALL_RESULT = "io.toolbus.call.result"
 TYPE_CALL_PROGRESS = "io.toolbus.call.progress"
 MAX_PROGRESS = 64 << 10  # the most bytes of a progress message's body a router takes (5.3, 1.19)
 TYPE_CALL_PARKED = "io.toolbus.call.parked"
+TYPE_CALL_RUNNING = "io.toolbus.call.running"  # a router's notice on the batch's reply + ".running" (3.2.1, 1.25)
 TYPE_BATCH_DONE = "io.toolbus.batch.done"
 TYPE_EXEC = "io.toolbus.exec"
 TYPE_EXEC_RESULT = "io.toolbus.exec.result"
