@@ -33,7 +33,8 @@ type Mux struct {
 	closed  bool          // EndOnClose: the connection closed, or Close; no wait registers
 	free    sync.Pool
 	sub     *nats.Subscription
-	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
+	status  chan nats.Status   // what endOn reads (Reset, EndOnClose)
+	notices *nats.Subscription // Options.Notices's
 
 	p relays // Options.Progress's side
 }
@@ -124,6 +125,10 @@ type Options struct {
 	// most the pending limits' worth), so a call's progress precedes its
 	// result. Progress implies EndOnClose.
 	Progress func(tag any, m *nats.Msg)
+	// Notices: running notices (docs/protocol.md 3.2.1) on a wait's inbox
+	// + bus.RunningSuffix hold back RequestResend's re-sends; they come on a
+	// subscription of their own with Progress's pending limits.
+	Notices bool
 	// ProgressDropped, with Progress, is told on Progress's goroutine how
 	// many more progress messages the NATS client dropped past the limits.
 	ProgressDropped func(n int)
@@ -156,6 +161,8 @@ type Wait struct {
 	// the mark'th message handled, or by the next drain.
 	replied     bool
 	mark, epoch uint64
+	replyID     string        // RequestResend's: the notices that count name it
+	alive       chan struct{} // a counted notice came (Options.Notices)
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -216,6 +223,22 @@ func (a *Mux) Request(ctx context.Context, tag any, send func(inbox string) erro
 // RequestUntil is Request also ending at deadline (zero: none) with
 // context.DeadlineExceeded, on a pooled timer instead of a new context.
 func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, send func(inbox string) error) (*nats.Msg, error) {
+	return a.RequestResend(ctx, deadline, tag, Resend{}, send)
+}
+
+// Resend says when RequestResend sends its request again: after First
+// without the reply or a notice naming ReplyID (of type
+// io.toolbus.call.running), after AfterNotice past such a notice, each with
+// up to 20 % jitter, at most Max times (docs/protocol.md 3.2.1).
+type Resend struct {
+	First, AfterNotice time.Duration
+	Max                int
+	ReplyID            string
+}
+
+// RequestResend is RequestUntil calling send again, with the same inbox,
+// as rs says (Max 0: never); send must publish the same message each time.
+func (a *Mux) RequestResend(ctx context.Context, deadline time.Time, tag any, rs Resend, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -229,11 +252,30 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, sen
 	if err != nil {
 		return nil, err
 	}
+	if a.notices != nil {
+		a.mu.Lock()
+		w.replyID = rs.ReplyID // "": no notice counts
+		if w.alive == nil {
+			w.alive = make(chan struct{}, 1)
+		}
+		select {
+		case <-w.alive: // a former request's
+		default:
+		}
+		a.mu.Unlock()
+	}
 	if err := send(w.inbox); err != nil {
 		a.Done(w, false)
 		return nil, err
 	}
-	resp := w.Wait(ctx, within)
+	var resp *nats.Msg
+	if rs.Max > 0 && a.notices != nil {
+		resp = w.resending(ctx.Done(), within, rs, func() {
+			_ = send(w.inbox) // a failed publish is silence: the next window re-sends
+		})
+	} else {
+		resp = w.Wait(ctx, within)
+	}
 	a.Done(w, resp != nil)
 	switch {
 	case resp == nil && ctx.Err() != nil:
@@ -246,6 +288,57 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, sen
 		return nil, nats.ErrNoResponders
 	}
 	return resp, nil
+}
+
+// resending is WaitDone re-sending (resend) after each window of silence.
+func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, resend func()) *nats.Msg {
+	var expired <-chan time.Time
+	if within > 0 {
+		t := StartTimer(within)
+		defer StopTimer(t)
+		expired = t.C
+	}
+	silence := StartTimer(jittered(rs.First))
+	defer StopTimer(silence)
+	for sent := 0; ; {
+		select {
+		case m := <-w.ch:
+			return m
+		case <-done:
+			return nil
+		case <-expired:
+			return nil
+		case <-w.alive:
+			silence.Reset(jittered(rs.AfterNotice))
+		case <-silence.C:
+			if sent < rs.Max {
+				sent++
+				resend()
+				silence.Reset(jittered(rs.First))
+			}
+		}
+	}
+}
+
+// jittered is d and up to 20 % more, at random.
+func jittered(d time.Duration) time.Duration { return d + rand.N(d/5+1) }
+
+// notice counts m, on an inbox + bus.RunningSuffix, for the wait of that
+// inbox when it decodes as io.toolbus.call.running of the wait's reply id.
+func (a *Mux) notice(m *nats.Msg) {
+	inbox, _ := strings.CutSuffix(m.Subject, bus.RunningSuffix)
+	e, err := bus.Decode(m)
+	if err != nil || e.Type != bus.TypeCallRunning || e.ReplyID == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w := a.waiting[inbox]; w != nil && w.alive != nil && w.replyID == e.ReplyID {
+		select {
+		case w.alive <- struct{}{}:
+		default: // one counted already
+		}
+	}
 }
 
 // newInbox is an inbox no wait has now, carved out of a shared block. a.mu is held.
@@ -279,6 +372,11 @@ func (a *Mux) subscribe() {
 			a.err = a.p.sub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
 		}
 	}
+	if a.err == nil && a.opts.Notices {
+		if a.notices, a.err = a.nc.Subscribe(a.prefix+"*"+bus.RunningSuffix, a.notice); a.err == nil {
+			a.err = a.notices.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
+		}
+	}
 	if a.err != nil {
 		return
 	}
@@ -297,7 +395,7 @@ func (a *Mux) subscribe() {
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.endWaits(true)
-	for _, s := range []*nats.Subscription{a.sub, a.p.sub} {
+	for _, s := range []*nats.Subscription{a.sub, a.p.sub, a.notices} {
 		if s != nil {
 			_ = s.Unsubscribe()
 		}
