@@ -42,9 +42,12 @@ func newNotices(cfg Notices, events eventPort) *notices {
 
 // add links b, which came with reply subject to, until drop.
 func (n *notices) add(b *batch, to string) {
+	if to == "" {
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.stopped || to == "" {
+	if n.stopped {
 		return
 	}
 	b.note = noticeLink{next: n.head, to: to, due: b.start.Add(n.First)}
@@ -55,13 +58,14 @@ func (n *notices) add(b *batch, to string) {
 	n.arm(b.note.due)
 }
 
-// drop unlinks b: no notice of it is sent once drop returns.
+// drop unlinks b: no notice of it is sent once drop returns. Only b's
+// goroutine sets note.to (add, drop): it reads it unlocked.
 func (n *notices) drop(b *batch) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	if b.note.to == "" {
 		return
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	l := &b.note
 	if l.prev != nil {
 		l.prev.note.next = l.next

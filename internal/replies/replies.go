@@ -268,14 +268,12 @@ func (a *Mux) RequestResend(ctx context.Context, deadline time.Time, tag any, rs
 		a.Done(w, false)
 		return nil, err
 	}
-	var resp *nats.Msg
-	if rs.Max > 0 && a.notices != nil {
-		resp = w.resending(ctx.Done(), within, rs, func() {
-			_ = send(w.inbox) // a failed publish is silence: the next window re-sends
-		})
-	} else {
-		resp = w.Wait(ctx, within)
+	if a.notices == nil {
+		rs.Max = 0 // no notices taken: no re-sends
 	}
+	resp := w.resending(ctx.Done(), within, rs, func() {
+		_ = send(w.inbox) // a failed publish is silence: the next window re-sends
+	})
 	a.Done(w, resp != nil)
 	switch {
 	case resp == nil && ctx.Err() != nil:
@@ -290,7 +288,8 @@ func (a *Mux) RequestResend(ctx context.Context, deadline time.Time, tag any, rs
 	return resp, nil
 }
 
-// resending is WaitDone re-sending (resend) after each window of silence.
+// resending is WaitDone re-sending (resend) after each window of silence
+// as rs says (Max 0: never).
 func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, resend func()) *nats.Msg {
 	var expired <-chan time.Time
 	if within > 0 {
@@ -298,8 +297,13 @@ func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, 
 		defer StopTimer(t)
 		expired = t.C
 	}
-	silence := StartTimer(jittered(rs.First))
-	defer StopTimer(silence)
+	var silence *time.Timer // none without re-sends
+	var quiet <-chan time.Time
+	if rs.Max > 0 {
+		silence = StartTimer(jittered(rs.First))
+		defer StopTimer(silence)
+		quiet = silence.C
+	}
 	for sent := 0; ; {
 		select {
 		case m := <-w.ch:
@@ -309,8 +313,10 @@ func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, 
 		case <-expired:
 			return nil
 		case <-w.alive:
-			silence.Reset(jittered(rs.AfterNotice))
-		case <-silence.C:
+			if silence != nil {
+				silence.Reset(jittered(rs.AfterNotice))
+			}
+		case <-quiet:
 			if sent < rs.Max {
 				sent++
 				resend()
@@ -538,19 +544,7 @@ func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
 // WaitDone is Wait until done is closed (nil: never) rather than a
 // context's end.
 func (w *Wait) WaitDone(done <-chan struct{}, within time.Duration) *nats.Msg {
-	var expired <-chan time.Time
-	if within > 0 {
-		t := StartTimer(within)
-		defer StopTimer(t)
-		expired = t.C
-	}
-	select {
-	case m := <-w.ch:
-		return m
-	case <-done:
-	case <-expired:
-	}
-	return nil
+	return w.resending(done, within, Resend{}, nil)
 }
 
 // timers are the stopped timers of the waits, to start again.
