@@ -300,7 +300,7 @@ func (r *replies) close() { r.mux.Unsubscribe() }
 // (context.DeadlineExceeded at until). e's data is checked unless trusted.
 // A re-send (rs) encodes e again: the same bytes.
 func (r *replies) requestUntil(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool, rs waits.Resend) (*nats.Msg, error) {
-	return r.mux.RequestResend(ctx, until, nil, rs, func(inbox string) error {
+	return r.mux.RequestUntil(ctx, until, nil, rs, func(inbox string) error {
 		publish := func(m *nats.Msg) error {
 			m.Reply = inbox
 			return r.mux.Conn().PublishMsg(m)

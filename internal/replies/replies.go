@@ -33,8 +33,8 @@ type Mux struct {
 	closed  bool          // EndOnClose: the connection closed, or Close; no wait registers
 	free    sync.Pool
 	sub     *nats.Subscription
-	status  chan nats.Status   // what endOn reads (Reset, EndOnClose)
-	notices *nats.Subscription // Options.Notices's
+	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
+	n       notices          // Options.Notices's side
 
 	p relays // Options.Progress's side
 }
@@ -126,7 +126,7 @@ type Options struct {
 	// result. Progress implies EndOnClose.
 	Progress func(tag any, m *nats.Msg)
 	// Notices: running notices (docs/protocol.md 3.2.1) on a wait's inbox
-	// + bus.RunningSuffix hold back RequestResend's re-sends; they come on a
+	// + bus.RunningSuffix hold back RequestUntil's re-sends; they come on a
 	// subscription of their own with Progress's pending limits.
 	Notices bool
 	// ProgressDropped, with Progress, is told on Progress's goroutine how
@@ -161,7 +161,7 @@ type Wait struct {
 	// the mark'th message handled, or by the next drain.
 	replied     bool
 	mark, epoch uint64
-	replyID     string        // RequestResend's: the notices that count name it
+	replyID     string        // RequestUntil's: the notices that count name it
 	alive       chan struct{} // a counted notice came (Options.Notices)
 }
 
@@ -217,16 +217,10 @@ func (a *Mux) await(max int, tag any) (*Wait, error) {
 // Request publishes with send(inbox) and waits for the reply until ctx ends,
 // with nats.Conn.RequestMsgWithContext's errors; Options.Progress gets tag.
 func (a *Mux) Request(ctx context.Context, tag any, send func(inbox string) error) (*nats.Msg, error) {
-	return a.RequestUntil(ctx, time.Time{}, tag, send)
+	return a.RequestUntil(ctx, time.Time{}, tag, Resend{}, send)
 }
 
-// RequestUntil is Request also ending at deadline (zero: none) with
-// context.DeadlineExceeded, on a pooled timer instead of a new context.
-func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, send func(inbox string) error) (*nats.Msg, error) {
-	return a.RequestResend(ctx, deadline, tag, Resend{}, send)
-}
-
-// Resend says when RequestResend sends its request again: after First
+// Resend says when RequestUntil sends its request again: after First
 // without the reply or a notice naming ReplyID (of type
 // io.toolbus.call.running), after AfterNotice past such a notice, each with
 // up to 20 % jitter, at most Max times (docs/protocol.md 3.2.1).
@@ -236,9 +230,11 @@ type Resend struct {
 	ReplyID            string
 }
 
-// RequestResend is RequestUntil calling send again, with the same inbox,
-// as rs says (Max 0: never); send must publish the same message each time.
-func (a *Mux) RequestResend(ctx context.Context, deadline time.Time, tag any, rs Resend, send func(inbox string) error) (*nats.Msg, error) {
+// RequestUntil is Request also ending at deadline (zero: none) with
+// context.DeadlineExceeded, on a pooled timer instead of a new context,
+// and calling send again, with the same inbox, as rs says (Max 0: never);
+// send must publish the same message each time.
+func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, rs Resend, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -252,7 +248,7 @@ func (a *Mux) RequestResend(ctx context.Context, deadline time.Time, tag any, rs
 	if err != nil {
 		return nil, err
 	}
-	if a.notices != nil {
+	if a.n.sub != nil {
 		a.mu.Lock()
 		w.replyID = rs.ReplyID // "": no notice counts
 		if w.alive == nil {
@@ -268,7 +264,7 @@ func (a *Mux) RequestResend(ctx context.Context, deadline time.Time, tag any, rs
 		a.Done(w, false)
 		return nil, err
 	}
-	if a.notices == nil {
+	if a.n.sub == nil {
 		rs.Max = 0 // no notices taken: no re-sends
 	}
 	resp := w.resending(ctx.Done(), within, rs, func() {
@@ -329,9 +325,16 @@ func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, 
 // jittered is d and up to 20 % more, at random.
 func jittered(d time.Duration) time.Duration { return d + rand.N(d/5+1) }
 
-// notice counts m, on an inbox + bus.RunningSuffix, for the wait of that
+// notices is a Mux's running notices side: its subscription.
+type notices struct {
+	sub *nats.Subscription
+	mux *Mux
+}
+
+// take counts m, on an inbox + bus.RunningSuffix, for the wait of that
 // inbox when it decodes as io.toolbus.call.running of the wait's reply id.
-func (a *Mux) notice(m *nats.Msg) {
+func (n *notices) take(m *nats.Msg) {
+	a := n.mux
 	inbox, _ := strings.CutSuffix(m.Subject, bus.RunningSuffix)
 	e, err := bus.Decode(m)
 	if err != nil || e.Type != bus.TypeCallRunning || e.ReplyID == "" {
@@ -379,8 +382,9 @@ func (a *Mux) subscribe() {
 		}
 	}
 	if a.err == nil && a.opts.Notices {
-		if a.notices, a.err = a.nc.Subscribe(a.prefix+"*"+bus.RunningSuffix, a.notice); a.err == nil {
-			a.err = a.notices.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
+		a.n.mux = a
+		if a.n.sub, a.err = a.nc.Subscribe(a.prefix+"*"+bus.RunningSuffix, a.n.take); a.err == nil {
+			a.err = a.n.sub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
 		}
 	}
 	if a.err != nil {
@@ -401,7 +405,7 @@ func (a *Mux) subscribe() {
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.endWaits(true)
-	for _, s := range []*nats.Subscription{a.sub, a.p.sub, a.notices} {
+	for _, s := range []*nats.Subscription{a.sub, a.p.sub, a.n.sub} {
 		if s != nil {
 			_ = s.Unsubscribe()
 		}
