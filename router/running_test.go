@@ -67,6 +67,22 @@ func runningTools(t *testing.T, d *xtest.Deployment, entered chan string, releas
 	}
 }
 
+// runningRig is a router noticing after first, then every 2×first, its
+// worker (runningTools) and a client connection.
+func runningRig(t *testing.T, first time.Duration) (*xtest.Deployment, chan string, chan struct{}, *atomic.Int32, *nats.Conn) {
+	t.Helper()
+	d := xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{Notices: router.Notices{First: first, Every: 2 * first}}})
+	entered, release := make(chan string, 4), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	runs := new(atomic.Int32)
+	runningTools(t, d, entered, release, runs)
+	nc, err := d.Connect(t.Context(), xtest.RoleClient)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, entered, release, runs, nc
+}
+
 // sendBatch publishes a batch of calls (id:name) as replyID with reply subject reply.
 func sendBatch(t *testing.T, nc *nats.Conn, replyID, reply string, calls ...string) {
 	t.Helper()
@@ -112,15 +128,7 @@ func running(t *testing.T, m *nats.Msg) []string {
 // still running (not the finished one, not the parked one), and none once
 // its reply came; a draining router sends no more.
 func TestRunningNotices(t *testing.T) {
-	d := xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{Notices: router.Notices{First: 30 * time.Millisecond, Every: 60 * time.Millisecond}}})
-	entered, release := make(chan string, 4), make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	var runs atomic.Int32
-	runningTools(t, d, entered, release, &runs)
-	nc, err := d.Connect(t.Context(), xtest.RoleClient)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, entered, release, runs, nc := runningRig(t, 30*time.Millisecond)
 	msgs := make(chan *nats.Msg, 4096) // one subscription: the reply and its notices in order
 	if _, err := nc.ChanSubscribe("_INBOX.run.>", msgs); err != nil {
 		t.Fatal(err)
@@ -183,8 +191,7 @@ func TestRunningNotices(t *testing.T) {
 // (2 s, the default) get none: each one's first message is its reply.
 func TestNoNoticesForFastBatches(t *testing.T) {
 	d := xtest.Run(t, xtest.Config{Routers: 1})
-	var runs atomic.Int32
-	runningTools(t, d, make(chan string, 1), make(chan struct{}), &runs)
+	runningTools(t, d, make(chan string, 1), make(chan struct{}), new(atomic.Int32))
 	nc, err := d.Connect(t.Context(), xtest.RoleClient)
 	if err != nil {
 		t.Fatal(err)
@@ -210,15 +217,7 @@ func TestNoNoticesForFastBatches(t *testing.T) {
 // client's re-send after silence runs on router B and the call returns
 // long before its timeout: two executions (the lost one and B's), one reply.
 func TestResendAfterRouterLoss(t *testing.T) {
-	d := xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{Notices: router.Notices{First: 50 * time.Millisecond, Every: 100 * time.Millisecond}}})
-	entered, release := make(chan string, 4), make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	var runs atomic.Int32
-	runningTools(t, d, entered, release, &runs)
-	nc, err := d.Connect(t.Context(), xtest.RoleClient)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, entered, _, runs, nc := runningRig(t, 50*time.Millisecond)
 	watch, err := d.Connect(t.Context(), xtest.RoleClient)
 	if err != nil {
 		t.Fatal(err)
