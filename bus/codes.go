@@ -14,6 +14,7 @@ const (
 	TypeCallResult    = "io.toolbus.call.result"
 	TypeCallProgress  = "io.toolbus.call.progress"
 	TypeCallParked    = "io.toolbus.call.parked"
+	TypeCallRunning   = "io.toolbus.call.running" // a batch still running (docs/protocol.md 3.2.1, 1.25)
 	TypeBatchDone     = "io.toolbus.batch.done"
 	TypeExec          = "io.toolbus.exec"
 	TypeExecResult    = "io.toolbus.exec.result"

@@ -256,6 +256,10 @@ type ExecRequest struct {
 // subject its progress goes to when the exec says progress_reply (1.18).
 const ProgressSuffix = ".progress"
 
+// RunningSuffix is appended to a batch's reply subject to make the subject
+// of its running notices (docs/protocol.md 3.2.1, 1.25).
+const RunningSuffix = ".running"
+
 // MaxProgress is the most bytes of an io.toolbus.call.progress message's
 // body: a router drops a larger one unread, a worker refuses to send it
 // (docs/protocol.md 5.3, 1.19).

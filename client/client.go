@@ -39,6 +39,20 @@ type Config struct {
 	// MaxOutput is the encoded size of an answer's output above which
 	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
 	MaxOutput int64
+	// Resend re-sends a batch the routers are silent about (docs/protocol.md
+	// 3.2.1); zero fields mean the defaults, Resend{Off: true} never does.
+	Resend Resend
+}
+
+// Resend says when Call publishes its batch again, the same message under
+// the same reply id (docs/protocol.md 3.1, 3.2.1): First (6 s) after a send
+// without the reply or a running notice, AfterNotice (15 s) after a notice,
+// each with up to 20 % jitter, at most Max (3) times; the timeout still
+// counts from the first send. Off: one send only, as before 1.25.
+type Resend struct {
+	First, AfterNotice time.Duration
+	Max                int
+	Off                bool
 }
 
 // Client talks to the routers of one deployment; its methods are the
@@ -60,9 +74,9 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	subj := bus.NewSubjects(cfg.Prefix)
 	// offload.New fails only on bad jetstream options, and gets none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
-	rep := newReplies(nc)
+	rep := newReplies(nc, !cfg.Resend.Off)
 	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
-		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep}}
+		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep, resend: cfg.Resend.windows()}}
 	// On the requester, which requests under way hold, not on the Client.
 	runtime.AddCleanup(c.rq, (*replies).close, rep)
 	return c

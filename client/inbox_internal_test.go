@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	waits "github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
 
@@ -45,14 +46,14 @@ func TestRepliesRequest(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r := newReplies(nc)
+			r := newReplies(nc, false)
 			e, err := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range 3 { // the subscription serves the next request too
 				ctx, cancel := context.WithTimeout(t.Context(), tc.timeout)
-				m, err := r.requestUntil(ctx, time.Time{}, "svc", e, false)
+				m, err := r.requestUntil(ctx, time.Time{}, "svc", e, false, waits.Resend{})
 				cancel()
 				if !errors.Is(err, tc.err) || err == nil && string(m.Data) != tc.want {
 					t.Fatalf("request %d: %v, %v; want %q, %v", i, m, err, tc.want, tc.err)
@@ -81,7 +82,7 @@ func TestRepliesRequestUntil(t *testing.T) {
 	if err := srv.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r := newReplies(nc)
+	r := newReplies(nc, false)
 	event := func(q int) *bus.Event {
 		e, err := bus.NewEvent(bus.TypeAdmin, "test", struct {
 			Q int `json:"q"`
@@ -91,13 +92,13 @@ func TestRepliesRequestUntil(t *testing.T) {
 		}
 		return e
 	}
-	if m, err := r.requestUntil(t.Context(), time.Now().Add(10*time.Second), "svc", event(0), false); err != nil || string(m.Data) != "r" {
+	if m, err := r.requestUntil(t.Context(), time.Now().Add(10*time.Second), "svc", event(0), false, waits.Resend{}); err != nil || string(m.Data) != "r" {
 		t.Fatalf("answered before its deadline: %v, %v", m, err)
 	}
-	if _, err := r.requestUntil(t.Context(), time.Now().Add(50*time.Millisecond), "svc", event(1), false); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := r.requestUntil(t.Context(), time.Now().Add(50*time.Millisecond), "svc", event(1), false, waits.Resend{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("unanswered: %v, want %v", err, context.DeadlineExceeded)
 	}
-	if _, err := r.requestUntil(t.Context(), time.Now().Add(-time.Millisecond), "svc", event(2), false); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := r.requestUntil(t.Context(), time.Now().Add(-time.Millisecond), "svc", event(2), false, waits.Resend{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("deadline passed: %v, want %v", err, context.DeadlineExceeded)
 	}
 	if n := nc.Stats().OutMsgs; n != 2 {
@@ -120,11 +121,11 @@ func TestRepliesClosed(t *testing.T) {
 	if err := srv.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r := newReplies(nc)
+	r := newReplies(nc, false)
 	e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.requestUntil(t.Context(), time.Time{}, "svc", e, false)
+		_, err := r.requestUntil(t.Context(), time.Time{}, "svc", e, false, waits.Resend{})
 		done <- err
 	}()
 	testkit.Recv(t, got, 5*time.Second, "the request")
@@ -132,7 +133,7 @@ func TestRepliesClosed(t *testing.T) {
 	if err := testkit.Recv(t, done, 5*time.Second, "the request's end"); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("request on a closed connection: %v", err)
 	}
-	if _, err := r.requestUntil(t.Context(), time.Time{}, "svc", e, false); !errors.Is(err, nats.ErrConnectionClosed) {
+	if _, err := r.requestUntil(t.Context(), time.Time{}, "svc", e, false, waits.Resend{}); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("request after close: %v", err)
 	}
 }
@@ -151,14 +152,14 @@ func TestRepliesKeepsAtMost(t *testing.T) {
 	if err := srv.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	r := newReplies(nc)
+	r := newReplies(nc, false)
 	done := make(chan error, n)
 	for i := range n {
 		go func() {
 			e, err := bus.NewEvent(bus.TypeAdmin, "test", map[string]int{"i": i})
 			if err == nil {
 				var m *nats.Msg
-				if m, err = r.requestUntil(t.Context(), time.Time{}, "svc", e, false); err == nil && string(m.Data) != string(e.Data) {
+				if m, err = r.requestUntil(t.Context(), time.Time{}, "svc", e, false, waits.Resend{}); err == nil && string(m.Data) != string(e.Data) {
 					err = fmt.Errorf("request %d: reply %s", i, m.Data)
 				}
 			}
@@ -186,6 +187,10 @@ func TestRepliesKeepsAtMost(t *testing.T) {
 	}
 }
 
+// replySubs are a Client's reply subscriptions: the replies' and the
+// running notices' (docs/protocol.md 3.2.1).
+const replySubs = 2
+
 // TestClientLetGo: a Client let go without Close leaves no reply
 // subscription on its connection once collected.
 func TestClientLetGo(t *testing.T) {
@@ -201,11 +206,11 @@ func TestClientLetGo(t *testing.T) {
 	func() {
 		c := New(nc, Config{})
 		e, _ := bus.NewEvent(bus.TypeAdmin, "test", struct{}{})
-		if _, err := c.rq.replies.requestUntil(t.Context(), time.Time{}, "svc", e, true); err != nil {
+		if _, err := c.rq.replies.requestUntil(t.Context(), time.Time{}, "svc", e, true, waits.Resend{}); err != nil {
 			t.Fatal(err)
 		}
-		if nc.NumSubscriptions() != before+1 {
-			t.Fatalf("%d subscriptions, want %d", nc.NumSubscriptions(), before+1)
+		if nc.NumSubscriptions() != before+replySubs {
+			t.Fatalf("%d subscriptions, want %d", nc.NumSubscriptions(), before+replySubs)
 		}
 	}()
 	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
@@ -248,8 +253,8 @@ func TestClientLetGoMidRequest(t *testing.T) {
 			return errors.New("the Client is not collected")
 		}
 	})
-	if n := nc.NumSubscriptions(); n != before+1 {
-		t.Fatalf("%d subscriptions while the request waits, want %d", n, before+1)
+	if n := nc.NumSubscriptions(); n != before+replySubs {
+		t.Fatalf("%d subscriptions while the request waits, want %d", n, before+replySubs)
 	}
 	e, err := bus.NewEvent(bus.TypeTaskReply, "test/router", bus.TaskReply{Tasks: []bus.Task{{ID: "t1", State: bus.StateSuccess}}})
 	if err != nil {

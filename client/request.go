@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,8 @@ type requester struct {
 	source  string
 	timeout time.Duration // Config.Timeout: for requests whose context has no deadline
 	revs    sessionRevs
-	replies *replies // the reply subjects of its requests (inbox.go)
+	replies *replies     // the reply subjects of its requests (inbox.go)
+	resend  waits.Resend // Config.Resend's, for batches
 }
 
 func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
@@ -110,7 +112,7 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 // io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
 // client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
-	re, _, err := c.roundTrip(ctx, subject, e, trusted, want, def)
+	re, _, err := c.roundTrip(ctx, subject, e, trusted, want, def, waits.Resend{})
 	if err != nil || out == nil {
 		return err
 	}
@@ -120,7 +122,9 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 // call is exchange for Call: the reply's data, when plain, read in its
 // event's pass (bus.DecodeReplyView), else by Reply.FromEvent.
 func (c *requester) call(ctx context.Context, subject string, e *bus.Event, trusted bool) (*bus.Reply, error) {
-	re, reply, err := c.roundTrip(ctx, subject, e, trusted, bus.TypeCallReply, 10*time.Minute)
+	rs := c.resend
+	rs.ReplyID = e.ID
+	re, reply, err := c.roundTrip(ctx, subject, e, trusted, bus.TypeCallReply, 10*time.Minute, rs)
 	if err != nil || reply != nil {
 		return reply, err
 	}
@@ -131,8 +135,8 @@ func (c *requester) call(ctx context.Context, subject string, e *bus.Event, trus
 // roundTrip sends e to subject and returns the reply's event, of type
 // want (its attributes views of the reply's data: what the caller keeps,
 // it copies) and, for want io.toolbus.call.reply, its data when plain;
-// an io.toolbus.error reply is a *bus.Error.
-func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, def time.Duration) (bus.Event, *bus.Reply, error) {
+// an io.toolbus.error reply is a *bus.Error. rs re-sends a batch (3.2.1).
+func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, def time.Duration, rs waits.Resend) (bus.Event, *bus.Reply, error) {
 	var until time.Time // without a caller's deadline: def, kept by the wait, not a context
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -140,7 +144,7 @@ func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event,
 		}
 		until = time.Now().Add(def)
 	}
-	resp, err := c.send(ctx, until, subject, e, trusted)
+	resp, err := c.send(ctx, until, subject, e, trusted, rs)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
 			return bus.Event{}, nil, fmt.Errorf("client: no router serves %s: %w", subject, err)
@@ -167,10 +171,10 @@ func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event,
 
 // send sends e as a request, retrying a busy reply (nothing ran) with a
 // growing, jittered backoff until ctx ends or until passes.
-func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
+func (c *requester) send(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool, rs waits.Resend) (*nats.Msg, error) {
 	defer runtime.KeepAlive(c) // c owns the reply subscription (New's runtime.AddCleanup)
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		resp, err := c.replies.requestUntil(ctx, until, subject, e, trusted)
+		resp, err := c.replies.requestUntil(ctx, until, subject, e, trusted, rs)
 		if err != nil || !isBusy(resp) {
 			return resp, err
 		}
@@ -275,9 +279,18 @@ func (s *sessionRevs) forget(session string) {
 // Its cleanup is on the requester, which each request holds until its reply.
 type replies struct{ mux *waits.Mux }
 
-// newReplies: a closed connection ends a request at once, as nats.go's does.
-func newReplies(nc *nats.Conn) *replies {
-	return &replies{mux: waits.New(nc, waits.Options{EndOnClose: true})}
+// windows is r with its defaults, as the reply wait takes it (Max 0: off).
+func (r Resend) windows() waits.Resend {
+	if r.Off {
+		return waits.Resend{}
+	}
+	return waits.Resend{First: cmp.Or(r.First, 6*time.Second), AfterNotice: cmp.Or(r.AfterNotice, 15*time.Second), Max: cmp.Or(r.Max, 3)}
+}
+
+// newReplies: a closed connection ends a request at once, as nats.go's
+// does; notices: it takes running notices (Config.Resend).
+func newReplies(nc *nats.Conn, notices bool) *replies {
+	return &replies{mux: waits.New(nc, waits.Options{EndOnClose: true, Notices: notices})}
 }
 
 func (r *replies) close() { r.mux.Unsubscribe() }
@@ -285,8 +298,9 @@ func (r *replies) close() { r.mux.Unsubscribe() }
 // requestUntil sends e to subject and waits for the reply until ctx ends or
 // until passes (zero: never), with nats.Conn.RequestMsgWithContext's errors
 // (context.DeadlineExceeded at until). e's data is checked unless trusted.
-func (r *replies) requestUntil(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool) (*nats.Msg, error) {
-	return r.mux.RequestUntil(ctx, until, nil, func(inbox string) error {
+// A re-send (rs) encodes e again: the same bytes.
+func (r *replies) requestUntil(ctx context.Context, until time.Time, subject string, e *bus.Event, trusted bool, rs waits.Resend) (*nats.Msg, error) {
+	return r.mux.RequestUntil(ctx, until, nil, rs, func(inbox string) error {
 		publish := func(m *nats.Msg) error {
 			m.Reply = inbox
 			return r.mux.Conn().PublishMsg(m)

@@ -49,6 +49,8 @@ type batch struct {
 	results    []byte
 	resultsBox *[]byte // the pool's pointer to results' buffer (resultsBuf)
 
+	note noticeLink // among the router's notices while it awaits its reply (running.go)
+
 	// tracked says runningBatches holds b (only b's goroutine sets it), so
 	// a second untrack takes no lock.
 	tracked bool
@@ -181,11 +183,14 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 		r.reject(m, err)
 		return
 	}
+	r.notices.add(b, m.Reply) // running notices until the batch's answer (docs/protocol.md 3.2.1)
+	defer r.notices.drop(b)
 	complete := b.run(0)
 	// A cancel from now on is the continuation's (cancelParked): tracked
 	// until the reply, the batch would interrupt its calls a second time.
 	r.batches.untrack(b)
 	if b.refused != nil { // a copy with other calls than its batch (docs/protocol.md 3.1)
+		r.notices.drop(b)
 		r.guards.audit.refusedRequest(r.base, r.subj, m.Subject, kind, e, b.refused)
 		r.reject(m, b.refused)
 		return
@@ -193,6 +198,7 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 	// call.parked and batch.done are stored before the reply; a batch cut
 	// off gets none (the agent re-sends, and the ledger answers).
 	if b.finishRest(complete) && m.Reply != "" {
+		r.notices.drop(b) // no notice after the reply
 		b.p.report.reply(b, m.Reply)
 	}
 }

@@ -53,7 +53,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 	run := parked.Run{Batch: b.cont, Calls: recs, Results: resultsOf(b), Next: next, Alone: alone(b, calls, next)}
 	if first { // once per batch (docs/protocol.md 3.4), not again when a resumed batch parks more
 		run.Announce = func(recs []*parked.Record) {
-			b.parked = s.listed(b, recs, next)
+			setParked(b, s.listed(b, recs, next))
 			// For live subscribers only (protocol 3.4): the reply lists them too.
 			if err := b.p.report.events.live(bus.TypeCallParked, b.session, b.replyID, "", b.trace, bus.ParkedEvent{Calls: b.p.report.parkedFit(b.parked, 0)}); err != nil {
 				b.p.log.Warn("router: call.parked not published", "session", b.session, "reply", b.replyID, "err", err)
@@ -93,7 +93,7 @@ func (s parkStep) park(b *batch, calls []*callState, specs []parkSpec, next int)
 			s.parked.WithLabelValues(recs[i].Kind).Inc()
 		}
 	}
-	b.parked = s.listed(b, got.Parked, next)
+	setParked(b, s.listed(b, got.Parked, next))
 	return true
 }
 
@@ -187,7 +187,7 @@ func (s parkStep) settle(b *batch, next int) bool {
 		}
 	}
 	b.mu.Unlock()
-	b.parked = nil
+	setParked(b, nil)
 	return true
 }
 
@@ -411,7 +411,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		}
 	}
 	b.mu.Unlock()
-	b.parked = b.parked[:0]
+	var ps []bus.Parked // set at the end: running notices read it (running.go)
 	for _, c := range b.calls {
 		if !slices.Contains(cont.Waiting, c.call.ID) {
 			continue
@@ -422,7 +422,7 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 		}
 		switch {
 		case err == nil && rec.Status == bus.ParkParked:
-			b.parked = append(b.parked, parkedOf(rec))
+			ps = append(ps, parkedOf(rec))
 		case err == nil && rec.Result != nil:
 			b.mu.Lock()
 			c.result = rec.Result // its event came from the router that settled it
@@ -432,13 +432,14 @@ func (s parkStep) adopt(ctx context.Context, b *batch, calls []*callState, specs
 			if !ok {
 				spec = parkSpec{kind: bus.KindExternal}
 			}
-			b.parked = append(b.parked, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
+			ps = append(ps, bus.Parked{ID: c.call.ID, Name: c.call.Name, Input: c.call.Input, Kind: spec.kind,
 				Subject: s.subj.Handoffs.Answer(c.call.Name), SuggestedRules: spec.suggested, Asked: bus.AskedReply(b.replyID)})
 		}
 	}
 	for _, c := range b.calls[min(cont.Next, len(b.calls)):] {
 		if c.result == nil {
-			b.parked = append(b.parked, s.queued(c))
+			ps = append(ps, s.queued(c))
 		}
 	}
+	setParked(b, ps)
 }

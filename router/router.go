@@ -84,6 +84,9 @@ type Config struct {
 	// Lease is how long a router's claim on work lives unrenewed before
 	// another router takes it over; zero means three heartbeats.
 	Lease time.Duration
+	// Notices times the running notices of a batch not yet answered
+	// (docs/protocol.md 3.2.1); zero fields mean 2 s, then every 5 s.
+	Notices Notices
 	// Tasks configures background tasks (background.go).
 	Tasks TasksConfig
 	// Guard configures search, quotas, the result cache and the audit (chain.go).
@@ -155,6 +158,7 @@ type Router struct {
 
 	subs       subscriptions
 	batches    runningBatches     // batch.go
+	notices    *notices           // the running notices of batches awaiting their reply (running.go)
 	execs      execWatches        // exec requests in flight (exec.go)
 	outputs    *offload.Offloader // stores outputs that would take a batch's messages past the payload limit
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
@@ -368,6 +372,7 @@ func (r *Router) bind() {
 	r.tools.exec = chain(requestReply{replies: execReplies, execs: &execSubjects{}, subj: r.subj, source: r.source, workers: r.reg, groups: r.groups, outputs: r.stored, watch: &r.execs},
 		once(r.led.Once))
 	r.pipe = r.newPipeline()
+	r.notices = newNotices(r.cfg.Notices, r.events)
 	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led, progress: execReplies}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, fit: r.outputs.Fit, events: r.events,
@@ -557,6 +562,9 @@ func (r *Router) Closed() <-chan struct{} { return r.life.Closed() }
 // cut off. Safe to call twice and concurrently.
 func (r *Router) Drain(ctx context.Context) error {
 	r.once.Do(func() {
+		if r.notices != nil {
+			r.notices.stop() // a draining router's batches get no more (protocol 3.2.1)
+		}
 		register := r.subs.drain(ctx, r.nc, r.isRegistration)
 		// Registrations stay served until the work is done (the watchdog).
 		r.life.Defer(func(ctx context.Context) error {

@@ -34,6 +34,7 @@ type Mux struct {
 	free    sync.Pool
 	sub     *nats.Subscription
 	status  chan nats.Status // what endOn reads (Reset, EndOnClose)
+	n       notices          // Options.Notices's side
 
 	p relays // Options.Progress's side
 }
@@ -124,6 +125,10 @@ type Options struct {
 	// most the pending limits' worth), so a call's progress precedes its
 	// result. Progress implies EndOnClose.
 	Progress func(tag any, m *nats.Msg)
+	// Notices: running notices (docs/protocol.md 3.2.1) on a wait's inbox
+	// + bus.RunningSuffix hold back RequestUntil's re-sends; they come on a
+	// subscription of their own with Progress's pending limits.
+	Notices bool
 	// ProgressDropped, with Progress, is told on Progress's goroutine how
 	// many more progress messages the NATS client dropped past the limits.
 	ProgressDropped func(n int)
@@ -156,6 +161,8 @@ type Wait struct {
 	// the mark'th message handled, or by the next drain.
 	replied     bool
 	mark, epoch uint64
+	replyID     string        // RequestUntil's: the notices that count name it
+	alive       chan struct{} // a counted notice came (Options.Notices)
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -210,12 +217,24 @@ func (a *Mux) await(max int, tag any) (*Wait, error) {
 // Request publishes with send(inbox) and waits for the reply until ctx ends,
 // with nats.Conn.RequestMsgWithContext's errors; Options.Progress gets tag.
 func (a *Mux) Request(ctx context.Context, tag any, send func(inbox string) error) (*nats.Msg, error) {
-	return a.RequestUntil(ctx, time.Time{}, tag, send)
+	return a.RequestUntil(ctx, time.Time{}, tag, Resend{}, send)
+}
+
+// Resend says when RequestUntil sends its request again: after First
+// without the reply or a notice naming ReplyID (of type
+// io.toolbus.call.running), after AfterNotice past such a notice, each with
+// up to 20 % jitter, at most Max times (docs/protocol.md 3.2.1).
+type Resend struct {
+	First, AfterNotice time.Duration
+	Max                int
+	ReplyID            string
 }
 
 // RequestUntil is Request also ending at deadline (zero: none) with
-// context.DeadlineExceeded, on a pooled timer instead of a new context.
-func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, send func(inbox string) error) (*nats.Msg, error) {
+// context.DeadlineExceeded, on a pooled timer instead of a new context,
+// and calling send again, with the same inbox, as rs says (Max 0: never);
+// send must publish the same message each time.
+func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, rs Resend, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -229,11 +248,28 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, sen
 	if err != nil {
 		return nil, err
 	}
+	if a.n.sub != nil {
+		a.mu.Lock()
+		w.replyID = rs.ReplyID // "": no notice counts
+		if w.alive == nil {
+			w.alive = make(chan struct{}, 1)
+		}
+		select {
+		case <-w.alive: // a former request's
+		default:
+		}
+		a.mu.Unlock()
+	}
 	if err := send(w.inbox); err != nil {
 		a.Done(w, false)
 		return nil, err
 	}
-	resp := w.Wait(ctx, within)
+	if a.n.sub == nil {
+		rs.Max = 0 // no notices taken: no re-sends
+	}
+	resp := w.resending(ctx.Done(), within, rs, func() {
+		_ = send(w.inbox) // a failed publish is silence: the next window re-sends
+	})
 	a.Done(w, resp != nil)
 	switch {
 	case resp == nil && ctx.Err() != nil:
@@ -246,6 +282,72 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, sen
 		return nil, nats.ErrNoResponders
 	}
 	return resp, nil
+}
+
+// resending is WaitDone re-sending (resend) after each window of silence
+// as rs says (Max 0: never).
+func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, resend func()) *nats.Msg {
+	var expired <-chan time.Time
+	if within > 0 {
+		t := StartTimer(within)
+		defer StopTimer(t)
+		expired = t.C
+	}
+	var silence *time.Timer // none without re-sends
+	var quiet <-chan time.Time
+	if rs.Max > 0 {
+		silence = StartTimer(jittered(rs.First))
+		defer StopTimer(silence)
+		quiet = silence.C
+	}
+	for sent := 0; ; {
+		select {
+		case m := <-w.ch:
+			return m
+		case <-done:
+			return nil
+		case <-expired:
+			return nil
+		case <-w.alive:
+			if silence != nil {
+				silence.Reset(jittered(rs.AfterNotice))
+			}
+		case <-quiet:
+			if sent < rs.Max {
+				sent++
+				resend()
+				silence.Reset(jittered(rs.First))
+			}
+		}
+	}
+}
+
+// jittered is d and up to 20 % more, at random.
+func jittered(d time.Duration) time.Duration { return d + rand.N(d/5+1) }
+
+// notices is a Mux's running notices side: its subscription.
+type notices struct {
+	sub *nats.Subscription
+	mux *Mux
+}
+
+// take counts m, on an inbox + bus.RunningSuffix, for the wait of that
+// inbox when it decodes as io.toolbus.call.running of the wait's reply id.
+func (n *notices) take(m *nats.Msg) {
+	a := n.mux
+	inbox, _ := strings.CutSuffix(m.Subject, bus.RunningSuffix)
+	e, err := bus.Decode(m)
+	if err != nil || e.Type != bus.TypeCallRunning || e.ReplyID == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if w := a.waiting[inbox]; w != nil && w.alive != nil && w.replyID == e.ReplyID {
+		select {
+		case w.alive <- struct{}{}:
+		default: // one counted already
+		}
+	}
 }
 
 // newInbox is an inbox no wait has now, carved out of a shared block. a.mu is held.
@@ -279,6 +381,12 @@ func (a *Mux) subscribe() {
 			a.err = a.p.sub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
 		}
 	}
+	if a.err == nil && a.opts.Notices {
+		a.n.mux = a
+		if a.n.sub, a.err = a.nc.Subscribe(a.prefix+"*"+bus.RunningSuffix, a.n.take); a.err == nil {
+			a.err = a.n.sub.SetPendingLimits(progressPendingMsgs, progressPendingBytes)
+		}
+	}
 	if a.err != nil {
 		return
 	}
@@ -297,7 +405,7 @@ func (a *Mux) subscribe() {
 func (a *Mux) Unsubscribe() {
 	a.once.Do(func() {}) // no subscription from now on
 	a.endWaits(true)
-	for _, s := range []*nats.Subscription{a.sub, a.p.sub} {
+	for _, s := range []*nats.Subscription{a.sub, a.p.sub, a.n.sub} {
 		if s != nil {
 			_ = s.Unsubscribe()
 		}
@@ -440,19 +548,7 @@ func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
 // WaitDone is Wait until done is closed (nil: never) rather than a
 // context's end.
 func (w *Wait) WaitDone(done <-chan struct{}, within time.Duration) *nats.Msg {
-	var expired <-chan time.Time
-	if within > 0 {
-		t := StartTimer(within)
-		defer StopTimer(t)
-		expired = t.C
-	}
-	select {
-	case m := <-w.ch:
-		return m
-	case <-done:
-	case <-expired:
-	}
-	return nil
+	return w.resending(done, within, Resend{}, nil)
 }
 
 // timers are the stopped timers of the waits, to start again.

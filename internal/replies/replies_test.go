@@ -476,7 +476,7 @@ func TestProgressBeforeItsRequestReturns(t *testing.T) {
 				if i%4 == 3 {
 					data, deadline = "silent", time.Now().Add(20*time.Millisecond)
 				}
-				m, err := a.RequestUntil(t.Context(), deadline, tag, func(inbox string) error {
+				m, err := a.RequestUntil(t.Context(), deadline, tag, Resend{}, func(inbox string) error {
 					return nc.PublishMsg(&nats.Msg{Subject: "exec", Reply: inbox, Data: []byte(data)})
 				})
 				switch {
