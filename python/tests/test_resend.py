@@ -265,7 +265,6 @@ def test_resend_option_checked():
             toolbus.Resend(**bad)
 
 
-@pytest.mark.skip(reason="enable after alive35 merges")
 async def test_resend_real_router_notices(router, worker_factory, session):
     """The real router notices a batch it runs (2 s after it took it, then every 5 s): a read-only tool of 4 s
     runs once for a client whose first window is 3 s, and a spy on the reply's ``.running`` sees a notice."""

@@ -77,7 +77,8 @@ final class Requester {
    * Publishes batch e and waits for its reply until deadline, listening on the reply subject and
    * on the reply subject + ".running" (3.2.1): when a window passes with neither the reply nor a
    * running notice of e (that type, replyid e.id), the same message is published again, at most
-   * rs.max() times. A no-responders status fails the first send only; a re-send's waits on.
+   * rs.max() times. A no-responders status on any copy fails the call `unavailable` (3.2.1), as Go's
+   * and Python's clients do.
    */
   private Message resend(String subject, Event e, long deadline, Resend rs) {
     String reply = inbox() + "." + seq.incrementAndGet();
@@ -103,7 +104,7 @@ final class Requester {
         if (got != null && (!got.isStatusMessage() || got.getStatus().getCode() != 503)) {
           return got;
         }
-        if (got != null && resent == 0) {
+        if (got != null) {
           throw new BusException(Codes.UNAVAILABLE, "no router serves " + subject + " (no responders)");
         }
       }

@@ -23,7 +23,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
-import org.junit.jupiter.api.Disabled;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
@@ -228,7 +227,6 @@ class ResendTest {
    * window is 3 s, since the router's notices hold its re-sends off; the test sees them on the inbox.
    */
   @Test
-  @Disabled("enable after alive35 merges: the router of this branch sends no running notices yet")
   void realRouterNoticesPreventAReRun() throws Exception {
     Router router = Router.shared();
     java.util.concurrent.atomic.AtomicInteger runs = new java.util.concurrent.atomic.AtomicInteger();
