@@ -112,13 +112,12 @@ func TestAttackNoticesToOtherInboxes(t *testing.T) {
 // bound): the worker of every tool fills the catalogue (--max-tools 256
 // here), the operator deletes its names with tools.delete, as 1.25's note
 // says to. Each delete leaves a KV delete marker, which the stream keeps
-// and counts toward max_msgs (bound + 64 here), so the catalogue then
-// takes only the margin's worth of new names, not the bound's (measured:
-// the 65th of 251 refused, "the stored catalogue of tools is at its
-// stream's max_msgs"), and a restart sets max_msgs the same (what the
-// stream holds, markers included, plus the margin).
+// and counts toward max_msgs (bound + 64 here): the catalogue then took
+// only the margin's worth of new names (the 65th of 251 refused, "the
+// stored catalogue of tools is at its stream's max_msgs"). Now a delete
+// raises max_msgs by one (store.Count.Marked): every deleted name's room
+// is taken again.
 func TestAttackCatalogueMarkersAfterCleanUp(t *testing.T) {
-	t.Skip("GAP: after 251 names deleted, new name 64 refused at the stream's max_msgs (docs/security.md, open)")
 	const maxTools = 256
 	d := newDeployment(t, func(c *router.Config) { c.Store.MaxTools = maxTools })
 	d.startWorker() // 5 tools
