@@ -1,7 +1,6 @@
 package security
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -15,7 +14,6 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
-	"github.com/toolbus/toolbus/worker"
 )
 
 // TestAttackNoticesToOtherInboxes (session 35, red team on 1.25): a
@@ -34,34 +32,20 @@ func TestAttackNoticesToOtherInboxes(t *testing.T) {
 	d := newDeployment(t, func(c *router.Config) {
 		c.Notices = router.Notices{First: 20 * time.Millisecond, Every: 40 * time.Millisecond}
 	})
-	wl := d.conn("worker")
-	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
 	release := make(chan struct{})
-	must(t, w.Handle(bus.ToolDef{Name: "slowread", Description: "Reads slowly.", ReadOnly: true, ConcurrencySafe: true, NoBackground: true,
-		Permission: bus.PermissionAllow, InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
-		func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return &bus.ExecResult{Output: bus.Text("read")}, nil
-		}))
-	must(t, w.Start(t.Context()))
-	testkit.Stop(t, w.Drain)
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+	slowReader(t, d, release)
 
 	victim := d.conn("session-s2")
 	got := make(chan *nats.Msg, 256)
 	inbox := victim.nc.NewInbox() // _INBOX.session-s2.<nuid>, as the SDK clients' muxes
 	for _, sub := range []string{inbox + ".*", inbox + ".*.running", inbox + ".>"} {
-		_, err = victim.nc.ChanSubscribe(sub, got)
+		_, err := victim.nc.ChanSubscribe(sub, got)
 		must(t, err)
 	}
 	must(t, victim.nc.Flush())
 	watch := d.conn("router")
 	seen := make(chan *nats.Msg, 4096)
-	_, err = watch.nc.ChanSubscribe("_INBOX.>", seen)
+	_, err := watch.nc.ChanSubscribe("_INBOX.>", seen)
 	must(t, err)
 	must(t, watch.nc.Flush())
 
@@ -85,7 +69,9 @@ func TestAttackNoticesToOtherInboxes(t *testing.T) {
 			notices[s]++
 		}
 	}
-	close(release)
+	for range replies {
+		release <- struct{}{}
+	}
 	for len(answered) < len(replies) {
 		m := testkit.Recv(t, seen, bound, "the router's replies")
 		if slices.Contains(replies, m.Subject) {
@@ -98,6 +84,7 @@ func TestAttackNoticesToOtherInboxes(t *testing.T) {
 	default:
 	}
 	// The router's connection is whole: its next batch is answered.
+	go func() { release <- struct{}{} }()
 	if _, err := attacker.client().Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "slowread"}}}); err != nil {
 		t.Fatal(err)
 	}
