@@ -461,7 +461,7 @@ func (c *catalog) Delete(ctx context.Context, name string) error {
 	if err := c.tools.Delete(ctx, name); err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	return nil
+	return store.CountOf(c.kv).Marked(ctx) // the marker's room in max_msgs
 }
 
 // liveness is one beat per <tool>.<worker> by the local clock, fed by the

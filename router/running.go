@@ -26,6 +26,7 @@ type notices struct {
 	t       *time.Timer
 	at      time.Time // when t fires; zero: not armed
 	stopped bool      // the router drains: no more notices
+	base    time.Time // the ticks' origin (arm)
 }
 
 // noticeLink is a batch's place among the notices' batches.
@@ -37,7 +38,7 @@ type noticeLink struct {
 
 func newNotices(cfg Notices, events eventPort) *notices {
 	cfg.First, cfg.Every = cmp.Or(cfg.First, 2*time.Second), cmp.Or(cfg.Every, 5*time.Second)
-	return &notices{Notices: cfg, events: events}
+	return &notices{Notices: cfg, events: events, base: time.Now()}
 }
 
 // add links b, which came with reply subject to, until drop.
@@ -88,8 +89,15 @@ func (n *notices) stop() {
 	}
 }
 
-// arm arms the timer for d unless it is armed for d or sooner; n.mu is held.
+// arm arms the timer for d, rounded up to a tick of Every/20, unless it is
+// armed for then or sooner; n.mu is held. The batches due within a tick
+// share its fire (a walk of them all): at most 20 fires per Every, however
+// their starts spread.
 func (n *notices) arm(d time.Time) {
+	tick := max(n.Every/20, 1)
+	if r := d.Sub(n.base) % tick; r > 0 { // monotonic, unlike Truncate
+		d = d.Add(tick - r)
+	}
 	if !n.at.IsZero() && !d.Before(n.at) {
 		return
 	}
@@ -128,7 +136,7 @@ func (n *notices) fire() {
 }
 
 // send publishes b's notice: the ids of its calls neither finished nor
-// parked, in call order. Never awaited, never retried.
+// parked, in call order, the first 64. Never awaited, never retried.
 func (n *notices) send(b *batch) {
 	data := append(make([]byte, 0, 64), `{"running":[`...)
 	b.mu.Lock()
@@ -136,6 +144,9 @@ func (n *notices) send(b *batch) {
 	for _, c := range b.calls {
 		if c.result != nil || slices.ContainsFunc(b.parked, func(p bus.Parked) bool { return p.ID == c.call.ID }) {
 			continue
+		}
+		if k == bus.MaxCalls { // at most 64 ids (3.2.1), whatever --max-calls
+			break
 		}
 		if k++; k > 1 {
 			data = append(data, ',')

@@ -26,6 +26,9 @@ type Count struct {
 	what, flag string // what is bounded ("tools") and the router flag that sets it
 	bound      int
 
+	js     jetstream.JetStream // where the bucket's stream is (capMsgs), for Marked
+	stream string
+
 	mu      sync.Mutex
 	pending int    // admitted, not yet cached (Done)
 	refused uint64 // new names refused since the start
@@ -108,18 +111,48 @@ func IsMaxMsgs(err error) bool {
 // replicated stream's discard-new check counts whole.
 func HardMsgs(n int) int64 { return int64(n + max(n/4, 64)) }
 
-// capMsgs sets the max_msgs of bucket's stream to HardMsgs(n), or what it
-// holds plus the margin when more (a catalogue of a router before 1.25, a
-// bound made smaller: hardBytes).
-func capMsgs(ctx context.Context, js jetstream.JetStream, bucket string, n int) error {
+// capMsgs sets the max_msgs of kv's stream to HardMsgs(bound) plus the
+// delete markers it holds (what it holds less its keys: a marker counts
+// until its name is written again), or what it holds plus the margin when
+// more (a catalogue of a router before 1.25, a bound made smaller:
+// hardBytes).
+func (c *Count) capMsgs(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) error {
+	c.js, c.stream = js, "KV_"+kv.Bucket()
 	return Retry(ctx, Provision, func(ctx context.Context) error {
-		s, err := js.Stream(ctx, "KV_"+bucket)
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		held := 0
+		for range keys.Keys() {
+			held++
+		}
+		s, err := js.Stream(ctx, c.stream)
+		if err != nil {
+			return err
+		}
+		cfg, msgs := s.CachedInfo().Config, int64(s.CachedInfo().State.Msgs)
+		cfg.MaxMsgs = max(HardMsgs(c.bound)+max(msgs-int64(held), 0), msgs+HardMsgs(c.bound)-int64(c.bound))
+		_, err = js.UpdateStream(ctx, cfg)
+		return err
+	})
+}
+
+// Marked makes room in the stream's max_msgs for the delete marker a
+// delete of a name just left (tools.delete, groups.delete), so names the
+// operator deletes are free for new ones (docs/security.md).
+func (c *Count) Marked(ctx context.Context) error {
+	if c == nil || c.js == nil {
+		return nil
+	}
+	return Retry(ctx, Provision, func(ctx context.Context) error {
+		s, err := c.js.Stream(ctx, c.stream)
 		if err != nil {
 			return err
 		}
 		cfg := s.CachedInfo().Config
-		cfg.MaxMsgs = max(HardMsgs(n), int64(s.CachedInfo().State.Msgs)+HardMsgs(n)-int64(n))
-		_, err = js.UpdateStream(ctx, cfg)
+		cfg.MaxMsgs++
+		_, err = c.js.UpdateStream(ctx, cfg)
 		return err
 	})
 }

@@ -204,7 +204,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 			(*kv.dst).bound, (*kv.dst).count = NewBound(h, kv.soft), kv.names
 		}
 		if kv.names != nil {
-			if err := capMsgs(ctx, js, kv.cfg.Bucket, kv.names.bound); err != nil {
+			if err := kv.names.capMsgs(ctx, js, h); err != nil {
 				return nil, fmt.Errorf("store: bucket %s: max_msgs: %w", kv.cfg.Bucket, err)
 			}
 		}

@@ -27,29 +27,13 @@ func TestAttackForgedRunningNotices(t *testing.T) {
 	d := newDeployment(t, func(c *router.Config) {
 		c.Notices = router.Notices{First: 50 * time.Millisecond, Every: 100 * time.Millisecond}
 	})
-	wl := d.conn("worker")
-	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
 	release := make(chan struct{})
-	var runs atomic.Int32
-	must(t, w.Handle(bus.ToolDef{Name: "slowread", Description: "Reads slowly.", ReadOnly: true, NoBackground: true,
-		Permission: bus.PermissionAllow, InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
-		func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
-			runs.Add(1)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return &bus.ExecResult{Output: bus.Text("read")}, nil
-		}))
-	must(t, w.Start(t.Context()))
-	testkit.Stop(t, func(ctx context.Context) error { close(release); return w.Drain(ctx) })
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+	wl, runs := slowReader(t, d, release)
 
 	// The router's notices, as a router's login sees them on the inbox.
 	notices := make(chan *nats.Msg, 256)
 	watch := d.conn("router")
-	_, err = watch.nc.ChanSubscribe("_INBOX.session-s1.>", notices)
+	_, err := watch.nc.ChanSubscribe("_INBOX.session-s1.>", notices)
 	must(t, err)
 	must(t, watch.nc.Flush())
 
@@ -79,4 +63,29 @@ func TestAttackForgedRunningNotices(t *testing.T) {
 		t.Fatalf("the call ran %d times: the notices did not hold the re-send off", n)
 	}
 	agent.noViolationsBut(inbox + bus.RunningSuffix)
+}
+
+// slowReader starts, on d's worker login (returned), a worker of slowread
+// (read only, concurrency safe), whose calls count in runs and wait for a
+// token of release, or its close, which the worker's stop does.
+func slowReader(t *testing.T, d *deployment, release chan struct{}) (*login, *atomic.Int32) {
+	t.Helper()
+	wl := d.conn("worker")
+	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
+	must(t, err)
+	runs := new(atomic.Int32)
+	must(t, w.Handle(bus.ToolDef{Name: "slowread", Description: "Reads slowly.", ReadOnly: true, ConcurrencySafe: true, NoBackground: true,
+		Permission: bus.PermissionAllow, InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)},
+		func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) {
+			runs.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return &bus.ExecResult{Output: bus.Text("read")}, nil
+		}))
+	must(t, w.Start(t.Context()))
+	testkit.Stop(t, func(ctx context.Context) error { close(release); return w.Drain(ctx) })
+	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
+	return wl, runs
 }
