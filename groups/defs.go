@@ -144,7 +144,7 @@ func (d *definitions) Delete(ctx context.Context, name string) error {
 	if err := d.groups.Delete(ctx, name); err != nil {
 		return fmt.Errorf("groups: %w", err)
 	}
-	return nil
+	return d.names.Marked(ctx) // the marker's room in max_msgs
 }
 
 // Group returns the definition of a group.

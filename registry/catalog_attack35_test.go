@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
@@ -53,5 +54,38 @@ func TestAttackMarkersKeepRoom(t *testing.T) {
 	setup() // a router starting
 	if got := maxMsgs(); got != want {
 		t.Fatalf("after a restart: max_msgs %d, want %d", got, want)
+	}
+}
+
+// TestAttackGroupMarkersKeepRoom: the same for groups (groups.delete): a
+// deleted group's marker raises P_groups' max_msgs by one, so the
+// operator's clean-up frees the bound's room, not only the margin's.
+func TestAttackGroupMarkersKeepRoom(t *testing.T) {
+	st := boundedStore(t, -1, 4)
+	g := groups.New(st, groups.Config{})
+	if err := g.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Stop(t, g.Stop)
+	for i := range 4 {
+		if err := g.Register(t.Context(), bus.Group{Name: fmt.Sprintf("g%d", i), Scope: bus.ScopeMeta}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		if err := g.Delete(t.Context(), fmt.Sprintf("g%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := st.JS.Stream(t.Context(), "KV_"+bus.NewSubjects("").Bucket(bus.BucketGroups))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := store.HardMsgs(4) + 4; info.Config.MaxMsgs != want {
+		t.Fatalf("after 4 group deletes: max_msgs %d, want %d", info.Config.MaxMsgs, want)
 	}
 }
