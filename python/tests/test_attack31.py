@@ -134,7 +134,7 @@ async def test_attack_worker_deep_result(client, router, worker_factory, session
         for s in w._tools.values():  # the definition only: the raw responder answers
             await s.sub.unsubscribe()
             s.sub = None
-        await nc.flush()
+        await toolbus._rpc.synced(nc)
         try:
             with pytest.raises(toolbus.ProtocolError, match="nested too deeply"):
                 await client.call(session, [{"id": "c1", "name": raw, "input": {}}], timeout=20)
@@ -171,7 +171,7 @@ async def test_attack_cancel_flood(router, worker_factory, session):
         legit = ev.Event(ev.TYPE_CALL_CANCEL, "agent", {"calls": ["c1"]}, replyid="late", sessionid=session)
         body, headers = ev.encode_structured(legit)
         await nc.publish(f"toolbus.cancel.{session}", body, headers=headers)
-        await nc.flush()
+        await toolbus._rpc.synced(nc)
         end = time.monotonic() + 30
         while not w._x._was_cancelled(f"{session}.late.c1", session, "late"):  # bounded polling: the cancels' delivery
             assert time.monotonic() < end, "the legitimate cancel was not remembered"
@@ -202,7 +202,7 @@ async def test_attack_reply_never_comes(router, session):
             pass
 
         await silent.subscribe("ghost.call.>", cb=swallow)
-        await silent.flush()
+        await toolbus._rpc.synced(silent)
         with pytest.raises(toolbus.TimeoutError):  # the first request makes nats-py's one reply subscription
             await c.call(session, [{"id": "c0", "name": "echo"}], timeout=0.02)
         subs, tasks = len(c.nc._subs), len(asyncio.all_tasks())

@@ -101,7 +101,7 @@ async def test_attack_exec_flood_bounded(router, worker_factory):
                          sessionid="s1", replyid="r1", toolcallid=f"c{i}", expirytime=ev.rfc3339(time.time() + 60))
             body, headers = ev.encode_structured(e)
             await nc.publish(f"toolbus.exec.{name}", body, reply=inbox, headers=headers)
-        await nc.flush()
+        await toolbus._rpc.synced(nc)
         for _ in range(500):  # bounded polling: the first four run
             if peak >= 4:
                 break
@@ -144,7 +144,7 @@ async def test_attack_forged_reply_ids(router):
                 await nc.publish(msg.reply, body, headers=headers)
 
             await nc.subscribe(f"forged.call.{session}", cb=answer)
-            await nc.flush()
+            await toolbus._rpc.synced(nc)
             async with await Client.connect(router.url, prefix="forged") as c:
                 if results == [ok]:
                     assert (await c.call(session, [{"id": "c1", "name": "t", "input": {}}], timeout=10)).results[0].id == "c1"

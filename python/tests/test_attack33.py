@@ -24,7 +24,7 @@ async def serve(nc: nats.NATS, subject: str, answer) -> None:
         await nc.publish(m.reply, body, headers=headers)
 
     await nc.subscribe(subject, cb=on)
-    await nc.flush()
+    await toolbus._rpc.synced(nc)
 
 
 async def test_attack_fetch_size_past_ceiling(router) -> None:
@@ -70,7 +70,7 @@ async def test_attack_event_flood_bounded(router) -> None:
                                                           sessionid="s1"))
             for _ in range(5000):
                 await evil.publish(f"{PREFIX}.events.s1", body, headers=headers)
-            await evil.flush()
+            await toolbus._rpc.synced(evil)
             loop = asyncio.get_running_loop()
             end = loop.time() + 60
             while stream._q.qsize() + stream.dropped < 5000 and loop.time() < end:

@@ -23,7 +23,7 @@ async def raw_request(url: str, nc: Any, subject: str, headers: list[tuple[bytes
     connection, and return the reply that nc receives on a fresh inbox."""
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox, max_msgs=1)
-    await nc.flush()
+    await toolbus._rpc.synced(nc)
     u = urlparse(url)
     reader, writer = await asyncio.open_connection(u.hostname, u.port)
     try:

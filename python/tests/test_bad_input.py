@@ -64,7 +64,7 @@ async def test_worker_returns_garbage(client, worker_factory, session, router):
         for s in w._tools.values():
             await s.sub.unsubscribe()
             s.sub = None
-        await nc.flush()
+        await toolbus._rpc.synced(nc)
         reply = await client.call(session, [{"id": "c1", "name": raw, "input": {}}])
         r = reply.results[0]
         assert r.state == "error" and r.error.code in ("internal", "tool_error"), r

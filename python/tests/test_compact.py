@@ -39,7 +39,7 @@ class Wire:
 
         await self.nc.subscribe(f"toolbus.exec.{tool}", cb=on_exec)
         await self.nc.subscribe("_INBOX.>", cb=on_inbox)
-        await self.nc.flush()
+        await toolbus._rpc.synced(self.nc)
         return self
 
     async def exec(self, n: int) -> Any:
@@ -118,7 +118,7 @@ async def test_mixed_fleet_with_go_worker_gets_compact(router, client, session):
             go_def.setdefault("def", d["tools"][0])
 
     await nc.subscribe("toolbus.register.word_count", cb=on_register)
-    await nc.flush()
+    await toolbus._rpc.synced(nc)
     go = subprocess.Popen([str(router.bins["toolworker"]), "--id", "go-mixed"], env={**os.environ, "NATS_URL": router.url},
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     w = None

@@ -179,7 +179,7 @@ async def test_replay_recovers_a_lost_consumer(dep, session):
         stop = ev.Event(ev.TYPE_CONSUMER_STOP, "pytest", {"consumer": lost}, sessionid=session)
         body, headers = ev.encode_structured(stop)
         await peer.nc.publish(peer.subjects.replay(session), body, headers=headers)
-        await peer.nc.flush()
+        await toolbus._rpc.synced(peer.nc)
         # Its pull ends with a 409 (or the next one is refused): the follower asks a router again.
         await bounded(lambda: stored.consumer not in ("", lost), 60)
         await echo(a, session, "t2", "two")
@@ -257,7 +257,7 @@ async def test_follower_pulls_again_when_a_pull_is_lost(router, client, session)
 
     subs = [await client.nc.subscribe(f"{prefix}.{verb}.>", cb=forward) for verb in ("replay", "handoff")]
     try:
-        await client.nc.flush()
+        await toolbus._rpc.synced(client.nc)
         await echo(client, session, "t1", "stored")
         hop = toolbus.Client(client.nc, prefix=prefix, source="pytest")
         loop = asyncio.get_running_loop()
@@ -294,7 +294,7 @@ async def test_idle_follower_keeps_its_consumer(router, client, session, monkeyp
 
     sub = await client.nc.subscribe(f"{prefix}.replay.>", cb=forward)
     try:
-        await client.nc.flush()
+        await toolbus._rpc.synced(client.nc)
         await echo(client, session, "t1", "stored")
         hop = toolbus.Client(client.nc, prefix=prefix, source="pytest")
         async with hop.replay(session) as stored:
@@ -418,7 +418,7 @@ async def test_secure_session_agent_replays_and_a_foreign_consumer_is_refused(se
             # And the JetStream API itself is denied (the 1.3 way).
             await s1.nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_EVENTS.{name}", b'{"batch":1}', reply=s1.nc.new_inbox())
             await s1.nc.publish(f"$JS.API.CONSUMER.DELETE.TOOLBUS_EVENTS.{name}", b"")
-            await s1.nc.flush()
+            await toolbus._rpc.synced(s1.nc)
             await bounded(lambda: violations(errs, "Publish", "$JS.API.CONSUMER.MSG.NEXT.")
                           and violations(errs, "Publish", "$JS.API.CONSUMER.DELETE."), 30)
             # The owner's consumer is untouched: it goes on.

@@ -25,7 +25,7 @@ async def test_registers_beats_and_leaves_per_tool(router, client, session):
 
     await nc.subscribe("toolbus.register", cb=on)
     await nc.subscribe("toolbus.register.>", cb=on)
-    await nc.flush()
+    await toolbus._rpc.synced(nc)
     a, b, group = unique("py_reg_a"), unique("py_reg_b"), unique("py_reg_g")
 
     @toolbus.tool(name=a, read_only=True)

@@ -64,7 +64,7 @@ async def fake_bus(router: Any) -> AsyncIterator[Callable[..., Awaitable[tuple[F
         nc = await nats.connect(router.url)
         f = Fake(nc, on)
         await nc.subscribe(f"{PREFIX}.call.{session}", cb=f.take)
-        await nc.flush()
+        await toolbus._rpc.synced(nc)
         c = await toolbus.Client.connect(router.url, prefix=PREFIX, source="pytest", **client)
         made.append((f, c))
         return f, c
@@ -140,7 +140,7 @@ async def test_resend_off_one_copy(fake_bus, session, resend):
     assert c.resend is resend
     with pytest.raises(toolbus.TimeoutError):
         await c.call(session, [CALL], timeout=0.5)
-    await c.nc.flush()
+    await toolbus._rpc.synced(c.nc)
     assert len(await f.copies_seen(1)) == 1
 
 
@@ -176,7 +176,7 @@ async def test_resend_nothing_after_the_reply(fake_bus, session):
         await c.call(session, [{**CALL, "id": f"c{i}"}], timeout=20)
     assert waits(c) == 0  # no wait is left that could send
     await asyncio.sleep(0.5)  # five windows: a re-send would have come
-    await f.nc.flush()
+    await toolbus._rpc.synced(f.nc)
     assert len(f.copies) == 3
 
 
@@ -242,7 +242,7 @@ async def test_resend_connection_freed(router, session):
     nc = await nats.connect(router.url)
     f = Fake(nc, on)
     await nc.subscribe(f"{PREFIX}.call.{session}", cb=f.take)
-    await nc.flush()
+    await toolbus._rpc.synced(nc)
     try:
         c = await toolbus.Client.connect(router.url, prefix=PREFIX, source="pytest")
         await c.call(session, [CALL], timeout=20)
@@ -286,7 +286,7 @@ async def test_resend_real_router_notices(router, worker_factory, session):
             notices.append(ev.decode(m.data, m.headers))
 
     await spy.subscribe("_INBOX.>", cb=on)
-    await spy.flush()
+    await toolbus._rpc.synced(spy)
     c = await toolbus.Client.connect(router.url, source="pytest", resend=toolbus.Resend(first=3.0, after_notice=15.0, max=3))
     try:
         reply = await c.call(session, [{"id": "c1", "name": name, "input": {}}], timeout=60)

@@ -40,7 +40,7 @@ async def test_python_worker_matches_go_worker(router, client):
             regs.setdefault(e.source + " " + m.subject.removeprefix("toolbus.register."), e.data)
 
     await nc.subscribe("toolbus.register.>", cb=on_register)
-    await nc.flush()
+    await toolbus._rpc.synced(nc)
     go = subprocess.Popen([str(router.bins["toolworker"]), "--id", "go-wire"], env={**os.environ, "NATS_URL": router.url},
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     name = unique("py_word_count")

@@ -72,6 +72,17 @@ async def request(nc: Any, subject: str, e: ev.Event, want: str, timeout: float,
         return re.data
 
 
+async def synced(nc: Any) -> None:
+    """Returns once the server has read what nc sent before (a subscription, a publish). nats-py's own
+    ``flush()`` is no such barrier: it writes its PING straight to the socket, ahead of the commands still
+    waiting for its flusher (nats-py 2.16), so its PONG may come back before a SUB just made has left;
+    the pending commands are written first here, then the PING."""
+    pending = getattr(nc, "_flush_pending", None)
+    if pending is not None and nc.is_connected:
+        await pending(force_flush=True)
+    await nc.flush()
+
+
 def error_of(e: ev.Event) -> tuple[str, str]:
     d = e.data if isinstance(e.data, dict) else {}
     code, msg = d.get("code"), d.get("message")

@@ -69,7 +69,7 @@ class EventStream:
                 self.dropped += 1  # a reader behind a flood: the memory held stays bounded
 
         self._sub = await self._nc.subscribe(self._subject, cb=on)
-        await self._nc.flush()
+        await _rpc.synced(self._nc)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

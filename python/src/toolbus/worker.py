@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import nats
 import nats.errors
 
+from . import _rpc
 from . import event as ev
 from .event import _q
 from .errors import ProtocolError, RegistrationError, ToolError
@@ -139,7 +140,7 @@ class Worker:
         self._cancel_sub = await self.nc.subscribe(self.subjects.all("cancel"), cb=self._x.on_cancel)
         for s in self._tools.values():
             await self._subscribe(s)
-        await self.nc.flush()
+        await _rpc.synced(self.nc)
         await self._register(first=True)
         self._beat = asyncio.create_task(_heartbeat(self))
         for s in self._tools.values():
