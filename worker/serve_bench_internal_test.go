@@ -14,15 +14,20 @@ import (
 )
 
 // BenchmarkServeExec is the worker's own part of one read-only call, the
-// part the SDK decides: a binary-mode exec request (as the router sends it,
-// its header as nats.go hands it over) read, accepted, run by a typed echo
-// tool and answered in binary mode on a connection, in the calling
-// goroutine. What it leaves out is nats.go's and the kernel's: reading
+// part the SDK decides: an exec request in the compact form (as a router
+// sends it to this SDK) or the binary form of 1.15, its header as nats.go
+// hands it over, read, accepted, run by a typed echo tool and answered in
+// its form on a connection, in the calling goroutine. What it leaves out is nats.go's and the kernel's: reading
 // the request off the socket and parsing its header, the hand-offs between
 // goroutines, the flusher's write. Run it with -benchmem; serve-cpu-ns/op
 // is the CPU time of the thread the calls ran on (Linux), which a loaded
 // machine inflates far less than ns/op.
 func BenchmarkServeExec(b *testing.B) {
+	b.Run("compact", func(b *testing.B) { benchServeExec(b, bus.CompactMsg) })
+	b.Run("binary", func(b *testing.B) { benchServeExec(b, bus.BinaryMsg) })
+}
+
+func benchServeExec(b *testing.B, msgOf func(string, *bus.Event) *nats.Msg) {
 	nc := testkit.Connect(b, testkit.RunServer(b))
 	w, err := New(nc, Config{ID: "w1"})
 	if err != nil {
@@ -45,7 +50,7 @@ func BenchmarkServeExec(b *testing.B) {
 	e.Data = req.AppendJSON(nil)
 	e.SessionID, e.ReplyID, e.ToolCallID = "bench-session-0001", "M3CgXPmzZg1495hoVjoRqG", "c1"
 	e.ExpiryTime = bus.FormatExpiry(time.Now().Add(time.Hour))
-	m := bus.BinaryMsg(w.subj.Workers.Exec("echo"), &e)
+	m := msgOf(w.subj.Workers.Exec("echo"), &e)
 	m.Reply = "_INBOX.bench.nobody"
 	// The header as nats.go decodes it: one slice per key, not the
 	// encoder's shared array.
