@@ -82,6 +82,19 @@ func TestAttack36SlowJWKS(t *testing.T) {
 	}
 }
 
+// attackerJWKS serves a JWKS of the attacker's key under the issuer's kid
+// "rsa1", counting fetches.
+func attackerJWKS(t *testing.T) (*rsa.PrivateKey, *httptest.Server, *atomic.Int64) {
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	var fetches atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fetches.Add(1)
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &key.PublicKey, KeyID: "rsa1", Algorithm: "RS256"}}})
+	}))
+	t.Cleanup(srv.Close)
+	return key, srv, &fetches
+}
+
 // TestAttack36JWKSRedirect (session 36, red team): the https JWKS URL
 // answers a redirect to plain http (a misconfigured issuer, or a proxy); the
 // default client followed it, so whoever sits on that path served the keys
@@ -89,13 +102,7 @@ func TestAttack36SlowJWKS(t *testing.T) {
 // from https to https is still followed.
 func TestAttack36JWKSRedirect(t *testing.T) {
 	is := newIssuer(t)
-	evilKey, _ := rsa.GenerateKey(rand.Reader, 2048)
-	var evilFetches atomic.Int64
-	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		evilFetches.Add(1)
-		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &evilKey.PublicKey, KeyID: "rsa1", Algorithm: "RS256"}}})
-	}))
-	t.Cleanup(evil.Close)
+	evilKey, evil, evilFetches := attackerJWKS(t)
 	tls := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/moved":
@@ -137,13 +144,7 @@ func TestAttack36JWKSRedirect(t *testing.T) {
 // JWKS is ever used, and the named URLs are never fetched.
 func TestAttack36TokenNamesItsKey(t *testing.T) {
 	is := newIssuer(t)
-	evilKey, _ := rsa.GenerateKey(rand.Reader, 2048)
-	var evilFetches atomic.Int64
-	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		evilFetches.Add(1)
-		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &evilKey.PublicKey, KeyID: "rsa1", Algorithm: "RS256"}}})
-	}))
-	t.Cleanup(evil.Close)
+	evilKey, evil, evilFetches := attackerJWKS(t)
 	o, err := NewOAuth(t.Context(), OAuthConfig{Issuer: testIssuer, Resource: testResource, JWKS: is.srv.URL, MinRefresh: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)

@@ -53,7 +53,8 @@ type OAuthConfig struct {
 	// MaxAge is how long fetched keys are used before they are fetched
 	// again; zero means 1h.
 	MaxAge time.Duration
-	// HTTPClient fetches the JWKS; nil means a client with a 10s timeout.
+	// HTTPClient fetches the JWKS (its CheckRedirect replaced: none off
+	// https); nil means a client with a 10s timeout.
 	HTTPClient *http.Client
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -118,24 +119,18 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 	return o, nil
 }
 
-// jwksClient is c (nil: one with a 10s timeout) refusing a redirect that
-// leaves https, or goes to plain http off loopback: whoever sits on that
-// path would serve the keys (docs/security.md, session 36).
+// jwksClient is c (nil: one with a 10s timeout) with its CheckRedirect
+// replaced: at most 10 redirects, none leaving https nor to plain http off
+// loopback, where whoever sits on the path would serve the keys
+// (docs/security.md, session 36).
 func jwksClient(c *http.Client) *http.Client {
 	out := http.Client{Timeout: jwksTimeout}
 	if c != nil {
 		out = *c
 	}
-	next := out.CheckRedirect
 	out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if (via[0].URL.Scheme == "https" && req.URL.Scheme != "https") || checkJWKSURL(req.URL.String()) != nil {
-			return fmt.Errorf("a redirect to %s leaves https", req.URL.Redacted())
-		}
-		if next != nil {
-			return next(req, via)
-		}
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
+		if len(via) >= 10 || via[0].URL.Scheme == "https" && req.URL.Scheme != "https" || checkJWKSURL(req.URL.String()) != nil {
+			return fmt.Errorf("a redirect to %s: past 10, or off https", req.URL.Redacted())
 		}
 		return nil
 	}
