@@ -23,8 +23,9 @@ import (
 type TasksConfig struct {
 	// Off serves no tasks: such calls end at their timeout as before.
 	Off bool
-	// MaxPerSession and MaxPerUser bound the running tasks; zero: tasks' defaults.
-	MaxPerSession, MaxPerUser int
+	// MaxPerSession and MaxPerUser bound the running tasks, MaxKept those
+	// a session keeps (tasks.Config); zero: tasks' defaults.
+	MaxPerSession, MaxPerUser, MaxKept int
 	// MaxRun bounds a task's run from its call's start; zero means DefaultTaskRun.
 	MaxRun time.Duration
 	// Keep is how long a task's record outlives its last change; zero: tasks.DefaultKeep.
@@ -72,8 +73,8 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	}
 	cursors, _ := lru.New[string, tasks.Cursor](outputCursors) // fails only for a size below 1
 	b := &background{wire: r.wire, r: r, cfg: cfg, cursors: cursors,
-		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser,
-			Landing: r.life.Landing})}
+		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser, MaxKept: cfg.MaxKept,
+			Keep: cfg.Keep, Landing: r.life.Landing})}
 	verbs := &taskVerbs{b}
 	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
 	r.life.Loop(func(ctx context.Context) { life.Every(ctx, r.cfg.Store.Heartbeat, b.tick) })

@@ -28,6 +28,7 @@ import (
 const (
 	DefaultMaxPerSession = 8
 	DefaultMaxPerUser    = 32
+	DefaultMaxKept       = 256
 	DefaultKeep          = 24 * time.Hour
 )
 
@@ -42,6 +43,12 @@ type Config struct {
 	// MaxPerUser bounds the running tasks of one user over all sessions,
 	// and the shared agent's (SharedKey); zero means DefaultMaxPerUser.
 	MaxPerUser int
+	// MaxKept bounds the tasks one session keeps, running or ended, each
+	// counted until Keep after its deadline (docs/security.md, session
+	// 36: ended records were unbounded, and every list reads them all);
+	// zero means DefaultMaxKept. Keep is Setup's; zero means DefaultKeep.
+	MaxKept int
+	Keep    time.Duration
 	// Landing gives each background watch stop its context (Wait;
 	// store.Stops), so a drain waits for it; nil: only Stop waits.
 	Landing func() (context.Context, context.CancelFunc)
@@ -120,6 +127,12 @@ func New(kv jetstream.KeyValue, cfg Config) *Store {
 	if cfg.MaxPerUser <= 0 {
 		cfg.MaxPerUser = DefaultMaxPerUser
 	}
+	if cfg.MaxKept <= 0 {
+		cfg.MaxKept = DefaultMaxKept
+	}
+	if cfg.Keep <= 0 {
+		cfg.Keep = DefaultKeep
+	}
 	return &Store{kv: kv, cfg: cfg, stops: store.Stops{Landing: cfg.Landing}}
 }
 
@@ -184,15 +197,23 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 		undo()
 		return nil, false, refusal
 	}
-	if ok, err := s.reserve(ctx, "s."+rec.Session, rec.ID, until, s.cfg.MaxPerSession, "session"); err != nil {
-		return refused(err)
-	} else if ok {
-		added = append(added, "s."+rec.Session)
+	for _, b := range []struct {
+		key   string
+		until time.Time
+		most  int
+		what  string
+	}{{"s." + rec.Session, until, s.cfg.MaxPerSession, "already has %d background tasks running" + running},
+		{"k." + rec.Session, until.Add(s.cfg.Keep), s.cfg.MaxKept, "keeps %d background tasks, running or ended (the most allowed); an ended one counts until its record expires"}} {
+		if ok, err := s.reserve(ctx, b.key, rec.ID, b.until, b.most, "session "+b.what); err != nil {
+			return refused(err)
+		} else if ok {
+			added = append(added, b.key)
+		}
 	}
 	if rec.UserKey != "" {
-		what := "user"
+		what := "user already has %d background tasks running" + running
 		if rec.UserKey == SharedKey {
-			what = "shared agent (its sessions bound to no user, together)"
+			what = "shared agent (its sessions bound to no user, together) already has %d background tasks running" + running
 		}
 		if ok, err := s.reserve(ctx, "u."+rec.UserKey, rec.ID, until, s.cfg.MaxPerUser, what); err != nil {
 			return refused(err)
@@ -219,8 +240,12 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 	return rec, true, nil
 }
 
-// reserve counts id against the bound at key, refusing past most; added is
-// false when a copy of the call counted id there already.
+// running ends the refusal of a bound of running tasks.
+const running = " (the most allowed); wait for one or cancel one"
+
+// reserve counts id against the bound at key, refusing past most (what
+// says what is full, with %d for the count); added is false when a copy of
+// the call counted id there already.
 func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, most int, what string) (added bool, err error) {
 	_, err = store.Update(ctx, s.kv, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		ix := readIndex(cur)
@@ -230,7 +255,7 @@ func (s *Store) reserve(ctx context.Context, key, id string, until time.Time, mo
 		}
 		if len(ix) >= most {
 			return nil, bus.Errorf(bus.CodeLimitExceeded,
-				"TaskLimitError: this %s already has %d background tasks running (the most allowed); wait for one or cancel one", what, len(ix))
+				"TaskLimitError: this "+what, len(ix))
 		}
 		ix[id] = until
 		added = true

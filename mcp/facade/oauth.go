@@ -53,7 +53,8 @@ type OAuthConfig struct {
 	// MaxAge is how long fetched keys are used before they are fetched
 	// again; zero means 1h.
 	MaxAge time.Duration
-	// HTTPClient fetches the JWKS; nil means a client with a 10s timeout.
+	// HTTPClient fetches the JWKS (its CheckRedirect replaced: none off
+	// https); nil means a client with a 10s timeout.
 	HTTPClient *http.Client
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
@@ -81,9 +82,9 @@ type OAuth struct {
 	cfg     OAuthConfig
 	metaURL string
 
-	mu      sync.Mutex // held while fetching: one fetch at a time
+	mu      sync.Mutex // never held while fetching
 	keys    []jose.JSONWebKey
-	fetched time.Time // last fetch attempt
+	fetched time.Time // last fetch started (one per MinRefresh)
 	loaded  time.Time // last successful fetch
 }
 
@@ -105,19 +106,35 @@ func NewOAuth(ctx context.Context, cfg OAuthConfig) (*OAuth, error) {
 	orDefault(&cfg.Leeway, 30*time.Second)
 	orDefault(&cfg.MinRefresh, time.Minute)
 	orDefault(&cfg.MaxAge, time.Hour)
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: jwksTimeout}
-	}
+	cfg.HTTPClient = jwksClient(cfg.HTTPClient)
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	o := &OAuth{cfg: cfg, metaURL: meta}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err := o.fetchLocked(ctx); err != nil {
+	o := &OAuth{cfg: cfg, metaURL: meta, fetched: cfg.Now()}
+	keys, err := o.load(ctx)
+	if err != nil {
 		return nil, err
 	}
+	o.keys, o.loaded = keys, o.fetched
 	return o, nil
+}
+
+// jwksClient is c (nil: one with a 10s timeout) with its CheckRedirect
+// replaced: at most 10 redirects, none leaving https nor to plain http off
+// loopback, where whoever sits on the path would serve the keys
+// (docs/security.md, session 36).
+func jwksClient(c *http.Client) *http.Client {
+	out := http.Client{Timeout: jwksTimeout}
+	if c != nil {
+		out = *c
+	}
+	out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 || via[0].URL.Scheme == "https" && req.URL.Scheme != "https" || checkJWKSURL(req.URL.String()) != nil {
+			return fmt.Errorf("a redirect to %s: past 10, or off https", req.URL.Redacted())
+		}
+		return nil
+	}
+	return &out
 }
 
 func isURL(s string) bool { return strings.HasPrefix(s, "https://") || strings.HasPrefix(s, "http://") }
@@ -226,20 +243,30 @@ func words(v any) []string {
 
 // candidates returns the keys that may have signed a token with kid and
 // alg, fetching the JWKS again when none has the kid (at most every
-// MinRefresh) or the keys are older than MaxAge.
+// MinRefresh) or the keys are older than MaxAge. Only the request that
+// starts a fetch waits for it: the others go on with the keys loaded (a
+// slow or unreachable JWKS host stalled every token otherwise).
 func (o *OAuth) candidates(ctx context.Context, kid, alg string) []jose.JSONWebKey {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	now := o.cfg.Now()
 	match := o.matchLocked(kid, alg)
-	stale := now.Sub(o.loaded) > o.cfg.MaxAge
-	if (len(match) == 0 || stale) && now.Sub(o.fetched) >= o.cfg.MinRefresh {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jwksTimeout)
-		_ = o.fetchLocked(fctx) // on failure the keys already loaded stay
-		cancel()
-		match = o.matchLocked(kid, alg)
+	fetch := (len(match) == 0 || now.Sub(o.loaded) > o.cfg.MaxAge) && now.Sub(o.fetched) >= o.cfg.MinRefresh
+	if fetch {
+		o.fetched = now
 	}
-	return match
+	o.mu.Unlock()
+	if !fetch {
+		return match
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), jwksTimeout)
+	keys, err := o.load(fctx)
+	cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if err == nil { // on failure the keys already loaded stay
+		o.keys, o.loaded = keys, o.cfg.Now()
+	}
+	return o.matchLocked(kid, alg)
 }
 
 func (o *OAuth) matchLocked(kid, alg string) []jose.JSONWebKey {
@@ -265,19 +292,18 @@ func keyFits(key any, alg string) bool {
 	return false
 }
 
-// fetchLocked loads the JWKS (bounded in size and time) and keeps its
+// load reads the JWKS (bounded in size and time) and returns its
 // asymmetric signing keys, public halves only.
-func (o *OAuth) fetchLocked(ctx context.Context) error {
-	o.fetched = o.cfg.Now()
+func (o *OAuth) load(ctx context.Context) ([]jose.JSONWebKey, error) {
 	b, err := o.read(ctx)
 	if err != nil {
-		return fmt.Errorf("facade: JWKS %s: %w", o.cfg.JWKS, err)
+		return nil, fmt.Errorf("facade: JWKS %s: %w", o.cfg.JWKS, err)
 	}
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
 	if err := json.Unmarshal(b, &set); err != nil {
-		return fmt.Errorf("facade: JWKS %s: %w", o.cfg.JWKS, err)
+		return nil, fmt.Errorf("facade: JWKS %s: %w", o.cfg.JWKS, err)
 	}
 	var keys []jose.JSONWebKey
 	for _, raw := range set.Keys {
@@ -294,10 +320,9 @@ func (o *OAuth) fetchLocked(ctx context.Context) error {
 		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
-		return fmt.Errorf("facade: JWKS %s: no asymmetric signing key", o.cfg.JWKS)
+		return nil, fmt.Errorf("facade: JWKS %s: no asymmetric signing key", o.cfg.JWKS)
 	}
-	o.keys, o.loaded = keys, o.cfg.Now()
-	return nil
+	return keys, nil
 }
 
 func (o *OAuth) read(ctx context.Context) ([]byte, error) {
