@@ -331,17 +331,16 @@ func (n *notices) watch(w *Wait, rs Resend) {
 	case <-w.poke: // a former request's
 	default:
 	}
-	now := time.Now()
-	w.window(now, rs.First)
-	n.arm(now, w)
+	n.window(w, time.Now(), rs.First)
 }
 
-// window starts w's window of silence of d at now: it ends after d and
-// up to 20 % more, at random, the silence timer's slack (up to a fiftieth
-// of d late) included.
-func (w *Wait) window(now time.Time, d time.Duration) {
+// window starts w's window of silence of d at now, and arms the timer for
+// its end: after d and up to 20 % more, at random, the timer's slack (up
+// to a fiftieth of d late) included. The Mux's lock is held.
+func (n *notices) window(w *Wait, now time.Time, d time.Duration) {
 	w.slack = d / 50
 	w.due = now.Add(d + rand.N(d/5-w.slack+1))
+	n.arm(now, w)
 }
 
 // arm has the timer fire by the end of w's window, and not before its
@@ -372,10 +371,11 @@ func (n *notices) fire() {
 	now := time.Now()
 	n.at = time.Time{}
 	for _, w := range a.waiting {
-		if w.due.IsZero() {
-			continue
-		}
-		if !w.due.After(now) {
+		switch {
+		case w.due.IsZero():
+		case w.due.After(now):
+			n.arm(now, w)
+		default:
 			select {
 			case w.poke <- struct{}{}:
 				w.sent++
@@ -383,11 +383,8 @@ func (n *notices) fire() {
 			}
 			w.due = time.Time{}
 			if w.sent < w.rs.Max {
-				w.window(now, w.rs.First)
+				n.window(w, now, w.rs.First)
 			}
-		}
-		if !w.due.IsZero() {
-			n.arm(now, w)
 		}
 	}
 }
@@ -404,9 +401,7 @@ func (n *notices) take(m *nats.Msg) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if w := a.waiting[inbox]; w != nil && !w.due.IsZero() && w.rs.ReplyID == e.ReplyID {
-		now := time.Now()
-		w.window(now, w.rs.AfterNotice)
-		a.n.arm(now, w) // AfterNotice may be shorter than the window it ends
+		n.window(w, time.Now(), w.rs.AfterNotice) // it may end sooner than the window it replaces
 	}
 }
 
