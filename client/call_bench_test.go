@@ -67,11 +67,19 @@ func benchRouter(b *testing.B) *server.Server {
 }
 
 // BenchmarkClientCall is one call through client.Call, its reply checked.
-func BenchmarkClientCall(b *testing.B) {
+func BenchmarkClientCall(b *testing.B) { benchClientCall(b, client.Config{}) }
+
+// BenchmarkClientCallResendOff is BenchmarkClientCall never re-sending:
+// the difference is what re-sending after silence costs a call.
+func BenchmarkClientCallResendOff(b *testing.B) {
+	benchClientCall(b, client.Config{Resend: client.Resend{Off: true}})
+}
+
+func benchClientCall(b *testing.B, cfg client.Config) {
 	s := benchRouter(b)
 	var c *client.Client
 	testkit.Labelled("caller", func() {
-		c = client.New(testkit.Connect(b, s), client.Config{})
+		c = client.New(testkit.Connect(b, s), cfg)
 		// The first call subscribes for the replies: its goroutine (if
 		// any) is the caller's.
 		if _, err := c.Call(b.Context(), benchSession, benchBatch); err != nil {

@@ -161,8 +161,14 @@ type Wait struct {
 	// the mark'th message handled, or by the next drain.
 	replied     bool
 	mark, epoch uint64
-	replyID     string        // RequestUntil's: the notices that count name it
-	alive       chan struct{} // a counted notice came (Options.Notices)
+	// RequestUntil's re-sends (Options.Notices), on the Mux's lock: due
+	// ends the window of silence (zero: no more re-sends), up to slack
+	// late; sent counts the re-sends poke told of.
+	rs    Resend
+	due   time.Time
+	slack time.Duration
+	sent  int
+	poke  chan struct{}
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -178,14 +184,15 @@ func (w *Wait) Forget() { w.inbox = "" }
 
 // Await registers a wait, subscribing on first use. With max set, it
 // returns nil, and no error, while max waits are registered.
-func (a *Mux) Await(max int) (*Wait, error) { return a.await(max, nil) }
+func (a *Mux) Await(max int) (*Wait, error) { return a.await(max, nil, Resend{}) }
 
 // AwaitTagged registers a wait whose progress Options.Progress gets with
 // tag; its reply may never come (Done(w, false) ends it).
-func (a *Mux) AwaitTagged(tag any) (*Wait, error) { return a.await(0, tag) }
+func (a *Mux) AwaitTagged(tag any) (*Wait, error) { return a.await(0, tag, Resend{}) }
 
-// await is Await with the tag Options.Progress is given for the wait.
-func (a *Mux) await(max int, tag any) (*Wait, error) {
+// await is Await with the tag Options.Progress is given for the wait, and
+// its re-sends.
+func (a *Mux) await(max int, tag any, rs Resend) (*Wait, error) {
 	a.once.Do(a.subscribe)
 	if a.err != nil {
 		return nil, a.err
@@ -210,6 +217,7 @@ func (a *Mux) await(max int, tag any) (*Wait, error) {
 	}
 	w.tag = tag
 	a.waiting[w.inbox] = w
+	a.n.watch(w, rs)
 	a.mu.Unlock()
 	return w, nil
 }
@@ -244,32 +252,21 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, rs 
 			return nil, context.DeadlineExceeded
 		}
 	}
-	w, err := a.await(0, tag)
+	w, err := a.await(0, tag, rs)
 	if err != nil {
 		return nil, err
-	}
-	if a.n.sub != nil {
-		a.mu.Lock()
-		w.replyID = rs.ReplyID // "": no notice counts
-		if w.alive == nil {
-			w.alive = make(chan struct{}, 1)
-		}
-		select {
-		case <-w.alive: // a former request's
-		default:
-		}
-		a.mu.Unlock()
 	}
 	if err := send(w.inbox); err != nil {
 		a.Done(w, false)
 		return nil, err
 	}
-	if a.n.sub == nil {
-		rs.Max = 0 // no notices taken: no re-sends
-	}
-	resp := w.resending(ctx.Done(), within, rs, func() {
+	resend := func() {
 		_ = send(w.inbox) // a failed publish is silence: the next window re-sends
-	})
+	}
+	if rs.Max == 0 || a.n.sub == nil {
+		resend = nil // no notices taken: no re-sends
+	}
+	resp := w.resending(ctx.Done(), within, resend)
 	a.Done(w, resp != nil)
 	switch {
 	case resp == nil && ctx.Err() != nil:
@@ -284,23 +281,20 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, rs 
 	return resp, nil
 }
 
-// resending is WaitDone re-sending (resend) after each window of silence
-// as rs says (Max 0: never).
-func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, resend func()) *nats.Msg {
+// resending is WaitDone calling resend (nil: never) each time the Mux's
+// silence timer says w's window of silence passed.
+func (w *Wait) resending(done <-chan struct{}, within time.Duration, resend func()) *nats.Msg {
 	var expired <-chan time.Time
 	if within > 0 {
 		t := StartTimer(within)
 		defer StopTimer(t)
 		expired = t.C
 	}
-	var silence *time.Timer // none without re-sends
-	var quiet <-chan time.Time
-	if rs.Max > 0 {
-		silence = StartTimer(jittered(rs.First))
-		defer StopTimer(silence)
-		quiet = silence.C
+	var poke chan struct{}
+	if resend != nil {
+		poke = w.poke
 	}
-	for sent := 0; ; {
+	for {
 		select {
 		case m := <-w.ch:
 			return m
@@ -308,27 +302,91 @@ func (w *Wait) resending(done <-chan struct{}, within time.Duration, rs Resend, 
 			return nil
 		case <-expired:
 			return nil
-		case <-w.alive:
-			if silence != nil {
-				silence.Reset(jittered(rs.AfterNotice))
-			}
-		case <-quiet:
-			if sent < rs.Max {
-				sent++
-				resend()
-				silence.Reset(jittered(rs.First))
-			}
+		case <-poke:
+			resend()
 		}
 	}
 }
 
-// jittered is d and up to 20 % more, at random.
-func jittered(d time.Duration) time.Duration { return d + rand.N(d/5+1) }
-
-// notices is a Mux's running notices side: its subscription.
+// notices is a Mux's running notices side: its subscription, and one
+// timer for every wait's window of silence (none per wait), armed at is.
 type notices struct {
-	sub *nats.Subscription
-	mux *Mux
+	sub   *nats.Subscription
+	mux   *Mux
+	timer *time.Timer
+	at    time.Time // zero: not armed
+}
+
+// watch sets w's re-sends to rs, its first window starting now (none
+// without the notices' subscription). The Mux's lock is held.
+func (n *notices) watch(w *Wait, rs Resend) {
+	w.rs, w.due, w.sent = rs, time.Time{}, 0
+	if rs.Max == 0 || n.sub == nil {
+		return
+	}
+	if w.poke == nil {
+		w.poke = make(chan struct{}, 1)
+	}
+	select {
+	case <-w.poke: // a former request's
+	default:
+	}
+	n.window(w, time.Now(), rs.First)
+}
+
+// window starts w's window of silence of d at now, and arms the timer for
+// its end: after d and up to 20 % more, at random, the timer's slack (up
+// to a fiftieth of d late) included. The Mux's lock is held.
+func (n *notices) window(w *Wait, now time.Time, d time.Duration) {
+	w.slack = d / 50
+	w.due = now.Add(d + rand.N(d/5-w.slack+1))
+	n.arm(now, w)
+}
+
+// arm has the timer fire by the end of w's window, and not before its
+// slack from now (so the windows that end close together share a fire).
+// The Mux's lock is held.
+func (n *notices) arm(now time.Time, w *Wait) {
+	at := w.due
+	if soon := now.Add(w.slack); at.Before(soon) {
+		at = soon
+	}
+	switch {
+	case !n.at.IsZero() && !at.Before(n.at):
+		return // armed for sooner
+	case n.timer == nil:
+		n.timer = time.AfterFunc(at.Sub(now), n.fire)
+	default:
+		n.timer.Reset(at.Sub(now))
+	}
+	n.at = at
+}
+
+// fire tells each wait whose window of silence passed to re-send, up to
+// its Max, starting its next window, and arms the timer for the next end.
+func (n *notices) fire() {
+	a := n.mux
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	n.at = time.Time{}
+	for _, w := range a.waiting {
+		switch {
+		case w.due.IsZero():
+		case w.due.After(now):
+			n.arm(now, w)
+		default:
+			select {
+			case w.poke <- struct{}{}:
+				w.sent++
+			default: // the last one not taken yet
+			}
+			w.due = time.Time{}
+			if w.sent < w.rs.Max {
+				n.window(w, now, w.rs.First)
+			}
+		}
+	}
 }
 
 // take counts m, on an inbox + bus.RunningSuffix, for the wait of that
@@ -342,11 +400,8 @@ func (n *notices) take(m *nats.Msg) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if w := a.waiting[inbox]; w != nil && w.alive != nil && w.replyID == e.ReplyID {
-		select {
-		case w.alive <- struct{}{}:
-		default: // one counted already
-		}
+	if w := a.waiting[inbox]; w != nil && !w.due.IsZero() && w.rs.ReplyID == e.ReplyID {
+		n.window(w, time.Now(), w.rs.AfterNotice) // it may end sooner than the window it replaces
 	}
 }
 
@@ -548,7 +603,7 @@ func (w *Wait) Wait(ctx context.Context, within time.Duration) *nats.Msg {
 // WaitDone is Wait until done is closed (nil: never) rather than a
 // context's end.
 func (w *Wait) WaitDone(done <-chan struct{}, within time.Duration) *nats.Msg {
-	return w.resending(done, within, Resend{}, nil)
+	return w.resending(done, within, nil)
 }
 
 // timers are the stopped timers of the waits, to start again.

@@ -412,8 +412,8 @@ func TestDoneReplied(t *testing.T) {
 func TestProgressToItsWait(t *testing.T) {
 	var got []string
 	a := New(nil, Options{Unguessable: true, Progress: func(tag any, m *nats.Msg) { got = append(got, fmt.Sprint(tag, ":", string(m.Data))) }})
-	w, _ := a.await(0, "one")
-	gone, _ := a.await(0, "two")
+	w, _ := a.AwaitTagged("one")
+	gone, _ := a.AwaitTagged("two")
 	ended := gone.inbox
 	a.Done(gone, false)
 	for _, m := range []struct{ to, data string }{{w.inbox, "p1"}, {"_INBOX.t.none", "stray"}, {ended, "ended"}, {w.inbox, "p2"}} {
