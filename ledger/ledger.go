@@ -182,7 +182,7 @@ func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d
 		wkey: store.KeyOf(l.kv, key)}
 	val, buf := encodePooled(l, &me)
 	// Past P_ledger's soft bound (1.24) only a key claimed before goes on: a re-sent call's.
-	room := store.BoundOf(l.kv).Room(len(val) + len(key))
+	room := store.BoundOf(l.kv).Room(ctx, len(val)+len(key))
 	// The common case in one round trip: nobody has the key.
 	rev, err := uint64(0), error(store.ErrNoRoom)
 	if room {

@@ -254,7 +254,7 @@ func room(ctx context.Context, s *Store, run Run) error {
 	for _, r := range run.Calls {
 		n += len(r.Call.Input) + len(r.Context) + 1024 // the rest of a record, about
 	}
-	if len(run.Calls) == 0 || store.BoundOf(s.calls.kv).Room(n) {
+	if len(run.Calls) == 0 || store.BoundOf(s.calls.kv).Room(ctx, n) {
 		return nil
 	}
 	if _, err := s.Read.Get(ctx, run.Calls[0].Key()); err == nil {

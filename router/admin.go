@@ -439,7 +439,7 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	if full, why, since := x.store.Health.Full(); full {
 		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}
 	}
-	st.Store.Bounds = x.store.Bounds()
+	st.Store.Bounds = x.store.Bounds(ctx)
 	for _, t := range x.reg.Tools() {
 		g := t.Def.Groups
 		if len(g) == 0 {

@@ -345,7 +345,7 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight,
-		Bounds: r.store.Bounds,
+		Bounds: func() []bus.BoundStatus { return r.store.Bounds(bg) },
 		Catalog: []metrics.Catalog{{Kind: "tool", Held: func() int { return len(r.reg.Tools()) }, Bound: store.CountOf(r.store.Tools).Bound},
 			{Kind: "group", Held: func() int { return len(r.groups.Groups()) }, Bound: store.CountOf(r.store.Groups).Bound}}})
 	refs, err := offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: ledger.RefAbove, Max: 1 << 50})

@@ -246,7 +246,7 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 		if err != nil {
 			return nil, fmt.Errorf("session: encode session %s: %w", id, err)
 		}
-		if entry == nil && !store.BoundOf(s.kv).Room(len(b)+len(id)) {
+		if entry == nil && !store.BoundOf(s.kv).Room(ctx, len(b)+len(id)) {
 			return nil, ErrNoRoom // a stored session's writes go on (1.24)
 		}
 		return b, nil

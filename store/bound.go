@@ -54,7 +54,7 @@ func HardBytes(soft int64) int64 {
 
 // NewBound bounds kv's bytes at soft, read once before it returns (the
 // router's start); nil when soft <= 0.
-func NewBound(kv jetstream.KeyValue, soft int64) *Bound {
+func NewBound(ctx context.Context, kv jetstream.KeyValue, soft int64) *Bound {
 	if soft <= 0 {
 		return nil
 	}
@@ -65,7 +65,7 @@ func NewBound(kv jetstream.KeyValue, soft int64) *Bound {
 		}
 		return int64(st.Bytes()), nil
 	}}
-	b.reread()
+	b.reread(ctx)
 	return b
 }
 
@@ -82,13 +82,13 @@ func BoundOf(kv jetstream.KeyValue) *Bound {
 // what it admitted since; when they are BoundEvery old, or a tenth of
 // that before a refusal, it starts a read the next callers judge by, and
 // never waits for one (no read yet, or a failed one: room).
-func (b *Bound) Room(n int) bool {
+func (b *Bound) Room(ctx context.Context, n int) bool {
 	if b == nil {
 		return true
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refresh(n)
+	b.refresh(ctx, n)
 	if b.bytes+int64(n) > b.soft {
 		b.refused++
 		b.last = b.now()
@@ -109,17 +109,17 @@ func (b *Bound) add(n int) {
 // refresh starts a read of the bucket's bytes, one at a time, when they
 // are BoundEvery old, or a tenth of that when n more would not fit; b.mu
 // is held.
-func (b *Bound) refresh(n int) {
+func (b *Bound) refresh(ctx context.Context, n int) {
 	age := b.now().Sub(b.at)
 	if !b.reading && (age >= b.every || age >= b.every/10 && b.bytes+int64(n) > b.soft) {
 		b.reading, b.during = true, 0
-		go b.reread()
+		go b.reread(context.WithoutCancel(ctx)) // the caller may be gone when it lands
 	}
 }
 
 // reread reads the bucket's bytes, within 2 s, for the callers after it.
-func (b *Bound) reread() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+func (b *Bound) reread(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	bytes, err := b.read(ctx)
 	cancel()
 	b.mu.Lock()
@@ -132,10 +132,10 @@ func (b *Bound) reread() {
 
 // state is b's state for operators, its bytes read again when BoundEvery
 // old (for the next to ask).
-func (b *Bound) state(bucket string) bus.BoundStatus {
+func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.refresh(0)
+	b.refresh(ctx, 0)
 	st := bus.BoundStatus{Bucket: bucket, Bytes: b.bytes, Bound: b.soft, Refused: b.refused}
 	if !b.last.IsZero() {
 		st.LastRefused = new(b.last)
@@ -146,14 +146,14 @@ func (b *Bound) state(bucket string) bus.BoundStatus {
 // Bounds are the soft bounds' states (protocol 1.24) for the router's
 // metrics and the admin verb status; a bucket's bytes are read at most
 // once a BoundEvery, however often they are asked.
-func (s *Store) Bounds() []bus.BoundStatus {
+func (s *Store) Bounds(ctx context.Context) []bus.BoundStatus {
 	var out []bus.BoundStatus
 	for _, k := range []struct {
 		name string
 		kv   *KV
 	}{{bus.BucketParked, s.Parked}, {bus.BucketSessions, s.Sessions}, {bus.BucketLedger, s.Ledger}} {
 		if k.kv != nil && k.kv.bound != nil {
-			out = append(out, k.kv.bound.state(k.name))
+			out = append(out, k.kv.bound.state(ctx, k.name))
 		}
 	}
 	return out

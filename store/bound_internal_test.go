@@ -52,7 +52,7 @@ func TestBoundRoom(t *testing.T) {
 					b.Grew(-s.n)
 					continue
 				}
-				got := b.Room(s.n)
+				got := b.Room(t.Context(), s.n)
 				read(t, b)
 				if got != s.room || int(reads.Load()) != s.reads {
 					t.Fatalf("step %d: room %v after %d reads; want %v after %d", i, got, reads.Load(), s.room, s.reads)
@@ -61,7 +61,7 @@ func TestBoundRoom(t *testing.T) {
 		})
 	}
 	var none *Bound
-	if !none.Room(1<<40) || NewBound(nil, 0) != nil || NewBound(nil, -1) != nil {
+	if !none.Room(t.Context(), 1<<40) || NewBound(t.Context(), nil, 0) != nil || NewBound(t.Context(), nil, -1) != nil {
 		t.Error("no bound refused a key")
 	}
 	if HardBytes(-1) != -1 || HardBytes(1<<30) != 1<<30+1<<28 || HardBytes(1<<20) != 1<<20+BoundMargin {
@@ -81,23 +81,23 @@ func TestAttackBoundStateScraped(t *testing.T) {
 		return 95, nil
 	}}
 	for range 1000 {
-		b.state("parked")
+		b.state(t.Context(), "parked")
 	}
 	read(t, b)
-	if b.Room(10) || b.Room(10) || !b.Room(5) {
+	if b.Room(t.Context(), 10) || b.Room(t.Context(), 10) || !b.Room(t.Context(), 5) {
 		t.Fatal("room at 95 of 100")
 	}
 	now = now.Add(BoundEvery / 2)
 	for range 1000 {
-		b.state("parked")
+		b.state(t.Context(), "parked")
 	}
-	if st := b.state("parked"); reads != 1 || st.Bytes != 100 || st.Bound != 100 || st.Refused != 2 || !st.LastRefused.Equal(time.Unix(1e9, 0)) {
+	if st := b.state(t.Context(), "parked"); reads != 1 || st.Bytes != 100 || st.Bound != 100 || st.Refused != 2 || !st.LastRefused.Equal(time.Unix(1e9, 0)) {
 		t.Fatalf("%d reads, %+v", reads, st)
 	}
 	now = now.Add(BoundEvery)
-	b.state("parked") // starts a read, for the next to ask
+	b.state(t.Context(), "parked") // starts a read, for the next to ask
 	read(t, b)
-	if st := b.state("parked"); reads != 2 || st.Bytes != 95 {
+	if st := b.state(t.Context(), "parked"); reads != 2 || st.Bytes != 95 {
 		t.Fatalf("%d reads, %+v", reads, st)
 	}
 }
@@ -135,17 +135,17 @@ func TestBoundRoomNeverWaits(t *testing.T) {
 		}
 	}}
 	for i := range 50 { // the first starts the read; none waits for it
-		if !b.Room(1) {
+		if !b.Room(t.Context(), 1) {
 			t.Fatalf("call %d refused: no read has landed", i)
 		}
 	}
 	now = now.Add(2 * BoundEvery)
-	if !b.Room(1) || b.state("parked").Bytes != 51 {
+	if !b.Room(t.Context(), 1) || b.state(t.Context(), "parked").Bytes != 51 {
 		t.Fatal("a second read, or a call refused")
 	}
 	slow <- 40 // the bucket held 40 bytes; the 51 admitted since count on top
 	read(t, b)
-	if reads != 1 || b.Room(10) || !b.Room(9) {
+	if reads != 1 || b.Room(t.Context(), 10) || !b.Room(t.Context(), 9) {
 		t.Fatalf("%d reads, want 1; room for 9 of 100 after 91", reads)
 	}
 }

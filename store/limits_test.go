@@ -109,7 +109,7 @@ func TestBoundUpgradeKeepsWrites(t *testing.T) {
 	if _, err := st.Parked.Put(t.Context(), "k7", value[:1<<10]); err != nil {
 		t.Fatalf("a held key's write after the upgrade: %v", err)
 	}
-	if store.BoundOf(st.Parked).Room(100) {
+	if store.BoundOf(st.Parked).Room(t.Context(), 100) {
 		t.Fatal("a new key had room past the soft bound")
 	}
 }
