@@ -125,7 +125,7 @@ func TestCatalogHardBound(t *testing.T) {
 		return st
 	}
 	loose := setup(1000)
-	setup(3) // max_msgs 3 + 64
+	setup(3) // max_msgs 3 + 64 + store.BuiltinRoom
 	r := start(t, loose, registry.Config{})
 	hard := int(store.HardMsgs(3))
 	for i := range hard {
@@ -140,12 +140,12 @@ func TestCatalogHardBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setup(3) // the guard: what it holds plus the margin
+	setup(3) // the guard: what it holds plus the margin and the built-ins' room
 	info, err := s.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := int64(hard + 64); info.Config.MaxMsgs != want {
+	if want := int64(hard + 64 + store.BuiltinRoom); info.Config.MaxMsgs != want {
 		t.Fatalf("max_msgs %d over %d held, want %d", info.Config.MaxMsgs, hard, want)
 	}
 }

@@ -330,7 +330,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	}()
 	rev, err := store.Update(ctx, r.catalog.kv, d.Name, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
 		reason, same, registered = "", nil, time.Now().UnixNano()
-		if entry == nil && !taken { // a name the catalogue does not hold (protocol 7.1, 1.25)
+		if entry == nil && !taken && !slices.Contains(Builtins, d.Name) { // a name the catalogue does not hold (protocol 7.1, 1.25)
 			if reason, taken = r.names.Take(r.tools.Len()); !taken {
 				return nil, store.ErrNoChange
 			}
@@ -367,6 +367,14 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	r.put(&Tool{Def: d, Schema: s, rev: rev, order: registered})
 	return "", nil
 }
+
+// Builtins are the names of the routers' own tools (package builtin, both
+// name profiles, and the background tasks' tools): compiled in, a fixed
+// count, exempt from the catalogue's bound on new names, with room of
+// their own in its stream's max_msgs (store.BuiltinRoom), so no worker's
+// flood of names keeps a router's new built-ins out (docs/security.md).
+var Builtins = []string{"get_current_time", "echo", "todo_write", "task_output", "wait_async_results", "ToolStop", "list_tasks",
+	"read_file", "write_file", "edit_file", "list_files", "search_files", "shell", "Read", "Write", "Edit", "Glob", "Grep", "Bash"}
 
 // defDiff names the differing members of two definitions, for rejections.
 func defDiff(a, b *bus.ToolDef) []string {

@@ -76,7 +76,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser, MaxKept: cfg.MaxKept,
 			Keep: cfg.Keep, Landing: r.life.Landing})}
 	verbs := &taskVerbs{b}
-	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, false})
+	r.handlers = append(r.handlers, route{r.subj.All("tasks"), r.subj.RouterQueue(), verbs.onTasks, nil})
 	r.life.Loop(func(ctx context.Context) { life.Every(ctx, r.cfg.Store.Heartbeat, b.tick) })
 	return b, nil
 }

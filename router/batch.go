@@ -147,12 +147,13 @@ const (
 
 // onBatch is the handler of the batches on subjects of kind: kindAsk's
 // are bridges' questions, which only bridges may publish.
-func (r *Router) onBatch(kind string) func(*nats.Msg) {
-	return func(m *nats.Msg) { r.takeBatch(m, kind) }
+func (r *Router) onBatch(kind string) func(*nats.Msg, time.Time) {
+	return func(m *nats.Msg, since time.Time) { r.takeBatch(m, kind, since) }
 }
 
-// takeBatch runs a batch that came on a subject of kind.
-func (r *Router) takeBatch(m *nats.Msg, kind string) {
+// takeBatch runs a batch that came on a subject of kind, read at since:
+// its wait for a slot counts towards its first notice.
+func (r *Router) takeBatch(m *nats.Msg, kind string, since time.Time) {
 	var ev bus.Event // the batch's attributes: read here only, so on the stack
 	b := new(batch)  // first: a batch of one call is decoded into it
 	decoded, t, err := r.decodeTurn(m, kind, r.cfg.Limits, &ev, b.oneCall[:0])
@@ -171,7 +172,7 @@ func (r *Router) takeBatch(m *nats.Msg, kind string) {
 		r.reject(m, err)
 		return
 	}
-	r.pipe.initBatch(b, t, time.Now())
+	r.pipe.initBatch(b, t, since)
 	r.m.Batches.Inc()
 	other := r.batches.track(b)
 	defer r.batches.untrack(b)

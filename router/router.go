@@ -176,7 +176,9 @@ type Router struct {
 type route struct {
 	subject, queue string
 	h              func(*nats.Msg)
-	shed           bool
+	// timed, instead of h, handles a batch or tools query: told when the
+	// router read it, it waits for a slot at most queueWait (admission).
+	timed func(*nats.Msg, time.Time)
 }
 
 // errDrainDeadline is the cause of the contexts a drain's deadline cut off.
@@ -259,7 +261,7 @@ func (r *Router) Start(ctx context.Context) (err error) {
 		return err
 	}
 	for _, s := range r.handlers {
-		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(s.h, m, s.shed) })
+		sub, err := r.nc.QueueSubscribe(s.subject, s.queue, func(m *nats.Msg) { r.dispatch(s, m) })
 		if err != nil {
 			return fmt.Errorf("router: subscribe %s: %w", s.subject, err)
 		}
@@ -393,19 +395,19 @@ func (r *Router) bind() {
 	}
 	q := r.subj.RouterQueue()
 	r.handlers = []route{
-		{r.subj.All(kindCall), q, r.onBatch(kindCall), true},
-		{r.subj.All(kindAsk), q, r.onBatch(kindAsk), true},
-		{r.subj.All("tools"), q, tools.onTools, true},
-		{r.subj.Workers.SharedRegister(), q, reg.onRegister, false},
-		{r.subj.All("register"), q, reg.onRegister, false}, // P.register.<tool>, P.register.group.<group>
-		{r.subj.All("admin"), q, admin.onAdmin, false},
-		{r.subj.All("answer"), q, r.answers.onAnswer, false},
-		{r.subj.All("approve"), q, r.answers.onApprove, false},
-		{r.subj.All("replay"), q, replay.onReplay, false},
-		{r.subj.All("handoff"), q, replay.onHandoff, false},
-		{r.subj.All("result"), q, results.onResult, false},
-		{r.subj.All("cancel"), "", cancels.onCancel, false},
-		{r.subj.All("outputs"), q, r.stored.onOutputs, false},
+		{r.subj.All(kindCall), q, nil, r.onBatch(kindCall)},
+		{r.subj.All(kindAsk), q, nil, r.onBatch(kindAsk)},
+		{r.subj.All("tools"), q, nil, func(m *nats.Msg, _ time.Time) { tools.onTools(m) }},
+		{r.subj.Workers.SharedRegister(), q, reg.onRegister, nil},
+		{r.subj.All("register"), q, reg.onRegister, nil}, // P.register.<tool>, P.register.group.<group>
+		{r.subj.All("admin"), q, admin.onAdmin, nil},
+		{r.subj.All("answer"), q, r.answers.onAnswer, nil},
+		{r.subj.All("approve"), q, r.answers.onApprove, nil},
+		{r.subj.All("replay"), q, replay.onReplay, nil},
+		{r.subj.All("handoff"), q, replay.onHandoff, nil},
+		{r.subj.All("result"), q, results.onResult, nil},
+		{r.subj.All("cancel"), "", cancels.onCancel, nil},
+		{r.subj.All("outputs"), q, r.stored.onOutputs, nil},
 	}
 }
 
@@ -434,8 +436,9 @@ func (r *Router) loops() {
 	})
 }
 
-// dispatch runs h in its own goroutine, bounded by MaxInflight (admission).
-func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
+// dispatch runs s's handler on m in its own goroutine, bounded by
+// MaxInflight (admission).
+func (r *Router) dispatch(s route, m *nats.Msg) {
 	if !r.replyAllowed(m.Subject, m.Reply) {
 		// Answering there would act for the sender (docs/security.md).
 		r.m.Rejected.WithLabelValues("bad_reply").Inc()
@@ -445,7 +448,7 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 	if !r.life.Enter() {
 		if r.isRegistration(m.Subject) {
 			// A draining router still records heartbeats, on the callback.
-			h(m)
+			s.h(m)
 		}
 		return
 	}
@@ -453,22 +456,28 @@ func (r *Router) dispatch(h func(*nats.Msg), m *nats.Msg, shed bool) {
 		// Slots of their own (docs/security.md): beats waiting behind
 		// agents' calls made live workers look vanished.
 		r.beats <- struct{}{}
-		r.handle(r.beats, h, m, share{})
+		r.handle(r.beats, handling{h: s.h, m: m})
 		return
 	}
-	var sh share
-	if shed { // a batch or tools query: counted against its session's share
-		var refused string
-		if sh, refused = r.shares.take(sessionOf(m.Subject)); refused != "" {
-			r.adm.overShare(m, refused)
-			return
-		}
-	}
-	if !r.adm.admit(m, shed) {
-		r.adm.wait(m, func() { r.handle(r.sem, h, m, sh) }, func() { r.shares.give(sh) })
+	if s.timed == nil {
+		r.sem <- struct{}{} // back-pressure
+		r.handle(r.sem, handling{h: s.h, m: m})
 		return
 	}
-	r.handle(r.sem, h, m, sh)
+	// A batch or tools query: counted against its session's share, its
+	// running notices' clock started now (docs/protocol.md 3.2.1, 1.26).
+	t := handling{timed: s.timed, m: m, since: time.Now()}
+	var refused string
+	if t.sh, refused = r.shares.take(sessionOf(m.Subject)); refused != "" {
+		r.adm.overShare(m, refused)
+		return
+	}
+	select {
+	case r.sem <- struct{}{}:
+		r.handle(r.sem, t)
+	default:
+		r.adm.wait(m, func() { r.handle(r.sem, t) }, func() { r.shares.give(t.sh) })
+	}
 }
 
 // maxBeats bounds the registrations and heartbeats (one per tool each
@@ -507,30 +516,33 @@ func replyAllowedFor(reply, prefix, inboxPrefix string) bool {
 	return true
 }
 
-// handle runs h on m in the slot taken of sem, pooled (no closure).
-func (r *Router) handle(sem chan struct{}, h func(*nats.Msg), m *nats.Msg, sh share) {
+// handle runs what h says in the slot taken of sem, pooled (no closure).
+func (r *Router) handle(sem chan struct{}, h handling) {
 	r.m.Inflight.Inc()
 	t, _ := handlings.Get().(*handling)
 	if t == nil {
 		t = new(handling)
 	}
-	*t = handling{r: r, sem: sem, h: h, m: m, sh: sh}
+	*t = h
+	t.r, t.sem = r, sem
 	r.pool.Run(t)
 }
 
-// handling is one message handle runs on the pool.
+// handling is one message handle runs on the pool: h(m), or timed(m, since).
 type handling struct {
-	r   *Router
-	sem chan struct{}
-	h   func(*nats.Msg)
-	m   *nats.Msg
-	sh  share
+	r     *Router
+	sem   chan struct{}
+	h     func(*nats.Msg)
+	timed func(*nats.Msg, time.Time)
+	m     *nats.Msg
+	since time.Time
+	sh    share
 }
 
 var handlings sync.Pool
 
 func (t *handling) Run() {
-	r, sem, h, m, sh := t.r, t.sem, t.h, t.m, t.sh
+	r, sem, h, timed, m, since, sh := t.r, t.sem, t.h, t.timed, t.m, t.since, t.sh
 	*t = handling{}
 	handlings.Put(t)
 	defer func() {
@@ -543,7 +555,11 @@ func (t *handling) Run() {
 		r.shares.give(sh)
 		r.life.Leave()
 	}()
-	h(m)
+	if timed != nil {
+		timed(m, since)
+	} else {
+		h(m)
+	}
 }
 
 // Stop is Drain with a deadline of at most StopTimeout.
@@ -781,44 +797,40 @@ type admission struct {
 	waiting atomic.Int64
 }
 
-// admit takes a slot for m; false: m may be answered busy (shed) and
-// the caller queues it (wait).
-func (a *admission) admit(m *nats.Msg, shed bool) bool {
-	select {
-	case a.sem <- struct{}{}:
-		return true
-	default:
-	}
-	if !shed || m.Reply == "" {
-		a.sem <- struct{}{} // back-pressure
-		return true
-	}
-	return false
-}
-
 // wait queues m for a slot and runs run once it has one; else answers
-// busy, calls undone and matches the caller's life Enter.
+// busy, calls undone and matches the caller's life Enter. One without a
+// reply subject (nothing to answer busy) waits as long as it takes, and
+// past maxQueued others on the subscription's goroutine (back-pressure).
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)
+		if m.Reply == "" {
+			a.sem <- struct{}{}
+			run()
+			return
+		}
 		undone()
 		a.refuse(m)
 		return
 	}
 	go func() {
-		t := time.NewTimer(queueWait)
-		defer t.Stop()
+		var expired <-chan time.Time
+		if m.Reply != "" {
+			t := time.NewTimer(queueWait)
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case a.sem <- struct{}{}:
 			a.waiting.Add(-1)
-			if a.life.Draining() { // another router of the queue group takes the re-send
+			if m.Reply != "" && a.life.Draining() { // another router of the queue group takes the re-send
 				<-a.sem
 				undone()
 				a.refuse(m)
 				return
 			}
 			run()
-		case <-t.C:
+		case <-expired:
 			a.waiting.Add(-1)
 			undone()
 			a.refuse(m)

@@ -30,7 +30,8 @@ type Bound struct {
 	mu      sync.Mutex
 	bytes   int64     // read at `at`, plus what Room admitted since
 	at      time.Time // of the last read (zero: none yet)
-	reading bool      // one caller reads; the others use what was read
+	reading bool      // a read is under way (reread); callers judge by what was read
+	during  int64     // admitted since it began: what it may not have seen
 	refused uint64    // new keys refused since the start
 	last    time.Time // of the last refusal
 }
@@ -51,18 +52,21 @@ func HardBytes(soft int64) int64 {
 	return soft + max(soft/4, BoundMargin)
 }
 
-// NewBound bounds kv's bytes at soft; nil when soft <= 0.
-func NewBound(kv jetstream.KeyValue, soft int64) *Bound {
+// NewBound bounds kv's bytes at soft, read once before it returns (the
+// router's start); nil when soft <= 0.
+func NewBound(ctx context.Context, kv jetstream.KeyValue, soft int64) *Bound {
 	if soft <= 0 {
 		return nil
 	}
-	return &Bound{soft: soft, every: BoundEvery, now: time.Now, read: func(ctx context.Context) (int64, error) {
+	b := &Bound{soft: soft, every: BoundEvery, now: time.Now, reading: true, read: func(ctx context.Context) (int64, error) {
 		st, err := kv.Status(ctx)
 		if err != nil {
 			return 0, err
 		}
 		return int64(st.Bytes()), nil
 	}}
+	b.reread(ctx)
+	return b
 }
 
 // BoundOf is the soft bound Setup gave kv (nil: none).
@@ -74,9 +78,10 @@ func BoundOf(kv jetstream.KeyValue) *Bound {
 }
 
 // Room reports whether a new key of about n bytes fits under the soft
-// bound, and counts it when it does. It reads the bucket's bytes when they
-// are BoundEvery old, or a tenth of that before a refusal; a failed read
-// keeps the last (none: room).
+// bound, and counts it when it does. It judges by the bytes last read and
+// what it admitted since; when they are BoundEvery old, or a tenth of
+// that before a refusal, it starts a read the next callers judge by, and
+// never waits for one (no read yet, or a failed one: room).
 func (b *Bound) Room(ctx context.Context, n int) bool {
 	if b == nil {
 		return true
@@ -89,29 +94,44 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 		b.last = b.now()
 		return false
 	}
-	b.bytes += int64(n)
+	b.add(n)
 	return true
 }
 
-// refresh reads the bucket's bytes when they are BoundEvery old, or a
-// tenth of that when n more would not fit; b.mu is held.
-func (b *Bound) refresh(ctx context.Context, n int) {
-	age := b.now().Sub(b.at)
-	if !b.reading && (age >= b.every || age >= b.every/10 && b.bytes+int64(n) > b.soft) {
-		b.reading = true
-		b.mu.Unlock()
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		bytes, err := b.read(rctx)
-		cancel()
-		b.mu.Lock()
-		b.reading, b.at = false, b.now()
-		if err == nil {
-			b.bytes = bytes
-		}
+// add counts n bytes more; b.mu is held.
+func (b *Bound) add(n int) {
+	b.bytes += int64(n)
+	if b.reading {
+		b.during += int64(n)
 	}
 }
 
-// state is b's state for operators, its bytes read again when BoundEvery old.
+// refresh starts a read of the bucket's bytes, one at a time, when they
+// are BoundEvery old, or a tenth of that when n more would not fit; b.mu
+// is held.
+func (b *Bound) refresh(ctx context.Context, n int) {
+	age := b.now().Sub(b.at)
+	if !b.reading && (age >= b.every || age >= b.every/10 && b.bytes+int64(n) > b.soft) {
+		b.reading, b.during = true, 0
+		go b.reread(context.WithoutCancel(ctx)) // the caller may be gone when it lands
+	}
+}
+
+// reread reads the bucket's bytes, within 2 s, for the callers after it.
+func (b *Bound) reread(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	bytes, err := b.read(ctx)
+	cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reading, b.at = false, b.now()
+	if err == nil {
+		b.bytes = bytes + b.during
+	}
+}
+
+// state is b's state for operators, its bytes read again when BoundEvery
+// old (for the next to ask).
 func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -144,7 +164,7 @@ func (s *Store) Bounds(ctx context.Context) []bus.BoundStatus {
 func (b *Bound) Grew(n int) {
 	if b != nil {
 		b.mu.Lock()
-		b.bytes += int64(n)
+		b.add(n)
 		b.mu.Unlock()
 	}
 }

@@ -108,8 +108,12 @@ func IsMaxMsgs(err error) bool {
 // HardMsgs is the max_msgs of a bucket whose names are bounded at n: n
 // plus a quarter, at least 64, for what routers admit apart, the delete
 // markers of names taken out, and the writes of held names, which a
-// replicated stream's discard-new check counts whole.
-func HardMsgs(n int) int64 { return int64(n + max(n/4, 64)) }
+// replicated stream's discard-new check counts whole; plus BuiltinRoom.
+func HardMsgs(n int) int64 { return int64(n + max(n/4, 64) + BuiltinRoom) }
+
+// BuiltinRoom is the room in max_msgs of the routers' built-in tools, which
+// the bound on new names does not judge (registry.Builtins).
+const BuiltinRoom = 32
 
 // capMsgs sets the max_msgs of kv's stream to HardMsgs(bound) plus the
 // delete markers it holds (what it holds less its keys: a marker counts

@@ -201,7 +201,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		}
 		if kv.dst != nil {
 			*kv.dst = NewKV(js, h, cfg.Replicas)
-			(*kv.dst).bound, (*kv.dst).count = NewBound(h, kv.soft), kv.names
+			(*kv.dst).bound, (*kv.dst).count = NewBound(ctx, h, kv.soft), kv.names
 		}
 		if kv.names != nil {
 			if err := kv.names.capMsgs(ctx, js, h); err != nil {
