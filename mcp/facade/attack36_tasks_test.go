@@ -28,7 +28,7 @@ import (
 // the tasks held still end. On a 3-node cluster, the bucket R3 (where
 // JetStream's discard-new check counts a replacement whole): tasks in
 // sessions made up until one is refused, a request state refused, then
-// every held task ends with a result of 96 KiB, more than the margin above
+// every held task ends with a result of 256 KiB, more than the margin above
 // the soft bound holds: each ends, completed while the stream takes its
 // result, failed (its result in the session's events) after.
 func TestAttack36MCPBucketBounded(t *testing.T) {
@@ -78,7 +78,7 @@ func TestAttack36MCPBucketBounded(t *testing.T) {
 	if err := st.putState(ctx, newID(), &stateRecord{Session: "team-x", User: "mallory", Expires: time.Now().Add(time.Hour)}); !errors.Is(err, errNoRoom) {
 		t.Fatalf("a new request state at the bound: %v", err)
 	}
-	result, _ := json.Marshal(mcp.NewToolResultText(strings.Repeat("x", 96<<10)))
+	result, _ := json.Marshal(mcp.NewToolResultText(strings.Repeat("x", 256<<10)))
 	var completed, failed int
 	for i, r := range held {
 		got, err := (taskResults{st}).end(ctx, r.Session, r.User, r.ID, result, func(r *taskRecord) { r.Status = mcp.TaskStatusCompleted })
