@@ -67,7 +67,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if cfg.MaxRun <= 0 {
 		cfg.MaxRun = DefaultTaskRun
 	}
-	kv, err := tasks.Setup(ctx, r.store.JS, r.subj, r.cfg.Store.Replicas, cfg.Keep)
+	kv, err := tasks.Setup(ctx, r.store.JS, r.subj, r.cfg.Store.Replicas, cfg.Keep, r.cfg.Store.TasksMaxBytes)
 	if err != nil {
 		return nil, err
 	}

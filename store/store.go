@@ -47,6 +47,9 @@ type Config struct {
 	// max_bytes is HardBytes, reserved on each server): a new key past one
 	// is refused. Zero means the Default*MaxBytes, negative no bound.
 	ParkedMaxBytes, SessionsMaxBytes, LedgerMaxBytes int64
+	// TasksMaxBytes and MCPMaxBytes are those of P_tasks (tasks.Setup) and
+	// P_mcp (its max_bytes here; the facades refuse at the soft bound).
+	TasksMaxBytes, MCPMaxBytes int64
 	// MaxTools and MaxGroups bound the names of P_tools and P_groups (Count;
 	// their streams' max_msgs is HardMsgs): a new one past it is refused.
 	// Zero means DefaultMaxTools and DefaultMaxGroups, negative no bound.
@@ -81,6 +84,7 @@ func (c *Config) defaults() {
 	c.ParkedMaxBytes = cmp.Or(c.ParkedMaxBytes, DefaultParkedMaxBytes)
 	c.SessionsMaxBytes = cmp.Or(c.SessionsMaxBytes, DefaultSessionsMaxBytes)
 	c.LedgerMaxBytes = cmp.Or(c.LedgerMaxBytes, DefaultLedgerMaxBytes)
+	c.MCPMaxBytes = cmp.Or(c.MCPMaxBytes, DefaultMCPMaxBytes)
 	c.WorkAckWait = positive(c.WorkAckWait, DefaultWorkAckWait)
 	c.MaxTools = cmp.Or(c.MaxTools, DefaultMaxTools)
 	c.MaxGroups = cmp.Or(c.MaxGroups, DefaultMaxGroups)
@@ -110,10 +114,15 @@ const (
 const DefaultEventsMaxBytes = 1 << 30
 
 // The soft bounds' defaults (Config.ParkedMaxBytes..., protocol 1.24).
+// P_tasks's records hold a call's input and result, as P_parked's and
+// P_ledger's do; P_mcp's 256 MiB holds two (session, user)s' MaxTasks of
+// 1 MiB results, or thousands of tasks of a few KiB (docs/mcp.md).
 const (
 	DefaultParkedMaxBytes   = 512 << 20
 	DefaultSessionsMaxBytes = 128 << 20
 	DefaultLedgerMaxBytes   = 512 << 20
+	DefaultTasksMaxBytes    = 512 << 20
+	DefaultMCPMaxBytes      = 256 << 20
 )
 
 // DefaultWorkAckWait is Config.WorkAckWait's default.
@@ -158,6 +167,25 @@ func hardBytes(ctx context.Context, js jetstream.JetStream, stream string, soft 
 	return hard
 }
 
+// CreateBounded creates or updates cfg's bucket, its soft bound soft (Bound;
+// 0 none, and cfg's MaxBytes kept; negative none) and its max_bytes
+// HardBytes of it (hardBytes), and returns it with that bound (BoundOf).
+func CreateBounded(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, soft int64) (*KV, error) {
+	if soft != 0 {
+		cfg.MaxBytes = hardBytes(ctx, js, "KV_"+cfg.Bucket, soft)
+	}
+	h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, cfg) })
+	if IsFull(err) && soft > 0 { // reserved like a stream's (Setup)
+		err = fmt.Errorf("%w (max_bytes is %d bytes, a soft bound of %d: set a smaller one)", err, cfg.MaxBytes, soft)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: bucket %s: %w", cfg.Bucket, err)
+	}
+	kv := NewKV(js, h, cfg.Replicas)
+	kv.bound = NewBound(ctx, h, soft)
+	return kv, nil
+}
+
 // Setup creates or updates the buckets and streams of docs/protocol.md section 8
 // for the deployment named by s. It is idempotent and safe to run from every
 // router at once.
@@ -185,26 +213,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
 			MaxValueSize: 256, MaxBytes: 1 << 20}, 0, nil},
 		// The MCP facades' tasks and request states (docs/mcp.md).
-		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), 0, nil},
+		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), cfg.MCPMaxBytes, nil},
 	}
 	for _, kv := range kvs {
 		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage
-		if kv.soft != 0 {
-			kv.cfg.MaxBytes = hardBytes(ctx, js, "KV_"+kv.cfg.Bucket, kv.soft)
-		}
-		h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, kv.cfg) })
-		if IsFull(err) && kv.soft > 0 { // reserved like a stream's (below)
-			err = fmt.Errorf("%w (max_bytes is %d bytes, a soft bound of %d: set a smaller one)", err, kv.cfg.MaxBytes, kv.soft)
-		}
+		k, err := CreateBounded(ctx, js, kv.cfg, kv.soft)
 		if err != nil {
-			return nil, fmt.Errorf("store: bucket %s: %w", kv.cfg.Bucket, err)
+			return nil, err
 		}
 		if kv.dst != nil {
-			*kv.dst = NewKV(js, h, cfg.Replicas)
-			(*kv.dst).bound, (*kv.dst).count = NewBound(ctx, h, kv.soft), kv.names
+			*kv.dst, k.count = k, kv.names
 		}
 		if kv.names != nil {
-			if err := kv.names.capMsgs(ctx, js, h); err != nil {
+			if err := kv.names.capMsgs(ctx, js, k.KeyValue); err != nil {
 				return nil, fmt.Errorf("store: bucket %s: max_msgs: %w", kv.cfg.Bucket, err)
 			}
 		}

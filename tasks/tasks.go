@@ -6,6 +6,7 @@
 package tasks
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,21 +56,19 @@ type Config struct {
 }
 
 // Setup creates (or updates) the P_tasks bucket, whose records expire keep
-// (zero: DefaultKeep) after their last write.
-func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int, keep time.Duration) (jetstream.KeyValue, error) {
+// (zero: DefaultKeep) after their last write, bounded softly at soft bytes
+// (store.Bound; zero: store.DefaultTasksMaxBytes, negative: none): past it
+// Admit refuses a new task, and the records held are still written.
+func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int, keep time.Duration, soft int64) (jetstream.KeyValue, error) {
 	if keep <= 0 {
 		keep = DefaultKeep
 	}
-	var kv jetstream.KeyValue
-	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
-		kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.Bucket(BucketName),
-			Description: "toolbus background tasks", TTL: keep, Replicas: max(replicas, 1)})
-		return err
-	})
+	kv, err := store.CreateBounded(ctx, js, jetstream.KeyValueConfig{Bucket: s.Bucket(BucketName),
+		Description: "toolbus background tasks", TTL: keep, Replicas: max(replicas, 1)}, cmp.Or(soft, store.DefaultTasksMaxBytes))
 	if err != nil {
-		return nil, fmt.Errorf("tasks: bucket %s: %w", s.Bucket(BucketName), err)
+		return nil, fmt.Errorf("tasks: %w", err)
 	}
-	return store.NewKV(js, kv, max(replicas, 1)), nil
+	return kv, nil
 }
 
 // Record is a task as stored: the task, what it takes to run it again,
@@ -94,6 +93,8 @@ type Record struct {
 var (
 	ErrLimit   = &bus.Error{Code: bus.CodeLimitExceeded} // the session's or the user's bound is full
 	ErrUnknown = &bus.Error{Code: bus.CodeUnknownTask}   // no such task in the session
+	// ErrNoRoom refuses a new task past P_tasks's soft bound (Setup).
+	ErrNoRoom = bus.Errorf(bus.CodeLimitExceeded, "TaskLimitError: no new background task can be kept now: the store of tasks %v.", store.ErrNoRoom)
 )
 
 // Store is the tasks over one bucket. Its methods are safe for concurrent use.
@@ -197,6 +198,15 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 		undo()
 		return nil, false, refusal
 	}
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return nil, false, err
+	}
+	// A new record past P_tasks's soft bound: refused before it is
+	// counted (a copy's stored task is still the answer).
+	if !store.BoundOf(s.kv).Room(ctx, len(raw)+len(rec.Session)+len(rec.ID)) {
+		return refused(ErrNoRoom)
+	}
 	for _, b := range []struct {
 		key   string
 		until time.Time
@@ -221,12 +231,7 @@ func (s *Store) Admit(ctx context.Context, rec *Record) (got *Record, created bo
 			added = append(added, "u."+rec.UserKey)
 		}
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		undo()
-		return nil, false, err
-	}
-	if _, err := store.Create(ctx, s.kv, taskKey(rec.Session, rec.ID), b, store.Bounded); err != nil {
+	if _, err := store.Create(ctx, s.kv, taskKey(rec.Session, rec.ID), raw, store.Bounded); err != nil {
 		if store.IsConflict(err) {
 			cur, gerr := s.Get(ctx, rec.Session, rec.ID)
 			if gerr != nil {
@@ -331,9 +336,13 @@ func decode(b []byte) (*Record, error) {
 
 // Update changes session's task id with fn under compare-and-set; fn
 // returning store.ErrNoChange leaves it. It returns the record stored.
+// What the record grew by (an end's result) counts against the soft bound
+// at once (store.Bound.Grew).
 func (s *Store) Update(ctx context.Context, session, id string, fn func(*Record) error) (*Record, error) {
 	var out *Record
+	grew := 0
 	_, err := store.Update(ctx, s.kv, taskKey(session, id), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		grew = 0
 		if cur == nil {
 			return nil, unknown(id)
 		}
@@ -345,8 +354,13 @@ func (s *Store) Update(ctx context.Context, session, id string, fn func(*Record)
 		if err := fn(r); err != nil {
 			return nil, err
 		}
-		return json.Marshal(r)
+		b, err := json.Marshal(r)
+		grew = len(b) - len(cur.Value())
+		return b, err
 	})
+	if err == nil {
+		store.BoundOf(s.kv).Grew(grew)
+	}
 	return out, err
 }
 

@@ -24,7 +24,7 @@ func newKV(t *testing.T) jetstream.KeyValue {
 	t.Helper()
 	nc := testkit.Connect(t, testkit.RunServer(t))
 	js := testkit.JetStream(t, nc)
-	kv, err := tasks.Setup(t.Context(), js, bus.NewSubjects(""), 1, time.Hour)
+	kv, err := tasks.Setup(t.Context(), js, bus.NewSubjects(""), 1, time.Hour, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

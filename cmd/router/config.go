@@ -51,10 +51,12 @@ type limitsConfig struct {
 	OutputsMaxBytes byteSize `json:"outputs_max_bytes,omitempty"`
 	InlineOutput    byteSize `json:"inline_output,omitempty"`
 	MaxOutput       byteSize `json:"max_output,omitempty"`
-	// The soft bounds of P_parked, P_sessions, P_ledger (store.Bound).
+	// The soft bounds of P_parked, P_sessions, P_ledger, P_tasks, P_mcp (store.Bound).
 	ParkedMaxBytes   softBound `json:"parked_max_bytes,omitempty"`
 	SessionsMaxBytes softBound `json:"sessions_max_bytes,omitempty"`
 	LedgerMaxBytes   softBound `json:"ledger_max_bytes,omitempty"`
+	TasksMaxBytes    softBound `json:"tasks_max_bytes,omitempty"`
+	MCPMaxBytes      softBound `json:"mcp_max_bytes,omitempty"`
 	// The catalogue's bounds on names (store.Count; protocol 7.1, 1.25).
 	MaxTools  int `json:"max_tools,omitempty"`
 	MaxGroups int `json:"max_groups,omitempty"`
@@ -100,7 +102,9 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 		def        int
 	}{{&l.ParkedMaxBytes, "parked", "parked calls (a new park past it ends limit_exceeded)", store.DefaultParkedMaxBytes},
 		{&l.SessionsMaxBytes, "sessions", "sessions (a new session's first write past it is refused limit_exceeded)", store.DefaultSessionsMaxBytes},
-		{&l.LedgerMaxBytes, "ledger", "write calls' results (a new write call past it ends limit_exceeded, not run)", store.DefaultLedgerMaxBytes}} {
+		{&l.LedgerMaxBytes, "ledger", "write calls' results (a new write call past it ends limit_exceeded, not run)", store.DefaultLedgerMaxBytes},
+		{&l.TasksMaxBytes, "tasks", "background tasks (a new task past it ends limit_exceeded at the call's timeout)", store.DefaultTasksMaxBytes},
+		{&l.MCPMaxBytes, "mcp", "the MCP facade's tasks and request states (a new one past it is a JSON-RPC error)", store.DefaultMCPMaxBytes}} {
 		fs.Var(b.v, b.name+"-max-bytes", fmt.Sprintf("bytes the P_%s bucket of %s may hold; its stream's max_bytes, a quarter (at least 16MiB) more, is reserved on each server; off: no bound (default %dMiB)", b.name, b.what, b.def>>20))
 	}
 	fs.IntVar(&l.MaxTools, "max-tools", 0, fmt.Sprintf("tool names the catalogue P_tools takes: a new one past it is rejected limit_exceeded, a held one still taken; -1: no bound (default %d)", store.DefaultMaxTools))
@@ -121,6 +125,8 @@ func (l limitsConfig) override(o *limitsConfig) limitsConfig {
 	pick(&l.ParkedMaxBytes, o.ParkedMaxBytes)
 	pick(&l.SessionsMaxBytes, o.SessionsMaxBytes)
 	pick(&l.LedgerMaxBytes, o.LedgerMaxBytes)
+	pick(&l.TasksMaxBytes, o.TasksMaxBytes)
+	pick(&l.MCPMaxBytes, o.MCPMaxBytes)
 	pick(&l.MaxTools, o.MaxTools)
 	pick(&l.MaxGroups, o.MaxGroups)
 	return l
@@ -140,6 +146,7 @@ func (l limitsConfig) apply(c *store.Config) {
 	c.OutputsTTL = time.Duration(l.OutputsTTL)
 	c.OutputsMaxBytes = int64(l.OutputsMaxBytes)
 	c.ParkedMaxBytes, c.SessionsMaxBytes, c.LedgerMaxBytes = int64(l.ParkedMaxBytes), int64(l.SessionsMaxBytes), int64(l.LedgerMaxBytes)
+	c.TasksMaxBytes, c.MCPMaxBytes = int64(l.TasksMaxBytes), int64(l.MCPMaxBytes)
 	c.MaxTools, c.MaxGroups = l.MaxTools, l.MaxGroups
 }
 

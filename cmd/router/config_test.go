@@ -45,6 +45,7 @@ limits:
   max_output: 32MB
   parked_max_bytes: 1MiB
   ledger_max_bytes: "off"
+  mcp_max_bytes: 2MiB
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -58,13 +59,13 @@ limits:
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fl := limitFlags(fs)
-	if err := fs.Parse([]string{"--events-max-bytes", "2GiB", "--outputs-ttl", "1h", "--sessions-max-bytes", "off"}); err != nil {
+	if err := fs.Parse([]string{"--events-max-bytes", "2GiB", "--outputs-ttl", "1h", "--sessions-max-bytes", "off", "--tasks-max-bytes", "3MiB"}); err != nil {
 		t.Fatal(err)
 	}
 	var sc store.Config
 	l.override(fl).apply(&sc)
 	if sc.EventsMaxBytes != 2<<30 || sc.OutputsTTL != time.Hour || sc.EventsMaxAge != 12*time.Hour || sc.OutputsMaxBytes != 4e9 ||
-		sc.ParkedMaxBytes != 1<<20 || sc.SessionsMaxBytes != -1 || sc.LedgerMaxBytes != -1 {
+		sc.ParkedMaxBytes != 1<<20 || sc.SessionsMaxBytes != -1 || sc.LedgerMaxBytes != -1 || sc.TasksMaxBytes != 3<<20 || sc.MCPMaxBytes != 2<<20 {
 		t.Fatalf("store config %+v", sc)
 	}
 	for _, bad := range []string{

@@ -106,6 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limits := fileCfg.Limits.override(limitsFlags)
 	storeCfg := store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory, WorkAckWait: *workAckWait}
 	limits.apply(&storeCfg)
+	mcpOpts.maxBytes = storeCfg.MCPMaxBytes
 
 	url := *natsURL
 	if *secure != "" {

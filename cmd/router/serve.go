@@ -32,6 +32,7 @@ type mcpOptions struct {
 	idle                     time.Duration
 	maxSessions              int
 	nkey, creds              string
+	maxBytes                 int64 // P_mcp's soft bound (--mcp-max-bytes, a limit)
 }
 
 func mcpFlags(fs *flag.FlagSet) *mcpOptions {
@@ -167,7 +168,7 @@ func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDi
 		log.Warn("mcp: serving without authentication (--mcp-insecure): anyone who reaches the address acts as any user", "listen", o.listen)
 	}
 	f := facade.New(client.New(nc, client.Config{Prefix: prefix, Source: "toolbus/mcp"}), facade.Config{Logger: log,
-		Auth: a, Insecure: a == nil, Confirm: policy, Idle: o.idle, MaxSessions: o.maxSessions})
+		Auth: a, Insecure: a == nil, Confirm: policy, Idle: o.idle, MaxSessions: o.maxSessions, MaxBytes: o.maxBytes})
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		_ = f.Drain(context.WithoutCancel(ctx))

@@ -1,11 +1,19 @@
 package facade
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -14,15 +22,80 @@ import (
 // 100 of up to 1 MiB each (a completed task's result) for up to 24 h; an
 // identity granted a pattern ("team-*", or "*" on a desktop or an open
 // deployment) keeps that much in every session id it makes up, and every
-// IdP user whose token grants sessions does the same. Nothing bounds the
-// bucket itself: P_sessions, P_parked and P_ledger have soft byte bounds
-// (store.Config.*MaxBytes), P_mcp none, so its growth reaches the account's
-// JetStream storage that every other stream shares. The fix is store's (a
-// soft bound like the others'); the facade then refuses new tasks with a
-// JSON-RPC error when the bucket is full.
+// IdP user whose token grants sessions does the same. P_mcp now has a soft
+// byte bound (Config.MaxBytes; store.Bound) below its stream's max_bytes
+// (store.HardBytes): past it a new task or request state is refused, and
+// the tasks held still end. On a 3-node cluster, the bucket R3 (where
+// JetStream's discard-new check counts a replacement whole): tasks in
+// sessions made up until one is refused, a request state refused, then
+// every held task ends with a result of 256 KiB, more than the margin above
+// the soft bound holds: each ends, completed while the stream takes its
+// result, failed (its result in the session's events) after.
 func TestAttack36MCPBucketBounded(t *testing.T) {
-	cfg := store.MCPConfig(bus.NewSubjects(""), 1, jetstream.FileStorage)
-	if cfg.MaxBytes <= 0 {
-		t.Skip("GAP: store.MCPConfig sets no MaxBytes on P_mcp (store/ is not redteam36's): MaxTasks x 1 MiB per (session, user), sessions unbounded under a pattern")
+	const soft = 64 << 10
+	c := testkit.RunCluster(t)
+	nc := testkit.ConnectURL(t, c.URL(1))
+	js := testkit.JetStream(t, nc)
+	st := &kvStore{nc: nc, subj: bus.NewSubjects(""), replicas: 3, maxTasks: DefaultMaxTasks, soft: soft, log: slog.New(slog.DiscardHandler)}
+	ctx := t.Context()
+	if _, err := st.bucket(ctx); err != nil {
+		t.Fatal(err)
 	}
+	s, err := js.Stream(ctx, "KV_"+bus.NewSubjects("").Bucket(bus.BucketMCP))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.MaxBytes != store.HardBytes(soft) || cfg.Discard != jetstream.DiscardNew || cfg.Replicas != 3 {
+		t.Fatalf("max_bytes %d, discard %v, replicas %d", cfg.MaxBytes, cfg.Discard, cfg.Replicas)
+	}
+	var held []*taskRecord
+	for i := 0; ; i++ {
+		if i == 1000 {
+			t.Fatal("no task refused")
+		}
+		now := time.Now()
+		r := &taskRecord{ID: newID(), Session: fmt.Sprintf("team-%d", i), User: "mallory", Tool: "hello", CallID: "mcp-" + newID()[:20],
+			ReplyID: "r" + newID()[:20], Status: mcp.TaskStatusWorking, Created: now, Updated: now, TTLMS: 3600_000}
+		err := st.createTask(ctx, r)
+		if err == nil {
+			held = append(held, r)
+			continue
+		}
+		if !errors.Is(err, errNoRoom) || !strings.Contains(err.Error(), "no new task or request state can be kept now") {
+			t.Fatalf("task %d: %v", i, err)
+		}
+		if got, err := st.getTask(ctx, r.Session, r.User, r.ID); !errors.Is(err, errNotFound) {
+			t.Fatalf("the refused task is stored: %+v %v", got, err)
+		}
+		if ts, err := st.listTasks(ctx, r.Session, r.User); err != nil || len(ts) != 0 {
+			t.Fatalf("the refused task is counted: %d %v", len(ts), err)
+		}
+		break
+	}
+	if len(held) < 10 {
+		t.Fatalf("%d tasks before the bound", len(held))
+	}
+	if err := st.putState(ctx, newID(), &stateRecord{Session: "team-x", User: "mallory", Expires: time.Now().Add(time.Hour)}); !errors.Is(err, errNoRoom) {
+		t.Fatalf("a new request state at the bound: %v", err)
+	}
+	result, _ := json.Marshal(mcp.NewToolResultText(strings.Repeat("x", 256<<10)))
+	var completed, failed int
+	for i, r := range held {
+		got, err := (taskResults{st}).end(ctx, r.Session, r.User, r.ID, result, func(r *taskRecord) { r.Status = mcp.TaskStatusCompleted })
+		if err != nil {
+			t.Fatalf("ending held task %d of %d: %v", i, len(held), err)
+		}
+		switch {
+		case got.Status == mcp.TaskStatusCompleted:
+			completed++
+		case got.Status == mcp.TaskStatusFailed && strings.Contains(got.Error, "the result could not be kept: the bucket of MCP tasks is full"):
+			failed++
+		default:
+			t.Fatalf("held task %d: %s %q", i, got.Status, got.Error)
+		}
+	}
+	if completed == 0 || failed == 0 {
+		t.Fatalf("%d completed, %d failed of %d", completed, failed, len(held))
+	}
+	t.Logf("%d tasks held at a soft bound of %d bytes; %d ended completed, %d failed when the stream was full", len(held), soft, completed, failed)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/life"
+	"github.com/toolbus/toolbus/store"
 )
 
 // Config configures a Facade.
@@ -70,6 +71,10 @@ type Config struct {
 	// MaxTasks bounds the MCP task records one (session, user) keeps;
 	// zero means DefaultMaxTasks.
 	MaxTasks int
+	// MaxBytes is the soft bound of the facade's bucket (store.Bound): past
+	// it a new task or request state is refused; zero means
+	// store.DefaultMCPMaxBytes, negative none.
+	MaxBytes int64
 	// Replicas of the facade's bucket when the facade creates it (routers
 	// create it at start); zero means 1.
 	Replicas int
@@ -130,7 +135,8 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f := &Facade{nc: cl.Conn(), cl: cl, cfg: cfg, ctx: lf.Background(), life: lf}
 	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
-	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger}
+	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger,
+		soft: cmp.Or(cfg.MaxBytes, store.DefaultMCPMaxBytes)}
 	f.tasks = &taskRunners{closing: f.ctx, loop: f.life.Loop, store: f.kv, await: f.awaitResult, tasks: cl.Tasks(), log: cfg.Logger,
 		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{},
 		listens: make(chan struct{}, maxListens)}

@@ -98,6 +98,8 @@ var (
 	errNoStore      = errors.New("facade: the tasks bucket is unavailable") // nothing was published
 	errNotFound     = errors.New("task not found")                          // for this session and user
 	errTooManyTasks = errors.New("facade")                                  // the (session, user) keeps MaxTasks live tasks
+	// errNoRoom refuses a new task or request state past the bucket's soft bound.
+	errNoRoom = fmt.Errorf("facade: no new task or request state can be kept now: the bucket of MCP tasks %w", store.ErrNoRoom)
 )
 
 // kvStore is the facade's bucket, bound (or created) on first use; reads go
@@ -105,13 +107,15 @@ var (
 type kvStore struct {
 	nc       *nats.Conn
 	subj     bus.Subjects
-	replicas int // when the facade creates the bucket
-	maxTasks int // live records per (session, user)
+	replicas int   // when the facade creates the bucket
+	maxTasks int   // live records per (session, user)
+	soft     int64 // the bucket's soft bound (Config.MaxBytes)
 	log      *slog.Logger
 
 	mu     sync.Mutex
 	kv     *store.KV
-	failed time.Time // when the bucket was last found out of reach
+	bound  *store.Bound // set with kv
+	failed time.Time    // when the bucket was last found out of reach
 }
 
 func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
@@ -127,6 +131,7 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cfg := store.MCPConfig(st.subj, st.replicas, jetstream.FileStorage)
+	cfg.MaxBytes = store.HardBytes(st.soft)
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -136,6 +141,7 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	}
 	if err == nil {
 		st.kv, err = store.OpenKV(ctx, js, kv)
+		st.bound = store.NewBound(ctx, kv, st.soft)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
@@ -166,11 +172,16 @@ func (st *kvStore) available(ctx context.Context) bool {
 
 // createTask stores a new record, refused when the (session, user) keeps
 // MaxTasks live ones, as counted by its index (compare-and-set: exact across
-// processes, which a key listing is not).
+// processes, which a key listing is not), or past the bucket's soft bound.
 func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return err
+	}
+	key := userKey("t", r.Session, r.User, r.ID)
+	raw, _ := json.Marshal(r)
+	if !st.bound.Room(ctx, len(key)+len(raw)) {
+		return errNoRoom
 	}
 	var expired []string // pruned from the index: their records go too, or they would stay the bucket's day uncounted
 	_, err = store.Update(ctx, kv, userKey("i", r.Session, r.User), store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
@@ -204,7 +215,10 @@ func (st *kvStore) createTask(ctx context.Context, r *taskRecord) error {
 	for _, id := range expired {
 		st.delete(ctx, taskKeys(r.Session, r.User, id)...)
 	}
-	return st.put(ctx, userKey("t", r.Session, r.User, r.ID), r, true)
+	if _, err := store.Create(ctx, kv, key, raw, store.Bounded); err != nil {
+		return fmt.Errorf("%w: %v", errNoStore, err)
+	}
+	return nil
 }
 
 // taskIndex is the (session, user)'s live tasks.
@@ -269,13 +283,16 @@ func (st *kvStore) get(ctx context.Context, key string, v any) error {
 }
 
 // put stores v's JSON under key, riding out transient errors; create only
-// when the key holds nothing.
+// when the key holds nothing, and only under the bucket's soft bound.
 func (st *kvStore) put(ctx context.Context, key string, v any, create bool) error {
 	kv, err := st.bucket(ctx)
 	if err != nil {
 		return err
 	}
 	raw, _ := json.Marshal(v)
+	if create && !st.bound.Room(ctx, len(key)+len(raw)) {
+		return errNoRoom
+	}
 	if create {
 		_, err = store.Create(ctx, kv, key, raw, store.Bounded)
 	} else {
@@ -383,13 +400,11 @@ type taskResults struct{ st *kvStore }
 // deleted again when the record did not end completed by this write
 // (another end won meanwhile); one left by a crash between the two writes
 // goes with its task (taskKeys) or at the bucket's age. A result above
-// maxResult ends the task failed instead.
+// maxResult, or one the bucket refuses as full (past the margin above its
+// soft bound), ends the task failed instead: the end is kept.
 func (rs taskResults) end(ctx context.Context, session, user, id string, result json.RawMessage, change func(*taskRecord)) (*taskRecord, error) {
 	if len(result) > maxResult {
-		result, change = nil, func(r *taskRecord) {
-			r.Status, r.Error = mcp.TaskStatusFailed,
-				"the result is larger than a task record holds; it is in the session's events (call "+r.CallID+")"
-		}
+		result, change = nil, failedEnd("the result is larger than a task record holds")
 	}
 	key := userKey("o", session, user, id)
 	if result != nil {
@@ -397,8 +412,13 @@ func (rs taskResults) end(ctx context.Context, session, user, id string, result 
 		if err != nil || r.Status.IsTerminal() {
 			return r, err
 		}
-		if err := rs.st.put(ctx, key, result, false); err != nil {
+		switch err := rs.st.put(ctx, key, result, false); {
+		case store.IsFull(err):
+			result, change = nil, failedEnd("the result could not be kept: the bucket of MCP tasks is full")
+		case err != nil:
 			return nil, err
+		default:
+			rs.st.bound.Grew(len(key) + len(result)) // new tasks see it before the next read
 		}
 	}
 	r, err := rs.st.updateTask(ctx, session, user, id, change)
@@ -407,6 +427,13 @@ func (rs taskResults) end(ctx context.Context, session, user, id string, result 
 		rs.st.delete(ctx, key)
 	}
 	return r, err
+}
+
+// failedEnd ends a task failed for why, its result in the session's events.
+func failedEnd(why string) func(*taskRecord) {
+	return func(r *taskRecord) {
+		r.Status, r.Error = mcp.TaskStatusFailed, why+"; it is in the session's events (call "+r.CallID+")"
+	}
 }
 
 // load reads a completed record's result into r.Result (a record of an
