@@ -799,16 +799,12 @@ type admission struct {
 
 // wait queues m for a slot and runs run once it has one; else answers
 // busy, calls undone and matches the caller's life Enter. One without a
-// reply subject (nothing to answer busy) waits as long as it takes, and
-// past maxQueued others on the subscription's goroutine (back-pressure).
+// reply subject (nothing to answer busy) waits as long as it takes, behind
+// at most maxQueued others; past them it is dropped, counted busy (waiting
+// on the subscription's goroutine, it hid the batches behind it).
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
 	if a.waiting.Add(1) > int64(a.maxQueued) {
 		a.waiting.Add(-1)
-		if m.Reply == "" {
-			a.sem <- struct{}{}
-			run()
-			return
-		}
 		undone()
 		a.refuse(m)
 		return
