@@ -1,6 +1,8 @@
 package router_test
 
 import (
+	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -20,7 +22,7 @@ import (
 // answer): the batch behind it is answered busy at once, and the queued
 // ones still run.
 func TestAttack36bPublishedFloodPastQueue(t *testing.T) {
-	entered, _, end, nc, inbox := queuedRig(t, 2)
+	_, entered, _, end, nc, inbox := queuedRig(t, 2)
 	sendBatch(t, nc, "p0", "_INBOX.q.p0", "a:hold") // holds the one slot
 	testkit.Recv(t, entered, 30*time.Second, "the first batch's call")
 	for _, id := range []string{"p1", "p2", "p3", "p4"} { // two queued, two past the queue
@@ -56,5 +58,50 @@ func TestAttack36bPublishedFloodPastQueue(t *testing.T) {
 	}
 	if !got["p1"] || !got["p2"] {
 		t.Fatalf("ran %v after p0, want the queued p1 and p2", got)
+	}
+}
+
+// TestAttack36bDrainQueuedPublished (redteam36b, on queued36): a batch
+// without a reply subject that the router read and queued when its drain
+// began is run by the draining router, not dropped (no one would send it
+// again: under 1.25 a queued batch found the router draining and was
+// answered busy, to no one), and the drain waits for it.
+func TestAttack36bDrainQueuedPublished(t *testing.T) {
+	d, entered, release, _, nc, inbox := queuedRig(t, 1)
+	sendBatch(t, nc, "p0", "", "p0:hold") // holds the one slot
+	testkit.Recv(t, entered, 30*time.Second, "p0's call")
+	sendBatch(t, nc, "p1", "", "p1:hold")
+	sendBatch(t, nc, "r1", "_INBOX.q.r1", "r:hold")
+	for m := testkit.Recv(t, inbox, 30*time.Second, "r1's busy"); m.Subject != "_INBOX.q.r1"; m = testkit.Recv(t, inbox, 30*time.Second, "r1's busy") {
+	} // r1, read after p1, past the queue: p1 is queued
+	drained := make(chan error, 1)
+	go func() { drained <- d.Routers[0].Drain(t.Context()) }()
+	e, err := bus.NewEvent(bus.TypeCallBatch, "test/agent", bus.Batch{Calls: []bus.Call{{ID: "r", Name: "hold", Input: json.RawMessage(`{}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SessionID = "s1"
+	m, err := e.Msg(bus.NewSubjects("").Call("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Busy at once while the router reads; once it drains, no answer
+	// (Enter refuses) or no responders (unsubscribed).
+	for until := time.Now().Add(30 * time.Second); ; {
+		_, err := nc.RequestMsg(m, 2*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("the router still reads batches 30 s after its drain began: %v", err)
+		}
+	}
+	release <- struct{}{} // p0 ends; p1 takes the slot
+	if id := testkit.Recv(t, entered, 30*time.Second, "p1's call"); id != "p1" {
+		t.Fatalf("%s ran, want p1", id)
+	}
+	release <- struct{}{}
+	if err := testkit.Recv(t, drained, 30*time.Second, "the drain"); err != nil {
+		t.Fatal(err)
 	}
 }
