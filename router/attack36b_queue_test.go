@@ -3,6 +3,8 @@ package router_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/router"
 )
 
 // TestAttack36bPublishedFloodPastQueue (redteam36b, on queued36's fix): the
@@ -76,15 +79,7 @@ func TestAttack36bDrainQueuedPublished(t *testing.T) {
 	} // r1, read after p1, past the queue: p1 is queued
 	drained := make(chan error, 1)
 	go func() { drained <- d.Routers[0].Drain(t.Context()) }()
-	e, err := bus.NewEvent(bus.TypeCallBatch, "test/agent", bus.Batch{Calls: []bus.Call{{ID: "r", Name: "hold", Input: json.RawMessage(`{}`)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.SessionID = "s1"
-	m, err := e.Msg(bus.NewSubjects("").Call("s1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := batchMsg(t, "r", `{}`)
 	// Busy at once while the router reads; once it drains, no answer
 	// (Enter refuses) or no responders (unsubscribed).
 	for until := time.Now().Add(30 * time.Second); ; {
@@ -104,4 +99,54 @@ func TestAttack36bDrainQueuedPublished(t *testing.T) {
 	if err := testkit.Recv(t, drained, 30*time.Second, "the drain"); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestAttack36bQueuedBytesBounded (redteam36b, on queued36's fix): batches
+// without a reply subject wait for a slot with no deadline, so while the
+// slots stay taken, MaxQueued (4096) of them at max_payload (1 MiB, 8 MiB
+// embedded) held 4-32 GiB of the router's memory, published once each;
+// under 1.25 they waited on the subscription, within its pending limit of
+// 256 MiB. The waiting messages' bytes are bounded as that limit (here
+// lowered to 100 KiB): past it a batch without a reply is dropped, though
+// MaxQueued has room, and the ones queued before it run.
+func TestAttack36bQueuedBytesBounded(t *testing.T) {
+	router.SetMaxQueuedBytes(t, 100<<10)
+	_, entered, _, end, nc, inbox := queuedRig(t, 8)
+	sendBatch(t, nc, "p0", "_INBOX.q.p0", "p0:hold") // holds the one slot
+	testkit.Recv(t, entered, 30*time.Second, "p0's call")
+	pad := `{"pad":"` + strings.Repeat("x", 40<<10) + `"}`
+	for _, id := range []string{"p1", "p2", "p3"} { // 40 KiB each: the third is past 100 KiB
+		if err := nc.PublishMsg(batchMsg(t, id, pad)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendBatch(t, nc, "r1", "_INBOX.q.r1", "r1:hold")
+	for m := testkit.Recv(t, inbox, 30*time.Second, "r1's answer"); m.Subject != "_INBOX.q.r1"; m = testkit.Recv(t, inbox, 30*time.Second, "r1's answer") {
+	} // r1, small, queued behind p1 and p2 (or p3), answered busy at 2 s
+	end() // the slot frees: what was queued runs, in order, before z
+	sendBatch(t, nc, "z", "_INBOX.q.z", "z:hold")
+	var ran []string
+	for id := ""; id != "z"; {
+		id = testkit.Recv(t, entered, 30*time.Second, "the queued batches' calls and z's")
+		ran = append(ran, id)
+	}
+	if !slices.Equal(ran, []string{"p1", "p2", "z"}) {
+		t.Fatalf("ran %v after p0, want p1, p2 and z (p3 dropped past the queue's bytes)", ran)
+	}
+}
+
+// batchMsg is a batch of session s1 of one call id of hold with input,
+// the call's id as its reply id.
+func batchMsg(t *testing.T, id, input string) *nats.Msg {
+	t.Helper()
+	e, err := bus.NewEvent(bus.TypeCallBatch, "test/agent", bus.Batch{Calls: []bus.Call{{ID: id, Name: "hold", Input: json.RawMessage(input)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ID, e.SessionID = id, "s1"
+	m, err := e.Msg(bus.NewSubjects("").Call("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
