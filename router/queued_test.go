@@ -17,14 +17,14 @@ import (
 	"github.com/toolbus/toolbus/worker"
 )
 
-// queuedRig is a router handling one message at once, queuing at most
+// queuedRig is a deployment of a router handling one message at once, queuing at most
 // queued more, with a worker's read-only tool "hold": each call sends its id
 // on the channel returned and blocks until given a token on release or
 // until end; and a client connection watching every inbox (replies,
 // notices) in order.
-func queuedRig(t *testing.T, queued int) (entered chan string, release chan struct{}, end func(), nc *nats.Conn, inbox chan *nats.Msg) {
+func queuedRig(t *testing.T, queued int) (d *xtest.Deployment, entered chan string, release chan struct{}, end func(), nc *nats.Conn, inbox chan *nats.Msg) {
 	t.Helper()
-	d := xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{MaxInflight: 1, MaxQueued: queued, MaxSessionInflight: -1}})
+	d = xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{MaxInflight: 1, MaxQueued: queued, MaxSessionInflight: -1}})
 	entered, release = make(chan string, 16), make(chan struct{})
 	end = sync.OnceFunc(func() { close(release) })
 	t.Cleanup(end)
@@ -56,7 +56,7 @@ func queuedRig(t *testing.T, queued int) (entered chan string, release chan stru
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	return entered, release, end, nc, inbox
+	return d, entered, release, end, nc, inbox
 }
 
 // TestQueuedBatchNotices (queued36): a batch that waits for a slot behind a
@@ -65,7 +65,7 @@ func queuedRig(t *testing.T, queued int) (entered chan string, release chan stru
 // client re-sending after 2.5 s of silence does not re-send: one copy sent,
 // one execution.
 func TestQueuedBatchNotices(t *testing.T) {
-	entered, release, end, nc, inbox := queuedRig(t, 1)
+	_, entered, release, end, nc, inbox := queuedRig(t, 1)
 	sendBatch(t, nc, "q1", "_INBOX.q.q1", "a:hold") // holds the router's one slot
 	testkit.Recv(t, entered, 30*time.Second, "the first batch's call")
 	c := client.New(nc, client.Config{Source: "test/agent", Resend: client.Resend{First: 2500 * time.Millisecond, AfterNotice: time.Minute}})
@@ -103,7 +103,7 @@ func TestQueuedBatchNotices(t *testing.T) {
 // with the others, at most MaxQueued: the batch behind them is queued too,
 // and answered busy when no slot comes within 2 s.
 func TestAttackPublishedBatchesHoldNoBatch(t *testing.T) {
-	entered, _, _, nc, inbox := queuedRig(t, 8)
+	_, entered, _, _, nc, inbox := queuedRig(t, 8)
 	sendBatch(t, nc, "p0", "_INBOX.q.p0", "a:hold")
 	testkit.Recv(t, entered, 30*time.Second, "the first batch's call")
 	for _, id := range []string{"p1", "p2", "p3", "p4"} {

@@ -795,20 +795,29 @@ type admission struct {
 	maxQueued int
 
 	waiting atomic.Int64
+	queued  atomic.Int64 // the bytes of the waiting messages
 }
+
+// maxQueuedBytes bounds the bytes of the messages waiting for a slot, as
+// pendingLimit bounds those a subscription holds: batches without a reply
+// wait with no deadline, and MaxQueued of them at max_payload held
+// gigabytes for as long as the slots stayed taken (docs/security.md).
+var maxQueuedBytes int64 = pendingLimit
 
 // wait queues m for a slot and runs run once it has one; else answers
 // busy, calls undone and matches the caller's life Enter. One without a
-// reply subject (nothing to answer busy) waits as long as it takes, and
-// past maxQueued others on the subscription's goroutine (back-pressure).
+// reply subject (nothing to answer busy) waits as long as it takes, behind
+// at most maxQueued others and maxQueuedBytes; past them it is dropped,
+// counted busy (waiting on the subscription's goroutine, it hid the
+// batches behind it).
 func (a *admission) wait(m *nats.Msg, run, undone func()) {
-	if a.waiting.Add(1) > int64(a.maxQueued) {
+	n := int64(m.Size()) // as read, headers included
+	leave := func() {
 		a.waiting.Add(-1)
-		if m.Reply == "" {
-			a.sem <- struct{}{}
-			run()
-			return
-		}
+		a.queued.Add(-n)
+	}
+	if bytes := a.queued.Add(n); a.waiting.Add(1) > int64(a.maxQueued) || bytes > maxQueuedBytes {
+		leave()
 		undone()
 		a.refuse(m)
 		return
@@ -822,7 +831,7 @@ func (a *admission) wait(m *nats.Msg, run, undone func()) {
 		}
 		select {
 		case a.sem <- struct{}{}:
-			a.waiting.Add(-1)
+			leave()
 			if m.Reply != "" && a.life.Draining() { // another router of the queue group takes the re-send
 				<-a.sem
 				undone()
@@ -831,7 +840,7 @@ func (a *admission) wait(m *nats.Msg, run, undone func()) {
 			}
 			run()
 		case <-expired:
-			a.waiting.Add(-1)
+			leave()
 			undone()
 			a.refuse(m)
 		}
