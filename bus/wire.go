@@ -603,8 +603,9 @@ type StoreStatus struct {
 	State string     `json:"state"`
 	Error string     `json:"error,omitempty"`
 	Since *time.Time `json:"since,omitempty"`
-	// Bounds are the soft bounds of P_parked, P_sessions and P_ledger as
-	// this router keeps them (since 1.24); absent: none.
+	// Bounds are the soft bounds of P_parked, P_sessions, P_ledger (since
+	// 1.24), P_tasks and P_mcp (1.26; its refusals are the facades', not
+	// counted) as this router keeps them; absent: none.
 	Bounds []BoundStatus `json:"bounds,omitempty"`
 }
 
@@ -612,7 +613,7 @@ type StoreStatus struct {
 // at most a second before, plus what the router admitted since), the
 // bound, and the new keys the router refused at it since its start.
 type BoundStatus struct {
-	Bucket      string     `json:"bucket"` // parked, sessions or ledger
+	Bucket      string     `json:"bucket"` // parked, sessions, ledger, tasks or mcp
 	Bytes       int64      `json:"bytes"`
 	Bound       int64      `json:"bound"`
 	Refused     uint64     `json:"refused"`

@@ -166,6 +166,8 @@ type adminVerbs struct {
 	// pageBound bounds a page of parked.list in bytes; 0: the server's
 	// max payload less parkedPageSlack.
 	pageBound int
+	// tasksBound is P_tasks' soft bound (nil: tasks are off), for status.
+	tasksBound *atomic.Pointer[store.Bound]
 }
 
 func (x *adminVerbs) onAdmin(m *nats.Msg) {
@@ -439,7 +441,7 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	if full, why, since := x.store.Health.Full(); full {
 		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}
 	}
-	st.Store.Bounds = x.store.Bounds(ctx)
+	st.Store.Bounds = x.store.Bounds(ctx, x.tasksBound.Load())
 	for _, t := range x.reg.Tools() {
 		g := t.Def.Groups
 		if len(g) == 0 {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tasks"
 )
 
@@ -71,6 +72,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.tasksBound.Store(store.BoundOf(kv))
 	cursors, _ := lru.New[string, tasks.Cursor](outputCursors) // fails only for a size below 1
 	b := &background{wire: r.wire, r: r, cfg: cfg, cursors: cursors,
 		st: tasks.New(kv, tasks.Config{MaxPerSession: cfg.MaxPerSession, MaxPerUser: cfg.MaxPerUser, MaxKept: cfg.MaxKept,

@@ -166,6 +166,10 @@ type Router struct {
 	confirming confirmed          // confirmed calls running outside any batch
 	bg         *background        // background tasks; nil when off (background.go)
 
+	// tasksBound is P_tasks' soft bound (newBackground) for Bounds, which
+	// the metrics read from build on.
+	tasksBound atomic.Pointer[store.Bound]
+
 	once     sync.Once
 	stopErr  error
 	cutCalls int         // calls in flight when a drain's deadline passed
@@ -345,7 +349,7 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight,
-		Bounds: func() []bus.BoundStatus { return r.store.Bounds(bg) },
+		Bounds: func() []bus.BoundStatus { return r.store.Bounds(bg, r.tasksBound.Load()) },
 		Catalog: []metrics.Catalog{{Kind: "tool", Held: func() int { return len(r.reg.Tools()) }, Bound: store.CountOf(r.store.Tools).Bound},
 			{Kind: "group", Held: func() int { return len(r.groups.Groups()) }, Bound: store.CountOf(r.store.Groups).Bound}}})
 	refs, err := offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: ledger.RefAbove, Max: 1 << 50})
@@ -384,7 +388,7 @@ func (r *Router) bind() {
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg, refuseShared: r.cfg.RefuseSharedRegister}
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
-		store: r.store, skills: r.skills.cat, limits: r.guards.limits}
+		store: r.store, tasksBound: &r.tasksBound, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
 		audit: r.guards.audit, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}

@@ -71,7 +71,7 @@ func NewBound(ctx context.Context, kv jetstream.KeyValue, soft int64) *Bound {
 
 // BoundOf is the soft bound Setup gave kv (nil: none).
 func BoundOf(kv jetstream.KeyValue) *Bound {
-	if k, ok := kv.(*KV); ok {
+	if k, ok := kv.(*KV); ok && k != nil {
 		return k.bound
 	}
 	return nil
@@ -144,16 +144,20 @@ func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
 }
 
 // Bounds are the soft bounds' states (protocol 1.24) for the router's
-// metrics and the admin verb status; a bucket's bytes are read at most
-// once a BoundEvery, however often they are asked.
-func (s *Store) Bounds(ctx context.Context) []bus.BoundStatus {
+// metrics and the admin verb status: P_parked's, P_sessions', P_ledger's,
+// tasks (P_tasks', tasks.Setup's; nil when tasks are off) and P_mcp's,
+// whose bytes and bound are the router's (Setup sets its max_bytes) but
+// whose refusals are the facades' (Refused 0 here). A bucket's bytes are
+// read at most once a BoundEvery, however often they are asked.
+func (s *Store) Bounds(ctx context.Context, tasks *Bound) []bus.BoundStatus {
 	var out []bus.BoundStatus
 	for _, k := range []struct {
 		name string
-		kv   *KV
-	}{{bus.BucketParked, s.Parked}, {bus.BucketSessions, s.Sessions}, {bus.BucketLedger, s.Ledger}} {
-		if k.kv != nil && k.kv.bound != nil {
-			out = append(out, k.kv.bound.state(ctx, k.name))
+		b    *Bound
+	}{{bus.BucketParked, BoundOf(s.Parked)}, {bus.BucketSessions, BoundOf(s.Sessions)}, {bus.BucketLedger, BoundOf(s.Ledger)},
+		{"tasks", tasks}, {bus.BucketMCP, BoundOf(s.MCP)}} {
+		if k.b != nil {
+			out = append(out, k.b.state(ctx, k.name))
 		}
 	}
 	return out

@@ -138,6 +138,7 @@ type Store struct {
 	Parked       *KV
 	Ledger       *KV
 	Routers      *KV // the routers' presence (docs/protocol.md 8)
+	MCP          *KV // the MCP facades' (they write it; routers show its bound, Bounds)
 	Events       jetstream.Stream
 	ParkedStream jetstream.Stream // under Parked: the handoff's (docs/protocol.md 6.2)
 	Work         jetstream.Stream // durable calls, a work queue
@@ -213,7 +214,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		{&st.Routers, bus.BucketRouters, jetstream.KeyValueConfig{Description: "toolbus router presence", TTL: 3 * cfg.Heartbeat,
 			MaxValueSize: 256, MaxBytes: 1 << 20}, 0, nil},
 		// The MCP facades' tasks and request states (docs/mcp.md).
-		{nil, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), cfg.MCPMaxBytes, nil},
+		{&st.MCP, bus.BucketMCP, MCPConfig(s, cfg.Replicas, storage), cfg.MCPMaxBytes, nil},
 	}
 	for _, kv := range kvs {
 		kv.cfg.Bucket, kv.cfg.Replicas, kv.cfg.Storage = s.Bucket(kv.name), cfg.Replicas, storage

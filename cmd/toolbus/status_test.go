@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/builtin"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/router"
@@ -143,6 +144,9 @@ func TestBoundLines(t *testing.T) {
 				"warning: sessions refuses new keys at its bound (the last at 2026-12-07T01:59:50Z): its calls or sessions end limit_exceeded (docs/operations.md)"}},
 		{"refused long ago", bus.BoundStatus{Bucket: "sessions", Bytes: 1 << 20, Bound: 2 << 20, Refused: 1, LastRefused: &old},
 			[]string{"  sessions: 1.0 MiB of 2.0 MiB (50%), 1 new keys refused since the router started"}},
+		{"mcp", bus.BoundStatus{Bucket: "mcp", Bytes: 240 << 20, Bound: 256 << 20},
+			[]string{"  mcp: 240.0 MiB of 256.0 MiB (94%) (the MCP facades refuse its new keys; not counted here)",
+				"warning: mcp is near its bound (94%): new keys are refused at it (docs/operations.md)"}},
 	} {
 		if got := boundLines([]bus.BoundStatus{tc.in}, now); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
@@ -153,11 +157,22 @@ func TestBoundLines(t *testing.T) {
 // TestStatusBounds: a small soft bound on P_sessions, sessions made until
 // one is refused: the router's toolbus_store_refused_total counts it, and
 // status shows the bucket against its bound with the warning; --json
-// carries the same.
+// carries the same. P_tasks and P_mcp (bounds36b) show with their bounds
+// and the bytes written to them.
 func TestStatusBounds(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat,
-		Router: router.Config{Metrics: reg, Store: store.Config{SessionsMaxBytes: 4 << 10}}})
+		Router: router.Config{Metrics: reg, Store: store.Config{SessionsMaxBytes: 4 << 10, TasksMaxBytes: 1 << 20, MCPMaxBytes: 2 << 20}}})
+	js := testkit.JetStream(t, testkit.ConnectURL(t, x.URL(0)))
+	for _, b := range []string{"tasks", bus.BucketMCP} {
+		kv, err := js.KeyValue(t.Context(), x.Subjects().Bucket(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(t.Context(), "k", make([]byte, 8<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	refused := false
 	for i := 0; !refused; i++ {
 		if i == 200 {
@@ -169,26 +184,41 @@ func TestStatusBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if l := m.GetLabel(); len(l) == 1 && l[0].GetValue() == bus.BucketSessions {
-				got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	got := map[string]map[string]float64{} // bucket → metric → value
+	// The bytes written are read within a second (BoundEvery) of a scrape.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for start := time.Now(); got["tasks"]["toolbus_store_bytes"] < 8<<10 || got["mcp"]["toolbus_store_bytes"] < 8<<10; <-tick.C {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the bytes written are not shown: %v", got)
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if l := m.GetLabel(); len(l) == 1 && strings.HasPrefix(mf.GetName(), "toolbus_store_") {
+					if got[l[0].GetValue()] == nil {
+						got[l[0].GetValue()] = map[string]float64{}
+					}
+					got[l[0].GetValue()][mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
 			}
 		}
 	}
-	if got["toolbus_store_refused_total"] != 1 || got["toolbus_store_soft_bound_bytes"] != 4<<10 || got["toolbus_store_bytes"] == 0 {
+	if s := got[bus.BucketSessions]; s["toolbus_store_refused_total"] != 1 || s["toolbus_store_soft_bound_bytes"] != 4<<10 || s["toolbus_store_bytes"] == 0 {
 		t.Fatalf("metrics of the sessions bucket: %v", got)
+	}
+	if got["tasks"]["toolbus_store_soft_bound_bytes"] != 1<<20 || got["mcp"]["toolbus_store_soft_bound_bytes"] != 2<<20 {
+		t.Fatalf("the bounds of tasks and mcp: %v", got)
 	}
 	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", x.URL(0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: "} {
+	for _, want := range []string{"  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: ",
+		"  tasks: 0.0 MiB of 1.0 MiB (", "  mcp: 0.0 MiB of 2.0 MiB (", "%) (the MCP facades refuse its new keys; not counted here)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
@@ -204,7 +234,8 @@ func TestStatusBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	bs := v.Status.Store.Bounds
-	if len(bs) != 3 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil {
+	if len(bs) != 5 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil ||
+		bs[3].Bucket != "tasks" || bs[3].Bound != 1<<20 || bs[3].Bytes < 8<<10 || bs[4].Bucket != bus.BucketMCP || bs[4].Bound != 2<<20 || bs[4].Bytes < 8<<10 {
 		t.Fatalf("bounds %+v", bs)
 	}
 }

@@ -1,6 +1,7 @@
 package facade
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -30,7 +32,10 @@ import (
 // sessions made up until one is refused, a request state refused, then
 // every held task ends with a result of 256 KiB, more than the margin above
 // the soft bound holds: each ends, completed while the stream takes its
-// result, failed (its result in the session's events) after.
+// result, failed (its result in the session's events) after. Since
+// bounds36b the crossing's keys (crossing.go) are judged too: a new MCP
+// session's client record and a carried message are refused; a record
+// held is still read.
 func TestAttack36MCPBucketBounded(t *testing.T) {
 	const soft = 64 << 10
 	c := testkit.RunCluster(t)
@@ -47,6 +52,13 @@ func TestAttack36MCPBucketBounded(t *testing.T) {
 	}
 	if cfg := s.CachedInfo().Config; cfg.MaxBytes != store.HardBytes(soft) || cfg.Discard != jetstream.DiscardNew || cfg.Replicas != 3 {
 		t.Fatalf("max_bytes %d, discard %v, replicas %d", cfg.MaxBytes, cfg.Discard, cfg.Replicas)
+	}
+	// An MCP session of a 2025-11-25 client recorded before the bound is reached.
+	x := &crossing{nc: nc, store: st, session: "team-a", user: "mallory", log: slog.New(slog.DiscardHandler)}
+	x.remember(initialized(ctx, "mcp-a"), &mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25"}})
+	var rec clientRecord
+	if err := st.get(ctx, x.crossKey("m", "mcp-a"), &rec); err != nil || rec.Version != "2025-11-25" {
+		t.Fatalf("the record below the bound: %+v %v", rec, err)
 	}
 	var held []*taskRecord
 	for i := 0; ; i++ {
@@ -78,6 +90,23 @@ func TestAttack36MCPBucketBounded(t *testing.T) {
 	if err := st.putState(ctx, newID(), &stateRecord{Session: "team-x", User: "mallory", Expires: time.Now().Add(time.Hour)}); !errors.Is(err, errNoRoom) {
 		t.Fatalf("a new request state at the bound: %v", err)
 	}
+	// A new MCP session's client record and a carried message (64 KiB at
+	// most, a new key each) are refused too; the session held is still
+	// read (adopt), and its messages are as new as any: refused.
+	x.remember(initialized(ctx, "mcp-b"), &mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25"}})
+	if err := st.get(ctx, x.crossKey("m", "mcp-b"), &rec); !errors.Is(err, errNotFound) {
+		t.Fatalf("a new MCP session's record at the bound: %v", err)
+	}
+	answer := []byte(`{"jsonrpc":"2.0","id":"p.1","result":{"action":"accept"}}`)
+	for _, sid := range []string{"mcp-a", "mcp-b"} {
+		if err := x.carry(ctx, sid, "2025-11-25", answer); !errors.Is(err, errNoRoom) {
+			t.Fatalf("a message of %s carried at the bound: %v", sid, err)
+		}
+	}
+	rec = clientRecord{}
+	if err := st.get(ctx, x.crossKey("m", "mcp-a"), &rec); err != nil || rec.Version != "2025-11-25" {
+		t.Fatalf("the record held: %+v %v", rec, err)
+	}
 	result, _ := json.Marshal(mcp.NewToolResultText(strings.Repeat("x", 256<<10)))
 	var completed, failed int
 	for i, r := range held {
@@ -99,3 +128,15 @@ func TestAttack36MCPBucketBounded(t *testing.T) {
 	}
 	t.Logf("%d tasks held at a soft bound of %d bytes; %d ended completed, %d failed when the stream was full", len(held), soft, completed, failed)
 }
+
+// initialized is ctx within MCP session sid, as the initialize hook sees it.
+func initialized(ctx context.Context, sid string) context.Context {
+	return server.NewMCPServer("t", "1").WithContext(ctx, mcpSession(sid))
+}
+
+type mcpSession string
+
+func (mcpSession) Initialize()                                         {}
+func (mcpSession) Initialized() bool                                   { return true }
+func (mcpSession) NotificationChannel() chan<- mcp.JSONRPCNotification { return nil }
+func (s mcpSession) SessionID() string                                 { return string(s) }

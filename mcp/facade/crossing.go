@@ -160,7 +160,9 @@ func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
 
 // remember records what the client of the MCP session in ctx declared
 // (the initialize hook); adopt's own initialize, marked with adoptHeader, is
-// not recorded again.
+// not recorded again. The record is a new key, refused past P_mcp's soft
+// bound as a new task is (kvStore.put): the MCP session is then served by
+// this process only, as without the bucket (other processes do not adopt it).
 func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	cs := server.ClientSessionFromContext(ctx)
 	if cs == nil || cs.SessionID() == "" || req == nil || req.Header.Get(adoptHeader) != "" || !x.store.available(ctx) {
@@ -172,7 +174,7 @@ func (x *crossing) remember(ctx context.Context, req *mcp.InitializeRequest) {
 	rec := clientRecord{Version: req.Params.ProtocolVersion, Capabilities: req.Params.Capabilities, Info: req.Params.ClientInfo}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := x.store.put(ctx, x.crossKey("m", cs.SessionID()), rec, false); err != nil {
+	if err := x.store.put(ctx, x.crossKey("m", cs.SessionID()), rec, true); err != nil {
 		x.log.Warn("facade: an MCP session's client could not be recorded for the other processes", "session", x.session, "err", err)
 	}
 }
@@ -258,7 +260,9 @@ func (x *crossing) crossKey(kind, sid string) string {
 	return userKey(kind, x.session, x.user, digest(sid))
 }
 
-// carry puts body where the process following MCP session sid gets it.
+// carry puts body where the process following MCP session sid gets it,
+// under a new key: refused past P_mcp's soft bound (kvStore.put), the
+// client's answer is then answered 503 and a cancel is dropped.
 func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) error {
 	if len(body) > maxCrossing {
 		return fmt.Errorf("facade: a message of %d bytes is not carried (at most %d)", len(body), maxCrossing)
@@ -270,9 +274,10 @@ func (x *crossing) carry(ctx context.Context, sid, version string, body []byte) 
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	// The put publishes raw to the key's subscribers; the record is a
-	// message, not state, and is deleted again.
+	// message, not state, and is deleted again (up to maxCrossing bytes
+	// that no other bound counts, so it is judged as a new key).
 	key := x.crossKey("x", sid) + "." + nuid.Next()
-	if err := x.store.put(ctx, key, json.RawMessage(raw), false); err != nil {
+	if err := x.store.put(ctx, key, json.RawMessage(raw), true); err != nil {
 		x.log.Warn("facade: a message of an MCP session could not be carried to another process", "session", x.session, "err", err)
 		return err
 	}
