@@ -226,12 +226,16 @@ func silenceChurn(t *testing.T, seed uint64) {
 	}
 	r := rand.New(rand.NewPCG(seed, 37))
 	a := silenceMux()
-	live := map[*Wait]*req{}
-	pick := func() (*Wait, *req) {
-		for w, q := range live { // a random one: map order
-			return w, q
-		}
-		return nil, nil
+	live, ws := map[*Wait]*req{}, []*Wait(nil) // ws: live's keys, in an order the seed gives
+	pick := func() (int, *Wait) {
+		i := r.IntN(len(ws))
+		return i, ws[i]
+	}
+	end := func(i int, replied bool) {
+		a.Done(ws[i], replied)
+		delete(live, ws[i])
+		ws[i] = ws[len(ws)-1]
+		ws = ws[:len(ws)-1]
 	}
 	var lastFire time.Time
 	for i := range 8000 {
@@ -258,10 +262,9 @@ func silenceChurn(t *testing.T, seed uint64) {
 		switch op := r.IntN(100); {
 		case i == 4000 || op == 10 && r.IntN(80) == 0:
 			a.endWaits(false)
-			for w := range live {
-				<-w.ch
-				a.Done(w, false)
-				delete(live, w)
+			for len(ws) > 0 {
+				<-ws[0].ch
+				end(0, false)
 			}
 		case op < 5 || len(live) < 20:
 			rs := Resend{First: windows[r.IntN(4)], AfterNotice: windows[r.IntN(4)], Max: 1 + r.IntN(3), ReplyID: fmt.Sprint(i)}
@@ -269,30 +272,27 @@ func silenceChurn(t *testing.T, seed uint64) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			live[w] = &req{rs: rs, start: now, d: rs.First}
+			live[w], ws = &req{rs: rs, start: now, d: rs.First}, append(ws, w)
 		case op < 8:
-			w, q := pick()
-			if r.IntN(4) == 0 {
+			_, w := pick()
+			if q := live[w]; r.IntN(4) == 0 {
 				a.n.take(noticeFor(t, w.inbox, "other"))
 			} else if a.n.take(noticeFor(t, w.inbox, q.rs.ReplyID)); q.sent < q.rs.Max {
 				q.start, q.early, q.d = now, 0, q.rs.AfterNotice
 			}
 		case op < 9:
-			w, _ := pick()
+			k, w := pick()
 			a.deliver(&nats.Msg{Subject: w.inbox})
 			<-w.ch
-			a.Done(w, true)
-			delete(live, w)
+			end(k, true)
 		case op < 10:
-			w, _ := pick()
-			a.Done(w, false)
-			delete(live, w)
+			k, _ := pick()
+			end(k, false)
 		}
 		checkSilences(t, a, live)
 	}
-	for w := range live {
-		a.Done(w, false)
-		delete(live, w)
+	for len(ws) > 0 {
+		end(0, false)
 	}
 	checkSilences(t, a, live)
 }
