@@ -5,6 +5,7 @@
 package replies
 
 import (
+	"container/heap"
 	"context"
 	"math/rand/v2"
 	"strconv"
@@ -162,13 +163,13 @@ type Wait struct {
 	replied     bool
 	mark, epoch uint64
 	// RequestUntil's re-sends (Options.Notices), on the Mux's lock: due
-	// ends the window of silence (zero: no more re-sends), up to slack
-	// late; sent counts the re-sends poke told of.
-	rs    Resend
-	due   time.Time
-	slack time.Duration
-	sent  int
-	poke  chan struct{}
+	// ends the window of silence, told by late at the latest (zero: no
+	// more re-sends; else w is in the notices' heap, at i); sent counts
+	// the re-sends poke told of.
+	rs        Resend
+	due, late time.Time
+	i, sent   int
+	poke      chan struct{}
 }
 
 // Inbox is the reply subject of the wait's request.
@@ -309,18 +310,47 @@ func (w *Wait) resending(done <-chan struct{}, within time.Duration, resend func
 }
 
 // notices is a Mux's running notices side: its subscription, and one
-// timer for every wait's window of silence (none per wait), armed at is.
+// timer for every wait's window of silence (none per wait), armed at at,
+// by the soonest late of q's waits.
 type notices struct {
 	sub   *nats.Subscription
 	mux   *Mux
 	timer *time.Timer
 	at    time.Time // zero: not armed
+	q     silences
+}
+
+// silences are the waits with a window of silence, a min-heap on late.
+type silences []*Wait
+
+func (q silences) Len() int           { return len(q) }
+func (q silences) Less(i, j int) bool { return q[i].late.Before(q[j].late) }
+func (q silences) Swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].i, q[j].i = i, j
+}
+func (q *silences) Push(w any) {
+	w.(*Wait).i = len(*q)
+	*q = append(*q, w.(*Wait))
+}
+func (q *silences) Pop() any {
+	w := (*q)[len(*q)-1]
+	(*q)[len(*q)-1], *q = nil, (*q)[:len(*q)-1]
+	return w
+}
+
+// drop ends w's re-sends, taking it out of q. The Mux's lock is held.
+func (n *notices) drop(w *Wait) {
+	if !w.due.IsZero() {
+		heap.Remove(&n.q, w.i)
+		w.due = time.Time{}
+	}
 }
 
 // watch sets w's re-sends to rs, its first window starting now (none
-// without the notices' subscription). The Mux's lock is held.
+// without the notices' subscription). w has none. The Mux's lock is held.
 func (n *notices) watch(w *Wait, rs Resend) {
-	w.rs, w.due, w.sent = rs, time.Time{}, 0
+	w.rs, w.sent = rs, 0
 	if rs.Max == 0 || n.sub == nil {
 		return
 	}
@@ -338,17 +368,27 @@ func (n *notices) watch(w *Wait, rs Resend) {
 // its end: after d and up to 20 % more, at random, the timer's slack (up
 // to a fiftieth of d late) included. The Mux's lock is held.
 func (n *notices) window(w *Wait, now time.Time, d time.Duration) {
-	w.slack = d / 50
-	w.due = now.Add(d + rand.N(d/5-w.slack+1))
-	n.arm(now, w)
+	in := !w.due.IsZero()
+	w.due = now.Add(d + rand.N(d/5-d/50+1))
+	w.late = w.due.Add(d / 50)
+	if in {
+		heap.Fix(&n.q, w.i)
+	} else {
+		heap.Push(&n.q, w)
+	}
+	n.arm(now)
 }
 
-// arm has the timer fire by the end of w's window, and not before its
-// slack from now (so the windows that end close together share a fire).
-// The Mux's lock is held.
-func (n *notices) arm(now time.Time, w *Wait) {
+// arm has the timer fire by the soonest late, at the end of its wait's
+// window and not before its slack from now (so the windows that end close
+// together share a fire). The Mux's lock is held.
+func (n *notices) arm(now time.Time) {
+	if len(n.q) == 0 {
+		return
+	}
+	w := n.q[0]
 	at := w.due
-	if soon := now.Add(w.slack); at.Before(soon) {
+	if soon := now.Add(w.late.Sub(w.due)); at.Before(soon) {
 		at = soon
 	}
 	switch {
@@ -362,31 +402,33 @@ func (n *notices) arm(now time.Time, w *Wait) {
 	n.at = at
 }
 
-// fire tells each wait whose window of silence passed to re-send, up to
-// its Max, starting its next window, and arms the timer for the next end.
+// fire tells the waits whose window of silence passed to re-send, up to
+// their Max, starting their next window: it takes them off q's top while
+// the top is due, so it costs what is due (a due wait behind one that is
+// not is told at the next fire, by its late), then arms the timer for the
+// new top. Meanwhile the timer counts as armed for now: the windows it
+// starts do not arm it.
 func (n *notices) fire() {
 	a := n.mux
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := time.Now()
-	n.at = time.Time{}
-	for _, w := range a.waiting {
-		switch {
-		case w.due.IsZero():
-		case w.due.After(now):
-			n.arm(now, w)
-		default:
-			select {
-			case w.poke <- struct{}{}:
-				w.sent++
-			default: // the last one not taken yet
-			}
-			w.due = time.Time{}
-			if w.sent < w.rs.Max {
-				n.window(w, now, w.rs.First)
-			}
+	n.at = now
+	for len(n.q) > 0 && !n.q[0].due.After(now) {
+		w := n.q[0]
+		select {
+		case w.poke <- struct{}{}:
+			w.sent++
+		default: // the last one not taken yet
+		}
+		if w.sent < w.rs.Max {
+			n.window(w, now, w.rs.First)
+		} else {
+			n.drop(w)
 		}
 	}
+	n.at = time.Time{}
+	n.arm(now)
 }
 
 // take counts m, on an inbox + bus.RunningSuffix, for the wait of that
@@ -507,6 +549,9 @@ func (a *Mux) deliver(m *nats.Msg) {
 		delete(a.waiting, m.Subject)
 		a.settle()
 	}
+	if w != nil {
+		a.n.drop(w) // no re-send follows a reply
+	}
 	a.mu.Unlock()
 	if w != nil {
 		w.ch <- m
@@ -535,6 +580,7 @@ func (a *Mux) Done(w *Wait, replied bool) {
 	waiting := a.waiting[w.inbox] == w
 	if waiting {
 		delete(a.waiting, w.inbox)
+		a.n.drop(w)
 	}
 	for a.p.relaying == w {
 		a.p.caught.Wait()
@@ -636,7 +682,9 @@ func (a *Mux) endWaits(closed bool) {
 			ws = append(ws, w)
 		}
 		delete(a.waiting, inbox)
+		w.due = time.Time{} // out of the heap, emptied below
 	}
+	a.n.q = nil
 	a.settle()
 	a.mu.Unlock()
 	a.p.caught.Broadcast() // a Done waiting for progress that will not come now

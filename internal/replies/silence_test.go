@@ -3,6 +3,8 @@ package replies
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -191,5 +193,137 @@ func BenchmarkRequestUntil(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// The silence heap under churn (fire37, synctest): waits register, take
+// notices (counted or not, moving their windows sooner or later), get
+// their replies, end without them, and all end at once (a reset), in a
+// random order, with windows of several lengths, while the timer fires.
+// Checked each millisecond: the heap holds exactly the registered waits
+// with re-sends left, each at its index, in order, the timer armed by the
+// soonest late; each wait is told to re-send once per window, within a
+// fifth of it past its window (start: its registration, the last re-send
+// or counted notice), never past its Max nor after it ended; the re-sends
+// come at least the smallest slack apart.
+func TestSilenceHeapChurn(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { silenceChurn(t, seed) })
+		})
+	}
+}
+
+func silenceChurn(t *testing.T, seed uint64) {
+	const step = time.Millisecond
+	windows := []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+	type req struct {
+		rs    Resend
+		start time.Time // of its window, seen up to early after it (a poke: the step after its fire)
+		early time.Duration
+		d     time.Duration // its window
+		sent  int
+	}
+	r := rand.New(rand.NewPCG(seed, 37))
+	a := silenceMux()
+	live, ws := map[*Wait]*req{}, []*Wait(nil) // ws: live's keys, in an order the seed gives
+	pick := func() (int, *Wait) {
+		i := r.IntN(len(ws))
+		return i, ws[i]
+	}
+	end := func(i int, replied bool) {
+		a.Done(ws[i], replied)
+		delete(live, ws[i])
+		ws[i] = ws[len(ws)-1]
+		ws = ws[:len(ws)-1]
+	}
+	var lastFire time.Time
+	for i := range 8000 {
+		time.Sleep(step)
+		synctest.Wait()
+		now := time.Now()
+		for w, q := range live {
+			select {
+			case <-w.poke:
+				if el := now.Sub(q.start); q.sent >= q.rs.Max || el < q.d-q.early || el > q.d+q.d/5+step {
+					t.Fatalf("step %d: a re-send %v into a window of %v, %d of %d sent", i, el, q.d, q.sent, q.rs.Max)
+				}
+				if !lastFire.IsZero() && now != lastFire && now.Sub(lastFire) < windows[0]/50-step {
+					t.Fatalf("step %d: re-sends %v apart", i, now.Sub(lastFire))
+				}
+				lastFire, q.start, q.early, q.d = now, now, step, q.rs.First
+				q.sent++
+			default:
+				if q.sent < q.rs.Max && now.Sub(q.start) > q.d+q.d/5+step {
+					t.Fatalf("step %d: no re-send %v into a window of %v", i, now.Sub(q.start), q.d)
+				}
+			}
+		}
+		switch op := r.IntN(100); {
+		case i == 4000 || op == 10 && r.IntN(80) == 0:
+			a.endWaits(false)
+			for len(ws) > 0 {
+				<-ws[0].ch
+				end(0, false)
+			}
+		case op < 5 || len(live) < 20:
+			rs := Resend{First: windows[r.IntN(4)], AfterNotice: windows[r.IntN(4)], Max: 1 + r.IntN(3), ReplyID: fmt.Sprint(i)}
+			w, err := a.await(0, nil, rs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			live[w], ws = &req{rs: rs, start: now, d: rs.First}, append(ws, w)
+		case op < 8:
+			_, w := pick()
+			if q := live[w]; r.IntN(4) == 0 {
+				a.n.take(noticeFor(t, w.inbox, "other"))
+			} else if a.n.take(noticeFor(t, w.inbox, q.rs.ReplyID)); q.sent < q.rs.Max {
+				q.start, q.early, q.d = now, 0, q.rs.AfterNotice
+			}
+		case op < 9:
+			k, w := pick()
+			a.deliver(&nats.Msg{Subject: w.inbox})
+			<-w.ch
+			end(k, true)
+		case op < 10:
+			k, _ := pick()
+			end(k, false)
+		}
+		checkSilences(t, a, live)
+	}
+	for len(ws) > 0 {
+		end(0, false)
+	}
+	checkSilences(t, a, live)
+}
+
+// checkSilences checks the Mux's heap of windows against the waits under
+// way: exactly those with re-sends left, each at its index, in heap order,
+// the timer armed by the soonest end.
+func checkSilences[V any](t *testing.T, a *Mux, live map[*Wait]V) {
+	t.Helper()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	q, in := a.n.q, 0
+	for w := range live {
+		if a.waiting[w.inbox] != w {
+			t.Fatalf("a wait under way is not registered")
+		}
+		if !w.due.IsZero() {
+			if in++; w.i >= len(q) || q[w.i] != w {
+				t.Fatalf("a wait with re-sends left is not at its index in the heap")
+			}
+		}
+	}
+	if in != len(q) || len(a.waiting) != len(live) {
+		t.Fatalf("%d waits in the heap, %d with re-sends left; %d registered, %d under way", len(q), in, len(a.waiting), len(live))
+	}
+	for i := 1; i < len(q); i++ {
+		if q[i].late.Before(q[(i-1)/2].late) {
+			t.Fatalf("the heap is out of order at %d", i)
+		}
+	}
+	if len(q) > 0 && (a.n.at.IsZero() || a.n.at.After(q[0].late)) {
+		t.Fatalf("the timer is armed at %v, the soonest end at %v", a.n.at, q[0].late)
 	}
 }
