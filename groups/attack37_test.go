@@ -1,0 +1,85 @@
+package groups_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/groups"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
+)
+
+// TestAttack37ManyRequestToolsCostNoScan (session 37, red team): a tools
+// query, or a batch of 64 search_tools calls, declares 1,000 request-scoped
+// tools (the most 1,000 subschemas allow, about 60 KB). Whether each of the
+// 4,000 registered tools is shadowed was a scan of the 1,000: 4 million name
+// comparisons a listing or search, 10-18 ms (0.6-1 s for the batch). The
+// listing and the search with 1,000 request-scoped tools must cost about
+// what they cost with one (the best of five, within 4 times).
+func TestAttack37ManyRequestToolsCostNoScan(t *testing.T) {
+	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
+	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := groups.New(st, groups.Config{Search: true})
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(t.Context())
+	if err := s.Put(t.Context(), bus.Group{Name: "g", Description: "Registered tools.", Scope: bus.ScopeMeta}); err != nil {
+		t.Fatal(err)
+	}
+	r := registry.New(st, registry.Config{Heartbeat: time.Minute})
+	if err := r.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop(t.Context())
+	var defs []bus.ToolDef
+	for n := range 4000 {
+		defs = append(defs, bus.ToolDef{Name: fmt.Sprintf("registered_tool_%d", n), Description: "A registered tool.",
+			InputSchema: json.RawMessage(`{"type":"object"}`), Groups: []string{"g"}})
+	}
+	for i := 0; i < len(defs); i += 500 {
+		if ack, err := r.Register(t.Context(), registry.Shared, "", bus.Register{Worker: "w", Tools: defs[i : i+500]}); err != nil || len(ack.Rejected) > 0 {
+			t.Fatal(err, ack.Rejected)
+		}
+	}
+	request := func(n int) *groups.Request {
+		var tools []bus.ExternalTool
+		for i := range n {
+			tools = append(tools, bus.ExternalTool{Name: fmt.Sprintf("registered_tool_x%d", i), InputSchema: json.RawMessage(`{"type":"object"}`)})
+		}
+		req, err := groups.CheckRequest(&bus.Request{ExternalTools: tools})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	in := json.RawMessage(`{"query":"registered tool","limit":50}`)
+	best := func(req *groups.Request) time.Duration {
+		view := s.View(r, s.Session("s"), req)
+		if _, err := view.Search(t.Context(), "s", in, nil); err != nil { // the index
+			t.Fatal(err)
+		}
+		d := time.Hour
+		for range 5 {
+			start := time.Now()
+			view.Tools()
+			if _, err := view.Search(t.Context(), "s", in, nil); err != nil {
+				t.Fatal(err)
+			}
+			d = min(d, time.Since(start))
+		}
+		return d
+	}
+	one, many := best(request(1)), best(request(1000))
+	t.Logf("a listing and a search: %v with 1 request-scoped tool, %v with 1,000", one, many)
+	if many > 4*one {
+		t.Fatalf("1,000 request-scoped tools cost %v, one %v: a scan per registered tool", many, one)
+	}
+}
