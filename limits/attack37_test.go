@@ -30,7 +30,7 @@ func TestAttack37QuotaStateBounded(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			js := testkit.JetStream(t, nc)
 			s := bus.NewSubjects(bus.DefaultPrefix)
-			l, err := New(t.Context(), js, s, Config{Policy: Policy{Rules: []Rule{tc.rule}}, MaxBytes: soft})
+			l, err := New(t.Context(), js, s, Config{Policy: Policy{Rules: []Rule{tc.rule}, MaxBytes: soft}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -92,16 +92,9 @@ type Config struct {
 	Memory bool
 	// Now is the clock; nil means time.Now. Tests pass a fake one.
 	Now func() time.Time
-	// MaxBytes is the soft bound (store.Bound) of each of the rates bucket
-	// and the budgets stream: past it a call that needs a new count is
-	// refused (KindFull), the counts held go on. Zero means
-	// DefaultMaxBytes, negative no bound. The bucket's max_bytes is
-	// store.HardBytes of it; the stream has none (a counter stream cannot
-	// discard new, and dropping the oldest counters would reset budgets).
-	MaxBytes int64
 }
 
-// DefaultMaxBytes is Config.MaxBytes's default (session 37): about 1.3
+// DefaultMaxBytes is Policy.MaxBytes's default (session 37): about 1.3
 // million rate values or 1.9 million budget counters.
 const DefaultMaxBytes = 256 << 20
 
@@ -140,7 +133,7 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 		storage = jetstream.MemoryStorage
 	}
 	l := &Limiter{rules: cfg.Policy.Rules, tenants: cfg.Policy.Tenants, now: cfg.Now, js: js, subj: s}
-	soft := cmp.Or(cfg.MaxBytes, DefaultMaxBytes)
+	soft := cmp.Or(cfg.Policy.MaxBytes, DefaultMaxBytes)
 	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
 		l.rates, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: s.Bucket(BucketRates), Description: "toolbus rate limits (GCRA arrival times)",
@@ -497,6 +490,13 @@ type Policy struct {
 	// Tenants maps users to tenants (others share ""); it never comes from
 	// the batch, so it cannot be claimed.
 	Tenants map[string]string `json:"tenants,omitempty"`
+	// MaxBytes is the soft bound (store.Bound) of each of the rates bucket
+	// and the budgets stream: past it a call that needs a new count is
+	// refused (KindFull), the counts held go on. Zero means
+	// DefaultMaxBytes, negative no bound. The bucket's max_bytes is
+	// store.HardBytes of it; the stream has none (a counter stream cannot
+	// discard new, and dropping the oldest counters would reset budgets).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
 // Rule is one limit.
