@@ -48,4 +48,11 @@ func TestAttack37CacheBytesBounded(t *testing.T) {
 	if _, hit := c.Get(t.Context(), keys[0]); hit {
 		t.Fatal("the oldest result is still served past the bound")
 	}
+	// A router started with a smaller bound brings the bucket under it.
+	if _, err := New(t.Context(), js, bus.NewSubjects(bus.DefaultPrefix), Config{MaxBytes: bound / 2}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = st.Info(t.Context()); err != nil || info.State.Bytes > bound/2 {
+		t.Fatalf("the cache holds %d bytes past a new bound of %d (%v)", info.State.Bytes, bound/2, err)
+	}
 }
