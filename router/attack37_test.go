@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
+	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
 )
@@ -62,5 +64,54 @@ func TestAttack37ShadowAuditedAsOwn(t *testing.T) {
 		if rec.Decision.Behavior != audit.Builtin || rec.Decision.Rule == "" {
 			t.Errorf("the caller's own deploy audited as %q (rule %q), not as its request-scoped tool", rec.Decision.Behavior, rec.Decision.Rule)
 		}
+	}
+}
+
+// TestAttack37ResentOtherInputSpendsNothing (session 37, red team on
+// quotas: held): a write call whose ledger entry exists is let through the
+// quota step uncounted (its first copy was counted). An agent at the end of
+// its budget re-sends the batch's reply and call id with another input, to
+// run a new write for free: the ledger holds the first call's digest, so
+// the copy gets bad_request and nothing runs; a new call is still refused.
+func TestAttack37ResentOtherInputSpendsNothing(t *testing.T) {
+	d := xtest.Run(t, xtest.Config{Routers: 1, Router: router.Config{Guard: router.Guard{Limits: limits.Policy{Rules: []limits.Rule{
+		{Name: "one-write", Writes: true, Budget: &limits.Budget{Units: 1}}}}}}})
+	var runs atomic.Int64
+	type payIn struct {
+		Amount int `json:"amount"`
+	}
+	_, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "pay", Description: "Pay.", Permission: bus.PermissionAllow},
+			func(_ context.Context, _ *worker.Call, in payIn) (string, error) {
+				runs.Add(1)
+				return fmt.Sprint("paid ", in.Amount), nil
+			})
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitLive(t.Context(), "pay"); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, d)
+	send := func(reply, input string) bus.Result {
+		t.Helper()
+		r, err := c.Call(t.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "w", Name: "pay", Input: json.RawMessage(input)}}}, client.WithReplyID(reply))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Results[0]
+	}
+	if res := send("r1", `{"amount":1}`); res.State != bus.StateSuccess {
+		t.Fatalf("the budget's one write: %+v", res)
+	}
+	if res := send("r1", `{"amount":1000}`); res.State == bus.StateSuccess || res.Error == nil || res.Error.Code != bus.CodeBadRequest {
+		t.Fatalf("a copy with another input: %+v", res)
+	}
+	if res := send("r2", `{"amount":1000}`); res.Error == nil || res.Error.Code != bus.CodeLimitExceeded {
+		t.Fatalf("a new write past the budget: %+v", res)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("%d runs, want 1", n)
 	}
 }
