@@ -2,7 +2,9 @@ package groups_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +79,36 @@ func TestAttack37ManyRequestToolsCostNoScan(t *testing.T) {
 	t.Logf("a listing and a search: %v with 1 request-scoped tool, %v with 1,000", one, many)
 	if many > 4*one {
 		t.Fatalf("1,000 request-scoped tools cost %v, one %v: a scan per registered tool", many, one)
+	}
+}
+
+// TestAttack37ResetToolsHugeInput (session 37, red team): a batch of 1 MB
+// calls reset_tools with one group named 70,000 times (a repeated key: the
+// last value counts). Its schema's check costs 2 ms, but reset_tools read
+// every member with a JSON tokenizer and matched each against every meta
+// group: 56-160 ms of router CPU a batch (10 to 200 groups). An input with
+// more members than the meta groups and a margin is invalid_input, read no
+// further; one naming each group once, even twice, still resets.
+func TestAttack37ResetToolsHugeInput(t *testing.T) {
+	_, s := resetFixture(t)
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := 0; b.Len() < 1_000_000; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`"web":true`)
+	}
+	b.WriteByte('}')
+	start := time.Now()
+	text, err := s.Reset(t.Context(), "s1", json.RawMessage(b.String()))
+	took := time.Since(start)
+	var be *bus.Error
+	if !errors.As(err, &be) || be.Code != bus.CodeInvalidInput || !strings.Contains(be.Message, "more members than there are groups") {
+		t.Fatalf("a reset of 1 MB naming web 90,000 times: %q %v (%v)", text, err, took)
+	}
+	t.Logf("refused in %v", took)
+	if text, err := s.Reset(t.Context(), "s1", json.RawMessage(`{"web":false,"db":true,"web":true,"db":true}`)); err != nil || !strings.Contains(text, "web, db") {
+		t.Fatalf("each group named twice: %q %v", text, err)
 	}
 }
