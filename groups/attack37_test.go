@@ -12,7 +12,6 @@ import (
 	"github.com/toolbus/toolbus/groups"
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
-	"github.com/toolbus/toolbus/store"
 )
 
 // TestAttack37ManyRequestToolsCostNoScan (session 37, red team): a tools
@@ -23,24 +22,14 @@ import (
 // listing and a search with 1,000 request-scoped tools must cost about
 // what they cost with one (the best of ten, within 4 times).
 func TestAttack37ManyRequestToolsCostNoScan(t *testing.T) {
-	js := testkit.JetStream(t, testkit.Connect(t, testkit.RunServer(t)))
-	st, err := store.Setup(t.Context(), js, bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := groups.New(st, groups.Config{Search: true})
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(t.Context())
-	if err := s.Put(t.Context(), bus.Group{Name: "g", Description: "Registered tools.", Scope: bus.ScopeMeta}); err != nil {
-		t.Fatal(err)
-	}
-	r := registry.New(st, registry.Config{Heartbeat: time.Minute})
+	st := newStore(t)
+	s := start(t, st, groups.Config{Search: true})
+	put(t, s, bus.Group{Name: "g", Description: "Registered tools.", Scope: bus.ScopeMeta})
+	r := registry.New(st, registry.Config{})
 	if err := r.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer r.Stop(t.Context())
+	testkit.Stop(t, r.Stop)
 	var defs []bus.ToolDef
 	for n := range 4000 {
 		defs = append(defs, bus.ToolDef{Name: fmt.Sprintf("registered_tool_%d", n), Description: "A registered tool.",
