@@ -66,7 +66,7 @@ func TestDefinitionsOrder(t *testing.T) {
 				if err := json.Unmarshal(def.InputSchema, &sch); err != nil {
 					t.Fatal(err)
 				}
-				keys, _, err := orderedObject(sch.Properties)
+				keys, _, err := orderedObject(sch.Properties, 0)
 				if err != nil || !slices.Equal(keys, tc.wantMeta) {
 					t.Fatalf("reset_tools properties %v (%v), want %v", keys, err, tc.wantMeta)
 				}

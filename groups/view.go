@@ -17,6 +17,7 @@ const ResetTools = "reset_tools"
 type Request struct {
 	Mode     string
 	External []*RequestTool
+	byName   map[string]*RequestTool // External's, so a listing's or search's check of a name costs no scan (session 37)
 }
 
 // RequestTool is a schema-only tool the caller executes itself.
@@ -47,16 +48,15 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 	if out.Mode == bus.MergeAgentOnly && len(r.ExternalTools) > 0 {
 		return nil, bus.Errorf(bus.CodeBadRequest, "agent_only cannot include external tools")
 	}
-	seen := map[string]bool{}
+	out.byName = make(map[string]*RequestTool, len(r.ExternalTools))
 	nodes := 0
 	for _, t := range r.ExternalTools {
 		if !bus.ValidName(t.Name) {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool name %q must match ^[A-Za-z0-9_-]{1,64}$", t.Name)
 		}
-		if seen[t.Name] {
+		if out.byName[t.Name] != nil {
 			return nil, bus.Errorf(bus.CodeBadRequest, "external tool %q is listed twice", t.Name)
 		}
-		seen[t.Name] = true
 		// Cached; the request's schemas count together (protocol 4.3, 13).
 		s, err := schemas.Compile(t.InputSchema)
 		if err != nil {
@@ -68,16 +68,12 @@ func CheckRequest(r *bus.Request) (*Request, error) {
 		def := bus.ToolDef{Name: t.Name, Description: t.Description, InputSchema: s.Raw(), External: true, ConcurrencySafe: true}
 		def.Defaults()
 		out.External = append(out.External, &RequestTool{Def: def, Schema: s})
+		out.byName[t.Name] = out.External[len(out.External)-1]
 	}
 	return out, nil
 }
 
-func (r *Request) external(name string) *RequestTool {
-	if i := slices.IndexFunc(r.External, func(t *RequestTool) bool { return t.Def.Name == name }); i >= 0 {
-		return r.External[i]
-	}
-	return nil
-}
+func (r *Request) external(name string) *RequestTool { return r.byName[name] }
 
 // View is the tool set one session sees under one request (no KV reads).
 type View struct {

@@ -38,6 +38,7 @@ const (
 const (
 	KindRate   = "rate"
 	KindBudget = "budget"
+	KindFull   = "full" // a new count past the soft bound of the quotas' state (Config.MaxBytes)
 )
 
 // Call is what a limit looks at of a call. User and Session are as the
@@ -73,6 +74,10 @@ func (r *Refusal) Message(tool string) string {
 		return fmt.Sprintf("LimitExceededError: The daily budget of rule '%s' for the tool '%s' is used up. Do not call it again for %d ms (until the next UTC day); use another tool or tell the user.",
 			r.Rule, tool, r.RetryAfterMS())
 	}
+	if r.Kind == KindFull {
+		return fmt.Sprintf("LimitExceededError: The tool '%s' cannot be counted by rule '%s' now: the quota store holds as many counts as it may. Try again in %d ms or tell the user.",
+			tool, r.Rule, r.RetryAfterMS())
+	}
 	return fmt.Sprintf("LimitExceededError: The tool '%s' was called too often (rule '%s'). Wait at least %d ms before calling it again, and make fewer calls.",
 		tool, r.Rule, r.RetryAfterMS())
 }
@@ -89,6 +94,16 @@ type Config struct {
 	Now func() time.Time
 }
 
+// DefaultMaxBytes is Policy.MaxBytes's default (session 37): about 1.3
+// million rate values or 1.9 million budget counters.
+const DefaultMaxBytes = 256 << 20
+
+// Bytes a new count is judged to take: a rate value, a budget counter.
+const (
+	rateBytes   = 256
+	budgetBytes = 192
+)
+
 // Limiter checks calls against the rules. It is safe for concurrent use,
 // and any number of Limiters on one deployment share every count.
 type Limiter struct {
@@ -99,6 +114,8 @@ type Limiter struct {
 	rates   jetstream.KeyValue
 	budgets jetstream.Stream
 	subj    bus.Subjects
+	// rateRoom and budgetRoom are the soft bounds of rates and budgets (nil: none).
+	rateRoom, budgetRoom *store.Bound
 }
 
 // New checks cfg and creates (or opens) the rates bucket and the budgets
@@ -116,10 +133,12 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 		storage = jetstream.MemoryStorage
 	}
 	l := &Limiter{rules: cfg.Policy.Rules, tenants: cfg.Policy.Tenants, now: cfg.Now, js: js, subj: s}
+	soft := cmp.Or(cfg.Policy.MaxBytes, DefaultMaxBytes)
 	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
 		l.rates, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: s.Bucket(BucketRates), Description: "toolbus rate limits (GCRA arrival times)",
 			TTL: MaxRateSpan, Replicas: cfg.Replicas, Storage: storage,
+			MaxBytes: store.HardBytesFor(ctx, js, "KV_"+s.Bucket(BucketRates), soft),
 		})
 		return err
 	})
@@ -137,6 +156,14 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	if err != nil {
 		return nil, fmt.Errorf("limits: stream %s: %w", s.Stream(StreamBudgets), err)
 	}
+	l.rateRoom = store.NewBound(ctx, l.rates, soft)
+	l.budgetRoom = store.NewBoundOf(ctx, func(ctx context.Context) (int64, error) {
+		info, err := l.budgets.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return int64(info.State.Bytes), nil
+	}, soft)
 	return l, nil
 }
 
@@ -215,6 +242,10 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	var ref *Refusal
 	nonce := nuid.Next()
 	_, err := store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		if cur == nil && !l.rateRoom.Room(ctx, rateBytes) {
+			ref = full(r)
+			return nil, errRefused
+		}
 		tat := now
 		if cur != nil {
 			var g gcra
@@ -264,6 +295,11 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
 	undo := func(ctx context.Context) { _, _ = l.incr(ctx, subject, -r.Budget.Cost) }
+	if total == r.Budget.Cost && !l.budgetRoom.Room(ctx, budgetBytes) {
+		// A new counter past the bound: removed, not kept at zero.
+		_ = l.budgets.Purge(context.WithoutCancel(ctx), jetstream.WithPurgeSubject(subject))
+		return full(r), nil, nil
+	}
 	if total > r.Budget.Units {
 		undo(context.WithoutCancel(ctx))
 		_, next := day(now)
@@ -271,6 +307,9 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 	}
 	return nil, undo, nil
 }
+
+// full is r's refusal of a new count past the soft bound.
+func full(r *Rule) *Refusal { return &Refusal{Rule: r.Name, Kind: KindFull, RetryAfter: time.Minute} }
 
 // incr adds n to the counter on subject and returns its new total.
 func (l *Limiter) incr(ctx context.Context, subject string, n int64) (int64, error) {
@@ -451,6 +490,13 @@ type Policy struct {
 	// Tenants maps users to tenants (others share ""); it never comes from
 	// the batch, so it cannot be claimed.
 	Tenants map[string]string `json:"tenants,omitempty"`
+	// MaxBytes is the soft bound (store.Bound) of each of the rates bucket
+	// and the budgets stream: past it a call that needs a new count is
+	// refused (KindFull), the counts held go on. Zero means
+	// DefaultMaxBytes, negative no bound. The bucket's max_bytes is
+	// store.HardBytes of it; the stream has none (a counter stream cannot
+	// discard new, and dropping the oldest counters would reset budgets).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
 }
 
 // Rule is one limit.

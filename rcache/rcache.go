@@ -3,6 +3,7 @@
 package rcache
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -31,6 +32,8 @@ const (
 	MaxTTL      = 24 * time.Hour
 	MaxEntry    = 256 << 10 // bytes of one stored result; larger ones are not cached
 	MetadataKey = "toolbus_cache"
+	// DefaultMaxBytes is Config.MaxBytes's default (session 37).
+	DefaultMaxBytes = 256 << 20
 )
 
 // CheckDef returns why d's cache fields cannot be registered, or "".
@@ -62,6 +65,9 @@ func CheckDef(d *bus.ToolDef) string {
 type Config struct {
 	Replicas int  // of the bucket; zero means 1
 	Memory   bool // keep the bucket in memory
+	// MaxBytes bounds the bucket; past it the oldest entries are dropped
+	// (misses: their calls run again). Zero means DefaultMaxBytes.
+	MaxBytes int64
 	// Now is the clock entries are judged by; nil means time.Now.
 	Now func() time.Time
 }
@@ -86,7 +92,18 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 		c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket: s.Bucket(Bucket), Description: "toolbus result cache of read-only and idempotent tools",
 			TTL: MaxTTL + time.Hour, LimitMarkerTTL: time.Minute, Replicas: max(cfg.Replicas, 1), Storage: storage,
+			MaxBytes: cmp.Or(cfg.MaxBytes, DefaultMaxBytes),
 		})
+		if err != nil {
+			return err
+		}
+		// A KV bucket refuses new values when full; a cache drops its oldest.
+		st, err := js.Stream(ctx, "KV_"+s.Bucket(Bucket))
+		if err == nil && st.CachedInfo().Config.Discard != jetstream.DiscardOld {
+			sc := st.CachedInfo().Config
+			sc.Discard = jetstream.DiscardOld
+			_, err = js.UpdateStream(ctx, sc)
+		}
 		return err
 	})
 	if err != nil {

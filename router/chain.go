@@ -375,13 +375,16 @@ func (a *auditTrail) recordParked(ctx context.Context, rec *parked.Record, res b
 	if a == nil {
 		return
 	}
-	behavior := audit.External
-	if rec.Kind == bus.KindConfirm {
+	behavior, rule := audit.External, rec.Reason
+	switch {
+	case rec.RequestScoped: // the caller's own tool, maybe named as a registered one (session 37)
+		behavior, rule = audit.Builtin, "request-scoped tool declared by the caller (protocol 4.3)"
+	case rec.Kind == bus.KindConfirm:
 		behavior = audit.Ask
 	}
 	r := a.callRecord(rec.Session, rec.ReplyID, rec.Call, rec.User, res, behavior)
 	r.DurationMS = time.Since(rec.Created).Milliseconds()
-	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rec.Reason, rec.AnsweredBy, rec.AnsweredAt
+	r.Decision.Rule, r.Decision.Approver, r.Decision.AnsweredAt = rule, rec.AnsweredBy, rec.AnsweredAt
 	input := rec.Call.Input
 	if parked.Held(rec) { // a record this router took over, ended: only its digest (protocol 6.1, 1.23)
 		input, r.InputDigest, r.InputOmitted = nil, rec.InputDigest, "held by its digest in the parked call's ended record"

@@ -55,16 +55,22 @@ func HardBytes(soft int64) int64 {
 // NewBound bounds kv's bytes at soft, read once before it returns (the
 // router's start); nil when soft <= 0.
 func NewBound(ctx context.Context, kv jetstream.KeyValue, soft int64) *Bound {
-	if soft <= 0 {
-		return nil
-	}
-	b := &Bound{soft: soft, every: BoundEvery, now: time.Now, reading: true, read: func(ctx context.Context) (int64, error) {
+	return NewBoundOf(ctx, func(ctx context.Context) (int64, error) {
 		st, err := kv.Status(ctx)
 		if err != nil {
 			return 0, err
 		}
 		return int64(st.Bytes()), nil
-	}}
+	}, soft)
+}
+
+// NewBoundOf is NewBound for the bytes read returns (the quotas' state:
+// a bucket and a stream together).
+func NewBoundOf(ctx context.Context, read func(context.Context) (int64, error), soft int64) *Bound {
+	if soft <= 0 {
+		return nil
+	}
+	b := &Bound{soft: soft, every: BoundEvery, now: time.Now, reading: true, read: read}
 	b.reread(ctx)
 	return b
 }

@@ -119,7 +119,7 @@ const BuiltinRoom = 32
 // delete markers it holds (what it holds less its keys: a marker counts
 // until its name is written again), or what it holds plus the margin when
 // more (a catalogue of a router before 1.25, a bound made smaller:
-// hardBytes).
+// HardBytesFor).
 func (c *Count) capMsgs(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) error {
 	c.js, c.stream = js, "KV_"+kv.Bucket()
 	return Retry(ctx, Provision, func(ctx context.Context) error {

@@ -150,13 +150,13 @@ type Store struct {
 	workAckWait time.Duration
 }
 
-// hardBytes is HardBytes(soft), raised above what the bucket already holds
+// HardBytesFor is HardBytes(soft), raised above what the bucket already holds
 // when it holds more (a bucket of a router before 1.24, or a bound made
 // smaller): a max_bytes below it would refuse the writes of the keys it
 // holds (answers, cancels, expiries, a session's mode) until its TTL drains
 // it. Its soft bound refuses new keys meanwhile, and a later Setup lowers
 // the hard one.
-func hardBytes(ctx context.Context, js jetstream.JetStream, stream string, soft int64) int64 {
+func HardBytesFor(ctx context.Context, js jetstream.JetStream, stream string, soft int64) int64 {
 	hard := HardBytes(soft)
 	if soft > 0 {
 		if st, err := js.Stream(ctx, stream); err == nil {
@@ -170,10 +170,10 @@ func hardBytes(ctx context.Context, js jetstream.JetStream, stream string, soft 
 
 // CreateBounded creates or updates cfg's bucket, its soft bound soft (Bound;
 // 0 none, and cfg's MaxBytes kept; negative none) and its max_bytes
-// HardBytes of it (hardBytes), and returns it with that bound (BoundOf).
+// HardBytes of it (HardBytesFor), and returns it with that bound (BoundOf).
 func CreateBounded(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, soft int64) (*KV, error) {
 	if soft != 0 {
-		cfg.MaxBytes = hardBytes(ctx, js, "KV_"+cfg.Bucket, soft)
+		cfg.MaxBytes = HardBytesFor(ctx, js, "KV_"+cfg.Bucket, soft)
 	}
 	h, err := provision(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.CreateOrUpdateKeyValue(ctx, cfg) })
 	if IsFull(err) && soft > 0 { // reserved like a stream's (Setup)
