@@ -278,7 +278,7 @@ func runChild(role string, in io.Reader, out io.Writer) error {
 	}
 	url := os.Getenv(envURL)
 	if role == roleNATS {
-		s, err := embedded.Start(embedded.Config{StoreDir: os.Getenv(envDir)})
+		s, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, StoreDir: os.Getenv(envDir)})
 		if err != nil {
 			return err
 		}

@@ -32,7 +32,15 @@ type Config struct {
 	// ReadyTimeout bounds the wait for the server to accept connections;
 	// zero means 10 s.
 	ReadyTimeout time.Duration
+	// MaxStore is JetStream's disk limit in bytes; zero means
+	// nats-server's, 75% of the disk free at the start.
+	MaxStore int64
 }
+
+// Roomy is a MaxStore for tests, the bench and the soak: they reserve
+// every stream's byte bound on each server (about 4 GiB a deployment) but
+// write little, so the default refused them on a nearly full disk.
+const Roomy int64 = 1 << 40
 
 // Start starts a nats-server with JetStream in this process and waits
 // until it accepts connections. Callers stop it with Shutdown and
@@ -48,6 +56,7 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	opts.JetStream, opts.NoSigs = true, true
 	opts.StoreDir = cmp.Or(cfg.StoreDir, opts.StoreDir)
+	opts.JetStreamMaxStore = cmp.Or(cfg.MaxStore, opts.JetStreamMaxStore)
 	host, port := "127.0.0.1", -1
 	if cfg.Listen != "" {
 		h, p, err := net.SplitHostPort(cfg.Listen)
@@ -149,6 +158,8 @@ type ClusterConfig struct {
 	// ConfigFile is a nats-server configuration (accounts, users) every
 	// node applies before its ports, store and routes.
 	ConfigFile string
+	// MaxStore is each node's JetStream disk limit (Config.MaxStore).
+	MaxStore int64
 }
 
 // clusterNodes is the size of a cluster, clusterReady the bound of the wait
@@ -248,6 +259,7 @@ func (c *Cluster) Start(i int) error {
 	}
 	opts.ServerName, opts.Host, opts.Port, opts.JetStream, opts.NoSigs = fmt.Sprintf("n%d", i), "127.0.0.1", c.clients[i], true, true
 	opts.StoreDir = filepath.Join(c.cfg.Dir, fmt.Sprintf("n%d", i))
+	opts.JetStreamMaxStore = cmp.Or(c.cfg.MaxStore, opts.JetStreamMaxStore)
 	opts.Cluster, opts.Routes = server.ClusterOpts{Name: c.cfg.Name, Host: "127.0.0.1", Port: c.routes[i]}, routes
 	s, err := serve(opts, 20*time.Second, fmt.Sprintf("node %d", i))
 	c.nodes[i] = s

@@ -229,7 +229,7 @@ func TestBudgetAcrossDayBoundary(t *testing.T) {
 func TestRestartKeepsCount(t *testing.T) {
 	dir := t.TempDir()
 	start := func() (*nats.Conn, func()) {
-		s, err := embedded.Start(embedded.Config{StoreDir: dir})
+		s, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, StoreDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func serve(t *testing.T, conf string) *server.Server {
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := embedded.Start(embedded.Config{ConfigFile: path, StoreDir: filepath.Join(dir, "js")})
+	s, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, ConfigFile: path, StoreDir: filepath.Join(dir, "js")})
 	if err != nil {
 		t.Fatal(err)
 	}

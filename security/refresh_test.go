@@ -90,7 +90,7 @@ func withoutAccounts(conf string) string {
 // ("" for the global one).
 func attackEvents(t *testing.T, dir string, users []security.User) (*nats.Msg, string) {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Config{ConfigFile: filepath.Join(dir, security.ServerConfigFile), StoreDir: t.TempDir()})
+	srv, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, ConfigFile: filepath.Join(dir, security.ServerConfigFile), StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

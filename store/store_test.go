@@ -39,7 +39,7 @@ func TestSetupIdempotent(t *testing.T) {
 }
 
 func TestSetupConfig(t *testing.T) {
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
+	s, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestSecuredDeployment(t *testing.T) {
 	if err != nil || !strings.Contains(out, "nkey:") {
 		t.Fatalf("security config --out: %v\n%s", err, out)
 	}
-	s, err := embedded.Start(embedded.Config{ConfigFile: filepath.Join(dir, security.ServerConfigFile), StoreDir: t.TempDir()})
+	s, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, ConfigFile: filepath.Join(dir, security.ServerConfigFile), StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

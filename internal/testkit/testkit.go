@@ -23,7 +23,7 @@ import (
 // store in t.TempDir, and shuts it down when the test ends.
 func RunServer(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{StoreDir: t.TempDir()})
+	s, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
 	}
@@ -100,7 +100,7 @@ func (b *Buffer) String() string {
 // ports, stores in t.TempDir, and shuts it down when the test ends.
 func RunCluster(t testing.TB) *embedded.Cluster {
 	t.Helper()
-	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
+	c, err := embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}

@@ -68,7 +68,7 @@ func newDeploymentOf(t *testing.T, spec security.Spec, configure ...func(*router
 		t.Fatal(err)
 	}
 	d := &deployment{t: t, dir: filepath.Join(dir, "secure"), users: users}
-	d.srv, err = embedded.Start(embedded.Config{ConfigFile: filepath.Join(d.dir, security.ServerConfigFile), StoreDir: filepath.Join(dir, "js")})
+	d.srv, err = embedded.Start(embedded.Config{MaxStore: embedded.Roomy, ConfigFile: filepath.Join(d.dir, security.ServerConfigFile), StoreDir: filepath.Join(dir, "js")})
 	if err != nil {
 		t.Fatal(err)
 	}

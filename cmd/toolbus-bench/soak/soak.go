@@ -624,7 +624,7 @@ func startSoakDeploy(ctx context.Context, o *Options, routerBin, workerBin strin
 	}()
 	if d.url == "" {
 		logf("starting a 3-node NATS cluster (JetStream, stores in %s)", filepath.Join(o.Dir, "nats"))
-		if d.cluster, err = embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(o.Dir, "nats"), Name: "soak"}); err != nil {
+		if d.cluster, err = embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(o.Dir, "nats"), Name: "soak"}); err != nil {
 			return nil, err
 		}
 		d.url = d.cluster.URLs(0)

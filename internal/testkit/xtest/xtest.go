@@ -105,26 +105,25 @@ func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 	net := &Net{Server: cfg.Server, opts: cfg.Options, wrap: cfg.Around, dir: cfg.Dir}
 	fleet := &Fleet{net: net, router: cfg.Router, subj: bus.NewSubjects(cfg.Router.Prefix),
 		heartbeat: cfg.Heartbeat, bound: cfg.Bound}
-	d = &Deployment{Net: net, Fleet: fleet,
+	started := &Deployment{Net: net, Fleet: fleet,
 		Readiness: &Readiness{net: net, fleet: fleet, subj: fleet.subj, bound: cfg.Bound}}
 	defer func() {
-		if err != nil {
-			d.Close()
-			d = nil
+		if err != nil { // a return has set d to nil already
+			started.Close()
 		}
 	}()
-	if err := d.Net.start(cfg.Cluster); err != nil {
+	if err := started.Net.start(cfg.Cluster); err != nil {
 		return nil, err
 	}
 	for range cfg.Routers {
-		if _, err := d.AddRouter(ctx); err != nil {
+		if _, err := started.AddRouter(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if err := d.waitServed(ctx); err != nil {
+	if err := started.waitServed(ctx); err != nil {
 		return nil, err
 	}
-	return d, nil
+	return started, nil
 }
 
 // withDefaults returns cfg with its defaults set.
@@ -316,9 +315,9 @@ func (n *Net) start(cluster bool) error {
 	n.ownSrv = true
 	var err error
 	if cluster {
-		n.Cluster, err = embedded.StartCluster(embedded.ClusterConfig{Dir: n.dir})
+		n.Cluster, err = embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: n.dir})
 	} else {
-		n.Server, err = embedded.Start(embedded.Config{StoreDir: n.dir})
+		n.Server, err = embedded.Start(embedded.Config{MaxStore: embedded.Roomy, StoreDir: n.dir})
 	}
 	if err != nil {
 		return fmt.Errorf("xtest: %w", err)
