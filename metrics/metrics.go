@@ -93,7 +93,7 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 	}
 	if src.Bounds != nil {
 		cs = append(cs, &bounds{f: src.Bounds, descs: [3]*prometheus.Desc{
-			prometheus.NewDesc("toolbus_store_refused_total", "New keys refused at a bucket's soft bound (limit_exceeded), by bucket; mcp's are refused by the MCP facades, not counted here.", []string{"bucket"}, nil),
+			prometheus.NewDesc("toolbus_store_refused_total", "New keys refused at a bucket's soft bound (limit_exceeded), by bucket; mcp's by the MCP facade the router serves.", []string{"bucket"}, nil),
 			prometheus.NewDesc("toolbus_store_bytes", "A bounded bucket's bytes as last read (at most a second before a scrape) plus those admitted since.", []string{"bucket"}, nil),
 			prometheus.NewDesc("toolbus_store_soft_bound_bytes", "A bucket's soft bound: new keys are refused at it.", []string{"bucket"}, nil)}})
 	}

@@ -582,7 +582,7 @@ func (m Mends) Lone(ctx context.Context) []*Record {
 			s.calls.lone.forget(key)
 			continue
 		}
-		if rec := m.recheck(ctx, &s.calls.lone, key, endsCarried); rec != nil {
+		if rec := m.recheck(ctx, &s.calls.lone, key, unfinished); rec != nil {
 			s.cfg.Logger.Warn("parked: the router that ended a lone parked call is gone; its call.result and batch.done are published again", "key", key, "ended_by", n.router)
 			out = append(out, rec)
 			s.calls.lone.forget(key)
@@ -652,11 +652,13 @@ func (s *Store) TakeOver(ctx context.Context, cutoff time.Time) ([]*Batch, []*Re
 	return s.conts.takeOver(ctx, cutoff), s.calls.takeOverAnswers(ctx, cutoff)
 }
 
-// Finish removes the continuation of a batch whose batch.done went out.
+// Finish removes the continuation of a batch whose batch.done went out; a
+// batch its call's record carries (1.6) stays there without its results
+// (finishCarried).
 func (s *Store) Finish(ctx context.Context, b *Batch) error {
 	defer s.Release(b)
 	if b.gone {
-		return nil
+		return finishCarried(ctx, s.calls, b)
 	}
 	rev, err := store.Delete(ctx, s.conts.kv, b.Key(), store.Bounded)
 	if err != nil {
@@ -664,6 +666,38 @@ func (s *Store) Finish(ctx context.Context, b *Batch) error {
 	}
 	s.conts.forget(b.Key(), rev)
 	return nil
+}
+
+// finishCarried rewrites the record that carries b, its batch.done stored,
+// without the batch's earlier results when they take heldFrom bytes or
+// more, marked Done: nothing needs them for the record's 7 days (a copy
+// re-sent now keeps its own, as once a continuation is deleted; Lone
+// publishes nothing again), and only its calls are compared (1.27).
+func finishCarried(ctx context.Context, c *calls, b *Batch) error {
+	if len(b.Waiting) != 1 {
+		return nil
+	}
+	n := 0
+	for id, res := range b.Results {
+		if id != b.Waiting[0] {
+			v, _ := json.Marshal(res)
+			n += len(v)
+		}
+	}
+	if n < heldFrom {
+		return nil
+	}
+	_, err := c.change(ctx, bus.CallKey(b.Session, b.ReplyID, b.Waiting[0]), store.Bounded, func(r *Record) error {
+		var kept Batch
+		if !endedWithResult(r) || json.Unmarshal(r.Batch, &kept) != nil || kept.Done {
+			return store.ErrNoChange
+		}
+		kept.Results, kept.Done = map[string]bus.Result{}, true
+		var err error
+		r.Batch, err = json.Marshal(&kept)
+		return err
+	})
+	return err
 }
 
 // Release stops renewing the lease of a batch, for another router to take.
@@ -787,6 +821,9 @@ type Batch struct {
 	// input of heldFrom bytes or more that the call's record holds and Data
 	// leaves out (1.20), to compare a re-sent copy with (Same).
 	Held map[string]string `json:"held,omitempty"`
+	// Done marks a batch a record carries whose batch.done was stored, kept
+	// without its results (finishCarried, 1.27).
+	Done bool `json:"done,omitempty"`
 
 	rev  uint64
 	gone bool // carried in a record, or removed: Finish has nothing to delete
@@ -1656,6 +1693,13 @@ const maxLone = 1 << 16
 
 // endsCarried reports whether r carried its batch and ended with its result.
 func endsCarried(r *Record) bool { return endedWithResult(r) && len(r.Batch) > 0 }
+
+// unfinished reports whether r carried its batch, ended with its result,
+// and its batch.done is not known stored (Batch.Done).
+func unfinished(r *Record) bool {
+	b := carried(r)
+	return endsCarried(r) && b != nil && !b.Done
+}
 
 // endedCall is a call seen ending, when, and (carried) by which router.
 type endedCall struct {

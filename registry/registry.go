@@ -191,7 +191,7 @@ func (r *Registry) Register(ctx context.Context, on, account string, reg bus.Reg
 			continue
 		}
 		seen[d.Name] = true
-		reason, err := r.store(ctx, reg.Worker, d)
+		reason, err := r.store(ctx, reg.Worker, account, d)
 		if err != nil {
 			return ack, err
 		}
@@ -310,7 +310,9 @@ func Check(d *bus.ToolDef) (string, *schemas.Schema) {
 }
 
 // store writes d unless invalid or in conflict: a rejection reason or KV's error.
-func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (string, error) {
+// A built-in name is exempt from the bound on new names from account "" only
+// (the routers' own logins; Builtins).
+func (r *Registry) store(ctx context.Context, worker, account string, d bus.ToolDef) (string, error) {
 	reason, s := Check(&d)
 	if reason != "" {
 		return reason, nil
@@ -330,7 +332,7 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 	}()
 	rev, err := store.Update(ctx, r.catalog.kv, d.Name, store.Bounded, func(entry jetstream.KeyValueEntry) ([]byte, error) {
 		reason, same, registered = "", nil, time.Now().UnixNano()
-		if entry == nil && !taken && !slices.Contains(Builtins, d.Name) { // a name the catalogue does not hold (protocol 7.1, 1.25)
+		if entry == nil && !taken && (account != "" || !slices.Contains(Builtins, d.Name)) { // a name the catalogue does not hold (protocol 7.1, 1.25)
 			if reason, taken = r.names.Take(r.tools.Len()); !taken {
 				return nil, store.ErrNoChange
 			}
@@ -370,9 +372,12 @@ func (r *Registry) store(ctx context.Context, worker string, d bus.ToolDef) (str
 
 // Builtins are the names of the routers' own tools (package builtin, both
 // name profiles, and the background tasks' tools): compiled in, a fixed
-// count, exempt from the catalogue's bound on new names, with room of
-// their own in its stream's max_msgs (store.BuiltinRoom), so no worker's
-// flood of names keeps a router's new built-ins out (docs/security.md).
+// count, exempt from the catalogue's bound on new names when registered from
+// the main account (a router's built-in worker logs in as the router; a
+// worker's login is in a runner account: docs/security.md "Accounts"), with
+// room of their own in its stream's max_msgs (store.BuiltinRoom), so no
+// worker's flood of names keeps a router's new built-ins out, and no worker
+// takes that room with them.
 var Builtins = []string{"get_current_time", "echo", "todo_write", "task_output", "wait_async_results", "ToolStop", "list_tasks",
 	"read_file", "write_file", "edit_file", "list_files", "search_files", "shell", "Read", "Write", "Edit", "Glob", "Grep", "Bash"}
 

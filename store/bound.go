@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,13 +28,29 @@ type Bound struct {
 	read  func(context.Context) (int64, error) // the bucket's bytes now
 	now   func() time.Time
 
-	mu      sync.Mutex
-	bytes   int64     // read at `at`, plus what Room admitted since
-	at      time.Time // of the last read (zero: none yet)
-	reading bool      // a read is under way (reread); callers judge by what was read
-	during  int64     // admitted since it began: what it may not have seen
-	refused uint64    // new keys refused since the start
-	last    time.Time // of the last refusal
+	mu       sync.Mutex
+	bytes    int64     // read at `at`, plus what Room admitted since
+	at       time.Time // of the last read (zero: none yet)
+	reading  bool      // a read is under way (reread); callers judge by what was read
+	during   int64     // admitted since it began: what it may not have seen
+	refusals *Refusals // new keys refused since the start
+}
+
+// Refusals counts a soft bound's refusals of new keys. The Bounds of one
+// bucket in one process may share one (Counting): a router reports in its
+// P_mcp row the refusals of the MCP facade it serves (Config.MCPRefusals).
+// Concurrency-safe.
+type Refusals struct {
+	n    atomic.Uint64
+	last atomic.Pointer[time.Time]
+}
+
+// Counting has b count its refusals in r (nil: its own), before b is used.
+func (b *Bound) Counting(r *Refusals) *Bound {
+	if b != nil && r != nil {
+		b.refusals = r
+	}
+	return b
 }
 
 // BoundEvery is how old the bytes a Bound judges by may be; a refusal
@@ -70,7 +87,7 @@ func NewBoundOf(ctx context.Context, read func(context.Context) (int64, error), 
 	if soft <= 0 {
 		return nil
 	}
-	b := &Bound{soft: soft, every: BoundEvery, now: time.Now, reading: true, read: read}
+	b := &Bound{soft: soft, every: BoundEvery, now: time.Now, reading: true, refusals: &Refusals{}, read: read}
 	b.reread(ctx)
 	return b
 }
@@ -96,8 +113,8 @@ func (b *Bound) Room(ctx context.Context, n int) bool {
 	defer b.mu.Unlock()
 	b.refresh(ctx, n)
 	if b.bytes+int64(n) > b.soft {
-		b.refused++
-		b.last = b.now()
+		b.refusals.n.Add(1)
+		b.refusals.last.Store(new(b.now()))
 		return false
 	}
 	b.add(n)
@@ -142,18 +159,14 @@ func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refresh(ctx, 0)
-	st := bus.BoundStatus{Bucket: bucket, Bytes: b.bytes, Bound: b.soft, Refused: b.refused}
-	if !b.last.IsZero() {
-		st.LastRefused = new(b.last)
-	}
-	return st
+	return bus.BoundStatus{Bucket: bucket, Bytes: b.bytes, Bound: b.soft, Refused: b.refusals.n.Load(), LastRefused: b.refusals.last.Load()}
 }
 
 // Bounds are the soft bounds' states (protocol 1.24) for the router's
 // metrics and the admin verb status: P_parked's, P_sessions', P_ledger's,
 // tasks (P_tasks', tasks.Setup's; nil when tasks are off) and P_mcp's,
-// whose bytes and bound are the router's (Setup sets its max_bytes) but
-// whose refusals are the facades' (Refused 0 here). A bucket's bytes are
+// whose refusals are those of the MCP facade the process serves
+// (Config.MCPRefusals; none without one). A bucket's bytes are
 // read at most once a BoundEvery, however often they are asked.
 func (s *Store) Bounds(ctx context.Context, tasks *Bound) []bus.BoundStatus {
 	var out []bus.BoundStatus

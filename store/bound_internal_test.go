@@ -38,7 +38,7 @@ func TestBoundRoom(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Unix(1e9, 0)
 			var bucket, reads atomic.Int64
-			b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, read: func(context.Context) (int64, error) {
+			b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, refusals: &Refusals{}, read: func(context.Context) (int64, error) {
 				reads.Add(1)
 				if n := bucket.Load(); n >= 0 {
 					return n, nil
@@ -76,7 +76,7 @@ func TestBoundRoom(t *testing.T) {
 func TestAttackBoundStateScraped(t *testing.T) {
 	now := time.Unix(1e9, 0)
 	reads := 0
-	b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, read: func(context.Context) (int64, error) {
+	b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, refusals: &Refusals{}, read: func(context.Context) (int64, error) {
 		reads++
 		return 95, nil
 	}}
@@ -125,7 +125,7 @@ func read(t *testing.T, b *Bound) {
 func TestBoundRoomNeverWaits(t *testing.T) {
 	now := time.Unix(1e9, 0)
 	slow, reads := make(chan int64), 0
-	b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, read: func(ctx context.Context) (int64, error) {
+	b := &Bound{soft: 100, every: BoundEvery, now: func() time.Time { return now }, refusals: &Refusals{}, read: func(ctx context.Context) (int64, error) {
 		reads++ // under no lock: one read at a time
 		select {
 		case n := <-slow:

@@ -50,6 +50,10 @@ type Config struct {
 	// TasksMaxBytes and MCPMaxBytes are those of P_tasks (tasks.Setup) and
 	// P_mcp (its max_bytes here; the facades refuse at the soft bound).
 	TasksMaxBytes, MCPMaxBytes int64
+	// MCPRefusals, shared with the MCP facade the process serves
+	// (facade.Config.Refusals), are the refusals Bounds shows for P_mcp;
+	// nil: none.
+	MCPRefusals *Refusals
 	// MaxTools and MaxGroups bound the names of P_tools and P_groups (Count;
 	// their streams' max_msgs is HardMsgs): a new one past it is refused.
 	// Zero means DefaultMaxTools and DefaultMaxGroups, negative no bound.
@@ -224,6 +228,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Conf
 		}
 		if kv.dst != nil {
 			*kv.dst, k.count = k, kv.names
+		}
+		if kv.dst == &st.MCP {
+			k.bound.Counting(cfg.MCPRefusals)
 		}
 		if kv.names != nil {
 			if err := kv.names.capMsgs(ctx, js, k.KeyValue); err != nil {

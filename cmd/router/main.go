@@ -106,7 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	limits := fileCfg.Limits.override(limitsFlags)
 	storeCfg := store.Config{Replicas: *replicas, Heartbeat: *heartbeat, EventsMemory: *eventsMemory, WorkAckWait: *workAckWait}
 	limits.apply(&storeCfg)
-	mcpOpts.maxBytes = storeCfg.MCPMaxBytes
+	storeCfg.MCPRefusals = new(store.Refusals) // the facade's, in the router's P_mcp row
+	mcpOpts.maxBytes, mcpOpts.refusals = storeCfg.MCPMaxBytes, storeCfg.MCPRefusals
 
 	url := *natsURL
 	if *secure != "" {

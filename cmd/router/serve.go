@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/mcp/facade"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/security"
+	"github.com/toolbus/toolbus/store"
 )
 
 // mcpOptions are the --mcp-* flags.
@@ -32,7 +33,8 @@ type mcpOptions struct {
 	idle                     time.Duration
 	maxSessions              int
 	nkey, creds              string
-	maxBytes                 int64 // P_mcp's soft bound (--mcp-max-bytes, a limit)
+	maxBytes                 int64           // P_mcp's soft bound (--mcp-max-bytes, a limit)
+	refusals                 *store.Refusals // its refusals, which the router reports
 }
 
 func mcpFlags(fs *flag.FlagSet) *mcpOptions {
@@ -168,7 +170,7 @@ func (o *mcpOptions) serve(ctx context.Context, router natsconn.Config, secureDi
 		log.Warn("mcp: serving without authentication (--mcp-insecure): anyone who reaches the address acts as any user", "listen", o.listen)
 	}
 	f := facade.New(client.New(nc, client.Config{Prefix: prefix, Source: "toolbus/mcp"}), facade.Config{Logger: log,
-		Auth: a, Insecure: a == nil, Confirm: policy, Idle: o.idle, MaxSessions: o.maxSessions, MaxBytes: o.maxBytes})
+		Auth: a, Insecure: a == nil, Confirm: policy, Idle: o.idle, MaxSessions: o.maxSessions, MaxBytes: o.maxBytes, Refusals: o.refusals})
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		_ = f.Drain(context.WithoutCancel(ctx))

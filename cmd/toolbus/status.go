@@ -132,7 +132,7 @@ const boundRecent = time.Minute
 // boundLines are status's lines of the buckets' soft bounds (protocol
 // 1.24): each bucket's bytes against its bound, then a warning for one at
 // 90 % of it or more, or that refused a new key within boundRecent. P_mcp's
-// refusals are its facades' (store.Store.Bounds).
+// refusals are those of the MCP facade the router serves (store.Store.Bounds).
 func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 	var lines, warns []string
 	for _, b := range bs {
@@ -140,9 +140,6 @@ func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 		line := fmt.Sprintf("  %s: %s of %s (%.0f%%)", b.Bucket, mib(b.Bytes), mib(b.Bound), pct)
 		if b.Refused > 0 {
 			line += fmt.Sprintf(", %d new keys refused since the router started", b.Refused)
-		}
-		if b.Bucket == bus.BucketMCP {
-			line += " (the MCP facades refuse its new keys; not counted here)"
 		}
 		lines = append(lines, line)
 		switch {

@@ -75,6 +75,10 @@ type Config struct {
 	// it a new task or request state is refused; zero means
 	// store.DefaultMCPMaxBytes, negative none.
 	MaxBytes int64
+	// Refusals counts the refusals at MaxBytes for the router process that
+	// serves the facade (store.Config.MCPRefusals: its metrics and status);
+	// nil: the facade's own count.
+	Refusals *store.Refusals
 	// Replicas of the facade's bucket when the facade creates it (routers
 	// create it at start); zero means 1.
 	Replicas int
@@ -136,7 +140,7 @@ func New(cl *client.Client, cfg Config) *Facade {
 	f.gate = &gatekeeper{auth: cfg.Auth, userHeader: cfg.UserHeader, log: cfg.Logger}
 	f.table = newTable(f.ctx, cfg.Idle, cfg.MaxSessions, &f.evicted)
 	f.kv = &kvStore{nc: f.nc, subj: cl.Subjects(), replicas: cfg.Replicas, maxTasks: cfg.MaxTasks, log: cfg.Logger,
-		soft: cmp.Or(cfg.MaxBytes, store.DefaultMCPMaxBytes)}
+		soft: cmp.Or(cfg.MaxBytes, store.DefaultMCPMaxBytes), refusals: cfg.Refusals}
 	f.tasks = &taskRunners{closing: f.ctx, loop: f.life.Loop, store: f.kv, await: f.awaitResult, tasks: cl.Tasks(), log: cfg.Logger,
 		local: map[string]func(*taskRecord){}, followed: map[string]struct{}{},
 		listens: make(chan struct{}, maxListens)}

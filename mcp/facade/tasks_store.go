@@ -107,9 +107,10 @@ var (
 type kvStore struct {
 	nc       *nats.Conn
 	subj     bus.Subjects
-	replicas int   // when the facade creates the bucket
-	maxTasks int   // live records per (session, user)
-	soft     int64 // the bucket's soft bound (Config.MaxBytes)
+	replicas int             // when the facade creates the bucket
+	maxTasks int             // live records per (session, user)
+	soft     int64           // the bucket's soft bound (Config.MaxBytes)
+	refusals *store.Refusals // its refusals' count (Config.Refusals)
 	log      *slog.Logger
 
 	mu     sync.Mutex
@@ -141,7 +142,7 @@ func (st *kvStore) bucket(ctx context.Context) (*store.KV, error) {
 	}
 	if err == nil {
 		st.kv, err = store.OpenKV(ctx, js, kv)
-		st.bound = store.NewBound(ctx, kv, st.soft)
+		st.bound = store.NewBound(ctx, kv, st.soft).Counting(st.refusals)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errNoStore, err)
