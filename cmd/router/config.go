@@ -35,6 +35,9 @@ type fileConfig struct {
 	Audit   *auditConfig  `json:"audit"`
 	Cache   struct {
 		Enabled bool `json:"enabled"`
+		// MaxBytes bounds P_rcache, its oldest entries dropped past it
+		// (reserved on each server): 0 means 256MiB, "off" (-1) none.
+		MaxBytes softBound `json:"max_bytes,omitempty"`
 	} `json:"cache"`
 	Search struct {
 		Enabled bool        `json:"enabled"`
