@@ -36,7 +36,8 @@ type fileConfig struct {
 	Cache   struct {
 		Enabled bool `json:"enabled"`
 		// MaxBytes bounds P_rcache, its oldest entries dropped past it
-		// (reserved on each server): 0 means 256MiB, "off" (-1) none.
+		// (reserved on each server): absent, 256MiB; "off" (-1), none; 0
+		// and negative numbers are refused, as for every bound.
 		MaxBytes softBound `json:"max_bytes,omitempty"`
 	} `json:"cache"`
 	Search struct {
