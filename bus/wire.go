@@ -605,7 +605,7 @@ type StoreStatus struct {
 	Since *time.Time `json:"since,omitempty"`
 	// Bounds are the soft bounds of P_parked, P_sessions, P_ledger (since
 	// 1.24), P_tasks and P_mcp (1.26; its refusals the facade's the router
-	// serves, 1.27), and with quotas or the result cache on, P_limits,
+	// serves, 1.27) and, with quotas or the result cache on, P_limits,
 	// P_LIMITS and P_rcache (1.27), as this router keeps them; absent: none.
 	Bounds []BoundStatus `json:"bounds,omitempty"`
 }

@@ -202,17 +202,28 @@ func TestStatusBounds(t *testing.T) {
 	if got["tasks"]["toolbus_store_soft_bound_bytes"] != 1<<20 || got["mcp"]["toolbus_store_soft_bound_bytes"] != 2<<20 {
 		t.Fatalf("the bounds of tasks and mcp: %v", got)
 	}
-	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", x.URL(0))
+	bs := statusBounds(t, x.URL(0), "  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: ",
+		"  tasks: 0.0 MiB of 1.0 MiB (", "  mcp: 0.0 MiB of 2.0 MiB (")
+	if len(bs) != 5 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil ||
+		bs[3].Bucket != "tasks" || bs[3].Bound != 1<<20 || bs[3].Bytes < 8<<10 || bs[4].Bucket != bus.BucketMCP || bs[4].Bound != 2<<20 || bs[4].Bytes < 8<<10 {
+		t.Fatalf("bounds %+v", bs)
+	}
+}
+
+// statusBounds checks that toolbus status at url prints each of wants,
+// and returns store.bounds of its --json.
+func statusBounds(t *testing.T, url string, wants ...string) []bus.BoundStatus {
+	t.Helper()
+	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: ",
-		"  tasks: 0.0 MiB of 1.0 MiB (", "  mcp: 0.0 MiB of 2.0 MiB ("} {
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
-	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", x.URL(0))
+	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,11 +233,7 @@ func TestStatusBounds(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatal(err)
 	}
-	bs := v.Status.Store.Bounds
-	if len(bs) != 5 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil ||
-		bs[3].Bucket != "tasks" || bs[3].Bound != 1<<20 || bs[3].Bytes < 8<<10 || bs[4].Bucket != bus.BucketMCP || bs[4].Bound != 2<<20 || bs[4].Bytes < 8<<10 {
-		t.Fatalf("bounds %+v", bs)
-	}
+	return v.Status.Store.Bounds
 }
 
 // storeMetrics are reg's toolbus_store_* metrics: bucket → metric → value.
@@ -298,32 +305,13 @@ func TestStatusGuardBounds(t *testing.T) {
 	} else if _, ok := c["toolbus_store_refused_total"]; ok {
 		t.Fatalf("the cache refuses nothing, yet counts refusals: %v", c)
 	}
-	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", x.URL(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"  limits: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: limits refuses new keys at its bound",
-		"  budgets: 0.0 MiB of 0.0 MiB (0%)", "  cache: 0.0 MiB of 1.0 MiB (", "%), its oldest entries dropped past it (nothing refused)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("status lacks %q:\n%s", want, out)
-		}
-	}
-	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", x.URL(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Status bus.Status `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatal(err)
-	}
 	rows := map[string]bus.BoundStatus{}
-	for _, b := range v.Status.Store.Bounds {
+	for _, b := range statusBounds(t, x.URL(0), "  limits: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: limits refuses new keys at its bound",
+		"  budgets: 0.0 MiB of 0.0 MiB (0%)", "  cache: 0.0 MiB of 1.0 MiB (", "%), its oldest entries dropped past it (nothing refused)") {
 		rows[b.Bucket] = b
 	}
 	if l, c := rows[limits.BucketRates], rows["cache"]; l.Bound != 4<<10 || l.Refused != 1 || l.LastRefused == nil || l.DropsOldest ||
 		rows["budgets"].Bound != 4<<10 || c.Bound != 1<<20 || c.Bytes < 512 || !c.DropsOldest || c.Refused != 0 {
-		t.Fatalf("bounds %+v", v.Status.Store.Bounds)
+		t.Fatalf("bounds %+v", rows)
 	}
 }
