@@ -604,8 +604,9 @@ type StoreStatus struct {
 	Error string     `json:"error,omitempty"`
 	Since *time.Time `json:"since,omitempty"`
 	// Bounds are the soft bounds of P_parked, P_sessions, P_ledger (since
-	// 1.24), P_tasks and P_mcp (1.26; its refusals are the facades', not
-	// counted) as this router keeps them; absent: none.
+	// 1.24), P_tasks and P_mcp (1.26; its refusals the facade's the router
+	// serves, 1.27) and, with quotas or the result cache on, P_limits,
+	// P_LIMITS and P_rcache (1.27), as this router keeps them; absent: none.
 	Bounds []BoundStatus `json:"bounds,omitempty"`
 }
 
@@ -613,11 +614,14 @@ type StoreStatus struct {
 // at most a second before, plus what the router admitted since), the
 // bound, and the new keys the router refused at it since its start.
 type BoundStatus struct {
-	Bucket      string     `json:"bucket"` // parked, sessions, ledger, tasks or mcp
+	Bucket      string     `json:"bucket"` // parked, sessions, ledger, tasks, mcp, limits, budgets or cache
 	Bytes       int64      `json:"bytes"`
 	Bound       int64      `json:"bound"`
 	Refused     uint64     `json:"refused"`
 	LastRefused *time.Time `json:"last_refused,omitempty"`
+	// DropsOldest: past the bound the oldest entries go and nothing is
+	// refused (cache; Refused is 0).
+	DropsOldest bool `json:"drops_oldest,omitempty"`
 }
 
 // ToolStatus is one tool in Status.

@@ -167,6 +167,10 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	return l, nil
 }
 
+// Bounds are the soft bounds of the rates bucket and the budgets stream,
+// for status and metrics (nil: none).
+func (l *Limiter) Bounds() (rates, budgets *store.Bound) { return l.rateRoom, l.budgetRoom }
+
 // key digests the call's values of the rule's dimensions into a KV key.
 func (l *Limiter) key(r *Rule, c Call) string {
 	h := sha256.New()

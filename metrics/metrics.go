@@ -95,7 +95,7 @@ func NewRouter(reg prometheus.Registerer, src RouterSources) *Router {
 		cs = append(cs, &bounds{f: src.Bounds, descs: [3]*prometheus.Desc{
 			prometheus.NewDesc("toolbus_store_refused_total", "New keys refused at a bucket's soft bound (limit_exceeded), by bucket; mcp's by the MCP facade the router serves.", []string{"bucket"}, nil),
 			prometheus.NewDesc("toolbus_store_bytes", "A bounded bucket's bytes as last read (at most a second before a scrape) plus those admitted since.", []string{"bucket"}, nil),
-			prometheus.NewDesc("toolbus_store_soft_bound_bytes", "A bucket's soft bound: new keys are refused at it.", []string{"bucket"}, nil)}})
+			prometheus.NewDesc("toolbus_store_soft_bound_bytes", "A bucket's soft bound: new keys are refused at it (cache: its oldest entries go past it).", []string{"bucket"}, nil)}})
 	}
 	for _, c := range src.Catalog {
 		kind := prometheus.Labels{"kind": c.Kind}
@@ -168,7 +168,8 @@ func (l *liveWorkers) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// bounds collects RouterSources.Bounds: refused, bytes and soft bound.
+// bounds collects RouterSources.Bounds: refused (not the cache's), bytes
+// and soft bound.
 type bounds struct {
 	f     func() []bus.BoundStatus
 	descs [3]*prometheus.Desc
@@ -182,7 +183,9 @@ func (b *bounds) Describe(ch chan<- *prometheus.Desc) {
 
 func (b *bounds) Collect(ch chan<- prometheus.Metric) {
 	for _, x := range b.f() {
-		ch <- prometheus.MustNewConstMetric(b.descs[0], prometheus.CounterValue, float64(x.Refused), x.Bucket)
+		if !x.DropsOldest { // the cache refuses nothing
+			ch <- prometheus.MustNewConstMetric(b.descs[0], prometheus.CounterValue, float64(x.Refused), x.Bucket)
+		}
 		ch <- prometheus.MustNewConstMetric(b.descs[1], prometheus.GaugeValue, float64(x.Bytes), x.Bucket)
 		ch <- prometheus.MustNewConstMetric(b.descs[2], prometheus.GaugeValue, float64(x.Bound), x.Bucket)
 	}

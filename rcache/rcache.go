@@ -66,7 +66,8 @@ type Config struct {
 	Replicas int  // of the bucket; zero means 1
 	Memory   bool // keep the bucket in memory
 	// MaxBytes bounds the bucket; past it the oldest entries are dropped
-	// (misses: their calls run again). Zero means DefaultMaxBytes.
+	// (misses: their calls run again). Zero means DefaultMaxBytes,
+	// negative no bound.
 	MaxBytes int64
 	// Now is the clock entries are judged by; nil means time.Now.
 	Now func() time.Time
@@ -74,8 +75,9 @@ type Config struct {
 
 // Cache is the result cache, shared by a deployment's routers; concurrency-safe.
 type Cache struct {
-	kv  jetstream.KeyValue
-	now func() time.Time
+	kv    jetstream.KeyValue
+	now   func() time.Time
+	bytes *store.Bound // reads the bucket's bytes against its bound (Bytes)
 }
 
 // New creates (or opens) the cache bucket: per-key TTLs, one value per key.
@@ -109,8 +111,13 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	if err != nil {
 		return nil, fmt.Errorf("rcache: bucket %s: %w", s.Bucket(Bucket), err)
 	}
+	c.bytes = store.NewBound(ctx, c.kv, cmp.Or(cfg.MaxBytes, DefaultMaxBytes))
 	return c, nil
 }
+
+// Bytes is the bucket's bytes against MaxBytes for status and metrics
+// (nil: no bound); nothing is refused at it, the oldest entries go.
+func (c *Cache) Bytes() *store.Bound { return c.bytes }
 
 // Key is a call's cache key, digesting the whole definition, and whether it is
 // cacheable; a user-scoped tool without a user is cached per session, and a

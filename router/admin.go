@@ -168,6 +168,8 @@ type adminVerbs struct {
 	pageBound int
 	// tasksBound is P_tasks' soft bound (nil: tasks are off), for status.
 	tasksBound *atomic.Pointer[store.Bound]
+	// guardBounds are the quotas' state's and the result cache's (guardrails.bounds).
+	guardBounds []store.Named
 }
 
 func (x *adminVerbs) onAdmin(m *nats.Msg) {
@@ -441,7 +443,7 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 	if full, why, since := x.store.Health.Full(); full {
 		st.Store = bus.StoreStatus{State: "full", Error: why, Since: &since}
 	}
-	st.Store.Bounds = x.store.Bounds(ctx, x.tasksBound.Load())
+	st.Store.Bounds = x.store.Bounds(ctx, x.tasksBound.Load(), x.guardBounds...)
 	for _, t := range x.reg.Tools() {
 		g := t.Def.Groups
 		if len(g) == 0 {

@@ -37,6 +37,10 @@ type Guard struct {
 	Audit *audit.Config
 	// Cache turns on the result cache of tools with cache_ttl_ms.
 	Cache bool
+	// CacheMaxBytes bounds the cache's bucket, its oldest entries dropped
+	// past it (rcache.Config.MaxBytes): zero means rcache.DefaultMaxBytes,
+	// negative no bound.
+	CacheMaxBytes int64
 	// Now is the limits' and the cache's clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -71,6 +75,7 @@ type guardrails struct {
 	guard  *quotas         // the quotas and the result cache, one middleware; nil when both are off
 	quota  *quotas         // guard when limits are on: it also counts the calls that park (batch.runCalls)
 	limits *limits.Limiter // serves the limits admin verbs
+	bounds []store.Named   // the quotas' state's and the cache's, for status and metrics (store.Store.Bounds)
 }
 
 // middlewares is the chain's order: audit outermost, then quotas and cache.
@@ -107,7 +112,8 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 	}
 	q := &quotas{counted: counted, ids: cfg.Identities, log: log}
 	if cfg.Guard.Cache {
-		c, err := rcache.New(ctx, js, subj, rcache.Config{Replicas: cfg.Store.Replicas, Memory: cfg.Store.Memory, Now: cfg.Guard.Now})
+		c, err := rcache.New(ctx, js, subj, rcache.Config{Replicas: cfg.Store.Replicas, Memory: cfg.Store.Memory, Now: cfg.Guard.Now,
+			MaxBytes: max(cfg.Guard.CacheMaxBytes, -1)})
 		if err != nil {
 			return g, fmt.Errorf("router: %w", err)
 		}
@@ -117,6 +123,7 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return g, err
 		}
 		q.cache, g.guard = c, q
+		g.bounds = append(g.bounds, store.Named{Bucket: "cache", B: c.Bytes(), DropsOldest: true})
 	}
 	if len(cfg.Guard.Limits.Rules) > 0 {
 		lim, err := limits.New(ctx, js, subj, limits.Config{Policy: cfg.Guard.Limits, Replicas: cfg.Store.Replicas,
@@ -125,6 +132,8 @@ func newGuardrails(ctx context.Context, js jetstream.JetStream, nc *nats.Conn, s
 			return g, fmt.Errorf("router: %w", err)
 		}
 		q.lim, g.limits, g.guard, g.quota = lim.Check, lim, q, q
+		rates, budgets := lim.Bounds()
+		g.bounds = append(g.bounds, store.Named{Bucket: limits.BucketRates, B: rates}, store.Named{Bucket: "budgets", B: budgets})
 	}
 	return g, nil
 }

@@ -347,9 +347,12 @@ func (r *Router) build(ctx context.Context) error {
 			return fmt.Errorf("router: config group %s: %w", g.Name, err)
 		}
 	}
+	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}.counted); err != nil {
+		return err
+	}
 	r.m = metrics.NewRouter(r.cfg.Metrics, metrics.RouterSources{LiveWorkers: r.reg.Workers,
 		ParkedNow: func() int { return len(r.parked.Read.Parked("", "")) }, Sessions: r.groups.Sessions, Capacity: r.cfg.MaxInflight,
-		Bounds: func() []bus.BoundStatus { return r.store.Bounds(bg, r.tasksBound.Load()) },
+		Bounds: func() []bus.BoundStatus { return r.store.Bounds(bg, r.tasksBound.Load(), r.guards.bounds...) },
 		Catalog: []metrics.Catalog{{Kind: "tool", Held: func() int { return len(r.reg.Tools()) }, Bound: store.CountOf(r.store.Tools).Bound},
 			{Kind: "group", Held: func() int { return len(r.groups.Groups()) }, Bound: store.CountOf(r.store.Groups).Bound}}})
 	refs, err := offload.New(r.nc, r.subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: ledger.RefAbove, Max: 1 << 50})
@@ -364,9 +367,6 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
 	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload()))}
-	if r.guards, err = newGuardrails(ctx, js, r.nc, r.subj, r.cfg, r.log, r.groups, recordedCalls{r.parked, r.store.Ledger}.counted); err != nil {
-		return err
-	}
 	r.events, err = newRouterEvents(r.wire, r.store.Health)
 	return err
 }
@@ -388,7 +388,7 @@ func (r *Router) bind() {
 	r.answers.resume = r.conts.resume
 	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg, refuseShared: r.cfg.RefuseSharedRegister}
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
-		store: r.store, tasksBound: &r.tasksBound, skills: r.skills.cat, limits: r.guards.limits}
+		store: r.store, tasksBound: &r.tasksBound, guardBounds: r.guards.bounds, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
 		audit: r.guards.audit, readOut: r.cfg.Guard.ReadOutput}
 	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}

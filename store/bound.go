@@ -164,22 +164,31 @@ func (b *Bound) state(ctx context.Context, bucket string) bus.BoundStatus {
 
 // Bounds are the soft bounds' states (protocol 1.24) for the router's
 // metrics and the admin verb status: P_parked's, P_sessions', P_ledger's,
-// tasks (P_tasks', tasks.Setup's; nil when tasks are off) and P_mcp's,
+// tasks (P_tasks', tasks.Setup's; nil when tasks are off), P_mcp's,
 // whose refusals are those of the MCP facade the process serves
-// (Config.MCPRefusals; none without one). A bucket's bytes are
-// read at most once a BoundEvery, however often they are asked.
-func (s *Store) Bounds(ctx context.Context, tasks *Bound) []bus.BoundStatus {
+// (Config.MCPRefusals; none without one), then more (the quotas' state's
+// and the result cache's, 1.27). A bucket's bytes are read at most once a
+// BoundEvery, however often they are asked.
+func (s *Store) Bounds(ctx context.Context, tasks *Bound, more ...Named) []bus.BoundStatus {
 	var out []bus.BoundStatus
-	for _, k := range []struct {
-		name string
-		b    *Bound
-	}{{bus.BucketParked, BoundOf(s.Parked)}, {bus.BucketSessions, BoundOf(s.Sessions)}, {bus.BucketLedger, BoundOf(s.Ledger)},
-		{"tasks", tasks}, {bus.BucketMCP, BoundOf(s.MCP)}} {
-		if k.b != nil {
-			out = append(out, k.b.state(ctx, k.name))
+	for _, k := range append([]Named{{Bucket: bus.BucketParked, B: BoundOf(s.Parked)}, {Bucket: bus.BucketSessions, B: BoundOf(s.Sessions)},
+		{Bucket: bus.BucketLedger, B: BoundOf(s.Ledger)}, {Bucket: "tasks", B: tasks}, {Bucket: bus.BucketMCP, B: BoundOf(s.MCP)}}, more...) {
+		if k.B != nil {
+			st := k.B.state(ctx, k.Bucket)
+			st.DropsOldest = k.DropsOldest
+			out = append(out, st)
 		}
 	}
 	return out
+}
+
+// Named is a bound Bounds shows under Bucket (nil B: none). DropsOldest
+// marks one past which the oldest entries go and nothing is refused (the
+// result cache: its Bound only reads the bytes).
+type Named struct {
+	Bucket      string
+	B           *Bound
+	DropsOldest bool
 }
 
 // Grew counts n bytes a held key grew by (a ledger record replacing its

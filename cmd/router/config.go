@@ -35,6 +35,10 @@ type fileConfig struct {
 	Audit   *auditConfig  `json:"audit"`
 	Cache   struct {
 		Enabled bool `json:"enabled"`
+		// MaxBytes bounds P_rcache, its oldest entries dropped past it
+		// (reserved on each server): absent, 256MiB; "off" (-1), none; 0
+		// and negative numbers are refused, as for every bound.
+		MaxBytes softBound `json:"max_bytes,omitempty"`
 	} `json:"cache"`
 	Search struct {
 		Enabled bool        `json:"enabled"`

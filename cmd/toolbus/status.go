@@ -133,6 +133,8 @@ const boundRecent = time.Minute
 // 1.24): each bucket's bytes against its bound, then a warning for one at
 // 90 % of it or more, or that refused a new key within boundRecent. P_mcp's
 // refusals are those of the MCP facade the router serves (store.Store.Bounds).
+// The result cache (cache) drops its oldest entries at its bound, refusing
+// nothing: full is how it works, so it is never warned of.
 func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 	var lines, warns []string
 	for _, b := range bs {
@@ -141,8 +143,12 @@ func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 		if b.Refused > 0 {
 			line += fmt.Sprintf(", %d new keys refused since the router started", b.Refused)
 		}
+		if b.DropsOldest {
+			line += ", its oldest entries dropped past it (nothing refused)"
+		}
 		lines = append(lines, line)
 		switch {
+		case b.DropsOldest: // a full cache is working as meant
 		case b.LastRefused != nil && now.Sub(*b.LastRefused) < boundRecent:
 			warns = append(warns, fmt.Sprintf("warning: %s refuses new keys at its bound (the last at %s): its calls or sessions end limit_exceeded (docs/operations.md)",
 				b.Bucket, b.LastRefused.UTC().Format(time.RFC3339)))

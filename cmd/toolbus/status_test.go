@@ -144,6 +144,8 @@ func TestBoundLines(t *testing.T) {
 				"warning: sessions refuses new keys at its bound (the last at 2026-12-07T01:59:50Z): its calls or sessions end limit_exceeded (docs/operations.md)"}},
 		{"refused long ago", bus.BoundStatus{Bucket: "sessions", Bytes: 1 << 20, Bound: 2 << 20, Refused: 1, LastRefused: &old},
 			[]string{"  sessions: 1.0 MiB of 2.0 MiB (50%), 1 new keys refused since the router started"}},
+		{"cache: drops its oldest, never warned", bus.BoundStatus{Bucket: "cache", Bytes: 256 << 20, Bound: 256 << 20, DropsOldest: true},
+			[]string{"  cache: 256.0 MiB of 256.0 MiB (100%), its oldest entries dropped past it (nothing refused)"}},
 		{"mcp, its facade's refusals (bounds37)", bus.BoundStatus{Bucket: "mcp", Bytes: 240 << 20, Bound: 256 << 20, Refused: 2, LastRefused: &recent},
 			[]string{"  mcp: 240.0 MiB of 256.0 MiB (94%), 2 new keys refused since the router started",
 				"warning: mcp refuses new keys at its bound (the last at 2026-12-07T01:59:50Z): its calls or sessions end limit_exceeded (docs/operations.md)"}},
@@ -184,7 +186,7 @@ func TestStatusBounds(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := map[string]map[string]float64{} // bucket → metric → value
+	var got map[string]map[string]float64
 	// The bytes written are read within a second (BoundEvery) of a scrape.
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -192,20 +194,7 @@ func TestStatusBounds(t *testing.T) {
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("the bytes written are not shown: %v", got)
 		}
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				if l := m.GetLabel(); len(l) == 1 && strings.HasPrefix(mf.GetName(), "toolbus_store_") {
-					if got[l[0].GetValue()] == nil {
-						got[l[0].GetValue()] = map[string]float64{}
-					}
-					got[l[0].GetValue()][mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
-				}
-			}
-		}
+		got = storeMetrics(t, reg)
 	}
 	if s := got[bus.BucketSessions]; s["toolbus_store_refused_total"] != 1 || s["toolbus_store_soft_bound_bytes"] != 4<<10 || s["toolbus_store_bytes"] == 0 {
 		t.Fatalf("metrics of the sessions bucket: %v", got)
@@ -213,17 +202,28 @@ func TestStatusBounds(t *testing.T) {
 	if got["tasks"]["toolbus_store_soft_bound_bytes"] != 1<<20 || got["mcp"]["toolbus_store_soft_bound_bytes"] != 2<<20 {
 		t.Fatalf("the bounds of tasks and mcp: %v", got)
 	}
-	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", x.URL(0))
+	bs := statusBounds(t, x.URL(0), "  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: ",
+		"  tasks: 0.0 MiB of 1.0 MiB (", "  mcp: 0.0 MiB of 2.0 MiB (")
+	if len(bs) != 5 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil ||
+		bs[3].Bucket != "tasks" || bs[3].Bound != 1<<20 || bs[3].Bytes < 8<<10 || bs[4].Bucket != bus.BucketMCP || bs[4].Bound != 2<<20 || bs[4].Bytes < 8<<10 {
+		t.Fatalf("bounds %+v", bs)
+	}
+}
+
+// statusBounds checks that toolbus status at url prints each of wants,
+// and returns store.bounds of its --json.
+func statusBounds(t *testing.T, url string, wants ...string) []bus.BoundStatus {
+	t.Helper()
+	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"  sessions: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: sessions refuses new keys at its bound", "  parked: ", "  ledger: ",
-		"  tasks: 0.0 MiB of 1.0 MiB (", "  mcp: 0.0 MiB of 2.0 MiB ("} {
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("status lacks %q:\n%s", want, out)
 		}
 	}
-	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", x.URL(0))
+	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,9 +233,85 @@ func TestStatusBounds(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatal(err)
 	}
-	bs := v.Status.Store.Bounds
-	if len(bs) != 5 || bs[1].Bucket != bus.BucketSessions || bs[1].Bound != 4<<10 || bs[1].Refused != 1 || bs[1].LastRefused == nil ||
-		bs[3].Bucket != "tasks" || bs[3].Bound != 1<<20 || bs[3].Bytes < 8<<10 || bs[4].Bucket != bus.BucketMCP || bs[4].Bound != 2<<20 || bs[4].Bytes < 8<<10 {
-		t.Fatalf("bounds %+v", bs)
+	return v.Status.Store.Bounds
+}
+
+// storeMetrics are reg's toolbus_store_* metrics: bucket → metric → value.
+func storeMetrics(t *testing.T, reg *prometheus.Registry) map[string]map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if l := m.GetLabel(); len(l) == 1 && strings.HasPrefix(mf.GetName(), "toolbus_store_") {
+				if got[l[0].GetValue()] == nil {
+					got[l[0].GetValue()] = map[string]float64{}
+				}
+				got[l[0].GetValue()][mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+	}
+	return got
+}
+
+// TestStatusGuardBounds: with quotas and the result cache on, a rate per
+// session under a 4 KiB quotas' state bound and a cached tool called from
+// new sessions until a call is refused limit_exceeded: the router's
+// metrics and status show limits (P_limits) with its refusal, budgets
+// (P_LIMITS) and cache (P_rcache, 1 MiB) with the bytes the calls cached,
+// dropping its oldest instead of a refused count (protocol 9, 1.27).
+func TestStatusGuardBounds(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	x := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: testHeartbeat, Router: router.Config{Metrics: reg, Guard: router.Guard{Cache: true, CacheMaxBytes: 1 << 20,
+		Limits: limits.Policy{MaxBytes: 4 << 10, Rules: []limits.Rule{{Name: "per-session", Per: []string{limits.PerSession}, Rate: &limits.Rate{Calls: 10, IntervalMS: 60_000}}}}}}})
+	_, err := x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "lookup", Description: "Look up.", ReadOnly: true, CacheTTLMS: 3600_000},
+			func(context.Context, *worker.Call, struct{}) (string, error) { return strings.Repeat("x", 512), nil })
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.WaitLive(t.Context(), "lookup"); err != nil {
+		t.Fatal(err)
+	}
+	refused := false
+	for i := 0; !refused; i++ { // 256 bytes judged a new rate: about 16 sessions
+		if i == 200 {
+			t.Fatal("no call refused")
+		}
+		out, errOut, err := exec(t.Context(), "call", "lookup", "{}", "--session", fmt.Sprintf("s%d", i), "--nats", x.URL(0))
+		refused = strings.Contains(out+errOut, bus.CodeLimitExceeded)
+		if err != nil && !refused {
+			t.Fatalf("%v\n%s%s", err, out, errOut)
+		}
+	}
+	var got map[string]map[string]float64
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for start := time.Now(); got["cache"]["toolbus_store_bytes"] < 512; <-tick.C { // read within a second of a scrape
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the cached bytes are not shown: %v", got)
+		}
+		got = storeMetrics(t, reg)
+	}
+	if l := got[limits.BucketRates]; l["toolbus_store_refused_total"] != 1 || l["toolbus_store_soft_bound_bytes"] != 4<<10 || l["toolbus_store_bytes"] == 0 {
+		t.Fatalf("metrics of the quotas' state: %v", got)
+	}
+	if b, c := got["budgets"], got["cache"]; b["toolbus_store_soft_bound_bytes"] != 4<<10 || c["toolbus_store_soft_bound_bytes"] != 1<<20 {
+		t.Fatalf("the bounds of budgets and cache: %v", got)
+	} else if _, ok := c["toolbus_store_refused_total"]; ok {
+		t.Fatalf("the cache refuses nothing, yet counts refusals: %v", c)
+	}
+	rows := map[string]bus.BoundStatus{}
+	for _, b := range statusBounds(t, x.URL(0), "  limits: 0.0 MiB of 0.0 MiB (", "1 new keys refused since the router started", "warning: limits refuses new keys at its bound",
+		"  budgets: 0.0 MiB of 0.0 MiB (0%)", "  cache: 0.0 MiB of 1.0 MiB (", "%), its oldest entries dropped past it (nothing refused)") {
+		rows[b.Bucket] = b
+	}
+	if l, c := rows[limits.BucketRates], rows["cache"]; l.Bound != 4<<10 || l.Refused != 1 || l.LastRefused == nil || l.DropsOldest ||
+		rows["budgets"].Bound != 4<<10 || c.Bound != 1<<20 || c.Bytes < 512 || !c.DropsOldest || c.Refused != 0 {
+		t.Fatalf("bounds %+v", rows)
 	}
 }
