@@ -290,15 +290,23 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 		return nil, nil, nil
 	}
 	subject := l.budgetSubject(key, now)
+	// Past the bound a counter held goes on and none starts: one is looked
+	// for before, as a purge of one started could take another router's
+	// increment with it (its call then ran uncounted).
+	if !l.budgetRoom.Room(ctx, 0) {
+		if _, err := l.budgets.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
+			return full(r), nil, nil
+		} else if err != nil {
+			return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+		}
+	}
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
 	if err != nil {
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
 	undo := func(ctx context.Context) { _, _ = l.incr(ctx, subject, -r.Budget.Cost) }
-	if total == r.Budget.Cost && !l.budgetRoom.Room(ctx, budgetBytes) {
-		// A new counter past the bound: removed, not kept at zero.
-		_ = l.budgets.Purge(context.WithoutCancel(ctx), jetstream.WithPurgeSubject(subject))
-		return full(r), nil, nil
+	if total == r.Budget.Cost {
+		l.budgetRoom.Grew(budgetBytes) // a new counter, seen before the next read
 	}
 	if total > r.Budget.Units {
 		undo(context.WithoutCancel(ctx))
