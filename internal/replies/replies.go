@@ -366,9 +366,11 @@ func (n *notices) watch(w *Wait, rs Resend) {
 
 // window starts w's window of silence of d at now, and arms the timer for
 // its end: after d and up to 20 % more, at random, the timer's slack (up
-// to a fiftieth of d late) included. The Mux's lock is held.
+// to a fiftieth of d late) included. A window is at least a millisecond
+// (a caller's zero or negative one would spin fire, or panic rand.N).
+// The Mux's lock is held.
 func (n *notices) window(w *Wait, now time.Time, d time.Duration) {
-	in := !w.due.IsZero()
+	d, in := max(d, time.Millisecond), !w.due.IsZero()
 	w.due = now.Add(d + rand.N(d/5-d/50+1))
 	w.late = w.due.Add(d / 50)
 	if in {
