@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestAttack37bNonPositiveWindows (session 37, red team b): the client
@@ -51,4 +53,47 @@ func TestAttack37bNonPositiveWindows(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestAttack37bLateNoticesChangeNothing (session 37, red team b: held): a
+// hostile router's notices and replies for waits that ended (replied,
+// Done, past their Max) or on inboxes a reused wait left, and a second
+// reply, put no wait back in the heap, move no window, and bring no
+// re-send: the heap holds exactly the waits with re-sends left.
+func TestAttack37bLateNoticesChangeNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := silenceMux()
+		rs := Resend{First: time.Second, AfterNotice: time.Second, Max: 1, ReplyID: "r"}
+		replied, _ := a.await(0, nil, rs)
+		gone, _ := a.await(0, nil, rs)
+		spent, _ := a.await(0, nil, rs)
+		live, _ := a.await(0, nil, Resend{First: time.Hour, AfterNotice: time.Hour, Max: 3, ReplyID: "r"})
+		old := []string{replied.inbox, gone.inbox, spent.inbox}
+		a.deliver(&nats.Msg{Subject: replied.inbox})
+		<-replied.C()
+		a.Done(replied, true)
+		a.Done(gone, false)
+		time.Sleep(1300 * time.Millisecond) // spent's one re-send
+		<-spent.poke
+		reused, _ := a.await(0, nil, Resend{}) // gone's, with a new inbox
+		for range 3 {
+			for _, in := range old {
+				a.n.take(noticeFor(t, in, "r"))
+				a.deliver(&nats.Msg{Subject: in}) // spent's reply, then none
+			}
+			time.Sleep(2 * time.Second)
+		}
+		for _, w := range []*Wait{spent, live, reused} {
+			select {
+			case <-w.poke:
+				t.Fatal("a re-send after the wait's last")
+			default:
+			}
+		}
+		a.Done(spent, true)
+		checkSilences(t, a, map[*Wait]bool{live: true, reused: true})
+		if len(a.n.q) != 1 || a.n.q[0] != live {
+			t.Fatalf("%d windows, want live's alone", len(a.n.q))
+		}
+	})
 }
