@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -90,5 +91,48 @@ func TestAttack37bFullBudgetKeepsOthersCounts(t *testing.T) {
 	}
 	if used != int64(admitted) {
 		t.Fatalf("%d calls admitted, %d counted: a refused router's purge erased another's count", admitted, used)
+	}
+}
+
+// TestAttack37bFullStateKeepsHeldUsersAcrossMidnight (session 37, red team
+// b): a budget counts per UTC day, so at midnight every user's count is
+// new; with the quotas' state filled by made-up sessions the day before
+// (their counters kept 48 h), every user a budget counts was refused
+// (full) from midnight on, not only the new ones. A key counted the day
+// before starts its new day's counter past the bound; a key never counted
+// is still refused.
+func TestAttack37bFullStateKeepsHeldUsersAcrossMidnight(t *testing.T) {
+	nc := testkit.Connect(t, testkit.RunServer(t))
+	js := testkit.JetStream(t, nc)
+	now := time.Date(2026, 12, 7, 23, 0, 0, 0, time.UTC)
+	l, err := New(t.Context(), js, bus.NewSubjects(bus.DefaultPrefix), Config{Now: func() time.Time { return now },
+		Policy: Policy{Rules: []Rule{{Name: "per-user", Per: []string{PerUser}, Budget: &Budget{Units: 100}}}, MaxBytes: 16 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(user string) *Refusal {
+		ref, err := l.Check(t.Context(), Call{Tool: "t", User: user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ref
+	}
+	if ref := check("alice"); ref != nil {
+		t.Fatalf("alice's first call: %+v", ref)
+	}
+	for i := 0; check(fmt.Sprintf("made-up-%d", i)) == nil; i++ { // up to the bound
+		if i > 5000 {
+			t.Fatal("no bound")
+		}
+	}
+	now = now.Add(2 * time.Hour) // the next UTC day
+	if ref := check("alice"); ref != nil {
+		t.Fatalf("alice, counted yesterday, refused today: %+v", ref)
+	}
+	if ref := check("alice"); ref != nil {
+		t.Fatalf("alice's second call today: %+v", ref)
+	}
+	if ref := check("mallory"); ref == nil || ref.Kind != KindFull {
+		t.Fatalf("a user never counted, past the bound: %+v", ref)
 	}
 }
