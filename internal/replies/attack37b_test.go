@@ -2,6 +2,7 @@ package replies
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,14 +16,15 @@ import (
 // Mux's lock, and a negative AfterNotice in take, on the notices'
 // subscription goroutine (a hostile router's notice then crashed the
 // process); a zero window had fire spin under the lock until the waiter
-// took each re-send. A window is at least a millisecond: the re-sends
-// come, at most Max, a millisecond apart at the soonest.
+// took each re-send; a negative Max brought one re-send. A window is at
+// least a millisecond: the re-sends come, at most Max, a millisecond apart
+// at the soonest, and none for a Max below one.
 func TestAttack37bNonPositiveWindows(t *testing.T) {
-	for _, d := range []time.Duration{-time.Second, 0} {
-		t.Run(d.String(), func(t *testing.T) {
+	for _, rs := range []Resend{{First: -time.Second, AfterNotice: -time.Second, Max: 3}, {Max: 3}, {First: time.Millisecond, AfterNotice: time.Millisecond, Max: -1}} {
+		t.Run(fmt.Sprint(rs.First, rs.Max), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a := silenceMux()
-				rs := Resend{First: d, AfterNotice: d, Max: 3, ReplyID: "r1"}
+				rs.ReplyID = "r1"
 				inbox := make(chan string, 1)
 				var sends []time.Time
 				done := make(chan struct{})
@@ -39,8 +41,8 @@ func TestAttack37bNonPositiveWindows(t *testing.T) {
 				}()
 				a.n.take(noticeFor(t, <-inbox, "r1"))
 				<-done
-				if len(sends) > 1+rs.Max {
-					t.Fatalf("%d sends, want at most %d", len(sends), 1+rs.Max)
+				if len(sends) > 1+max(rs.Max, 0) {
+					t.Fatalf("%d sends, want at most %d", len(sends), 1+max(rs.Max, 0))
 				}
 				for i := 1; i < len(sends); i++ {
 					if gap := sends[i].Sub(sends[i-1]); gap < time.Millisecond {
