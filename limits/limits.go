@@ -294,7 +294,8 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 	// day before (its day's counter is new at midnight); no other starts.
 	// It is looked for before, as a purge of one started could take
 	// another router's increment with it (its call then ran uncounted).
-	if !l.budgetRoom.Room(ctx, 0) {
+	room := l.budgetRoom.Room(ctx, budgetBytes) // counts a new counter's bytes
+	if !room {
 		held, err := l.held(ctx, subject)
 		if err == nil && !held {
 			held, err = l.held(ctx, l.budgetSubject(key, now.Add(-24*time.Hour)))
@@ -311,8 +312,11 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
 	undo := func(ctx context.Context) { _, _ = l.incr(ctx, subject, -r.Budget.Cost) }
-	if total == r.Budget.Cost {
-		l.budgetRoom.Grew(budgetBytes) // a new counter, seen before the next read
+	switch isNew := total == r.Budget.Cost; {
+	case room && !isNew:
+		l.budgetRoom.Grew(-budgetBytes) // counted for a counter held
+	case !room && isNew:
+		l.budgetRoom.Grew(budgetBytes) // carried on past the bound
 	}
 	if total > r.Budget.Units {
 		undo(context.WithoutCancel(ctx))
