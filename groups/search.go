@@ -389,8 +389,8 @@ func (a *activation) Reset(ctx context.Context, session string, input json.RawMe
 	}
 	var on []string
 	for _, k := range keys {
-		if final[k] && !slices.Contains(on, k) {
-			on = append(on, k)
+		if final[k] {
+			on, final[k] = append(on, k), false // once
 		}
 	}
 	return a.activate(ctx, session, func([]string) []string { return on })
@@ -442,11 +442,14 @@ func (a *activation) activate(ctx context.Context, session string, final func(cu
 	return text, nil
 }
 
-// metaIn says whether a name is one of the groups meta.
+// metaIn says whether a name is one of the groups meta, without a scan
+// (reset_tools reads up to twice as many names as there are groups).
 func metaIn(meta []bus.Group) func(string) bool {
-	return func(n string) bool {
-		return slices.ContainsFunc(meta, func(g bus.Group) bool { return g.Name == n })
+	names := make(map[string]bool, len(meta))
+	for _, g := range meta {
+		names[g.Name] = true
 	}
+	return func(n string) bool { return names[n] }
 }
 
 // orderedObject splits a JSON object into its keys and raw values in input

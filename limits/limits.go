@@ -294,15 +294,33 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 		return nil, nil, nil
 	}
 	subject := l.budgetSubject(key, now)
+	// Past the bound a counter held goes on, and so does a key counted the
+	// day before (its day's counter is new at midnight); no other starts.
+	// It is looked for before, as a purge of one started could take
+	// another router's increment with it (its call then ran uncounted).
+	room := l.budgetRoom.Room(ctx, budgetBytes) // counts a new counter's bytes
+	if !room {
+		held, err := l.held(ctx, subject)
+		if err == nil && !held {
+			held, err = l.held(ctx, l.budgetSubject(key, now.Add(-24*time.Hour)))
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+		}
+		if !held {
+			return full(r), nil, nil
+		}
+	}
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
 	if err != nil {
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
 	undo := func(ctx context.Context) { _, _ = l.incr(ctx, subject, -r.Budget.Cost) }
-	if total == r.Budget.Cost && !l.budgetRoom.Room(ctx, budgetBytes) {
-		// A new counter past the bound: removed, not kept at zero.
-		_ = l.budgets.Purge(context.WithoutCancel(ctx), jetstream.WithPurgeSubject(subject))
-		return full(r), nil, nil
+	switch isNew := total == r.Budget.Cost; {
+	case room && !isNew:
+		l.budgetRoom.Grew(-budgetBytes) // counted for a counter held
+	case !room && isNew:
+		l.budgetRoom.Grew(budgetBytes) // carried on past the bound
 	}
 	if total > r.Budget.Units {
 		undo(context.WithoutCancel(ctx))
@@ -314,6 +332,15 @@ func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time
 
 // full is r's refusal of a new count past the soft bound.
 func full(r *Rule) *Refusal { return &Refusal{Rule: r.Name, Kind: KindFull, RetryAfter: time.Minute} }
+
+// held reports whether a counter is kept on subject.
+func (l *Limiter) held(ctx context.Context, subject string) (bool, error) {
+	_, err := l.budgets.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
 
 // incr adds n to the counter on subject and returns its new total.
 func (l *Limiter) incr(ctx context.Context, subject string, n int64) (int64, error) {

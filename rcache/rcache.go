@@ -90,21 +90,29 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 		storage = jetstream.MemoryStorage
 	}
 	c := &Cache{now: cfg.Now}
-	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {
-		c.kv, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: s.Bucket(Bucket), Description: "toolbus result cache of read-only and idempotent tools",
-			TTL: MaxTTL + time.Hour, LimitMarkerTTL: time.Minute, Replicas: max(cfg.Replicas, 1), Storage: storage,
-			MaxBytes: cmp.Or(cfg.MaxBytes, DefaultMaxBytes),
-		})
-		if err != nil {
-			return err
+	stream := "KV_" + s.Bucket(Bucket)
+	err := store.Retry(ctx, store.Provision, func(ctx context.Context) error {
+		st, err := js.Stream(ctx, stream)
+		if err != nil { // none yet: created, empty
+			if _, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+				Bucket: s.Bucket(Bucket), Description: "toolbus result cache of read-only and idempotent tools",
+				TTL: MaxTTL + time.Hour, LimitMarkerTTL: time.Minute, Replicas: max(cfg.Replicas, 1), Storage: storage,
+				MaxBytes: cmp.Or(cfg.MaxBytes, DefaultMaxBytes),
+			}); err != nil {
+				return err
+			}
+			if st, err = js.Stream(ctx, stream); err != nil {
+				return err
+			}
 		}
-		// A KV bucket refuses new values when full; a cache drops its oldest.
-		st, err := js.Stream(ctx, "KV_"+s.Bucket(Bucket))
-		if err == nil && st.CachedInfo().Config.Discard != jetstream.DiscardOld {
-			sc := st.CachedInfo().Config
-			sc.Discard = jetstream.DiscardOld
-			_, err = js.UpdateStream(ctx, sc)
+		// A KV bucket refuses new values when full; a cache drops its
+		// oldest. Its stream is updated as one: CreateOrUpdateKeyValue
+		// would make it discard new again until then, refusing the
+		// results other routers store meanwhile.
+		sc := st.CachedInfo().Config
+		sc.Discard, sc.MaxBytes, sc.Replicas, sc.Storage = jetstream.DiscardOld, cmp.Or(cfg.MaxBytes, DefaultMaxBytes), max(cfg.Replicas, 1), storage
+		if _, err = js.UpdateStream(ctx, sc); err == nil {
+			c.kv, err = js.KeyValue(ctx, s.Bucket(Bucket))
 		}
 		return err
 	})

@@ -241,7 +241,7 @@ type Resend struct {
 
 // RequestUntil is Request also ending at deadline (zero: none) with
 // context.DeadlineExceeded, on a pooled timer instead of a new context,
-// and calling send again, with the same inbox, as rs says (Max 0: never);
+// and calling send again, with the same inbox, as rs says (Max below one: never);
 // send must publish the same message each time.
 func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, rs Resend, send func(inbox string) error) (*nats.Msg, error) {
 	if err := ctx.Err(); err != nil {
@@ -264,7 +264,7 @@ func (a *Mux) RequestUntil(ctx context.Context, deadline time.Time, tag any, rs 
 	resend := func() {
 		_ = send(w.inbox) // a failed publish is silence: the next window re-sends
 	}
-	if rs.Max == 0 || a.n.sub == nil {
+	if rs.Max <= 0 || a.n.sub == nil {
 		resend = nil // no notices taken: no re-sends
 	}
 	resp := w.resending(ctx.Done(), within, resend)
@@ -351,7 +351,7 @@ func (n *notices) drop(w *Wait) {
 // without the notices' subscription). w has none. The Mux's lock is held.
 func (n *notices) watch(w *Wait, rs Resend) {
 	w.rs, w.sent = rs, 0
-	if rs.Max == 0 || n.sub == nil {
+	if rs.Max <= 0 || n.sub == nil {
 		return
 	}
 	if w.poke == nil {
@@ -366,9 +366,11 @@ func (n *notices) watch(w *Wait, rs Resend) {
 
 // window starts w's window of silence of d at now, and arms the timer for
 // its end: after d and up to 20 % more, at random, the timer's slack (up
-// to a fiftieth of d late) included. The Mux's lock is held.
+// to a fiftieth of d late) included. A window is at least a millisecond
+// (a caller's zero or negative one would spin fire, or panic rand.N).
+// The Mux's lock is held.
 func (n *notices) window(w *Wait, now time.Time, d time.Duration) {
-	in := !w.due.IsZero()
+	d, in := max(d, time.Millisecond), !w.due.IsZero()
 	w.due = now.Add(d + rand.N(d/5-d/50+1))
 	w.late = w.due.Add(d / 50)
 	if in {
