@@ -40,7 +40,9 @@ type Config struct {
 	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
 	MaxOutput int64
 	// Resend re-sends a batch the routers are silent about (docs/protocol.md
-	// 3.2.1); zero fields mean the defaults, Resend{Off: true} never does.
+	// 3.2.1); zero fields mean the defaults, Resend{Off: true} never does. A
+	// negative field is refused: New returns no error, so Call and Parked().Ask
+	// return it, sending nothing.
 	Resend Resend
 }
 
@@ -75,8 +77,9 @@ func New(nc *nats.Conn, cfg Config) *Client {
 	// offload.New fails only on bad jetstream options, and gets none.
 	off, _ := offload.New(nc, subj.ObjectStore(bus.ObjectOutputs), offload.Limits{Inline: max(cfg.InlineLimit, 0), Max: max(cfg.MaxOutput, 0)})
 	rep := newReplies(nc, !cfg.Resend.Off)
+	rs, bad := cfg.Resend.windows()
 	c := &Client{nc: nc, subj: subj, cfg: cfg, off: off,
-		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep, resend: cfg.Resend.windows()}}
+		rq: &requester{nc: nc, subj: subj, source: cfg.Source, timeout: cfg.Timeout, replies: rep, resend: rs, badRS: bad}}
 	// On the requester, which requests under way hold, not on the Client.
 	runtime.AddCleanup(c.rq, (*replies).close, rep)
 	return c

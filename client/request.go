@@ -28,6 +28,7 @@ type requester struct {
 	revs    sessionRevs
 	replies *replies     // the reply subjects of its requests (inbox.go)
 	resend  waits.Resend // Config.Resend's, for batches
+	badRS   error        // Config.Resend's negative fields: every batch fails with it
 }
 
 func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
@@ -122,6 +123,9 @@ func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, 
 // call is exchange for Call: the reply's data, when plain, read in its
 // event's pass (bus.DecodeReplyView), else by Reply.FromEvent.
 func (c *requester) call(ctx context.Context, subject string, e *bus.Event, trusted bool) (*bus.Reply, error) {
+	if c.badRS != nil {
+		return nil, c.badRS
+	}
 	rs := c.resend
 	rs.ReplyID = e.ID
 	re, reply, err := c.roundTrip(ctx, subject, e, trusted, bus.TypeCallReply, 10*time.Minute, rs)
@@ -279,12 +283,16 @@ func (s *sessionRevs) forget(session string) {
 // Its cleanup is on the requester, which each request holds until its reply.
 type replies struct{ mux *waits.Mux }
 
-// windows is r with its defaults, as the reply wait takes it (Max 0: off).
-func (r Resend) windows() waits.Resend {
-	if r.Off {
-		return waits.Resend{}
+// windows is r with its defaults, as the reply wait takes it (Max 0: off);
+// a negative field is an error, as the Python and Java clients refuse one.
+func (r Resend) windows() (waits.Resend, error) {
+	if r.First < 0 || r.AfterNotice < 0 || r.Max < 0 {
+		return waits.Resend{}, fmt.Errorf("client: Resend%+v: a negative window or Max (zero means the default; Off: true, no re-sends)", r)
 	}
-	return waits.Resend{First: cmp.Or(r.First, 6*time.Second), AfterNotice: cmp.Or(r.AfterNotice, 15*time.Second), Max: cmp.Or(r.Max, 3)}
+	if r.Off {
+		return waits.Resend{}, nil
+	}
+	return waits.Resend{First: cmp.Or(r.First, 6*time.Second), AfterNotice: cmp.Or(r.AfterNotice, 15*time.Second), Max: cmp.Or(r.Max, 3)}, nil
 }
 
 // newReplies: a closed connection ends a request at once, as nats.go's

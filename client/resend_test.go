@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,6 +140,24 @@ func TestResendAtMostMax(t *testing.T) {
 		if n := f.seen(t, agent); n != tc.want {
 			t.Fatalf("%+v: %d copies, want %d", tc.rs, n, tc.want)
 		}
+	}
+}
+
+// TestResendNegativeRefused: a negative window or Max fails every Call
+// with an error naming it, nothing sent, as the Python and Java clients
+// refuse such settings; zero fields are the defaults.
+func TestResendNegativeRefused(t *testing.T) {
+	f, agent, call := newFakeRouter(t, func(nc *nats.Conn, m *nats.Msg, _ int) { replyTo(nc, m) })
+	for _, rs := range []client.Resend{{First: -time.Second}, {AfterNotice: -time.Millisecond}, {Max: -1}, {Max: -1, Off: true}} {
+		if _, err := call(rs, time.Second); err == nil || !strings.Contains(err.Error(), "negative") {
+			t.Errorf("%+v: %v, want refused", rs, err)
+		}
+	}
+	if n := f.seen(t, agent); n != 0 {
+		t.Fatalf("%d copies sent, want none", n)
+	}
+	if _, err := call(client.Resend{}, 10*time.Second); err != nil || f.seen(t, agent) != 1 {
+		t.Fatalf("zero fields (the defaults): %v", err)
 	}
 }
 

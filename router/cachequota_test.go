@@ -3,11 +3,14 @@ package router_test
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
 	"github.com/toolbus/toolbus/router"
@@ -89,5 +92,43 @@ func TestCacheHitsSpendNoQuota(t *testing.T) {
 	}
 	if res := call("counted", "Oslo"); res.Error == nil || res.Error.Code != bus.CodeLimitExceeded || !strings.Contains(res.Error.Message, "every-answer") {
 		t.Fatalf("third counted call: %+v, want refused by every-answer", res)
+	}
+}
+
+// BenchmarkCachedReply is a cacheable call's round trip on one node: a
+// miss (a new input each call: the tool runs and its result is stored,
+// since session 37 after the reply) and a hit:
+//
+//	go test -run - -bench CachedReply -benchtime 2000x ./router/
+func BenchmarkCachedReply(b *testing.B) {
+	d := xtest.Run(b, xtest.Config{Routers: 1, Router: router.Config{Guard: router.Guard{Cache: true}}})
+	_, err := d.AddWorker(b.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
+		return worker.Register(w, bus.ToolDef{Name: "lookup", Description: "A lookup.", ReadOnly: true, CacheTTLMS: 3600_000},
+			func(_ context.Context, _ *worker.Call, i struct{ N int }) (string, error) { return "ok", nil })
+	}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.WaitLive(b.Context(), "lookup"); err != nil {
+		b.Fatal(err)
+	}
+	nc, err := d.Connect(b.Context(), xtest.RoleClient)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := client.New(nc, client.Config{Source: "bench/agent", Timeout: time.Minute})
+	for _, name := range []string{"miss", "hit"} {
+		b.Run(name, func(b *testing.B) {
+			n := 0
+			for b.Loop() {
+				if name == "miss" {
+					n++
+				}
+				in := json.RawMessage(`{"N":` + strconv.Itoa(n) + `}`)
+				if r, err := c.Call(b.Context(), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "lookup", Input: in}}}); err != nil || r.Results[0].State != bus.StateSuccess {
+					b.Fatal(r, err)
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -183,7 +184,18 @@ type quotas struct {
 	counted func(ctx context.Context, key string, parks bool) bool      // recordedCalls.counted
 	ids     Identities                                                  // per-user counts of a session's own login with no user
 	log     *slog.Logger
+
+	wmu     sync.Mutex
+	writing map[string]chan struct{} // the cache's writes in flight (put), closed once ended
 }
+
+// A result is stored in the cache off the call path, within
+// cacheWriteTimeout, at most maxCacheWrites at once: a slow or leaderless
+// JetStream does not delay replies (docs/guardrails.md).
+const (
+	cacheWriteTimeout = 2 * time.Second
+	maxCacheWrites    = 64
+)
 
 // resultStore is what the middleware uses of rcache.Cache.
 type resultStore interface {
@@ -210,10 +222,50 @@ func (q *quotas) wrap(next Executor) Executor {
 		}
 		res := next.Exec(ctx, j)
 		if key != "" {
-			q.cache.Put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
+			q.put(context.WithoutCancel(ctx), key, time.Duration(j.tool.Def.CacheTTLMS)*time.Millisecond, res)
 		}
 		return res
 	})
+}
+
+// put stores res under key in a goroutine (which only reads it: a result's
+// later changes copy its output, offload.Fit); a write past maxCacheWrites,
+// or of a key already being written, is dropped (its next call misses).
+func (q *quotas) put(ctx context.Context, key string, ttl time.Duration, res bus.Result) {
+	q.wmu.Lock()
+	defer q.wmu.Unlock()
+	if _, ok := q.writing[key]; ok || len(q.writing) >= maxCacheWrites {
+		q.log.Debug("result cache: write dropped", "key", key, "in_flight", len(q.writing))
+		return
+	}
+	if q.writing == nil {
+		q.writing = map[string]chan struct{}{}
+	}
+	done := make(chan struct{})
+	q.writing[key] = done
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, cacheWriteTimeout)
+		q.cache.Put(ctx, key, ttl, res)
+		cancel()
+		q.wmu.Lock()
+		delete(q.writing, key)
+		q.wmu.Unlock()
+		close(done)
+	}()
+}
+
+// written returns once key's write in flight, if any, has ended (or ctx has):
+// a router's later call of it then hits.
+func (q *quotas) written(ctx context.Context, key string) {
+	q.wmu.Lock()
+	done := q.writing[key]
+	q.wmu.Unlock()
+	if done != nil {
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // lookup looks j's call up in the result cache and counts the lookup: key ""
@@ -226,6 +278,7 @@ func (q *quotas) lookup(ctx context.Context, j *job) (key string, hit *bus.Resul
 	if !ok {
 		return "", nil
 	}
+	q.written(ctx, key)
 	if res, ok := q.cache.Get(ctx, key); ok {
 		q.lookups.WithLabelValues(j.call.Name, "hit").Inc()
 		res.ID, res.Name = j.call.ID, j.call.Name

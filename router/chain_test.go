@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -92,20 +93,49 @@ type fakeCounted bool
 func (f fakeCounted) counted(context.Context, string, bool) bool { return bool(f) }
 
 type fakeStore struct {
+	mu         sync.Mutex
 	m          map[string]bus.Result
 	gets, puts int
+	hang       chan struct{} // non-nil: a Put waits for it to close (or its ctx to end)
 }
 
 func (f *fakeStore) Get(_ context.Context, key string) (bus.Result, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.gets++
 	r, ok := f.m[key]
 	return r, ok
 }
 
-func (f *fakeStore) Put(_ context.Context, key string, _ time.Duration, res bus.Result) bool {
+func (f *fakeStore) Put(ctx context.Context, key string, _ time.Duration, res bus.Result) bool {
+	if f.hang != nil {
+		select {
+		case <-f.hang:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.puts++
 	f.m[key] = res
 	return true
+}
+
+// counts are f's gets and puts once q's writes in flight have ended.
+func (f *fakeStore) counts(q *quotas) (gets, puts int) {
+	q.wmu.Lock()
+	var ends []chan struct{}
+	for _, done := range q.writing {
+		ends = append(ends, done)
+	}
+	q.wmu.Unlock()
+	for _, done := range ends {
+		<-done
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets, f.puts
 }
 
 // newFakeCache gives q a result cache on a fake store, holding j's
@@ -168,8 +198,8 @@ func TestQuotaMiddleware(t *testing.T) {
 			if tc.cache == "hit" && (!lim.calls[0].CacheHit || textOf(res.Output) != "cached" || res.ID != "c1") {
 				t.Fatalf("hit: %+v, checked %+v", res, lim.calls[0])
 			}
-			if tc.cache == "miss" && (st.gets != 1 || st.puts != 1) {
-				t.Fatalf("a miss: %d gets, %d puts; want it looked up once and stored", st.gets, st.puts)
+			if gets, puts := st.counts(q); tc.cache == "miss" && (gets != 1 || puts != 1) {
+				t.Fatalf("a miss: %d gets, %d puts; want it looked up once and stored", gets, puts)
 			}
 		})
 	}
@@ -244,10 +274,61 @@ func TestCacheMiddleware(t *testing.T) {
 			st := newFakeCache(q, tc.hit, j)
 			next := &fakeNext{}
 			res := chain(next, q.wrap).Exec(context.Background(), j)
-			if (len(next.ran) == 1) != tc.ran || st.gets != tc.gets || st.puts != tc.puts || res.State != bus.StateSuccess {
-				t.Fatalf("ran %v, %d gets, %d puts, %+v", next.ran, st.gets, st.puts, res)
+			if gets, puts := st.counts(q); (len(next.ran) == 1) != tc.ran || gets != tc.gets || puts != tc.puts || res.State != bus.StateSuccess {
+				t.Fatalf("ran %v, %d gets, %d puts, %+v", next.ran, gets, puts, res)
 			}
 		})
+	}
+}
+
+// TestCacheWriteHung (docs/security.md): a cacheable call whose cache
+// write hangs (a slow or leaderless JetStream) is answered at once; the
+// router's next call of it waits for the write and hits; past
+// maxCacheWrites hung writes a result is not stored, and nothing waits.
+func TestCacheWriteHung(t *testing.T) {
+	cached := groups.Resolved{Tool: tool(t, bus.ToolDef{Name: "lookup", ReadOnly: true, CacheTTLMS: 60_000})}
+	q := &quotas{log: discard}
+	st := newFakeCache(q, false, jobFor("c1", cached))
+	st.hang = make(chan struct{})
+	next := &fakeNext{}
+	exec := func(input string) <-chan bus.Result {
+		j := jobFor("c1", cached)
+		j.call.Input = json.RawMessage(input)
+		out := make(chan bus.Result, 1)
+		go func() { out <- chain(next, q.wrap).Exec(context.Background(), j) }()
+		return out
+	}
+	answered := func(out <-chan bus.Result) bus.Result {
+		t.Helper()
+		select {
+		case res := <-out:
+			return res
+		case <-time.After(10 * time.Second):
+			t.Fatal("no answer in 10s")
+			return bus.Result{}
+		}
+	}
+	for i := range maxCacheWrites + 1 {
+		if res := answered(exec(fmt.Sprintf(`{"i":%d}`, i))); res.State != bus.StateSuccess || textOf(res.Output) != "ran" {
+			t.Fatalf("call %d with its write hung: %+v", i, res)
+		}
+	}
+	q.wmu.Lock()
+	inFlight := len(q.writing)
+	q.wmu.Unlock()
+	if inFlight != maxCacheWrites {
+		t.Fatalf("%d writes in flight, want %d (the last one dropped)", inFlight, maxCacheWrites)
+	}
+	again := exec(`{"i":0}`)
+	close(st.hang)
+	if res := answered(again); res.State != bus.StateSuccess || len(next.ran) != maxCacheWrites+1 {
+		t.Fatalf("the repeat once stored: %+v, %d runs", res, len(next.ran))
+	}
+	if _, puts := st.counts(q); puts != maxCacheWrites {
+		t.Fatalf("%d stored, want %d", puts, maxCacheWrites)
+	}
+	if res := answered(exec(fmt.Sprintf(`{"i":%d}`, maxCacheWrites))); len(next.ran) != maxCacheWrites+2 {
+		t.Fatalf("the dropped write's repeat: %+v, %d runs; want it run again", res, len(next.ran))
 	}
 }
 

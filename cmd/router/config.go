@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"flag"
@@ -29,10 +30,10 @@ type fileConfig struct {
 		Rules    []bus.Rule `json:"rules"`
 		WorkDirs []string   `json:"work_dirs"`
 	} `json:"permissions"`
-	ParkTTL duration      `json:"park_ttl,omitempty"`
-	Limits  limitsConfig  `json:"limits"`
-	Quotas  limits.Policy `json:"quotas"`
-	Audit   *auditConfig  `json:"audit"`
+	ParkTTL duration     `json:"park_ttl,omitempty"`
+	Limits  limitsConfig `json:"limits"`
+	Quotas  quotas       `json:"quotas"`
+	Audit   *auditConfig `json:"audit"`
 	Cache   struct {
 		Enabled bool `json:"enabled"`
 		// MaxBytes bounds P_rcache, its oldest entries dropped past it
@@ -240,6 +241,24 @@ func (b *softBound) Set(s string) error {
 }
 
 func (b *softBound) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }
+
+// quotas is limits.Policy with max_bytes a softBound, as every bound:
+// absent, limits' default; "off" (-1), none.
+type quotas struct{ limits.Policy }
+
+func (q *quotas) UnmarshalJSON(raw []byte) error {
+	v := struct {
+		*limits.Policy
+		MaxBytes softBound `json:"max_bytes"` // hides Policy's
+	}{Policy: &q.Policy}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	q.MaxBytes = int64(v.MaxBytes)
+	return nil
+}
 
 // setJSON sets v from a JSON string, or from any other JSON value (a
 // number) as written, as its flag would be set.

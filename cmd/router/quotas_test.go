@@ -45,14 +45,17 @@ search:
 
 // TestConfigGuardBounds: cache.max_bytes takes a size or "off" as the
 // other bounds do (absent: rcache's default; 0 and negative numbers are
-// refused), and quotas.max_bytes is the quota state's bound in bytes.
+// refused), and so does quotas.max_bytes, the quota state's bound.
 func TestConfigGuardBounds(t *testing.T) {
 	for in, want := range map[string][2]int64{
-		"cache: {enabled: true}":                                {0, 0},
-		"cache: {enabled: true, max_bytes: 64MiB}":              {64 << 20, 0},
-		"cache: {enabled: true, max_bytes: 1000000}":            {1e6, 0},
-		`cache: {enabled: true, max_bytes: "off"}`:              {-1, 0},
-		"quotas: {max_bytes: 1048576}\ncache: {max_bytes: 2GB}": {2e9, 1 << 20},
+		"cache: {enabled: true}":                                              {0, 0},
+		"cache: {enabled: true, max_bytes: 64MiB}":                            {64 << 20, 0},
+		"cache: {enabled: true, max_bytes: 1000000}":                          {1e6, 0},
+		`cache: {enabled: true, max_bytes: "off"}`:                            {-1, 0},
+		"quotas: {max_bytes: 1048576}\ncache: {max_bytes: 2GB}":               {2e9, 1 << 20},
+		"quotas: {max_bytes: 256MiB, rules: [{name: x, budget: {units: 1}}]}": {0, 256 << 20},
+		`quotas: {max_bytes: "off"}`:                                          {0, -1},
+		"quotas: {max_bytes: 1.5 KB}":                                         {0, 1500},
 	} {
 		cfg, err := parseConfig("t.yaml", []byte(in))
 		if err != nil {
@@ -62,7 +65,8 @@ func TestConfigGuardBounds(t *testing.T) {
 			t.Errorf("%s: cache and quotas bounds %v, want %v", in, got, want)
 		}
 	}
-	for _, bad := range []string{"cache: {max_bytes: 0}", "cache: {max_bytes: -5}", "cache: {max_bytes: lots}", "cache: {max_byte: 5}"} {
+	for _, bad := range []string{"cache: {max_bytes: 0}", "cache: {max_bytes: -5}", "cache: {max_bytes: lots}", "cache: {max_byte: 5}",
+		"quotas: {max_bytes: 0}", "quotas: {max_bytes: -1}", "quotas: {max_bytes: 12 parsecs}", "quotas: {max_bytes: 5, extra: 1}"} {
 		if _, err := parseConfig("t.yaml", []byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
