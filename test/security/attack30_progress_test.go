@@ -31,7 +31,10 @@ func TestAttackProgressFlood(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	sp := spec
 	sp.Workers = []security.Handler{{Name: "flood", Tools: []string{"flood"}}}
-	d := newDeploymentOf(t, sp, func(c *router.Config) { c.Metrics = reg })
+	// The router judges a worker gone after three of its beats: 6 s here,
+	// as the flood's beats may be read behind it (session 37: at a load
+	// of a third of a core they were, and the call ended unknown_outcome).
+	d := newDeploymentOf(t, sp, func(c *router.Config) { c.Metrics = reg; c.Store.Heartbeat = 2 * time.Second })
 	d.startWorker()
 	s := bus.NewSubjects("")
 	f := d.conn("worker-flood")
