@@ -61,10 +61,7 @@ type progressRelay struct {
 // the exec of tag, a *job whose request is awaited.
 func (x *progressRelay) relay(tag any, m *nats.Msg) {
 	j, ok := tag.(*job)
-	if !ok {
-		return
-	}
-	if len(m.Data) > bus.MaxProgress || !j.progress.admit(x.now()) {
+	if !ok || len(m.Data) > bus.MaxProgress || !j.progress.admit(x.now()) {
 		x.dropped(1)
 		return
 	}
@@ -77,18 +74,20 @@ func (x *progressRelay) relay(tag any, m *nats.Msg) {
 	}
 	j.progress.seq = data.Seq
 	e := bus.Head(bus.TypeCallProgress, x.source)
-	if e.Data, err = data.AppendJSON(nil); err != nil {
-		return
+	if e.Data, err = data.AppendJSON(nil); err == nil {
+		e.Subject, e.SessionID, e.ReplyID, e.ToolCallID = j.call.ID, j.session, j.replyID, j.call.ID
+		e.TraceParent, e.TraceState = j.trace[0], j.trace[1]
+		err = bus.SendTrusted(x.subj.EventsMsg(j.session), &e, "", x.nc.PublishMsg)
 	}
-	e.Subject, e.SessionID, e.ReplyID, e.ToolCallID = j.call.ID, j.session, j.replyID, j.call.ID
-	e.TraceParent, e.TraceState = j.trace[0], j.trace[1]
-	if err := bus.SendTrusted(x.subj.EventsMsg(j.session), &e, "", x.nc.PublishMsg); err != nil {
+	if err != nil { // counted dropped too: every progress message ends published or dropped
+		x.dropped(1)
 		x.log.Warn("router: progress not published", "call", ref.key(), "err", err)
 	}
 }
 
 // dropped counts n progress events dropped: over the size or the pace, not
-// valid, or (replies.Options.ProgressDropped) past the pending limits.
+// valid, not published, or (replies.Options.ProgressDropped) past the
+// pending limits or with no call awaiting it.
 func (x *progressRelay) dropped(n int) {
 	if x.m != nil {
 		x.m.Rejected.WithLabelValues("progress_dropped").Add(float64(n))

@@ -131,7 +131,8 @@ type Options struct {
 	// subscription of their own with Progress's pending limits.
 	Notices bool
 	// ProgressDropped, with Progress, is told on Progress's goroutine how
-	// many more progress messages the NATS client dropped past the limits.
+	// many more progress messages were dropped: by the NATS client past the
+	// limits, or here for want of a tagged wait (stray, or late).
 	ProgressDropped func(n int)
 }
 
@@ -534,7 +535,11 @@ func (a *Mux) deliver(m *nats.Msg) {
 		if tag != nil {
 			a.opts.Progress(tag, m)
 		}
-		if n := a.p.counted(); n > 0 && a.opts.ProgressDropped != nil {
+		n := a.p.counted()
+		if tag == nil {
+			n++ // no wait for it (stray, or its wait ended): dropped here
+		}
+		if n > 0 && a.opts.ProgressDropped != nil {
 			a.opts.ProgressDropped(n)
 		}
 		return

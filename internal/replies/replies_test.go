@@ -408,10 +408,13 @@ func TestDoneReplied(t *testing.T) {
 // With Progress, a message to a registered wait's inbox + ".progress" is
 // handed to Progress with the tag of the wait's request, and the wait goes
 // on to its reply; progress to an inbox nobody waits for, or to a wait
-// that ended (replied, or given up), is dropped.
+// that ended (replied, or given up), is dropped, and counted dropped
+// (session 37: a flood's progress past its wait's end was counted nowhere).
 func TestProgressToItsWait(t *testing.T) {
 	var got []string
-	a := New(nil, Options{Unguessable: true, Progress: func(tag any, m *nats.Msg) { got = append(got, fmt.Sprint(tag, ":", string(m.Data))) }})
+	dropped := 0
+	a := New(nil, Options{Unguessable: true, Progress: func(tag any, m *nats.Msg) { got = append(got, fmt.Sprint(tag, ":", string(m.Data))) },
+		ProgressDropped: func(n int) { dropped += n }})
 	w, _ := a.AwaitTagged("one")
 	gone, _ := a.AwaitTagged("two")
 	ended := gone.inbox
@@ -430,8 +433,8 @@ func TestProgressToItsWait(t *testing.T) {
 	}
 	a.Done(w, true)
 	a.deliver(&nats.Msg{Subject: w.inbox + bus.ProgressSuffix, Data: []byte("late")})
-	if strings.Join(got, " ") != "one:p1 one:p2" {
-		t.Fatalf("progress handed on: %q", got)
+	if strings.Join(got, " ") != "one:p1 one:p2" || dropped != 3 {
+		t.Fatalf("progress handed on: %q, %d counted dropped, want 3", got, dropped)
 	}
 }
 

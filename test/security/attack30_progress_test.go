@@ -22,14 +22,19 @@ import (
 // pending), some naming the batch's other call, served by another worker;
 // then its result. The router publishes at most the burst and the pace of
 // the call's own progress, none under the other call, counts every other
-// as dropped (published and dropped make the 5,000), and both calls'
-// results are right.
+// as dropped (published and dropped make the 5,000, with the other call's
+// one progress event when the flood had it dropped too: the progress
+// subscription is the router's, not the call's), and both calls' results
+// are right.
 func TestAttackProgressFlood(t *testing.T) {
 	const flood = 5000
 	reg := prometheus.NewRegistry()
 	sp := spec
 	sp.Workers = []security.Handler{{Name: "flood", Tools: []string{"flood"}}}
-	d := newDeploymentOf(t, sp, func(c *router.Config) { c.Metrics = reg })
+	// The router judges a worker gone after three of its beats: 6 s here,
+	// as the flood's beats may be read behind it (session 37: at a load
+	// of a third of a core they were, and the call ended unknown_outcome).
+	d := newDeploymentOf(t, sp, func(c *router.Config) { c.Metrics = reg; c.Store.Heartbeat = 2 * time.Second })
 	d.startWorker()
 	s := bus.NewSubjects("")
 	f := d.conn("worker-flood")
@@ -82,7 +87,7 @@ func TestAttackProgressFlood(t *testing.T) {
 	if len(rep.Results) != 2 || rep.Results[0].Output[0].Text != "flooded" || rep.Results[1].Output[0].Text != "hello" {
 		t.Fatalf("reply %+v", rep)
 	}
-	published := 0
+	published, greetings := 0, 0
 	for e := waitType(t, events, bus.TypeCallProgress); e.Type != bus.TypeBatchDone; e = <-events.C {
 		if e.Type != bus.TypeCallProgress {
 			continue
@@ -92,7 +97,9 @@ func TestAttackProgressFlood(t *testing.T) {
 		switch {
 		case e.ToolCallID == "c1" && p.Output[0].Text == "flood":
 			published++
-		case e.ToolCallID != "c2" || p.Output[0].Text != "greeting":
+		case e.ToolCallID == "c2" && p.Output[0].Text == "greeting":
+			greetings++
+		default:
 			t.Fatalf("progress of %s: %s", e.ToolCallID, e.Data)
 		}
 	}
@@ -101,8 +108,10 @@ func TestAttackProgressFlood(t *testing.T) {
 		t.Fatalf("%d of the flood's progress published", published)
 	}
 	testkit.CheckFor(t, bound, 10*time.Millisecond, func() error {
-		if n := int(counter(t, reg, "toolbus_router_rejected_total", "progress_dropped")); n != flood-published {
-			return fmt.Errorf("%d of %d counted dropped, %d published", n, flood, published)
+		// c2's greeting, sent before its result, was published before
+		// batch.done or dropped (session 37: CI saw 4,997 dropped, 4 published).
+		if n := int(counter(t, reg, "toolbus_router_rejected_total", "progress_dropped")); n != flood-published+1-greetings {
+			return fmt.Errorf("%d of %d and the greeting counted dropped, %d and %d published", n, flood, published, greetings)
 		}
 		return nil
 	})
