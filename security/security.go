@@ -492,7 +492,10 @@ func imports(prefix string, u User) []link {
 			out = append(out, l)
 		}
 	}
-	for _, subj := range slices.Concat(p.Publish, []string{inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>"}) {
+	// $JS.API.INFO, which no runner may publish, keeps nats-server from giving the
+	// account its own $JS.API.> import, whose 503 (no JetStream) answered each
+	// CONSUMER.INFO before the main account (docs/security.md "Accounts").
+	for _, subj := range slices.Concat(p.Publish, []string{inbox(RoleOperator) + ".>", inbox(RoleFacade) + ".>", jsAPI + "INFO"}) {
 		out = append(out, link{kind: "service", subject: subj})
 	}
 	return out
@@ -514,7 +517,7 @@ func links(s bus.Subjects) []link {
 	work, obj := s.Stream(bus.StreamWork), s.ObjectStore(bus.ObjectOutputs)
 	// The bridge's cancels on P.cancel.* (P.cancel.> is a stream import).
 	for _, subj := range []string{s.Workers.SharedRegister(), s.All("register"), s.All("result"), s.Cancel("*"),
-		jsAPI + "CONSUMER.INFO." + work + ".*", "$JS.ACK." + work + ".>", "$O." + obj + ".C.>", "$O." + obj + ".M.>"} {
+		jsAPI + "INFO", jsAPI + "CONSUMER.INFO." + work + ".*", "$JS.ACK." + work + ".>", "$O." + obj + ".C.>", "$O." + obj + ".M.>"} {
 		out = append(out, link{kind: "service", subject: subj})
 	}
 	// What runners send to these inboxes is itself an answer, never answered:

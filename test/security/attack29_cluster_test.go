@@ -25,7 +25,8 @@ import (
 // a 3-node JetStream cluster, each login on another node: a worker's call
 // and a durable call (its work consumer's pull and ack through the worker
 // account's imports, the result on P.result) succeed, and again after the
-// router's node stops and the router has moved to another.
+// router's node stops and the router has moved to another. The worker's
+// info of its work consumer has one answer (session 37).
 func TestAccountsOnACluster(t *testing.T) {
 	dir := t.TempDir()
 	users, err := security.Generate(filepath.Join(dir, "secure"), "", spec)
@@ -46,7 +47,8 @@ func TestAccountsOnACluster(t *testing.T) {
 	must(t, err)
 	must(t, r.Start(t.Context()))
 	testkit.Stop(t, r.Stop)
-	w, err := worker.New(connect(security.RoleWorker, 1), worker.Config{Heartbeat: testHeartbeat})
+	wc := connect(security.RoleWorker, 1)
+	w, err := worker.New(wc, worker.Config{Heartbeat: testHeartbeat})
 	must(t, err)
 	schema := json.RawMessage(`{"type":"object","properties":{}}`)
 	for _, def := range []bus.ToolDef{{Name: "greet", Description: "Greets.", ReadOnly: true, InputSchema: schema},
@@ -75,6 +77,7 @@ func TestAccountsOnACluster(t *testing.T) {
 		}
 	}
 	call("before")
+	consumerInfoOnce(t, wc, "batchjob") // session 37: one answer, the main account's
 	c.StopNode(0)
 	// As a node stops, nats-server may replace a route between the two
 	// others (seen under load: one of two routes between them closed a
