@@ -16,16 +16,16 @@ import (
 
 // TestAttackTinyChunks (session 38, red team): a worker stores its call's
 // output in the object store's layout but in 1-byte chunks (any chunk size
-// is its own choice): 20,000 chunks for 20,000 bytes. The router sealed it,
+// is its own choice): 2,000 chunks for 2,000 bytes. The router sealed it,
 // and the first read of it walked every chunk, one stream read each,
-// 20,000 reads where 128 KiB chunks (protocol 5.9's layout) take one; with
+// 2,000 reads where 128 KiB chunks (protocol 5.9's layout) take one; with
 // --outputs-max-bytes (no bound by messages) a 64 MiB output took 67
 // million, and each object evicted from the verified cache cost them again.
 // An object with more chunks than 128 KiB chunks make is now refused at
 // seal (the call's result is a tool_error) and never walked.
 func TestAttackTinyChunks(t *testing.T) {
 	f := newFixture(t, 1000)
-	const n = 20000
+	const n = 2000 // under nats.go's 4,000 async publishes in flight, which Put would stall on
 	name := "s1.r1.c1.0123456789abcdef0123456789abcdef.all"
 	info, err := f.obs.Put(t.Context(), jetstream.ObjectMeta{Name: name,
 		Headers: nats.Header{"Content-Type": []string{"text/plain"}, offload.HeaderSession: []string{"s1"}, offload.HeaderCall: []string{"s1.r1.c1"}},
