@@ -37,15 +37,7 @@ func TestAttackOAuthKeyInToken(t *testing.T) {
 	defer evil.Close()
 	sessions := map[string]any{"toolbus_sessions": []string{"o1"}}
 	sign := func(opts *jose.SignerOptions, claims jwt.Claims, key any) string {
-		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.RS256, Key: key}, opts.WithType("at+jwt"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok, err := jwt.Signed(sig).Claims(claims).Claims(sessions).Serialize()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
+		return signWith(t, jose.RS256, key, opts, claims, sessions)
 	}
 	embedded := &jose.SignerOptions{EmbedJWK: true}
 	future := goodClaims(now)
