@@ -1,14 +1,12 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -52,8 +50,7 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 		return nil, err
 	}
 	cfg.Token = tok
-	if token != "" {
-		cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
+	if token != "" && cfg.Logger != nil {
 		cfg.Logger.Warn("inbox: a token given on the command line is in the process list, which every local user may read; give it in a file (--inbox-token-file)")
 	}
 	s, err := New(nc, cfg)
