@@ -50,6 +50,8 @@ func TestAttackTokenToAnotherPort(t *testing.T) {
 	if len(leaked) > 0 {
 		t.Errorf("the server on another port received the inbox token in %v", leaked)
 	}
+	// Back on the inbox, the tab still holds its token (no ?token= needed).
+	e.run(t, tab, chromedp.Navigate("http://"+e.in.Addr+"/"), chromedp.WaitVisible(css(`#status.live`)))
 	// What it received, replayed to the inbox, reads no call and no token.
 	for _, path := range []string{"/", "/api/calls"} {
 		req, _ := http.NewRequest(http.MethodGet, "http://"+e.in.Addr+path, nil)
