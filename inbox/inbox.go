@@ -181,9 +181,8 @@ func (s *Server) Stop(ctx context.Context) error {
 	return stop(ctx)
 }
 
-// Handler returns the page, its assets and its API. Every request needs
-// the token (the cookie set by the first visit with ?token=, or the
-// header); POSTs need the header.
+// Handler returns the page, its assets and its API; every API request
+// needs the token in its header (guard).
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
@@ -197,9 +196,7 @@ func (s *Server) Handler() http.Handler {
 
 func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	// The page reads the token from its meta tag for its POSTs' header;
-	// another origin cannot read the page.
-	if err := s.page.Execute(w, map[string]any{"Token": s.cfg.Token, "Approver": s.cfg.Approver}); err != nil {
+	if err := s.page.Execute(w, map[string]any{"Approver": s.cfg.Approver}); err != nil {
 		s.cfg.Logger.Warn("inbox: page", "err", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -231,28 +232,30 @@ func TestRecordsPruneKeepsFresh(t *testing.T) {
 
 func TestGateAuthorized(t *testing.T) {
 	g := &Server{cfg: Config{Token: "0123456789abcdef0123"}}
+	h := g.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	for _, tc := range []struct {
 		name           string
 		cookie, header string
 		want           bool
 	}{
 		{"none", "", "", false},
-		{"cookie", g.cfg.Token, "", true},
+		{"cookie", g.cfg.Token, "", false}, // no cookie carries the token (session 38)
 		{"header", "", g.cfg.Token, true},
-		{"wrong cookie", "0123456789abcdef0124", "", false},
 		{"wrong header", "", "x", false},
-		{"prefix only", g.cfg.Token[:16], "", false},
+		{"prefix only", "", g.cfg.Token[:16], false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := httptest.NewRequest("GET", "/", nil)
+			r := httptest.NewRequest("GET", "/api/calls", nil)
 			if tc.cookie != "" {
-				r.Header.Set("Cookie", CookieName+"="+tc.cookie)
+				r.Header.Set("Cookie", "toolbus_inbox="+tc.cookie)
 			}
 			if tc.header != "" {
 				r.Header.Set(TokenHeader, tc.header)
 			}
-			if got := g.authorized(r); got != tc.want {
-				t.Fatalf("authorized = %v, want %v", got, tc.want)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if got := w.Code == http.StatusTeapot; got != tc.want {
+				t.Fatalf("authorized = %v (%d), want %v", got, w.Code, tc.want)
 			}
 		})
 	}

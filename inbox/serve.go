@@ -50,6 +50,9 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 		return nil, err
 	}
 	cfg.Token = tok
+	if token != "" && cfg.Logger != nil {
+		cfg.Logger.Warn("inbox: a token given on the command line is in the process list, which every local user may read; give it in a file (--inbox-token-file)")
+	}
 	s, err := New(nc, cfg)
 	if err != nil {
 		return nil, err
@@ -131,12 +134,11 @@ func (r *Running) BannerSaved(file string) string {
 	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/?token=<the token in %s> (generated now; --inbox-token-file keeps one)", r.Addr, r.Addr, file)
 }
 
-// The token's cookie, and the header every POST carries (cross-site, it
-// needs a preflight the inbox never grants).
-const (
-	CookieName  = "toolbus_inbox"
-	TokenHeader = "X-Toolbus-Token"
-)
+// TokenHeader carries the token on every API request (cross-site, it needs
+// a preflight the inbox never grants). No cookie carries it: cookies are not
+// isolated by port, so one went to every server on the inbox's host
+// (session 38, TestAttackTokenToAnotherPort).
+const TokenHeader = "X-Toolbus-Token"
 
 // Token returns the token to use: token when given, else the first line
 // of the file tokenFile, else a new random one of 32 hex digits, 128 bits
@@ -178,8 +180,10 @@ func CheckListen(addr string, generated bool) error {
 	return fmt.Errorf("inbox: %s is not a loopback address: give the page a token of your own (--inbox-token or --inbox-token-file) to serve it there", addr)
 }
 
-// guard checks the token every request must carry and sets the headers
-// every answer carries.
+// guard checks the token every API request must carry in its header and
+// sets the headers every answer carries. The page and its assets hold no
+// data and no secret: the page keeps the token of the URL it was opened
+// with in its tab's sessionStorage (per origin, port included).
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -188,33 +192,17 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'")
-		if tok := r.URL.Query().Get("token"); tok != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
-			if !s.same(tok) {
-				http.Error(w, "401 unauthorized: the token is wrong; open the URL the inbox printed at start", http.StatusUnauthorized)
-				return
-			}
-			// The token leaves the address bar (and the history) at once.
-			http.SetCookie(w, &http.Cookie{Name: CookieName, Value: s.cfg.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			http.Redirect(w, r, "/", http.StatusSeeOther)
+		page := r.Method == http.MethodGet && (r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/assets/"))
+		if tok := r.URL.Query().Get("token"); page && tok != "" && !s.same(tok) {
+			http.Error(w, "401 unauthorized: the token is wrong; open the URL the inbox printed at start", http.StatusUnauthorized)
 			return
 		}
-		if !s.authorized(r) {
+		if !page && !s.same(r.Header.Get(TokenHeader)) {
 			http.Error(w, "401 unauthorized: open the URL the inbox printed at start (with ?token=...)", http.StatusUnauthorized)
-			return
-		}
-		if r.Method == http.MethodPost && !s.same(r.Header.Get(TokenHeader)) {
-			http.Error(w, "403 forbidden: a POST needs the "+TokenHeader+" header", http.StatusForbidden)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// authorized tells whether r carries the token: in the cookie, or (for a first
-// visit from the printed URL) in the query.
-func (s *Server) authorized(r *http.Request) bool {
-	c, err := r.Cookie(CookieName)
-	return err == nil && s.same(c.Value) || s.same(r.Header.Get(TokenHeader))
 }
 
 func (s *Server) same(v string) bool {

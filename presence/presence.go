@@ -28,8 +28,8 @@ import (
 // router counts as gone: a lease, as the leases of continuations.
 const Beats = 3
 
-// MaxRouters bounds the routers kept; others count as gone (a deduplicated
-// publish, never a lost event).
+// MaxRouters bounds the routers kept, those judged gone dropped first;
+// others count as gone (a deduplicated publish, never a lost event).
 const MaxRouters = 4096
 
 // Config configures a Presence.
@@ -143,7 +143,16 @@ func (p *Presence) apply(e jetstream.KeyValueEntry) {
 	id := e.Key()
 	cur, ok := p.peers[id]
 	if !ok && len(p.peers) >= MaxRouters {
-		return
+		// Ids are new at each start: forget the routers judged gone
+		// whatever they ended (TestAttackRestartsFillPresence).
+		for k, pr := range p.peers {
+			if pr.gone || p.read.Sub(pr.last) > Beats*p.cfg.Heartbeat {
+				delete(p.peers, k)
+			}
+		}
+		if len(p.peers) >= MaxRouters {
+			return
+		}
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		cur.gone, cur.last = true, now

@@ -129,6 +129,12 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	if info.Deleted || info.Name != name {
 		return nil, ErrNotFound
 	}
+	// Reading an object walks its chunks one stream read each: more than
+	// its size needs in the layout's chunks is refused (session 38,
+	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000).
+	if most := max(1, (info.Size+ChunkSize-1)/ChunkSize); uint64(info.Chunks) > most {
+		return nil, fmt.Errorf("object %s has %d chunks for %d bytes, more than its size needs in %d-byte chunks (protocol 5.9)", name, info.Chunks, info.Size, ChunkSize)
+	}
 	info.Seq = m.Sequence
 	return &info, nil
 }

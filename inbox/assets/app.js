@@ -1,9 +1,18 @@
 // toolbus approval inbox: plain JavaScript, no framework, no build step.
-// The list comes from /api/events (server-sent events); every answer is a
-// POST to /api/act bound to the call's key, revision and input digest.
+// The list comes from /api/events (server-sent events, read with fetch to
+// send the token's header); every answer is a POST to /api/act bound to
+// the call's key, revision and input digest.
 "use strict";
 (function () {
-  const token = document.querySelector('meta[name="inbox-token"]').content;
+  // The token of the URL the page was opened with, kept in this tab's
+  // sessionStorage (per origin, port included): a cookie would go to every
+  // server on this host (session 38, TestAttackTokenToAnotherPort).
+  const opened = new URLSearchParams(location.search).get("token");
+  if (opened) {
+    sessionStorage.setItem("toolbus-inbox-token", opened);
+    history.replaceState(null, "", "/"); // out of the address bar
+  }
+  const token = sessionStorage.getItem("toolbus-inbox-token") || "";
   const FOLD = 2000; // inputs longer than this (pretty) are folded
   const calls = new Map(); // key -> item, as the server last sent
   const cards = new Map(); // key -> card element
@@ -59,7 +68,7 @@
     let out;
     try {
       const res = await fetch("/api/act", {
-        method: "POST", credentials: "same-origin",
+        method: "POST",
         headers: { "Content-Type": "application/json", "X-Toolbus-Token": token },
         body: JSON.stringify(body),
       });
@@ -200,6 +209,7 @@
 
   function render(data) {
     const seen = new Set();
+    data.calls = data.calls || []; // null when nothing waits
     for (const item of data.calls) {
       seen.add(item.key);
       const old = calls.get(item.key);
@@ -265,14 +275,37 @@
   $("#filters").addEventListener("input", applyFilters);
   $("#filters").addEventListener("submit", (e) => e.preventDefault());
 
-  function connect() {
+  async function connect() {
     const status = $("#status");
-    const es = new EventSource("/api/events");
-    es.addEventListener("calls", (e) => {
-      status.textContent = "live"; status.className = "status live";
-      render(JSON.parse(e.data));
-    });
-    es.onerror = () => { status.textContent = "reconnecting…"; status.className = "status down"; };
+    for (;;) {
+      try {
+        const res = await fetch("/api/events", { headers: { "X-Toolbus-Token": token } });
+        if (res.status === 401) {
+          flash(await res.text(), false);
+          status.textContent = "no token"; status.className = "status down";
+          return;
+        }
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let end;
+          while ((end = buf.indexOf("\n\n")) >= 0) {
+            const lines = buf.slice(0, end).split("\n");
+            buf = buf.slice(end + 2);
+            const data = lines.find((l) => l.startsWith("data: "));
+            if (lines[0] === "event: calls" && data) {
+              status.textContent = "live"; status.className = "status live";
+              render(JSON.parse(data.slice(6)));
+            }
+          }
+        }
+      } catch (_) { /* reconnects below */ }
+      status.textContent = "reconnecting…"; status.className = "status down";
+      await new Promise((ok) => setTimeout(ok, 1000));
+    }
   }
   setInterval(tick, 1000);
   connect();

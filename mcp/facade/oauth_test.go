@@ -76,11 +76,17 @@ func newIssuer(t testing.TB) *issuer {
 // standard claims std and the extra ones.
 func (is *issuer) sign(t *testing.T, alg jose.SignatureAlgorithm, kid string, key any, std jwt.Claims, extra map[string]any) string {
 	t.Helper()
-	opts := (&jose.SignerOptions{}).WithType("at+jwt")
+	opts := &jose.SignerOptions{}
 	if kid != "" {
 		opts = opts.WithHeader("kid", kid)
 	}
-	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts)
+	return signWith(t, alg, key, opts, std, extra)
+}
+
+// signWith signs an access token (typ at+jwt) with opts' headers.
+func signWith(t *testing.T, alg jose.SignatureAlgorithm, key any, opts *jose.SignerOptions, std jwt.Claims, extra map[string]any) string {
+	t.Helper()
+	sig, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, opts.WithType("at+jwt"))
 	if err != nil {
 		t.Fatal(err)
 	}
