@@ -161,7 +161,8 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	cn := &conn{nats: natsconn.FromEnv()}
 	cn.nats.RegisterFlags(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
-	common := cli.FlagNames(fs)
+	common := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { common[f.Name] = true })
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
 	fs.Usage = cli.GroupedUsage(fs, fmt.Sprintf("usage: toolbus %s %s [flags]\n\n%s.\n", c.name, c.args, c.summary),
 		common, "connection flags (as the nats CLI's, from the same environment variables; docs/security.md):")
