@@ -170,8 +170,7 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 		return nil, err
 	}
 	inbox := nc.NewInbox() // with the connection's inbox prefix, which a secured role must use
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe(inbox, ch)
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, err
 	}
@@ -183,14 +182,13 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	defer cancel()
 	var out []micro.Info
 	for {
-		select {
-		case <-ctx.Done():
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil { // wait has passed (or ctx ended)
 			return out, nil
-		case m := <-ch:
-			var in micro.Info
-			if json.Unmarshal(m.Data, &in) == nil {
-				out = append(out, in)
-			}
+		}
+		var in micro.Info
+		if json.Unmarshal(m.Data, &in) == nil {
+			out = append(out, in)
 		}
 	}
 }
