@@ -189,8 +189,7 @@ func jsonOrString(v string) json.RawMessage {
 // callError explains a call that got no reply (a *bus.Error as JSON with
 // asJSON); when the user interrupted, the reply's calls are cancelled too.
 func callError(ctx context.Context, cl *client.Client, session, replyID string, err error, asJSON bool, stdout io.Writer) error {
-	var be *bus.Error
-	if errors.As(err, &be) {
+	if be, ok := errors.AsType[*bus.Error](err); ok {
 		if asJSON {
 			_ = cli.WriteJSON(stdout, be)
 		}

@@ -105,8 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, nc := range st.conns {
 		nc.Close()
 	}
-	var refused *refusedError
-	if err != nil && errors.As(context.Cause(ctx), &refused) {
+	if refused, ok := errors.AsType[*refusedError](context.Cause(ctx)); ok && err != nil {
 		return refused // the refusal, not the cancelled wait it caused
 	}
 	return err

@@ -309,8 +309,7 @@ func kindText(kind string) string {
 // answerError explains an answer that was not accepted; a refusal names
 // its code (not_parked, already_answered, bad_request ...).
 func answerError(id string, err error) error {
-	var be *bus.Error
-	if errors.As(err, &be) {
+	if _, ok := errors.AsType[*bus.Error](err); ok {
 		return fmt.Errorf("answer to call %s refused: %w", id, err)
 	}
 	return fmt.Errorf("answer to call %s: %w", id, err)

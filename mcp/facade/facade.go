@@ -202,8 +202,8 @@ func (f *Facade) Handler() http.Handler {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
 			}
-			status, be := http.StatusServiceUnavailable, (*bus.Error)(nil)
-			if errors.As(err, &be) && be.Code == bus.CodeDenied {
+			status := http.StatusServiceUnavailable
+			if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeDenied {
 				status = http.StatusForbidden // the router denied the identity
 			}
 			writeHTTPError(w, status, err.Error())
