@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -151,9 +152,7 @@ func (x *crossing) carryAnswer(w http.ResponseWriter, r *http.Request, sid strin
 }
 
 func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
+	maps.Copy(w.Header(), rec.Header())
 	w.WriteHeader(rec.Code)
 	_, _ = w.Write(rec.Body.Bytes())
 }
