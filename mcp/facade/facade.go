@@ -836,10 +836,7 @@ func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcErro
 		}
 		args[g] = true
 	}
-	req := mcp.CallToolRequest{}
-	req.Params.Name = groups.ResetTools
-	req.Params.Arguments = args
-	res, err := s.calls.run(ctx, req, runOpts{})
+	res, err := s.calls.run(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: groups.ResetTools, Arguments: args}}, runOpts{})
 	if err != nil {
 		return &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
 	}
