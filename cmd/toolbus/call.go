@@ -182,8 +182,7 @@ func jsonOrString(v string) json.RawMessage {
 	if json.Valid([]byte(v)) && strings.ContainsAny(v[:1], "{[\"0123456789-tfn") {
 		return json.RawMessage(v)
 	}
-	b, _ := json.Marshal(v) // a string always encodes
-	return b
+	return client.Input(v) // a string always encodes
 }
 
 // callError explains a call that got no reply (a *bus.Error as JSON with
