@@ -177,10 +177,7 @@ const (
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
-		if f.gate.serveMetadata(w, r) {
-			return
-		}
-		if refuseRebound(w, r) { // auth.go
+		if f.gate.serveMetadata(w, r) || refuseRebound(w, r) { // auth.go
 			return
 		}
 		id, ok := sessionOf(r)
