@@ -176,7 +176,7 @@ const (
 // RFC 9728 metadata is served at /.well-known/oauth-protected-resource.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
+		r.Header.Del(adoptHeader)                              // only the facade's own adoption sets it (crossing.go)
 		if f.gate.serveMetadata(w, r) || refuseRebound(w, r) { // auth.go
 			return
 		}
