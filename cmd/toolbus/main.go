@@ -276,8 +276,16 @@ func parseList(fs *flag.FlagSet, args []string, need string, valid func(string) 
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	if !cli.WantsHelp(args) {
 		// A mistake gets one usage line, not every flag: the error stays
-		// in sight (cli.Main prints it last). -h prints the whole usage.
-		fs.Usage = func() { shortUsage(fs) }
+		// in sight (cli.Main prints it last), and where the flags are
+		// listed. -h prints the whole usage.
+		fs.Usage = func() {
+			name := strings.TrimPrefix(fs.Name(), "toolbus ")
+			synopsis := "[flags]"
+			if c, ok := lookup(name); ok {
+				synopsis = strings.TrimSpace(c.args + " [flags]")
+			}
+			fmt.Fprintf(fs.Output(), "usage: toolbus %s %s   (toolbus %s -h lists the flags)\n", name, synopsis, name)
+		}
 	}
 	if err := noUserFlag(fs, args); err != nil {
 		return nil, err
@@ -316,17 +324,6 @@ func noUserFlag(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return nil
-}
-
-// shortUsage prints the one usage line of fs's command and where its flags
-// are listed.
-func shortUsage(fs *flag.FlagSet) {
-	name := strings.TrimPrefix(fs.Name(), "toolbus ")
-	synopsis := "[flags]"
-	if c, ok := lookup(name); ok {
-		synopsis = strings.TrimSpace(c.args + " [flags]")
-	}
-	fmt.Fprintf(fs.Output(), "usage: toolbus %s %s   (toolbus %s -h lists the flags)\n", name, synopsis, name)
 }
 
 // usageError prints fs's usage and returns an error saying what is wrong.
