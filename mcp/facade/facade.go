@@ -610,11 +610,10 @@ func newTable(closing context.Context, idle time.Duration, max int, evicted *ato
 func (t *table) use(k key) *session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, ok := t.sessions[k]
-	if !ok {
-		return nil
+	s := t.sessions[k]
+	if s != nil {
+		t.touchLocked(s, 1)
 	}
-	t.touchLocked(s, 1)
 	return s
 }
 
