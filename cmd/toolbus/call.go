@@ -628,17 +628,15 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 
 // await returns the results of the parked calls, in the order they come.
 func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result, error) {
-	waiting := make(map[string]bool, len(parked))
-	kinds := make(map[string]string, len(parked))
+	waiting := make(map[string]string, len(parked)) // call id → the kind it was last seen parked for
 	for _, p := range parked {
-		waiting[p.ID] = true
-		kinds[p.ID] = p.Kind
+		waiting[p.ID] = p.Kind
 	}
 	// moved prints a waiting call whose parked kind changed since it was
 	// last seen (a confirmation given, the call now waits for its answer).
 	moved := func(p bus.ParkedCall) {
-		if waiting[p.ID] && kinds[p.ID] != p.Kind {
-			kinds[p.ID] = p.Kind
+		if kind, ok := waiting[p.ID]; ok && kind != p.Kind {
+			waiting[p.ID] = p.Kind
 			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
 		}
 	}
@@ -664,7 +662,7 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 			if !ok {
 				return out, errors.New("the event subscription ended")
 			}
-			if waiting[r.ID] {
+			if _, ok := waiting[r.ID]; ok {
 				delete(waiting, r.ID)
 				out = append(out, r)
 			}
