@@ -461,10 +461,7 @@ func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]bu
 		return nil, ctx.Err()
 	}
 	slices.SortFunc(out, func(a, b bus.ParkRecord) int { return a.Created.Compare(b.Created) })
-	if len(out) > maxHistory {
-		out = out[len(out)-maxHistory:]
-	}
-	return out, nil
+	return out[max(len(out)-maxHistory, 0):], nil
 }
 
 // renderHistory prints the records as a table.
