@@ -156,10 +156,7 @@ func renderParked(w io.Writer, calls []bus.ParkedCall, now time.Time) {
 
 // age is d, rounded down, in at most two units: 42s, 5m07s, 3h02m, 2d04h.
 func age(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
-	s := int64(d / time.Second)
+	s := int64(max(d, 0) / time.Second)
 	switch {
 	case s < 60:
 		return fmt.Sprintf("%ds", s)
