@@ -350,13 +350,9 @@ func parseOutput(s string) []bus.Block {
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	var blocks []bus.Block
-	if dec.Decode(&blocks) != nil || dec.Decode(&struct{}{}) != io.EOF {
+	if dec.Decode(&blocks) != nil || dec.Decode(&struct{}{}) != io.EOF ||
+		slices.ContainsFunc(blocks, func(b bus.Block) bool { return b.Type == "" }) {
 		return bus.Text(s)
-	}
-	for _, b := range blocks {
-		if b.Type == "" {
-			return bus.Text(s)
-		}
 	}
 	if blocks == nil {
 		blocks = []bus.Block{}
