@@ -182,15 +182,13 @@ func jsonOrString(v string) json.RawMessage {
 	if json.Valid([]byte(v)) && strings.ContainsAny(v[:1], "{[\"0123456789-tfn") {
 		return json.RawMessage(v)
 	}
-	b, _ := json.Marshal(v) // a string always encodes
-	return b
+	return client.Input(v) // a string always encodes
 }
 
 // callError explains a call that got no reply (a *bus.Error as JSON with
 // asJSON); when the user interrupted, the reply's calls are cancelled too.
 func callError(ctx context.Context, cl *client.Client, session, replyID string, err error, asJSON bool, stdout io.Writer) error {
-	var be *bus.Error
-	if errors.As(err, &be) {
+	if be, ok := errors.AsType[*bus.Error](err); ok {
 		if asJSON {
 			_ = cli.WriteJSON(stdout, be)
 		}
@@ -630,17 +628,15 @@ func follow(ctx context.Context, cl *client.Client, session, replyID string, cal
 
 // await returns the results of the parked calls, in the order they come.
 func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result, error) {
-	waiting := make(map[string]bool, len(parked))
-	kinds := make(map[string]string, len(parked))
+	waiting := make(map[string]string, len(parked)) // call id → the kind it was last seen parked for
 	for _, p := range parked {
-		waiting[p.ID] = true
-		kinds[p.ID] = p.Kind
+		waiting[p.ID] = p.Kind
 	}
 	// moved prints a waiting call whose parked kind changed since it was
 	// last seen (a confirmation given, the call now waits for its answer).
 	moved := func(p bus.ParkedCall) {
-		if waiting[p.ID] && kinds[p.ID] != p.Kind {
-			kinds[p.ID] = p.Kind
+		if kind, ok := waiting[p.ID]; ok && kind != p.Kind {
+			waiting[p.ID] = p.Kind
 			fmt.Fprintf(f.w, "call %s of %s now waits for %s: %s\n", p.ID, p.Name, kindText(p.Kind), nextCommand(p, false))
 		}
 	}
@@ -666,7 +662,7 @@ func (f *follower) await(ctx context.Context, parked []bus.Parked) ([]bus.Result
 			if !ok {
 				return out, errors.New("the event subscription ended")
 			}
-			if waiting[r.ID] {
+			if _, ok := waiting[r.ID]; ok {
 				delete(waiting, r.ID)
 				out = append(out, r)
 			}

@@ -416,17 +416,16 @@ func scopeName(user string) string {
 // skillLine is one line of skills ls, its columns tab-separated (name
 // with its user and groups, description, source, digest).
 func skillLine(s bus.SkillInfo) string {
-	var b strings.Builder
-	b.WriteString(s.Name)
+	name := s.Name
 	if s.User != "" {
-		b.WriteString(" [user " + s.User + "]")
+		name += " [user " + s.User + "]"
 	}
 	if len(s.Groups) > 0 {
-		b.WriteString(" [groups " + strings.Join(s.Groups, ", ") + "]")
+		name += " [groups " + strings.Join(s.Groups, ", ") + "]"
 	}
 	digest := strings.TrimPrefix(s.Digest, "sha256:")
 	digest = digest[:min(12, len(digest))]
-	return clean(b.String()) + fmt.Sprintf("\t%s\t%s\t(%s)", clean(s.Description), clean(s.Source), clean(digest))
+	return clean(name) + fmt.Sprintf("\t%s\t%s\t(%s)", clean(s.Description), clean(s.Source), clean(digest))
 }
 
 // objects connects and opens the deployment's skills object store (the

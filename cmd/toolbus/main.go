@@ -105,8 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, nc := range st.conns {
 		nc.Close()
 	}
-	var refused *refusedError
-	if err != nil && errors.As(context.Cause(ctx), &refused) {
+	if refused, ok := errors.AsType[*refusedError](context.Cause(ctx)); ok && err != nil {
 		return refused // the refusal, not the cancelled wait it caused
 	}
 	return err
@@ -161,7 +160,8 @@ func newFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *conn) {
 	cn := &conn{nats: natsconn.FromEnv()}
 	cn.nats.RegisterFlags(fs, "user") // --user is the toolbus user; the NATS one is --nats-user
 	fs.StringVar(&cn.prefix, "prefix", bus.DefaultPrefix, "subject prefix of the deployment")
-	common := cli.FlagNames(fs)
+	common := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { common[f.Name] = true })
 	fs.StringVar(&cn.session, "session", defaultSession, "session id")
 	fs.Usage = cli.GroupedUsage(fs, fmt.Sprintf("usage: toolbus %s %s [flags]\n\n%s.\n", c.name, c.args, c.summary),
 		common, "connection flags (as the nats CLI's, from the same environment variables; docs/security.md):")
@@ -276,8 +276,16 @@ func parseList(fs *flag.FlagSet, args []string, need string, valid func(string) 
 func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	if !cli.WantsHelp(args) {
 		// A mistake gets one usage line, not every flag: the error stays
-		// in sight (cli.Main prints it last). -h prints the whole usage.
-		fs.Usage = func() { shortUsage(fs) }
+		// in sight (cli.Main prints it last), and where the flags are
+		// listed. -h prints the whole usage.
+		fs.Usage = func() {
+			name := strings.TrimPrefix(fs.Name(), "toolbus ")
+			synopsis := "[flags]"
+			if c, ok := lookup(name); ok {
+				synopsis = strings.TrimSpace(c.args + " [flags]")
+			}
+			fmt.Fprintf(fs.Output(), "usage: toolbus %s %s   (toolbus %s -h lists the flags)\n", name, synopsis, name)
+		}
 	}
 	if err := noUserFlag(fs, args); err != nil {
 		return nil, err
@@ -316,17 +324,6 @@ func noUserFlag(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return nil
-}
-
-// shortUsage prints the one usage line of fs's command and where its flags
-// are listed.
-func shortUsage(fs *flag.FlagSet) {
-	name := strings.TrimPrefix(fs.Name(), "toolbus ")
-	synopsis := "[flags]"
-	if c, ok := lookup(name); ok {
-		synopsis = strings.TrimSpace(c.args + " [flags]")
-	}
-	fmt.Fprintf(fs.Output(), "usage: toolbus %s %s   (toolbus %s -h lists the flags)\n", name, synopsis, name)
 }
 
 // usageError prints fs's usage and returns an error saying what is wrong.

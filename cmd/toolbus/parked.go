@@ -156,10 +156,7 @@ func renderParked(w io.Writer, calls []bus.ParkedCall, now time.Time) {
 
 // age is d, rounded down, in at most two units: 42s, 5m07s, 3h02m, 2d04h.
 func age(d time.Duration) string {
-	if d < 0 {
-		d = 0
-	}
-	s := int64(d / time.Second)
+	s := int64(max(d, 0) / time.Second)
 	switch {
 	case s < 60:
 		return fmt.Sprintf("%ds", s)
@@ -309,8 +306,7 @@ func kindText(kind string) string {
 // answerError explains an answer that was not accepted; a refusal names
 // its code (not_parked, already_answered, bad_request ...).
 func answerError(id string, err error) error {
-	var be *bus.Error
-	if errors.As(err, &be) {
+	if _, ok := errors.AsType[*bus.Error](err); ok {
 		return fmt.Errorf("answer to call %s refused: %w", id, err)
 	}
 	return fmt.Errorf("answer to call %s: %w", id, err)
@@ -354,13 +350,9 @@ func parseOutput(s string) []bus.Block {
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	var blocks []bus.Block
-	if dec.Decode(&blocks) != nil || dec.Decode(&struct{}{}) != io.EOF {
+	if dec.Decode(&blocks) != nil || dec.Decode(&struct{}{}) != io.EOF ||
+		slices.ContainsFunc(blocks, func(b bus.Block) bool { return b.Type == "" }) {
 		return bus.Text(s)
-	}
-	for _, b := range blocks {
-		if b.Type == "" {
-			return bus.Text(s)
-		}
 	}
 	if blocks == nil {
 		blocks = []bus.Block{}
@@ -462,10 +454,7 @@ func parkedHistory(ctx context.Context, cl *client.Client, session string) ([]bu
 		return nil, ctx.Err()
 	}
 	slices.SortFunc(out, func(a, b bus.ParkRecord) int { return a.Created.Compare(b.Created) })
-	if len(out) > maxHistory {
-		out = out[len(out)-maxHistory:]
-	}
-	return out, nil
+	return out[max(len(out)-maxHistory, 0):], nil
 }
 
 // renderHistory prints the records as a table.

@@ -170,8 +170,7 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 		return nil, err
 	}
 	inbox := nc.NewInbox() // with the connection's inbox prefix, which a secured role must use
-	ch := make(chan *nats.Msg, 256)
-	sub, err := nc.ChanSubscribe(inbox, ch)
+	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, err
 	}
@@ -183,14 +182,13 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	defer cancel()
 	var out []micro.Info
 	for {
-		select {
-		case <-ctx.Done():
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil { // wait has passed (or ctx ended)
 			return out, nil
-		case m := <-ch:
-			var in micro.Info
-			if json.Unmarshal(m.Data, &in) == nil {
-				out = append(out, in)
-			}
+		}
+		var in micro.Info
+		if json.Unmarshal(m.Data, &in) == nil {
+			out = append(out, in)
 		}
 	}
 }
@@ -313,14 +311,9 @@ func runAudit(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // runSecurity is `toolbus security config`: the roles' permissions for an
 // existing deployment (docs/security.md).
 func runSecurity(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "agent" {
-		return runSecurityAgent(ctx, args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "token" {
-		return runSecurityToken(args[1:], stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "refresh" {
-		return runSecurityRefresh(args[1:], stdout, stderr)
+	subs := map[string]func(args []string, stdout, stderr io.Writer) error{"agent": runSecurityAgent, "token": runSecurityToken, "refresh": runSecurityRefresh}
+	if len(args) > 0 && subs[args[0]] != nil {
+		return subs[args[0]](args[1:], stdout, stderr)
 	}
 	c, _ := lookup("security")
 	fs := securityFlagSet("security", fmt.Sprintf("usage: toolbus security %s\n\n%s.", c.args, c.summary), stderr)
@@ -410,7 +403,7 @@ func securityFlagSet(name, head string, stderr io.Writer) *flag.FlagSet {
 // runSecurityAgent is `toolbus security agent --session S [--user U]
 // [--dir DIR]`: a per-session agent user in a --secure directory, which a
 // router picks up without a restart.
-func runSecurityAgent(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runSecurityAgent(args []string, stdout, stderr io.Writer) error {
 	fs := securityFlagSet("security agent", "usage: toolbus security agent --session S [--user U] [--dir DIR]\n\n"+
 		"Add the agent user session-S to DIR, confined to session S and bound to user U: its nkey seed, .env,\n"+
 		"and DIR's nats-server.conf and users.json rewritten. A router started with --secure DIR picks it up\n"+

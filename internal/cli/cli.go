@@ -123,13 +123,6 @@ func Given(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// FlagNames returns the names of the flags defined on fs.
-func FlagNames(fs *flag.FlagSet) map[string]bool {
-	names := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
-	return names
-}
-
 // SplitList splits a comma-separated flag value, dropping empty items.
 func SplitList(v string) []string {
 	var out []string

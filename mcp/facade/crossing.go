@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -130,7 +131,9 @@ func (x *crossing) serveHTTP(w http.ResponseWriter, r *http.Request, body []byte
 		rec := httptest.NewRecorder()
 		x.local().ServeHTTP(rec, r)
 		if rec.Code < 400 || rec.Code >= 500 || len(body) > maxCrossing {
-			copyRecorded(w, rec)
+			maps.Copy(w.Header(), rec.Header())
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
 			return true
 		}
 		x.carryAnswer(w, r, sid, body)
@@ -148,14 +151,6 @@ func (x *crossing) carryAnswer(w http.ResponseWriter, r *http.Request, sid strin
 		return
 	}
 	w.WriteHeader(http.StatusAccepted)
-}
-
-func copyRecorded(w http.ResponseWriter, rec *httptest.ResponseRecorder) {
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(rec.Body.Bytes())
 }
 
 // remember records what the client of the MCP session in ctx declared

@@ -569,7 +569,10 @@ func bridgedServer(name string) (string, bool) {
 func (q *relayer) relay(ctx context.Context, ev *client.Events, prefix string, wg *sync.WaitGroup) {
 	q.eachParked(ctx, ev, func(replyID string, p bus.Parked) bool {
 		if qn, ok := q.take(p, prefix); ok {
-			wg.Go(func() { q.askHost(ctx, replyID, p, qn) })
+			wg.Go(func() {
+				defer q.asked.unclaim(p.ID)
+				elicit(ctx, ask{Park: p, ReplyID: replyID, Question: &qn}, false, q.answerQuestion)
+			})
 		}
 		return true
 	})
@@ -660,11 +663,6 @@ func (c *claims) unclaim(id string) {
 
 // maxAsked bounds the questions a session's hosts are asked at once.
 const maxAsked = 64
-
-func (q *relayer) askHost(ctx context.Context, replyID string, p bus.Parked, qn bus.Question) {
-	defer q.asked.unclaim(p.ID)
-	elicit(ctx, ask{Park: p, ReplyID: replyID, Question: &qn}, false, q.answerQuestion)
-}
 
 // questionParams is the elicitation that puts qn to a host; false when the
 // host cannot show it (a URL question without URL elicitation, a

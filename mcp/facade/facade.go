@@ -176,11 +176,8 @@ const (
 // RFC 9728 metadata is served at /.well-known/oauth-protected-resource.
 func (f *Facade) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		r.Header.Del(adoptHeader) // only the facade's own adoption sets it (crossing.go)
-		if f.gate.serveMetadata(w, r) {
-			return
-		}
-		if refuseRebound(w, r) { // auth.go
+		r.Header.Del(adoptHeader)                              // only the facade's own adoption sets it (crossing.go)
+		if f.gate.serveMetadata(w, r) || refuseRebound(w, r) { // auth.go
 			return
 		}
 		id, ok := sessionOf(r)
@@ -202,8 +199,8 @@ func (f *Facade) Handler() http.Handler {
 			if errors.Is(err, errFull) {
 				w.Header().Set("Retry-After", "1")
 			}
-			status, be := http.StatusServiceUnavailable, (*bus.Error)(nil)
-			if errors.As(err, &be) && be.Code == bus.CodeDenied {
+			status := http.StatusServiceUnavailable
+			if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeDenied {
 				status = http.StatusForbidden // the router denied the identity
 			}
 			writeHTTPError(w, status, err.Error())
@@ -613,11 +610,10 @@ func newTable(closing context.Context, idle time.Duration, max int, evicted *ato
 func (t *table) use(k key) *session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	s, ok := t.sessions[k]
-	if !ok {
-		return nil
+	s := t.sessions[k]
+	if s != nil {
+		t.touchLocked(s, 1)
 	}
-	t.touchLocked(s, 1)
 	return s
 }
 
@@ -836,10 +832,7 @@ func (s *session) activate(ctx context.Context, params json.RawMessage) *rpcErro
 		}
 		args[g] = true
 	}
-	req := mcp.CallToolRequest{}
-	req.Params.Name = groups.ResetTools
-	req.Params.Arguments = args
-	res, err := s.calls.run(ctx, req, runOpts{})
+	res, err := s.calls.run(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: groups.ResetTools, Arguments: args}}, runOpts{})
 	if err != nil {
 		return &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
 	}

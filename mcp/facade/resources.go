@@ -133,10 +133,7 @@ func (s *resources) bridgedServers(ctx context.Context) []string {
 		}
 	}
 	slices.Sort(out)
-	if len(out) > maxResourceServers {
-		out = out[:maxResourceServers]
-	}
-	return out
+	return out[:min(len(out), maxResourceServers)]
 }
 
 // request asks srv's resources verb and decodes its reply of type want

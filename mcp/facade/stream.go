@@ -69,13 +69,7 @@ func (s *callStream) Write(p []byte) (int, error) {
 func (s *callStream) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.flush()
-}
-
-// flush sends what is written, the header first as net/http's Flush does
-// (s.mu held).
-func (s *callStream) flush() {
-	s.send(http.StatusOK)
+	s.send(http.StatusOK) // the header first, as net/http's Flush does
 	if f, ok := s.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
