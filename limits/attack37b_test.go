@@ -85,7 +85,7 @@ func TestAttack37bFullBudgetKeepsOthersCounts(t *testing.T) {
 		hook.between = nil
 		other()
 	}
-	used, err := a.counter(t.Context(), a.budgetSubject(a.key(&a.rules[0], Call{Session: "victim"}), a.now()))
+	used, _, err := a.counter(t.Context(), a.budgetSubject(a.key(&a.rules[0], Call{Session: "victim"}), a.now()))
 	if err != nil {
 		t.Fatal(err)
 	}
