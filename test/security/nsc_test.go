@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -282,23 +283,62 @@ func (n *nscRun) serverConfig(dir string) string {
 // work consumer's CONSUMER.INFO once, at once (session 37's $JS.API.INFO
 // import, TestWorkerFindsItsConsumerAtOnce, under JWT accounts).
 func TestNSCDeploymentLive(t *testing.T) {
-	for _, tc := range []struct {
+	cases := []struct {
 		name     string
 		replicas int
-	}{{"one server", 1}, {"a cluster", 3}} {
-		t.Run(tc.name, func(t *testing.T) { nscDeployment(t, tc.replicas) })
+		nsc      string // the nsc binary that runs the script ("": read by nscRun)
+	}{{"one server", 1, ""}, {"a cluster", 3, ""}}
+	if nsc, err := exec.LookPath("nsc"); err == nil {
+		cases = append(cases, struct {
+			name     string
+			replicas int
+			nsc      string
+		}{"nsc on PATH", 1, nsc})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { nscDeployment(t, tc.replicas, tc.nsc) })
 	}
 }
 
-func nscDeployment(t *testing.T, replicas int) {
+// nscOwn runs script with the nsc binary in an nsc environment of its own
+// under dir (an operator and its system account; nothing on the network),
+// and writes the memory resolver's configuration and each user's creds.
+func nscOwn(t *testing.T, nsc, dir, script string) string {
+	home := filepath.Join(dir, "home")
+	env := append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, "config"),
+		"XDG_DATA_HOME="+filepath.Join(home, "data"), "NSC_HOME=", "NKEYS_PATH=", "PATH="+filepath.Dir(nsc)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	run := func(script string) []byte {
+		cmd := exec.Command("bash", "-e", "-c", script)
+		cmd.Dir, cmd.Env = dir, env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("nsc: %v\n%s", err, out)
+		}
+		return out
+	}
+	run("nsc add operator --name toolbus-test --sys\n" + script)
+	conf := filepath.Join(dir, "operator.conf")
+	run("nsc generate config --mem-resolver --sys-account SYS > " + conf)
+	for _, m := range regexp.MustCompile(`nsc add user --account (\S+) --name (\S+)`).FindAllStringSubmatch(script, -1) {
+		run(fmt.Sprintf("nsc generate creds --account %s --name %s > %s.creds", m[1], m[2], m[2]))
+	}
+	return conf
+}
+
+func nscDeployment(t *testing.T, replicas int, nsc string) {
 	dir := t.TempDir()
 	users, err := security.Users(security.Spec{Sessions: []string{"s1"}})
 	must(t, err)
-	op, err := nkeys.CreateOperator()
-	must(t, err)
-	n := &nscRun{t: t, operator: op, accounts: map[string]*nscAccount{}, creds: map[string]string{}}
-	n.run(security.NSC("TOOLBUS", users))
-	conf := n.serverConfig(dir)
+	var conf string
+	if script := security.NSC("TOOLBUS", users); nsc != "" {
+		conf = nscOwn(t, nsc, dir, script)
+	} else {
+		op, err := nkeys.CreateOperator()
+		must(t, err)
+		n := &nscRun{t: t, operator: op, accounts: map[string]*nscAccount{}, creds: map[string]string{}}
+		n.run(script)
+		conf = n.serverConfig(dir)
+	}
 	var url func(node int) string
 	if replicas == 1 {
 		srv, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, ConfigFile: conf, StoreDir: filepath.Join(dir, "js")})
