@@ -2,7 +2,6 @@ package security
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -16,18 +15,16 @@ import (
 	"time"
 
 	"github.com/nats-io/jwt/v2"
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/testkit"
-	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/store"
-	"github.com/toolbus/toolbus/worker"
 )
 
 // nscRun interprets the nsc commands security.NSC prints, as nsc would
@@ -339,70 +336,34 @@ func nscDeployment(t *testing.T, replicas int, nsc string) {
 		n.run(script)
 		conf = n.serverConfig(dir)
 	}
-	var url func(node int) string
+	// The roles log in to nodes of their own on a cluster (d.srv).
+	d := &deployment{t: t, dir: dir, users: users, creds: true}
+	var node func(int) *server.Server
 	if replicas == 1 {
 		srv, err := embedded.Start(embedded.Config{MaxStore: embedded.Roomy, ConfigFile: conf, StoreDir: filepath.Join(dir, "js")})
 		must(t, err)
 		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-		url = func(int) string { return srv.ClientURL() }
+		node = func(int) *server.Server { return srv }
 	} else {
 		c, err := embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(dir, "js"), ConfigFile: conf})
 		must(t, err)
 		testkit.Stop(t, c.Stop)
-		url = c.URLs
-	}
-	conn := func(user string, node int) *login {
-		u, ok := security.Lookup(users, user)
-		if !ok {
-			t.Fatalf("no user %s", user)
-		}
-		l := &login{t: t, name: user, seen: make(chan struct{}, 1)}
-		cfg := natsconn.Config{URLs: url(node), Creds: filepath.Join(dir, user+".creds"), InboxPrefix: u.InboxPrefix}
-		nc, err := cfg.Connect("test-"+user, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			l.mu.Lock()
-			l.errs = append(l.errs, err)
-			l.mu.Unlock()
-			select {
-			case l.seen <- struct{}{}:
-			default:
-			}
-		}))
-		if err != nil {
-			t.Fatalf("log in as %s: %v", user, err)
-		}
-		t.Cleanup(nc.Close)
-		l.nc = nc
-		return l
+		node = c.Node
 	}
 	bindings := filepath.Join(dir, security.UsersFile)
 	must(t, os.WriteFile(bindings, []byte(security.JSON(users)), 0o600))
 	ids, err := security.LoadBindings(bindings)
 	must(t, err)
-	rl := conn("router", 0)
+	d.srv = node(0)
+	rl := d.conn("router")
 	r, err := router.New(rl.nc, router.Config{Logger: slog.New(slog.DiscardHandler), Store: store.Config{Heartbeat: testHeartbeat, Replicas: replicas}, Identities: ids})
 	must(t, err)
 	must(t, r.Start(t.Context()))
 	testkit.Stop(t, r.Stop)
-
-	wl := conn("worker", 1)
-	w, err := worker.New(wl.nc, worker.Config{Heartbeat: testHeartbeat})
-	must(t, err)
-	schema := json.RawMessage(`{"type":"object","properties":{}}`)
-	for _, def := range []bus.ToolDef{{Name: "greet", Description: "Greets.", ReadOnly: true, InputSchema: schema},
-		{Name: "batchjob", Description: "A durable job.", Durable: true, Permission: bus.PermissionAllow, InputSchema: schema}} {
-		must(t, w.Handle(def, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
-			return &bus.ExecResult{Output: bus.Text(def.Name + " done")}, nil
-		}))
-	}
-	must(t, w.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Drain(ctx)
-	})
-	testkit.Recv(t, w.Registered(), bound, "the worker's registration")
-
-	al := conn("session-s1", 2)
+	d.srv = node(1)
+	wl := d.startWorker()
+	d.srv = node(2)
+	al := d.conn("session-s1")
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
 	reply, err := al.client().Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}, {ID: "c2", Name: "batchjob"}}}, client.WithReplyID("r1"))
