@@ -1,13 +1,9 @@
 package limits
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
@@ -129,43 +125,16 @@ func equalState(a, b state) bool {
 		a.budgetMsgs == b.budgetMsgs && a.budgetSq == b.budgetSq && a.counters == b.counters
 }
 
-// beforePublish is a JetStream whose next publish (a budget's increment)
-// first runs before: another router's call that lands ahead of it.
-type beforePublish struct {
-	jetstream.JetStream
-	before func()
-}
-
-func (h *beforePublish) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	if f := h.before; f != nil {
-		h.before = nil
-		f()
-	}
-	return h.JetStream.PublishMsg(ctx, m, opts...)
-}
-
 // TestRaceForTheLastUnitTakesBack (session 38): a call that every rule
 // admits when it reads, but whose budget's last unit another router's
 // call takes before its own increment, is refused and takes back all it
 // counted: its increment, and the rate slot an earlier rule gave it. The
 // other call keeps its count.
 func TestRaceForTheLastUnitTakesBack(t *testing.T) {
-	nc := testkit.Connect(t, testkit.RunServer(t))
-	js := testkit.JetStream(t, nc)
-	s := bus.NewSubjects(bus.DefaultPrefix)
-	cfg := Config{Policy: Policy{Rules: []Rule{
+	hook, a, b := twoRouters(t, Config{Policy: Policy{Rules: []Rule{
 		{Name: "per-session", Per: []string{PerSession}, Rate: &Rate{Calls: 1, IntervalMS: 3_600_000}},
 		{Name: "global", Budget: &Budget{Units: 1}},
-	}}}
-	hook := &beforePublish{JetStream: js}
-	a, err := New(t.Context(), hook, s, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := New(t.Context(), js, s, cfg) // another router
-	if err != nil {
-		t.Fatal(err)
-	}
+	}}})
 	hook.before = func() {
 		if ref, err := b.Check(t.Context(), Call{Tool: "t", Session: "other"}); ref != nil || err != nil {
 			t.Errorf("the other router's call: %+v %v", ref, err)
