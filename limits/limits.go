@@ -6,6 +6,7 @@
 package limits
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -196,33 +197,99 @@ func (l *Limiter) budgetSubject(key string, now time.Time) string {
 // undo takes back what an admitted rule counted.
 type undo func(context.Context)
 
-// Check counts c against every matching rule; a refusal takes back what was
+// look is what Check read of one matching rule's counts before counting.
+type look struct {
+	r    *Rule
+	key  string
+	rate jetstream.KeyValueEntry // the rate's value (nil: none)
+	// rateRoom and budgetRoom: the soft bound counted a new rate value's,
+	// or a new counter's, bytes.
+	rateRoom, budgetRoom bool
+}
+
+// Check counts c against every matching rule. It reads every count first,
+// so a call a rule refuses then is refused having written nothing; one
+// that another call took the last slot from since takes back what it
 // counted. nil, nil: the call may run; an error: it must not (fail closed).
 func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
-	var undos []undo
-	rollback := func() {
-		ctx := context.WithoutCancel(ctx)
-		for _, u := range undos {
-			u(ctx)
-		}
-	}
 	now := l.now()
+	var looks []*look
 	for i := range l.rules {
-		r := &l.rules[i]
-		if !r.matches(c) {
+		if !l.rules[i].matches(c) {
 			continue
 		}
-		key := l.key(r, c)
-		for _, count := range []func(context.Context, *Rule, string, time.Time) (*Refusal, undo, error){l.rate, l.budget} {
-			ref, u, err := count(ctx, r, key, now)
+		lk := &look{r: &l.rules[i], key: l.key(&l.rules[i], c)}
+		looks = append(looks, lk)
+		if ref, err := l.look(ctx, lk, now); err != nil || ref != nil {
+			for _, lk := range looks { // nothing new is kept: its bytes are not either
+				if lk.rateRoom {
+					l.rateRoom.Grew(-rateBytes)
+				}
+				if lk.budgetRoom {
+					l.budgetRoom.Grew(-budgetBytes)
+				}
+			}
+			return ref, err
+		}
+	}
+	var undos []undo
+	for _, lk := range looks {
+		for _, count := range []func(context.Context, *look, time.Time) (*Refusal, undo, error){l.rate, l.budget} {
+			ref, u, err := count(ctx, lk, now)
 			if err != nil || ref != nil {
-				rollback()
+				for _, u := range undos {
+					u(context.WithoutCancel(ctx))
+				}
 				return ref, err
 			}
 			if u != nil {
 				undos = append(undos, u)
 			}
 		}
+	}
+	return nil, nil
+}
+
+// look reads lk's rate value and budget counter, and refuses the call when
+// either is over, or when it needs a new one past the soft bound.
+func (l *Limiter) look(ctx context.Context, lk *look, now time.Time) (*Refusal, error) {
+	r := lk.r
+	if r.Rate != nil {
+		e, err := l.rates.Get(ctx, lk.key)
+		switch {
+		case store.IsNotFound(err):
+			if lk.rateRoom = l.rateRoom.Room(ctx, rateBytes); !lk.rateRoom {
+				return full(r), nil
+			}
+		case err != nil:
+			return nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+		default:
+			lk.rate = e
+		}
+		if ref := rateRefusal(r, lk.rate, now); ref != nil {
+			return ref, nil
+		}
+	}
+	if r.Budget == nil {
+		return nil, nil
+	}
+	total, held, err := l.counter(ctx, l.budgetSubject(lk.key, now))
+	if err != nil {
+		return nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+	}
+	if total+r.Budget.Cost > r.Budget.Units {
+		return overBudget(r, now), nil
+	}
+	// Past the bound a counter held goes on, and so does a key counted the
+	// day before (its day's counter is new at midnight); no other starts.
+	if lk.budgetRoom = !held && l.budgetRoom.Room(ctx, budgetBytes); held || lk.budgetRoom {
+		return nil, nil
+	}
+	if _, held, err = l.counter(ctx, l.budgetSubject(lk.key, now.Add(-24*time.Hour))); err != nil {
+		return nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
+	}
+	if !held {
+		return full(r), nil
 	}
 	return nil, nil
 }
@@ -234,39 +301,60 @@ type gcra struct {
 	Nonce string `json:"n"`
 }
 
+// tat is the theoretical arrival time of rates value cur (nil, or corrupt:
+// none), not before now.
+func tat(cur jetstream.KeyValueEntry, now time.Time) time.Time {
+	var g gcra
+	if cur != nil && json.Unmarshal(cur.Value(), &g) == nil && g.TAT > now.UnixNano() {
+		return time.Unix(0, g.TAT)
+	}
+	return now
+}
+
+// rateRefusal refuses a call of r's rate, whose value is cur, until a slot
+// frees (nil: one is free).
+func rateRefusal(r *Rule, cur jetstream.KeyValueEntry, now time.Time) *Refusal {
+	if wait := tat(cur, now).Sub(now) - r.Rate.emission()*time.Duration(r.Rate.Burst-1); wait > 0 {
+		return &Refusal{Rule: r.Name, Kind: KindRate, RetryAfter: wait}
+	}
+	return nil
+}
+
 var errRefused = errors.New("limits: refused")
 
-// rate takes a slot of r's rate (if any) for key, or refuses until one frees.
-func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
+// rate takes a slot of lk's rate (if any): it writes over the value look
+// read, or reads again when another call wrote since, and then may refuse.
+func (l *Limiter) rate(ctx context.Context, lk *look, now time.Time) (*Refusal, undo, error) {
+	r := lk.r
 	if r.Rate == nil {
 		return nil, nil, nil
 	}
-	// tol is how far ahead of now the theoretical arrival time may be.
-	em, tol := r.Rate.emission(), r.Rate.emission()*time.Duration(r.Rate.Burst-1)
+	em, nonce := r.Rate.emission(), nuid.Next()
+	next := func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		return json.Marshal(gcra{TAT: tat(cur, now).Add(em).UnixNano(), Nonce: nonce})
+	}
+	first, _ := next(lk.rate)
+	var err error
+	if lk.rate == nil {
+		_, err = l.rates.Create(ctx, lk.key, first)
+	} else {
+		_, err = l.rates.Update(ctx, lk.key, first, lk.rate.Revision())
+	}
 	var ref *Refusal
-	nonce := nuid.Next()
-	_, err := store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		if cur == nil && !l.rateRoom.Room(ctx, rateBytes) {
-			ref = full(r)
-			return nil, errRefused
-		}
-		tat := now
-		if cur != nil {
-			var g gcra
-			if json.Unmarshal(cur.Value(), &g) == nil { // a corrupt value counts as none
-				tat = time.Unix(0, g.TAT)
+	if err != nil {
+		_, err = store.Update(ctx, l.rates, lk.key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+			if cur != nil && bytes.Equal(cur.Value(), first) {
+				return nil, store.ErrNoChange // the first write landed
 			}
-		}
-		if tat.Before(now) {
-			tat = now
-		}
-		if wait := tat.Sub(now) - tol; wait > 0 {
-			ref = &Refusal{Rule: r.Name, Kind: KindRate, RetryAfter: wait}
-			return nil, errRefused
-		}
-		ref = nil
-		return json.Marshal(gcra{TAT: tat.Add(em).UnixNano(), Nonce: nonce})
-	})
+			if ref = rateRefusal(r, cur, now); ref == nil && cur == nil && lk.rate != nil && !l.rateRoom.Room(ctx, rateBytes) {
+				ref = full(r)
+			}
+			if ref != nil {
+				return nil, errRefused
+			}
+			return next(cur)
+		})
+	}
 	if errors.Is(err, errRefused) {
 		return ref, nil, nil
 	}
@@ -275,7 +363,7 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}
 	// The undo gives the slot back: the call did not run.
 	return nil, func(ctx context.Context) {
-		_, _ = store.Update(ctx, l.rates, key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
+		_, _ = store.Update(ctx, l.rates, lk.key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			var g gcra
 			if cur == nil || json.Unmarshal(cur.Value(), &g) != nil {
 				return nil, store.ErrNoChange
@@ -287,60 +375,41 @@ func (l *Limiter) rate(ctx context.Context, r *Rule, key string, now time.Time) 
 	}, nil
 }
 
-// budget adds the call's cost to today's counter of r's budget (if any), taking it
-// back past the budget: unique acknowledged totals admit exactly the calls that fit.
-func (l *Limiter) budget(ctx context.Context, r *Rule, key string, now time.Time) (*Refusal, undo, error) {
+// budget adds the call's cost to today's counter of lk's budget (if any),
+// taking it back past the budget (another call took the units since look):
+// unique acknowledged totals admit exactly the calls that fit.
+func (l *Limiter) budget(ctx context.Context, lk *look, now time.Time) (*Refusal, undo, error) {
+	r := lk.r
 	if r.Budget == nil {
 		return nil, nil, nil
 	}
-	subject := l.budgetSubject(key, now)
-	// Past the bound a counter held goes on, and so does a key counted the
-	// day before (its day's counter is new at midnight); no other starts.
-	// It is looked for before, as a purge of one started could take
-	// another router's increment with it (its call then ran uncounted).
-	room := l.budgetRoom.Room(ctx, budgetBytes) // counts a new counter's bytes
-	if !room {
-		held, err := l.held(ctx, subject)
-		if err == nil && !held {
-			held, err = l.held(ctx, l.budgetSubject(key, now.Add(-24*time.Hour)))
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
-		}
-		if !held {
-			return full(r), nil, nil
-		}
-	}
+	subject := l.budgetSubject(lk.key, now)
 	total, err := l.incr(ctx, subject, r.Budget.Cost)
 	if err != nil {
 		return nil, nil, fmt.Errorf("limits: rule %s: %w", r.Name, err)
 	}
 	undo := func(ctx context.Context) { _, _ = l.incr(ctx, subject, -r.Budget.Cost) }
 	switch isNew := total == r.Budget.Cost; {
-	case room && !isNew:
-		l.budgetRoom.Grew(-budgetBytes) // counted for a counter held
-	case !room && isNew:
-		l.budgetRoom.Grew(budgetBytes) // carried on past the bound
+	case lk.budgetRoom && !isNew:
+		l.budgetRoom.Grew(-budgetBytes) // another started it since
+	case !lk.budgetRoom && isNew:
+		l.budgetRoom.Grew(budgetBytes) // carried on past the bound, or gone since
 	}
 	if total > r.Budget.Units {
 		undo(context.WithoutCancel(ctx))
-		_, next := day(now)
-		return &Refusal{Rule: r.Name, Kind: KindBudget, RetryAfter: next.Sub(now)}, nil, nil
+		return overBudget(r, now), nil, nil
 	}
 	return nil, undo, nil
 }
 
+// overBudget is r's refusal of a call past its budget, until the next UTC day.
+func overBudget(r *Rule, now time.Time) *Refusal {
+	_, next := day(now)
+	return &Refusal{Rule: r.Name, Kind: KindBudget, RetryAfter: next.Sub(now)}
+}
+
 // full is r's refusal of a new count past the soft bound.
 func full(r *Rule) *Refusal { return &Refusal{Rule: r.Name, Kind: KindFull, RetryAfter: time.Minute} }
-
-// held reports whether a counter is kept on subject.
-func (l *Limiter) held(ctx context.Context, subject string) (bool, error) {
-	_, err := l.budgets.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return false, nil
-	}
-	return err == nil, err
-}
 
 // incr adds n to the counter on subject and returns its new total.
 func (l *Limiter) incr(ctx context.Context, subject string, n int64) (int64, error) {
@@ -389,7 +458,7 @@ func (l *Limiter) Usage(ctx context.Context, c Call) ([]Usage, error) {
 			out = append(out, u)
 		}
 		if r.Budget != nil {
-			used, err := l.counter(ctx, l.budgetSubject(key, now))
+			used, _, err := l.counter(ctx, l.budgetSubject(key, now))
 			if err != nil {
 				return nil, err
 			}
@@ -434,15 +503,10 @@ func (l *Limiter) per(r *Rule, c Call) string {
 func (l *Limiter) rateUsage(ctx context.Context, r *Rule, key string, now time.Time) (Usage, error) {
 	u := Usage{Rule: r.Name, Kind: KindRate, Limit: int64(r.Rate.Burst)}
 	e, err := l.rates.Get(ctx, key)
-	var g gcra
-	switch {
-	case store.IsNotFound(err):
-	case err != nil:
+	if err != nil && !store.IsNotFound(err) {
 		return u, fmt.Errorf("limits: rule %s: %w", r.Name, err)
-	default:
-		_ = json.Unmarshal(e.Value(), &g)
 	}
-	ahead := max(0, time.Unix(0, g.TAT).Sub(now)) // none ahead: a zero TAT is long past
+	ahead := tat(e, now).Sub(now)
 	em := r.Rate.emission()
 	u.Used = min(u.Limit, int64((ahead+em-1)/em))
 	u.Left = u.Limit - u.Used
@@ -450,22 +514,24 @@ func (l *Limiter) rateUsage(ctx context.Context, r *Rule, key string, now time.T
 	return u, nil
 }
 
-// counter reads a budget counter's total; 0 when it has none.
-func (l *Limiter) counter(ctx context.Context, subject string) (int64, error) {
+// counter reads a budget counter's total, and whether one is kept (0,
+// false: none).
+func (l *Limiter) counter(ctx context.Context, subject string) (int64, bool, error) {
 	m, err := l.budgets.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("limits: read %s: %w", subject, err)
+		return 0, false, fmt.Errorf("limits: read %s: %w", subject, err)
 	}
 	var v struct {
 		Val string `json:"val"`
 	}
 	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return 0, fmt.Errorf("limits: counter %s: %w", subject, err)
+		return 0, true, fmt.Errorf("limits: counter %s: %w", subject, err)
 	}
-	return strconv.ParseInt(v.Val, 10, 64)
+	n, err := strconv.ParseInt(v.Val, 10, 64)
+	return n, true, err
 }
 
 // Reset forgets what rule (every rule when "") has counted for call c's

@@ -144,28 +144,38 @@ func NSC(account string, users []User) string {
 		names[i] = accountOf(account, u)
 	}
 	fmt.Fprintf(&b, "# toolbus roles as nsc users of account %s and the tool runners' %s (docs/security.md).\n", account, strings.Join(names, ", "))
-	fmt.Fprintf(&b, "nsc add account --name %s\nnsc edit account --name %s --js-enable 1\n", account, account)
+	fmt.Fprintf(&b, "nsc add account --name %s\nnsc edit account --name %s --js-enable 0\n", account, account)
 	for _, r := range names {
 		fmt.Fprintf(&b, "nsc add account --name %s\n", r)
 	}
+	// The streams' activations come before any service is exported: nsc
+	// signs an activation for the first private export, by subject, that
+	// holds its subject, a "*" token holding a ">" one, so P.cancel.> would
+	// be activated as the service P.cancel.* (TestNSCDeploymentLive).
 	prefix := specOf(users).Prefix
-	for _, l := range links(bus.NewSubjects(prefix)) {
-		kind := ""
-		if l.kind == "service" {
-			kind = " --service"
+	for _, kind := range []string{"stream", "service"} {
+		for _, l := range links(bus.NewSubjects(prefix)) {
+			flags := ""
+			if l.kind != kind {
+				continue
+			} else if kind == "service" {
+				flags = " --service"
+			}
+			if l.many {
+				flags += " --response-type Stream"
+			}
+			if l.wait != "" {
+				flags += " --response-threshold " + l.wait
+			}
+			fmt.Fprintf(&b, "nsc add export --account %s --private --subject %s%s\n", account, shellQuote(l.subject), flags)
 		}
-		if l.many {
-			kind += " --response-type Stream"
-		}
-		if l.wait != "" {
-			kind += " --response-threshold " + l.wait
-		}
-		fmt.Fprintf(&b, "nsc add export --account %s --private --subject %s%s\n", account, shellQuote(l.subject), kind)
-	}
-	for i, r := range names {
-		for _, l := range imports(prefix, runners[i]) {
-			fmt.Fprintf(&b, "nsc generate activation --account %s --subject %s --target-account \"$(nsc describe account --name %s --field sub | tr -d '\"')\" --output-file act.jwt\n", account, shellQuote(l.subject), r)
-			fmt.Fprintf(&b, "nsc add import --account %s --token act.jwt --local-subject %s\n", r, shellQuote(l.subject))
+		for i, r := range names {
+			for _, l := range imports(prefix, runners[i]) {
+				if l.kind == kind {
+					fmt.Fprintf(&b, "nsc generate activation --account %s --subject %s --target-account \"$(nsc describe account --name %s --field sub | tr -d '\"')\" --output-file act.jwt\n", account, shellQuote(l.subject), r)
+					fmt.Fprintf(&b, "nsc add import --account %s --token act.jwt --local-subject %s\n", r, shellQuote(l.subject))
+				}
+			}
 		}
 	}
 	for _, u := range users {
@@ -178,7 +188,7 @@ func NSC(account string, users []User) string {
 			fmt.Fprintf(&b, " \\\n  --deny-sub %s", shellQuote(strings.Join(d, ",")))
 		}
 		if u.Permissions.AllowResponses {
-			b.WriteString(" \\\n  --allow-pub-response 1")
+			b.WriteString(" \\\n  --allow-pub-response=1")
 		}
 		fmt.Fprintf(&b, "\n# %s connects with --creds %s.creds --inbox-prefix %s\n", u.Name, u.Name, u.InboxPrefix)
 	}

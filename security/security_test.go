@@ -84,7 +84,7 @@ func TestNSC(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := security.NSC("TOOLBUS", users)
-	for _, want := range []string{"nsc add user --account TOOLBUS-worker --name worker", "--allow-pub-response 1", "nsc add user --account TOOLBUS --name router",
+	for _, want := range []string{"nsc add user --account TOOLBUS-worker --name worker", "--allow-pub-response=1", "nsc add user --account TOOLBUS --name router",
 		"nsc add import --account TOOLBUS-bridge --token act.jwt --local-subject 'toolbus.events.>'", "--subject '$JS.API.CONSUMER.MSG.NEXT.TOOLBUS_WORK.*' --service --response-type Stream", "'toolbus.call.*,toolbus.tools.*"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("no %q in\n%s", want, out)

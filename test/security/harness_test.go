@@ -50,8 +50,9 @@ var spec = security.Spec{
 type deployment struct {
 	t     *testing.T
 	dir   string
-	srv   *server.Server
+	srv   *server.Server // where conn logs in
 	users []security.User
+	creds bool // users log in with dir/<user>.creds (JWT accounts), not their nkey seeds
 }
 
 func newDeployment(t *testing.T, configure ...func(*router.Config)) *deployment {
@@ -113,6 +114,9 @@ func (d *deployment) conn(user string) *login {
 	}
 	l := &login{t: d.t, name: user, seen: make(chan struct{}, 1)}
 	cfg := natsconn.Config{URLs: d.srv.ClientURL(), NKey: security.SeedFile(d.dir, user), InboxPrefix: u.InboxPrefix}
+	if d.creds {
+		cfg.NKey, cfg.Creds = "", filepath.Join(d.dir, user+".creds")
+	}
 	nc, err := cfg.Connect("test-"+user, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		l.mu.Lock()
 		l.errs = append(l.errs, err)
