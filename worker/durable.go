@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -71,30 +72,25 @@ func (q workQueue) take(ctx context.Context) {
 	}
 }
 
-// lookupWarn is how long the work consumer may be missing before the
-// worker says so above debug level.
-const lookupWarn = 30 * time.Second
-
 // consumer looks up the tool's work consumer, which routers make when they
-// take its registration: it retries what can pass and fails at once on
-// what cannot (lookupFault, workConfig).
+// take its registration: it retries what can pass (saying so at warning
+// level once after 30 s) and fails at once on what cannot (lookupFault,
+// workConfig).
 func (q workQueue) consumer(ctx context.Context, js jetstream.JetStream, retry time.Duration) (jetstream.Consumer, error) {
 	stream, name := q.w.subj.Stream(bus.StreamWork), q.w.subj.Workers.WorkConsumer(q.t.def.Name)
-	info := "$JS.API.CONSUMER.INFO." + stream + "." + name
 	for start, warned := time.Now(), false; ; {
 		cons, err := js.Consumer(ctx, stream, name)
 		if err == nil {
 			return cons, workConfig(cons.CachedInfo().Config, q.w.subj.Workers.Work(q.t.def.Name))
 		}
-		if fault := lookupFault(err, q.w.nc.LastError(), info); fault != nil {
+		if fault := lookupFault(err, q.w.nc.LastError(), "$JS.API.CONSUMER.INFO."+stream+"."+name); fault != nil {
 			return nil, fault // the context's error too
 		}
-		if !warned && time.Since(start) > lookupWarn {
-			warned = true
-			q.w.log.Warn("worker: work consumer still missing: is a router up, and did it accept the tool?", "tool", q.t.def.Name, "consumer", name, "err", err)
-		} else {
-			q.w.log.Debug("worker: work consumer not there yet", "tool", q.t.def.Name, "err", err)
+		level := slog.LevelDebug
+		if !warned && time.Since(start) > 30*time.Second {
+			level, warned = slog.LevelWarn, true
 		}
+		q.w.log.Log(ctx, level, "worker: work consumer not there yet (is a router up, and did it accept the tool?)", "tool", q.t.def.Name, "err", err)
 		if err := bus.Sleep(ctx, retry); err != nil {
 			return nil, err
 		}
