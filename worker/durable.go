@@ -97,13 +97,9 @@ func (q workQueue) consumer(ctx context.Context, js jetstream.JetStream, retry t
 	}
 }
 
-// lookupFault is nil for a failed consumer lookup that a later one may
-// pass (no responders, a timeout, the consumer or its stream not made yet,
-// a server error such as 503 "JetStream not enabled" while an account's
-// import settles), else why it cannot (a bad name, a consumer that is not
-// a pull consumer, permission denied: a timeout while last, the
-// connection's last error, is the server's refusal of info, the request's
-// subject).
+// lookupFault is nil for a failed lookup a later one may pass, else why it
+// cannot: a bad name, a push consumer, or a timeout after the server refused
+// info, the lookup's subject (last: the connection's last error).
 func lookupFault(err, last error, info string) error {
 	var api *jetstream.APIError
 	switch {
@@ -119,10 +115,8 @@ func lookupFault(err, last error, info string) error {
 	return err
 }
 
-// workConfig refuses a consumer routers did not make for the tool: from one
-// with other filters the worker would take other tools' durable calls and
-// terminate them (a call of another tool is refused), and one without
-// explicit acknowledgements would lose calls.
+// workConfig refuses a consumer routers did not make for the tool: the
+// worker would take other tools' calls from it and end them, or lose calls.
 func workConfig(c jetstream.ConsumerConfig, filter string) error {
 	if c.FilterSubject != filter || len(c.FilterSubjects) > 0 || c.AckPolicy != jetstream.AckExplicitPolicy {
 		return fmt.Errorf("consumer %s has another config: filter %q %q, ack %s (want %q, explicit)",
