@@ -39,11 +39,12 @@ func startDurable(t *testing.T, nc *nats.Conn) *testkit.Buffer {
 	return &logs
 }
 
-// loggedOnce waits for one error line with want and fails on a second.
+// loggedOnce waits for one error line with want (past jetstream's 5 s
+// timeout of a refused lookup) and fails on a second.
 func loggedOnce(t *testing.T, logs *testkit.Buffer, want string) {
 	t.Helper()
 	line := `level=ERROR msg="worker: durable tool not served here" worker=w1 tool=job err=`
-	testkit.CheckFor(t, bound, 5*time.Millisecond, func() error {
+	testkit.CheckFor(t, 2*bound, 5*time.Millisecond, func() error {
 		if n := strings.Count(logs.String(), line); n != 1 || !strings.Contains(logs.String(), want) {
 			return fmt.Errorf("want one line %q with %q in:\n%s", line, want, logs.String())
 		}
