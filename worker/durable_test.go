@@ -39,8 +39,8 @@ func startDurable(t *testing.T, nc *nats.Conn) *testkit.Buffer {
 	return &logs
 }
 
-// loggedOnce waits for one error line with want (past jetstream's 5 s
-// timeout of a refused lookup) and fails on a second.
+// loggedOnce waits until the log holds exactly one error line, with want
+// (past jetstream's 5 s timeout of a refused lookup).
 func loggedOnce(t *testing.T, logs *testkit.Buffer, want string) {
 	t.Helper()
 	line := `level=ERROR msg="worker: durable tool not served here" worker=w1 tool=job err=`
