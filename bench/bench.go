@@ -173,8 +173,8 @@ func runOnce(ctx context.Context, opts *Options, exe string, rep *Report, n int,
 		run.PIDs[role] = c.Pid()
 	}
 	paths := []*path{
-		{name: "one_hop", fn: d.raw(rawEcho)},
-		{name: "relay", server: roleRelay, fn: d.raw(rawRelay)},
+		{name: "one_hop", worker: roleResponder, fn: d.raw(rawEcho)},
+		{name: "relay", server: roleRelay, worker: roleResponder, fn: d.raw(rawRelay)},
 		{name: "toolbus read-only", server: roleRouter, fn: d.callTool(toolRead)},
 		{name: "toolbus write", server: roleRouter, fn: d.callTool(toolWrite)},
 		{name: "mcp-go HTTP", server: roleMCP, fn: d.mcp.call, midOnly: true},

@@ -73,17 +73,18 @@ var benchGroups = []bus.Group{{Name: benchGroup, Description: "Benchmark tools."
 // Roles of the deployment's parts (and of the bench's
 // child processes).
 const (
-	roleNATS    = "nats"    // nats-server with JetStream (the embedded one)
-	roleRouter  = "router"  // one toolbus router, configured as cmd/router's defaults
-	roleRelay   = "relay"   // the raw forwarder of the relay baseline
-	roleWorker  = "worker"  // the toolbus worker and the raw responder
-	roleMCP     = "mcp"     // mcp-go's streamable HTTP server with the same trivial tool
-	roleClient  = "client"  // the bench process: the callers
-	roleMachine = "machine" // every process on the machine (CPUNS only)
+	roleNATS      = "nats"      // nats-server with JetStream (the embedded one)
+	roleRouter    = "router"    // one toolbus router, configured as cmd/router's defaults
+	roleRelay     = "relay"     // the raw forwarder of the relay baseline
+	roleWorker    = "worker"    // the toolbus worker, its collector tuned as cmd/toolworker's
+	roleResponder = "responder" // the raw responder, apart: Go's default collector, as the raw baselines'
+	roleMCP       = "mcp"       // mcp-go's streamable HTTP server with the same trivial tool
+	roleClient    = "client"    // the bench process: the callers
+	roleMachine   = "machine"   // every process on the machine (CPUNS only)
 )
 
 // config describes a deployment (nats-server, one router, the relay
-// forwarder, the worker with the raw responder, optionally mcp-go's server),
+// forwarder, the raw responder, the worker, optionally mcp-go's server),
 // in this process, each part labelled, or each part a process.
 type config struct {
 	exe        string              // "": every part in this process; else the binary run as each part (RunChild)
@@ -149,7 +150,7 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 			return nil, err
 		}
 	}
-	for _, role := range []string{roleRelay, roleWorker} {
+	for _, role := range []string{roleRelay, roleResponder, roleWorker} {
 		if _, err = d.start(ctx, role); err != nil {
 			return nil, err
 		}
@@ -187,7 +188,7 @@ func deploy(ctx context.Context, cfg config) (d *deployment, err error) {
 }
 
 // partOf is the label of a role's part in this process.
-var partOf = map[string]string{roleRelay: partRouter, roleWorker: partWorker}
+var partOf = map[string]string{roleRelay: partRouter, roleResponder: partWorker, roleWorker: partWorker}
 
 // start starts role, as a process (env added to its environment) or in
 // this process under its part's label, and returns what it said on its
@@ -389,7 +390,7 @@ func (d *deployment) close(ctx context.Context) {
 	for i := len(d.undo) - 1; i >= 0; i-- {
 		d.undo[i](ctx)
 	}
-	for _, role := range []string{roleMCP, roleWorker, roleRelay, roleRouter, roleNATS} {
+	for _, role := range []string{roleMCP, roleWorker, roleResponder, roleRelay, roleRouter, roleNATS} {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), childStop)
 		_ = d.children[role].Stop(sctx)
 		cancel()
@@ -405,7 +406,7 @@ func (d *deployment) close(ctx context.Context) {
 // childErrors returns what the children said on stderr, for a failed run.
 func (d *deployment) childErrors() string {
 	var b strings.Builder
-	for _, role := range []string{roleNATS, roleRouter, roleRelay, roleWorker, roleMCP} {
+	for _, role := range []string{roleNATS, roleRouter, roleRelay, roleResponder, roleWorker, roleMCP} {
 		if c := d.children[role]; c != nil {
 			if s := c.Tail(); s != "" {
 				fmt.Fprintf(&b, "%s: %s\n", role, s)

@@ -204,6 +204,7 @@ func (d *deployment) measureLoad(ctx context.Context, dur time.Duration, callers
 type path struct {
 	name    string
 	server  string // the process between caller and worker (mcp-go: its server; none for one_hop)
+	worker  string // the process that answers: roleWorker unless set
 	fn      callFunc
 	midOnly bool // throughput at the mid caller count only
 	// twin, when set, runs right after this path's load at the mid caller
@@ -321,7 +322,7 @@ func (p *path) figures() Path {
 	out.P50US, out.P90US, out.P99US = us(p.lat.Quantile(0.5)), us(p.lat.Quantile(0.9)), us(p.lat.Quantile(0.99))
 	for k, c := range p.loads {
 		cpu, allocs := map[string]float64{}, map[string]float64{}
-		for part, role := range map[string]string{partRouter: p.server, partWorker: roleWorker, partClient: roleClient, procNATS: roleNATS} {
+		for part, role := range map[string]string{partRouter: p.server, partWorker: cmp.Or(p.worker, roleWorker), partClient: roleClient, procNATS: roleNATS} {
 			if role != "" {
 				cpu[part], allocs[part] = c.perCall(role)
 			}
@@ -341,7 +342,7 @@ func (p *path) overRaw(mid int) OverRaw {
 	for way, t := range []*RawTwin{&o.InStep, &o.Spread} {
 		raw := p.twins[way].calls
 		*t = RawTwin{Rate: raw.Throughput(), OtherCores: raw.otherCores()}
-		t.WorkerUS, _ = raw.perCall(roleWorker)
+		t.WorkerUS, _ = raw.perCall(p.twin.worker)
 		t.ClientUS, _ = raw.perCall(roleClient)
 		t.PacingUS, _ = p.twins[way].pacing.perCall(roleClient)
 		t.WorkerOverUS, t.ClientOverUS = sdkWorker-t.WorkerUS, sdkClient-(t.ClientUS-t.PacingUS)

@@ -313,6 +313,8 @@ func startPart(ctx context.Context, role, url string, nc *nats.Conn) (stop func(
 		stop, err = childRouter(ctx, nc)
 	case roleRelay:
 		stop, err = childRelay(ctx, url)
+	case roleResponder:
+		stop, err = childResponder(ctx, url)
 	case roleWorker:
 		stop, err = childWorker(ctx, url)
 	case roleMCP:
@@ -468,35 +470,38 @@ func childRelay(ctx context.Context, url string) (func(context.Context), error) 
 	return func(context.Context) { fwd.Close() }, nil
 }
 
-// childWorker runs the raw responder and one toolbus worker with the
-// trivial tools, each on its own connection, and returns once a router
-// acknowledged the registration.
-func childWorker(ctx context.Context, url string) (stop func(context.Context), err error) {
-	resp, err := childConnect(url, "responder")
+// childResponder runs the raw responder on its own connection, with Go's
+// default collector: the raw baselines are nats.go untuned.
+func childResponder(ctx context.Context, url string) (func(context.Context), error) {
+	resp, err := childConnect(url, roleResponder)
 	if err != nil {
 		return nil, err
-	}
-	wnc, err := childConnect(url, roleWorker)
-	if err != nil {
-		resp.Close()
-		return nil, err
-	}
-	undo := func() {
-		resp.Close()
-		wnc.Close()
 	}
 	if err = subscribe(resp, rawEcho, "", func(m *nats.Msg) { _ = resp.Publish(m.Reply, m.Data) }); err == nil {
 		err = bus.Flush(ctx, resp)
 	}
-	var w *worker.Worker
-	if err == nil {
-		w, err = StartWorker(ctx, wnc, worker.Config{}, registerTrivial)
-	}
 	if err != nil {
-		undo()
+		resp.Close()
 		return nil, err
 	}
-	return func(ctx context.Context) { drain(ctx, w.Drain); undo() }, nil
+	return func(context.Context) { resp.Close() }, nil
+}
+
+// childWorker runs one toolbus worker with the trivial tools, its collector
+// tuned as cmd/toolworker's, and returns once a router acknowledged the
+// registration.
+func childWorker(ctx context.Context, url string) (stop func(context.Context), err error) {
+	memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
+	wnc, err := childConnect(url, roleWorker)
+	if err != nil {
+		return nil, err
+	}
+	w, err := StartWorker(ctx, wnc, worker.Config{}, registerTrivial)
+	if err != nil {
+		wnc.Close()
+		return nil, err
+	}
+	return func(ctx context.Context) { drain(ctx, w.Drain); wnc.Close() }, nil
 }
 
 // StartWorker starts a worker on nc (heartbeat bus.DefaultHeartbeat unless

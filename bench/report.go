@@ -81,7 +81,7 @@ type Path struct {
 
 // OverRaw is what the SDKs cost beyond raw nats.go at the same rate: right
 // after the read-only calls at Config.CostCallers callers, one_hop (the raw
-// requester in the bench process, the raw responder in the worker's) runs
+// requester in the bench process, the raw responder in its own) runs
 // with as many callers, each paced to its share of the rate toolbus
 // reached, the callers in step and then spread over each period (RawTwin).
 // CPU per call falls as the rate rises and as calls arrive together (they
@@ -214,7 +214,7 @@ type Profile struct {
 }
 
 const layout = "nats-server (embedded, its own process), router (its own process, cmd/router's defaults, no built-in tools), " +
-	"relay forwarder (its own process), worker and raw responder (one process, each on its own connection), " +
+	"relay forwarder, raw responder (Go's default collector) and worker (tuned as cmd/toolworker) (each its own process), " +
 	"mcp-go streamable HTTP server (its own process), callers and the I/O-bound tool's workers in the bench process; " +
 	"every process re-executes the bench's binary"
 

@@ -3,6 +3,9 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,15 +31,13 @@ func (q workQueue) take(ctx context.Context) {
 		w.log.Error("worker: jetstream", "err", err)
 		return
 	}
-	// Routers make the tool's consumer when they take its registration.
 	retry := min(max(w.cfg.Heartbeat/10, 50*time.Millisecond), time.Second)
-	stream, name := w.subj.Stream(bus.StreamWork), w.subj.Workers.WorkConsumer(t.def.Name)
-	cons, err := js.Consumer(ctx, stream, name)
-	for ; err != nil; cons, err = js.Consumer(ctx, stream, name) {
-		w.log.Debug("worker: work consumer not there yet", "tool", t.def.Name, "err", err)
-		if bus.Sleep(ctx, retry) != nil {
-			return
+	cons, err := q.consumer(ctx, js, retry)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Error("worker: durable tool not served here", "tool", t.def.Name, "err", err)
 		}
+		return
 	}
 	ackWait := cons.CachedInfo().Config.AckWait
 	for {
@@ -69,6 +70,59 @@ func (q workQueue) take(ctx context.Context) {
 		}
 		q.run(msg, ackWait)
 	}
+}
+
+// consumer looks up the tool's work consumer, which routers make when they
+// take its registration: it retries what can pass (saying so at warning
+// level once after 30 s) and fails at once on what cannot (lookupFault,
+// workConfig).
+func (q workQueue) consumer(ctx context.Context, js jetstream.JetStream, retry time.Duration) (jetstream.Consumer, error) {
+	stream, name := q.w.subj.Stream(bus.StreamWork), q.w.subj.Workers.WorkConsumer(q.t.def.Name)
+	for start, warned := time.Now(), false; ; {
+		cons, err := js.Consumer(ctx, stream, name)
+		if err == nil {
+			return cons, workConfig(cons.CachedInfo().Config, q.w.subj.Workers.Work(q.t.def.Name))
+		}
+		if fault := lookupFault(err, q.w.nc.LastError(), "$JS.API.CONSUMER.INFO."+stream+"."+name); fault != nil {
+			return nil, fault // the context's error too
+		}
+		level := slog.LevelDebug
+		if !warned && time.Since(start) > 30*time.Second {
+			level, warned = slog.LevelWarn, true
+		}
+		q.w.log.Log(ctx, level, "worker: work consumer not there yet (is a router up, and did it accept the tool?)", "tool", q.t.def.Name, "err", err)
+		if err := bus.Sleep(ctx, retry); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// lookupFault is nil for a failed lookup a later one may pass, else why it
+// cannot: a bad name, a push consumer, or a timeout after the server refused
+// info, the lookup's subject (last: the connection's last error).
+func lookupFault(err, last error, info string) error {
+	var api *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		if errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+info+`"`) {
+			return fmt.Errorf("permission denied: %w", last)
+		}
+		return nil
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrConsumerNotFound),
+		errors.Is(err, jetstream.ErrStreamNotFound), errors.As(err, &api) && api.Code >= 500:
+		return nil
+	}
+	return err
+}
+
+// workConfig refuses a consumer routers did not make for the tool: the
+// worker would take other tools' calls from it and end them, or lose calls.
+func workConfig(c jetstream.ConsumerConfig, filter string) error {
+	if c.FilterSubject != filter || len(c.FilterSubjects) > 0 || c.AckPolicy != jetstream.AckExplicitPolicy {
+		return fmt.Errorf("consumer %s has another config: filter %q %q, ack %s (want %q, explicit)",
+			c.Durable, c.FilterSubject, c.FilterSubjects, c.AckPolicy, filter)
+	}
+	return nil
 }
 
 // run runs one durable call; the caller holds its slot.

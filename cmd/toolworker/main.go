@@ -28,6 +28,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/cli"
 	"github.com/toolbus/toolbus/internal/cli/daemon"
+	"github.com/toolbus/toolbus/internal/memtune"
 	"github.com/toolbus/toolbus/mcp/bridge"
 	"github.com/toolbus/toolbus/natsconn"
 	"github.com/toolbus/toolbus/skills"
@@ -77,6 +78,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer obs.Stop()
 	log := obs.Log
+	// Tuned as the router is (docs/worker.md, "The collector").
+	gc := memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
+	log.Debug("collector", "gc_percent", gc.GCPercent, "memory_limit", gc.MemoryLimit, "from_env", gc.FromEnv)
 
 	if *mcpConfig != "" && !cli.Given(fs, "demo") {
 		*demo = false

@@ -1,6 +1,7 @@
-// Package memtune sets a router's garbage collector to GOGC=400 with a soft
-// memory limit: at 100 collection was a third of its CPU per call
-// (docs/performance.md). A GOGC or GOMEMLIMIT in the environment wins.
+// Package memtune sets the garbage collector of toolbus's router and
+// worker processes to GOGC=400 with a soft memory limit: at 100 collection
+// was a third of the router's CPU per call (docs/performance.md). A GOGC or
+// GOMEMLIMIT in the environment wins.
 package memtune
 
 import (
@@ -9,9 +10,9 @@ import (
 )
 
 const (
-	// DefaultGCPercent is the router's GOGC.
+	// DefaultGCPercent is the router's and toolworker's GOGC.
 	DefaultGCPercent = 400
-	// DefaultMemoryLimit is the router's soft memory limit, in bytes.
+	// DefaultMemoryLimit is their soft memory limit, in bytes.
 	DefaultMemoryLimit = 256 << 20
 )
 
