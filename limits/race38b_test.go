@@ -1,0 +1,82 @@
+package limits
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+)
+
+// TestAttack38bConcurrentCallersKeepTheBound (session 38, red team): Check
+// reads every rule's count before it counts, so calls that arrive together
+// all read the same room. 48 calls at once, of one session, of one user in
+// many sessions, or of many sessions under a global rule, split over two
+// routers, are admitted no more than the rule's bound: a rate's write is a
+// compare-and-set on the revision read (the loser reads again and may be
+// refused), a budget's increment returns a unique total (past the units it
+// is taken back). The counts kept are the admitted calls' alone. Before
+// loose38 (the count first) it held alike; it is kept for the read-first
+// Check.
+func TestAttack38bConcurrentCallersKeepTheBound(t *testing.T) {
+	srv := testkit.RunServer(t)
+	const n, bound = 48, 5
+	for i, tc := range []struct {
+		name string
+		rule Rule
+		call func(i int) Call
+	}{
+		{"budget, one session", Rule{Name: "b", Per: []string{PerSession}, Budget: &Budget{Units: bound}},
+			func(int) Call { return Call{Tool: "t", Session: "s"} }},
+		{"budget, one user", Rule{Name: "b", Per: []string{PerUser}, Budget: &Budget{Units: bound}},
+			func(i int) Call { return Call{Tool: "t", User: "u", Session: fmt.Sprint("s", i)} }},
+		{"budget, global", Rule{Name: "b", Budget: &Budget{Units: bound}},
+			func(i int) Call { return Call{Tool: "t", Session: fmt.Sprint("s", i)} }},
+		{"rate, one session", Rule{Name: "r", Per: []string{PerSession}, Rate: &Rate{Calls: bound, IntervalMS: 3_600_000}},
+			func(int) Call { return Call{Tool: "t", Session: "s"} }},
+		{"rate, global", Rule{Name: "r", Rate: &Rate{Calls: bound, IntervalMS: 3_600_000}},
+			func(i int) Call { return Call{Tool: "t", Session: fmt.Sprint("s", i)} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Policy{Rules: []Rule{tc.rule}}
+			var routers [2]*Limiter
+			for j := range routers {
+				l, err := New(t.Context(), testkit.JetStream(t, testkit.Connect(t, srv)), bus.NewSubjects(fmt.Sprint("q38b", i)), Config{Policy: p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				routers[j] = l
+			}
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for k := range n {
+				wg.Go(func() {
+					<-start
+					ref, err := routers[k%2].Check(t.Context(), tc.call(k))
+					if err != nil {
+						t.Error(err)
+					}
+					if ref == nil {
+						admitted.Add(1)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			// A rate may admit fewer: a call whose clock read an instant
+			// before another's finds that one's arrival time ahead of its
+			// own now by the difference (fail closed, retry_after that long).
+			got := admitted.Load()
+			if got > bound || tc.rule.Budget != nil && got != bound {
+				t.Fatalf("%d of %d calls at once admitted, the bound is %d", got, n, bound)
+			}
+			u, err := routers[0].Usage(t.Context(), tc.call(0))
+			if err != nil || len(u) != 1 || u[0].Used != got {
+				t.Fatalf("usage after the race: %+v %v, want the %d admitted", u, err, got)
+			}
+		})
+	}
+}
