@@ -108,7 +108,8 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 }
 
 // Info reads name's first metadata message (the writer's) from the leader,
-// retrying "not found" for NotFoundRetry; else ErrNotFound.
+// retrying "not found" for NotFoundRetry; else ErrNotFound. An object the
+// layout refuses is an error wrapping errLayout, with its metadata.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	req := store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)}
 	m, err := s.get(ctx, req)
@@ -129,14 +130,35 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	if info.Deleted || info.Name != name {
 		return nil, ErrNotFound
 	}
+	info.Seq = m.Sequence
 	// Reading an object walks its chunks one stream read each: more than
 	// its size needs in the layout's chunks is refused (session 38,
-	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000).
+	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000),
+	// and so is one past the output ceiling, which only the bucket's bound
+	// stopped (TestAttack38bPastTheCeiling).
 	if most := max(1, (info.Size+ChunkSize-1)/ChunkSize); uint64(info.Chunks) > most {
-		return nil, fmt.Errorf("object %s has %d chunks for %d bytes, more than its size needs in %d-byte chunks (protocol 5.9)", name, info.Chunks, info.Size, ChunkSize)
+		return &info, fmt.Errorf("%w: object %s has %d chunks for %d bytes, more than its size needs in %d-byte chunks (protocol 5.9)", errLayout, name, info.Chunks, info.Size, ChunkSize)
 	}
-	info.Seq = m.Sequence
+	if info.Size > DefaultMaxOutput {
+		return &info, fmt.Errorf("%w: object %s has %d bytes, more than the %d-byte output ceiling (protocol 5.9)", errLayout, name, info.Size, DefaultMaxOutput)
+	}
 	return &info, nil
+}
+
+// errLayout is an object Info refuses; Info then returns its metadata too.
+var errLayout = errors.New("refused")
+
+// purge deletes object name (its chunks, and a deleted marker for its
+// metadata), for a seal that refused it as errLayout; a failure is left to
+// the bucket's TTL.
+func (s *Store) purge(ctx context.Context, name string) {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return
+	}
+	if obs, err := js.ObjectStore(ctx, s.bucket); err == nil {
+		_ = obs.Delete(ctx, name)
+	}
 }
 
 // chunk is where one chunk of a verified object is: its stream sequence,
