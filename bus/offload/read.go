@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -148,16 +149,24 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 // errLayout is an object Info refuses; Info then returns its metadata too.
 var errLayout = errors.New("refused")
 
-// purge deletes object name (its chunks, and a deleted marker for its
-// metadata), for a seal that refused it as errLayout; a failure is left to
-// the bucket's TTL.
-func (s *Store) purge(ctx context.Context, name string) {
+// purge deletes refused object name (info): its metadata, then its chunks
+// on the subject of the NUID its writer chose, one token (never a wildcard)
+// that no other writer can read: every writer of the store takes 128
+// random bits, which only routers and operators see. A failure is left to
+// the bucket's TTL. (The object store's own Delete writes a rollup, which
+// this stream refuses.)
+func (s *Store) purge(ctx context.Context, info *Info) {
 	js, err := jetstream.New(s.nc)
 	if err != nil {
 		return
 	}
-	if obs, err := js.ObjectStore(ctx, s.bucket); err == nil {
-		_ = obs.Delete(ctx, name)
+	st, err := js.Stream(ctx, "OBJ_"+s.bucket)
+	if err != nil || st.Purge(ctx, jetstream.WithPurgeSubject(metaSubject(s.bucket, info.Name))) != nil {
+		return
+	}
+	const alnum = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	if info.NUID != "" && strings.Trim(info.NUID, alnum) == "" {
+		_ = st.Purge(ctx, jetstream.WithPurgeSubject(chunkSubject(s.bucket, info.NUID)))
 	}
 }
 

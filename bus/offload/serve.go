@@ -134,7 +134,7 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 		return b, fmt.Errorf("%s: %w", short(b.URL), err)
 	case errors.Is(err, errLayout) && ours:
 		// The call's own, never sealed: nothing refers to it (protocol 5.9).
-		s.purge(ctx, r.Name)
+		s.purge(ctx, info)
 		return b, err
 	case err != nil:
 		return b, err
