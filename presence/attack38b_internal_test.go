@@ -25,7 +25,7 @@ func TestAttack38bGoneKeysForgetNoLiveRouter(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		t0 := time.Now() // live ends something
 		n := 0
-		for beat := range 6 {
+		for beat := range 3 {
 			for range MaxRouters { // a fill, half deleted, half left to go stale
 				id := fmt.Sprint("fill", n)
 				p.apply(put(id, "x"))
