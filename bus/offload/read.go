@@ -149,12 +149,9 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 // errLayout is an object Info refuses; Info then returns its metadata too.
 var errLayout = errors.New("refused")
 
-// purge deletes refused object name (info): its metadata, then its chunks
-// on the subject of the NUID its writer chose, one token (never a wildcard)
-// that no other writer can read: every writer of the store takes 128
-// random bits, which only routers and operators see. A failure is left to
-// the bucket's TTL. (The object store's own Delete writes a rollup, which
-// this stream refuses.)
+// purge deletes refused object info by STREAM.PURGE (Delete writes a
+// rollup, which the stream refuses): its metadata, then its chunks if their
+// NUID is one token (128 random bits no other writer reads); else the TTL.
 func (s *Store) purge(ctx context.Context, info *Info) {
 	js, err := jetstream.New(s.nc)
 	if err != nil {
