@@ -18,8 +18,9 @@ import (
 // compare-and-set on the revision read (the loser reads again and may be
 // refused), a budget's increment returns a unique total (past the units it
 // is taken back). The counts kept are the admitted calls' alone. Before
-// loose38 (the count first) it held alike; it is kept for the read-first
-// Check.
+// loose38 (the count first) it held alike. A rate admitted fewer, 4 of 5 in
+// 10 of 70 runs (1 of 10 before loose38): a call judged the value on its
+// clock read before another wrote it; it now reads its clock after.
 func TestAttack38bConcurrentCallersKeepTheBound(t *testing.T) {
 	srv := testkit.RunServer(t)
 	const n, bound = 48, 5
@@ -74,12 +75,12 @@ func TestAttack38bConcurrentCallersKeepTheBound(t *testing.T) {
 			}
 			close(start)
 			wg.Wait()
-			// A rate may admit fewer: a call whose clock read an instant
-			// before another's finds that one's arrival time ahead of its
-			// own now by the difference (fail closed, retry_after that long).
+			// Exactly the bound: a rate judged on a clock read before
+			// another call's value was written refused a call or two
+			// (its arrival time ahead of that now by their reads' gap).
 			got := admitted.Load()
 			t.Logf("%d of %d calls at once admitted (bound %d)", got, n, bound)
-			if got > bound || tc.rule.Budget != nil && tc.after == nil && got != bound {
+			if got != bound {
 				t.Fatalf("%d of %d calls at once admitted, the bound is %d", got, n, bound)
 			}
 			// Every rule counts the admitted calls alone: a call a later
