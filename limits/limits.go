@@ -202,6 +202,9 @@ type look struct {
 	r    *Rule
 	key  string
 	rate jetstream.KeyValueEntry // the rate's value (nil: none)
+	// now is the rate's clock, read after its value: another call's value,
+	// counted on this clock, is never ahead of it by that call's earlier read.
+	now time.Time
 	// rateRoom and budgetRoom: the soft bound counted a new rate value's,
 	// or a new counter's, bytes.
 	rateRoom, budgetRoom bool
@@ -266,7 +269,8 @@ func (l *Limiter) look(ctx context.Context, lk *look, now time.Time) (*Refusal, 
 		default:
 			lk.rate = e
 		}
-		if ref := rateRefusal(r, lk.rate, now); ref != nil {
+		lk.now = l.now()
+		if ref := rateRefusal(r, lk.rate, lk.now); ref != nil {
 			return ref, nil
 		}
 	}
@@ -324,14 +328,14 @@ var errRefused = errors.New("limits: refused")
 
 // rate takes a slot of lk's rate (if any): it writes over the value look
 // read, or reads again when another call wrote since, and then may refuse.
-func (l *Limiter) rate(ctx context.Context, lk *look, now time.Time) (*Refusal, undo, error) {
+func (l *Limiter) rate(ctx context.Context, lk *look, _ time.Time) (*Refusal, undo, error) {
 	r := lk.r
 	if r.Rate == nil {
 		return nil, nil, nil
 	}
 	em, nonce := r.Rate.emission(), nuid.Next()
 	next := func(cur jetstream.KeyValueEntry) ([]byte, error) {
-		return json.Marshal(gcra{TAT: tat(cur, now).Add(em).UnixNano(), Nonce: nonce})
+		return json.Marshal(gcra{TAT: tat(cur, lk.now).Add(em).UnixNano(), Nonce: nonce})
 	}
 	first, _ := next(lk.rate)
 	var err error
@@ -346,7 +350,8 @@ func (l *Limiter) rate(ctx context.Context, lk *look, now time.Time) (*Refusal, 
 			if cur != nil && bytes.Equal(cur.Value(), first) {
 				return nil, store.ErrNoChange // the first write landed
 			}
-			if ref = rateRefusal(r, cur, now); ref == nil && cur == nil && lk.rate != nil && !l.rateRoom.Room(ctx, rateBytes) {
+			lk.now = l.now() // read again, after cur
+			if ref = rateRefusal(r, cur, lk.now); ref == nil && cur == nil && lk.rate != nil && !l.rateRoom.Room(ctx, rateBytes) {
 				ref = full(r)
 			}
 			if ref != nil {

@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -108,7 +109,8 @@ func (s *Store) chunkAt(ctx context.Context, req store.MsgGetRequest) (*store.St
 }
 
 // Info reads name's first metadata message (the writer's) from the leader,
-// retrying "not found" for NotFoundRetry; else ErrNotFound.
+// retrying "not found" for NotFoundRetry; else ErrNotFound. An object the
+// layout refuses is an error wrapping errLayout, with its metadata.
 func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	req := store.MsgGetRequest{Seq: 1, NextBySubject: metaSubject(s.bucket, name)}
 	m, err := s.get(ctx, req)
@@ -129,14 +131,40 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	if info.Deleted || info.Name != name {
 		return nil, ErrNotFound
 	}
+	info.Seq = m.Sequence
 	// Reading an object walks its chunks one stream read each: more than
 	// its size needs in the layout's chunks is refused (session 38,
-	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000).
+	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000),
+	// and so is one past the output ceiling, which only the bucket's bound
+	// stopped (TestAttack38bPastTheCeiling).
 	if most := max(1, (info.Size+ChunkSize-1)/ChunkSize); uint64(info.Chunks) > most {
-		return nil, fmt.Errorf("object %s has %d chunks for %d bytes, more than its size needs in %d-byte chunks (protocol 5.9)", name, info.Chunks, info.Size, ChunkSize)
+		return &info, fmt.Errorf("%w: object %s has %d chunks for %d bytes, more than its size needs in %d-byte chunks (protocol 5.9)", errLayout, name, info.Chunks, info.Size, ChunkSize)
 	}
-	info.Seq = m.Sequence
+	if info.Size > DefaultMaxOutput {
+		return &info, fmt.Errorf("%w: object %s has %d bytes, more than the %d-byte output ceiling (protocol 5.9)", errLayout, name, info.Size, DefaultMaxOutput)
+	}
 	return &info, nil
+}
+
+// errLayout is an object Info refuses; Info then returns its metadata too.
+var errLayout = errors.New("refused")
+
+// purge deletes refused object info by STREAM.PURGE (Delete writes a
+// rollup, which the stream refuses): its metadata, then its chunks if their
+// NUID is one token (128 random bits no other writer reads); else the TTL.
+func (s *Store) purge(ctx context.Context, info *Info) {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return
+	}
+	st, err := js.Stream(ctx, "OBJ_"+s.bucket)
+	if err != nil || st.Purge(ctx, jetstream.WithPurgeSubject(metaSubject(s.bucket, info.Name))) != nil {
+		return
+	}
+	const alnum = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+	if info.NUID != "" && strings.Trim(info.NUID, alnum) == "" {
+		_ = st.Purge(ctx, jetstream.WithPurgeSubject(chunkSubject(s.bucket, info.NUID)))
+	}
 }
 
 // chunk is where one chunk of a verified object is: its stream sequence,

@@ -127,14 +127,19 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 		return b, err
 	}
 	info, err := s.Info(ctx, r.Name)
-	if errors.Is(err, ErrNotFound) {
+	session, _, _ := strings.Cut(key, ".")
+	ours := info != nil && info.Header(HeaderSession) == session && info.Header(HeaderCall) == key
+	switch {
+	case errors.Is(err, ErrNotFound):
 		return b, fmt.Errorf("%s: %w", short(b.URL), err)
-	}
-	if err != nil {
+	case errors.Is(err, errLayout) && ours:
+		// The call's own, never sealed: nothing refers to it (protocol 5.9).
+		s.purge(ctx, info)
+		return b, err
+	case err != nil:
 		return b, err
 	}
-	session, _, _ := strings.Cut(key, ".")
-	if info.Header(HeaderSession) != session || info.Header(HeaderCall) != key {
+	if !ours {
 		return b, fmt.Errorf("%w: the object %s was not stored for this call (its %s and %s headers must be %q and %q)",
 			ErrNotThisCall, short(b.URL), HeaderSession, HeaderCall, session, key)
 	}
