@@ -107,6 +107,9 @@ type Limits struct {
 	MaxInputBytes int
 	// MaxParked bounds a session's parked calls; zero means DefaultMaxParked.
 	MaxParked int
+	// MaxOutput is the output ceiling: a worker's stored output past it is
+	// refused (protocol 5.9); zero means offload.DefaultMaxOutput.
+	MaxOutput int64
 }
 
 // Defaults of Limits.
@@ -124,6 +127,9 @@ func (l *Limits) defaults() {
 	}
 	if l.MaxParked <= 0 {
 		l.MaxParked = DefaultMaxParked
+	}
+	if l.MaxOutput <= 0 {
+		l.MaxOutput = offload.DefaultMaxOutput
 	}
 }
 
@@ -366,6 +372,7 @@ func (r *Router) build(ctx context.Context) error {
 		return err
 	}
 	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
+	st.Ceiling = r.cfg.Limits.MaxOutput
 	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload()))}
 	r.events, err = newRouterEvents(r.wire, r.store.Health)
 	return err

@@ -131,4 +131,10 @@ func TestAttack38bPastTheCeiling(t *testing.T) {
 	if _, err := f.st.Seal(t.Context(), "s2.r1.c1", []bus.Block{victim}); err != nil {
 		t.Fatalf("the other session's object: %v", err)
 	}
+	// The ceiling is the router's (router --max-output): below the
+	// object's 3,000 bytes it refuses what the default took.
+	f.st.Ceiling = 2000
+	if _, err := f.st.Seal(t.Context(), "s2.r1.c1", []bus.Block{victim}); err == nil || !strings.Contains(err.Error(), "2000-byte output ceiling") {
+		t.Fatalf("past a lowered ceiling: %v", err)
+	}
 }

@@ -26,6 +26,9 @@ type Store struct {
 	bucket string
 	api    string // $JS.API.STREAM.MSG.GET.OBJ_<bucket>
 	direct string // $JS.API.DIRECT.GET.OBJ_<bucket>
+	// Ceiling is the most bytes Seal accepts in a worker's object (protocol
+	// 5.9: the output ceiling); zero means DefaultMaxOutput.
+	Ceiling int64
 }
 
 // NewStore reads bucket on nc.
@@ -134,14 +137,9 @@ func (s *Store) Info(ctx context.Context, name string) (*Info, error) {
 	info.Seq = m.Sequence
 	// Reading an object walks its chunks one stream read each: more than
 	// its size needs in the layout's chunks is refused (session 38,
-	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000),
-	// and so is one past the output ceiling, which only the bucket's bound
-	// stopped (TestAttack38bPastTheCeiling).
+	// TestAttackTinyChunks: 1-byte chunks made a read of 20,000 bytes 20,000).
 	if most := max(1, (info.Size+ChunkSize-1)/ChunkSize); uint64(info.Chunks) > most {
 		return &info, fmt.Errorf("%w: object %s has %d chunks for %d bytes, more than its size needs in %d-byte chunks (protocol 5.9)", errLayout, name, info.Chunks, info.Size, ChunkSize)
-	}
-	if info.Size > DefaultMaxOutput {
-		return &info, fmt.Errorf("%w: object %s has %d bytes, more than the %d-byte output ceiling (protocol 5.9)", errLayout, name, info.Size, DefaultMaxOutput)
 	}
 	return &info, nil
 }

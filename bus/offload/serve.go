@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,6 +130,11 @@ func (s *Store) seal(ctx context.Context, key string, b bus.Block) (bus.Block, e
 	info, err := s.Info(ctx, r.Name)
 	session, _, _ := strings.Cut(key, ".")
 	ours := info != nil && info.Header(HeaderSession) == session && info.Header(HeaderCall) == key
+	// Past the ceiling only the bucket's bound stopped a worker storing
+	// gigabytes a call (TestAttack38bPastTheCeiling).
+	if ceiling := cmp.Or(s.Ceiling, DefaultMaxOutput); err == nil && info.Size > uint64(ceiling) {
+		err = fmt.Errorf("%w: object %s has %d bytes, more than the %d-byte output ceiling (protocol 5.9)", errLayout, r.Name, info.Size, ceiling)
+	}
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return b, fmt.Errorf("%s: %w", short(b.URL), err)

@@ -115,7 +115,7 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 	fs.IntVar(&l.MaxTools, "max-tools", 0, fmt.Sprintf("tool names the catalogue P_tools takes: a new one past it is rejected limit_exceeded, a held one still taken; -1: no bound (default %d)", store.DefaultMaxTools))
 	fs.IntVar(&l.MaxGroups, "max-groups", 0, fmt.Sprintf("group names P_groups takes, likewise; -1: no bound (default %d)", store.DefaultMaxGroups))
 	fs.Var(&l.InlineOutput, "inline-output", "encoded output size of the built-in tools above which it is stored in P_outputs (default 1MiB, capped by the payload limit)")
-	fs.Var(&l.MaxOutput, "max-output", "encoded output size of the built-in tools above which it is refused (default 64MiB)")
+	fs.Var(&l.MaxOutput, "max-output", "output ceiling: a built-in tool's encoded output above it is refused, and so is a worker's stored output (default 64MiB)")
 	return l
 }
 

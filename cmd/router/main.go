@@ -172,7 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		RefuseSharedRegister: *refuseShared || *secure != "" && !sharedRegister(*secure),
 		Store:                storeCfg,
 		SessionCache:         *sessionCache,
-		Limits:               router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked},
+		Limits:               router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked, MaxOutput: int64(limits.MaxOutput)},
 		Groups:               fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
 		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: time.Duration(fileCfg.ParkTTL), Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease,
 		Guard: router.Guard{Search: fileCfg.Search.Enabled, ReadOutput: *readOutput, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas.Policy, Cache: fileCfg.Cache.Enabled, CacheMaxBytes: int64(fileCfg.Cache.MaxBytes), Audit: fileCfg.Audit.config()}})
