@@ -331,7 +331,7 @@ func nscOwn(t *testing.T, nsc, dir, script string) string {
 func nscDeployment(t *testing.T, replicas int, nsc string) {
 	dir := t.TempDir()
 	sp := spec // the harness's, with a worker-<name> login and the bridge's question answered by hosts
-	sp.Workers, sp.FacadeAnswers = []security.Handler{{Name: "a", Tools: []string{"alpha"}}}, []string{"mcp__q__elicit"}
+	sp.Workers, sp.FacadeAnswers = []security.Handler{{Name: "a", Tools: []string{"alpha", "alphajob"}}}, []string{"mcp__q__elicit"}
 	users, err := security.Users(sp)
 	must(t, err)
 	var conf string
@@ -374,9 +374,16 @@ func nscDeployment(t *testing.T, replicas int, nsc string) {
 	al := d.conn("session-s1")
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	reply, err := al.client().Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}, {ID: "c2", Name: "batchjob"}}}, client.WithReplyID("r1"))
-	if err != nil || len(reply.Results) != 2 {
-		t.Fatalf("greet and batchjob within %v of the registration: %+v %v", bound, reply, err)
+	reply, err := al.client().Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}, {ID: "c2", Name: "batchjob"}, {ID: "c3", Name: "bigread"}}}, client.WithReplyID("r1"))
+	if err != nil || len(reply.Results) != 3 {
+		t.Fatalf("greet, batchjob and bigread within %v of the registration: %+v %v", bound, reply, err)
+	}
+	i := slices.IndexFunc(reply.Results[2].Output, func(b bus.Block) bool { return b.URL != "" })
+	if i < 0 {
+		t.Fatalf("a 2 MiB output was not stored: %.300v", reply.Results[2])
+	}
+	if big, err := al.client().Outputs().FetchBytes(ctx, reply.Results[2].Output[i].URL); err != nil || len(big) != 2<<20 {
+		t.Fatalf("bigread's output stored by the worker's account and fetched by the agent: %d bytes, %v", len(big), err)
 	}
 	for _, res := range reply.Results {
 		if res.State != bus.StateSuccess {
@@ -444,17 +451,20 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			w, err := worker.New(l.nc, worker.Config{Heartbeat: testHeartbeat})
 			must(t, err)
 			def := bus.ToolDef{Name: "alpha", Description: "Worker a's.", ReadOnly: true, InputSchema: json.RawMessage(`{"type":"object"}`)}
-			must(t, w.Handle(def,
-				func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+			job := bus.ToolDef{Name: "alphajob", Description: "Worker a's durable job.", Durable: true, Permission: bus.PermissionAllow, InputSchema: def.InputSchema}
+			for _, d := range []bus.ToolDef{def, job} {
+				must(t, w.Handle(d, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
 					return &bus.ExecResult{Output: bus.Text("a ran")}, nil
 				}))
+			}
 			must(t, w.Start(t.Context()))
 			testkit.Stop(t, func(ctx context.Context) error { return w.Drain(ctx) })
 			testkit.Recv(t, w.Registered(), bound, "worker a's registration")
-			rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "alpha"}}})
-			if err != nil || len(rep.Results) != 1 || rep.Results[0].State != bus.StateSuccess {
-				t.Fatalf("alpha: %+v %v", rep, err)
+			rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "alpha"}, {ID: "c2", Name: "alphajob"}}})
+			if err != nil || len(rep.Results) != 2 || rep.Results[0].State != bus.StateSuccess || rep.Results[1].State != bus.StateSuccess {
+				t.Fatalf("alpha and alphajob: %+v %v", rep, err)
 			}
+			consumerInfoOnce(t, l.nc, "alphajob")
 			// TestAttackWorkerBeatsForAnother: the worker login's account (an account's public key,
 			// as nats-server names JWT accounts in Nats-Request-Info) may not leave for worker a's id.
 			ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+w.ID(), bus.Register{Worker: w.ID(), Tools: []bus.ToolDef{def}, Leaving: true})
