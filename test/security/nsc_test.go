@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
@@ -477,25 +478,13 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			}
 		}, []string{"toolbus.register.greet"}, []string{"toolbus.exec.alpha", "toolbus.exec.alpha spy"}}, // its execs outside its queue group
 		{security.RoleBridge, func(l *login) { // TestWorkerFindsItsConsumerAtOnce, TestOnlyRoutersPublishEvents
-			b, err := bridge.New(l.nc, &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}}},
-				bridge.Config{Heartbeat: testHeartbeat, Logger: slog.New(slog.DiscardHandler)})
-			must(t, err)
-			must(t, b.Start(t.Context()))
-			t.Cleanup(func() { _ = b.Stop(testkit.StopContext(t)) })
+			askBridge(t, l)
 		}, []string{"$JS.API.INFO", "toolbus.events.s1"}, nil},
 		{security.RoleFacade, func(*login) { // TestFacadeIdentity; the bridge's tool, its question relayed on P.ask and answered by alice's host
 			url, fl := d.mcpFacade(t)
 			host := &hostNames{asked: make(chan string, 4)}
 			c := mcpConnect(t, url+"/mcp/s1", hostToken, host)
-			for deadline := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) {
-				list, err := c.ListTools(testCtx(t), mcp.ListToolsRequest{})
-				must(t, err)
-				if slices.ContainsFunc(list.Tools, func(tl mcp.Tool) bool { return tl.Name == "mcp__q__ask" }) {
-					break
-				} else if time.Now().After(deadline) {
-					t.Fatalf("mcp__q__ask not listed within %s", bound)
-				}
-			}
+			waitListed(t, c, "mcp__q__ask")
 			if r := mcpCall(t, c, "greet"); r.IsError || mcpText(r) != "hello" {
 				t.Fatalf("greet: %+v", r)
 			}
@@ -576,6 +565,30 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 				}
 				l.mu.Unlock()
 			}
+		}
+	}
+}
+
+// askBridge runs a bridge logged in as l serving mcptest.AskServer as the
+// MCP server q (its tool mcp__q__ask asks the host's user a question).
+func askBridge(t *testing.T, l *login) {
+	b, err := bridge.New(l.nc, &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}}},
+		bridge.Config{Heartbeat: testHeartbeat, Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	must(t, b.Start(t.Context()))
+	t.Cleanup(func() { _ = b.Stop(testkit.StopContext(t)) })
+}
+
+// waitListed waits until the MCP client c lists the tool name.
+func waitListed(t *testing.T, c *mcpclient.Client, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) {
+		list, err := c.ListTools(testCtx(t), mcp.ListToolsRequest{})
+		must(t, err)
+		if slices.ContainsFunc(list.Tools, func(tl mcp.Tool) bool { return tl.Name == name }) {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s not listed within %s", name, bound)
 		}
 	}
 }
