@@ -411,7 +411,7 @@ func nscDeployment(t *testing.T, replicas int, nsc string) {
 // nscRoles: every other role does its job under the JWT accounts, each
 // logged in on a node of its own, in order (the facade calls the bridge's
 // tool; the approver and the operator each confirm a call the agent al
-// parks) with no permissions violation, the worker login wl's and al's
+// parks, the handler answers one) with no permissions violation, the worker login wl's and al's
 // included. Then each is refused what the configuration file's accounts
 // refuse it (the tests that check those named), each refusal on its own.
 func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl *login) {
@@ -427,7 +427,7 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			t.Fatalf("deploy did not park for a confirmation: %+v %v", reply, err)
 		}
 	}
-	confirmed := func(replyID string) { // the batch ends with deploy run
+	confirmed := func(replyID string) { // the batch ends with its call run
 		t.Helper()
 		var bd bus.BatchDone
 		for e := waitType(t, ev, bus.TypeBatchDone); ; e = waitType(t, ev, bus.TypeBatchDone) {
@@ -531,6 +531,20 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			must(t, l.client().Parked().Confirm(testCtx(t), "deploy", "s1", "r-operator", "c1", bus.Answer{Confirmed: &yes, InputDigest: parked.Parked[0].InputDigest}))
 			confirmed("r-operator")
 		}, []string{"toolbus.exec.deploy", "$JS.API.STREAM.PURGE.KV_toolbus_routers"}, nil},
+		{"handler-picker", func(l *login) { // TestHandlerConfined
+			reply, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "pick"}}}, client.WithReplyID("r-handler"))
+			if err != nil || len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindExternal {
+				t.Fatalf("pick did not park: %+v %v", reply, err)
+			}
+			req := readHandoff(t, l, "toolbus.external.pick")
+			must(t, l.client().Parked().Answer(testCtx(t), "pick", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("a.txt")}))
+			confirmed("r-handler")
+		}, []string{"toolbus.answer.deploy"}, []string{"toolbus.external.other"}},
+		{security.RoleAgent, func(l *login) { // TestAgentOfEverySession, TestSharedAgentLockedOut (its deny lists)
+			if rep, err := l.client().Call(testCtx(t), "s9", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil || len(rep.Results) != 1 || rep.Results[0].State != bus.StateSuccess {
+				t.Fatalf("greet in s9: %+v %v", rep, err)
+			}
+		}, []string{"toolbus.exec.greet", "toolbus.call.s1"}, []string{"toolbus.events.s1"}},
 	}
 	logins := make([]*login, len(rows))
 	for i, r := range rows {
