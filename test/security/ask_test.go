@@ -4,19 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/testkit"
-	"github.com/toolbus/toolbus/mcp/bridge"
-	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/security"
 )
 
@@ -87,25 +82,12 @@ func TestBridgeLoginAsks(t *testing.T) {
 	withAnswers.FacadeAnswers = []string{"mcp__q__elicit"}
 	d := newDeploymentOf(t, withAnswers)
 	bl := d.conn(security.RoleBridge)
-	b, err := bridge.New(bl.nc, &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}}},
-		bridge.Config{Heartbeat: testHeartbeat, Logger: slog.New(slog.DiscardHandler)})
-	must(t, err)
-	must(t, b.Start(t.Context()))
-	t.Cleanup(func() { _ = b.Stop(testkit.StopContext(t)) })
+	askBridge(t, bl)
 
 	url, fl := d.mcpFacade(t)
 	host := &hostNames{asked: make(chan string, 4)}
 	c := mcpConnect(t, url+"/mcp/s1", hostToken, host)
-	for deadline := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) {
-		list, err := c.ListTools(testCtx(t), mcp.ListToolsRequest{})
-		must(t, err)
-		if slices.ContainsFunc(list.Tools, func(tl mcp.Tool) bool { return tl.Name == "mcp__q__ask" }) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mcp__q__ask not listed within %s", bound)
-		}
-	}
+	waitListed(t, c, "mcp__q__ask")
 	if r := mcpCall(t, c, "mcp__q__ask"); r.IsError || mcpText(r) != `accept {"name":"alice"}` {
 		t.Fatalf("the bridged question answered by alice's host: %+v", r)
 	}

@@ -2,6 +2,7 @@ package security
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,17 +15,23 @@ import (
 	"testing"
 	"time"
 
+	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/embedded"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/mcp/bridge"
+	"github.com/toolbus/toolbus/mcp/mcptest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/security"
 	"github.com/toolbus/toolbus/store"
+	"github.com/toolbus/toolbus/worker"
 )
 
 // nscRun interprets the nsc commands security.NSC prints, as nsc would
@@ -278,19 +285,19 @@ func (n *nscRun) serverConfig(dir string) string {
 // a cluster of three with the store's replicas at 3: the calls succeed, no
 // role is refused anything it does, and the worker's account answers its
 // work consumer's CONSUMER.INFO once, at once (session 37's $JS.API.INFO
-// import, TestWorkerFindsItsConsumerAtOnce, under JWT accounts).
+// import, TestWorkerFindsItsConsumerAtOnce, under JWT accounts). Then every
+// other role, a worker-<name> login among them, does its job and is refused
+// what the configuration file refuses it (nscRoles). With nsc on PATH, nsc
+// itself runs the script for one server and for the cluster.
 func TestNSCDeploymentLive(t *testing.T) {
-	cases := []struct {
+	type nscCase struct {
 		name     string
 		replicas int
 		nsc      string // the nsc binary that runs the script ("": read by nscRun)
-	}{{"one server", 1, ""}, {"a cluster", 3, ""}}
+	}
+	cases := []nscCase{{"one server", 1, ""}, {"a cluster", 3, ""}}
 	if nsc, err := exec.LookPath("nsc"); err == nil {
-		cases = append(cases, struct {
-			name     string
-			replicas int
-			nsc      string
-		}{"nsc on PATH", 1, nsc})
+		cases = append(cases, nscCase{"nsc on PATH", 1, nsc}, nscCase{"nsc on PATH, a cluster", 3, nsc})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { nscDeployment(t, tc.replicas, tc.nsc) })
@@ -324,7 +331,9 @@ func nscOwn(t *testing.T, nsc, dir, script string) string {
 
 func nscDeployment(t *testing.T, replicas int, nsc string) {
 	dir := t.TempDir()
-	users, err := security.Users(security.Spec{Sessions: []string{"s1"}})
+	sp := spec // the harness's, with a worker-<name> login and the bridge's question answered by hosts
+	sp.Workers, sp.FacadeAnswers = []security.Handler{{Name: "a", Tools: []string{"alpha", "alphajob"}}}, []string{"mcp__q__elicit"}
+	users, err := security.Users(sp)
 	must(t, err)
 	var conf string
 	if script := security.NSC("TOOLBUS", users); nsc != "" {
@@ -366,9 +375,16 @@ func nscDeployment(t *testing.T, replicas int, nsc string) {
 	al := d.conn("session-s1")
 	ctx, cancel := context.WithTimeout(t.Context(), bound)
 	defer cancel()
-	reply, err := al.client().Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}, {ID: "c2", Name: "batchjob"}}}, client.WithReplyID("r1"))
-	if err != nil || len(reply.Results) != 2 {
-		t.Fatalf("greet and batchjob within %v of the registration: %+v %v", bound, reply, err)
+	reply, err := al.client().Call(ctx, "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}, {ID: "c2", Name: "batchjob"}, {ID: "c3", Name: "bigread"}}}, client.WithReplyID("r1"))
+	if err != nil || len(reply.Results) != 3 {
+		t.Fatalf("greet, batchjob and bigread within %v of the registration: %+v %v", bound, reply, err)
+	}
+	i := slices.IndexFunc(reply.Results[2].Output, func(b bus.Block) bool { return b.URL != "" })
+	if i < 0 {
+		t.Fatalf("a 2 MiB output was not stored: %.300v", reply.Results[2])
+	}
+	if big, err := al.client().Outputs().FetchBytes(ctx, reply.Results[2].Output[i].URL); err != nil || len(big) != 2<<20 {
+		t.Fatalf("bigread's output stored by the worker's account and fetched by the agent: %d bytes, %v", len(big), err)
 	}
 	for _, res := range reply.Results {
 		if res.State != bus.StateSuccess {
@@ -389,4 +405,204 @@ func nscDeployment(t *testing.T, replicas int, nsc string) {
 	}
 	wl.denyPublish("$JS.API.INFO")
 	al.denyPublish("toolbus.call.s2")
+	nscRoles(t, d, node, al, wl)
+}
+
+// nscRoles: every other role does its job under the JWT accounts, each
+// logged in on a node of its own, in order (the facade calls the bridge's
+// tool; the approver and the operator each confirm a call the agent al
+// parks, the handler answers one) with no permissions violation, the worker login wl's and al's
+// included. Then each is refused what the configuration file's accounts
+// refuse it (the tests that check those named), each refusal on its own.
+func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl *login) {
+	ac := al.client()
+	ev, err := ac.Watch(testCtx(t), "s1")
+	must(t, err)
+	defer ev.Stop(t.Context())
+	yes := true
+	park := func(replyID string) {
+		t.Helper()
+		reply, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "deploy"}}}, client.WithReplyID(replyID))
+		if err != nil || len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindConfirm {
+			t.Fatalf("deploy did not park for a confirmation: %+v %v", reply, err)
+		}
+	}
+	confirmed := func(replyID string) { // the batch ends with its call run
+		t.Helper()
+		var bd bus.BatchDone
+		for e := waitType(t, ev, bus.TypeBatchDone); ; e = waitType(t, ev, bus.TypeBatchDone) {
+			if e.ReplyID == replyID {
+				must(t, e.DataAs(&bd))
+				break
+			}
+		}
+		if len(bd.Results) != 1 || bd.Results[0].State != bus.StateSuccess {
+			t.Fatalf("%s after the confirmation: %+v", replyID, bd)
+		}
+	}
+	var parked struct {
+		Parked []bus.ParkedCall `json:"parked"`
+	}
+	rows := []struct {
+		user     string
+		job      func(*login)
+		pub, sub []string // refused as by the configuration file; "subject queue" subscribes in a queue group
+	}{
+		{"worker-a", func(l *login) { // TestAttackWorkerAgainstWorker
+			w, err := worker.New(l.nc, worker.Config{Heartbeat: testHeartbeat})
+			must(t, err)
+			def := bus.ToolDef{Name: "alpha", Description: "Worker a's.", ReadOnly: true, InputSchema: json.RawMessage(`{"type":"object"}`)}
+			job := bus.ToolDef{Name: "alphajob", Description: "Worker a's durable job.", Durable: true, Permission: bus.PermissionAllow, InputSchema: def.InputSchema}
+			for _, d := range []bus.ToolDef{def, job} {
+				must(t, w.Handle(d, func(context.Context, *worker.Call) (*bus.ExecResult, error) {
+					return &bus.ExecResult{Output: bus.Text("a ran")}, nil
+				}))
+			}
+			must(t, w.Start(t.Context()))
+			testkit.Stop(t, func(ctx context.Context) error { return w.Drain(ctx) })
+			testkit.Recv(t, w.Registered(), bound, "worker a's registration")
+			rep, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "alpha"}, {ID: "c2", Name: "alphajob"}}})
+			if err != nil || len(rep.Results) != 2 || rep.Results[0].State != bus.StateSuccess || rep.Results[1].State != bus.StateSuccess {
+				t.Fatalf("alpha and alphajob: %+v %v", rep, err)
+			}
+			consumerInfoOnce(t, l.nc, "alphajob")
+			// TestAttackWorkerBeatsForAnother: the worker login's account (an account's public key,
+			// as nats-server names JWT accounts in Nats-Request-Info) may not leave for worker a's id.
+			ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+w.ID(), bus.Register{Worker: w.ID(), Tools: []bus.ToolDef{def}, Leaving: true})
+			must(t, err)
+			m, err := bus.SendRequest(testCtx(t), wl.nc, bus.NewSubjects("").Workers.Register("alpha"), ev)
+			must(t, err)
+			var e bus.Error
+			if got, _ := bus.Decode(m); got == nil || got.Type != bus.TypeError || got.DataAs(&e) != nil || e.Code != bus.CodeDenied {
+				t.Fatalf("the worker login's leave for worker a: %s, want denied", m.Data)
+			}
+		}, []string{"toolbus.register.greet"}, []string{"toolbus.exec.alpha", "toolbus.exec.alpha spy"}}, // its execs outside its queue group
+		{security.RoleBridge, func(l *login) { // TestWorkerFindsItsConsumerAtOnce, TestOnlyRoutersPublishEvents
+			askBridge(t, l)
+		}, []string{"$JS.API.INFO", "toolbus.events.s1"}, nil},
+		{security.RoleFacade, func(*login) { // TestFacadeIdentity; the bridge's tool, its question relayed on P.ask and answered by alice's host
+			url, fl := d.mcpFacade(t)
+			host := &hostNames{asked: make(chan string, 4)}
+			c := mcpConnect(t, url+"/mcp/s1", hostToken, host)
+			waitListed(t, c, "mcp__q__ask")
+			if r := mcpCall(t, c, "greet"); r.IsError || mcpText(r) != "hello" {
+				t.Fatalf("greet: %+v", r)
+			}
+			if r := mcpCall(t, c, "mcp__q__ask"); r.IsError || mcpText(r) != `accept {"name":"alice"}` {
+				t.Fatalf("the bridged question answered by alice's host: %+v", r)
+			}
+			testkit.Recv(t, host.asked, bound, "alice's question")
+			fl.noViolations()
+		}, []string{"toolbus.exec.greet"}, []string{"toolbus.confirm.>"}},
+		{security.RoleApprover, func(l *login) { // TestApproverAndOperatorConfined, TestApproverNarrow
+			park("r-approver")
+			req := readHandoff(t, l, "toolbus.confirm.deploy")
+			must(t, l.client().Admin(testCtx(t), "parked.list", "s1", nil, &parked))
+			if len(parked.Parked) != 1 || parked.Parked[0].ReplyID != "r-approver" {
+				t.Fatalf("parked.list: %+v", parked.Parked)
+			}
+			must(t, l.client().Parked().Confirm(testCtx(t), "deploy", "s1", "r-approver", "c1", bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
+			confirmed("r-approver")
+		}, []string{"toolbus.answer.deploy"}, []string{"toolbus.events.>"}},
+		{security.RoleOperator, func(l *login) { // TestApproverAndOperatorConfined, TestAttackPresence: toolbus status, parked, confirm
+			var st json.RawMessage
+			must(t, l.client().Admin(testCtx(t), "status", "", struct{}{}, &st))
+			// status's discovery: the runners answer on the operator's inbox as responses (--allow-pub-response).
+			inbox := l.nc.NewInbox()
+			sub, err := l.nc.SubscribeSync(inbox)
+			must(t, err)
+			must(t, l.nc.PublishRequest("$SRV.INFO.toolbus-worker", inbox, nil))
+			for found := map[string]bool{}; !found["alpha"] || !found["greet"]; {
+				m, err := sub.NextMsg(bound)
+				if err != nil {
+					t.Fatalf("the workers' discovery answers: %v (found %v)", err, found)
+				}
+				var in micro.Info
+				must(t, json.Unmarshal(m.Data, &in))
+				for _, ep := range in.Endpoints {
+					found[ep.Name] = true
+				}
+			}
+			park("r-operator")
+			must(t, l.client().Admin(testCtx(t), "parked.list", "s1", nil, &parked))
+			if len(parked.Parked) != 1 || parked.Parked[0].ReplyID != "r-operator" {
+				t.Fatalf("parked.list: %+v", parked.Parked)
+			}
+			must(t, l.client().Parked().Confirm(testCtx(t), "deploy", "s1", "r-operator", "c1", bus.Answer{Confirmed: &yes, InputDigest: parked.Parked[0].InputDigest}))
+			confirmed("r-operator")
+		}, []string{"toolbus.exec.deploy", "$JS.API.STREAM.PURGE.KV_toolbus_routers"}, nil},
+		{"handler-picker", func(l *login) { // TestHandlerConfined
+			reply, err := ac.Call(testCtx(t), "s1", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "pick"}}}, client.WithReplyID("r-handler"))
+			if err != nil || len(reply.Parked) != 1 || reply.Parked[0].Kind != bus.KindExternal {
+				t.Fatalf("pick did not park: %+v %v", reply, err)
+			}
+			req := readHandoff(t, l, "toolbus.external.pick")
+			must(t, l.client().Parked().Answer(testCtx(t), "pick", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("a.txt")}))
+			confirmed("r-handler")
+		}, []string{"toolbus.answer.deploy"}, []string{"toolbus.external.other"}},
+		{security.RoleAgent, func(l *login) { // TestAgentOfEverySession, TestSharedAgentLockedOut (its deny lists)
+			if rep, err := l.client().Call(testCtx(t), "s9", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil || len(rep.Results) != 1 || rep.Results[0].State != bus.StateSuccess {
+				t.Fatalf("greet in s9: %+v %v", rep, err)
+			}
+		}, []string{"toolbus.exec.greet", "toolbus.call.s1"}, []string{"toolbus.events.s1"}},
+	}
+	logins := make([]*login, len(rows))
+	for i, r := range rows {
+		d.srv = node(i % 3)
+		logins[i] = d.conn(r.user)
+		r.job(logins[i])
+	}
+	for _, l := range logins {
+		l.noViolations()
+	}
+	wl.noViolationsBut("$JS.API.INFO")
+	al.noViolationsBut("toolbus.call.s2")
+	for i, r := range rows {
+		l := logins[i]
+		for _, s := range slices.Concat(r.pub, r.sub) {
+			l.mu.Lock()
+			l.errs = nil // each refusal its own
+			l.mu.Unlock()
+			subj, queue, _ := strings.Cut(s, " ")
+			switch {
+			case slices.Contains(r.pub, s):
+				l.denyPublish(s)
+			case queue == "":
+				l.denySubscribe(s)
+			default:
+				sub, err := l.nc.QueueSubscribeSync(subj, queue)
+				must(t, err)
+				l.waitViolation("Subscription", subj)
+				_ = sub.Unsubscribe()
+				if l.mu.Lock(); !strings.Contains(fmt.Sprint(l.errs), fmt.Sprintf("using queue %q", queue)) {
+					t.Errorf("%s: %v, want the queue group %s refused", l.name, l.errs, queue)
+				}
+				l.mu.Unlock()
+			}
+		}
+	}
+}
+
+// askBridge runs a bridge logged in as l serving mcptest.AskServer as the
+// MCP server q (its tool mcp__q__ask asks the host's user a question).
+func askBridge(t *testing.T, l *login) {
+	b, err := bridge.New(l.nc, &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}}},
+		bridge.Config{Heartbeat: testHeartbeat, Logger: slog.New(slog.DiscardHandler)})
+	must(t, err)
+	must(t, b.Start(t.Context()))
+	t.Cleanup(func() { _ = b.Stop(testkit.StopContext(t)) })
+}
+
+// waitListed waits until the MCP client c lists the tool name.
+func waitListed(t *testing.T, c *mcpclient.Client, name string) {
+	t.Helper()
+	for deadline := time.Now().Add(bound); ; time.Sleep(50 * time.Millisecond) {
+		list, err := c.ListTools(testCtx(t), mcp.ListToolsRequest{})
+		must(t, err)
+		if slices.ContainsFunc(list.Tools, func(tl mcp.Tool) bool { return tl.Name == name }) {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%s not listed within %s", name, bound)
+		}
+	}
 }
