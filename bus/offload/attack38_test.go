@@ -68,15 +68,7 @@ func TestAttackTinyChunks(t *testing.T) {
 // random bits that writers cannot read.)
 func TestAttack38bPastTheCeiling(t *testing.T) {
 	f := newFixture(t, 1000)
-	st, err := f.js.Stream(t.Context(), "OBJ_o_outputs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.AllowRollup = false // as routers make it (protocol 5.9)
-	if _, err := f.js.UpdateStream(t.Context(), cfg); err != nil {
-		t.Fatal(err)
-	}
+	st := f.noRollups(t)
 	victim := f.store(t, "s2.r1.c1", strings.Repeat("v", 3000))
 	vref, err := offload.ParseRef(victim.URL)
 	if err != nil {

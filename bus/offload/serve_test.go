@@ -274,15 +274,7 @@ func TestInfoRetriesNotFound(t *testing.T) {
 // instead of toolbus detecting it.
 func TestNoRollupPreventsOverwrite(t *testing.T) {
 	f := newFixture(t, 1000)
-	s, err := f.js.Stream(t.Context(), "OBJ_o_outputs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := s.CachedInfo().Config
-	cfg.AllowRollup = false
-	if _, err := f.js.UpdateStream(t.Context(), cfg); err != nil {
-		t.Fatalf("no rollups on the outputs stream: %v", err)
-	}
+	f.noRollups(t)
 	text := strings.Repeat("original ", 50<<10)
 	victim := f.store(t, "s1.r1.c1", text)
 	r, _ := offload.ParseRef(victim.URL)
@@ -342,4 +334,20 @@ func BenchmarkServe20MiB(b *testing.B) {
 			b.Fatal(len(got), err)
 		}
 	}
+}
+
+// noRollups makes the outputs stream refuse rollups, as routers make it
+// (protocol 5.9), and returns it.
+func (f *fixture) noRollups(t *testing.T) jetstream.Stream {
+	t.Helper()
+	s, err := f.js.Stream(t.Context(), "OBJ_o_outputs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowRollup = false
+	if _, err := f.js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatalf("no rollups on the outputs stream: %v", err)
+	}
+	return s
 }
