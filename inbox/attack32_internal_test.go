@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
-	"github.com/toolbus/toolbus/store"
 )
 
 // TestAttackIdleConnections (session 32, red team on the inbox's HTTP
@@ -19,14 +17,6 @@ import (
 func TestAttackIdleConnections(t *testing.T) {
 	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
 	idleTimeout = 200 * time.Millisecond
-	nc := testkit.Connect(t, testkit.RunServer(t))
-	if _, err := store.Setup(t.Context(), testkit.JetStream(t, nc), bus.NewSubjects(""), store.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	in, err := Open(t.Context(), nc, "127.0.0.1:0", "", "", Config{Source: "test/inbox"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Close(t.Context()) })
-	testkit.IdleClosed(t, in.Addr, "GET /api/calls HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusUnauthorized)
+	in := openLoopback(t)
+	testkit.IdleClosed(t, in.Addr, "GET /api/calls HTTP/1.1\r\nHost: "+in.Addr+"\r\n\r\n", http.StatusUnauthorized)
 }

@@ -88,8 +88,9 @@ type Server struct {
 	// schemas; nil for the approver, which answers no external call.
 	tools jetstream.KeyValue
 
-	mu   sync.Mutex
-	stop func(context.Context) error // ends the watch or the polling
+	mu    sync.Mutex
+	stop  func(context.Context) error // ends the watch or the polling
+	guess chan struct{}               // held by a wrong token's answer (same)
 }
 
 // New returns a Server answering on nc; call Start before serving.
@@ -108,7 +109,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("inbox: page: %w", err)
 	}
 	return &Server{cl: client.New(nc, client.Config{Prefix: cfg.Prefix, Source: cfg.Source}), js: js,
-		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, records: newRecords(maxItems, cfg.Approver, cfg.Logger)}, nil
+		subj: bus.NewSubjects(cfg.Prefix), cfg: cfg, page: page, guess: make(chan struct{}, 1), records: newRecords(maxItems, cfg.Approver, cfg.Logger)}, nil
 }
 
 // Start watches (or as the approver polls) the call records, returning once

@@ -105,7 +105,7 @@ func TestAnswerOf(t *testing.T) {
 // token's header on the API (a cookie is not enough), the page public.
 func TestGuard(t *testing.T) {
 	const tok = "guard-test-token-0123456789"
-	s := &Server{cfg: Config{Token: tok}}
+	s := &Server{cfg: Config{Token: tok}, guess: make(chan struct{}, 1)}
 	h := s.guard(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) }))
 	do := func(method, target string, set func(*http.Request)) *httptest.ResponseRecorder {
 		r := httptest.NewRequest(method, target, nil)

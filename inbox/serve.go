@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/loopback"
 	"github.com/toolbus/toolbus/internal/private"
 	"github.com/toolbus/toolbus/skills"
 )
@@ -170,22 +171,26 @@ func Token(token, tokenFile string) (tok string, generated bool, err error) {
 // CheckListen refuses a non-loopback address with a generated token: a
 // public approval page is opened only on purpose.
 func CheckListen(addr string, generated bool) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("inbox: listen address %q: %w", addr, err)
 	}
-	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() || !generated {
+	if loopback.Host(addr) || !generated {
 		return nil
 	}
 	return fmt.Errorf("inbox: %s is not a loopback address: give the page a token of your own (--inbox-token or --inbox-token-file) to serve it there", addr)
 }
 
-// guard checks the token every API request must carry in its header and
-// sets the headers every answer carries. The page and its assets hold no
-// data and no secret: the page keeps the token of the URL it was opened
-// with in its tab's sessionStorage (per origin, port included).
+// guard refuses a rebound Host (loopback.Rebound) before anything else,
+// checks the token every API request must carry in its header and sets the
+// headers every answer carries. The page and its assets hold no data and no
+// secret: the page keeps the token of the URL it was opened with in its
+// tab's sessionStorage (per origin, port included).
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if loopback.Rebound(r) {
+			http.Error(w, "403 forbidden: not a loopback Host (DNS rebinding)", http.StatusForbidden)
+			return
+		}
 		h := w.Header()
 		h.Set("Cache-Control", "no-store")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -193,11 +198,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'")
 		page := r.Method == http.MethodGet && (r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/assets/"))
-		if tok := r.URL.Query().Get("token"); page && tok != "" && !s.same(tok) {
+		if tok := r.URL.Query().Get("token"); page && tok != "" && !s.same(r, tok) {
 			http.Error(w, "401 unauthorized: the token is wrong; open the URL the inbox printed at start", http.StatusUnauthorized)
 			return
 		}
-		if !page && !s.same(r.Header.Get(TokenHeader)) {
+		if !page && !s.same(r, r.Header.Get(TokenHeader)) {
 			http.Error(w, "401 unauthorized: open the URL the inbox printed at start (with ?token=...)", http.StatusUnauthorized)
 			return
 		}
@@ -205,6 +210,25 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) same(v string) bool {
-	return v != "" && subtle.ConstantTimeCompare([]byte(v), []byte(s.cfg.Token)) == 1
+// guessEvery is the least time between two wrong tokens' answers.
+var guessEvery = 100 * time.Millisecond
+
+// same reports whether v is the token. A wrong one is answered only after
+// holding s.guess for guessEvery, so an inbox answers at most ten wrong
+// tokens a second, however many connections ask; the right token never
+// waits. A request that ends meanwhile gets no answer.
+func (s *Server) same(r *http.Request, v string) bool {
+	if v == "" || subtle.ConstantTimeCompare([]byte(v), []byte(s.cfg.Token)) == 1 {
+		return v != ""
+	}
+	select {
+	case s.guess <- struct{}{}:
+		select {
+		case <-time.After(guessEvery):
+		case <-r.Context().Done():
+		}
+		<-s.guess
+	case <-r.Context().Done():
+	}
+	return false
 }

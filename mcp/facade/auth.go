@@ -12,7 +12,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/loopback"
 )
 
 // Confirm is who may answer a call's confirmation through the host's
@@ -263,8 +263,7 @@ func Loopback(addr string) bool {
 // name (DNS rebinding), refuseForm an authenticated POST whose body is not
 // application/json. The facade serves some requests before mcp-go sees them.
 func refuseRebound(w http.ResponseWriter, r *http.Request) bool {
-	if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && local != nil &&
-		loopbackHost(local.String()) && !loopbackHost(r.Host) {
+	if loopback.Rebound(r) {
 		writeHTTPError(w, http.StatusForbidden, fmt.Sprintf("forbidden: the Host %q is not a loopback name on a loopback address (DNS rebinding)", r.Host))
 		return true
 	}
@@ -282,19 +281,8 @@ func refuseForm(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// loopbackHost reports whether a Host header or a host:port address names
-// only this machine (localhost, 127.0.0.0/8, ::1), with or without a port.
-func loopbackHost(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		host = strings.Trim(addr, "[]")
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback()
-}
+// loopbackHost is loopback.Host (the inbox shares the rule).
+var loopbackHost = loopback.Host
 
 // Tokens authenticates the bearer tokens of a token file (YAML or JSON,
 // unknown members refused; format in docs/mcp.md "Token file"). Only the
