@@ -254,7 +254,7 @@ func CheckListen(addr string, authenticated, insecure bool) error {
 // localhost).
 func Loopback(addr string) bool {
 	_, _, err := net.SplitHostPort(addr)
-	return err == nil && loopbackHost(addr)
+	return err == nil && loopback.Host(addr)
 }
 
 // refuseRebound and refuseForm answer, and report whether they did, a
@@ -280,9 +280,6 @@ func refuseForm(w http.ResponseWriter, r *http.Request) bool {
 	}
 	return false
 }
-
-// loopbackHost is loopback.Host (the inbox shares the rule).
-var loopbackHost = loopback.Host
 
 // Tokens authenticates the bearer tokens of a token file (YAML or JSON,
 // unknown members refused; format in docs/mcp.md "Token file"). Only the

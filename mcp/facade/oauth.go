@@ -21,6 +21,8 @@ import (
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
 	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/toolbus/toolbus/internal/loopback"
 )
 
 // OAuthConfig configures the facade as an OAuth 2.1 resource server (the
@@ -148,7 +150,7 @@ func checkJWKSURL(s string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("facade: JWKS URL %q is not a URL", s)
 	}
-	if u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+	if u.Scheme == "http" && !loopback.Host(u.Hostname()) {
 		return fmt.Errorf("facade: JWKS URL %q: plain http only for a loopback host; use https", s)
 	}
 	return nil
