@@ -30,7 +30,7 @@ func TestHeldWaiterRunsNothing(t *testing.T) {
 				waiter := New(kv, Config{Router: "b", Lease: lease})
 				var runs atomic.Int32
 				runs.Add(1) // the first run, which has the claim
-				_, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
+				_, claim := owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 				ctx, stop := context.WithCancel(t.Context())
 				go func() { // the live router: renews every heartbeat, then records
 					tick := time.NewTicker(hb)

@@ -50,7 +50,7 @@ func TestLedgerLeaseLapses(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ls := newTestLedgerLease(t, lease, "dead", "b", "c")
 	ctx := t.Context()
-	how, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
+	how, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, time.Time{}, digests{})
 	if how != claimed {
 		t.Fatal(how)
 	}
@@ -95,7 +95,7 @@ func TestLedgerLeaseRenewed(t *testing.T) {
 	const lease = time.Second
 	ls := newTestLedgerLease(t, lease, "a", "b")
 	ctx := t.Context()
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Hour, time.Time{}, digests{})
 	got := make(chan bus.Result, 1)
 	go func() {
 		r, _ := ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour})
@@ -138,7 +138,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 	const lease = 300 * time.Millisecond
 	ls := newTestLedgerLease(t, lease, "dead", "b", "c")
 	ctx := t.Context()
-	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
+	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, time.Time{}, digests{})
 	w := Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour, Retry: true}
 	type out struct {
 		res   bus.Result
@@ -173,7 +173,7 @@ func TestLedgerLeaseRetry(t *testing.T) {
 func TestLedgerWaitExpiry(t *testing.T) {
 	ls := newTestLedgerLease(t, time.Hour, "a", "b")
 	ctx := t.Context()
-	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, digests{})
+	_, _ = ls[0].claim(ctx, "s.r.c1", time.Hour, time.Time{}, digests{})
 	start := time.Now()
 	r, _ := ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour, Expiry: start.Add(200 * time.Millisecond)})
 	if r.Error == nil || r.Error.Code != bus.CodeTimeout {
@@ -319,7 +319,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv := &fakeKV{}
 			owner := New(kv, Config{Router: "dead", Lease: lease})
 			waiter := New(kv, Config{Router: "b", Lease: lease})
-			if how, _ := owner.claim(t.Context(), "k", time.Hour, digests{}); how != claimed {
+			if how, _ := owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{}); how != claimed {
 				t.Fatal(how)
 			}
 			// Two renewals, then the router dies.
@@ -346,7 +346,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			owner := New(kv, Config{Router: "dead", Lease: lease})
 			h := &store.Health{}
 			waiter := New(kv, Config{Router: "b", Lease: lease, Health: h})
-			owner.claim(t.Context(), "k", time.Hour, digests{})
+			owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 			kv.mu.Lock()
 			kv.refuse = &jetstream.APIError{Code: 503, ErrorCode: 10023, Description: "insufficient resources"}
 			kv.mu.Unlock()
@@ -365,7 +365,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv := &fakeKV{}
 			owner := New(kv, Config{Router: "a", Lease: lease})
 			waiter := New(kv, Config{Router: "b", Lease: lease})
-			owner.claim(t.Context(), "k", time.Hour, digests{})
+			owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 			start := time.Now()
 			r, _ := waiter.wait(t.Context(), Call{Key: "k", Call: call, Timeout: time.Hour, Expiry: start.Add(4 * time.Second)})
 			if r.Error == nil || r.Error.Code != bus.CodeTimeout || time.Since(start) != 4*time.Second {
@@ -381,7 +381,7 @@ func TestLedgerLeaseTimers(t *testing.T) {
 			kv := &fakeKV{}
 			owner := New(kv, Config{Router: "a", Lease: lease})
 			waiter := New(kv, Config{Router: "b", Lease: lease})
-			_, claim := owner.claim(t.Context(), "k", 2*time.Hour, digests{})
+			_, claim := owner.claim(t.Context(), "k", 2*time.Hour, time.Time{}, digests{})
 			ctx, cancel := context.WithCancel(t.Context())
 			go func() {
 				tick := time.NewTicker(hb)
@@ -409,7 +409,7 @@ func TestLedgerRenewMany(t *testing.T) {
 	ctx := t.Context()
 	const n = 100
 	for i := range n {
-		if how, _ := ls[0].claim(ctx, fmt.Sprintf("s.r.c%d", i), time.Hour, digests{}); how != claimed {
+		if how, _ := ls[0].claim(ctx, fmt.Sprintf("s.r.c%d", i), time.Hour, time.Time{}, digests{}); how != claimed {
 			t.Fatal(how)
 		}
 	}
@@ -451,7 +451,7 @@ func TestLedgerRecordAfterRenew(t *testing.T) {
 	res := bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")}
 	for _, renew := range []bool{false, true} {
 		key := fmt.Sprintf("s.r.renewed-%v", renew)
-		_, claim := l.claim(ctx, key, time.Hour, digests{"d", "c"})
+		_, claim := l.claim(ctx, key, time.Hour, time.Time{}, digests{"d", "c"})
 		want := claim
 		if renew {
 			want.Touched = claim.Touched.Add(time.Second)

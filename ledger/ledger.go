@@ -174,11 +174,16 @@ const (
 )
 
 // claim tries to become the one run of key, for timeout (how long
-// duplicates wait); its entry is this router's claim, or a duplicate's
-// view of the other claim (with its result when recorded).
-func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, d digests) (outcome, Entry) {
+// duplicates wait) but not past expiry (zero: none); its entry is this
+// router's claim, or a duplicate's view of the other claim (with its result
+// when recorded).
+func (l *Ledger) claim(ctx context.Context, key string, timeout time.Duration, expiry time.Time, d digests) (outcome, Entry) {
 	now := time.Now().UTC()
-	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: now.Add(timeout), Touched: now, Claim: l.ids.next(),
+	deadline := now.Add(timeout)
+	if !expiry.IsZero() && expiry.Before(deadline) {
+		deadline = expiry.UTC()
+	}
+	me := Entry{State: stateRunning, Router: l.cfg.Router, Call: d.call, Canon: d.canon, Deadline: deadline, Touched: now, Claim: l.ids.next(),
 		wkey: store.KeyOf(l.kv, key)}
 	val, buf := encodePooled(l, &me)
 	// Past P_ledger's soft bound (1.24) only a key claimed before goes on: a re-sent call's.
@@ -840,7 +845,7 @@ func (l *Ledger) Claimed(ctx context.Context, c Call, run func(claim Entry) bus.
 	if res, ok := l.pending.Load(key); ok {
 		return recorded(l, c, res.(pendingResult))
 	}
-	switch how, claim := l.claim(ctx, key, c.Timeout, digests{c.Digest, c.Canon}); how {
+	switch how, claim := l.claim(ctx, key, c.Timeout, c.Expiry, digests{c.Digest, c.Canon}); how {
 	case claimed:
 		defer l.held.release(key, claim.Claim)
 		return run(claim)

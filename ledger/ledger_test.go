@@ -40,12 +40,12 @@ func newTestLedgerLease(t testing.TB, lease time.Duration, routers ...string) []
 func TestLedgerClaimOnce(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	ctx := t.Context()
-	how, claim := ls[0].claim(ctx, "s.r.c1", time.Second, digests{})
+	how, claim := ls[0].claim(ctx, "s.r.c1", time.Second, time.Time{}, digests{})
 	if how != claimed || claim.rev == 0 {
 		t.Fatalf("first claim: %v %+v", how, claim)
 	}
 	for _, l := range ls {
-		if how, _ := l.claim(ctx, "s.r.c1", time.Second, digests{}); how != duplicate {
+		if how, _ := l.claim(ctx, "s.r.c1", time.Second, time.Time{}, digests{}); how != duplicate {
 			t.Fatalf("router %s claimed a held key: %v", l.cfg.Router, how)
 		}
 	}
@@ -64,7 +64,7 @@ func TestLedgerClaimOnce(t *testing.T) {
 func TestLedgerWaitForRunning(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	ctx := t.Context()
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{})
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, time.Time{}, digests{})
 	got := make(chan bus.Result, 1)
 	var waiting atomic.Bool
 	go func() {
@@ -93,7 +93,7 @@ func TestLedgerWaitForRunning(t *testing.T) {
 func TestLedgerAbandoned(t *testing.T) {
 	ls := newTestLedger(t, "a", "b")
 	ctx := t.Context()
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{})
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, time.Time{}, digests{})
 	ls[0].Abandon("s.r.c1", claim.Claim)
 	if err := ls[0].Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestLedgerAbandoned(t *testing.T) {
 	if r := waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeUnavailable {
 		t.Fatalf("a wait on an abandoned claim: %+v", r)
 	}
-	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute, digests{}); how != claimed {
+	if how, _ := ls[1].claim(ctx, "s.r.c1", time.Minute, time.Time{}, digests{}); how != claimed {
 		t.Fatalf("an abandoned claim was not claimed again: %v", how)
 	}
 	// Abandoning someone else's claim changes nothing.
@@ -117,7 +117,7 @@ func TestLedgerAbandoned(t *testing.T) {
 	if err := ls[0].Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if how, _ := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{}); how != duplicate {
+	if how, _ := ls[0].claim(ctx, "s.r.c1", time.Minute, time.Time{}, digests{}); how != duplicate {
 		t.Fatalf("a live claim was released by another's abandon: %v", how)
 	}
 }
@@ -135,7 +135,7 @@ func TestLedgerWaitGivesUp(t *testing.T) {
 	if r := waitRes(ls[1].wait(ctx, Call{Key: "s.r.c1", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: 0})); r.Error == nil || r.Error.Code != bus.CodeUnknownOutcome {
 		t.Fatalf("a run long past its deadline: %+v", r)
 	}
-	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute, digests{})
+	_, _ = ls[0].claim(ctx, "s.r.c2", time.Minute, time.Time{}, digests{})
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if r := waitRes(ls[1].wait(cctx, Call{Key: "s.r.c2", Call: bus.Call{ID: "c2", Name: "t"}, Timeout: time.Minute})); r.Error == nil || r.Error.Code != bus.CodeInterrupted {
@@ -166,7 +166,7 @@ func TestLedgerWaitNotHeldByWatchStop(t *testing.T) {
 	gate := testkit.GateStops(ls[0].kv)
 	t.Cleanup(gate.Open)
 	b := New(gate, Config{Router: "b", Landing: lf.Landing})
-	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, digests{})
+	_, claim := ls[0].claim(ctx, "s.r.c1", time.Minute, time.Time{}, digests{})
 	ls[0].Record(ctx, "s.r.c1", claim, bus.Result{ID: "c1", Name: "t", State: bus.StateSuccess, Output: bus.Text("done")})
 
 	got := make(chan bus.Result, 2)
@@ -258,7 +258,7 @@ func TestLedgerInterrupt(t *testing.T) {
 	}
 
 	// Claimed first: the interrupt changes nothing, the run records its result.
-	how, claim := ls[0].claim(ctx, "s.r.c2", time.Second, digests{})
+	how, claim := ls[0].claim(ctx, "s.r.c2", time.Second, time.Time{}, digests{})
 	if how != claimed {
 		t.Fatalf("claim: %v", how)
 	}
@@ -317,5 +317,31 @@ func TestOnceReusedBuffers(t *testing.T) {
 	}
 	if n := len(l.held.all()); n != 0 {
 		t.Fatalf("%d claims still held", n)
+	}
+}
+
+// TestClaimDeadlineWithinExpiry: a claim's deadline, which a durable
+// result is judged by (a failure at or past it is the timeout), is the
+// batch's expirytime when that comes first, and the one the router then
+// gives the worker: a worker failing at its deadline is never recorded as
+// a tool error because the claim was taken later than the exec's deadline
+// was computed (CI's TestOnCluster/DurableTimeout under load).
+func TestClaimDeadlineWithinExpiry(t *testing.T) {
+	l := newTestLedger(t, "a")[0]
+	expiry := time.Now().Add(time.Minute)
+	for _, tc := range []struct {
+		key     string
+		timeout time.Duration
+		expiry  time.Time
+		within  func(time.Time) bool
+	}{
+		{"s.r.c1", time.Hour, expiry, func(d time.Time) bool { return d.Equal(expiry) }},
+		{"s.r.c2", time.Second, expiry, func(d time.Time) bool { return d.Before(expiry) }},
+		{"s.r.c3", time.Second, time.Time{}, func(d time.Time) bool { return time.Until(d) <= time.Second }},
+	} {
+		how, claim := l.claim(t.Context(), tc.key, tc.timeout, tc.expiry, digests{})
+		if how != claimed || !tc.within(claim.Deadline) {
+			t.Fatalf("%s: %v, deadline %v (expiry %v, timeout %v)", tc.key, how, claim.Deadline, tc.expiry, tc.timeout)
+		}
 	}
 }

@@ -49,7 +49,7 @@ func TestMeasureDuplicateWait(t *testing.T) {
 	a, b := ledgerOn((m+1)%c.Nodes(), "a"), ledgerOn(bNode, "b")
 	ctx := t.Context()
 	record := func(key string) {
-		how, claim := a.claim(ctx, key, time.Minute, digests{})
+		how, claim := a.claim(ctx, key, time.Minute, time.Time{}, digests{})
 		if how != claimed {
 			t.Fatalf("claim %s: %v", key, how)
 		}

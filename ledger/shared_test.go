@@ -91,7 +91,7 @@ func TestSharedWait(t *testing.T) {
 		kv := &fakeKV{}
 		owner := New(kv, Config{Router: "a", Lease: lease})
 		l := New(kv, Config{Router: "b", Lease: lease})
-		how, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
+		how, claim := owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 		if how != claimed {
 			t.Fatal(how)
 		}
@@ -299,7 +299,7 @@ func TestSharedWaitChurn(t *testing.T) {
 	kv := &fakeKV{}
 	owner := New(kv, Config{Router: "a", Lease: time.Hour})
 	l := New(kv, Config{Router: "b", Lease: time.Hour})
-	_, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
+	_, claim := owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 	c := Call{Key: "k", Call: bus.Call{ID: "c1", Name: "t"}, Timeout: time.Hour}
 	const n = 200
 	outs := make(chan waited, n)
@@ -360,7 +360,7 @@ func TestSharedAwait(t *testing.T) {
 		owner := New(kv, Config{Router: "a"})
 		var hits atomic.Int32
 		l := New(kv, Config{Router: "b", Hits: func() { hits.Add(1) }})
-		_, claim := owner.claim(t.Context(), "k", time.Hour, digests{})
+		_, claim := owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 		var cancels []context.CancelFunc
 		var outs []chan awaited
 		for range 5 {
@@ -408,7 +408,7 @@ func TestSharedAwait(t *testing.T) {
 		kv := &fakeKV{}
 		owner := New(kv, Config{Router: "a"})
 		l := New(kv, Config{Router: "b"})
-		owner.claim(t.Context(), "k", time.Hour, digests{})
+		owner.claim(t.Context(), "k", time.Hour, time.Time{}, digests{})
 		c1, o1 := start(t, l)
 		c2, o2 := start(t, l)
 		synctest.Wait()

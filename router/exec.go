@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -648,6 +649,10 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 		return timeoutResult(j.call, 0)
 	}
 	return l.Claimed(ctx, ledgerCall(j, timeout), func(claim ledger.Entry) bus.Result {
+		// The worker's deadline is the one the ledger judges its result by
+		// (its claim's, taken after deadline): a failure the worker sends at
+		// its deadline is then the timeout (5.8), whatever the claim took.
+		deadline := cmp.Or(claim.Deadline, deadline)
 		key := j.key()
 		inbox := "" // the call's progress comes to a wait of its own (progress.go), for as long as the call runs here
 		j.progress = progressGate{}
