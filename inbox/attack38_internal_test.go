@@ -28,18 +28,22 @@ func TestTokenFlagWarns(t *testing.T) {
 	if err := os.WriteFile(file, []byte("from-a-file-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	shared := filepath.Join(t.TempDir(), "shared")
+	if err := os.WriteFile(shared, []byte("from-a-file-0123456789\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
-		token, file string
-		warns       bool
-	}{{"on-the-command-line-0123", "", true}, {"", file, false}} {
+		token, file, warns string
+	}{{"on-the-command-line-0123", "", "process list"}, {"", file, ""}, {"", shared, "other local users"}} {
 		var log bytes.Buffer
 		in, err := Open(t.Context(), nc, "127.0.0.1:0", c.token, c.file, Config{Source: "test/inbox", Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		in.Close(t.Context())
-		if got := strings.Contains(log.String(), "process list"); got != c.warns {
-			t.Errorf("token %q, file %q: warned %v; log %q", c.token, c.file, got, log.String())
+		warned := strings.Contains(log.String(), "process list") || strings.Contains(log.String(), "other local users")
+		if warned != (c.warns != "") || !strings.Contains(log.String(), c.warns) {
+			t.Errorf("token %q, file %q: want a warning %q; log %q", c.token, c.file, c.warns, log.String())
 		}
 	}
 }

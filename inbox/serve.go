@@ -51,8 +51,13 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 		return nil, err
 	}
 	cfg.Token = tok
-	if token != "" && cfg.Logger != nil {
-		cfg.Logger.Warn("inbox: a token given on the command line is in the process list, which every local user may read; give it in a file (--inbox-token-file)")
+	if cfg.Logger != nil {
+		// Warned, not refused: a Kubernetes secret is mounted 0644 by default.
+		if token != "" {
+			cfg.Logger.Warn("inbox: a token given on the command line is in the process list, which every local user may read; give it in a file (--inbox-token-file)")
+		} else if fi, err := os.Stat(tokenFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			cfg.Logger.Warn("inbox: the token file may be read by other local users; make it readable by the router's user alone (chmod 600)", "file", tokenFile, "mode", fi.Mode().Perm().String())
+		}
 	}
 	s, err := New(nc, cfg)
 	if err != nil {
