@@ -213,7 +213,12 @@ type look struct {
 // Check counts c against every matching rule. It reads every count first,
 // so a call a rule refuses then is refused having written nothing; one
 // that another call took the last slot from since takes back what it
-// counted. nil, nil: the call may run; an error: it must not (fail closed).
+// counted. It takes every rate's slot before any budget's units: a rate's
+// compare-and-set is refused without writing, a budget's increment only
+// after it, so with one budget rule a call never takes units back (a
+// call that read or incremented the counter meanwhile would have been
+// refused by units that were never spent). nil, nil: the call may run; an
+// error: it must not (fail closed).
 func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 	now := l.now()
 	var looks []*look
@@ -236,8 +241,8 @@ func (l *Limiter) Check(ctx context.Context, c Call) (*Refusal, error) {
 		}
 	}
 	var undos []undo
-	for _, lk := range looks {
-		for _, count := range []func(context.Context, *look, time.Time) (*Refusal, undo, error){l.rate, l.budget} {
+	for _, count := range []func(context.Context, *look, time.Time) (*Refusal, undo, error){l.rate, l.budget} {
+		for _, lk := range looks {
 			ref, u, err := count(ctx, lk, now)
 			if err != nil || ref != nil {
 				for _, u := range undos {
