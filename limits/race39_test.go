@@ -2,7 +2,10 @@ package limits
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -100,5 +103,119 @@ func TestRace39BudgetTakenBackOnlyForABudget(t *testing.T) {
 	u, err := a.Usage(t.Context(), Call{Tool: "t", Session: "s2"})
 	if err != nil || len(u) != 2 || u[0].Used != 1 {
 		t.Fatalf("usage: %+v %v, want s2's unit counted", u, err)
+	}
+}
+
+// TestRace39RateUndoExact (session 39, quota39): a call that took a rate's
+// slot and is then refused by its budget gives the slot back only if it is
+// still in the rate's value. Before, the undo took one emission off
+// whatever value was there: when the call's slot had passed and another
+// call took a slot from now (the value restarted at now), the undo gave
+// that call's slot away, and a third call at the same instant was admitted
+// past the rate (two calls at once under a burst of 1). A rate's value now
+// names its chain (the writer that restarted it at its now); an undo takes
+// its emission off only on its own chain.
+func TestRace39RateUndoExact(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		burst   int
+		advance time.Duration // the clock, between A's slot and B's
+		admit   int           // calls admitted at B's instant after A's undo
+	}{
+		{"the slot passed, another call restarted the rate", 1, 2 * time.Second, 0},
+		{"another call's slot after it, on its chain", 2, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := &clock{t: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)}
+			hook, a, b := twoRouters(t, Config{Now: clk.Now, Policy: Policy{Rules: []Rule{
+				{Name: "global", Rate: &Rate{Calls: 1, IntervalMS: 1000, Burst: tc.burst}},
+				{Name: "per-session", Per: []string{PerSession}, Budget: &Budget{Units: 1}},
+			}}})
+			hook.before = func() { // A holds its slot; its increment is next
+				clk.Set(clk.Now().Add(tc.advance))
+				if ref, err := b.Check(t.Context(), Call{Tool: "t", Session: "s"}); ref != nil || err != nil {
+					t.Errorf("B: %+v %v", ref, err)
+				}
+			}
+			if ref, err := a.Check(t.Context(), Call{Tool: "t", Session: "s"}); err != nil || ref == nil || ref.Kind != KindBudget {
+				t.Fatalf("A: %+v %v, want a budget refusal", ref, err)
+			}
+			for i := range tc.admit + 1 {
+				ref, err := b.Check(t.Context(), Call{Tool: "t", Session: "c" + string(rune('0'+i))})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if admitted := ref == nil; admitted != (i < tc.admit) {
+					t.Fatalf("call %d after A's undo: %+v; want %d admitted (burst %d, B holds one)", i, ref, tc.admit, tc.burst)
+				}
+			}
+		})
+	}
+}
+
+// TestGiveBackNeverMore (session 39, quota39): random runs of slots taken
+// and given back on one clock (a taker's clock read up to 3 ms before its
+// write lands, so clocks land out of order), against the rate without the
+// calls that gave theirs back: after every step the value is never below
+// it (the rate admits no call more), and a call giving back over its own
+// write restores the value it wrote over. Calls all at one instant (a
+// burst, as in TestAttack38bConcurrentCallersKeepTheBound), up to
+// lastGiven give-backs, give back exactly. Before, a give-back took an
+// emission off any value: the first run fails at its 8th step; without
+// the last give-backs (all given back since counted below), a burst keeps
+// a whole slot too many.
+func TestGiveBackNeverMore(t *testing.T) {
+	const em = 10 * time.Millisecond
+	rng := rand.New(rand.NewPCG(39, 39))
+	type taker struct {
+		s      slot
+		clock  int64
+		before gcra
+		back   bool
+	}
+	for run := range 4000 {
+		atOnce := run%2 == 1 // every clock the same
+		var g gcra
+		var takers []*taker
+		clock, given := int64(1e15), 0
+		for step := range 40 {
+			var stale int64
+			if !atOnce {
+				clock += rng.Int64N(int64(em) / 2)
+				stale = rng.Int64N(3e6)
+			}
+			var open []*taker
+			for _, tk := range takers {
+				if !tk.back {
+					open = append(open, tk)
+				}
+			}
+			nonce := fmt.Sprint(run, ".", step)
+			if len(open) == 0 || rng.IntN(3) > 0 || atOnce && given == lastGiven {
+				tk := &taker{clock: clock - stale, before: g}
+				g, tk.s = take(g, time.Unix(0, tk.clock), em, nonce)
+				takers = append(takers, tk)
+			} else {
+				tk := open[rng.IntN(len(open))]
+				own := g.Nonce == tk.s.nonce
+				g, _ = giveBack(g, tk.s, em, nonce)
+				tk.back, given = true, given+1
+				if own && max(g.TAT, clock) != max(tk.before.TAT, clock) {
+					t.Fatalf("run %d step %d: given back over its own write: %d, wrote over %d", run, step, g.TAT, tk.before.TAT)
+				}
+			}
+			without := int64(0) // the takes of the calls that ran, in order, each on its clock
+			for _, tk := range takers {
+				if !tk.back {
+					without = max(without, tk.clock) + int64(em)
+				}
+			}
+			switch got, want := max(g.TAT, clock), max(without, clock); {
+			case got < want:
+				t.Fatalf("run %d step %d: the rate's arrival time is %v before the one without the calls given back", run, step, time.Duration(want-got))
+			case atOnce && got != want:
+				t.Fatalf("run %d step %d, at once: the rate's arrival time is %v after the one without the calls given back", run, step, time.Duration(got-want))
+			}
+		}
 	}
 }
