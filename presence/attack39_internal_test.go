@@ -97,3 +97,18 @@ func TestOwnerFollowsPeers(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkOneWriterBeat: what one writer renewing MaxRouters keys under
+// one process costs every router per heartbeat (a watch delivery each).
+func BenchmarkOneWriterBeat(b *testing.B) {
+	p := New(nil, Config{ID: "me", Heartbeat: time.Second})
+	keys := make([]entry, MaxRouters)
+	for i := range keys {
+		keys[i] = put(fmt.Sprint("bug", i), "b1")
+	}
+	for b.Loop() {
+		for _, k := range keys {
+			p.apply(k)
+		}
+	}
+}
