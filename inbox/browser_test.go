@@ -56,7 +56,7 @@ type deployIn struct {
 	Notes string `json:"notes,omitempty"`
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, flags ...chromedp.ExecAllocatorOption) *env {
 	t.Helper()
 	path := browserPath()
 	if path == "" {
@@ -96,6 +96,7 @@ func newEnv(t *testing.T) *env {
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(path), chromedp.NoSandbox,
 		chromedp.Flag("disable-dev-shm-usage", true), chromedp.WindowSize(1180, 760))
+	opts = append(opts, flags...)
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelA)
 	bctx, cancelB := chromedp.NewContext(actx)
@@ -108,7 +109,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-// page opens a new tab on the inbox (its first visit carries the token).
+// page opens a new tab on the inbox with a one-time link of its own.
 func (e *env) page(t *testing.T) context.Context {
 	t.Helper()
 	tab, cancel := chromedp.NewContext(e.bctx)
@@ -116,7 +117,7 @@ func (e *env) page(t *testing.T) context.Context {
 	if err := chromedp.Do(tab); err != nil { // opens the tab for as long as tab lives
 		t.Fatal(err)
 	}
-	e.run(t, tab, chromedp.Navigate(e.in.URL), chromedp.WaitVisible(css(`#status.live`)))
+	e.run(t, tab, chromedp.Navigate(e.in.Link()), chromedp.WaitVisible(css(`#status.live`)))
 	return tab
 }
 
@@ -356,8 +357,11 @@ func TestInboxBrowser(t *testing.T) {
 
 	t.Run("no token", func(t *testing.T) {
 		base := "http://" + e.in.Addr
-		for _, path := range []string{"/api/events", "/api/calls", "/?token=wrong-token-0123456789"} {
-			resp, err := http.Get(base + path)
+		for _, path := range []string{"/api/events", "/api/calls", "/api/login"} {
+			resp, err := http.Post(base+path, "application/json", nil)
+			if path != "/api/login" {
+				resp, err = http.Get(base + path)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -389,15 +393,15 @@ func TestInboxBrowser(t *testing.T) {
 		if resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("POST without the header: %d", resp.StatusCode)
 		}
-		// In the browser, a fresh profile without the token sees the 401.
+		// In the browser, a fresh profile without the token is asked for it.
 		tab, cancel := chromedp.NewContext(e.bctx, chromedp.WithNewBrowserContext())
 		defer cancel()
 		if err := chromedp.Do(tab); err != nil {
 			t.Fatal(err)
 		}
-		e.run(t, tab, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css("#flash.error")))
+		e.run(t, tab, chromedp.Navigate(base+"/"), chromedp.WaitVisible(css("#flash.error")), chromedp.WaitVisible(css("#login")))
 		body := get(t, tab, chromedp.Text(css("body")))
-		if !strings.Contains(body, "401 unauthorized") {
+		if !strings.Contains(body, "give the inbox's token") {
 			t.Fatalf("page without the token: %q", body)
 		}
 	})

@@ -91,6 +91,7 @@ type Server struct {
 	mu    sync.Mutex
 	stop  func(context.Context) error // ends the watch or the polling
 	guess chan struct{}               // held by a wrong token's answer (same)
+	codes codes                       // one-time login codes (serveLogin)
 }
 
 // New returns a Server answering on nc; call Start before serving.
@@ -192,6 +193,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/events", s.serveEvents)
 	mux.HandleFunc("GET /api/calls", s.serveCalls)
 	mux.HandleFunc("POST /api/act", s.serveAct)
+	mux.HandleFunc("POST /api/login", s.serveLogin)
 	return s.guard(mux)
 }
 

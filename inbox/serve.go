@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,7 +24,9 @@ import (
 
 // Running is an inbox serving HTTP.
 type Running struct {
-	// URL is the page's address with the token, to open in a browser.
+	// URL is a one-time link to the page (?code=...): the page exchanges
+	// its code for the token, after which the code is void, so the URL
+	// the browser keeps in its history opens nothing (session 39).
 	URL string
 	// Addr is the address it listens on.
 	Addr string
@@ -75,7 +78,7 @@ func Open(ctx context.Context, nc *nats.Conn, addr, token, tokenFile string, cfg
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleTimeout,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	srv.RegisterOnShutdown(cancel) // ends the event streams
-	r := &Running{URL: "http://" + ln.Addr().String() + "/?token=" + tok, Addr: ln.Addr().String(), Generated: generated,
+	r := &Running{URL: "http://" + ln.Addr().String() + "/?code=" + s.codes.mint(time.Now()), Addr: ln.Addr().String(), Generated: generated,
 		srv: srv, s: s, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
@@ -96,12 +99,15 @@ func (r *Running) Close(ctx context.Context) {
 	_ = r.s.Stop(ctx)
 }
 
-// Banner is the line a command prints at start: where to open the page.
+// Banner is the line a command prints at start: where to open the page,
+// with the one-time link and the token when the token was generated.
 func (r *Running) Banner() string {
 	if r.Generated {
-		return fmt.Sprintf("toolbus: approval inbox on http://%s — open %s (the token was generated now; --inbox-token or a token file keeps one)", r.Addr, r.URL)
+		return fmt.Sprintf("toolbus: approval inbox on http://%s — open %s (a link for one visit within %v; for another tab, open http://%s/ and give it the token %s, generated now: --inbox-token-file keeps one)", r.Addr, r.URL, codeLife, r.Addr, r.s.cfg.Token)
 	}
-	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/?token=<the token>", r.Addr, r.Addr)
+	// No link: a code is as good as the token while it lasts, and the
+	// router's output goes to its log.
+	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/ and give it the token", r.Addr, r.Addr)
 }
 
 // Token is the token the inbox requires.
@@ -137,7 +143,7 @@ func SaveToken(dir, token string) (string, error) {
 // BannerSaved is Banner for a generated token kept in file: the line
 // names the file, never the token.
 func (r *Running) BannerSaved(file string) string {
-	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/?token=<the token in %s> (generated now; --inbox-token-file keeps one)", r.Addr, r.Addr, file)
+	return fmt.Sprintf("toolbus: approval inbox on http://%s — open http://%s/ and give it the token in %s (generated now; --inbox-token-file keeps one)", r.Addr, r.Addr, file)
 }
 
 // TokenHeader carries the token on every API request (cross-site, it needs
@@ -145,6 +151,78 @@ func (r *Running) BannerSaved(file string) string {
 // isolated by port, so one went to every server on the inbox's host
 // (session 38, TestAttackTokenToAnotherPort).
 const TokenHeader = "X-Toolbus-Token"
+
+// CodeHeader carries a one-time login code to POST /api/login, which
+// answers the token once for it.
+const CodeHeader = "X-Toolbus-Code"
+
+// codeLife is how long a login code can be exchanged, and maxCodes how
+// many wait at most (minting past it drops the oldest).
+const (
+	codeLife = 15 * time.Minute
+	maxCodes = 16
+)
+
+// codes are the one-time login codes (128 random bits each) not yet
+// exchanged. A code is taken once: the URL that carried it, which the
+// browser keeps in its history, then opens nothing (session 39,
+// TestAttackTokenInHistory). The zero value is ready.
+type codes struct {
+	mu sync.Mutex
+	m  map[string]time.Time // code -> when it expires
+}
+
+// mint makes a code valid until now+codeLife.
+func (c *codes) mint(now time.Time) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	code := hex.EncodeToString(b)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[string]time.Time)
+	}
+	for len(c.m) >= maxCodes {
+		oldest := ""
+		for k, exp := range c.m {
+			if oldest == "" || exp.Before(c.m[oldest]) {
+				oldest = k
+			}
+		}
+		delete(c.m, oldest)
+	}
+	c.m[code] = now.Add(codeLife)
+	return code
+}
+
+// take reports whether code is a code not yet taken nor expired at now,
+// and voids it: of two requests with one code, one wins.
+func (c *codes) take(code string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, exp := range c.m {
+		if subtle.ConstantTimeCompare([]byte(k), []byte(code)) == 1 {
+			delete(c.m, k)
+			return now.Before(exp)
+		}
+	}
+	return false
+}
+
+// serveLogin answers the token for a one-time code (CodeHeader), once;
+// a wrong, taken or expired code waits its turn as a wrong token does.
+func (s *Server) serveLogin(w http.ResponseWriter, r *http.Request) {
+	if !isJSON(r.Header.Get("Content-Type")) {
+		http.Error(w, "415: send application/json", http.StatusUnsupportedMediaType)
+		return
+	}
+	if !s.codes.take(r.Header.Get(CodeHeader), time.Now()) {
+		wait(s.guess, r)
+		http.Error(w, "401 unauthorized: this link was used already or is too old (a link opens one visit): open the page without it and give the token", http.StatusUnauthorized)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"token": s.cfg.Token})
+}
 
 // Token returns the token to use: token when given, else the first line
 // of the file tokenFile, else a new random one of 32 hex digits, 128 bits
@@ -186,10 +264,12 @@ func CheckListen(addr string, generated bool) error {
 }
 
 // guard refuses a rebound Host (loopback.Rebound) before anything else,
-// checks the token every API request must carry in its header and sets the
-// headers every answer carries. The page and its assets hold no data and no
-// secret: the page keeps the token of the URL it was opened with in its
-// tab's sessionStorage (per origin, port included).
+// checks the token every API request but the login must carry in its header
+// and sets the headers every answer carries. The page and its assets hold no
+// data and no secret: the page keeps the token, exchanged for the one-time
+// code of the URL it was opened with or given by the person, in its tab's
+// sessionStorage (per origin, port included). A page URL with the token is
+// refused: the browser's history would keep it.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if loopback.Rebound(r) {
@@ -203,12 +283,13 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; form-action 'none'")
 		page := r.Method == http.MethodGet && (r.URL.Path == "/" || strings.HasPrefix(r.URL.Path, "/assets/"))
-		if tok := r.URL.Query().Get("token"); page && tok != "" && !s.same(r, tok) {
-			http.Error(w, "401 unauthorized: the token is wrong; open the URL the inbox printed at start", http.StatusUnauthorized)
+		if page && r.URL.Query().Has("token") {
+			http.Error(w, "400: the token does not go in the address (the browser's history keeps it): open the page without it and give the token there, or open the one-time link the inbox printed", http.StatusBadRequest)
 			return
 		}
-		if !page && !s.same(r, r.Header.Get(TokenHeader)) {
-			http.Error(w, "401 unauthorized: open the URL the inbox printed at start (with ?token=...)", http.StatusUnauthorized)
+		login := r.Method == http.MethodPost && r.URL.Path == "/api/login"
+		if !page && !login && !s.same(r, r.Header.Get(TokenHeader)) {
+			http.Error(w, "401 unauthorized: open the link the inbox printed at start, or give the page the token", http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -226,14 +307,19 @@ func (s *Server) same(r *http.Request, v string) bool {
 	if v == "" || subtle.ConstantTimeCompare([]byte(v), []byte(s.cfg.Token)) == 1 {
 		return v != ""
 	}
+	wait(s.guess, r)
+	return false
+}
+
+// wait holds the one guessing turn guess for guessEvery, or until r ends.
+func wait(guess chan struct{}, r *http.Request) {
 	select {
-	case s.guess <- struct{}{}:
+	case guess <- struct{}{}:
 		select {
 		case <-time.After(guessEvery):
 		case <-r.Context().Done():
 		}
-		<-s.guess
+		<-guess
 	case <-r.Context().Done():
 	}
-	return false
 }

@@ -24,7 +24,7 @@ func TestAttackRestartsFillPresence(t *testing.T) {
 		p.apply(mine(p)) // its own key, put at start
 		for i := range MaxRouters {
 			id := fmt.Sprintf("crash%d", i)
-			p.apply(put(id, "i"))
+			p.apply(put(id, id)) // a process each
 			if i%2 == 0 {
 				p.apply(entry{key: id, op: jetstream.KeyValueDelete}) // a clean stop
 			} // else it died: its key ages out, unrenewed

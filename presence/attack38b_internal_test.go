@@ -28,7 +28,7 @@ func TestAttack38bGoneKeysForgetNoLiveRouter(t *testing.T) {
 		for beat := range 3 {
 			for range MaxRouters { // a fill, half deleted, half left to go stale
 				id := fmt.Sprint("fill", n)
-				p.apply(put(id, "x"))
+				p.apply(put(id, id)) // a process each (one would hold one place)
 				if n++; n%2 == 0 {
 					p.apply(entry{key: id, op: jetstream.KeyValueDelete})
 				}

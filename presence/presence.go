@@ -64,6 +64,7 @@ type Presence struct {
 
 	mu    sync.Mutex
 	peers map[string]peer
+	owner map[string]string // instance -> the one key it holds in peers
 	// read: when the watch last delivered this router's own renewal; it had
 	// then delivered every renewal put before it (one stream, in order).
 	read time.Time
@@ -82,7 +83,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Presence {
 	cfg.Heartbeat = cmp.Or(cfg.Heartbeat, 5*time.Second)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	v, _ := json.Marshal(Value{Router: cfg.ID, Instance: nuid.Next(), HeartbeatMS: cfg.Heartbeat.Milliseconds()})
-	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{},
+	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}, owner: map[string]string{},
 		clock: held.New(time.Now, cfg.Heartbeat/10), stopClock: func() {}}
 }
 
@@ -142,36 +143,56 @@ func (p *Presence) apply(e jetstream.KeyValueEntry) {
 	defer p.mu.Unlock()
 	id := e.Key()
 	cur, ok := p.peers[id]
+	put := e.Operation() == jetstream.KeyValuePut
+	var v Value
+	if put {
+		if id == p.cfg.ID && bytes.Equal(e.Value(), p.value) {
+			p.read = now
+		}
+		// A router process puts one key, its id, naming itself: a key
+		// whose value names another router, or a process another key
+		// holds, is no router's (a writer's bug filling the table with
+		// live keys: TestAttackOneWriterFillsPresence), and is not kept.
+		if json.Unmarshal(e.Value(), &v) != nil || v.Router != id {
+			return
+		}
+		if o, taken := p.owner[v.Instance]; taken && o != id {
+			return
+		}
+	}
 	if !ok && len(p.peers) >= MaxRouters {
 		// Ids are new at each start: forget the routers judged gone
 		// whatever they ended (TestAttackRestartsFillPresence).
 		for k, pr := range p.peers {
 			if pr.gone || p.read.Sub(pr.last) > Beats*p.cfg.Heartbeat {
-				delete(p.peers, k)
+				p.forget(k, pr)
 			}
 		}
 		if len(p.peers) >= MaxRouters {
 			return
 		}
 	}
-	if e.Operation() != jetstream.KeyValuePut {
+	if !put {
 		cur.gone, cur.last = true, now
 		p.peers[id] = cur
 		return
 	}
-	if id == p.cfg.ID && bytes.Equal(e.Value(), p.value) {
-		p.read = now
-	}
-	var v Value
-	if json.Unmarshal(e.Value(), &v) != nil {
-		return
-	}
 	if !ok || cur.gone || cur.instance != v.Instance {
+		p.forget(id, cur)
 		cur = peer{instance: v.Instance, since: now}
+		p.owner[v.Instance] = id
 		p.cfg.Logger.Debug("presence: router seen", "id", id, "instance", v.Instance)
 	}
 	cur.last = now
 	p.peers[id] = cur
+}
+
+// forget drops router id, which was pr, and its process's claim; p.mu held.
+func (p *Presence) forget(id string, pr peer) {
+	delete(p.peers, id)
+	if p.owner[pr.instance] == id {
+		delete(p.owner, pr.instance)
+	}
 }
 
 // Verdict is what a Presence says of a router about a moment it ended something.

@@ -71,7 +71,7 @@ func TestStaleness(t *testing.T) {
 			steps: []step{{after: hb, see: []entry{{key: "a", op: jetstream.KeyValueDelete}, put("a", "i1")}, want: Gone}}},
 		{name: "a router never seen is gone a lease after the end", setup: []entry{put("b", "i1")},
 			steps: []step{{want: Unsure}, {after: 3 * hb, see: []entry{put("b", "i1")}, want: Unsure}, {after: time.Millisecond, want: Gone}}},
-		{name: "a router first seen after the end is another process", setup: []entry{put("b", "i1")},
+		{name: "a router first seen after the end is another process", setup: []entry{put("b", "i9")},
 			steps: []step{{after: hb, see: []entry{put("a", "i1")}, want: Gone}}},
 		{name: "another router's renewals say nothing of this one", setup: []entry{put("a", "i1"), put("b", "i9")},
 			steps: []step{{after: 2 * hb, see: []entry{put("b", "i9")}, want: Unsure}, {after: 2 * hb, see: []entry{put("b", "i9")}, want: Gone}}},
@@ -107,7 +107,8 @@ func TestBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := New(nil, Config{ID: "me", Heartbeat: time.Second})
 		for i := range MaxRouters + 10 {
-			p.apply(put("r"+string(rune('a'+i%26))+time.Duration(i).String(), "i"))
+			id := "r" + string(rune('a'+i%26)) + time.Duration(i).String()
+			p.apply(put(id, id))
 		}
 		if n := len(p.peers); n != MaxRouters {
 			t.Fatalf("%d routers kept, want %d", n, MaxRouters)

@@ -36,6 +36,11 @@ type Agent struct {
 // gets the session's deny entries. An existing user keeps its key and may
 // be bound, or rebound, but not unbound.
 func AddAgent(dir, session, user string) (Agent, error) {
+	unlock, err := lock(dir)
+	if err != nil {
+		return Agent{}, err
+	}
+	defer unlock()
 	spec, err := LoadSpec(dir)
 	if err != nil {
 		return Agent{}, err
@@ -56,6 +61,22 @@ func AddAgent(dir, session, user string) (Agent, error) {
 	}
 	u, _ := Lookup(users, "session-"+session)
 	return Agent{User: u, Seed: SeedFile(dir, u.Name), Env: EnvFile(dir, u.Name), Created: created}, nil
+}
+
+// lockFile serialises the changes of a directory's configuration: each
+// reads the spec, changes it and writes every file back, so two at once
+// (two `toolbus security agent`, or one and a router's Refresh) lost one's
+// sessions, and the shared agent their deny entries (session 39,
+// TestAttackAgentsAddedAtOnce).
+const lockFile = ".security.lock"
+
+// lock takes dir's lock, waiting for its holder.
+func lock(dir string) (unlock func(), err error) {
+	f, err := private.Lock(filepath.Join(dir, lockFile), false)
+	if err != nil {
+		return nil, fmt.Errorf("security: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // LoadSpec reads the Spec of dir: its spec.json, or for a directory
@@ -379,27 +400,43 @@ func (b *Bindings) OwnAgent(session string) bool {
 // (accounts and their links change it alone); a running server must then
 // reload. It reports whether it rewrote.
 func Refresh(dir string) (bool, error) {
-	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil // a configuration made by hand: left as it is
-	} else if err != nil {
-		return false, fmt.Errorf("security: %w", err)
+	if _, _, stale, err := stale(dir); err != nil || !stale {
+		return false, err // up to date, or made by hand: no file written
 	}
-	spec, err := LoadSpec(dir)
+	unlock, err := lock(dir)
 	if err != nil {
 		return false, err
 	}
-	users, err := Users(spec)
-	if err != nil {
+	defer unlock()
+	spec, users, stale, err := stale(dir) // as it is now the lock is held
+	if err != nil || !stale {
 		return false, err
-	}
-	conf, err := os.ReadFile(filepath.Join(dir, ServerConfigFile))
-	creds, kerr := keys(dir, users, nil)
-	if string(old) == JSON(users) && err == nil && kerr == nil && string(conf) == ServerConfig(spec.Prefix, users, creds) {
-		return false, nil
 	}
 	if err := write(dir, envURL(dir), spec, users); err != nil {
 		return false, err
 	}
 	return true, nil
+}
+
+// stale reads dir's spec and reports whether its configuration differs from
+// what this version writes for it; a directory without users.json was made
+// by hand and is never stale.
+func stale(dir string) (Spec, []User, bool, error) {
+	old, err := os.ReadFile(filepath.Join(dir, UsersFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return Spec{}, nil, false, nil
+	} else if err != nil {
+		return Spec{}, nil, false, fmt.Errorf("security: %w", err)
+	}
+	spec, err := LoadSpec(dir)
+	if err != nil {
+		return Spec{}, nil, false, err
+	}
+	users, err := Users(spec)
+	if err != nil {
+		return Spec{}, nil, false, err
+	}
+	conf, err := os.ReadFile(filepath.Join(dir, ServerConfigFile))
+	creds, kerr := keys(dir, users, nil)
+	return spec, users, string(old) != JSON(users) || err != nil || kerr != nil || string(conf) != ServerConfig(spec.Prefix, users, creds), nil
 }

@@ -109,7 +109,7 @@ func TestInboxTokenNotLogged(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "secure")
 	m, stderr := startRun(t, []string{"--secure", dir, "--listen", "127.0.0.1:-1", "--data", filepath.Join(t.TempDir(), "data"),
 		"--heartbeat", "500ms", "--inbox-listen", "127.0.0.1:0"},
-		regexp.MustCompile(`(?s)^(.*approval inbox on (http://\S+) — open \S+=<the token in (\S+)>.*)$`))
+		regexp.MustCompile(`(?s)^(.*approval inbox on (http://\S+) — open \S+ and give it the token in (\S+) \(.*)$`))
 	out, base, file := m[1], m[2], m[3]
 	if file != filepath.Join(dir, inbox.TokenFile) {
 		t.Fatalf("token kept in %s, want %s", file, filepath.Join(dir, inbox.TokenFile))

@@ -19,28 +19,21 @@ import (
 // holder's listen address, which a refused router is told to join.
 func lockStore(dir, listen string) (unlock func(), err error) {
 	path := filepath.Join(dir, "toolbus-router.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
-	if errors.Is(err, syscall.ELOOP) {
-		return nil, fmt.Errorf("store %s: the lock file %s is a symbolic link; refusing to follow it (someone else may have made it: check the directory, then remove it)", dir, path)
+	f, err := private.Lock(path, true)
+	if errors.Is(err, private.ErrLocked) {
+		f, err = os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+		other := "<the other's --listen>" // a router of before session 31 wrote none
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(f, 256))
+			f.Close()
+			if hostPort.Match(b) {
+				other = string(b)
+			}
+		}
+		return nil, fmt.Errorf("store %s is in use by another router (lock %s): give this one its own --data, or stop the other\n  to add a router beside it, join its server: --nats nats://%s; for a separate bus: --listen ADDR (and its own --data)", dir, path, other)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store %s: %w", dir, err)
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || !private.Owned(fi) {
-		f.Close()
-		return nil, fmt.Errorf("store %s: the lock file %s is not a regular file of this process's user; refusing it", dir, path)
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		defer f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			b, _ := io.ReadAll(io.LimitReader(f, 256))
-			other := string(b)
-			if !hostPort.MatchString(other) {
-				other = "<the other's --listen>" // a router of before session 31 wrote none
-			}
-			return nil, fmt.Errorf("store %s is in use by another router (lock %s): give this one its own --data, or stop the other\n  to add a router beside it, join its server: --nats nats://%s; for a separate bus: --listen ADDR (and its own --data)", dir, path, other)
-		}
-		return nil, fmt.Errorf("store %s: lock: %w", dir, err)
 	}
 	if f.Truncate(0) == nil {
 		_, _ = f.WriteAt([]byte(listen), 0)

@@ -25,7 +25,7 @@ func TestInboxCommand(t *testing.T) {
 		t.Fatalf("public address without a token: %v", err)
 	}
 	stdout, _, stop := background(t, "inbox", "--listen", "127.0.0.1:0", "--nats", d.url)
-	re := regexp.MustCompile(`open (http://127\.0\.0\.1:\d+)/\?token=([0-9a-f]{32}) `)
+	re := regexp.MustCompile(`open (http://127\.0\.0\.1:\d+)/\?code=([0-9a-f]{32}) .* give it the token ([0-9a-f]{32}),`)
 	var m []string
 	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if m = re.FindStringSubmatch(stdout.String()); m == nil {
@@ -33,8 +33,9 @@ func TestInboxCommand(t *testing.T) {
 		}
 		return nil
 	})
-	// The printed URL opens the page; the API needs the token (in its header, session 38).
-	for path, want := range map[string]int{"/api/calls": http.StatusUnauthorized, "/?token=" + m[2]: http.StatusOK} {
+	// The printed link opens the page; the API needs the token (in its
+	// header, session 38), never in the address (session 39).
+	for path, want := range map[string]int{"/api/calls": http.StatusUnauthorized, "/?code=" + m[2]: http.StatusOK, "/?token=" + m[3]: http.StatusBadRequest} {
 		resp, err := http.Get(m[1] + path)
 		if err != nil {
 			t.Fatal(err)

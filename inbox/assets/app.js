@@ -4,15 +4,16 @@
 // the call's key, revision and input digest.
 "use strict";
 (function () {
-  // The token of the URL the page was opened with, kept in this tab's
-  // sessionStorage (per origin, port included): a cookie would go to every
-  // server on this host (session 38, TestAttackTokenToAnotherPort).
-  const opened = new URLSearchParams(location.search).get("token");
-  if (opened) {
-    sessionStorage.setItem("toolbus-inbox-token", opened);
-    history.replaceState(null, "", "/"); // out of the address bar
-  }
-  const token = sessionStorage.getItem("toolbus-inbox-token") || "";
+  // The token, kept in this tab's sessionStorage (per origin, port
+  // included): a cookie would go to every server on this host (session 38,
+  // TestAttackTokenToAnotherPort). The page gets it for the one-time code
+  // of the link it was opened with, or from the person (the login form):
+  // never from the address, which the browser's history keeps (session 39,
+  // TestAttackTokenInHistory).
+  const KEY = "toolbus-inbox-token";
+  let token = sessionStorage.getItem(KEY) || "";
+  const code = new URLSearchParams(location.search).get("code");
+  if (code) history.replaceState(null, "", "/"); // out of the address bar
   const FOLD = 2000; // inputs longer than this (pretty) are folded
   const calls = new Map(); // key -> item, as the server last sent
   const cards = new Map(); // key -> card element
@@ -281,9 +282,8 @@
       try {
         const res = await fetch("/api/events", { headers: { "X-Toolbus-Token": token } });
         if (res.status === 401) {
-          flash(await res.text(), false);
-          status.textContent = "no token"; status.className = "status down";
-          return;
+          sessionStorage.removeItem(KEY);
+          return login(await res.text());
         }
         const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
         let buf = "";
@@ -307,8 +307,42 @@
       await new Promise((ok) => setTimeout(ok, 1000));
     }
   }
+  // login shows the form for the token with msg; submitted, it connects.
+  function login(msg) {
+    flash(msg, false);
+    $("#status").textContent = "no token"; $("#status").className = "status down";
+    $("#login").hidden = false;
+    $("#token").focus();
+  }
+  $("#login").addEventListener("submit", (e) => {
+    e.preventDefault();
+    token = $("#token").value.trim();
+    $("#token").value = "";
+    $("#login").hidden = true;
+    $("#flash").hidden = true;
+    sessionStorage.setItem(KEY, token);
+    connect();
+  });
+  // start exchanges the link's code for the token (once: the code is then
+  // void), or goes on with the tab's token, or asks for it.
+  async function start() {
+    let msg = "give the inbox's token (the link the inbox printed opens one visit)";
+    if (code) {
+      try {
+        const res = await fetch("/api/login", { method: "POST", headers: { "Content-Type": "application/json", "X-Toolbus-Code": code }, body: "{}" });
+        if (res.ok) {
+          token = (await res.json()).token;
+          sessionStorage.setItem(KEY, token);
+        } else msg = await res.text();
+      } catch (e) {
+        msg = "the inbox did not answer: " + e;
+      }
+    }
+    if (!token) return login(msg);
+    connect();
+  }
   setInterval(tick, 1000);
-  connect();
+  start();
   // For scripts and tests: the calls as the page holds them, and send.
   window.toolbusInbox = { calls: calls, send: send, select: select };
 })();

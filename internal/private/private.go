@@ -11,6 +11,9 @@ import (
 	"path/filepath"
 )
 
+// ErrLocked is Lock's answer when try is set and another holds the lock.
+var ErrLocked = errors.New("locked by another process")
+
 // Check refuses dir unless it is a directory (not a symlink) owned by this
 // process's user whose mode has none of the bits of deny (0o077: nobody
 // else may do anything; 0o027: the group may read and enter). what names

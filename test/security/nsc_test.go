@@ -476,9 +476,14 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			if got, _ := bus.Decode(m); got == nil || got.Type != bus.TypeError || got.DataAs(&e) != nil || e.Code != bus.CodeDenied {
 				t.Fatalf("the worker login's leave for worker a: %s, want denied", m.Data)
 			}
-		}, []string{"toolbus.register.greet"}, []string{"toolbus.exec.alpha", "toolbus.exec.alpha spy"}}, // its execs outside its queue group
+		}, []string{"toolbus.register.greet", "toolbus.resources.r"}, []string{"toolbus.exec.alpha", "toolbus.exec.alpha spy", "toolbus.resources.>"}}, // its execs outside its queue group; no resources
 		{security.RoleBridge, func(l *login) { // TestWorkerFindsItsConsumerAtOnce, TestOnlyRoutersPublishEvents
 			askBridge(t, l)
+			// The resources' server in a bridge process of its own: two servers in one
+			// bridge answer a discovery ping twice on one connection (TestBridgeDiscoveryOfTwoServers).
+			rb := d.conn(security.RoleBridge)
+			runBridge(t, rb, resourcesServer(t))
+			t.Cleanup(rb.noViolations)
 		}, []string{"$JS.API.INFO", "toolbus.events.s1"}, nil},
 		{security.RoleFacade, func(*login) { // TestFacadeIdentity; the bridge's tool, its question relayed on P.ask and answered by alice's host
 			url, fl := d.mcpFacade(t)
@@ -492,8 +497,9 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 				t.Fatalf("the bridged question answered by alice's host: %+v", r)
 			}
 			testkit.Recv(t, host.asked, bound, "alice's question")
+			readResources(t, c) // session 39: the bridge's resources under JWT accounts
 			fl.noViolations()
-		}, []string{"toolbus.exec.greet"}, []string{"toolbus.confirm.>"}},
+		}, []string{"toolbus.exec.greet"}, []string{"toolbus.confirm.>", "toolbus.resources.>"}},
 		{security.RoleApprover, func(l *login) { // TestApproverAndOperatorConfined, TestApproverNarrow
 			park("r-approver")
 			req := readHandoff(t, l, "toolbus.confirm.deploy")
@@ -503,7 +509,7 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			}
 			must(t, l.client().Parked().Confirm(testCtx(t), "deploy", "s1", "r-approver", "c1", bus.Answer{Confirmed: &yes, InputDigest: digestOf(t, req)}))
 			confirmed("r-approver")
-		}, []string{"toolbus.answer.deploy"}, []string{"toolbus.events.>"}},
+		}, []string{"toolbus.answer.deploy", "toolbus.resources.r"}, []string{"toolbus.events.>"}},
 		{security.RoleOperator, func(l *login) { // TestApproverAndOperatorConfined, TestAttackPresence: toolbus status, parked, confirm
 			var st json.RawMessage
 			must(t, l.client().Admin(testCtx(t), "status", "", struct{}{}, &st))
@@ -539,12 +545,12 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			req := readHandoff(t, l, "toolbus.external.pick")
 			must(t, l.client().Parked().Answer(testCtx(t), "pick", req.SessionID, req.ReplyID, req.ToolCallID, bus.Answer{State: bus.StateSuccess, Output: bus.Text("a.txt")}))
 			confirmed("r-handler")
-		}, []string{"toolbus.answer.deploy"}, []string{"toolbus.external.other"}},
+		}, []string{"toolbus.answer.deploy", "toolbus.resources.r"}, []string{"toolbus.external.other"}},
 		{security.RoleAgent, func(l *login) { // TestAgentOfEverySession, TestSharedAgentLockedOut (its deny lists)
 			if rep, err := l.client().Call(testCtx(t), "s9", bus.Batch{Calls: []bus.Call{{ID: "c1", Name: "greet"}}}); err != nil || len(rep.Results) != 1 || rep.Results[0].State != bus.StateSuccess {
 				t.Fatalf("greet in s9: %+v %v", rep, err)
 			}
-		}, []string{"toolbus.exec.greet", "toolbus.call.s1"}, []string{"toolbus.events.s1"}},
+		}, []string{"toolbus.exec.greet", "toolbus.call.s1", "toolbus.resources.r"}, []string{"toolbus.events.s1", "toolbus.resources.>"}},
 	}
 	logins := make([]*login, len(rows))
 	for i, r := range rows {
@@ -586,7 +592,12 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 // askBridge runs a bridge logged in as l serving mcptest.AskServer as the
 // MCP server q (its tool mcp__q__ask asks the host's user a question).
 func askBridge(t *testing.T, l *login) {
-	b, err := bridge.New(l.nc, &bridge.File{Servers: []bridge.Server{{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}}},
+	runBridge(t, l, bridge.Server{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)})
+}
+
+// runBridge runs a bridge logged in as l serving servers.
+func runBridge(t *testing.T, l *login, servers ...bridge.Server) {
+	b, err := bridge.New(l.nc, &bridge.File{Servers: servers},
 		bridge.Config{Heartbeat: testHeartbeat, Logger: slog.New(slog.DiscardHandler)})
 	must(t, err)
 	must(t, b.Start(t.Context()))
