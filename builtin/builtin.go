@@ -98,8 +98,9 @@ func (f *Flags) ShellSet() bool {
 	return *f.allow != "" || *f.trust != "" || *f.env != "" || *f.user != "" || *f.asRoot
 }
 
-// RegisterWith adds the built-in tools that cfg asks for to w.
-func RegisterWith(w *worker.Worker, cfg Config) error {
+// RegisterWith adds the built-in tools that cfg asks for to w; ctx bounds
+// NewShell's probes.
+func RegisterWith(ctx context.Context, w *worker.Worker, cfg Config) error {
 	if err := checkNames(cfg.Names); err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	}
 	// The shell's settings are checked before anything is registered; the
 	// file tools share its base directory.
-	sh, err := NewShell(cfg)
+	sh, err := NewShell(ctx, cfg)
 	if err != nil {
 		return err
 	}

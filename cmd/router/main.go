@@ -210,7 +210,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 			}
 			if err == nil {
-				err = builtin.RegisterWith(w, cfg)
+				err = builtin.RegisterWith(ctx, w, cfg)
 			}
 			if err == nil {
 				err = builtin.RegisterTasks(w, bnc, *prefix) // the background task tools (docs/tasks.md)

@@ -195,7 +195,7 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		}
 		cfg.Skills, stop = m, func() { _ = cat.Drain(context.WithoutCancel(ctx)); _ = m.Close() }
 	}
-	if err := builtin.RegisterWith(w, cfg); err != nil {
+	if err := builtin.RegisterWith(ctx, w, cfg); err != nil {
 		stop()
 		return nil, err
 	}
