@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer obs.Stop()
+	defer obs.Stop(context.WithoutCancel(ctx)) // flushes even after a signal ended ctx (a second one exits at once)
 	log := obs.Log
 	// Tuned as the router is (docs/worker.md, "The collector").
 	gc := memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)

@@ -43,12 +43,15 @@ func ObserveFlags(fs *flag.FlagSet) *Observe {
 	}
 }
 
-// Started is what Start set up. Stop flushes the traces; call it on exit.
+// Started is what Start set up; call Stop on exit.
 type Started struct {
 	Log     *slog.Logger
 	Metrics prometheus.Registerer // nil without -metrics
-	Stop    func()
+	flush   func(context.Context) error
 }
+
+// Stop flushes the traces, until ctx ends (then its error).
+func (s *Started) Stop(ctx context.Context) error { return s.flush(ctx) }
 
 // Start sets up the logger on stderr, the metrics endpoint (announced on
 // stdout as who's) and trace export for service, as the flags say.
@@ -62,11 +65,9 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	if s.Metrics, err = metrics.Expose(ctx, *o.metricsAddr, who, stdout); err != nil {
 		return nil, err
 	}
-	shutdown, err := setupTracing(ctx, *o.otlp, *o.otlpInsecure, service)
-	if err != nil {
+	if s.flush, err = setupTracing(ctx, *o.otlp, *o.otlpInsecure, service); err != nil {
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	s.Stop = func() { _ = shutdown(context.WithoutCancel(ctx)) } // flushes even after a signal ended ctx
 	return s, nil
 }
 
