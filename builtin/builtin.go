@@ -283,13 +283,10 @@ func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
 	list := make([]Todo, 0, len(in.Todos))
 	for _, t := range in.Todos {
 		id := ""
-		for _, old := range cur.Todos {
-			if old.Content == t.Content && !taken[old.ID] {
-				id = old.ID
-				break
-			}
+		if i := slices.IndexFunc(cur.Todos, func(old Todo) bool { return old.Content == t.Content && !taken[old.ID] }); i >= 0 {
+			id = cur.Todos[i].ID
 		}
-		if id == "" {
+		if id == "" { // new, or an old item without an id
 			next++
 			id = strconv.Itoa(next)
 		}
