@@ -7,6 +7,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -47,11 +48,17 @@ func ObserveFlags(fs *flag.FlagSet) *Observe {
 type Started struct {
 	Log     *slog.Logger
 	Metrics prometheus.Registerer // nil without -metrics
-	flush   func(context.Context) error
+	// Stop's: the metrics endpoint's shutdown and the traces' flush.
+	closeMetrics, flush func(context.Context) error
 }
 
-// Stop flushes the traces, until ctx ends (then its error).
-func (s *Started) Stop(ctx context.Context) error { return s.flush(ctx) }
+// Stop shuts the metrics endpoint down (it serves until then, through a
+// drain) and flushes the traces, until ctx ends or at most DrainTimeout.
+func (s *Started) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, DrainTimeout)
+	defer cancel()
+	return errors.Join(s.closeMetrics(ctx), s.flush(ctx))
+}
 
 // Start sets up the logger on stderr, the metrics endpoint (announced on
 // stdout as who's) and trace export for service, as the flags say.
@@ -62,10 +69,11 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	}
 	s := &Started{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
 	var err error
-	if s.Metrics, err = metrics.Expose(ctx, *o.metricsAddr, who, stdout); err != nil {
+	if s.Metrics, s.closeMetrics, err = metrics.Expose(*o.metricsAddr, who, stdout); err != nil {
 		return nil, err
 	}
 	if s.flush, err = setupTracing(ctx, *o.otlp, *o.otlpInsecure, service); err != nil {
+		_ = s.closeMetrics(ctx)
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
 	return s, nil
