@@ -62,12 +62,11 @@ func (c *Clock) Start(ctx context.Context) {
 // Stop ends the ticks, waiting for them until ctx ends (then its error);
 // safe twice, before Start and on a nil Clock.
 func (c *Clock) Stop(ctx context.Context) error {
-	if c == nil || c.cancel == nil {
-		return nil
-	}
-	c.cancel()
-	if !life.WaitFor(ctx, &c.ticks) {
-		return ctx.Err()
+	if c != nil && c.cancel != nil {
+		c.cancel()
+		if !life.WaitFor(ctx, &c.ticks) {
+			return ctx.Err()
+		}
 	}
 	return nil
 }
