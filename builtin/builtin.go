@@ -98,8 +98,9 @@ func (f *Flags) ShellSet() bool {
 	return *f.allow != "" || *f.trust != "" || *f.env != "" || *f.user != "" || *f.asRoot
 }
 
-// RegisterWith adds the built-in tools that cfg asks for to w.
-func RegisterWith(w *worker.Worker, cfg Config) error {
+// RegisterWith adds the built-in tools that cfg asks for to w; ctx bounds
+// NewShell's probes.
+func RegisterWith(ctx context.Context, w *worker.Worker, cfg Config) error {
 	if err := checkNames(cfg.Names); err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func RegisterWith(w *worker.Worker, cfg Config) error {
 	}
 	// The shell's settings are checked before anything is registered; the
 	// file tools share its base directory.
-	sh, err := NewShell(cfg)
+	sh, err := NewShell(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -282,13 +283,10 @@ func WriteTodos(state json.RawMessage, in TodoIn) (string, []Todo, error) {
 	list := make([]Todo, 0, len(in.Todos))
 	for _, t := range in.Todos {
 		id := ""
-		for _, old := range cur.Todos {
-			if old.Content == t.Content && !taken[old.ID] {
-				id = old.ID
-				break
-			}
+		if i := slices.IndexFunc(cur.Todos, func(old Todo) bool { return old.Content == t.Content && !taken[old.ID] }); i >= 0 {
+			id = cur.Todos[i].ID
 		}
-		if id == "" {
+		if id == "" { // new, or an old item without an id
 			next++
 			id = strconv.Itoa(next)
 		}

@@ -274,7 +274,7 @@ func newShell(t *testing.T, cfg Config) *Shell {
 	if cfg.ShellUser == "" {
 		cfg.ShellAsRoot = true
 	}
-	s, err := NewShell(cfg)
+	s, err := NewShell(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -177,10 +177,10 @@ func TestShellGitFilterAttack(t *testing.T) {
 // TestShellTrust: a program with no profile is refused on the allow-list
 // and runs with any arguments when trusted.
 func TestShellTrust(t *testing.T) {
-	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellAllow: []string{"sh"}}); err == nil || !strings.Contains(err.Error(), "--shell-trust") {
+	if _, err := NewShell(t.Context(), Config{WorkDir: t.TempDir(), ShellAllow: []string{"sh"}}); err == nil || !strings.Contains(err.Error(), "--shell-trust") {
 		t.Fatalf("sh on the allow-list: %v", err)
 	}
-	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellTrust: []string{"env"}}); err == nil {
+	if _, err := NewShell(t.Context(), Config{WorkDir: t.TempDir(), ShellTrust: []string{"env"}}); err == nil {
 		t.Fatal("env trusted")
 	}
 	s := newShell(t, Config{ShellAllow: []string{"echo"}, ShellTrust: []string{"sh"}})
@@ -206,7 +206,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 		}
 	}
 	var logs bytes.Buffer
-	s, err := NewShell(Config{WorkDir: dir, ShellAllow: []string{"id", "cat", "echo"}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err := NewShell(t.Context(), Config{WorkDir: dir, ShellAllow: []string{"id", "cat", "echo"}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 		t.Errorf("warned: %s", logs.String())
 	}
 	logs.Reset()
-	s, err = NewShell(Config{WorkDir: dir, ShellAsRoot: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	s, err = NewShell(t.Context(), Config{WorkDir: dir, ShellAsRoot: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestShellNotRootByDefault(t *testing.T) {
 	}
 	// A base directory the default user cannot write is named at start.
 	logs.Reset()
-	if _, err := NewShell(Config{WorkDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
+	if _, err := NewShell(t.Context(), Config{WorkDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil))}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "not writable by the shell's user") {

@@ -37,7 +37,7 @@ func runShellChild() bool {
 	if n, err := strconv.Atoi(os.Getenv(envShellChild + "_PROCS")); err == nil {
 		shellProcesses = n
 	}
-	s, err := NewShell(Config{WorkDir: dir, ShellAsRoot: true})
+	s, err := NewShell(context.Background(), Config{WorkDir: dir, ShellAsRoot: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -126,7 +126,7 @@ func TestShellEnvironment(t *testing.T) {
 	}
 	// Credentials cannot be named.
 	for _, names := range [][]string{{"NATS_URL"}, {"nats_nkey"}, {"TOOLBUS_SECRET"}, {"HOME"}, {"GIT_CONFIG_COUNT"}, {"A-B"}, {"OTEL_EXPORTER_OTLP_HEADERS"}} {
-		if _, err := NewShell(Config{WorkDir: dir, ShellEnv: names}); err == nil {
+		if _, err := NewShell(t.Context(), Config{WorkDir: dir, ShellEnv: names}); err == nil {
 			t.Errorf("--shell-env %v accepted", names)
 		}
 	}
@@ -282,7 +282,7 @@ func nobodysDir(t *testing.T) (*user.User, string) {
 }
 
 func TestShellUser(t *testing.T) {
-	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellUser: "no-such-user-toolbus"}); err == nil {
+	if _, err := NewShell(t.Context(), Config{WorkDir: t.TempDir(), ShellUser: "no-such-user-toolbus"}); err == nil {
 		t.Fatal("an unknown --shell-user accepted")
 	}
 	u, dir := nobodysDir(t)
@@ -305,7 +305,7 @@ func TestShellUser(t *testing.T) {
 func BenchmarkShellTrue(b *testing.B) {
 	for _, launcher := range []bool{true, false} {
 		b.Run(fmt.Sprintf("launcher=%v", launcher), func(b *testing.B) {
-			s, err := NewShell(Config{WorkDir: b.TempDir(), ShellAsRoot: true})
+			s, err := NewShell(b.Context(), Config{WorkDir: b.TempDir(), ShellAsRoot: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -322,7 +322,7 @@ func BenchmarkShellTrue(b *testing.B) {
 	}
 	// With an allow-list: the interpreter and the narrower Landlock rules.
 	b.Run("allow-list", func(b *testing.B) {
-		s, err := NewShell(Config{WorkDir: b.TempDir(), ShellAsRoot: true, ShellAllow: []string{"ls"}})
+		s, err := NewShell(b.Context(), Config{WorkDir: b.TempDir(), ShellAsRoot: true, ShellAllow: []string{"ls"}})
 		if err != nil {
 			b.Fatal(err)
 		}

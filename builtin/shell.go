@@ -76,7 +76,8 @@ type credential struct {
 // entry that is not a plain program name or that runs other programs
 // (env, xargs, eval ...), an environment name that holds credentials, and
 // a user that does not exist (or that this process cannot switch to).
-func NewShell(cfg Config) (*Shell, error) {
+// ctx bounds the probe of git's helper directory (execList).
+func NewShell(ctx context.Context, cfg Config) (*Shell, error) {
 	f, err := NewFiles(cfg.WorkDir)
 	if err != nil {
 		return nil, err
@@ -104,7 +105,7 @@ func NewShell(cfg Config) (*Shell, error) {
 		if v, ok := s.lookup("PATH"); ok && slices.Contains(s.env, "PATH") {
 			path = v
 		}
-		s.execFiles, s.execDirs = execList(append(slices.Clone(s.Allow), s.Trust...), path)
+		s.execFiles, s.execDirs = execList(ctx, append(slices.Clone(s.Allow), s.Trust...), path)
 	}
 	switch {
 	case s.landlock && s.restricted():
@@ -479,7 +480,7 @@ func shellEnv(lookup func(string) (string, bool), names []string, home, tmp stri
 // interpreter (the dynamic loader). dirs are directories whose files may all
 // be executed: git's exec-path. Landlock grants execute on these only
 // (docs/builtin.md, "The kernel runs nothing else").
-func execList(names []string, path string) (files, dirs []string) {
+func execList(ctx context.Context, names []string, path string) (files, dirs []string) {
 	add := func(p string) {
 		if p != "" && !slices.Contains(files, p) {
 			files = append(files, p)
@@ -493,7 +494,7 @@ func execList(names []string, path string) (files, dirs []string) {
 		add(p)
 		add(interpreter(p))
 		if filepath.Base(n) == "git" {
-			if d := gitExecPath(p); d != "" {
+			if d := gitExecPath(ctx, p); d != "" {
 				dirs = append(dirs, d)
 			}
 		}
@@ -549,9 +550,10 @@ func interpreter(p string) string {
 }
 
 // gitExecPath asks git where its helper programs live (remote helpers
-// for https, git's own subcommands); "" if it does not say.
-func gitExecPath(git string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// for https, git's own subcommands); "" if it does not say within 10 s
+// or before ctx ends.
+func gitExecPath(ctx context.Context, git string) string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, git, "--exec-path")
 	cmd.Env = []string{"PATH=" + DefaultShellPath, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null"}

@@ -171,11 +171,11 @@ func TestShellAllowList(t *testing.T) {
 
 func TestShellAllowListConfig(t *testing.T) {
 	for _, allow := range [][]string{{"env"}, {"ls", "xargs"}, {"/usr/bin/timeout"}, {"a b"}, {"$X"}, {"../ls"}, {""}, {"sh"}, {"python3"}, {"awk"}} {
-		if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellAllow: allow}); err == nil {
+		if _, err := NewShell(t.Context(), Config{WorkDir: t.TempDir(), ShellAllow: allow}); err == nil {
 			t.Errorf("allow-list %q accepted", allow)
 		}
 	}
-	if _, err := NewShell(Config{WorkDir: t.TempDir(), ShellAllow: []string{"git", "/usr/bin/ls"}, ShellTrust: []string{"python3", "g++"}}); err != nil {
+	if _, err := NewShell(t.Context(), Config{WorkDir: t.TempDir(), ShellAllow: []string{"git", "/usr/bin/ls"}, ShellTrust: []string{"python3", "g++"}}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -123,21 +123,18 @@ func waitTasks(ctx context.Context, c *client.Client, session string, in WaitTas
 
 // taskText shows a task to the model.
 func taskText(t bus.Task, out []bus.Block) string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "Task %s (tool '%s'): %s", t.ID, t.Tool, t.State)
+	s := fmt.Sprintf("Task %s (tool '%s'): %s", t.ID, t.Tool, t.State)
 	if t.Running() {
-		sb.WriteString(", still running")
+		s += ", still running"
 	}
-	sb.WriteString(".")
+	s += "."
 	if len(out) > 0 {
-		sb.WriteString("\nOutput so far:\n")
-		sb.WriteString(blocksText(out))
+		s += "\nOutput so far:\n" + blocksText(out)
 	}
 	if t.Result != nil {
-		sb.WriteString("\nResult:\n")
-		sb.WriteString(blocksText(t.Result.Output))
+		s += "\nResult:\n" + blocksText(t.Result.Output)
 	}
-	return sb.String()
+	return s
 }
 
 func blocksText(bs []bus.Block) string {

@@ -32,7 +32,7 @@ type definitions struct {
 	groups  *store.Ordered[*group]
 	ordered atomic.Pointer[[]bus.Group] // meta and external groups in registration order; rebuilt on change
 
-	watches []*store.Watch
+	watch *store.Watch // Store.Start's
 
 	// searchBasic makes basic a meta group like the others (search on,
 	// docs/protocol.md 4.2): switched per session, off in a new one.
@@ -58,16 +58,6 @@ func newDefinitions(kv jetstream.KeyValue, log *slog.Logger) *definitions {
 	})
 	return d
 }
-
-// start loads the cache and keeps it fed until ctx ends or stop.
-func (d *definitions) start(ctx context.Context) error {
-	gw, err := store.WatchLoaded(ctx, d.kv, ">", d.applyGroup)
-	d.watches = []*store.Watch{gw}
-	return err
-}
-
-// stop ends the watches, waiting for them until ctx ends; safe twice.
-func (d *definitions) stop(ctx context.Context) error { return store.StopAll(ctx, d.watches...) }
 
 func (d *definitions) applyGroup(e jetstream.KeyValueEntry) {
 	err := d.groups.Apply(e, func(val []byte) (*group, bool, error) {

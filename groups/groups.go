@@ -77,10 +77,13 @@ func sessionConfig(cfg Config, defs *definitions) session.Config {
 
 // Start loads the group cache and feeds it until ctx ends or Stop. Sessions
 // are not watched: there may be too many, and batches read them anyway.
-func (s *Store) Start(ctx context.Context) error { return s.definitions.start(ctx) }
+func (s *Store) Start(ctx context.Context) (err error) {
+	s.watch, err = store.WatchLoaded(ctx, s.kv, ">", s.applyGroup)
+	return err
+}
 
-// Stop ends the watches, waiting for them until ctx ends; safe twice.
-func (s *Store) Stop(ctx context.Context) error { return s.definitions.stop(ctx) }
+// Stop ends the watch, waiting for it until ctx ends; safe twice.
+func (s *Store) Stop(ctx context.Context) error { return store.StopAll(ctx, s.watch) }
 
 // CheckGroup validates a group definition.
 func CheckGroup(g *bus.Group) error {

@@ -16,9 +16,11 @@ func TestAttackIdleConnections(t *testing.T) {
 	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
 	idleTimeout = 200 * time.Millisecond
 	var out testkit.Buffer
-	if _, err := Expose(t.Context(), "127.0.0.1:0", "test", &out); err != nil {
+	_, stop, err := Expose("127.0.0.1:0", "test", &out)
+	if err != nil {
 		t.Fatal(err)
 	}
+	testkit.Stop(t, stop)
 	addr := regexp.MustCompile(`http://(\S+)/metrics`).FindStringSubmatch(out.String())[1]
 	testkit.IdleClosed(t, addr, "GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusNotFound)
 }

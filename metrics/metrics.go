@@ -264,30 +264,26 @@ func gaugeFunc(name, help string, f func() int) prometheus.GaugeFunc {
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }
 
 // Expose returns the registry a process registers its metrics on, served
-// (with Go and process collectors) on addr at /metrics until ctx ends, or
-// nil for an empty addr (metrics stay private).
-func Expose(ctx context.Context, addr, who string, stdout io.Writer) (prometheus.Registerer, error) {
+// (with Go and process collectors) on addr at /metrics until stop, which
+// waits for the requests under way until its ctx ends; nil and a no-op stop
+// for an empty addr (metrics stay private).
+func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop func(context.Context) error, err error) {
 	if addr == "" {
-		return nil, nil
+		return nil, func(context.Context) error { return nil }, nil
 	}
-	reg := prometheus.NewRegistry()
-	_ = reg.Register(collectors.NewGoCollector())
-	_ = reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r := prometheus.NewRegistry()
+	_ = r.Register(collectors.NewGoCollector())
+	_ = r.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout}
-	context.AfterFunc(ctx, func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	})
 	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
 	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
-	return reg, nil
+	return r, srv.Shutdown, nil
 }
 
 // idleTimeout closes a connection idle between requests: without it anyone

@@ -58,9 +58,8 @@ type Presence struct {
 	value []byte
 	watch *store.Watch
 	// live: the watch has delivered the bucket's initial values.
-	live      atomic.Bool
-	clock     *held.Clock // renewals are seen, and judged, by it
-	stopClock func()      // ends its ticks (Start)
+	live  atomic.Bool
+	clock *held.Clock // renewals are seen, and judged, by it
 
 	mu    sync.Mutex
 	peers map[string]peer
@@ -84,7 +83,7 @@ func New(kv jetstream.KeyValue, cfg Config) *Presence {
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	v, _ := json.Marshal(Value{Router: cfg.ID, Instance: nuid.Next(), HeartbeatMS: cfg.Heartbeat.Milliseconds()})
 	return &Presence{kv: kv, cfg: cfg, value: v, peers: map[string]peer{}, owner: map[string]string{},
-		clock: held.New(time.Now, cfg.Heartbeat/10), stopClock: func() {}}
+		clock: held.New(time.Now, cfg.Heartbeat/10)}
 }
 
 // Start puts this router's key and follows everyone's; the first put is
@@ -102,7 +101,7 @@ func (p *Presence) Start(ctx context.Context) error {
 	}
 	p.watch = w
 	p.live.Store(true)
-	p.stopClock = p.clock.Start(ctx)
+	p.clock.Start(ctx)
 	return nil
 }
 
@@ -119,8 +118,7 @@ func (p *Presence) Beat(ctx context.Context) error {
 // Stop ends the watch and deletes this router's key, so that the others
 // know at once that it stopped; safe to call twice.
 func (p *Presence) Stop(ctx context.Context) error {
-	p.stopClock()
-	err := store.StopAll(ctx, p.watch)
+	err := cmp.Or(p.clock.Stop(ctx), store.StopAll(ctx, p.watch))
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Heartbeat)
 	defer cancel()
 	if derr := p.kv.Delete(ctx, p.cfg.ID); derr != nil && !store.IsNotFound(derr) {

@@ -62,7 +62,6 @@ type Registry struct {
 	probes       probes                                       // Refresh's probes, one per tool at a time
 	started      time.Time                                    // when Start had the initial values
 	clock        *held.Clock                                  // liveness's; nil with Config.Now
-	stopClock    func()                                       // ends its ticks and waits; nil before Start
 }
 
 // New returns a Registry over the store's buckets; call Start before use.
@@ -98,17 +97,15 @@ func (r *Registry) Start(ctx context.Context) error {
 	r.watches = []*store.Watch{tw, ww}
 	r.started = r.cfg.Now()
 	if r.clock != nil {
-		r.stopClock = r.clock.Start(ctx)
+		r.clock.Start(ctx)
 	}
 	return nil
 }
 
-// Stop ends the watches, waiting for them until ctx ends; safe twice.
+// Stop ends the watches and the clock, waiting for them until ctx ends;
+// safe twice.
 func (r *Registry) Stop(ctx context.Context) error {
-	if r.stopClock != nil {
-		r.stopClock()
-	}
-	return store.StopAll(ctx, r.watches...)
+	return cmp.Or(r.clock.Stop(ctx), store.StopAll(ctx, r.watches...))
 }
 
 // Version changes whenever the cache does, for what was derived from it.

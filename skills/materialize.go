@@ -261,8 +261,7 @@ func ReadFolder(dir string) (files map[string][]byte, refused []string, err erro
 		return nil
 	})
 	if err != nil {
-		var se *Error
-		if errors.As(err, &se) {
+		if _, ok := errors.AsType[*Error](err); ok {
 			return nil, nil, err
 		}
 		return nil, nil, fmt.Errorf("skills: read %s: %w", dir, err)

@@ -95,7 +95,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer obs.Stop()
+	defer obs.Stop(context.WithoutCancel(ctx)) // flushes even after a signal ended ctx (a second one exits at once)
 	log, reg := obs.Log, obs.Metrics
 	gc := memtune.Apply(*gcPercent, *memLimit<<20)
 	log.Debug("collector", "gc_percent", gc.GCPercent, "memory_limit", gc.MemoryLimit, "from_env", gc.FromEnv)
@@ -210,7 +210,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				}
 			}
 			if err == nil {
-				err = builtin.RegisterWith(w, cfg)
+				err = builtin.RegisterWith(ctx, w, cfg)
 			}
 			if err == nil {
 				err = builtin.RegisterTasks(w, bnc, *prefix) // the background task tools (docs/tasks.md)

@@ -46,7 +46,7 @@ func newDeployment(t *testing.T) *deployment {
 	}
 	d.client = client.New(nc, client.Config{})
 	_, err = x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
-		if err := builtin.RegisterWith(w, builtin.Config{}); err != nil {
+		if err := builtin.RegisterWith(t.Context(), w, builtin.Config{}); err != nil {
 			return err
 		}
 		return worker.Register(w, bus.ToolDef{Name: "block", Description: "Run until cancelled.", ReadOnly: true},

@@ -64,7 +64,7 @@ func TestSecuredDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := builtin.RegisterWith(w, builtin.Config{}); err != nil {
+	if err := builtin.RegisterWith(t.Context(), w, builtin.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(t.Context()); err != nil {

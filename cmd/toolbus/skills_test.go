@@ -122,7 +122,7 @@ func TestBuiltinWriteParksForConfirmation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := builtin.RegisterWith(w, builtin.Config{WorkDir: base}); err != nil {
+	if err := builtin.RegisterWith(t.Context(), w, builtin.Config{WorkDir: base}); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(t.Context()); err != nil {

@@ -95,7 +95,7 @@ func TestStatusWarnsUnknownNames(t *testing.T) {
 			Pinned: groups.Pins{Tools: []string{"get_current_time", "get_curent_time"}, Groups: []string{"ops", "opz", bus.GroupBasic}},
 			Limits: limits.Policy{Rules: []limits.Rule{{Name: "paid", Tools: []string{"web_search", "echo"}, Budget: &limits.Budget{Units: 10}}}}}}})
 	_, err := x.AddWorker(t.Context(), xtest.WorkerSpec{Setup: func(w *worker.Worker) error {
-		if err := builtin.RegisterWith(w, builtin.Config{}); err != nil {
+		if err := builtin.RegisterWith(t.Context(), w, builtin.Config{}); err != nil {
 			return err
 		}
 		return worker.Register(w, bus.ToolDef{Name: "lost", Description: "In a group nobody defined.", ReadOnly: true, Groups: []string{"nowhere"}},

@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer obs.Stop()
+	defer obs.Stop(context.WithoutCancel(ctx)) // flushes even after a signal ended ctx (a second one exits at once)
 	log := obs.Log
 	// Tuned as the router is (docs/worker.md, "The collector").
 	gc := memtune.Apply(memtune.DefaultGCPercent, memtune.DefaultMemoryLimit)
@@ -195,7 +195,7 @@ func registerBuiltin(ctx context.Context, nc *nats.Conn, w *worker.Worker, prefi
 		}
 		cfg.Skills, stop = m, func() { _ = cat.Drain(context.WithoutCancel(ctx)); _ = m.Close() }
 	}
-	if err := builtin.RegisterWith(w, cfg); err != nil {
+	if err := builtin.RegisterWith(ctx, w, cfg); err != nil {
 		stop()
 		return nil, err
 	}

@@ -5,6 +5,7 @@ package held
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,9 @@ type Clock struct {
 	wall  func() time.Time
 	every time.Duration
 	last  atomic.Pointer[tick] // nil: no tick yet, the wall clock
+	// Start's: ends the ticks (nil before), which ticks waits for.
+	cancel context.CancelFunc
+	ticks  sync.WaitGroup
 }
 
 // tick is a tick's wall time and the clock's time then.
@@ -45,15 +49,24 @@ func (c *Clock) Tick() {
 	c.last.Store(next)
 }
 
-// Start ticks until stop, which waits for the ticks to end; safe twice.
-// The ticks outlive ctx, as the component that starts them does.
-func (c *Clock) Start(ctx context.Context) (stop func()) {
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
+// Start ticks until Stop; the ticks outlive ctx, as the component that
+// starts them does. Start once.
+func (c *Clock) Start(ctx context.Context) {
+	ctx, c.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	c.ticks.Go(func() {
 		c.Tick()
 		life.Every(ctx, c.every, func(time.Time) { c.Tick() })
-	}()
-	return func() { cancel(); <-done }
+	})
+}
+
+// Stop ends the ticks, waiting for them until ctx ends (then its error);
+// safe twice, before Start and on a nil Clock.
+func (c *Clock) Stop(ctx context.Context) error {
+	if c != nil && c.cancel != nil {
+		c.cancel()
+		if !life.WaitFor(ctx, &c.ticks) {
+			return ctx.Err()
+		}
+	}
+	return nil
 }

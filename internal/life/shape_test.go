@@ -21,7 +21,6 @@ var rootContexts = map[string]string{
 	"internal/life/life.go drain":       "the cleanup window's wait, once the drain's own context has ended",
 	"internal/cli/cli.go Main":          "the commands' shared main: the signal context every run gets",
 	"builtin/interp_linux.go interpret": "the sandbox process's main (toolbus-sandbox), after the re-exec",
-	"builtin/shell.go gitExecPath":      "a one-shot probe bounded to 10 s inside NewShell, which takes no context; not background work",
 	"bench/process.go runChild":         "a bench child process's main: its signal context",
 }
 

@@ -21,7 +21,7 @@ func TestBuiltinAgentScopeNames(t *testing.T) {
 	dir := t.TempDir()
 	e := startEnv(t, 1, false, router.Config{DefaultRules: []bus.Rule{{Tool: "Write", Pattern: dir + "/secret/**", Behavior: "deny"}}})
 	e.addWorker(func(w *worker.Worker) {
-		if err := builtin.RegisterWith(w, builtin.Config{WorkDir: dir, Names: builtin.NamesAgentScope, ShellAllow: []string{"cat"}, ShellAsRoot: true}); err != nil {
+		if err := builtin.RegisterWith(t.Context(), w, builtin.Config{WorkDir: dir, Names: builtin.NamesAgentScope, ShellAllow: []string{"cat"}, ShellAsRoot: true}); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -73,7 +73,7 @@ func TestBuiltinAgentScopeNames(t *testing.T) {
 
 func TestBuiltinNamesRefusesUnknown(t *testing.T) {
 	w := &worker.Worker{}
-	if err := builtin.RegisterWith(w, builtin.Config{Names: "claude"}); err == nil || !strings.Contains(err.Error(), `unknown names profile "claude"`) {
+	if err := builtin.RegisterWith(t.Context(), w, builtin.Config{Names: "claude"}); err == nil || !strings.Contains(err.Error(), `unknown names profile "claude"`) {
 		t.Fatalf("err %v", err)
 	}
 }

@@ -262,7 +262,7 @@ func TestShellRunsSkillScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.addWorker(func(w *worker.Worker) {
-		if err := builtin.RegisterWith(w, builtin.Config{WorkDir: t.TempDir(), Skills: m, ShellAllow: []string{"echo"}, ShellTrust: []string{"sh"}, ShellAsRoot: true}); err != nil {
+		if err := builtin.RegisterWith(t.Context(), w, builtin.Config{WorkDir: t.TempDir(), Skills: m, ShellAllow: []string{"echo"}, ShellTrust: []string{"sh"}, ShellAsRoot: true}); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -13,7 +13,7 @@ import (
 func TestSmokeEcho(t *testing.T) {
 	e := newEnv(t, 1)
 	e.addWorker(func(w *worker.Worker) {
-		if err := builtin.RegisterWith(w, builtin.Config{}); err != nil {
+		if err := builtin.RegisterWith(t.Context(), w, builtin.Config{}); err != nil {
 			t.Fatal(err)
 		}
 	})

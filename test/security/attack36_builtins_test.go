@@ -87,7 +87,7 @@ func startBuiltins(t *testing.T, d *deployment) {
 		t.Cleanup(nc.Close)
 		bw, err := worker.New(nc, worker.Config{Heartbeat: testHeartbeat})
 		must(t, err)
-		must(t, builtin.RegisterWith(bw, builtin.Config{WorkDir: t.TempDir(), Names: names, ShellAllow: []string{"echo"}, ShellAsRoot: true}))
+		must(t, builtin.RegisterWith(t.Context(), bw, builtin.Config{WorkDir: t.TempDir(), Names: names, ShellAllow: []string{"echo"}, ShellAsRoot: true}))
 		must(t, builtin.RegisterTasks(bw, nc, ""))
 		must(t, bw.Start(t.Context()))
 		testkit.Stop(t, bw.Drain)

@@ -7,6 +7,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -43,11 +44,20 @@ func ObserveFlags(fs *flag.FlagSet) *Observe {
 	}
 }
 
-// Started is what Start set up. Stop flushes the traces; call it on exit.
+// Started is what Start set up; call Stop on exit.
 type Started struct {
 	Log     *slog.Logger
 	Metrics prometheus.Registerer // nil without -metrics
-	Stop    func()
+	// Stop's: the metrics endpoint's shutdown and the traces' flush.
+	closeMetrics, flush func(context.Context) error
+}
+
+// Stop shuts the metrics endpoint down (it serves until then, through a
+// drain) and flushes the traces, until ctx ends or at most DrainTimeout.
+func (s *Started) Stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, DrainTimeout)
+	defer cancel()
+	return errors.Join(s.closeMetrics(ctx), s.flush(ctx))
 }
 
 // Start sets up the logger on stderr, the metrics endpoint (announced on
@@ -59,14 +69,13 @@ func (o *Observe) Start(ctx context.Context, who, service string, stdout, stderr
 	}
 	s := &Started{Log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))}
 	var err error
-	if s.Metrics, err = metrics.Expose(ctx, *o.metricsAddr, who, stdout); err != nil {
+	if s.Metrics, s.closeMetrics, err = metrics.Expose(*o.metricsAddr, who, stdout); err != nil {
 		return nil, err
 	}
-	shutdown, err := setupTracing(ctx, *o.otlp, *o.otlpInsecure, service)
-	if err != nil {
+	if s.flush, err = setupTracing(ctx, *o.otlp, *o.otlpInsecure, service); err != nil {
+		_ = s.closeMetrics(ctx)
 		return nil, fmt.Errorf("tracing: %w", err)
 	}
-	s.Stop = func() { _ = shutdown(context.WithoutCancel(ctx)) } // flushes even after a signal ended ctx
 	return s, nil
 }
 
