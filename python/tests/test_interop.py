@@ -74,6 +74,8 @@ async def test_python_agent_calls_go_toolworker(router, client, session):
 
 
 async def test_example_worker_py_add(router, client):
+    """The README's Python worker and agent (examples/python), as it says: the CLI's call prints
+    `py_add: success` and `42`, agent.py prints `42`."""
     env = {**os.environ, "NATS_URL": router.url, "PYTHONPATH": str(ROOT / "python" / "src")}
     proc = subprocess.Popen([sys.executable, str(ROOT / "examples" / "python" / "worker.py")], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -82,6 +84,10 @@ async def test_example_worker_py_add(router, client):
         out = await asyncio.to_thread(router.cli, "call", "py_add", '{"a":2,"b":40}')
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines() == ["py_add: success", "42"], out.stdout
+        agent = await asyncio.to_thread(subprocess.run, [sys.executable, str(ROOT / "examples" / "python" / "agent.py")],
+                                        env=env, capture_output=True, text=True, timeout=120)
+        assert agent.returncode == 0, agent.stderr
+        assert agent.stdout == "42\n", agent.stdout + agent.stderr
     finally:
         proc.terminate()
         try:

@@ -755,7 +755,12 @@ async def serve(*tools: Any, url: str | None = None, **worker_kw: Any) -> None:
     w = await Worker.connect(url, **worker_kw)
     w.add(*tools)
     await w.start()
+    announce(w, url)
+    await w.run()
+
+
+def announce(w: Worker, url: str | None) -> None:
+    """Says on stderr that the started worker ``w`` serves: the line a person waits for."""
     served = ", ".join(name for name, s in w._tools.items() if not s.rejected)
     print(f"toolbus: worker {w.id} serving {served} on {w.nc.connected_url.geturl() if w.nc.connected_url else url}",
           file=sys.stderr, flush=True)
-    await w.run()

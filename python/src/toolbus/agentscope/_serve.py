@@ -132,9 +132,11 @@ async def _no_run(ctx: Any) -> Any:
 async def serve(source: Toolkit | Sequence[Any], *, url: str | None = None, run: bool = True,
                 **worker_kw: Any) -> Any:
     """Serves AgentScope tools on the bus (a Toolkit, or a list of ToolBase
-    objects and plain functions). With ``run`` (default) it serves until
-    stopped; otherwise it returns the started Worker (stop it with ``drain``)."""
+    objects and plain functions). With ``run`` (default) it says so on stderr
+    as :func:`toolbus.serve` does and serves until stopped; otherwise it
+    returns the started Worker (stop it with ``drain``)."""
     from .. import Worker
+    from ..worker import announce
 
     tools, groups = await _tools_of(source)
     w = await Worker.connect(url, groups=groups, **worker_kw)
@@ -143,8 +145,8 @@ async def serve(source: Toolkit | Sequence[Any], *, url: str | None = None, run:
         if d.permission == "passthrough" and not isinstance(tool, FunctionTool) and tool.name not in _MATCHERS:
             d.permission = await _probe(tool)
         w.handle(d, _no_run if tool.is_external_tool else handler(tool))
-    if run:
-        await w.run()
-        return w
     await w.start()
+    if run:
+        announce(w, url)
+        await w.run()
     return w
