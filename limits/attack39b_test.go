@@ -2,15 +2,21 @@ package limits
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
 )
 
 // ackLost is a rates bucket whose next update (once between is set) lands,
@@ -211,4 +217,130 @@ func FuzzRateValue(f *testing.F) {
 			t.Fatalf("run %q gave back on run %q", run, g.Run)
 		}
 	})
+}
+
+// TestAttack39bRefusedAfterTakingKeepTheRate (session 39, red team b:
+// held): an agent's calls at once over three routers, each taking a
+// global rate's slot and then refused by a second rate or a budget (as
+// many give-backs as the race makes, far past lastGiven), on one frozen
+// clock. No more calls run than the global burst, one per session, two
+// per user; the global rate's value holds at least the calls that ran
+// (a give-back never frees another's slot), and no more than the bound.
+func TestAttack39bRefusedAfterTakingKeepTheRate(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)}
+	const burst, users, sessions, each = 5, 4, 12, 5
+	p := Policy{Rules: []Rule{
+		{Name: "global", Rate: &Rate{Calls: 1, IntervalMS: 1000, Burst: burst}},
+		{Name: "per-session", Per: []string{PerSession}, Rate: &Rate{Calls: 1, IntervalMS: 1000, Burst: 1}},
+		{Name: "per-user", Per: []string{PerUser}, Budget: &Budget{Units: 2}},
+	}}
+	srv := testkit.RunServer(t)
+	var routers [3]*Limiter
+	for j := range routers {
+		l, err := New(t.Context(), testkit.JetStream(t, testkit.Connect(t, srv)), bus.NewSubjects(bus.DefaultPrefix), Config{Policy: p, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		routers[j] = l
+	}
+	var mu sync.Mutex
+	ran := map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for k := range sessions * each {
+		c := Call{Tool: "t", User: fmt.Sprint("u", k%users), Session: fmt.Sprint("s", k%sessions)}
+		wg.Go(func() {
+			<-start
+			ref, err := routers[k%3].Check(t.Context(), c)
+			if err != nil {
+				t.Error(err)
+			}
+			if ref == nil {
+				mu.Lock()
+				ran["all"]++
+				ran[c.User]++
+				ran[c.Session]++
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for k, n := range ran {
+		if bound := map[bool]int{true: 2, false: 1}[k[0] == 'u']; k == "all" && n > burst || k != "all" && n > bound {
+			t.Errorf("%s: %d calls ran", k, n)
+		}
+	}
+	u, err := routers[0].Usage(t.Context(), Call{Tool: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u[0].Rule != "global" || u[0].Used < int64(ran["all"]) || u[0].Used > burst {
+		t.Fatalf("the global rate holds %d slots, %d calls ran: %+v", u[0].Used, ran["all"], u[0])
+	}
+	t.Logf("%d calls ran, the global rate holds %d", ran["all"], u[0].Used)
+}
+
+// TestAttack39bMixedVersions (session 39, red team b: held): during an
+// upgrade a 1.28 router writes a rate's value as {"tat","n"} only, both
+// when it takes a slot and when it gives one back (one emission off any
+// value), dropping 1.29's run fields. A 1.29 take over such a value keeps
+// its arrival time and begins a run; a 1.29 give-back of a slot taken
+// before a 1.28 write gives back nothing (the 1.28 write may have taken
+// or freed anything), so a new router never frees an old router's slot.
+func TestAttack39bMixedVersions(t *testing.T) {
+	const em = 10 * time.Millisecond
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	n := now.UnixNano()
+	old := func(g gcra, d time.Duration) []byte { // a 1.28 router's write: d on, or off
+		b, _ := json.Marshal(map[string]any{"tat": max(g.TAT, n) + int64(d), "n": "old"})
+		return b
+	}
+	a, sa := take(gcra{}, now, em, "a")
+	b, sb := take(a, now, em, "b")
+	for _, tc := range []struct {
+		name string
+		v    []byte
+		s    slot
+	}{
+		{"a 1.28 take over A's, A gives back", old(a, em), sa},
+		{"a 1.28 take over B's, A gives back", old(b, em), sa},
+		{"a 1.28 give-back over B's, B gives back", old(b, -em), sb},
+		{"a 1.28 give-back over B's, A gives back", old(b, -em), sa},
+	} {
+		g := rateValue(entry{v: tc.v})
+		if out, ok := giveBack(g, tc.s, em, "u"); ok || out.TAT != g.TAT {
+			t.Errorf("%s: given back %v", tc.name, time.Duration(g.TAT-out.TAT))
+		}
+		if tk, _ := take(g, now, em, "c"); tk.TAT != g.TAT+int64(em) || tk.Run != "c" {
+			t.Errorf("%s: a 1.29 take over it: %+v", tc.name, tk)
+		}
+	}
+}
+
+// TestAttack39bCountsWrap (session 39, red team b: held): a run that never
+// restarts (a rate kept busy) counts its give-backs on for good; its sum
+// and count are compared by differences, so past int64's end they give
+// back what they would have near zero.
+func TestAttack39bCountsWrap(t *testing.T) {
+	const em = 10 * time.Millisecond
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	tats := func(given, back int64) (out []int64) {
+		g, _ := take(gcra{}, now, em, "r")
+		g.Given, g.Back = given, back
+		var ss []slot
+		for i := range 10 {
+			var s slot
+			g, s = take(g, now, em, fmt.Sprint(i))
+			ss = append(ss, s)
+		}
+		for _, i := range []int{3, 0, 9, 4, 5, 1, 2, 6, 7, 8} {
+			g, _ = giveBack(g, ss[i], em, fmt.Sprint("u", i))
+			out = append(out, g.TAT)
+		}
+		return out
+	}
+	if zero, wrapped := tats(0, 0), tats(math.MaxInt64-3, math.MaxInt64-int64(em)*2); !slices.Equal(zero, wrapped) {
+		t.Fatalf("give-backs past the counts' wrap: %v, near zero %v", wrapped, zero)
+	}
 }
