@@ -343,10 +343,11 @@ func tat(cur jetstream.KeyValueEntry, now time.Time) time.Time {
 }
 
 // slot is one call's slot: its run, the nonce of the write that took it,
-// its start, its place on the run, and the run's give-backs before it.
+// its start, its place on the run, and the run's give-backs before it;
+// gave is the count of give-backs its own give-back wrote (0: none yet).
 type slot struct {
-	run, nonce               string
-	from, place, given, back int64
+	run, nonce                     string
+	from, place, given, back, gave int64
 }
 
 // take is g with a slot more, taken on the clock now, and that slot. A
@@ -371,26 +372,28 @@ func take(g gcra, now time.Time, em time.Duration, nonce string) (gcra, slot) {
 // (each later call's own slot began after it). s counts as lower by what
 // slots below it gave back since, which are all given back since but
 // those the last give-backs show above it. A run begun since holds
-// nothing of s. So it never gives back more than s holds. The value
-// written has the nonce given.
+// nothing of s, nor does a value whose last give-backs show s's own (a
+// retry after a lost acknowledgement, another write since), or that may
+// have dropped it (s.gave). So it never gives back more than s holds. The
+// value written has the nonce given, and records the give-back.
 func giveBack(g gcra, s slot, em time.Duration, nonce string) (_ gcra, ok bool) {
-	switch {
-	case g.Nonce == s.nonce: // the top slot: nothing above moves
-		g.TAT -= int64(em)
-		g.Nonce = nonce
-		return g, true
-	case g.Run != s.run:
+	if g.Run != s.run || s.gave != 0 && g.Given-s.gave >= lastGiven {
 		return g, false
 	}
-	lower := g.Back - s.back // differences: right past a wrap too
-	for i, l := range g.Last {
-		if g.Given-int64(len(g.Last)-i)-s.given >= 0 && l[0] > s.place {
-			lower -= l[1]
+	d := int64(em) // the top slot: nothing above moves
+	if g.Nonce != s.nonce {
+		lower := g.Back - s.back // differences: right past a wrap too
+		for i, l := range g.Last {
+			switch {
+			case l[0] == s.place:
+				return g, false
+			case g.Given-int64(len(g.Last)-i)-s.given >= 0 && l[0] > s.place:
+				lower -= l[1]
+			}
 		}
-	}
-	d := min(int64(em), s.from-lower+int64(em)-g.At)
-	if d <= 0 {
-		return g, false
+		if d = min(d, s.from-lower+int64(em)-g.At); d <= 0 {
+			return g, false
+		}
 	}
 	g.TAT -= d
 	g.Nonce = nonce
@@ -459,6 +462,7 @@ func (l *Limiter) rate(ctx context.Context, lk *look, _ time.Time) (*Refusal, un
 	return nil, func(ctx context.Context) {
 		_, _ = store.Update(ctx, l.rates, lk.key, store.Bounded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 			if g, ok := giveBack(rateValue(cur), mine, em, nuid.Next()); ok {
+				mine.gave = g.Given // a retry: this write may have landed
 				return json.Marshal(g)
 			}
 			return nil, store.ErrNoChange
