@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus/bus"
@@ -100,17 +101,7 @@ func TestDiscoveryAnswered(t *testing.T) {
 	f.exec(t, execEvent(t, "alpha", "c2", `{}`), "alpha")
 	f.exec(t, execEvent(t, "beta", "c3", `{}`), "beta")
 
-	ask := func(verb micro.Verb, kind, id string, v any) error {
-		subj, err := micro.ControlSubject(verb, kind, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := f.nc.Request(subj, nil, bound)
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(resp.Data, v)
-	}
+	ask := func(verb micro.Verb, kind, id string, v any) error { return askDiscovery(t, f.nc, verb, kind, id, v) }
 	var ping micro.Ping
 	if err := ask(micro.PingVerb, "", "", &ping); err != nil {
 		t.Fatal(err)
@@ -193,12 +184,8 @@ func TestTwoWorkersOneConnection(t *testing.T) {
 	t.Cleanup(func() { _ = b.Stop(context.Background()) })
 	listed := func(want []string, workers string) {
 		t.Helper()
-		resp, err := f.nc.Request("$SRV.INFO.toolbus-worker", nil, bound)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var info micro.Info
-		if err := json.Unmarshal(resp.Data, &info); err != nil {
+		if err := askDiscovery(t, f.nc, micro.InfoVerb, "toolbus-worker", "", &info); err != nil {
 			t.Fatal(err)
 		}
 		var names []string
@@ -220,4 +207,19 @@ func TestTwoWorkersOneConnection(t *testing.T) {
 	if _, err := f.nc.Request("$SRV.PING", nil, bound); !errNoResponders(err) {
 		t.Fatalf("two stopped workers answered discovery: %v", err)
 	}
+}
+
+// askDiscovery asks verb of the micro service kind (and instance id) on nc
+// and decodes the first answer into v.
+func askDiscovery(t *testing.T, nc *nats.Conn, verb micro.Verb, kind, id string, v any) error {
+	t.Helper()
+	subj, err := micro.ControlSubject(verb, kind, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := nc.Request(subj, nil, bound)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(resp.Data, v)
 }

@@ -144,7 +144,7 @@ func firstKey[V any](m map[string]V) string {
 // 2026-07-28 call of alice's host waiting for her confirmation, retries the
 // call with "allow" on either process. States are keyed by session and
 // user, but a confirmation is answered only under host_user
-// (confirmer.mayAnswer): the retry answers nothing and is told the call is
+// (ask.answerable): the retry answers nothing and is told the call is
 // still waiting, and the host's own retry then denies it.
 func TestAttackRetryAcrossPolicies(t *testing.T) {
 	s := "retry-policies"

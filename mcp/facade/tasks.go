@@ -595,7 +595,7 @@ func (r *taskRecord) detailed(modern bool) *taskView {
 
 // update answers tasks/update: responses to keys the task waits for are the
 // host's answers, others ignored; it works again once none is outstanding.
-// A confirmation only under host_user (confirmer.mayAnswer): the task is
+// A confirmation only under host_user (ask.answerable): the task is
 // the user's, whatever credential made it.
 func (s *taskFront) update(ctx context.Context, r *taskRecord, responses map[string]json.RawMessage) (any, *rpcError) {
 	var answered []string
@@ -603,7 +603,7 @@ func (s *taskFront) update(ctx context.Context, r *taskRecord, responses map[str
 		in, ok := r.Inputs[key]
 		var res mcp.ElicitationResult
 		if !ok || r.Status != mcp.TaskStatusInputRequired || json.Unmarshal(raw, &res) != nil || res.Action == "" ||
-			!s.confirms.mayAnswer(in.ask) {
+			!in.ask.answerable(s.confirms.policy) {
 			continue
 		}
 		s.confirms.reply(ctx, in.ask, &res)
