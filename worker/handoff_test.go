@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus/bus"
@@ -100,17 +101,7 @@ func TestDiscoveryAnswered(t *testing.T) {
 	f.exec(t, execEvent(t, "alpha", "c2", `{}`), "alpha")
 	f.exec(t, execEvent(t, "beta", "c3", `{}`), "beta")
 
-	ask := func(verb micro.Verb, kind, id string, v any) error {
-		subj, err := micro.ControlSubject(verb, kind, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := f.nc.Request(subj, nil, bound)
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(resp.Data, v)
-	}
+	ask := func(verb micro.Verb, kind, id string, v any) error { return askDiscovery(t, f.nc, verb, kind, id, v) }
 	var ping micro.Ping
 	if err := ask(micro.PingVerb, "", "", &ping); err != nil {
 		t.Fatal(err)
@@ -166,4 +157,69 @@ func TestDiscoveryAnswered(t *testing.T) {
 	if err := ask(micro.PingVerb, "toolbus-worker", ping.ID, &ping); !errNoResponders(err) {
 		t.Fatalf("a stopped worker answered discovery: %v", err)
 	}
+}
+
+// TestTwoWorkersOneConnection: two workers on one connection (a bridge's,
+// one per MCP server) answer a discovery request once, as one instance
+// listing both workers' tools: a connection the server delivers a request
+// twice may answer it not at all under allow_responses (session 39: the
+// operator saw none of a two-server bridge's tools). The one left after
+// the other stops answers alone, and with both stopped nothing answers.
+func TestTwoWorkersOneConnection(t *testing.T) {
+	f := newFixture(t, true)
+	nc := testkit.Connect(t, f.srv)
+	start := func(id, tool string) *worker.Worker {
+		w, err := worker.New(nc, worker.Config{ID: id, Heartbeat: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw(t, w, tool, func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textOut(tool), nil })
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		waitClosed(t, w.Registered(), id+" registered")
+		return w
+	}
+	a, b := start("a", "alpha"), start("b", "beta")
+	t.Cleanup(func() { _ = b.Stop(context.Background()) })
+	listed := func(want []string, workers string) {
+		t.Helper()
+		var info micro.Info
+		if err := askDiscovery(t, f.nc, micro.InfoVerb, "toolbus-worker", "", &info); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, ep := range info.Endpoints {
+			names = append(names, ep.Name)
+		}
+		if !slices.Equal(names, want) || info.Metadata["worker"] != workers || info.Description != "toolbus worker "+workers {
+			t.Fatalf("one answer listed %v of %q (%s), want %v of %q", names, info.Metadata["worker"], info.Description, want, workers)
+		}
+	}
+	listed([]string{"alpha", "beta"}, "a,b")
+	if err := a.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	listed([]string{"beta"}, "b")
+	if err := b.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.nc.Request("$SRV.PING", nil, bound); !errNoResponders(err) {
+		t.Fatalf("two stopped workers answered discovery: %v", err)
+	}
+}
+
+// askDiscovery asks verb of the micro service kind (and instance id) on nc
+// and decodes the first answer into v.
+func askDiscovery(t *testing.T, nc *nats.Conn, verb micro.Verb, kind, id string, v any) error {
+	t.Helper()
+	subj, err := micro.ControlSubject(verb, kind, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := nc.Request(subj, nil, bound)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(resp.Data, v)
 }

@@ -37,8 +37,8 @@ type serving struct {
 	onExec func(*tool, *request) // serves every request, on a reader
 	log    *slog.Logger
 	obs    Observer
-	disc   *discovery
-	slots  int // the worker's MaxConcurrent
+	disc   *member // in the connection's discovery
+	slots  int     // the worker's MaxConcurrent
 
 	bySubject map[string]*tool // by exec subject; fixed at start
 	in        *readers
@@ -59,7 +59,8 @@ func (s *serving) start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.subs = map[string]*nats.Subscription{}
-	if err := s.disc.start(s.nc, s.endpoints); err != nil {
+	s.disc.endpoints = s.endpoints
+	if err := join(s.nc, s.disc); err != nil {
 		return err
 	}
 	for _, t := range s.tools {
@@ -201,7 +202,7 @@ func (s *serving) stop(ctx context.Context) {
 	s.stopped = true
 	subs := slices.Collect(maps.Values(s.subs))
 	s.mu.Unlock()
-	s.disc.stop()
+	leave(s.nc, s.disc)
 	closed := make(chan struct{}, len(subs))
 	for _, sub := range subs {
 		done := func(string) {

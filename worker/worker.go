@@ -232,7 +232,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: subscribe cancel: %w", err)
 	}
 	w.serve = &serving{nc: w.nc, tools: tools, log: w.log, obs: w.obs, subj: w.subj, onExec: w.onExec,
-		disc: newDiscovery(w.subj, w.cfg.ID, w.cfg.Version), slots: w.cfg.MaxConcurrent}
+		disc: &member{worker: w.cfg.ID, version: w.cfg.Version, subj: w.subj}, slots: w.cfg.MaxConcurrent}
 	if err := w.serve.start(); err != nil {
 		return err
 	}

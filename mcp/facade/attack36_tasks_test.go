@@ -54,7 +54,7 @@ func TestAttack36MCPBucketBounded(t *testing.T) {
 		t.Fatalf("max_bytes %d, discard %v, replicas %d", cfg.MaxBytes, cfg.Discard, cfg.Replicas)
 	}
 	// An MCP session of a 2025-11-25 client recorded before the bound is reached.
-	x := &crossing{nc: nc, store: st, session: "team-a", user: "mallory", log: slog.New(slog.DiscardHandler)}
+	x := &crossing{nc: nc, store: st, session: "team-a", user: "mallory", policy: ConfirmHostUser, log: slog.New(slog.DiscardHandler)}
 	x.remember(initialized(ctx, "mcp-a"), &mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25"}})
 	var rec clientRecord
 	if err := st.get(ctx, x.crossKey("m", "mcp-a"), &rec); err != nil || rec.Version != "2025-11-25" {

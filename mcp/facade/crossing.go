@@ -29,8 +29,9 @@ import (
 const maxCrossing = 64 << 10
 
 // crossRecord is a message carried to the facade process it belongs to,
-// under x.<session>.<user digest>.<MCP session digest>.<nuid>: put, delivered
-// to the key's subscribers, and deleted at once.
+// under x.<session>.<user digest>.<policy>.<MCP session digest>.<nuid>: put, delivered
+// to the key's subscribers, and deleted at once (<policy> after the user
+// digest since session 39: crossKey).
 type crossRecord struct {
 	MCPSession string          `json:"mcp_session"`
 	Version    string          `json:"version,omitempty"`
@@ -38,7 +39,7 @@ type crossRecord struct {
 }
 
 // clientRecord is what a 2025-11-25 client declared in its initialize, under
-// m.<session>.<user digest>.<MCP session digest>, for adopt.
+// m.<session>.<user digest>.<policy>.<MCP session digest>, for adopt.
 type clientRecord struct {
 	Version      string                 `json:"version"`
 	Capabilities mcp.ClientCapabilities `json:"capabilities"`
@@ -48,13 +49,15 @@ type clientRecord struct {
 // crossing carries to the process that owns them the messages of a
 // 2025-11-25 MCP session that reach another facade process: a client's
 // answer to an elicitation and its notifications/cancelled (docs/mcp.md
-// "Facade processes behind one address"). Keys name the bus session and the
-// authenticated user, so a message only reaches the same (session, user).
+// "Facade processes behind one address"). Keys name the bus session, the
+// authenticated user and the confirm policy, so a message only reaches the
+// same (session, user, policy).
 type crossing struct {
 	nc      *nats.Conn
 	store   *kvStore
 	session string
 	user    string
+	policy  Confirm
 	local   func() http.Handler // the session's mcp-go streamable HTTP server
 	log     *slog.Logger
 
@@ -250,9 +253,12 @@ func (adoptedID) Validate(string) (isTerminated bool, err error)  { return false
 func (adoptedID) Terminate(string) (isNotAllowed bool, err error) { return false, nil }
 
 // crossKey is the key of kind (x: the prefix of the carried messages, m:
-// the client record) of the (session, user)'s MCP session sid.
+// the client record) of the (session, user, policy)'s MCP session sid. The
+// policy keeps a token of the user under approvers, which never confirms,
+// from carrying an answer to the confirmation of a host_user session whose
+// MCP session id it learnt (TestAttackCrossingAcrossPolicies).
 func (x *crossing) crossKey(kind, sid string) string {
-	return userKey(kind, x.session, x.user, digest(sid))
+	return userKey(kind, x.session, x.user, string(x.policy), digest(sid))
 }
 
 // carry puts body where the process following MCP session sid gets it,

@@ -218,6 +218,12 @@ func (p *pair) stream(t *testing.T, backend, s, user, sid, body string) <-chan s
 		_ = resp.Body.Close()
 		t.Fatalf("%s on %s: HTTP %d %s", body, backend, resp.StatusCode, raw)
 	}
+	return p.streamOf(t, resp)
+}
+
+// streamOf sends each message of resp (an event stream or one JSON
+// object) until it ends.
+func (p *pair) streamOf(t *testing.T, resp *http.Response) <-chan streamMsg {
 	out := make(chan streamMsg, 16)
 	go func() {
 		defer close(out)
@@ -383,7 +389,7 @@ func TestAdoptHeaderRefused(t *testing.T) {
 		t.Fatalf("initialize with the adoption header: HTTP %d, session %q", resp.StatusCode, sid)
 	}
 	var rec clientRecord
-	key := userKey("m", "adopt-refused", "mallory", digest(resp.Header.Get(server.HeaderKeySessionID)))
+	key := userKey("m", "adopt-refused", "mallory", string(ConfirmHostUser), digest(resp.Header.Get(server.HeaderKeySessionID)))
 	if err := p.backend[0].kv.get(t.Context(), key, &rec); err != nil || rec.Info.Name != "raw" {
 		t.Fatalf("the client's record: %+v %v", rec, err)
 	}
@@ -514,7 +520,7 @@ func TestLegacyCarriedRefusedRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every message carried for this MCP session, as A's follower gets them.
-	subject, err := p.backend[0].kv.subject(t.Context(), userKey("x", s, "alice", digest(sid))+".*")
+	subject, err := p.backend[0].kv.subject(t.Context(), userKey("x", s, "alice", string(ConfirmHostUser), digest(sid))+".*")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -370,10 +370,17 @@ func (c *confirmer) resume(ctx context.Context, req mcp.CallToolRequest) (*mcp.C
 // under host_user); a missing, malformed or cancelling response publishes
 // nothing.
 func (c *confirmer) answer(ctx context.Context, a ask, in mcp.InputResponses) {
-	if res := server.ElicitationResponse(in, a.key()); res != nil && (a.Question != nil || c.policy == ConfirmHostUser) {
+	if res := server.ElicitationResponse(in, a.key()); res != nil && a.answerable(c.policy) {
 		c.reply(ctx, a, res)
 	}
 }
+
+// answerable reports whether a host under policy may answer a: a bridged
+// server's question always, a confirmation under host_user only. A state or
+// a task is keyed by session and user, so a credential of the same user
+// under approvers may hold one of a host_user host's
+// (TestAttackTaskUpdateAcrossPolicies, TestAttackRetryAcrossPolicies).
+func (a ask) answerable(policy Confirm) bool { return a.Question != nil || policy == ConfirmHostUser }
 
 // reply publishes the host's response to a: the question's answer
 // (P.answer) or the decision (P.confirm).

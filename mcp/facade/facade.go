@@ -396,7 +396,7 @@ func (f *Facade) wire(s *session) {
 		send: func(sid, method string, params map[string]any) error {
 			return s.mcp.SendNotificationToSpecificClient(sid, method, params)
 		}}
-	s.cross = &crossing{tag: nuid.Next(), nc: f.nc, store: f.kv, session: s.id, user: s.user, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
+	s.cross = &crossing{tag: nuid.Next(), nc: f.nc, store: f.kv, session: s.id, user: s.user, policy: s.policy, local: func() http.Handler { return s.http }, log: f.cfg.Logger}
 }
 
 func (s *session) listed(name string) bool {

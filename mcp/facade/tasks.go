@@ -595,12 +595,15 @@ func (r *taskRecord) detailed(modern bool) *taskView {
 
 // update answers tasks/update: responses to keys the task waits for are the
 // host's answers, others ignored; it works again once none is outstanding.
+// A confirmation only under host_user (ask.answerable): the task is
+// the user's, whatever credential made it.
 func (s *taskFront) update(ctx context.Context, r *taskRecord, responses map[string]json.RawMessage) (any, *rpcError) {
 	var answered []string
 	for key, raw := range responses {
 		in, ok := r.Inputs[key]
 		var res mcp.ElicitationResult
-		if !ok || r.Status != mcp.TaskStatusInputRequired || json.Unmarshal(raw, &res) != nil || res.Action == "" {
+		if !ok || r.Status != mcp.TaskStatusInputRequired || json.Unmarshal(raw, &res) != nil || res.Action == "" ||
+			!in.ask.answerable(s.confirms.policy) {
 			continue
 		}
 		s.confirms.reply(ctx, in.ask, &res)

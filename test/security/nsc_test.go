@@ -478,12 +478,9 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			}
 		}, []string{"toolbus.register.greet", "toolbus.resources.r"}, []string{"toolbus.exec.alpha", "toolbus.exec.alpha spy", "toolbus.resources.>"}}, // its execs outside its queue group; no resources
 		{security.RoleBridge, func(l *login) { // TestWorkerFindsItsConsumerAtOnce, TestOnlyRoutersPublishEvents
-			askBridge(t, l)
-			// The resources' server in a bridge process of its own: two servers in one
-			// bridge answer a discovery ping twice on one connection (TestBridgeDiscoveryOfTwoServers).
-			rb := d.conn(security.RoleBridge)
-			runBridge(t, rb, resourcesServer(t))
-			t.Cleanup(rb.noViolations)
+			// Two servers in one bridge, one connection: the operator's discovery finds both
+			// (TestBridgeDiscoveryOfTwoServers).
+			runBridge(t, l, bridge.Server{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)}, resourcesServer(t))
 		}, []string{"$JS.API.INFO", "toolbus.events.s1"}, nil},
 		{security.RoleFacade, func(*login) { // TestFacadeIdentity; the bridge's tool, its question relayed on P.ask and answered by alice's host
 			url, fl := d.mcpFacade(t)
@@ -518,7 +515,7 @@ func nscRoles(t *testing.T, d *deployment, node func(int) *server.Server, al, wl
 			sub, err := l.nc.SubscribeSync(inbox)
 			must(t, err)
 			must(t, l.nc.PublishRequest("$SRV.INFO.toolbus-worker", inbox, nil))
-			for found := map[string]bool{}; !found["alpha"] || !found["greet"]; {
+			for found := map[string]bool{}; !found["alpha"] || !found["greet"] || !found["mcp__q__ask"] || !found["mcp__r__echo"]; {
 				m, err := sub.NextMsg(bound)
 				if err != nil {
 					t.Fatalf("the workers' discovery answers: %v (found %v)", err, found)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -90,18 +89,16 @@ func TestBridgeResources(t *testing.T) {
 	}
 }
 
-// TestBridgeDiscoveryOfTwoServers (session 39, red team: a known bug, run
-// with TOOLBUS_RUN_BUGS=1): a bridge runs a worker per MCP server, all on
-// its one connection, and each answers the operator's discovery ping
-// ($SRV.INFO.toolbus-worker, `nats micro ls`); the bridge login may answer
-// a request once (allow_responses), so a bridge of two servers has its
-// answers refused, two permissions violations at every ping, and the
-// operator sees none of its tools (with one server it sees them). Found
-// adding the resources to nscRoles (JWT accounts: the same).
+// TestBridgeDiscoveryOfTwoServers (session 39, red team's known bug, fixed
+// in bridge39): a bridge runs a worker per MCP server, all on its one
+// connection, and the operator's discovery ping ($SRV.INFO.toolbus-worker,
+// `nats micro ls`) finds both servers' tools with no permissions
+// violation. Each worker answered on its own; the bridge login may answer
+// a request once (allow_responses), and nats-server's check at the second
+// delivery spent that once, so both answers were refused (two violations a
+// ping). The workers of one connection now answer as one (worker's
+// discovery.go). nscRoles: the same under JWT accounts.
 func TestBridgeDiscoveryOfTwoServers(t *testing.T) {
-	if os.Getenv("TOOLBUS_RUN_BUGS") == "" {
-		t.Skip("known bug: TOOLBUS_RUN_BUGS=1 runs it")
-	}
 	d := newDeployment(t)
 	bl := d.conn(security.RoleBridge)
 	runBridge(t, bl, resourcesServer(t), bridge.Server{Name: "q", Transport: bridge.TransportHTTP, URL: mcptest.AskServer(t)})
