@@ -191,7 +191,8 @@ func (t *tool) isDecided() bool {
 }
 
 // stop ends the discovery and drains every endpoint for good, waiting
-// until ctx ends; the readers then serve what was delivered and exit.
+// until ctx ends (unsubscribes them at once when the connection is down);
+// the readers then serve what was delivered and exit.
 func (s *serving) stop(ctx context.Context) {
 	s.mu.Lock()
 	if s.stopped || s.subs == nil {
@@ -203,6 +204,16 @@ func (s *serving) stop(ctx context.Context) {
 	subs := slices.Collect(maps.Values(s.subs))
 	s.mu.Unlock()
 	leave(s.nc, s.disc)
+	if !s.nc.IsConnected() {
+		// No server to drain from: what it delivered is in the readers'
+		// channel already, and nothing more comes. A drain would wait for
+		// nats.go's flush (10 s), which a connection that is down cannot
+		// answer; unsubscribed, the endpoints are not renewed on a reconnect.
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+		subs = nil
+	}
 	closed := make(chan struct{}, len(subs))
 	for _, sub := range subs {
 		done := func(string) {

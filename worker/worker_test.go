@@ -1049,3 +1049,41 @@ func TestCallKeptAfterItsAnswer(t *testing.T) {
 		t.Fatalf("late progress %+v", ev)
 	}
 }
+
+// TestDrainWithoutServer: a worker whose server went away (the router that
+// embeds it stopped) drains at once with nothing in flight. Before, each
+// endpoint's drain waited for nats.go's 10 s flush, which a connection that
+// is reconnecting cannot answer: toolworker took 12 s to stop on SIGTERM.
+func TestDrainWithoutServer(t *testing.T) {
+	f := newFixture(t, true)
+	disconnected := make(chan struct{}, 1)
+	nc := testkit.Connect(t, f.srv, nats.MaxReconnects(-1), nats.DisconnectErrHandler(func(*nats.Conn, error) {
+		select {
+		case disconnected <- struct{}{}:
+		default:
+		}
+	}))
+	w, err := worker.New(nc, worker.Config{ID: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw(t, w, "ping", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
+	raw(t, w, "pong", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("ping"), nil })
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, w.Registered(), "registration acknowledged")
+	f.srv.Shutdown()
+	testkit.Recv(t, disconnected, bound, "disconnected")
+	// The limit is far below the flush's 10 s, far above a drain that waits for nothing.
+	const limit = 3 * time.Second
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := w.Drain(ctx); err != nil {
+		t.Fatalf("Drain without a server: %v", err)
+	}
+	if took := time.Since(start); took > limit {
+		t.Fatalf("Drain without a server took %v, want under %v", took, limit)
+	}
+}
