@@ -257,9 +257,10 @@ type registrar struct {
 
 // heartbeat registers every beat until ctx ends. A registration already
 // sent is still waited for when ctx ends, so that Drain's leave comes after
-// it and a router never applies the beat after the leave.
-func (r *registrar) heartbeat(ctx context.Context) {
-	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
+// it and a router never applies the beat after the leave; until beatCtx
+// ends, which Drain ends when no leave follows (no server).
+func (r *registrar) heartbeat(ctx, beatCtx context.Context) {
+	life.Every(ctx, r.every, func(time.Time) { r.register(beatCtx) })
 }
 
 // register sends one registration and logs its outcome. Until one is

@@ -1051,11 +1051,21 @@ func TestCallKeptAfterItsAnswer(t *testing.T) {
 }
 
 // TestDrainWithoutServer: a worker whose server went away (the router that
-// embeds it stopped) drains at once with nothing in flight. Before, each
+// embeds it stopped) drains at once with nothing in flight, a heartbeat
+// waiting for its answer included: no leave can follow it. Before, each
 // endpoint's drain waited for nats.go's 10 s flush, which a connection that
-// is reconnecting cannot answer: toolworker took 12 s to stop on SIGTERM.
+// is reconnecting cannot answer, and the beat its wait: toolworker took 12 s
+// to stop on SIGTERM.
 func TestDrainWithoutServer(t *testing.T) {
-	f := newFixture(t, true)
+	const beat = 5 * time.Second
+	f := newFixture(t, false)
+	regs := make(chan *nats.Msg, 16)
+	if _, err := f.nc.ChanSubscribe(f.subj.All("register"), regs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	disconnected := make(chan struct{}, 1)
 	nc := testkit.Connect(t, f.srv, nats.MaxReconnects(-1), nats.DisconnectErrHandler(func(*nats.Conn, error) {
 		select {
@@ -1063,20 +1073,23 @@ func TestDrainWithoutServer(t *testing.T) {
 		default:
 		}
 	}))
-	w, err := worker.New(nc, worker.Config{ID: "w1"})
+	w, err := worker.New(nc, worker.Config{ID: "w1", Heartbeat: beat})
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw(t, w, "ping", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
-	raw(t, w, "pong", func(ctx context.Context, c *worker.Call) (*bus.ExecResult, error) { return textOut("ping"), nil })
-	if err := w.Start(t.Context()); err != nil {
+	raw(t, w, "ping", func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
+	started := make(chan error, 1)
+	go func() { started <- w.Start(t.Context()) }()
+	first := testkit.Recv(t, regs, bound, "the first registration")
+	_ = bus.Respond(f.nc, first, "test/router", bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{"ping"}, Rejected: []bus.Rejection{}})
+	if err := testkit.Recv(t, started, bound, "Start"); err != nil {
 		t.Fatal(err)
 	}
-	waitClosed(t, w.Registered(), "registration acknowledged")
+	testkit.Recv(t, regs, 2*beat, "a heartbeat") // held: it waits a beat for its answer
 	f.srv.Shutdown()
 	testkit.Recv(t, disconnected, bound, "disconnected")
-	// The limit is far below the flush's 10 s, far above a drain that waits for nothing.
-	const limit = 3 * time.Second
+	// Far below the flush's 10 s and the held beat's wait; far above a drain that waits for nothing.
+	const limit = beat / 2
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	start := time.Now()
