@@ -191,7 +191,8 @@ func (t *tool) isDecided() bool {
 }
 
 // stop ends the discovery and drains every endpoint for good, waiting
-// until ctx ends; the readers then serve what was delivered and exit.
+// until ctx ends (unsubscribes them at once when the connection is down);
+// the readers then serve what was delivered and exit.
 func (s *serving) stop(ctx context.Context) {
 	s.mu.Lock()
 	if s.stopped || s.subs == nil {
@@ -203,6 +204,16 @@ func (s *serving) stop(ctx context.Context) {
 	subs := slices.Collect(maps.Values(s.subs))
 	s.mu.Unlock()
 	leave(s.nc, s.disc)
+	if !s.nc.IsConnected() {
+		// No server to drain from: what it delivered is in the readers'
+		// channel already, and nothing more comes. A drain would wait for
+		// nats.go's flush (10 s), which a connection that is down cannot
+		// answer; unsubscribed, the endpoints are not renewed on a reconnect.
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+		subs = nil
+	}
 	closed := make(chan struct{}, len(subs))
 	for _, sub := range subs {
 		done := func(string) {
@@ -246,9 +257,10 @@ type registrar struct {
 
 // heartbeat registers every beat until ctx ends. A registration already
 // sent is still waited for when ctx ends, so that Drain's leave comes after
-// it and a router never applies the beat after the leave.
-func (r *registrar) heartbeat(ctx context.Context) {
-	life.Every(ctx, r.every, func(time.Time) { r.register(context.WithoutCancel(ctx)) })
+// it and a router never applies the beat after the leave; until beatCtx
+// ends, which Drain ends when no leave follows (no server).
+func (r *registrar) heartbeat(ctx, beatCtx context.Context) {
+	life.Every(ctx, r.every, func(time.Time) { r.register(beatCtx) })
 }
 
 // register sends one registration and logs its outcome. Until one is

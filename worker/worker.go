@@ -127,10 +127,12 @@ type Worker struct {
 	serve     *serving
 	obs       Observer
 
-	loops    sync.WaitGroup // heartbeat loop
-	stopLoop context.CancelFunc
-	stopOnce sync.Once
-	stopErr  error
+	loops sync.WaitGroup // heartbeat and work-queue loops
+	// stopLoops ends the loops and waits for them; a heartbeat in flight is
+	// waited for (a leave follows it, 7.1) unless cut.
+	stopLoops func(cut bool)
+	stopOnce  sync.Once
+	stopErr   error
 
 	waiting, busyN atomic.Int64 // requests waiting for a slot (at most maxWaiting), answered busy
 	waitingBytes   atomic.Int64 // their sizes (at most cfg.MaxWaitingBytes)
@@ -240,13 +242,21 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := bus.Flush(ctx, w.nc); err != nil {
 		return fmt.Errorf("worker: flush: %w", err)
 	}
-	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx)) // the loops outlive Start's context
-	w.stopLoop = cancel
+	loopCtx, stopLoops := context.WithCancel(context.WithoutCancel(ctx)) // the loops outlive Start's context
+	beatCtx, cutBeat := context.WithCancel(context.WithoutCancel(ctx))   // a beat in flight outlives the loop
+	w.stopLoops = func(cut bool) {
+		stopLoops()
+		if cut {
+			cutBeat()
+		}
+		w.loops.Wait()
+		cutBeat()
+	}
 	w.reg.register(ctx)
 	w.loops.Add(1)
 	go func() {
 		defer w.loops.Done()
-		w.reg.heartbeat(loopCtx)
+		w.reg.heartbeat(loopCtx, beatCtx)
 	}()
 	for _, t := range tools {
 		if t.def.Durable {
@@ -558,9 +568,12 @@ func (w *Worker) drain(ctx context.Context) error {
 	if !started {
 		return nil
 	}
-	w.stopLoop()
-	w.loops.Wait()
-	if w.nc.IsConnected() { // routers stop choosing this worker before its subscriptions go
+	// Without a server no leave can go out, so a beat in flight (it waits a
+	// beat for an answer) is not waited for either; asked once, lest a
+	// reconnect between the two send a leave before a beat it did not wait for.
+	connected := w.nc.IsConnected()
+	w.stopLoops(!connected)
+	if connected { // routers stop choosing this worker before its subscriptions go
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		leave := bus.Register{Worker: w.cfg.ID, Leaving: true, Tools: w.registration().Tools} // one leave per tool (7.1)
 		if _, err := w.reg.send(sctx, leave, w.reg.every); err != nil {

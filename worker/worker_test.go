@@ -1049,3 +1049,54 @@ func TestCallKeptAfterItsAnswer(t *testing.T) {
 		t.Fatalf("late progress %+v", ev)
 	}
 }
+
+// TestDrainWithoutServer: a worker whose server went away (the router that
+// embeds it stopped) drains at once with nothing in flight, a heartbeat
+// waiting for its answer included: no leave can follow it. Before, each
+// endpoint's drain waited for nats.go's 10 s flush, which a connection that
+// is reconnecting cannot answer, and the beat its wait: toolworker took 12 s
+// to stop on SIGTERM.
+func TestDrainWithoutServer(t *testing.T) {
+	const beat = 5 * time.Second
+	f := newFixture(t, false)
+	regs := make(chan *nats.Msg, 16)
+	if _, err := f.nc.ChanSubscribe(f.subj.All("register"), regs); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	disconnected := make(chan struct{}, 1)
+	nc := testkit.Connect(t, f.srv, nats.MaxReconnects(-1), nats.DisconnectErrHandler(func(*nats.Conn, error) {
+		select {
+		case disconnected <- struct{}{}:
+		default:
+		}
+	}))
+	w, err := worker.New(nc, worker.Config{ID: "w1", Heartbeat: beat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw(t, w, "ping", func(context.Context, *worker.Call) (*bus.ExecResult, error) { return textOut("pong"), nil })
+	started := make(chan error, 1)
+	go func() { started <- w.Start(t.Context()) }()
+	first := testkit.Recv(t, regs, bound, "the first registration")
+	_ = bus.Respond(f.nc, first, "test/router", bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{"ping"}, Rejected: []bus.Rejection{}})
+	if err := testkit.Recv(t, started, bound, "Start"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Recv(t, regs, 2*beat, "a heartbeat") // held: it waits a beat for its answer
+	f.srv.Shutdown()
+	testkit.Recv(t, disconnected, bound, "disconnected")
+	// Far below the flush's 10 s and the held beat's wait; far above a drain that waits for nothing.
+	const limit = beat / 2
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := w.Drain(ctx); err != nil {
+		t.Fatalf("Drain without a server: %v", err)
+	}
+	if took := time.Since(start); took > limit {
+		t.Fatalf("Drain without a server took %v, want under %v", took, limit)
+	}
+}

@@ -30,7 +30,8 @@ import (
 	"github.com/toolbus/toolbus/security"
 )
 
-// instance is one router or worker found by NATS micro discovery.
+// instance is one router or worker found by NATS micro discovery. Only Go
+// workers answer it; status counts the others per tool (unlisted).
 type instance struct {
 	Kind  string            `json:"kind"`
 	ID    string            `json:"id"`
@@ -74,8 +75,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	slices.SortFunc(found, func(a, b instance) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
 	})
+	hidden := unlisted(st.Tools, found)
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found})
+		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found, "unlisted": hidden})
 	}
 	sessions := fmt.Sprintf("%d in this router's cache", st.Sessions)
 	if st.SessionsStored != nil {
@@ -103,11 +105,44 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintln(tw, "instances:")
+	fmt.Fprintln(tw, "instances (NATS micro discovery):")
 	for _, it := range found {
 		fmt.Fprintf(tw, "  %s\t%s\t%v\n", it.Kind, it.ID, it.Tools)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(hidden) > 0 {
+		var each []string
+		for _, t := range st.Tools {
+			if n := hidden[t.Name]; n > 0 {
+				each = append(each, fmt.Sprintf("%d of %s", n, t.Name))
+			}
+		}
+		fmt.Fprintf(stdout, "live workers not listed above: %s (the routers count workers by their beats; Python and Java workers answer no micro discovery, and a durable tool has no endpoint to list)\n",
+			strings.Join(each, ", "))
+	}
+	return nil
+}
+
+// unlisted counts, by tool, the live workers the routers count (by their
+// beats) beyond those discovery listed with the tool: workers that answer
+// no NATS micro discovery (the Python and Java SDKs serve none) and the
+// workers of a durable tool (served from its work queue, no endpoint).
+func unlisted(tools []bus.ToolStatus, found []instance) map[string]int {
+	listed := map[string]int{}
+	for _, it := range found {
+		for _, name := range it.Tools {
+			listed[name]++
+		}
+	}
+	out := map[string]int{}
+	for _, t := range tools {
+		if n := t.LiveWorkers - listed[t.Name]; n > 0 && !t.External {
+			out[t.Name] = n
+		}
+	}
+	return out
 }
 
 // storeLine is the status line of the store's health: "store: ok", or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -28,11 +29,14 @@ func TestStatus(t *testing.T) {
 	if _, _, err := exec(t.Context(), "session", "mode", "explore", "--session", "st1", "--nats", d.url); err != nil {
 		t.Fatal(err)
 	}
+	// A worker that answers no micro discovery, as the Python and Java SDKs' do: counted, said to be unlisted.
+	d.registerDefs(t, bus.ToolDef{Name: "py_add", Description: "Add, in Python."})
 	out, _, err := exec(t.Context(), "status", "--wait", "2s", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok", "groups: basic", "1 stored"} {
+	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok", "groups: basic", "1 stored",
+		"live workers not listed above: 1 of py_add (", "Python and Java workers answer no micro discovery"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -42,13 +46,14 @@ func TestStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	var v struct {
-		Status    bus.Status `json:"status"`
-		Instances []instance `json:"instances"`
+		Status    bus.Status     `json:"status"`
+		Instances []instance     `json:"instances"`
+		Unlisted  map[string]int `json:"unlisted"`
 	}
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(v.Status.Tools) == 0 || len(v.Instances) < 2 {
+	if len(v.Status.Tools) == 0 || len(v.Instances) < 2 || !maps.Equal(v.Unlisted, map[string]int{"py_add": 1}) {
 		t.Fatalf("status %+v", v)
 	}
 	if _, _, err := exec(t.Context(), "status", "extra", "--nats", d.url); err == nil {

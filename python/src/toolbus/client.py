@@ -160,7 +160,7 @@ class Client:
         reply = Reply.from_json(data)
         # 3.2: each call of the batch once, finished or parked; a forged reply (anyone answering
         # first on P.call.<session>) may name others, or one twice
-        if sorted(c["id"] for c in e.data["calls"]) != sorted(x.id for x in [*reply.results, *reply.parked]):
+        if sorted(c["id"] for c in e.data["calls"]) != sorted([r.id for r in reply.results] + [p.id for p in reply.parked]):
             raise ProtocolError("reply: its results and parked calls do not name each call of the batch once")
         if reply.session_rev:
             self._revs[session] = reply.session_rev
@@ -362,7 +362,7 @@ class Client:
         """
         t = parse_turn(format, message)
         calls: list[Call] = list(t.calls)
-        load_id, added = "", []
+        load_id, added = "", list[str]()
         if t.loads:
             tl = await self.tools(session, format, request=request, user=user, deferred=True, timeout=timeout)
             final, added = load_groups(tl, t.loads)

@@ -257,8 +257,7 @@ class FollowStream:
         quiet = WAIT + GRACE
         if self._beats:
             data["heartbeat_ms"], quiet = int(BEAT * 1000), QUIET
-        e = ev.Event(ev.TYPE_CONSUMER_NEXT, self._c.source, data, sessionid=self._session)
-        body, headers = ev.encode_structured(e)
+        body, headers = ev.encode_structured(ev.Event(ev.TYPE_CONSUMER_NEXT, self._c.source, data, sessionid=self._session))
         await nc.publish(self._subject, body, reply=reply, headers=headers)
         mine = self._inbox + "."
         got = 0
@@ -274,7 +273,7 @@ class FollowStream:
             status = (m.headers or {}).get("Status", "")
             if status == "100":  # a heartbeat
                 continue
-            e = None
+            e: ev.Event | None = None
             if not status:
                 try:
                     e = ev.decode(m.data, m.headers)
