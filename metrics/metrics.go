@@ -280,10 +280,19 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout}
+	// ReadTimeout: a scrape announcing a body it never sends was under way
+	// for good, and held the daemon's Stop (TestAttackStopHeldByAScrape).
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: idleTimeout}
 	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
 	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
-	return r, srv.Shutdown, nil
+	return r, func(ctx context.Context) error {
+		// Scrapes under way finish until ctx ends, then lose their connection.
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+			return err
+		}
+		return nil
+	}, nil
 }
 
 // idleTimeout closes a connection idle between requests: without it anyone

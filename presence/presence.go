@@ -154,8 +154,14 @@ func (p *Presence) apply(e jetstream.KeyValueEntry) {
 		if json.Unmarshal(e.Value(), &v) != nil || v.Router != id {
 			return
 		}
+		// A claim lasts while its key is renewed: a forged key put once
+		// with a live router's instance hid that router from a router
+		// that loaded it first, for good (TestAttackForgedClaimHidesARouter).
 		if o, taken := p.owner[v.Instance]; taken && o != id {
-			return
+			if h := p.peers[o]; !h.gone && p.read.Sub(h.last) <= Beats*p.cfg.Heartbeat {
+				return
+			}
+			p.forget(o, p.peers[o])
 		}
 	}
 	if !ok && len(p.peers) >= MaxRouters {

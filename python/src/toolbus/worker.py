@@ -762,5 +762,18 @@ async def serve(*tools: Any, url: str | None = None, **worker_kw: Any) -> None:
 def announce(w: Worker, url: str | None) -> None:
     """Says on stderr that the started worker ``w`` serves: the line a person waits for."""
     served = ", ".join(name for name, s in w._tools.items() if not s.rejected)
-    print(f"toolbus: worker {w.id} serving {served} on {w.nc.connected_url.geturl() if w.nc.connected_url else url}",
-          file=sys.stderr, flush=True)
+    where = _redact(w.nc.connected_url.geturl() if w.nc.connected_url else url or "")
+    print(f"toolbus: worker {w.id} serving {served} on {where}", file=sys.stderr, flush=True)
+
+
+def _redact(urls: str) -> str:
+    """``urls`` (comma-separated) with any password or token in them as ``xxxxx``, as Go's natsconn.Redact:
+    the line goes to a log (session 39, red team c)."""
+    def one(u: str) -> str:
+        scheme, sep, rest = u.strip().partition("://")
+        userinfo, at, host = rest.rpartition("@")
+        if not sep or not at:
+            return u
+        user, colon, _ = userinfo.partition(":")
+        return f"{scheme}://{user + ':xxxxx' if colon else 'xxxxx'}@{host}"
+    return ",".join(one(u) for u in urls.split(","))
