@@ -449,7 +449,9 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 		if len(g) == 0 {
 			g = []string{bus.GroupBasic} // where a tool without groups is (docs/protocol.md 7.2)
 		}
-		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: g})
+		ids := live[t.Def.Name]
+		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: len(ids), External: t.Def.External, Groups: g,
+			Workers: ids[:min(len(ids), bus.StatusWorkers)]})
 	}
 	return st
 }
