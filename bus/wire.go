@@ -625,7 +625,8 @@ type BoundStatus struct {
 }
 
 // StatusWorkers bounds ToolStatus.Workers: the first ids, sorted, of a
-// tool's live workers (their count is LiveWorkers).
+// tool's live workers, fewer where the reply would pass the server's max
+// payload (their count is LiveWorkers).
 const StatusWorkers = 64
 
 // ToolStatus is one tool in Status.
@@ -634,8 +635,8 @@ type ToolStatus struct {
 	LiveWorkers int      `json:"live_workers"`
 	External    bool     `json:"external"`
 	Groups      []string `json:"groups,omitempty"`
-	// Workers are the ids of the first StatusWorkers live workers, sorted
-	// (protocol 1.29); nil from an older router.
+	// Workers are the ids of the first StatusWorkers live workers, sorted,
+	// as many as fit the reply (protocol 1.29); nil from an older router.
 	Workers []string `json:"workers,omitempty"`
 }
 

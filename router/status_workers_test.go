@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
@@ -18,7 +22,7 @@ import (
 // and Java SDKs do (no micro discovery); past bus.StatusWorkers ids the
 // list stops and live_workers still counts them all.
 func TestStatusListsWorkers(t *testing.T) {
-	d := xtest.Run(t, xtest.Config{Routers: 1})
+	d := xtest.Run(t, xtest.Config{Routers: 1, Heartbeat: time.Minute}) // the raw registrations beat once: live for three heartbeats
 	for _, id := range []string{"go-b", "go-a"} {
 		if _, err := d.AddWorker(t.Context(), xtest.WorkerSpec{Config: worker.Config{ID: id}, Setup: func(w *worker.Worker) error {
 			return worker.Register(w, bus.ToolDef{Name: "greet", Description: "Greets."},
@@ -31,31 +35,11 @@ func TestStatusListsWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	beat := func(id, tool string) {
-		t.Helper()
-		def := bus.ToolDef{Name: tool, Description: "A tool.", InputSchema: json.RawMessage(`{"type":"object"}`)}
-		ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+id, bus.Register{Worker: id, Tools: []bus.ToolDef{def}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := ev.Msg(d.Subjects().Workers.Register(tool))
-		if err != nil {
-			t.Fatal(err)
-		}
-		reply, err := nc.RequestMsgWithContext(t.Context(), m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ack bus.RegisterAck
-		if e, err := bus.Decode(reply); err != nil || e.DataAs(&ack) != nil || len(ack.Accepted) != 1 {
-			t.Fatalf("beat of %s: %+v %v", id, e, err)
-		}
-	}
-	beat("py-1", "py_add")
+	registerRaw(t, nc, d.Subjects(), "py-1", "py_add")
 	var many []string
 	for i := range bus.StatusWorkers + 1 {
 		many = append(many, fmt.Sprintf("m%03d", i))
-		beat(many[i], "many")
+		registerRaw(t, nc, d.Subjects(), many[i], "many")
 	}
 	err = d.EveryStatus(t.Context(), func(st bus.Status) error {
 		for _, want := range []bus.ToolStatus{
@@ -67,6 +51,74 @@ func TestStatusListsWorkers(t *testing.T) {
 			if i < 0 || st.Tools[i].LiveWorkers != want.LiveWorkers || !slices.Equal(st.Tools[i].Workers, want.Workers) {
 				return fmt.Errorf("status of %s: %+v, want %d live, workers %v", want.Name, st.Tools, want.LiveWorkers, want.Workers)
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// registerRaw registers worker id for tool as the Python and Java SDKs
+// do, with no micro discovery: its registration is its first beat.
+func registerRaw(t *testing.T, nc *nats.Conn, s bus.Subjects, id, tool string) {
+	t.Helper()
+	def := bus.ToolDef{Name: tool, Description: "A tool.", InputSchema: json.RawMessage(`{"type":"object"}`)}
+	ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+id, bus.Register{Worker: id, Tools: []bus.ToolDef{def}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ev.Msg(s.Workers.Register(tool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := nc.RequestMsgWithContext(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ack bus.RegisterAck
+	if e, err := bus.Decode(reply); err != nil || e.DataAs(&ack) != nil || len(ack.Accepted) != 1 {
+		t.Fatalf("registration of %s: %+v %v", id, e, err)
+	}
+}
+
+// TestAttackStatusWorkerIDs (session 39): a worker login may beat under any
+// number of ids, each up to 128 characters, for each name it may register;
+// the status verb's ids must not push its reply past the server's max
+// payload, which would leave every status request unanswered (toolbus
+// status, the readiness waits). The ids are as many as fit; live_workers
+// still counts them all.
+func TestAttackStatusWorkerIDs(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	d := xtest.Run(t, xtest.Config{Server: s, Routers: 1, Heartbeat: time.Minute})
+	nc, err := d.Connect(t.Context(), xtest.RoleWorker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := []string{"t1", "t2", "t3"}
+	for _, tool := range tools {
+		for i := range bus.StatusWorkers {
+			registerRaw(t, nc, d.Subjects(), fmt.Sprintf("%s-%0125d", tool, i), tool)
+		}
+	}
+	err = d.EveryStatus(t.Context(), func(st bus.Status) error {
+		named := 0
+		for _, ts := range st.Tools {
+			if slices.Contains(tools, ts.Name) && ts.LiveWorkers != bus.StatusWorkers {
+				return fmt.Errorf("%s: %d live workers", ts.Name, ts.LiveWorkers)
+			}
+			named += len(ts.Workers)
+		}
+		if named == 0 || named >= len(tools)*bus.StatusWorkers {
+			return fmt.Errorf("%d ids named in a reply of at most 16 KiB", named)
 		}
 		return nil
 	})

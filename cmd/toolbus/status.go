@@ -77,7 +77,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
 	})
 	var hidden map[string]int
-	if !slices.ContainsFunc(st.Tools, func(t bus.ToolStatus) bool { return len(t.Workers) > 0 }) {
+	named := slices.ContainsFunc(st.Tools, func(t bus.ToolStatus) bool { return len(t.Workers) > 0 })
+	if !named {
 		hidden = unlisted(st.Tools, found) // a router before 1.29 names no worker
 	}
 	if *asJSON {
@@ -112,8 +113,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		for _, id := range t.Workers {
 			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id))
 		}
-		if n := t.LiveWorkers - len(t.Workers); n > 0 && len(t.Workers) > 0 {
-			fmt.Fprintf(tw, "    and %d more\t(the router names the first %d)\n", n, len(t.Workers))
+		if n := t.LiveWorkers - len(t.Workers); n > 0 && named {
+			fmt.Fprintf(tw, "    %d more\t(the router's reply names at most %d a tool, as many as fit)\n", n, bus.StatusWorkers)
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,12 +67,16 @@ func TestStatus(t *testing.T) {
 }
 
 // TestStatusOlderRouter: a router before protocol 1.29 names no worker;
-// status then counts those discovery did not list, as before.
+// status then counts those discovery did not list, as before. A router of
+// 1.29 that names fewer than it counts (its reply's bound): the rest are
+// counted under the tool, and no unlisted line.
 func TestStatusOlderRouter(t *testing.T) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
+	var tools atomic.Pointer[string] // the fake router's tools
+	tools.Store(new(`[{"name":"py_add","live_workers":1,"external":false}]`))
 	sub, err := nc.Subscribe(bus.NewSubjects("").Admin("status"), func(m *nats.Msg) {
-		e, err := bus.NewEvent(bus.TypeAdminReply, "toolbus/router/old", json.RawMessage(`{"router":"old","tools":[{"name":"py_add","live_workers":1,"external":false}],"groups":0,"sessions":0,"parked":0,"store":{"state":"ok"}}`))
+		e, err := bus.NewEvent(bus.TypeAdminReply, "toolbus/router/old", json.RawMessage(`{"router":"old","tools":`+*tools.Load()+`,"groups":0,"sessions":0,"parked":0,"store":{"state":"ok"}}`))
 		var r *nats.Msg
 		if err == nil {
 			r, err = e.Msg(m.Reply)
@@ -90,14 +95,20 @@ func TestStatusOlderRouter(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", s.ClientURL())
-	if err != nil || !strings.Contains(out, "live workers not listed above: 1 of py_add (") {
-		t.Fatalf("%v\n%s", err, out)
+	status := func(want, json string) {
+		t.Helper()
+		out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", s.ClientURL())
+		if err != nil || !strings.Contains(out, want) {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", s.ClientURL())
+		if err != nil || strings.Contains(out, `"unlisted"`) != (json != "") || !strings.Contains(out, json) {
+			t.Fatalf("%v\n%s", err, out)
+		}
 	}
-	out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", s.ClientURL())
-	if err != nil || !strings.Contains(out, `"unlisted":{"py_add":1}`) {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	status("live workers not listed above: 1 of py_add (", `"unlisted":{"py_add":1}`)
+	tools.Store(new(`[{"name":"py_add","live_workers":3,"external":false,"workers":["py-1"]}]`))
+	status("    2 more   (the router's reply names at most 64 a tool", "")
 }
 
 func TestStoreLine(t *testing.T) {
