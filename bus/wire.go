@@ -624,12 +624,20 @@ type BoundStatus struct {
 	DropsOldest bool `json:"drops_oldest,omitempty"`
 }
 
+// StatusWorkers bounds ToolStatus.Workers: the first ids, sorted, of a
+// tool's live workers, fewer where the reply would pass the server's max
+// payload (their count is LiveWorkers).
+const StatusWorkers = 64
+
 // ToolStatus is one tool in Status.
 type ToolStatus struct {
 	Name        string   `json:"name"`
 	LiveWorkers int      `json:"live_workers"`
 	External    bool     `json:"external"`
 	Groups      []string `json:"groups,omitempty"`
+	// Workers are the ids of the first StatusWorkers live workers, sorted,
+	// as many as fit the reply (protocol 1.29); nil from an older router.
+	Workers []string `json:"workers,omitempty"`
 }
 
 // SkillInfo is one entry of the admin verb skills.list (docs/protocol.md 10):

@@ -12,7 +12,7 @@ import (
 // _refused_total{kind} (protocol 1.25) are all registered and read at scrape.
 func TestCatalogMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	NewRouter(reg, RouterSources{LiveWorkers: func() map[string]int { return nil }, ParkedNow: func() int { return 0 }, Sessions: func() int { return 0 },
+	NewRouter(reg, RouterSources{LiveWorkers: func() map[string][]string { return nil }, ParkedNow: func() int { return 0 }, Sessions: func() int { return 0 },
 		Catalog: []Catalog{{Kind: "tool", Held: func() int { return 4090 }, Bound: func() (int, uint64) { return 4096, 7 }},
 			{Kind: "group", Held: func() int { return 3 }, Bound: func() (int, uint64) { return 1024, 0 }}}})
 	want := `

@@ -53,7 +53,7 @@ type Router struct {
 
 // RouterSources are read at scrape time; each is required but Bounds.
 type RouterSources struct {
-	LiveWorkers func() map[string]int // per tool
+	LiveWorkers func() map[string][]string // per tool, the workers' ids
 	ParkedNow   func() int
 	Sessions    func() int
 	Capacity    int                      // MaxInflight
@@ -157,14 +157,14 @@ func (h HistogramVec) WithLabelValues(v string) prometheus.Observer {
 }
 
 type liveWorkers struct {
-	f    func() map[string]int
+	f    func() map[string][]string
 	desc *prometheus.Desc
 }
 
 func (l *liveWorkers) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
 func (l *liveWorkers) Collect(ch chan<- prometheus.Metric) {
-	for tool, n := range l.f() {
-		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(n), tool)
+	for tool, ids := range l.f() {
+		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(len(ids)), tool)
 	}
 }
 

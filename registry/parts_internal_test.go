@@ -71,7 +71,7 @@ func TestLivenessAnswers(t *testing.T) {
 			if got := l.MayHold("t", "s.r.c"); got != tc.mayHold {
 				t.Errorf("MayHold = %v, want %v", got, tc.mayHold)
 			}
-			if got := l.Workers()["t"]; got != tc.workers {
+			if got := len(l.Workers()["t"]); got != tc.workers {
 				t.Errorf("Workers[t] = %d, want %d", got, tc.workers)
 			}
 			if !l.Live(&Tool{Def: bus.ToolDef{Name: "t", External: true}}) {

@@ -766,18 +766,20 @@ func (l *liveness) liveExcept(tool, except string) bool {
 	return false
 }
 
-// Workers returns the number of live workers per tool.
-func (l *liveness) Workers() map[string]int {
+// Workers returns the ids of the live workers per tool, sorted: those of
+// the beats in P_workers, whichever SDK beats (the status verb's workers).
+func (l *liveness) Workers() map[string][]string {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	cutoff := l.cutoff()
-	out := map[string]int{}
+	out := map[string][]string{}
 	for tool, ws := range l.beats {
-		for _, b := range ws {
+		for w, b := range ws {
 			if b.live(cutoff) {
-				out[tool]++
+				out[tool] = append(out[tool], w)
 			}
 		}
+		slices.Sort(out[tool])
 	}
 	return out
 }

@@ -449,7 +449,20 @@ func (x *adminVerbs) status(ctx context.Context) bus.Status {
 		if len(g) == 0 {
 			g = []string{bus.GroupBasic} // where a tool without groups is (docs/protocol.md 7.2)
 		}
-		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: live[t.Def.Name], External: t.Def.External, Groups: g})
+		st.Tools = append(st.Tools, bus.ToolStatus{Name: t.Def.Name, LiveWorkers: len(live[t.Def.Name]), External: t.Def.External, Groups: g})
+	}
+	// Each tool's first ids, as many as fit the reply: a worker login may
+	// beat under any number of ids of 128 bytes for each name it registers
+	// (TestAttackStatusWorkerIDs).
+	room := int(x.nc.MaxPayload()) - parkedPageSlack - encodedLen(st)
+	for i, t := range st.Tools {
+		ids := live[t.Name]
+		n, cost := 0, len(`,"workers":[]`)
+		for ; n < min(len(ids), bus.StatusWorkers) && room >= cost+len(ids[n])+3; n++ {
+			room -= cost + len(ids[n]) + 3 // "id",
+			cost = 0
+		}
+		st.Tools[i].Workers = ids[:n]
 	}
 	return st
 }

@@ -31,7 +31,8 @@ import (
 )
 
 // instance is one router or worker found by NATS micro discovery. Only Go
-// workers answer it; status counts the others per tool (unlisted).
+// workers answer it; the status verb names every live worker (protocol
+// 1.29), and status counts those an older router does not name (unlisted).
 type instance struct {
 	Kind  string            `json:"kind"`
 	ID    string            `json:"id"`
@@ -75,9 +76,17 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	slices.SortFunc(found, func(a, b instance) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
 	})
-	hidden := unlisted(st.Tools, found)
+	var hidden map[string]int
+	named := slices.ContainsFunc(st.Tools, func(t bus.ToolStatus) bool { return len(t.Workers) > 0 })
+	if !named {
+		hidden = unlisted(st.Tools, found) // a router before 1.29 names no worker
+	}
 	if *asJSON {
-		return json.NewEncoder(stdout).Encode(map[string]any{"status": st, "instances": found, "unlisted": hidden})
+		v := map[string]any{"status": st, "instances": found}
+		if hidden != nil {
+			v["unlisted"] = hidden
+		}
+		return json.NewEncoder(stdout).Encode(v)
 	}
 	sessions := fmt.Sprintf("%d in this router's cache", st.Sessions)
 	if st.SessionsStored != nil {
@@ -101,6 +110,12 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			live = "external"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\tgroups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
+		for _, id := range t.Workers {
+			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id))
+		}
+		if n := t.LiveWorkers - len(t.Workers); n > 0 && named {
+			fmt.Fprintf(tw, "    %d more\t(the router's reply names at most %d a tool, as many as fit)\n", n, bus.StatusWorkers)
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -123,6 +138,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			strings.Join(each, ", "))
 	}
 	return nil
+}
+
+// discovered is what discovery found of worker id, or that it answered none.
+func discovered(found []instance, id string) string {
+	for _, it := range found {
+		if it.Kind == "worker" && slices.Contains(strings.Split(it.ID, ","), id) {
+			return fmt.Sprintf("discovery: %d endpoints (instances below)", len(it.Tools))
+		}
+	}
+	return "no discovery (its beats only: a Python or Java worker, or a durable tool's)"
 }
 
 // unlisted counts, by tool, the live workers the routers count (by their

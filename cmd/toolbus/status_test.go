@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/toolbus/toolbus/builtin"
@@ -29,17 +30,20 @@ func TestStatus(t *testing.T) {
 	if _, _, err := exec(t.Context(), "session", "mode", "explore", "--session", "st1", "--nats", d.url); err != nil {
 		t.Fatal(err)
 	}
-	// A worker that answers no micro discovery, as the Python and Java SDKs' do: counted, said to be unlisted.
+	// A worker that answers no micro discovery, as the Python and Java SDKs' do: listed by the id of its beats.
 	d.registerDefs(t, bus.ToolDef{Name: "py_add", Description: "Add, in Python."})
 	out, _, err := exec(t.Context(), "status", "--wait", "2s", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok", "groups: basic", "1 stored",
-		"live workers not listed above: 1 of py_add (", "Python and Java workers answer no micro discovery"} {
+		"py_add", "\n    registrar ", " no discovery (its beats only: a Python or Java worker", "discovery: 4 endpoints (instances below)\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "not listed above") {
+		t.Errorf("status says a worker the router named is unlisted:\n%s", out)
 	}
 	out, _, err = exec(t.Context(), "status", "--json", "--wait", "2s", "--nats", d.url)
 	if err != nil {
@@ -53,12 +57,58 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(v.Status.Tools) == 0 || len(v.Instances) < 2 || !maps.Equal(v.Unlisted, map[string]int{"py_add": 1}) {
+	py := slices.IndexFunc(v.Status.Tools, func(t bus.ToolStatus) bool { return t.Name == "py_add" })
+	if len(v.Instances) < 2 || py < 0 || !slices.Equal(v.Status.Tools[py].Workers, []string{"registrar"}) || v.Unlisted != nil {
 		t.Fatalf("status %+v", v)
 	}
 	if _, _, err := exec(t.Context(), "status", "extra", "--nats", d.url); err == nil {
 		t.Fatal("status with an argument succeeded")
 	}
+}
+
+// TestStatusOlderRouter: a router before protocol 1.29 names no worker;
+// status then counts those discovery did not list, as before. A router of
+// 1.29 that names fewer than it counts (its reply's bound): the rest are
+// counted under the tool, and no unlisted line.
+func TestStatusOlderRouter(t *testing.T) {
+	s := testkit.RunServer(t)
+	nc := testkit.Connect(t, s)
+	var tools atomic.Pointer[string] // the fake router's tools
+	tools.Store(new(`[{"name":"py_add","live_workers":1,"external":false}]`))
+	sub, err := nc.Subscribe(bus.NewSubjects("").Admin("status"), func(m *nats.Msg) {
+		e, err := bus.NewEvent(bus.TypeAdminReply, "toolbus/router/old", json.RawMessage(`{"router":"old","tools":`+*tools.Load()+`,"groups":0,"sessions":0,"parked":0,"store":{"state":"ok"}}`))
+		var r *nats.Msg
+		if err == nil {
+			r, err = e.Msg(m.Reply)
+		}
+		if err == nil {
+			err = nc.PublishMsg(r)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	if err == nil {
+		err = nc.Flush() // the server has the subscription
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	status := func(want, json string) {
+		t.Helper()
+		out, _, err := exec(t.Context(), "status", "--wait", "100ms", "--nats", s.ClientURL())
+		if err != nil || !strings.Contains(out, want) {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		out, _, err = exec(t.Context(), "status", "--json", "--wait", "100ms", "--nats", s.ClientURL())
+		if err != nil || strings.Contains(out, `"unlisted"`) != (json != "") || !strings.Contains(out, json) {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	status("live workers not listed above: 1 of py_add (", `"unlisted":{"py_add":1}`)
+	tools.Store(new(`[{"name":"py_add","live_workers":3,"external":false,"workers":["py-1"]}]`))
+	status("    2 more   (the router's reply names at most 64 a tool", "")
 }
 
 func TestStoreLine(t *testing.T) {
