@@ -33,12 +33,27 @@ import (
 // instance is one router or worker found by NATS micro discovery. Only Go
 // workers answer it; the status verb names every live worker (protocol
 // 1.29), and status counts those an older router does not name (unlisted).
+// A worker's Stats are its micro STATS, per tool.
 type instance struct {
-	Kind  string            `json:"kind"`
-	ID    string            `json:"id"`
-	Meta  map[string]string `json:"metadata"`
-	Tools []string          `json:"tools,omitempty"`
+	Kind  string               `json:"kind"`
+	ID    string               `json:"id"`
+	Meta  map[string]string    `json:"metadata"`
+	Tools []string             `json:"tools,omitempty"`
+	Stats map[string]toolStats `json:"stats,omitempty"`
 }
+
+// toolStats is what a worker's micro STATS count of one tool: the requests
+// delivered, the calls that ended in error, and the calls' average run.
+type toolStats struct {
+	Requests  int     `json:"requests"`
+	Errors    int     `json:"errors"`
+	AverageMS float64 `json:"average_ms"`
+}
+
+// maxInstances bounds the discovery answers status collects of each kind:
+// anyone who may answer $SRV requests would grow it (and its output)
+// without end.
+const maxInstances = 1024
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("status", stderr)
@@ -55,23 +70,43 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := admin(ctx, cl, "status", "", nil, &st); err != nil {
 		return err
 	}
+	// Routers answer INFO; workers STATS, which names their endpoints too.
+	routers, err := discover[micro.Info](ctx, cl.Conn(), micro.InfoVerb, "toolbus-router", *wait)
+	if err != nil {
+		return err
+	}
+	workers, err := discover[micro.Stats](ctx, cl.Conn(), micro.StatsVerb, "toolbus-worker", *wait)
+	if err != nil {
+		return err
+	}
 	var found []instance
-	for _, kind := range []string{"toolbus-router", "toolbus-worker"} {
-		infos, err := discover(ctx, cl.Conn(), kind, *wait)
-		if err != nil {
-			return err
+	add := func(kind string, id micro.ServiceIdentity, names []string, stats map[string]toolStats) {
+		if id.Metadata["prefix"] == "" || id.Metadata["prefix"] == cn.prefix {
+			// the instance id toolbus uses, not micro's own
+			found = append(found, instance{Kind: kind, ID: cmp.Or(id.Metadata[kind], id.ID), Meta: id.Metadata, Tools: names, Stats: stats})
 		}
-		for _, in := range infos {
-			if in.Metadata["prefix"] != "" && in.Metadata["prefix"] != cn.prefix {
-				continue
-			}
-			it := instance{Kind: kind[len("toolbus-"):], Meta: in.Metadata}
-			it.ID = cmp.Or(in.Metadata[it.Kind], in.ID) // the instance id toolbus uses, not micro's own
-			for _, ep := range in.Endpoints {
-				it.Tools = append(it.Tools, ep.Name)
-			}
-			found = append(found, it)
+	}
+	for _, in := range routers {
+		var names []string
+		for _, ep := range in.Endpoints {
+			names = append(names, ep.Name)
 		}
+		add("router", in.ServiceIdentity, names, nil)
+	}
+	for _, in := range workers {
+		var names []string
+		stats := map[string]toolStats{}
+		for _, ep := range in.Endpoints {
+			names = append(names, ep.Name)
+			st := stats[ep.Name] // two workers of a connection may serve one tool
+			if n := st.Requests + ep.NumRequests; n > 0 {
+				st.AverageMS = (st.AverageMS*float64(st.Requests) + ep.AverageProcessingTime.Seconds()*1e3*float64(ep.NumRequests)) / float64(n)
+			}
+			st.Requests += ep.NumRequests
+			st.Errors += ep.NumErrors
+			stats[ep.Name] = st
+		}
+		add("worker", in.ServiceIdentity, names, stats)
 	}
 	slices.SortFunc(found, func(a, b instance) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
@@ -111,7 +146,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(tw, "  %s\t%s\tgroups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
 		for _, id := range t.Workers {
-			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id))
+			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id, t.Name))
 		}
 		if n := t.LiveWorkers - len(t.Workers); n > 0 && named {
 			fmt.Fprintf(tw, "    %d more\t(the router's reply names at most %d a tool, as many as fit)\n", n, bus.StatusWorkers)
@@ -140,11 +175,16 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// discovered is what discovery found of worker id, or that it answered none.
-func discovered(found []instance, id string) string {
+// discovered is what discovery found of worker id and its tool, or that it
+// answered none.
+func discovered(found []instance, id, tool string) string {
 	for _, it := range found {
 		if it.Kind == "worker" && slices.Contains(strings.Split(it.ID, ","), id) {
-			return fmt.Sprintf("discovery: %d endpoints (instances below)", len(it.Tools))
+			st, ok := it.Stats[tool]
+			if !ok {
+				return fmt.Sprintf("discovery: %d endpoints (instances below)", len(it.Tools))
+			}
+			return fmt.Sprintf("%d requests, %d errors, %.1f ms average run; discovery: %d endpoints (instances below)", st.Requests, st.Errors, st.AverageMS, len(it.Tools))
 		}
 	}
 	return "no discovery (its beats only: a Python or Java worker, or a durable tool's)"
@@ -222,10 +262,10 @@ func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 // mib is n bytes in MiB, one decimal.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// discover collects the micro INFO answers of every instance of service
-// name that answers within wait.
-func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duration) ([]micro.Info, error) {
-	subject, err := micro.ControlSubject(micro.InfoVerb, name, "")
+// discover collects the micro answers to verb (T its format) of every
+// instance of service name that answers within wait, at most maxInstances.
+func discover[T any](ctx context.Context, nc *nats.Conn, verb micro.Verb, name string, wait time.Duration) ([]T, error) {
+	subject, err := micro.ControlSubject(verb, name, "")
 	if err != nil {
 		return nil, err
 	}
@@ -240,17 +280,18 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var out []micro.Info
-	for {
+	var out []T
+	for len(out) < maxInstances {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil { // wait has passed (or ctx ended)
-			return out, nil
+			break
 		}
-		var in micro.Info
+		var in T
 		if json.Unmarshal(m.Data, &in) == nil {
 			out = append(out, in)
 		}
 	}
+	return out, nil
 }
 
 // runLimits is `toolbus limits`: what each rule counting the tool has used
