@@ -33,7 +33,7 @@ import (
 // instance is one router or worker found by NATS micro discovery. Only Go
 // workers answer it; the status verb names every live worker (protocol
 // 1.29), and status counts those an older router does not name (unlisted).
-// A worker's Stats are its micro STATS, per tool.
+// Stats are its micro STATS, by endpoint (a worker's: by tool).
 type instance struct {
 	Kind  string               `json:"kind"`
 	ID    string               `json:"id"`
@@ -42,8 +42,9 @@ type instance struct {
 	Stats map[string]toolStats `json:"stats,omitempty"`
 }
 
-// toolStats is what a worker's micro STATS count of one tool: the requests
-// delivered, the calls that ended in error, and the calls' average run.
+// toolStats is what micro STATS count of one endpoint (a worker's tool):
+// the requests delivered, those that ended in error, and their average
+// run (a worker's: its calls').
 type toolStats struct {
 	Requests  int     `json:"requests"`
 	Errors    int     `json:"errors"`
@@ -70,43 +71,31 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := admin(ctx, cl, "status", "", nil, &st); err != nil {
 		return err
 	}
-	// Routers answer INFO; workers STATS, which names their endpoints too.
-	routers, err := discover[micro.Info](ctx, cl.Conn(), micro.InfoVerb, "toolbus-router", *wait)
-	if err != nil {
-		return err
-	}
-	workers, err := discover[micro.Stats](ctx, cl.Conn(), micro.StatsVerb, "toolbus-worker", *wait)
-	if err != nil {
-		return err
-	}
+	// STATS, which names the endpoints as INFO does, with their counts.
 	var found []instance
-	add := func(kind string, id micro.ServiceIdentity, names []string, stats map[string]toolStats) {
-		if id.Metadata["prefix"] == "" || id.Metadata["prefix"] == cn.prefix {
-			// the instance id toolbus uses, not micro's own
-			found = append(found, instance{Kind: kind, ID: cmp.Or(id.Metadata[kind], id.ID), Meta: id.Metadata, Tools: names, Stats: stats})
+	for _, kind := range []string{"router", "worker"} {
+		answers, err := discover(ctx, cl.Conn(), "toolbus-"+kind, *wait)
+		if err != nil {
+			return err
 		}
-	}
-	for _, in := range routers {
-		var names []string
-		for _, ep := range in.Endpoints {
-			names = append(names, ep.Name)
-		}
-		add("router", in.ServiceIdentity, names, nil)
-	}
-	for _, in := range workers {
-		var names []string
-		stats := map[string]toolStats{}
-		for _, ep := range in.Endpoints {
-			names = append(names, ep.Name)
-			st := stats[ep.Name] // two workers of a connection may serve one tool
-			if n := st.Requests + ep.NumRequests; n > 0 {
-				st.AverageMS = (st.AverageMS*float64(st.Requests) + ep.AverageProcessingTime.Seconds()*1e3*float64(ep.NumRequests)) / float64(n)
+		for _, in := range answers {
+			if in.Metadata["prefix"] != "" && in.Metadata["prefix"] != cn.prefix {
+				continue
 			}
-			st.Requests += ep.NumRequests
-			st.Errors += ep.NumErrors
-			stats[ep.Name] = st
+			// the instance id toolbus uses, not micro's own
+			it := instance{Kind: kind, ID: cmp.Or(in.Metadata[kind], in.ID), Meta: in.Metadata, Stats: map[string]toolStats{}}
+			for _, ep := range in.Endpoints {
+				it.Tools = append(it.Tools, ep.Name)
+				st := it.Stats[ep.Name] // two workers of a connection may serve one tool
+				if n := st.Requests + ep.NumRequests; n > 0 {
+					st.AverageMS = (st.AverageMS*float64(st.Requests) + ep.AverageProcessingTime.Seconds()*1e3*float64(ep.NumRequests)) / float64(n)
+				}
+				st.Requests += ep.NumRequests
+				st.Errors += ep.NumErrors
+				it.Stats[ep.Name] = st
+			}
+			found = append(found, it)
 		}
-		add("worker", in.ServiceIdentity, names, stats)
 	}
 	slices.SortFunc(found, func(a, b instance) int {
 		return cmp.Or(strings.Compare(a.Kind, b.Kind), strings.Compare(a.ID, b.ID))
@@ -184,7 +173,11 @@ func discovered(found []instance, id, tool string) string {
 			if !ok {
 				return fmt.Sprintf("discovery: %d endpoints (instances below)", len(it.Tools))
 			}
-			return fmt.Sprintf("%d requests, %d errors, %.1f ms average run; discovery: %d endpoints (instances below)", st.Requests, st.Errors, st.AverageMS, len(it.Tools))
+			counts := fmt.Sprintf("%d requests, %d errors", st.Requests, st.Errors)
+			if st.Requests > 0 {
+				counts += fmt.Sprintf(", average run %v", time.Duration(st.AverageMS*1e6).Round(time.Microsecond))
+			}
+			return counts + fmt.Sprintf("; discovery: %d endpoints (instances below)", len(it.Tools))
 		}
 	}
 	return "no discovery (its beats only: a Python or Java worker, or a durable tool's)"
@@ -262,10 +255,10 @@ func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 // mib is n bytes in MiB, one decimal.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// discover collects the micro answers to verb (T its format) of every
-// instance of service name that answers within wait, at most maxInstances.
-func discover[T any](ctx context.Context, nc *nats.Conn, verb micro.Verb, name string, wait time.Duration) ([]T, error) {
-	subject, err := micro.ControlSubject(verb, name, "")
+// discover collects the micro STATS answers of every instance of service
+// name that answers within wait, at most maxInstances.
+func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duration) ([]micro.Stats, error) {
+	subject, err := micro.ControlSubject(micro.StatsVerb, name, "")
 	if err != nil {
 		return nil, err
 	}
@@ -280,13 +273,13 @@ func discover[T any](ctx context.Context, nc *nats.Conn, verb micro.Verb, name s
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var out []T
+	var out []micro.Stats
 	for len(out) < maxInstances {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil { // wait has passed (or ctx ended)
 			break
 		}
-		var in T
+		var in micro.Stats
 		if json.Unmarshal(m.Data, &in) == nil {
 			out = append(out, in)
 		}

@@ -42,7 +42,7 @@ func TestStatus(t *testing.T) {
 	}
 	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok", "groups: basic", "1 stored",
 		"py_add", "\n    registrar ", " no discovery (its beats only: a Python or Java worker", "discovery: 4 endpoints (instances below)\n",
-		" 1 requests, 0 errors, "} {
+		" 1 requests, 0 errors, average run "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
