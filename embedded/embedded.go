@@ -384,13 +384,11 @@ func (c *Cluster) unhealthy() string {
 
 // waitFor polls ok every 20 ms until it holds (true) or stop is ready.
 func waitFor[T any](stop <-chan T, ok func() bool) bool {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
 	for !ok() {
 		select {
 		case <-stop:
 			return ok()
-		case <-tick.C:
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	return true
