@@ -1,10 +1,11 @@
 package embedded_test
 
 import (
+	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,21 +35,28 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 	if _, err := kv.Put(t.Context(), "k", []byte("1")); err != nil {
 		t.Fatal(err)
 	}
-	leader, err := c.WaitStreamLeader("KV_b", bound)
+	leader, err := c.WaitStreamLeader(testkit.Within(t, bound), "KV_b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WaitHealthy(3 * bound); err != nil {
+	if err := c.WaitHealthy(testkit.Within(t, 3*bound)); err != nil {
 		t.Fatal(err)
 	}
 	c.StopNode(leader)
 	if c.Node(leader) != nil {
 		t.Fatal("stopped node still listed")
 	}
-	if err := c.WaitHealthy(100 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "stopped") {
+	// The waits take a ctx (the one lifecycle shape, docs/router.md): a
+	// cancelled one ends them at once, its error wrapped.
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := c.WaitHealthy(gone); !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "stopped") {
 		t.Fatalf("healthy with a node stopped: %v", err)
 	}
-	next, err := c.WaitStreamLeader("KV_b", 3*bound)
+	if _, err := c.WaitStreamLeader(gone, "KV_nothing"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a stream that does not exist has a leader: %v", err)
+	}
+	next, err := c.WaitStreamLeader(testkit.Within(t, 3*bound), "KV_b")
 	if err != nil || next == leader {
 		t.Fatalf("no new leader: %d %v", next, err)
 	}
@@ -58,12 +66,12 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 	if err := c.Start(leader); err == nil {
 		t.Fatal("a running node started twice")
 	}
-	if err := c.WaitReady(3 * bound); err != nil {
+	if err := c.WaitReady(testkit.Within(t, 3*bound)); err != nil {
 		t.Fatal(err)
 	}
 	// Healthy once the restarted node has caught up with the stream it
 	// holds a replica of (nats-server's /healthz).
-	if err := c.WaitHealthy(3 * bound); err != nil {
+	if err := c.WaitHealthy(testkit.Within(t, 3*bound)); err != nil {
 		t.Fatal(err)
 	}
 	e, err := kv.Get(t.Context(), "k")
@@ -99,7 +107,7 @@ func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 	if _, err := testkit.JetStream(t, nc).CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "b", Replicas: 3}); err != nil {
 		t.Fatal(err)
 	}
-	leader, err := c.WaitStreamLeader("KV_b", bound)
+	leader, err := c.WaitStreamLeader(testkit.Within(t, bound), "KV_b")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +115,7 @@ func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 		t.Fatalf("node %d does not lead KV_b in the main account", leader)
 	}
 	c.StopNode(leader)
-	if next, err := c.WaitStreamLeader("KV_b", 3*bound); err != nil || next == leader {
+	if next, err := c.WaitStreamLeader(testkit.Within(t, 3*bound), "KV_b"); err != nil || next == leader {
 		t.Fatalf("no new leader: %d %v", next, err)
 	}
 }

@@ -214,9 +214,9 @@ func startCluster(cfg ClusterConfig) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if err := c.WaitReady(clusterReady); err != nil {
+	if !waitFor(time.After(clusterReady), c.ready) {
 		c.stopNodes()
-		return nil, err
+		return nil, fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", clusterReady)
 	}
 	return c, nil
 }
@@ -325,10 +325,11 @@ func (c *Cluster) URLs(first int) string {
 	return strings.Join(urls, ",")
 }
 
-// WaitReady waits until a meta leader counts every running node as a peer.
-func (c *Cluster) WaitReady(timeout time.Duration) error {
-	if !waitFor(timeout, c.ready) {
-		return fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", timeout)
+// WaitReady waits until a meta leader counts every running node as a
+// peer, or ctx ends (an error wrapping its).
+func (c *Cluster) WaitReady(ctx context.Context) error {
+	if !waitFor(ctx.Done(), c.ready) {
+		return fmt.Errorf("embedded: cluster has no JetStream meta leader: %w", ctx.Err())
 	}
 	return nil
 }
@@ -351,12 +352,12 @@ func (c *Cluster) ready() bool {
 }
 
 // WaitHealthy waits until every node runs and is healthy as /healthz says
-// (every replica current), as a rolling restart must between nodes. The
-// error names what was not healthy last.
-func (c *Cluster) WaitHealthy(timeout time.Duration) error {
+// (every replica current), as a rolling restart must between nodes, or
+// ctx ends: the error then names what was not healthy last and wraps ctx's.
+func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	var why string
-	if !waitFor(timeout, func() bool { why = c.unhealthy(); return why == "" }) {
-		return fmt.Errorf("embedded: cluster not healthy after %v: %s", timeout, why)
+	if !waitFor(ctx.Done(), func() bool { why = c.unhealthy(); return why == "" }) {
+		return fmt.Errorf("embedded: cluster not healthy: %s: %w", why, ctx.Err())
 	}
 	return nil
 }
@@ -381,11 +382,13 @@ func (c *Cluster) unhealthy() string {
 	return ""
 }
 
-// waitFor polls ok every 20 ms until it holds (true) or timeout passes.
-func waitFor(timeout time.Duration, ok func() bool) bool {
-	for deadline := time.Now().Add(timeout); !ok(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
+// waitFor polls ok every 20 ms until it holds (true) or stop is ready.
+func waitFor[T any](stop <-chan T, ok func() bool) bool {
+	for !ok() {
+		select {
+		case <-stop:
+			return ok()
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	return true
@@ -393,10 +396,10 @@ func waitFor(timeout time.Duration, ok func() bool) bool {
 
 // WaitStreamLeader waits until stream, in whichever account holds it (the
 // global one, or a configured account with JetStream), has a leader and
-// returns its node.
-func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, error) {
+// returns its node; -1 and an error wrapping ctx's once ctx ends.
+func (c *Cluster) WaitStreamLeader(ctx context.Context, stream string) (int, error) {
 	leader := -1
-	if !waitFor(timeout, func() bool {
+	if !waitFor(ctx.Done(), func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		leader = slices.IndexFunc(c.nodes, func(s *server.Server) bool {
@@ -408,7 +411,7 @@ func (c *Cluster) WaitStreamLeader(stream string, timeout time.Duration) (int, e
 		})
 		return leader >= 0
 	}) {
-		return -1, fmt.Errorf("embedded: stream %s has no leader after %v", stream, timeout)
+		return -1, fmt.Errorf("embedded: stream %s has no leader: %w", stream, ctx.Err())
 	}
 	return leader, nil
 }

@@ -119,7 +119,7 @@ func TestMeasureDuplicateWait(t *testing.T) {
 		if err := c.Start(kill); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.WaitHealthy(time.Minute); err != nil {
+		if err := c.WaitHealthy(testkit.Within(t, time.Minute)); err != nil {
 			t.Fatal(err)
 		}
 	}

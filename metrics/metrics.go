@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/life"
 )
 
 // UnknownTool is the tool label of calls that named no registered tool.
@@ -264,9 +265,11 @@ func gaugeFunc(name, help string, f func() int) prometheus.GaugeFunc {
 func Since(t time.Time) float64 { return time.Since(t).Seconds() }
 
 // Expose returns the registry a process registers its metrics on, served
-// (with Go and process collectors) on addr at /metrics until stop, which
-// waits for the requests under way until its ctx ends; nil and a no-op stop
-// for an empty addr (metrics stay private).
+// (with Go and process collectors) on addr at /metrics until stop; nil and
+// a no-op stop for an empty addr (metrics stay private). Stop waits for the
+// scrapes under way until its ctx ends, then closes their connections and
+// waits for their handlers, which the closing ends, at most
+// life.DefaultCleanup more: nothing of the endpoint runs once it returns.
 func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop func(context.Context) error, err error) {
 	if addr == "" {
 		return nil, func(context.Context) error { return nil }, nil
@@ -278,23 +281,41 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 	if err != nil {
 		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
+	l := life.New(life.Config{})
+	scrape := promhttp.HandlerFor(r, promhttp.HandlerOpts{})
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
+		if !l.Enter() {
+			http.Error(w, "stopping", http.StatusServiceUnavailable)
+			return
+		}
+		defer l.Leave()
+		scrape.ServeHTTP(w, req)
+	})
 	// ReadTimeout: a scrape announcing a body it never sends was under way
 	// for good, and held the daemon's Stop (TestAttackStopHeldByAScrape).
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: idleTimeout}
-	go func() { _ = srv.Serve(ln) }() // ends with http.ErrServerClosed at Shutdown
+	// WriteTimeout: so was one whose client never reads its answer, holding
+	// a handler and the metrics it gathered (TestAttackScrapeNeverRead).
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
+	l.Loop(func(context.Context) { _ = srv.Serve(ln) }) // ends with http.ErrServerClosed at Shutdown
 	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
 	return r, func(ctx context.Context) error {
 		// Scrapes under way finish until ctx ends, then lose their connection.
-		if err := srv.Shutdown(ctx); err != nil {
+		err := srv.Shutdown(ctx)
+		if err != nil {
 			_ = srv.Close()
-			return err
 		}
-		return nil
+		_ = l.Drain(ctx) // the handlers the Close cut off, and Serve
+		return err
 	}, nil
 }
 
 // idleTimeout closes a connection idle between requests: without it anyone
 // who reaches the port holds its connections for good (docs/security.md).
 var idleTimeout = 2 * time.Minute
+
+// writeTimeout bounds the writing of a scrape's answer, from its request
+// read: Prometheus's own default scrape timeout (the answer's size is
+// bounded: MaxLabelValues).
+var writeTimeout = 10 * time.Second

@@ -105,3 +105,50 @@ func TestProbesCallerGivesUp(t *testing.T) {
 		}
 	})
 }
+
+// TestStopEndsProbes (session 40): Stop did not wait for the probes
+// Refresh started, which ran on (up to probeBound) after it returned. Now
+// Stop waits for them until its ctx ends, then cancels them and waits for
+// them to end; a probe queued behind one ends too, and none starts after.
+func TestStopEndsProbes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Registry{}
+		var running, calls atomic.Int32
+		probe := func(ctx context.Context) error { // a read that waits for its context
+			calls.Add(1)
+			running.Add(1)
+			defer running.Add(-1)
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		for _, tool := range []string{"t", "t", "u"} { // the second "t" waits for the first
+			go func() { _ = r.probes.do(t.Context(), tool, probe) }()
+			synctest.Wait()
+		}
+		if n := running.Load(); n != 2 {
+			t.Fatalf("%d probes running, want 2", n)
+		}
+		const bound = time.Second
+		ctx, cancel := context.WithTimeout(t.Context(), bound)
+		defer cancel()
+		start := time.Now()
+		if err := r.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Stop with probes cut off returned %v", err)
+		}
+		if n := running.Load(); n != 0 {
+			t.Fatalf("%d probes still running after Stop", n)
+		}
+		if took := time.Since(start); took != bound {
+			t.Fatalf("Stop took %v, want its ctx's %v (the probes end once cancelled)", took, bound)
+		}
+		if n := calls.Load(); n != 3 {
+			t.Fatalf("%d probes ran, want 3 (the queued one cancelled at once)", n)
+		}
+		if err := r.probes.do(t.Context(), "v", probe); !errors.Is(err, errStopped) || calls.Load() != 3 {
+			t.Fatalf("a probe after Stop: %v, %d ran", err, calls.Load())
+		}
+		if err := r.Stop(t.Context()); err == nil {
+			t.Fatal("a second Stop forgot the first's result")
+		}
+	})
+}

@@ -102,10 +102,11 @@ func (r *Registry) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop ends the watches and the clock, waiting for them until ctx ends;
-// safe twice.
+// Stop ends Refresh's probes (cancelled once ctx ends: none runs after
+// Stop), the watches and the clock, waiting for them until ctx ends; safe
+// twice. A Refresh after it gets an error.
 func (r *Registry) Stop(ctx context.Context) error {
-	return cmp.Or(r.clock.Stop(ctx), store.StopAll(ctx, r.watches...))
+	return cmp.Or(r.probes.stop(ctx), r.clock.Stop(ctx), store.StopAll(ctx, r.watches...))
 }
 
 // Version changes whenever the cache does, for what was derived from it.

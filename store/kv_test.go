@@ -241,7 +241,7 @@ func TestUpdateRidesOutALeaderLoss(t *testing.T) {
 	for i := range 3 {
 		ds = append(ds, setup(t, testkit.ConnectURL(t, c.URLs(i)), 3))
 	}
-	leader, err := c.WaitStreamLeader("KV_toolbus_ledger", bound)
+	leader, err := c.WaitStreamLeader(testkit.Within(t, bound), "KV_toolbus_ledger")
 	if err != nil {
 		t.Fatal(err)
 	}

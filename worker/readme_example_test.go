@@ -11,46 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/worker"
 )
-
-// WeatherIn is the input of the README's get_weather.
-type WeatherIn struct {
-	City string `json:"city" jsonschema:"description=City name"`
-}
-
-// Example_readme is the README's "Write a tool" snippet, kept compiling
-// here, every error handled.
-func Example_readme() {
-	run := func(ctx context.Context) error {
-		nc, err := nats.Connect(nats.DefaultURL)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		w, err := worker.New(nc, worker.Config{})
-		if err != nil {
-			return err
-		}
-		err = worker.Register(w, bus.ToolDef{Name: "get_weather", Description: "Current weather.", ReadOnly: true},
-			func(ctx context.Context, c *worker.Call, in WeatherIn) (string, error) {
-				if err := c.Progress(bus.Block{Type: "text", Text: "asking the weather service"}); err != nil {
-					return "", err // the call was cancelled or the connection is gone
-				}
-				return "4°C, rain in " + in.City, nil
-			})
-		if err != nil {
-			return err
-		}
-		if err := w.Start(ctx); err != nil {
-			return err
-		}
-		defer w.Stop(context.WithoutCancel(ctx)) // drains: calls in flight finish, for up to worker.StopTimeout
-		<-ctx.Done()
-		return nil
-	}
-	_ = run
-}
 
 // Example_externalTool is the README's external tool from Go: its
 // definition is registered with one io.toolbus.register request on the

@@ -33,12 +33,28 @@ import (
 // instance is one router or worker found by NATS micro discovery. Only Go
 // workers answer it; the status verb names every live worker (protocol
 // 1.29), and status counts those an older router does not name (unlisted).
+// Stats are its micro STATS, by endpoint (a worker's: by tool).
 type instance struct {
-	Kind  string            `json:"kind"`
-	ID    string            `json:"id"`
-	Meta  map[string]string `json:"metadata"`
-	Tools []string          `json:"tools,omitempty"`
+	Kind  string               `json:"kind"`
+	ID    string               `json:"id"`
+	Meta  map[string]string    `json:"metadata"`
+	Tools []string             `json:"tools,omitempty"`
+	Stats map[string]toolStats `json:"stats,omitempty"`
 }
+
+// toolStats is what micro STATS count of one endpoint (a worker's tool):
+// the requests delivered, those that ended in error, and their average
+// run (a worker's: its calls').
+type toolStats struct {
+	Requests  int     `json:"requests"`
+	Errors    int     `json:"errors"`
+	AverageMS float64 `json:"average_ms"`
+}
+
+// maxInstances bounds the discovery answers status collects of each kind:
+// anyone who may answer $SRV requests would grow it (and its output)
+// without end.
+const maxInstances = 1024
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("status", stderr)
@@ -55,20 +71,28 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := admin(ctx, cl, "status", "", nil, &st); err != nil {
 		return err
 	}
+	// STATS, which names the endpoints as INFO does, with their counts.
 	var found []instance
-	for _, kind := range []string{"toolbus-router", "toolbus-worker"} {
-		infos, err := discover(ctx, cl.Conn(), kind, *wait)
+	for _, kind := range []string{"router", "worker"} {
+		answers, err := discover(ctx, cl.Conn(), "toolbus-"+kind, *wait)
 		if err != nil {
 			return err
 		}
-		for _, in := range infos {
+		for _, in := range answers {
 			if in.Metadata["prefix"] != "" && in.Metadata["prefix"] != cn.prefix {
 				continue
 			}
-			it := instance{Kind: kind[len("toolbus-"):], Meta: in.Metadata}
-			it.ID = cmp.Or(in.Metadata[it.Kind], in.ID) // the instance id toolbus uses, not micro's own
+			// the instance id toolbus uses, not micro's own
+			it := instance{Kind: kind, ID: cmp.Or(in.Metadata[kind], in.ID), Meta: in.Metadata, Stats: map[string]toolStats{}}
 			for _, ep := range in.Endpoints {
 				it.Tools = append(it.Tools, ep.Name)
+				st := it.Stats[ep.Name] // two workers of a connection may serve one tool
+				if n := st.Requests + ep.NumRequests; n > 0 {
+					st.AverageMS = (st.AverageMS*float64(st.Requests) + ep.AverageProcessingTime.Seconds()*1e3*float64(ep.NumRequests)) / float64(n)
+				}
+				st.Requests += ep.NumRequests
+				st.Errors += ep.NumErrors
+				it.Stats[ep.Name] = st
 			}
 			found = append(found, it)
 		}
@@ -111,7 +135,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(tw, "  %s\t%s\tgroups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
 		for _, id := range t.Workers {
-			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id))
+			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id, t.Name))
 		}
 		if n := t.LiveWorkers - len(t.Workers); n > 0 && named {
 			fmt.Fprintf(tw, "    %d more\t(the router's reply names at most %d a tool, as many as fit)\n", n, bus.StatusWorkers)
@@ -140,11 +164,20 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-// discovered is what discovery found of worker id, or that it answered none.
-func discovered(found []instance, id string) string {
+// discovered is what discovery found of worker id and its tool, or that it
+// answered none.
+func discovered(found []instance, id, tool string) string {
 	for _, it := range found {
 		if it.Kind == "worker" && slices.Contains(strings.Split(it.ID, ","), id) {
-			return fmt.Sprintf("discovery: %d endpoints (instances below)", len(it.Tools))
+			st, ok := it.Stats[tool]
+			if !ok {
+				return fmt.Sprintf("discovery: %d endpoints (instances below)", len(it.Tools))
+			}
+			counts := fmt.Sprintf("%d requests, %d errors", st.Requests, st.Errors)
+			if st.Requests > 0 {
+				counts += fmt.Sprintf(", average run %v", time.Duration(st.AverageMS*1e6).Round(time.Microsecond))
+			}
+			return counts + fmt.Sprintf("; discovery: %d endpoints (instances below)", len(it.Tools))
 		}
 	}
 	return "no discovery (its beats only: a Python or Java worker, or a durable tool's)"
@@ -222,10 +255,10 @@ func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 // mib is n bytes in MiB, one decimal.
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
-// discover collects the micro INFO answers of every instance of service
-// name that answers within wait.
-func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duration) ([]micro.Info, error) {
-	subject, err := micro.ControlSubject(micro.InfoVerb, name, "")
+// discover collects the micro STATS answers of every instance of service
+// name that answers within wait, at most maxInstances.
+func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duration) ([]micro.Stats, error) {
+	subject, err := micro.ControlSubject(micro.StatsVerb, name, "")
 	if err != nil {
 		return nil, err
 	}
@@ -240,17 +273,18 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var out []micro.Info
-	for {
+	var out []micro.Stats
+	for len(out) < maxInstances {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil { // wait has passed (or ctx ended)
-			return out, nil
+			break
 		}
-		var in micro.Info
+		var in micro.Stats
 		if json.Unmarshal(m.Data, &in) == nil {
 			out = append(out, in)
 		}
 	}
+	return out, nil
 }
 
 // runLimits is `toolbus limits`: what each rule counting the tool has used

@@ -32,12 +32,17 @@ func TestStatus(t *testing.T) {
 	}
 	// A worker that answers no micro discovery, as the Python and Java SDKs' do: listed by the id of its beats.
 	d.registerDefs(t, bus.ToolDef{Name: "py_add", Description: "Add, in Python."})
+	// A call, which the worker's micro STATS count, shown beside it under the tool (session 40).
+	if _, _, err := exec(t.Context(), "call", "get_current_time", `{"timezone":"UTC"}`, "--nats", d.url); err != nil {
+		t.Fatal(err)
+	}
 	out, _, err := exec(t.Context(), "status", "--wait", "2s", "--nats", d.url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"get_current_time", "1 live workers", "router ", "worker ", "store: ok", "groups: basic", "1 stored",
-		"py_add", "\n    registrar ", " no discovery (its beats only: a Python or Java worker", "discovery: 4 endpoints (instances below)\n"} {
+		"py_add", "\n    registrar ", " no discovery (its beats only: a Python or Java worker", "discovery: 4 endpoints (instances below)\n",
+		" 1 requests, 0 errors, average run "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
 		}
@@ -60,6 +65,12 @@ func TestStatus(t *testing.T) {
 	py := slices.IndexFunc(v.Status.Tools, func(t bus.ToolStatus) bool { return t.Name == "py_add" })
 	if len(v.Instances) < 2 || py < 0 || !slices.Equal(v.Status.Tools[py].Workers, []string{"registrar"}) || v.Unlisted != nil {
 		t.Fatalf("status %+v", v)
+	}
+	if !slices.ContainsFunc(v.Instances, func(it instance) bool {
+		st := it.Stats["get_current_time"]
+		return it.Kind == "worker" && st.Requests == 1 && st.Errors == 0 && st.AverageMS > 0
+	}) {
+		t.Fatalf("no worker's stats count the call: %+v", v.Instances)
 	}
 	if _, _, err := exec(t.Context(), "status", "extra", "--nats", d.url); err == nil {
 		t.Fatal("status with an argument succeeded")
@@ -107,6 +118,30 @@ func TestStatusOlderRouter(t *testing.T) {
 		}
 	}
 	status("live workers not listed above: 1 of py_add (", `"unlisted":{"py_add":1}`)
+	// Whoever may answer discovery answers as many times as it likes:
+	// status keeps maxInstances of them (session 40).
+	stats, err := nc.Subscribe("$SRV.STATS.toolbus-worker", func(m *nats.Msg) {
+		for i := range maxInstances + 100 {
+			_ = m.Respond(fmt.Appendf(nil, `{"name":"toolbus-worker","id":"w%d","metadata":{"worker":"w%d"},"endpoints":[{"name":"py_add","num_requests":2}]}`, i, i))
+		}
+	})
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stats.Unsubscribe()
+	out, _, err := exec(t.Context(), "status", "--json", "--wait", "2s", "--nats", s.ClientURL())
+	var v struct {
+		Instances []instance `json:"instances"`
+	}
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &v)
+	}
+	if err != nil || len(v.Instances) != maxInstances || v.Instances[0].Stats["py_add"].Requests != 2 {
+		t.Fatalf("%d instances kept (%v), want %d with their stats", len(v.Instances), err, maxInstances)
+	}
 	tools.Store(new(`[{"name":"py_add","live_workers":3,"external":false,"workers":["py-1"]}]`))
 	status("    2 more   (the router's reply names at most 64 a tool", "")
 }

@@ -121,6 +121,13 @@ func Stop(t testing.TB, stop func(ctx context.Context) error) {
 	})
 }
 
+// Within is t.Context() bounded by d, for a wait that takes a ctx.
+func Within(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // StopContext is t's values without its cancellation, bounded by StopWait.
 func StopContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), StopWait)

@@ -87,7 +87,7 @@ func TestClusterConcurrentAnswers(t *testing.T) {
 	var stopped = -1
 	for i := range batches {
 		if i == batches/2 {
-			leader, err := e.cluster.WaitStreamLeader("KV_toolbus_parked", bound)
+			leader, err := e.cluster.WaitStreamLeader(testkit.Within(t, bound), "KV_toolbus_parked")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,12 +365,12 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 	}
 	for k, stream := range faults {
 		after(k)
-		leader, err := e.cluster.WaitStreamLeader(stream, 3*bound)
+		leader, err := e.cluster.WaitStreamLeader(testkit.Within(t, 3*bound), stream)
 		if err != nil {
 			t.Fatal(err)
 		}
 		e.cluster.StopNode(leader)
-		if _, err := e.cluster.WaitStreamLeader(stream, 3*bound); err != nil {
+		if _, err := e.cluster.WaitStreamLeader(testkit.Within(t, 3*bound), stream); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.cluster.Start(leader); err != nil {
@@ -381,7 +381,7 @@ func TestClusterLeaderLossWhileCallsRun(t *testing.T) {
 		// it is still catching up, the streams would have one current
 		// replica of three, no quorum, and every call would wait for
 		// both nodes (docs/operations.md, "Restarting nodes").
-		if err := e.cluster.WaitHealthy(6 * bound); err != nil {
+		if err := e.cluster.WaitHealthy(testkit.Within(t, 6*bound)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -35,7 +35,7 @@ func TestRelayedPullRaceOnCluster(t *testing.T) {
 		t.Skip("an experiment: set TOOLBUS_RELAY_RACE=1")
 	}
 	c := testkit.RunCluster(t)
-	if err := c.WaitReady(30 * time.Second); err != nil {
+	if err := c.WaitReady(testkit.Within(t, 30*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	a, b, f := testkit.ConnectURL(t, c.URL(0)), testkit.ConnectURL(t, c.URL(1)), testkit.ConnectURL(t, c.URL(2))

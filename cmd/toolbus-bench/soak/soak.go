@@ -739,7 +739,9 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		streams := []string{"KV_" + s.Bucket(bus.BucketLedger), "KV_" + s.Bucket(bus.BucketParked), s.Stream(bus.StreamEvents),
 			"KV_" + s.Bucket(bus.BucketSessions)}
 		stream := streams[k%len(streams)]
-		node, lerr := d.cluster.WaitStreamLeader(stream, 30*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		node, lerr := d.cluster.WaitStreamLeader(wctx, stream)
+		cancel()
 		if lerr != nil {
 			node = k % d.cluster.Nodes()
 			f.Target = fmt.Sprintf("n%d (%s has no leader: %v)", node, stream, lerr)
@@ -750,7 +752,9 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		_ = bus.Sleep(ctx, 2*down)
 		if err = d.cluster.Start(node); err == nil {
 			// The next fault once every node is healthy (docs/operations.md).
-			err = d.cluster.WaitHealthy(60 * time.Second)
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			err = d.cluster.WaitHealthy(wctx)
+			cancel()
 		}
 	}
 	f.DownMS = time.Since(t0).Milliseconds()

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,15 +35,15 @@ func main() {
 	}
 }
 
-// run serves get_weather until ctx ends.
-func run(ctx context.Context, stdout io.Writer) (err error) {
-	// natsconn.FromEnv reads $NATS_URL and the nats CLI's other variables (credentials, TLS).
-	w, err := worker.Dial(natsconn.FromEnv(), worker.Config{})
+// run serves get_weather until ctx ends. From its Dial to its Start it is
+// the README's "Write a tool" (TestReadmeIsTheExample keeps them one).
+func run(ctx context.Context, stdout io.Writer) error {
+	w, err := worker.Dial(natsconn.FromEnv(), worker.Config{}) // $NATS_URL, and credentials and TLS as the nats CLI reads them
 	if err != nil {
 		return err
 	}
-	// Stop drains (the calls in flight finish, for up to worker.StopTimeout) and closes the connection.
-	defer func() { err = errors.Join(err, w.Stop(context.WithoutCancel(ctx))) }()
+	defer w.Stop(context.WithoutCancel(ctx)) // drains (calls in flight finish, for up to worker.StopTimeout), then closes the connection
+
 	err = worker.Register(w, bus.ToolDef{Name: "get_weather", Description: "Current weather.", ReadOnly: true},
 		func(ctx context.Context, c *worker.Call, in WeatherIn) (string, error) {
 			if err := c.Progress(bus.Block{Type: "text", Text: "asking the weather service"}); err != nil {
@@ -58,6 +57,7 @@ func run(ctx context.Context, stdout io.Writer) (err error) {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
+
 	select {
 	case <-w.Registered(): // a router accepted get_weather: calls come now
 		fmt.Fprintf(stdout, "weather: worker %s serving get_weather\n", w.ID())

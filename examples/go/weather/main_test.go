@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
 	"strings"
 	"testing"
 
@@ -53,4 +54,38 @@ func TestWeather(t *testing.T) {
 	if err := testkit.Recv(t, done, testkit.SetupWait, "the example stopping"); err != nil {
 		t.Fatalf("the example stopped with %v", err)
 	}
+}
+
+// TestReadmeIsTheExample: the README's "Write a tool" snippet is this
+// example's code, paragraph by paragraph (indentation aside), so the one
+// cannot drift from the other, which its test runs against a router.
+func TestReadmeIsTheExample(t *testing.T) {
+	readme, err := os.ReadFile("../../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, snippet, ok := strings.Cut(string(readme), "### Write a tool\n")
+	if snippet, _, _ = strings.Cut(snippet, "\n```\n"); !ok || !strings.Contains(snippet, "```go\n") {
+		t.Fatal("README has no Write a tool snippet")
+	}
+	_, snippet, _ = strings.Cut(snippet, "```go\n")
+	code := unindent(string(src))
+	for para := range strings.SplitSeq(unindent(snippet), "\n\n") {
+		if !strings.Contains(code, para) {
+			t.Errorf("the README's snippet has what main.go has not:\n%s", para)
+		}
+	}
+}
+
+// unindent drops each line's leading white space.
+func unindent(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimLeft(l, " \t")
+	}
+	return strings.Join(lines, "\n")
 }
