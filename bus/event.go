@@ -82,8 +82,7 @@ func (e *Event) DataAs(v any) error {
 		return Errorf(CodeBadEvent, "%s: data is missing", e.Type)
 	}
 	if err := fastjson.Unmarshal(e.Data, v); err != nil {
-		var be *Error
-		if errors.As(err, &be) { // from a strict decoder (strict.go): it names the member
+		if be, ok := errors.AsType[*Error](err); ok { // from a strict decoder (strict.go): it names the member
 			return be
 		}
 		return Errorf(CodeBadEvent, "%s: data: %v", e.Type, err)

@@ -30,8 +30,7 @@ func IsFull(err error) bool {
 	if err == nil {
 		return false
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok {
 		switch apiErr.ErrorCode {
 		case codeInsufficientResources, codeAccountResources, codeStorageResources:
 			return true
