@@ -253,15 +253,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		cutBeat()
 	}
 	w.reg.register(ctx)
-	w.loops.Add(1)
-	go func() {
-		defer w.loops.Done()
-		w.reg.heartbeat(loopCtx, beatCtx)
-	}()
+	w.loops.Go(func() { w.reg.heartbeat(loopCtx, beatCtx) })
 	for _, t := range tools {
 		if t.def.Durable {
-			w.loops.Add(1)
-			go workQueue{w, t}.take(loopCtx)
+			w.loops.Go(func() { workQueue{w, t}.take(loopCtx) })
 		}
 	}
 	return nil
