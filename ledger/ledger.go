@@ -32,8 +32,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/internal/life"
+	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -763,25 +763,13 @@ func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) erro
 // and watches have ended, or until ctx ends. A router's drain waits for
 // them through Config.Landing instead.
 func (l *Ledger) Stop(ctx context.Context) error {
-	if err := waitFor(ctx, &l.writes, "records still in flight"); err != nil {
-		return err
+	if !life.WaitFor(ctx, &l.writes) {
+		return errors.New("ledger: records still in flight")
 	}
-	if err := waitFor(ctx, &l.loops, "waits still running"); err != nil {
-		return err
+	if !life.WaitFor(ctx, &l.loops) {
+		return errors.New("ledger: waits still running")
 	}
 	return l.stops.Wait(ctx)
-}
-
-// waitFor waits for wg until ctx ends; then it fails with what is left.
-func waitFor(ctx context.Context, wg *sync.WaitGroup, left string) error {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return errors.New("ledger: " + left)
-	}
 }
 
 // Call is what the ledger knows of one call.
