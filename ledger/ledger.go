@@ -547,8 +547,7 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared,
 		ws.m = map[string]*shared{}
 	}
 	ws.m[c.Key] = w
-	l.loops.Add(1)
-	go loop(w, l)
+	l.loops.Go(func() { loop(w, l) })
 	return w
 }
 
@@ -607,7 +606,6 @@ func isClosed(ch chan struct{}) bool {
 
 // loop is w's watch, poll and takeover, until an outcome or no waiter.
 func (w *shared) loop(l *Ledger) {
-	defer l.loops.Done()
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
@@ -936,7 +934,6 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 // watch is an Await wait's loop: it follows the key until its entry holds
 // a result, the watch ends, or the last waiter leaves.
 func (a *shared) watch(l *Ledger) {
-	defer l.loops.Done()
 	ctx, key := a.ctx, a.call.Key
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {
