@@ -92,8 +92,7 @@ func (h *Health) Full() (full bool, why string, since time.Time) {
 // reason is JetStream's own description of a full refusal, without the
 // "nats: API error: code=... err_code=... description=" framing.
 func reason(err error) string {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Description != "" {
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok && apiErr.Description != "" {
 		return apiErr.Description
 	}
 	msg := err.Error()
