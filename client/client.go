@@ -355,12 +355,11 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		ev.stop()
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
-	go func() {
-		<-ctx.Done()
+	context.AfterFunc(ctx, func() {
 		cc.Stop()
 		<-cc.Closed()
 		ev.end()
-	}()
+	})
 	return ev, nil
 }
 
