@@ -439,15 +439,7 @@ func DecodeHead(m *nats.Msg, e *Event) error {
 	return err
 }
 
-// DecodeHeadView is DecodeHead whose attributes, in the plain form, are
-// views of m's data rather than copies: for a caller that never changes
-// m.Data and copies what it keeps (the client's reply).
-func DecodeHeadView(m *nats.Msg, e *Event) error {
-	_, err := decodeHead(m, e, true, flatData{})
-	return err
-}
-
-// decodeHead is DecodeHead, DecodeHeadView with view; flat reports that
+// decodeHead is DecodeHead, DecodeReplyView with view; flat reports that
 // the plain form was read, and so that data's reader, when given, was
 // offered the data member first (decodeFlatData).
 func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err error) {
