@@ -508,7 +508,7 @@ func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, fal
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
 // to be JSON nor copied: e.Data is a slice of b (DecodeHead); with view,
-// the attributes are strings over b's bytes (DecodeHeadView); data's
+// the attributes are strings over b's bytes (DecodeReplyView); data's
 // reader, when given, reads the data member first, and what it takes is
 // e.Data (DecodeReplyView, DecodeBatch).
 func decodeFlatData(b []byte, e *Event, check, view bool, data flatData) bool {
