@@ -457,16 +457,8 @@ func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err
 	return false, DecodeTo(m, e)
 }
 
-// DecodeStructured reads and validates an event in structured JSON mode.
-func DecodeStructured(b []byte) (*Event, error) {
-	e := new(Event)
-	if err := decodeStructured(b, e); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// decodeStructured is DecodeStructured into e, which is zero.
+// decodeStructured reads and validates an event in structured JSON mode
+// into e, which is zero.
 func decodeStructured(b []byte, e *Event) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
