@@ -32,8 +32,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/bus/offload"
+	"github.com/toolbus/toolbus/internal/life"
 	"github.com/toolbus/toolbus/store"
 )
 
@@ -144,9 +144,7 @@ const landBudget = 2 * time.Minute
 
 // New returns the Ledger of router cfg.Router over kv (P_ledger).
 func New(kv jetstream.KeyValue, cfg Config) *Ledger {
-	if cfg.Lease <= 0 {
-		cfg.Lease = 3 * bus.DefaultHeartbeat
-	}
+	cfg.Lease = cmp.Or(max(cfg.Lease, 0), 3*bus.DefaultHeartbeat)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Hits == nil {
 		cfg.Hits = func() {}
