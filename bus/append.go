@@ -46,7 +46,7 @@ func appendRaw(b []byte, raw json.RawMessage) []byte {
 // appendCompact appends raw without insignificant whitespace, as
 // json.Marshal does; raw that is not JSON is copied as it is.
 func appendCompact(b []byte, raw []byte) []byte {
-	if !hasSpace(raw) {
+	if !bytes.ContainsAny(raw, " \t\n\r") { // no whitespace JSON counts
 		return append(b, raw...)
 	}
 	buf := bytes.NewBuffer(b)
@@ -54,16 +54,6 @@ func appendCompact(b []byte, raw []byte) []byte {
 		return append(b, raw...)
 	}
 	return buf.Bytes()
-}
-
-// hasSpace reports whether raw holds a byte JSON counts as whitespace.
-func hasSpace(raw []byte) bool {
-	for _, c := range raw {
-		if c == ' ' || c == '\t' || c == '\n' || c == '\r' {
-			return true
-		}
-	}
-	return false
 }
 
 // appendChecked appends raw compacted, or fails naming member when raw is

@@ -184,7 +184,7 @@ func FuzzBinaryHeaders(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e3, err := bus.DecodeStructured(enc)
+		e3, err := bus.Decode(&nats.Msg{Data: enc})
 		if err != nil {
 			t.Fatalf("structured re-decode of %s: %v", enc, err)
 		}

@@ -82,8 +82,7 @@ func (e *Event) DataAs(v any) error {
 		return Errorf(CodeBadEvent, "%s: data is missing", e.Type)
 	}
 	if err := fastjson.Unmarshal(e.Data, v); err != nil {
-		var be *Error
-		if errors.As(err, &be) { // from a strict decoder (strict.go): it names the member
+		if be, ok := errors.AsType[*Error](err); ok { // from a strict decoder (strict.go): it names the member
 			return be
 		}
 		return Errorf(CodeBadEvent, "%s: data: %v", e.Type, err)
@@ -440,15 +439,7 @@ func DecodeHead(m *nats.Msg, e *Event) error {
 	return err
 }
 
-// DecodeHeadView is DecodeHead whose attributes, in the plain form, are
-// views of m's data rather than copies: for a caller that never changes
-// m.Data and copies what it keeps (the client's reply).
-func DecodeHeadView(m *nats.Msg, e *Event) error {
-	_, err := decodeHead(m, e, true, flatData{})
-	return err
-}
-
-// decodeHead is DecodeHead, DecodeHeadView with view; flat reports that
+// decodeHead is DecodeHead, DecodeReplyView with view; flat reports that
 // the plain form was read, and so that data's reader, when given, was
 // offered the data member first (decodeFlatData).
 func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err error) {
@@ -466,16 +457,8 @@ func decodeHead(m *nats.Msg, e *Event, view bool, data flatData) (flat bool, err
 	return false, DecodeTo(m, e)
 }
 
-// DecodeStructured reads and validates an event in structured JSON mode.
-func DecodeStructured(b []byte) (*Event, error) {
-	e := new(Event)
-	if err := decodeStructured(b, e); err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// decodeStructured is DecodeStructured into e, which is zero.
+// decodeStructured reads and validates an event in structured JSON mode
+// into e, which is zero.
 func decodeStructured(b []byte, e *Event) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 || b[0] != '{' {
@@ -517,7 +500,7 @@ func decodeFlat(b []byte, e *Event) bool { return decodeFlatData(b, e, true, fal
 
 // decodeFlatData is decodeFlat; with check false, data is neither checked
 // to be JSON nor copied: e.Data is a slice of b (DecodeHead); with view,
-// the attributes are strings over b's bytes (DecodeHeadView); data's
+// the attributes are strings over b's bytes (DecodeReplyView); data's
 // reader, when given, reads the data member first, and what it takes is
 // e.Data (DecodeReplyView, DecodeBatch).
 func decodeFlatData(b []byte, e *Event, check, view bool, data flatData) bool {

@@ -46,7 +46,7 @@ func TestStructuredRoundTripWithSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := bus.DecodeStructured(b)
+	got, err := bus.Decode(&nats.Msg{Data: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestDecodeRejects(t *testing.T) {
 		"both data":       `{"specversion":"1.0","id":"x","source":"a","type":"t","data":{},"data_base64":"e30="}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := bus.DecodeStructured([]byte(body))
+			_, err := bus.Decode(&nats.Msg{Data: []byte(body)})
 			if !errors.Is(err, bus.ErrBadEvent) {
 				t.Fatalf("err = %v, want bad_event", err)
 			}
@@ -187,7 +187,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bus.DecodeStructured(b); err != nil {
+		if _, err := bus.Decode(&nats.Msg{Data: b}); err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
 	})
@@ -237,7 +237,7 @@ func BenchmarkDecode(b *testing.B) {
 	data, _ := e.Encode()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := bus.DecodeStructured(data); err != nil {
+		if _, err := bus.Decode(&nats.Msg{Data: data}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -252,7 +252,7 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var want bus.Event
 		wantErr := json.Unmarshal(body, &want)
-		got, err := bus.DecodeStructured(body)
+		got, err := bus.Decode(&nats.Msg{Data: body})
 		if err != nil {
 			return // rejected; encoding/json may accept what Validate refuses
 		}

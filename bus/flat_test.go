@@ -86,10 +86,10 @@ func checkHead(t *testing.T, b []byte) {
 	case ferr != nil && herr == nil && fastjson.Valid(head.Data):
 		t.Fatalf("%q: DecodeHead reads, with JSON data, what DecodeTo refuses: %v", b, ferr)
 	}
-	// DecodeHeadView reads what DecodeHead reads, views for copies.
+	// headView reads what DecodeHead reads, views for copies.
 	var view Event
-	if verr := DecodeHeadView(&nats.Msg{Data: bytes.Clone(b)}, &view); (verr == nil) != (herr == nil) || herr == nil && !reflect.DeepEqual(view, head) {
-		t.Fatalf("%q:\nDecodeHeadView %+v, %v\nDecodeHead     %+v, %v", b, view, verr, head, herr)
+	if verr := headView(&nats.Msg{Data: bytes.Clone(b)}, &view); (verr == nil) != (herr == nil) || herr == nil && !reflect.DeepEqual(view, head) {
+		t.Fatalf("%q:\nheadView %+v, %v\nDecodeHead     %+v, %v", b, view, verr, head, herr)
 	}
 	// The same body in binary mode.
 	h := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"x"}, "ce-source": {"s"}, "ce-type": {TypeExec}, "content-type": {ContentTypeJSON}}
@@ -117,11 +117,11 @@ func TestDecodeHeadIsDecodeTo(t *testing.T) {
 	}
 	// A view's attributes are the message's bytes, and cost no allocation.
 	m := &nats.Msg{Data: b}
-	if err := DecodeHeadView(m, &e); err != nil || unsafe.StringData(e.ID) != &b[bytes.Index(b, []byte(e.ID))] {
-		t.Fatalf("DecodeHeadView: %v, id not a view of the message's", err)
+	if err := headView(m, &e); err != nil || unsafe.StringData(e.ID) != &b[bytes.Index(b, []byte(e.ID))] {
+		t.Fatalf("headView: %v, id not a view of the message's", err)
 	}
-	if n := testing.AllocsPerRun(100, func() { _ = DecodeHeadView(m, &e) }); n != 0 && !raceEnabled {
-		t.Errorf("DecodeHeadView: %v allocations, want 0", n)
+	if n := testing.AllocsPerRun(100, func() { _ = headView(m, &e) }); n != 0 && !raceEnabled {
+		t.Errorf("headView: %v allocations, want 0", n)
 	}
 }
 
@@ -273,4 +273,10 @@ func FuzzChecked(f *testing.F) {
 			t.Fatalf("%q: value %d %v, want %d %v", b, end, ok, wantEnd, wantOK)
 		}
 	})
+}
+
+// headView is DecodeReplyView without the reply: DecodeHead with views.
+func headView(m *nats.Msg, e *Event) error {
+	_, err := DecodeReplyView(m, e, false)
+	return err
 }

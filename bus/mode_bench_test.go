@@ -22,7 +22,7 @@ func BenchmarkDecodeModes(b *testing.B) {
 		data, _ := e.Encode()
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := bus.DecodeStructured(data); err != nil {
+			if _, err := bus.Decode(&nats.Msg{Data: data}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -16,11 +16,13 @@ func (r *Reply) FromEvent(e *Event) error {
 	return dataAs(e, r)
 }
 
-// DecodeReplyView is DecodeHeadView that, when want is set, reads the data
-// of an io.toolbus.call.reply in the plain form in the same pass, as
-// FromEvent would, and returns it (the usual one result of one block in
-// one allocation with it); a nil reply and no error leave the caller to
-// read e's data.
+// DecodeReplyView is DecodeHead whose attributes, in the plain form, are
+// views of m's data rather than copies (for a caller that never changes
+// m.Data and copies what it keeps: the client's reply). When want is set,
+// it reads the data of an io.toolbus.call.reply in the plain form in the
+// same pass, as FromEvent would, and returns it (the usual one result of
+// one block in one allocation with it); a nil reply and no error leave the
+// caller to read e's data.
 func DecodeReplyView(m *nats.Msg, e *Event, want bool) (*Reply, error) {
 	var f *flatReply
 	if want {

@@ -81,14 +81,14 @@ func FuzzReplyData(f *testing.F) {
 	f.Fuzz(replyDataAgrees)
 }
 
-// replyViewAgrees checks that DecodeReplyView reads m as DecodeHeadView
+// replyViewAgrees checks that DecodeReplyView reads m as headView
 // and then FromEvent do: the same event, reply and errors; it never takes
 // the data of another type, or of an event the plain form does not hold.
 func replyViewAgrees(t *testing.T, m *nats.Msg) {
 	t.Helper()
 	var we, ge Event
 	var want Reply
-	werr := DecodeHeadView(m, &we)
+	werr := headView(m, &we)
 	if werr == nil && we.Type == TypeCallReply {
 		werr = want.FromEvent(&we)
 	}
@@ -103,7 +103,7 @@ func replyViewAgrees(t *testing.T, m *nats.Msg) {
 		}
 	}
 	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
-		t.Fatalf("%q: error %v, DecodeHeadView and FromEvent's %v", m.Data, gerr, werr)
+		t.Fatalf("%q: error %v, headView and FromEvent's %v", m.Data, gerr, werr)
 	}
 	if !reflect.DeepEqual(ge, we) || werr == nil && !reflect.DeepEqual(*got, want) {
 		t.Fatalf("%q:\n got %+v %#v\nwant %+v %#v", m.Data, ge, *got, we, want)
@@ -138,7 +138,7 @@ func TestDecodeReplyViewIsHeadAndFromEvent(t *testing.T) {
 	if plain < 4 { // the plain replies of replySeeds, in the plain reply envelope
 		t.Errorf("DecodeReplyView read %d replies in the same pass, want at least 4", plain)
 	}
-	// Binary mode, and no reply to fill: what DecodeHeadView reads.
+	// Binary mode, and no reply to fill: what headView reads.
 	bin := &nats.Msg{Header: nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"r1"}, "ce-source": {"s"}, "ce-type": {TypeCallReply}},
 		Data: []byte(replySeeds[0])}
 	replyViewAgrees(t, bin)

@@ -38,8 +38,7 @@ func DecodeStrict(b []byte, v any, noun, what string) error {
 		}
 		return Errorf(CodeBadRequest, "%s: unknown member %q", what, name)
 	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) && te.Field != "" {
+	if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
 		return Errorf(CodeBadRequest, "%s: member %q must be %s, got %s", what, te.Field, jsonKind(te.Type), te.Value)
 	}
 	return Errorf(CodeBadRequest, "%s: %s", what, strings.TrimPrefix(err.Error(), "json: "))

@@ -460,9 +460,7 @@ type MCPAnnotations struct {
 
 // Defaults fills the zero fields that have a non-zero default.
 func (d *ToolDef) Defaults() {
-	if d.TimeoutMS <= 0 {
-		d.TimeoutMS = DefaultTimeoutMS
-	}
+	d.TimeoutMS = cmp.Or(max(d.TimeoutMS, 0), DefaultTimeoutMS)
 	d.MaxAttempts = max(d.MaxAttempts, 1)
 	d.Permission = cmp.Or(d.Permission, PermissionPassthrough)
 	d.RuleMatcher = cmp.Or(d.RuleMatcher, MatcherNone)

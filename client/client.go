@@ -355,12 +355,11 @@ func (c *Client) Replay(ctx context.Context, session string) (*Events, error) {
 		ev.stop()
 		return nil, fmt.Errorf("client: replay: %w", err)
 	}
-	go func() {
-		<-ctx.Done()
+	context.AfterFunc(ctx, func() {
 		cc.Stop()
 		<-cc.Closed()
 		ev.end()
-	}()
+	})
 	return ev, nil
 }
 
@@ -427,8 +426,7 @@ func (p Parked) Answer(ctx context.Context, tool, session, replyID, callID strin
 // ("input changed" otherwise) and optionally a.Rules among the call's
 // suggested_rules; an edited a.Input is refused there.
 func (p Parked) Confirm(ctx context.Context, tool, session, replyID, callID string, a bus.Answer) error {
-	c := p.c
-	return c.rq.sendAnswer(ctx, c.subj.Handoffs.Approve(tool), session, replyID, callID, a, "confirmation")
+	return p.c.rq.sendAnswer(ctx, p.c.subj.Handoffs.Approve(tool), session, replyID, callID, a, "confirmation")
 }
 
 // Tasks is the agent's handle on a session's background tasks
@@ -569,8 +567,7 @@ func (o Outputs) FetchSession(ctx context.Context, session, ref string) (*Output
 // its stream's leader (an operator's read; agents have no access), checking
 // the bytes against ref's digest, if any, at the end.
 func (o Outputs) FetchDirect(ctx context.Context, ref string) (*Output, error) {
-	c := o.c
-	out, err := offload.NewStore(c.nc, c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)
+	out, err := offload.NewStore(o.c.nc, o.c.subj.ObjectStore(bus.ObjectOutputs)).Open(ctx, ref)
 	if err != nil {
 		return nil, fmt.Errorf("client: fetch: %w", err)
 	}

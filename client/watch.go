@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -42,9 +43,7 @@ type ListingWatch struct {
 // the first attempt to subscribe ended; what failed is tried again every
 // retry (zero means 2s) until Stop.
 func WatchListings(ctx context.Context, c *Client, retry time.Duration, changed func(session string)) *ListingWatch {
-	if retry <= 0 {
-		retry = 2 * time.Second
-	}
+	retry = cmp.Or(max(retry, 0), 2*time.Second)
 	w := &ListingWatch{nc: c.nc, changed: changed, workers: map[string]bool{}, done: make(chan struct{})}
 	w.ctx, w.stop = context.WithCancel(context.WithoutCancel(ctx))
 	left := w.subscribe(ctx, listingSubjects(c.subj))

@@ -144,9 +144,7 @@ const landBudget = 2 * time.Minute
 
 // New returns the Ledger of router cfg.Router over kv (P_ledger).
 func New(kv jetstream.KeyValue, cfg Config) *Ledger {
-	if cfg.Lease <= 0 {
-		cfg.Lease = 3 * bus.DefaultHeartbeat
-	}
+	cfg.Lease = cmp.Or(max(cfg.Lease, 0), 3*bus.DefaultHeartbeat)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.Hits == nil {
 		cfg.Hits = func() {}
@@ -547,8 +545,7 @@ func (ws *waits) join(l *Ledger, ctx context.Context, c Call, loop func(*shared,
 		ws.m = map[string]*shared{}
 	}
 	ws.m[c.Key] = w
-	l.loops.Add(1)
-	go loop(w, l)
+	l.loops.Go(func() { loop(w, l) })
 	return w
 }
 
@@ -607,7 +604,6 @@ func isClosed(ch chan struct{}) bool {
 
 // loop is w's watch, poll and takeover, until an outcome or no waiter.
 func (w *shared) loop(l *Ledger) {
-	defer l.loops.Done()
 	ctx, c := w.ctx, w.call
 	key := c.Key
 	start := time.Now()
@@ -763,25 +759,13 @@ func (l *Ledger) Interrupt(ctx context.Context, key string, res bus.Result) erro
 // and watches have ended, or until ctx ends. A router's drain waits for
 // them through Config.Landing instead.
 func (l *Ledger) Stop(ctx context.Context) error {
-	if err := waitFor(ctx, &l.writes, "records still in flight"); err != nil {
-		return err
+	if !life.WaitFor(ctx, &l.writes) {
+		return errors.New("ledger: records still in flight")
 	}
-	if err := waitFor(ctx, &l.loops, "waits still running"); err != nil {
-		return err
+	if !life.WaitFor(ctx, &l.loops) {
+		return errors.New("ledger: waits still running")
 	}
 	return l.stops.Wait(ctx)
-}
-
-// waitFor waits for wg until ctx ends; then it fails with what is left.
-func waitFor(ctx context.Context, wg *sync.WaitGroup, left string) error {
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return errors.New("ledger: " + left)
-	}
 }
 
 // Call is what the ledger knows of one call.
@@ -948,7 +932,6 @@ func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
 // watch is an Await wait's loop: it follows the key until its entry holds
 // a result, the watch ends, or the last waiter leaves.
 func (a *shared) watch(l *Ledger) {
-	defer l.loops.Done()
 	ctx, key := a.ctx, a.call.Key
 	w, err := l.kv.Watch(ctx, key)
 	if err != nil {

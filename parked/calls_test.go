@@ -165,7 +165,7 @@ func TestPark(t *testing.T) {
 			if m.Subject != tc.subject || m.Header.Get(bus.HeaderContentType) != bus.ContentTypeEvent {
 				t.Fatalf("handoff on %s with headers %v", m.Subject, m.Header)
 			}
-			ev, err := bus.DecodeStructured(m.Data)
+			ev, err := bus.Decode(&nats.Msg{Data: m.Data})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -208,7 +208,7 @@ func confirmData(t *testing.T, rules []bus.Rule) map[string]json.RawMessage {
 	if !ok {
 		t.Fatal("no request")
 	}
-	ev, err := bus.DecodeStructured(m.Data)
+	ev, err := bus.Decode(&nats.Msg{Data: m.Data})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,9 +76,7 @@ type Reads struct {
 
 // New returns a Store; call Start before use.
 func New(st *store.Store, subj bus.Subjects, cfg Config) *Store {
-	if cfg.TTL <= 0 {
-		cfg.TTL = DefaultTTL
-	}
+	cfg.TTL = cmp.Or(max(cfg.TTL, 0), DefaultTTL)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	sh := shared{kv: st.Parked, cfg: cfg}
 	s := &Store{cfg: cfg,

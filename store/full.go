@@ -30,8 +30,7 @@ func IsFull(err error) bool {
 	if err == nil {
 		return false
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok {
 		switch apiErr.ErrorCode {
 		case codeInsufficientResources, codeAccountResources, codeStorageResources:
 			return true
@@ -93,8 +92,7 @@ func (h *Health) Full() (full bool, why string, since time.Time) {
 // reason is JetStream's own description of a full refusal, without the
 // "nats: API error: code=... err_code=... description=" framing.
 func reason(err error) string {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Description != "" {
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok && apiErr.Description != "" {
 		return apiErr.Description
 	}
 	msg := err.Error()

@@ -267,12 +267,10 @@ func IsTransient(err error) bool {
 		errors.Is(err, jetstream.ErrInvalidKey) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	var syntax *json.SyntaxError
-	if errors.As(err, &syntax) {
+	if _, ok := errors.AsType[*json.SyntaxError](err); ok {
 		return false
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) { // 408 and 5xx; a 4xx fails however often it is sent
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok { // 408 and 5xx; a 4xx fails however often it is sent
 		return apiErr.Code == 408 || apiErr.Code >= 500
 	}
 	return true

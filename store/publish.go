@@ -211,8 +211,7 @@ const codeInProcess = 10158
 // retried reports whether Stored publishes a message that failed with err
 // again: a transient error or one still in process, not a full store.
 func retried(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == codeInProcess {
+	if apiErr, ok := errors.AsType[*jetstream.APIError](err); ok && apiErr.ErrorCode == codeInProcess {
 		return true
 	}
 	return !IsFull(err) && IsTransient(err)

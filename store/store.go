@@ -80,10 +80,7 @@ func (c *Config) defaults() {
 	c.EventsMaxAge = positive(c.EventsMaxAge, bus.DefaultEventsMaxAge)
 	c.HandoffMaxAge = positive(c.HandoffMaxAge, bus.DefaultHandoffTTL)
 	c.OutputsTTL = positive(c.OutputsTTL, bus.DefaultOutputsTTL)
-	if c.EventsMaxBytes == 0 {
-		c.EventsMaxBytes = DefaultEventsMaxBytes
-	}
-	c.EventsMaxBytes = max(c.EventsMaxBytes, -1)
+	c.EventsMaxBytes = max(cmp.Or(c.EventsMaxBytes, DefaultEventsMaxBytes), -1)
 	c.OutputsMaxBytes = positive(c.OutputsMaxBytes, -1)
 	c.ParkedMaxBytes = cmp.Or(c.ParkedMaxBytes, DefaultParkedMaxBytes)
 	c.SessionsMaxBytes = cmp.Or(c.SessionsMaxBytes, DefaultSessionsMaxBytes)

@@ -25,7 +25,6 @@ type workQueue struct {
 // slot; the call reports progress every third of AckWait until recorded.
 func (q workQueue) take(ctx context.Context) {
 	w, t := q.w, q.t
-	defer w.loops.Done()
 	js, err := jetstream.New(w.nc)
 	if err != nil {
 		w.log.Error("worker: jetstream", "err", err)

@@ -163,9 +163,8 @@ func (w *executor) fit(ctx context.Context, t *tool, key string, res *bus.ExecRe
 		r.Output = out
 		return &r
 	}
-	var tl *offload.TooLargeError
 	var msg string
-	if errors.As(err, &tl) {
+	if tl, ok := errors.AsType[*offload.TooLargeError](err); ok {
 		msg = fmt.Sprintf("Error: the output of tool '%s' is %d bytes, more than this worker's limit of %d bytes; it was neither sent nor stored.", t.def.Name, tl.Size, tl.Max)
 	} else {
 		msg = fmt.Sprintf("Error: the output of tool '%s' is too large to send inline and could not be stored: %v", t.def.Name, err)

@@ -219,7 +219,7 @@ func decodeReply(t *testing.T, resp *nats.Msg) *bus.Event {
 	if ct := resp.Header.Get(bus.HeaderContentType); ct != bus.ContentTypeEvent {
 		t.Errorf("reply content-type = %q, want %q", ct, bus.ContentTypeEvent)
 	}
-	ev, err := bus.DecodeStructured(resp.Data)
+	ev, err := bus.Decode(&nats.Msg{Data: resp.Data})
 	if err != nil {
 		t.Fatalf("reply is not a CloudEvent: %v\n%s", err, resp.Data)
 	}

@@ -61,21 +61,19 @@ func newReaders(size int, idle time.Duration, limit int, serve func(*nats.Msg)) 
 // start starts the first reader and the spawner.
 func (rs *readers) start() *readers {
 	rs.all.Store(1)
-	rs.spawn()
-	rs.wg.Add(1)
-	go rs.spawner()
+	rs.wg.Go(rs.read)
+	rs.wg.Go(rs.spawner)
 	return rs
 }
 
 // spawner starts the readers fire asks for, so that they carry the
 // profiler labels of the goroutine that made the readers.
 func (rs *readers) spawner() {
-	defer rs.wg.Done()
 	for {
 		select {
 		case <-rs.more:
 			for n := rs.spawns.Swap(0); n > 0; n-- {
-				rs.spawn()
+				rs.wg.Go(rs.read) // counted in rs.all by fire
 			}
 		case <-rs.quit:
 			return
@@ -86,12 +84,6 @@ func (rs *readers) spawner() {
 // readerLimit is the readers of a worker of maxConcurrent slots: readers
 // beyond the slots and the cores would only wait.
 func readerLimit(maxConcurrent int) int { return maxConcurrent + runtime.GOMAXPROCS(0) + 1 }
-
-// spawn starts a reader already counted in rs.all.
-func (rs *readers) spawn() {
-	rs.wg.Add(1)
-	go rs.read()
-}
 
 // reader is one reader's state: its streak of serving is busy until it
 // waits on the channel again, or promoted once its timer fired.
@@ -115,7 +107,6 @@ const (
 )
 
 func (rs *readers) read() {
-	defer rs.wg.Done()
 	defer rs.all.Add(-1)
 	r := &reader{rs: rs, wake: make(chan struct{}, 1), idle: time.NewTimer(time.Hour)}
 	r.idle.Stop()

@@ -153,12 +153,8 @@ func New(nc *nats.Conn, cfg Config) (*Worker, error) {
 	if !bus.ValidID(cfg.ID) {
 		return nil, fmt.Errorf("worker: id %q must match ^[A-Za-z0-9_-]{1,128}$", cfg.ID)
 	}
-	if cfg.Heartbeat <= 0 {
-		cfg.Heartbeat = bus.DefaultHeartbeat
-	}
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = DefaultMaxConcurrent
-	}
+	cfg.Heartbeat = cmp.Or(max(cfg.Heartbeat, 0), bus.DefaultHeartbeat)
+	cfg.MaxConcurrent = cmp.Or(max(cfg.MaxConcurrent, 0), DefaultMaxConcurrent)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	cfg.Version = cmp.Or(cfg.Version, "1.0.0")
 	cfg.Observer = cmp.Or[Observer](cfg.Observer, nopObserver{})
@@ -253,15 +249,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		cutBeat()
 	}
 	w.reg.register(ctx)
-	w.loops.Add(1)
-	go func() {
-		defer w.loops.Done()
-		w.reg.heartbeat(loopCtx, beatCtx)
-	}()
+	w.loops.Go(func() { w.reg.heartbeat(loopCtx, beatCtx) })
 	for _, t := range tools {
 		if t.def.Durable {
-			w.loops.Add(1)
-			go workQueue{w, t}.take(loopCtx)
+			w.loops.Go(func() { workQueue{w, t}.take(loopCtx) })
 		}
 	}
 	return nil

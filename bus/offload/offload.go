@@ -82,12 +82,8 @@ type Offloader struct {
 
 // New returns an Offloader that stores in bucket (bus.Subjects.ObjectStore(bus.ObjectOutputs)).
 func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
-	if lim.Inline <= 0 {
-		lim.Inline = DefaultInlineLimit
-	}
-	if lim.Max <= 0 {
-		lim.Max = DefaultMaxOutput
-	}
+	lim.Inline = cmp.Or(max(lim.Inline, 0), DefaultInlineLimit)
+	lim.Max = cmp.Or(max(lim.Max, 0), DefaultMaxOutput)
 	o := &Offloader{nc: nc, bucket: bucket, lim: lim}
 	if nc != nil { // a nil connection (in tests) never stores anything
 		js, err := jetstream.New(nc)

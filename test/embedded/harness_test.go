@@ -270,7 +270,7 @@ func (e *env) request(t *testing.T, m *nats.Msg) *bus.Event {
 	if ct := resp.Header.Get(bus.HeaderContentType); ct != bus.ContentTypeEvent {
 		t.Errorf("reply content-type header = %q, want %q", ct, bus.ContentTypeEvent)
 	}
-	ev, err := bus.DecodeStructured(resp.Data)
+	ev, err := bus.Decode(&nats.Msg{Data: resp.Data})
 	if err != nil {
 		t.Fatalf("reply on %s is not a valid CloudEvent: %v\n%s", m.Subject, err, resp.Data)
 	}
