@@ -37,3 +37,31 @@ async def test_attack_cancel_cost_per_call_held() -> None:
     base = min([await _cancel_cost(0, 20_000) for _ in range(3)])
     held = min([await _cancel_cost(2_000, 20_000) for _ in range(3)])
     assert held < 3 * base + 0.05, (held, base)
+
+
+async def test_attack_connect_failure_names_no_secret(caplog: Any, capfd: Any) -> None:
+    """Held (Java's connect did not, session 40): a worker or client whose url holds a password or a
+    token and whose server cannot be reached raises, logs and prints nothing that names the secret
+    (nats-py 2.16 tries a refused first connect again and again, whatever its options: it is given
+    3 s, and what it printed and logged meanwhile is read)."""
+    import asyncio
+    import socket
+
+    import toolbus
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    caplog.set_level(logging.DEBUG)
+    once = {"max_reconnect_attempts": 0, "allow_reconnect": False, "connect_timeout": 2}
+    for url in (f"nats://alice:s3cretpw@127.0.0.1:{port}", f"nats://tok3nsecret@127.0.0.1:{port}"):
+        for connect in (lambda: toolbus.Worker.connect(url, nats_options=dict(once)), lambda: toolbus.Client.connect(url, **once)):
+            try:
+                await asyncio.wait_for(connect(), 3)
+                raise AssertionError("connected to a closed port")
+            except Exception as err:  # noqa: BLE001 - whatever it raises must not name the secret
+                said = f"{err!r} {err} {err.__cause__!r} {err.__context__!r}"
+                assert "s3cretpw" not in said and "tok3nsecret" not in said, said
+    out, errout = capfd.readouterr()
+    for text in (out, errout, caplog.text):
+        assert "s3cretpw" not in text and "tok3nsecret" not in text, text
