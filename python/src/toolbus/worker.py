@@ -567,7 +567,7 @@ class _Executor:
             ids = [i for i in e.data["calls"] if isinstance(i, str)]
         now = time.monotonic()
         prefix = f"{session}.{e.replyid}."
-        keys = [prefix + i for i in ids if ev.valid_id(i)] if ids else [prefix]
+        keys = {prefix + i: None for i in ids if ev.valid_id(i)} if ids else {prefix: None}  # a dict: "key in keys" below is O(1)
         for k in keys:  # kept in arrival order: the oldest go first, each in O(1)
             self._cancelled[k] = now
             self._cancelled.move_to_end(k)

@@ -112,7 +112,9 @@ def metadata_block(metadata: Any) -> dict:
 
 
 def split_metadata(output: Iterable[Any]) -> tuple[list[Any], dict]:
-    """Bus output without its metadata block, and the metadata it carried."""
+    """Bus output without its metadata block, and the metadata it carried. A block
+    that does not decode to an object (not base64, not JSON, nested past Python's
+    stack: a hostile worker's or handler's) stays an ordinary block."""
     import json
 
     rest, meta = [], {}
@@ -121,29 +123,49 @@ def split_metadata(output: Iterable[Any]) -> tuple[list[Any], dict]:
         if d.get("type") == "data" and d.get("media_type") == METADATA_MEDIA and d.get("data"):
             data = d["data"]
             try:
-                raw = base64.b64decode(data) if isinstance(data, str) else bytes(data)
-                val = json.loads(raw)
+                val = json.loads(base64.b64decode(data) if isinstance(data, str) else bytes(data))
                 if isinstance(val, dict):
                     meta.update(val)
                     continue
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: not caught before session 40
                 pass
         rest.append(b)
     return rest, meta
 
 
+def _followed(url: str) -> bool:
+    """Whether AgentScope may be handed a url of the bus as a URLSource: http(s)
+    only. Its formatters read a ``file://`` url from the agent's own disk into
+    the model's request (and ``open`` one that is missing at every later turn)."""
+    return url.lower().startswith(("https://", "http://"))
+
+
 def to_blocks(output: Iterable[Any]) -> list[TextBlock | DataBlock]:
-    """Bus output blocks (records or dicts) as AgentScope blocks."""
+    """Bus output blocks (records or dicts) as AgentScope blocks. A url that is
+    not http(s) (a stored output's ``nats-object://``, a worker's ``file://``) is
+    a line of text, as in ``Client.turn``, never a URLSource (docs/security.md)."""
+    from ..model import _stored_text
+    from ..records import Block
+
     out: list[TextBlock | DataBlock] = []
+    said = ""
     for b in output:
         d = b if isinstance(b, dict) else b.to_json()
+        url = d.get("url") or ""
         if d.get("type") == "text":
             out.append(TextBlock(text=d.get("text", "")))
-        elif d.get("url"):
+            said += d.get("text", "") + "\n"
+        elif url and not _followed(url):
+            if url not in said:  # a stored output's preview names it already (5.9)
+                line = _stored_text(Block.from_json(d)) if url.startswith("nats-object://") else (
+                    f"[File {url} ({d.get('media_type', '')}).]")
+                out.append(TextBlock(text=line))
+                said += line + "\n"
+        elif url:
             out.append(
                 DataBlock(
                     name=d.get("name") or None,
-                    source=URLSource(url=d["url"], media_type=d.get("media_type", "")),
+                    source=URLSource(url=url, media_type=d.get("media_type", "")),
                 ),
             )
         else:

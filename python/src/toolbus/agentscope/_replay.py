@@ -3,9 +3,10 @@
 A parked call's answer may come from anywhere (the inbox, ``toolbus confirm``,
 another system) and hours later: its result is the ``io.toolbus.call.result``
 (and ``io.toolbus.batch.done``) the router stores in ``P_EVENTS`` (section 3.4).
-The adapter asks a router for a replay consumer (``P.replay.<session>``) and
-reads it, so it never re-sends a batch (which could run a call again once the
-dedupe window has passed).
+The adapter reads them through the client's replay (``P.replay.<session>``, a
+consumer the router makes and relays pulls to: no JetStream API, so a session's
+least-privilege login reads them too), so it never re-sends a batch (which could
+run a call again once the dedupe window has passed).
 """
 from __future__ import annotations
 
@@ -13,22 +14,30 @@ import asyncio
 import time
 from typing import Any, Iterable
 
-from .. import _rpc
 from .. import event as ev
+from ..errors import ProtocolError, TimeoutError as BusTimeout
 from ..records import Result
 
 Key = tuple[str, str]  # (reply id, call id)
 
+# How long the replay may take to deliver its first stored event, and then each next one,
+# before what is stored is taken as read.
+FIRST, NEXT = 5.0, 1.0
+
 
 def outcomes_of(e: Any, want: set[Key]) -> dict[Key, Result]:
-    """The results of wanted calls an event carries."""
+    """The results of wanted calls an event carries; a result that does not
+    decode (a buggy or hostile router's) is none."""
     out: dict[Key, Result] = {}
-    if e.type == ev.TYPE_CALL_RESULT and (e.replyid, e.toolcallid) in want:
-        out[(e.replyid, e.toolcallid)] = Result.from_json(e.data)
-    elif e.type == ev.TYPE_BATCH_DONE:
-        for r in (e.data or {}).get("results", []):
-            if (e.replyid, r.get("id")) in want:
-                out[(e.replyid, r["id"])] = Result.from_json(r)
+    try:
+        if e.type == ev.TYPE_CALL_RESULT and (e.replyid, e.toolcallid) in want:
+            out[(e.replyid, e.toolcallid)] = Result.from_json(e.data)
+        elif e.type == ev.TYPE_BATCH_DONE and isinstance(e.data, dict) and isinstance(e.data.get("results"), list):
+            for r in e.data["results"]:
+                if isinstance(r, dict) and (e.replyid, r.get("id")) in want:
+                    out[(e.replyid, r["id"])] = Result.from_json(r)
+    except ProtocolError:
+        return {}
     return out
 
 
@@ -40,33 +49,16 @@ class Outcomes:
         self.session = session
 
     async def _stored(self, want: set[Key]) -> dict[Key, Result]:
-        c = self.client
-        ready = await _rpc.request(
-            c.nc, c.subjects.replay(self.session),
-            ev.Event(ev.TYPE_REPLAY, c.source, {}, sessionid=self.session),
-            ev.TYPE_REPLAY_READY, 10.0,
-        )
-        js = c.nc.jetstream()
-        sub = await js.pull_subscribe_bind(durable=ready["consumer"], stream=ready["stream"])
         found: dict[Key, Result] = {}
-        try:
+        async with self.client.replay(self.session) as stored:
+            wait = FIRST
             while True:
                 try:
-                    msgs = await sub.fetch(256, timeout=1.0)
-                except Exception:  # nats TimeoutError: nothing more stored
+                    e = await stored.next(timeout=wait)
+                except (BusTimeout, StopAsyncIteration):  # nothing more stored
                     break
-                for m in msgs:
-                    try:
-                        e = ev.decode(m.data, dict(m.headers or {}))
-                    except Exception:
-                        continue
-                    found.update(outcomes_of(e, want))
-        finally:
-            try:
-                await sub.unsubscribe()
-                await js.delete_consumer(ready["stream"], ready["consumer"])
-            except Exception:
-                pass
+                wait = NEXT
+                found.update(outcomes_of(e, want))
         return found
 
     async def find(self, keys: Iterable[Key], wait: float = 0.0) -> dict[Key, Result]:

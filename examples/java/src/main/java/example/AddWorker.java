@@ -22,7 +22,7 @@ public final class AddWorker {
   public static void main(String[] args) throws Exception {
     String url = args.length > 0 ? args[0] : System.getenv().getOrDefault("NATS_URL", "nats://127.0.0.1:4222");
     Worker w = start(url);
-    System.out.println("serving java_add on " + url + " as worker " + w.id());
+    System.out.println("serving java_add on " + io.toolbus.Urls.redact(url) + " as worker " + w.id()); // no password or token in a log
     Object done = new Object();
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
       try {

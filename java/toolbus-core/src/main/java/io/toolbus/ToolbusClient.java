@@ -3,7 +3,6 @@ package io.toolbus;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.nats.client.Connection;
-import io.nats.client.Nats;
 import io.nats.client.Options;
 import java.io.IOException;
 import java.security.MessageDigest;
@@ -56,7 +55,7 @@ public final class ToolbusClient implements AutoCloseable {
   /** A builder that connects to url; {@link #close} closes that connection. */
   public static Builder connect(String url) throws IOException, InterruptedException {
     Builder b = new Builder();
-    b.nc = Nats.connect(new Options.Builder().server(url).connectionName("toolbus-java-client").build());
+    b.nc = Urls.connect(new Options.Builder().connectionName("toolbus-java-client"), url);
     b.owned = true;
     return b;
   }

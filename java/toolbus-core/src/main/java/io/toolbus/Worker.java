@@ -5,7 +5,6 @@ import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.nats.client.Connection;
 import io.nats.client.Dispatcher;
 import io.nats.client.Message;
-import io.nats.client.Nats;
 import io.nats.client.Options;
 import java.io.IOException;
 import java.time.Duration;
@@ -84,7 +83,7 @@ public final class Worker implements AutoCloseable {
   /** A builder that connects to url (reconnecting for ever); {@link #close} closes it. */
   public static Builder connect(String url) throws IOException, InterruptedException {
     Builder b = new Builder();
-    b.nc = Nats.connect(new Options.Builder().server(url).maxReconnects(-1).connectionName("toolbus-java-worker").build());
+    b.nc = Urls.connect(new Options.Builder().maxReconnects(-1).connectionName("toolbus-java-worker"), url);
     b.owned = true;
     return b;
   }

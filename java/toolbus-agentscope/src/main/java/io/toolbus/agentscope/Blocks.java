@@ -34,6 +34,16 @@ final class Blocks {
     return out;
   }
 
+  /**
+   * Whether AgentScope may be handed a url of the bus as a URLSource: http(s) only. Its media
+   * helper (MediaUtils, what formatters use) reads a path or a file: url from the agent's own disk
+   * into the model's request; any other url is shown as its block's JSON text (docs/security.md).
+   */
+  static boolean followed(String url) {
+    String u = url == null ? "" : url.toLowerCase(java.util.Locale.ROOT);
+    return u.startsWith("https://") || u.startsWith("http://");
+  }
+
   /** toolbus blocks as AgentScope content: text as TextBlock, data as DataBlock-like text. */
   static List<ContentBlock> toAgentScope(List<Block> blocks) {
     List<ContentBlock> out = new ArrayList<>();
@@ -53,7 +63,7 @@ final class Blocks {
         }
       } else if (b.data() != null && b.mediaType() != null && b.mediaType().startsWith("image/")) {
         out.add(ImageBlock.builder().source(Base64Source.builder().mediaType(b.mediaType()).data(b.data()).build()).build());
-      } else if (b.url() != null && b.mediaType() != null && b.mediaType().startsWith("image/") && !b.isStoredOutput()) {
+      } else if (followed(b.url()) && b.mediaType() != null && b.mediaType().startsWith("image/")) {
         out.add(ImageBlock.builder().source(URLSource.builder().url(b.url()).build()).build());
       } else {
         out.add(TextBlock.builder().text(Json.text(b)).build());
