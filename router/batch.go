@@ -712,14 +712,19 @@ func (x *confirmed) cancel(session, replyID string, ids []string) {
 
 // interrupt ends the calls named by ids (all when empty) that have no
 // result, under the lock that execute and runCalls check, so an unstarted
-// one never starts; done waits for their events (b.publishing).
+// one never starts; done waits for their events (b.publishing). The
+// unstarted calls are recorded interrupted (forestall) before a running one
+// is stopped: its end (in the ledger) releases the copies of the batch that
+// wait for it, here or on another router, before the cancel reaches them,
+// and their next run must find its calls ended (3.1, 3.5).
 func (b *batch) interrupt(ids []string) {
 	var hit, unstarted []*callState
+	var running []stopper
 	b.mu.Lock()
 	for _, c := range b.calls {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
 			if c.cancel != nil {
-				c.cancel.stop()
+				running = append(running, c.cancel)
 			} else if c.ledgered() || c.mayPark() {
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}
@@ -729,7 +734,10 @@ func (b *batch) interrupt(ids []string) {
 	}
 	b.publishing.Add(len(hit))
 	b.mu.Unlock()
-	forestall(b, unstarted) // before the results: batch.done and the reply wait for them
+	forestall(b, unstarted) // before the stops and the results: batch.done and the reply wait for them
+	for _, s := range running {
+		s.stop()
+	}
 	for _, c := range hit {
 		b.report(c, *c.result)
 		b.publishing.Done()
