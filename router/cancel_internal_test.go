@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -308,5 +309,64 @@ func TestCancelReleasesCopyAfterForestall(t *testing.T) {
 	}
 	if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
 		t.Errorf("%d calls parked after the cancel", len(recs))
+	}
+}
+
+// parkHook is a continuationPort whose Park calls after once it parked.
+type parkHook struct {
+	continuationPort
+	after func()
+}
+
+func (h parkHook) Park(ctx context.Context, run parked.Run) (parked.Parking, error) {
+	got, err := h.continuationPort.Park(ctx, run)
+	h.after()
+	return got, err
+}
+
+// TestCancelWhileCallParks: a cancel that reaches a batch while its call's
+// park is in flight (after runCalls found the call without a result, before
+// the park returned) ends the call's record once written, and the batch's
+// reply lists the call interrupted, not parked (3.5); its call.result is
+// the record's (one event, parked.ResultID). Before, interrupt took the
+// call for unstarted: the reply listed it both interrupted and parked, and
+// the cancel ended its record only if this router's cache had it by then
+// (a park whose write was still on its way stayed parked). The cancel is
+// delivered in that window exactly: from the park, once its record is
+// written, until it reached the batch.
+func TestCancelWhileCallParks(t *testing.T) {
+	rig := newWindowRig(t)
+	b := rig.f.batchOf(t, "", call("c1", "ext"))
+	cancelled := make(chan struct{})
+	rig.f.p.park.conts = parkHook{rig.f.p.park.conts, func() {
+		go func() { defer close(cancelled); rig.cancels.onCancel(cancelMsg(t, "s1")) }()
+		testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.calls[0].result == nil {
+				return errors.New("the cancel has not reached the batch")
+			}
+			return nil
+		})
+	}}
+	rig.batches.track(b)
+	b.run(0)
+	rig.batches.untrack(b)
+	<-cancelled
+	if len(b.parked) != 0 {
+		t.Errorf("the reply lists %+v parked after the cancel", b.parked)
+	}
+	if res := b.calls[0].result; res.State != bus.StateInterrupted {
+		t.Errorf("c1's result %+v, want interrupted", res)
+	}
+	if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
+		t.Errorf("%d calls still parked after the cancel", len(recs))
+	}
+	rig.events.mu.Lock()
+	defer rig.events.mu.Unlock()
+	for i, typ := range rig.events.types {
+		if id := rig.events.ids[i]; typ == "call.result:c1" && id != parked.ResultID("s1", "r1", "c1") {
+			t.Errorf("c1's call.result under id %q, not its record's: two events", id)
+		}
 	}
 }
