@@ -243,10 +243,20 @@ func (h forestallHook) Forestall(ctx context.Context, session, replyID string, c
 	return h.continuationPort.Forestall(ctx, session, replyID, c, res)
 }
 
+// parkingTools are the calls that park without a worker: an external
+// tool, and a worker's tool whose permission asks for a confirmation first.
+var parkingTools = []string{"ext", "ask"}
+
+// addAsk makes ask, a tool that asks for a confirmation, known to rig.
+func addAsk(t *testing.T, rig *windowRig) {
+	t.Helper()
+	rig.f.resolver.known["ask"] = tool(t, bus.ToolDef{Name: "ask", Permission: bus.PermissionAsk, ConcurrencySafe: true})
+}
+
 // TestCancelReleasesCopyAfterForestall: two copies of one batch run on one
 // router (3.1), c1 (a side effect that runs alone) in both, the second copy
 // waiting for the first's record as the ledger makes it; c2, an external
-// tool, is the next run. A cancel of the reply reaches the copies one after
+// tool or a confirm-policy one, is the next run. A cancel of the reply reaches the copies one after
 // the other (3.5). The first copy's c1, once stopped, releases the second
 // copy before the cancel reaches it, and the second copy's next run must find
 // c2 ended. Before, interrupt stopped c1 before it recorded c2 interrupted
@@ -255,8 +265,15 @@ func (h forestallHook) Forestall(ctx context.Context, session, replyID string, c
 // cancel is held in that window exactly: the first copy's forestall waits,
 // once c1 is stopped, for the second copy's run to end.
 func TestCancelReleasesCopyAfterForestall(t *testing.T) {
+	for _, name := range parkingTools {
+		t.Run(name, func(t *testing.T) { cancelReleasesCopy(t, name) })
+	}
+}
+
+func cancelReleasesCopy(t *testing.T, parks string) {
 	rig := newWindowRig(t)
-	calls := []bus.Call{call("c1", "write"), call("c2", "ext")}
+	addAsk(t, rig)
+	calls := []bus.Call{call("c1", "write"), call("c2", parks)}
 	b1, b2 := rig.f.batchOf(t, "", calls...), rig.f.batchOf(t, "", calls...)
 	ended1 := make(chan struct{}) // the first copy's c1 ended: its record is there
 	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
@@ -333,10 +350,18 @@ func (h parkHook) Park(ctx context.Context, run parked.Run) (parked.Parking, err
 // the cancel ended its record only if this router's cache had it by then
 // (a park whose write was still on its way stayed parked). The cancel is
 // delivered in that window exactly: from the park, once its record is
-// written, until it reached the batch.
+// written, until it reached the batch. The call is an external tool's or a
+// confirm-policy one's.
 func TestCancelWhileCallParks(t *testing.T) {
+	for _, name := range parkingTools {
+		t.Run(name, func(t *testing.T) { cancelWhileParking(t, name) })
+	}
+}
+
+func cancelWhileParking(t *testing.T, parks string) {
 	rig := newWindowRig(t)
-	b := rig.f.batchOf(t, "", call("c1", "ext"))
+	addAsk(t, rig)
+	b := rig.f.batchOf(t, "", call("c1", parks))
 	cancelled := make(chan struct{})
 	rig.f.p.park.conts = parkHook{rig.f.p.park.conts, func() {
 		go func() { defer close(cancelled); rig.cancels.onCancel(cancelMsg(t, "s1")) }()
