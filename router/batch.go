@@ -805,7 +805,7 @@ func (b *batch) interrupt(ids []string) (parking <-chan struct{}) {
 		s.stop()
 	}
 	for _, c := range hit {
-		b.report(c, *c.result)
+		b.report(c, interrupted(c.call)) // not *c.result, read unlocked: a park may set it (adopt)
 		b.publishing.Done()
 	}
 	return parking
