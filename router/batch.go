@@ -55,8 +55,9 @@ type batch struct {
 	// a second untrack takes no lock.
 	tracked bool
 
-	mu         sync.Mutex     // guards callState.result/raw/cancel, sent and audits
+	mu         sync.Mutex     // guards callState.result/raw/cancel/parking, parking, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
+	parking    chan struct{}  // closed once the park in flight returned (startParking); nil: none
 }
 
 // callState is one call of a batch.
@@ -75,6 +76,7 @@ type callState struct {
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    stopper
+	parking   bool          // its park is in flight (startParking): a cancel ends its record once written
 	job       job           // what the executor chain runs (jobOf)
 	ctx       callCtx       // the call's context when job.callContext makes one
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
@@ -311,8 +313,9 @@ func (b *batch) runCalls(run []*callState, next int, sess *groups.Session) bool 
 		if parks, specs = b.p.park.reuse(b, parks, specs); b.refused != nil {
 			return false // a copy with other calls than its batch (3.1): nothing more runs
 		}
+		parks, specs = startParking(b, parks, specs)
 	}
-	if len(parks) > 0 && !b.p.park.park(b, parks, specs, next) {
+	if len(parks) > 0 && !endParking(b, parks, b.p.park.park(b, parks, specs, next)) {
 		if b.cont != nil || b.refused != nil {
 			// Taken over by another router, or this copy is refused.
 			return false
@@ -332,6 +335,48 @@ func (b *batch) runCalls(run []*callState, next int, sess *groups.Session) bool 
 		return true
 	}
 	return b.p.park.settle(b, next) // true when the batch goes on here
+}
+
+// startParking marks calls as parking, under the lock interrupt takes: a
+// cancel that comes from now on waits for their park and ends their records
+// (canceller.interruptHere), one that came since runCalls looked left them
+// ended, and they are left out (their records are forestall's). So a call
+// the cancel names never stays parked, whichever comes first (3.5).
+func startParking(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := len(calls) - 1; i >= 0; i-- {
+		if calls[i].result != nil {
+			calls, specs = slices.Delete(calls, i, i+1), slices.Delete(specs, i, i+1)
+		}
+	}
+	for _, c := range calls {
+		c.parking = true
+	}
+	if len(calls) > 0 {
+		b.parking = make(chan struct{})
+	}
+	return calls, specs
+}
+
+// endParking ends the park of calls (startParking), whose outcome was
+// parked: the calls a cancel ended meanwhile are no longer listed as
+// parked, as their results say; it lets the cancel go on.
+func endParking(b *batch, calls []*callState, parked bool) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range calls {
+		c.parking = false
+	}
+	close(b.parking)
+	b.parking = nil
+	ended := func(p bus.Parked) bool {
+		return slices.ContainsFunc(b.calls, func(c *callState) bool { return c.call.ID == p.ID && c.result != nil })
+	}
+	if slices.ContainsFunc(b.parked, ended) { // a new list: the notices read it (running.go)
+		b.parked = slices.DeleteFunc(slices.Clone(b.parked), ended)
+	}
+	return parked
 }
 
 // executeAll executes the calls of a run in parallel, each once the one
@@ -675,17 +720,32 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		// re-sent copy of its batch running here (3.5, 1.12).
 		return
 	}
-	for _, b := range r.running(e.SessionID, e.ReplyID) { // each copy of a re-sent batch (3.1, 3.5)
-		b.interrupt(c.Calls)
-	}
+	r.interruptHere(e.SessionID, e.ReplyID, c.Calls) // each copy of a re-sent batch (3.1, 3.5)
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.parked(e.SessionID, e.ReplyID, c.Calls)
 	// Once more, for a continuation resumed since the first look that read
 	// its marks before these were written (parked.Reads.Marks); interrupt
 	// ends a call once however often it is reached.
-	for _, b := range r.running(e.SessionID, e.ReplyID) {
-		b.interrupt(c.Calls)
+	if r.interruptHere(e.SessionID, e.ReplyID, c.Calls) {
+		r.parked(e.SessionID, e.ReplyID, c.Calls)
 	}
+}
+
+// interruptHere interrupts the copies of a batch running here, then waits
+// for the parks in flight of the calls it ended (startParking), so that
+// their records are there for the cancel to end (r.parked); true when it
+// waited for any.
+func (r *canceller) interruptHere(session, replyID string, ids []string) bool {
+	var parking []<-chan struct{}
+	for _, b := range r.running(session, replyID) {
+		if ch := b.interrupt(ids); ch != nil {
+			parking = append(parking, ch)
+		}
+	}
+	for _, ch := range parking {
+		<-ch
+	}
+	return len(parking) > 0
 }
 
 // confirmed holds the cancels of the confirmed calls running here, outside batches.
@@ -712,15 +772,26 @@ func (x *confirmed) cancel(session, replyID string, ids []string) {
 
 // interrupt ends the calls named by ids (all when empty) that have no
 // result, under the lock that execute and runCalls check, so an unstarted
-// one never starts; done waits for their events (b.publishing).
-func (b *batch) interrupt(ids []string) {
+// one never starts; done waits for their events (b.publishing). The
+// unstarted calls are recorded interrupted (forestall) before a running one
+// is stopped: its end (in the ledger) releases the copies of the batch that
+// wait for it, here or on another router, before the cancel reaches them,
+// and their next run must find its calls ended (3.1, 3.5). A call whose
+// park is in flight is left to the cancel's end of its record, once
+// written: interrupt returns what closes then (nil: none).
+func (b *batch) interrupt(ids []string) (parking <-chan struct{}) {
 	var hit, unstarted []*callState
+	var running []stopper
 	b.mu.Lock()
 	for _, c := range b.calls {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
-			if c.cancel != nil {
-				c.cancel.stop()
-			} else if c.ledgered() || c.mayPark() {
+			switch {
+			case c.cancel != nil:
+				running = append(running, c.cancel)
+			case c.parking:
+				parking = b.parking
+				c.recorded = true // its call.result is its record's too, once ended (parked.ResultID): one event
+			case c.ledgered() || c.mayPark():
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}
 			c.result = new(interrupted(c.call))
@@ -729,11 +800,15 @@ func (b *batch) interrupt(ids []string) {
 	}
 	b.publishing.Add(len(hit))
 	b.mu.Unlock()
-	forestall(b, unstarted) // before the results: batch.done and the reply wait for them
+	forestall(b, unstarted) // before the stops and the results: batch.done and the reply wait for them
+	for _, s := range running {
+		s.stop()
+	}
 	for _, c := range hit {
-		b.report(c, *c.result)
+		b.report(c, interrupted(c.call)) // not *c.result, read unlocked: a park may set it (adopt)
 		b.publishing.Done()
 	}
+	return parking
 }
 
 // runningBatches are the batches running on this router, by session and

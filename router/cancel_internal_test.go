@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -229,4 +230,158 @@ func TestTaskCancelLeavesBatches(t *testing.T) {
 			t.Errorf("task %q: batches reached %v, confirmed call stopped %v; want %v", tc.task, reached, stopped, tc.want)
 		}
 	}
+}
+
+// forestallHook is a continuationPort whose Forestall calls before first.
+type forestallHook struct {
+	continuationPort
+	before func(c bus.Call)
+}
+
+func (h forestallHook) Forestall(ctx context.Context, session, replyID string, c bus.Call, res bus.Result) error {
+	h.before(c)
+	return h.continuationPort.Forestall(ctx, session, replyID, c, res)
+}
+
+// eachParkingTool runs test on a new rig for each tool whose calls park
+// without a worker: ext, external, and ask, which asks for a confirmation.
+func eachParkingTool(t *testing.T, test func(t *testing.T, rig *windowRig, parks string)) {
+	for _, name := range []string{"ext", "ask"} {
+		t.Run(name, func(t *testing.T) {
+			rig := newWindowRig(t)
+			rig.f.resolver.known["ask"] = tool(t, bus.ToolDef{Name: "ask", Permission: bus.PermissionAsk, ConcurrencySafe: true})
+			test(t, rig, name)
+		})
+	}
+}
+
+// TestCancelReleasesCopyAfterForestall: two copies of one batch run on one
+// router (3.1), c1 (a side effect that runs alone) in both, the second copy
+// waiting for the first's record as the ledger makes it; c2, an external
+// tool or a confirm-policy one, is the next run. A cancel of the reply
+// reaches the copies one after the other (3.5). The first copy's c1, once
+// stopped, releases the second copy before the cancel reaches it, and the
+// second copy's next run must find c2 ended. Before, interrupt stopped c1 before it recorded c2 interrupted
+// (forestall) in P_parked, so the second copy parked c2 after the cancel (the
+// failure of test/embedded TestResendThenCancelOnOneRouter under load). The
+// cancel is held in that window exactly: the first copy's forestall waits,
+// once c1 is stopped, for the second copy's run to end.
+func TestCancelReleasesCopyAfterForestall(t *testing.T) {
+	eachParkingTool(t, func(t *testing.T, rig *windowRig, parks string) {
+		calls := []bus.Call{call("c1", "write"), call("c2", parks)}
+		b1, b2 := rig.f.batchOf(t, "", calls...), rig.f.batchOf(t, "", calls...)
+		ended1 := make(chan struct{}) // the first copy's c1 ended: its record is there
+		started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+		var ctx1 context.Context
+		rig.f.p.exec = ExecFunc(func(ctx context.Context, j *job) bus.Result {
+			if j.b == b1 {
+				ctx1 = ctx
+				close(started[0])
+				<-ctx.Done()
+				close(ended1)
+			} else {
+				close(started[1])
+				select { // the ledger's wait for the first copy's record
+				case <-ended1:
+				case <-ctx.Done():
+				}
+			}
+			return interrupted(j.call)
+		})
+		done2 := make(chan struct{})
+		var once sync.Once
+		rig.f.p.conts = forestallHook{rig.f.p.conts, func(c bus.Call) {
+			once.Do(func() {
+				if ctx1.Err() == nil {
+					return // c1 still runs: nothing is released yet
+				}
+				select {
+				case <-done2:
+				case <-time.After(10 * time.Second): // the second copy waits for the cancel
+				}
+			})
+		}}
+		rig.batches.track(b1)
+		rig.batches.track(b2)
+		done1 := make(chan struct{})
+		go func() { defer close(done1); b1.run(0) }()
+		<-started[0] // one copy at a time reads the (fake) session
+		go func() { defer close(done2); b2.run(0) }()
+		<-started[1]
+		rig.cancels.onCancel(cancelMsg(t, "s1"))
+		<-done1
+		<-done2
+		for i, b := range []*batch{b1, b2} {
+			if len(b.parked) != 0 {
+				t.Errorf("copy %d parked %+v after the cancel", i+1, b.parked)
+			}
+			if res := b.calls[1].result; res == nil || res.State != bus.StateInterrupted {
+				t.Errorf("copy %d: c2's result %+v, want interrupted", i+1, res)
+			}
+		}
+		if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
+			t.Errorf("%d calls parked after the cancel", len(recs))
+		}
+	})
+}
+
+// parkHook is a continuationPort whose Park calls after once it parked.
+type parkHook struct {
+	continuationPort
+	after func()
+}
+
+func (h parkHook) Park(ctx context.Context, run parked.Run) (parked.Parking, error) {
+	got, err := h.continuationPort.Park(ctx, run)
+	h.after()
+	return got, err
+}
+
+// TestCancelWhileCallParks: a cancel that reaches a batch while its call's
+// park is in flight (after runCalls found the call without a result, before
+// the park returned) ends the call's record once written, and the batch's
+// reply lists the call interrupted, not parked (3.5); its call.result is
+// the record's (one event, parked.ResultID). Before, interrupt took the
+// call for unstarted: the reply listed it both interrupted and parked, and
+// the cancel ended its record only if this router's cache had it by then
+// (a park whose write was still on its way stayed parked). The cancel is
+// delivered in that window exactly: from the park, once its record is
+// written, until it reached the batch. The call is an external tool's or a
+// confirm-policy one's.
+func TestCancelWhileCallParks(t *testing.T) {
+	eachParkingTool(t, func(t *testing.T, rig *windowRig, parks string) {
+		b := rig.f.batchOf(t, "", call("c1", parks))
+		cancelled := make(chan struct{})
+		rig.f.p.park.conts = parkHook{rig.f.p.park.conts, func() {
+			go func() { defer close(cancelled); rig.cancels.onCancel(cancelMsg(t, "s1")) }()
+			testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				if b.calls[0].result == nil {
+					return errors.New("the cancel has not reached the batch")
+				}
+				return nil
+			})
+		}}
+		rig.batches.track(b)
+		b.run(0)
+		rig.batches.untrack(b)
+		<-cancelled
+		if len(b.parked) != 0 {
+			t.Errorf("the reply lists %+v parked after the cancel", b.parked)
+		}
+		if res := b.calls[0].result; res.State != bus.StateInterrupted {
+			t.Errorf("c1's result %+v, want interrupted", res)
+		}
+		if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
+			t.Errorf("%d calls still parked after the cancel", len(recs))
+		}
+		rig.events.mu.Lock()
+		defer rig.events.mu.Unlock()
+		for i, typ := range rig.events.types {
+			if id := rig.events.ids[i]; typ == "call.result:c1" && id != parked.ResultID("s1", "r1", "c1") {
+				t.Errorf("c1's call.result under id %q, not its record's: two events", id)
+			}
+		}
+	})
 }

@@ -102,7 +102,11 @@ func TestResendWhileFirstRunParks(t *testing.T) {
 // said interrupted, and the record waited for an answer that the batch's
 // batch.done (already sent, by the other copy) no longer expected. (A
 // worker's call of the later run would be refused by the worker itself,
-// which remembers the cancel; a call that parks has no worker.)
+// which remembers the cancel; a call that parks has no worker.) Then, under
+// load: the cancel stopped the first copy's c1 before it recorded c2
+// interrupted, and c1's end released the copy waiting for it in the ledger,
+// which parked c2 before the cancel reached it (router
+// TestCancelReleasesCopyAfterForestall holds that window).
 func TestResendThenCancelOnOneRouter(t *testing.T) {
 	e := newEnv(t, 1)
 	e.registerDefs(t, bus.ToolDef{Name: "ext", External: true})
