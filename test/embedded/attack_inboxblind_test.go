@@ -55,8 +55,8 @@ func TestAttackInboxBlindedByOneSession(t *testing.T) {
 	// The page's event stream sends the list at every change. The first
 	// poll lists every call without its input, each input is then read on
 	// its own (16 a poll) and never again: at most a few polls fill them
-	// all, seconds each under -race on a busy machine (session 40: 48 s at
-	// load 13 with two CPU burners), and the victim's call is listed at once.
+	// all, seconds each under -race on a busy machine (session 40: 35-46 s
+	// at load 13 with two CPU burners), and the victim's call is listed at once.
 	web := httptest.NewServer(srv.Handler())
 	t.Cleanup(web.Close)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
