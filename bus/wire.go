@@ -540,6 +540,10 @@ type ParkedCall struct {
 type ParkedQuery struct {
 	After string `json:"after,omitempty"` // the next of the page before
 	Limit int    `json:"limit,omitempty"` // at most this many calls; 0: as many as fit
+	// OmitThrough (proposed 1.30): the calls whose record revision is at
+	// most this are listed without input, context and user
+	// (input_omitted), as a poller that holds them asks; 0: none.
+	OmitThrough uint64 `json:"omit_through,omitempty"`
 }
 
 // ParkedPage is the reply of parked.list: a page of calls, and the cursor

@@ -13,6 +13,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -118,7 +119,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 // (docs/inbox.md).
 func (s *Server) Start(ctx context.Context) error {
 	if s.cfg.Approver {
-		rr := routerReads{cl: s.cl, records: s.records}
+		rr := &routerReads{cl: s.cl, records: s.records, known: math.MaxUint64}
 		s.records.fetch = rr.read
 		return s.startPolling(ctx, rr)
 	}
@@ -262,7 +263,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // startPolling loads the waiting calls as the approver may read them, then
 // keeps polling until Stop: P.admin.parked.list every second.
-func (s *Server) startPolling(ctx context.Context, rr routerReads) error {
+func (s *Server) startPolling(ctx context.Context, rr *routerReads) error {
 	if err := rr.poll(ctx); err != nil {
 		// A router that answered with an error (its cache of parked calls
 		// behind the store: it refuses a list that could leave a waiting
@@ -303,24 +304,33 @@ func (s *Server) startPolling(ctx context.Context, rr routerReads) error {
 type routerReads struct {
 	cl *client.Client
 	*records
+	// known is the highest revision the last poll listed (at start, and
+	// after a poll that failed: all): the next one asks for the calls up to
+	// it without their inputs (omit_through), which the records hold or
+	// read on their own (whole). Only poll uses it.
+	known uint64
 }
 
 // poll lists the waiting calls into the records, up to maxPages pages,
 // and drops those held since before the list was asked for that it does
-// not list, up to where it stopped.
-func (rr routerReads) poll(ctx context.Context) error {
+// not list, up to where it stopped. Only the inputs of calls newer than
+// the last poll come in its pages; the others' are held or read on their
+// own, maxInputReads a poll (docs/inbox.md).
+func (rr *routerReads) poll(ctx context.Context) error {
 	mark := rr.mark() // before the list is asked for: a call read afresh meanwhile stays
 	seen := make(map[string]bool)
-	reads := maxInputReads
-	last, err := rr.walk(ctx, "", func(p bus.ParkedCall, before string) bool {
+	reads, top := maxInputReads, uint64(0)
+	last, err := rr.walk(ctx, "", rr.known, func(p bus.ParkedCall, before string) bool {
 		key := bus.CallKey(p.Session, p.ReplyID, p.ID)
-		seen[key] = true
+		seen[key], top = true, max(top, p.Revision)
 		rr.set(key, rr.readingOf(rr.whole(ctx, p, before, &reads)))
 		return true
 	})
 	if err != nil {
+		rr.known = math.MaxUint64 // a page too slow to serve with inputs: the next asks for none
 		return err
 	}
+	rr.known = top
 	var covered func(Item) bool
 	if last != nil { // stopped at maxPages: what comes after is not known
 		covered = func(it Item) bool {
@@ -336,20 +346,27 @@ func (rr routerReads) poll(ctx context.Context) error {
 const maxPages = 16
 
 // maxInputReads bounds the inputs a poll reads on their own (left out of
-// a page, input_omitted) that it does not hold already.
-const maxInputReads = 4
+// a page, input_omitted) that it does not hold already: each is read once
+// a revision, a page of one call (at most the call input bound).
+const maxInputReads = 16
 
 // listWait bounds one parked.list: a router waits up to 2 s for its cache,
 // then may read the session's records from the stream leader one by one.
 const listWait = 10 * time.Second
 
 // page asks a router for the page after cursor after ("": the first) of
-// the calls parked in session ("" for all), at most limit (0: any).
-func (rr routerReads) page(ctx context.Context, session, after string, limit int) (bus.ParkedPage, error) {
+// the calls parked in session ("" for all), at most limit (0: any), those
+// of revision at most omit without their inputs. A router before 1.30
+// refuses omit_through: the page is then asked for without it.
+func (rr routerReads) page(ctx context.Context, session, after string, limit int, omit uint64) (bus.ParkedPage, error) {
 	lctx, cancel := context.WithTimeout(ctx, listWait)
 	defer cancel()
 	var page bus.ParkedPage
-	if err := rr.cl.Admin(lctx, "parked.list", session, bus.ParkedQuery{After: after, Limit: limit}, &page); err != nil {
+	err := rr.cl.Admin(lctx, "parked.list", session, bus.ParkedQuery{After: after, Limit: limit, OmitThrough: omit}, &page)
+	if be := (*bus.Error)(nil); omit > 0 && errors.As(err, &be) && be.Code == bus.CodeBadRequest {
+		err = rr.cl.Admin(lctx, "parked.list", session, bus.ParkedQuery{After: after, Limit: limit}, &page)
+	}
+	if err != nil {
 		return page, err
 	}
 	if slices.ContainsFunc(page.Parked, func(p bus.ParkedCall) bool { return p.Revision == 0 }) {
@@ -362,10 +379,10 @@ func (rr routerReads) page(ctx context.Context, session, after string, limit int
 // most maxPages, until visit returns false; before is the cursor of the
 // call listed before p. It returns the last call listed when pages were
 // left (nil when it listed all or visit stopped it).
-func (rr routerReads) walk(ctx context.Context, session string, visit func(p bus.ParkedCall, before string) bool) (*bus.ParkedCall, error) {
+func (rr routerReads) walk(ctx context.Context, session string, omit uint64, visit func(p bus.ParkedCall, before string) bool) (*bus.ParkedCall, error) {
 	after, last := "", bus.ParkedCall{}
 	for range maxPages {
-		page, err := rr.page(ctx, session, after, 0)
+		page, err := rr.page(ctx, session, after, 0, omit)
 		if err != nil {
 			return nil, err
 		}
@@ -398,7 +415,7 @@ func (rr routerReads) whole(ctx context.Context, p bus.ParkedCall, before string
 		return p
 	}
 	*reads--
-	if page, err := rr.page(ctx, p.Session, before, 1); err == nil && len(page.Parked) == 1 &&
+	if page, err := rr.page(ctx, p.Session, before, 1, 0); err == nil && len(page.Parked) == 1 &&
 		page.Parked[0].Revision == p.Revision && bus.CallKey(page.Parked[0].Session, page.Parked[0].ReplyID, page.Parked[0].ID) == key {
 		return page.Parked[0]
 	}
@@ -410,7 +427,7 @@ func (rr routerReads) read(ctx context.Context, key string) (reading, error) {
 	session, _, _ := strings.Cut(key, ".")
 	var r reading
 	reads := 1
-	last, err := rr.walk(ctx, session, func(p bus.ParkedCall, before string) bool {
+	last, err := rr.walk(ctx, session, 0, func(p bus.ParkedCall, before string) bool {
 		if bus.CallKey(p.Session, p.ReplyID, p.ID) != key {
 			return true
 		}

@@ -144,7 +144,10 @@ func (s *records) item(key string, rev uint64, r bus.ParkRecord) (Item, bool) {
 	if r.Status != bus.ParkParked || (r.Kind != bus.KindConfirm && r.Kind != bus.KindExternal) {
 		return Item{}, false
 	}
-	digest := cmp.Or(r.InputDigest, bus.InputDigest(r.Call.Input))
+	digest := r.InputDigest
+	if digest == "" { // not cmp.Or: the digest of a held input, every poll, was a poll's largest cost
+		digest = bus.InputDigest(r.Call.Input)
+	}
 	it := Item{Key: key, Revision: rev, Session: r.Session, ReplyID: r.ReplyID, ID: r.Call.ID, Tool: r.Call.Name,
 		Kind: r.Kind, User: r.User, Context: r.Context, Input: r.Call.Input, InputDigest: digest,
 		SuggestedRules: r.SuggestedRules, Reason: r.Reason, Created: r.Created, Expires: r.Expires}

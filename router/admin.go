@@ -336,7 +336,7 @@ func (x *adminVerbs) parkedList(ctx context.Context, e *bus.Event) (any, error) 
 	if bound == 0 {
 		bound = int(x.nc.MaxPayload()) - parkedPageSlack
 	}
-	return parkedPage(recs, after, q.Limit, bound), nil
+	return parkedPage(recs, after, q.Limit, bound, q.OmitThrough), nil
 }
 
 // parkedPageSlack is what a page of parked.list leaves of the server's max
@@ -378,8 +378,9 @@ func (c parkedCursor) compare(rec *parked.Record) int {
 // does not fit in what is left is listed without its input
 // (input_omitted), and without its context and user if it still does not;
 // the page ends where not even that fits, so large inputs or contexts
-// cannot push other calls off a page (docs/inbox.md).
-func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus.ParkedPage {
+// cannot push other calls off a page (docs/inbox.md). An entry of revision
+// at most omit is listed without them whatever the room: the caller holds them.
+func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int, omit uint64) bus.ParkedPage {
 	slices.SortFunc(recs, func(a, b *parked.Record) int {
 		if n := a.Created.Compare(b.Created); n != 0 {
 			return n
@@ -393,6 +394,9 @@ func parkedPage(recs []*parked.Record, after parkedCursor, limit, bound int) bus
 			continue
 		}
 		p := parkedEntry(rec)
+		if rec.Rev <= omit {
+			p.Input, p.Context, p.User, p.InputOmitted = nil, nil, nil, true
+		}
 		n := encodedLen(p) + 1 // and its comma
 		if size+n > bound && len(p.Input) > 0 {
 			p.Input, p.InputOmitted = nil, true

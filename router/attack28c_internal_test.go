@@ -35,7 +35,7 @@ func BenchmarkParkedPages10k(b *testing.B) {
 	for b.Loop() {
 		after := parkedCursor{}
 		for range 16 {
-			page := parkedPage(slices.Clone(recs), after, 0, 1<<20)
+			page := parkedPage(slices.Clone(recs), after, 0, 1<<20, 0)
 			if page.Next == "" {
 				break
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/audit"
 	"github.com/toolbus/toolbus/bus"
@@ -18,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/limits"
+	"github.com/toolbus/toolbus/rcache"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -201,6 +203,10 @@ func TestResultCache(t *testing.T) {
 	if strings.Contains(string(first.Metadata), "toolbus_cache") {
 		t.Fatalf("a miss is marked: %s", first.Metadata)
 	}
+	// The miss's result is stored after its reply (docs/guardrails.md, "the
+	// write is off the call path"): a call through the other router before
+	// it lands misses and runs. The second call goes once it has.
+	cachedEntry(t, d, "lookup")
 	second := call("s2", "alice", "Oslo") // another session, same user: scope user
 	if runs.Load() != 1 || !strings.Contains(string(second.Metadata), `"hit":true`) || second.Output[0].Text != "weather in Oslo" {
 		t.Fatalf("runs %d, second %+v", runs.Load(), second)
@@ -245,6 +251,37 @@ func TestResultCache(t *testing.T) {
 	if reason, _ := registry.Check(&bus.ToolDef{Name: "w", InputSchema: json.RawMessage(`{"type":"object"}`), CacheTTLMS: 1000,
 		Permission: bus.PermissionPassthrough, RuleMatcher: bus.MatcherNone}); !strings.Contains(reason, "only for read_only or idempotent") {
 		t.Fatalf("a write tool with cache_ttl_ms: %q", reason)
+	}
+}
+
+// cachedEntry returns once the result cache holds an entry of tool, seen
+// by a watch of its bucket (which delivers what is stored, then each write).
+func cachedEntry(t *testing.T, d *xtest.Deployment, tool string) {
+	t.Helper()
+	_, js := clientJS(t, d)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, d.Subjects().Bucket(rcache.Bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx, tool+".*", jetstream.IgnoreDeletes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				t.Fatalf("the watch of %s's cached entries ended", tool)
+			}
+			if e != nil {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("no cached entry of %s: %v", tool, ctx.Err())
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ func TestParkedListPages(t *testing.T) {
 			var got, omitted []string
 			after, pages := parkedCursor{}, 0
 			for {
-				page := parkedPage(slices.Clone(tc.recs), after, tc.limit, tc.bound)
+				page := parkedPage(slices.Clone(tc.recs), after, tc.limit, tc.bound, 0)
 				pages++
 				if b, _ := json.Marshal(bus.ParkedPage{Parked: page.Parked}); len(b) > tc.bound && len(page.Parked) > 1 {
 					t.Fatalf("page %d is %d bytes, bound %d", pages, len(b), tc.bound)
@@ -86,7 +86,7 @@ func TestParkedListPages(t *testing.T) {
 	}
 	t.Run("parks between pages", func(t *testing.T) {
 		recs := slices.Clone(small)
-		page := parkedPage(slices.Clone(recs), parkedCursor{}, 2, 1<<20)
+		page := parkedPage(slices.Clone(recs), parkedCursor{}, 2, 1<<20, 0)
 		seen := map[string]int{}
 		for _, p := range page.Parked {
 			seen[bus.CallKey(p.Session, p.ReplyID, p.ID)]++
@@ -101,7 +101,7 @@ func TestParkedListPages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			page = parkedPage(slices.Clone(recs), after, 2, 1<<20)
+			page = parkedPage(slices.Clone(recs), after, 2, 1<<20, 0)
 			for _, p := range page.Parked {
 				seen[bus.CallKey(p.Session, p.ReplyID, p.ID)]++
 			}
@@ -177,7 +177,7 @@ func TestAttackParkedPageLargeContext(t *testing.T) {
 			Kind: bus.KindConfirm, Status: bus.ParkParked, Created: t0.Add(time.Duration(i) * time.Second), Expires: t0.Add(time.Hour), Rev: uint64(i + 1),
 			Context: big, User: json.RawMessage(`"mallory"`)}
 	}
-	page := parkedPage([]*parked.Record{rec(0, bound)}, parkedCursor{}, 0, bound)
+	page := parkedPage([]*parked.Record{rec(0, bound)}, parkedCursor{}, 0, bound, 0)
 	if n := encodedLen(page); n > bound || len(page.Parked) != 1 || !page.Parked[0].InputOmitted || page.Parked[0].Context != nil || page.Parked[0].User != nil {
 		t.Fatalf("a call of a %d-byte context: a page of %d bytes at a bound of %d, %+v", bound, n, bound, page.Parked)
 	}
@@ -193,7 +193,7 @@ func TestAttackParkedPageLargeContext(t *testing.T) {
 	recs = append(recs, victim)
 	var after parkedCursor
 	for pages := 1; ; pages++ {
-		page = parkedPage(recs, after, 0, bound)
+		page = parkedPage(recs, after, 0, bound, 0)
 		if n := encodedLen(page); n > bound || page.Parked[0].Context == nil {
 			t.Fatalf("page %d: %d bytes (bound %d), its first call without its context", pages, n, bound)
 		}
