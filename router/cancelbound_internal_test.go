@@ -2,7 +2,10 @@ package router
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Attack (session 40, cancelbound40): a cancel naming more than
@@ -21,6 +24,19 @@ func TestAttackCancelBound(t *testing.T) {
 	rig.cancels.onCancel(cancelMsg(t, "s1", ids...))
 	if reached != 0 {
 		t.Fatalf("a cancel of %d ids reached the batches %d times, want 0", len(ids), reached)
+	}
+	e, err := bus.NewEvent(bus.TypeCallCancel, "test/agent", bus.Cancel{Calls: []string{"c1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SessionID, e.ReplyID = "s1", strings.Repeat("r", 4000)
+	long, err := e.Msg(bus.NewSubjects("").Cancel("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.cancels.onCancel(long)
+	if reached != 0 {
+		t.Fatal("a cancel of a reply id no batch may have reached the batches (held: bus.Decode refuses it)")
 	}
 	rig.cancels.onCancel(cancelMsg(t, "s1", ids[:1024]...))
 	if reached == 0 {
