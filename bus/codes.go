@@ -117,6 +117,11 @@ const (
 // Limits of protocol version 1.
 const (
 	MaxCalls = 64
+	// MaxCancelCalls is the most call ids one cancel may name (3.5), and the
+	// ceiling of a router's --max-calls: no honest cancel names more. A
+	// cancel naming more is bad input: routers answer io.toolbus.error,
+	// workers drop it, and nothing is cancelled.
+	MaxCancelCalls = 1024
 )
 
 // InterruptedText is the fixed text of a call ended by io.toolbus.call.cancel.

@@ -709,6 +709,8 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	if err == nil && len(e.Data) > 0 && string(e.Data) != "null" {
 		if uerr := json.Unmarshal(e.Data, &c); uerr != nil {
 			err = bus.Errorf(bus.CodeBadEvent, "cancel data must be {\"calls\": [call ids]}: %v", uerr)
+		} else if len(c.Calls) > bus.MaxCancelCalls {
+			err = bus.Errorf(bus.CodeBadEvent, "a cancel names %d calls; at most %d are allowed", len(c.Calls), bus.MaxCancelCalls)
 		}
 	}
 	if err != nil {

@@ -185,7 +185,7 @@ func (ct *callTable) end(key string, c *Call) {
 // (all of the reply's without names) and remembers it for cancelMemory.
 func (ct *callTable) onCancel(m *nats.Msg) {
 	session, ok := ct.subj.Token(m.Subject, "cancel")
-	if !ok {
+	if !ok || !bus.ValidID(session) {
 		return
 	}
 	e, err := bus.Decode(m)
@@ -195,6 +195,9 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 	var c bus.Cancel
 	if len(e.Data) > 0 {
 		_ = json.Unmarshal(e.Data, &c)
+	}
+	if len(c.Calls) > bus.MaxCancelCalls {
+		return // bad input (3.5): no honest cancel names more; nothing is cancelled
 	}
 	ct.mu.Lock()
 	defer ct.mu.Unlock()

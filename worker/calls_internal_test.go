@@ -3,6 +3,7 @@ package worker
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,7 +202,10 @@ func TestCallTableCancelMemory(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c%d", i)
 	}
-	ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", append(ids, "not valid", "x.y")...))
+	ids = append(ids, "not valid", "x.y")
+	for chunk := range slices.Chunk(ids, bus.MaxCancelCalls) { // a cancel names at most MaxCancelCalls
+		ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", chunk...))
+	}
 	if len(ct.cancelled) != maxCancels || len(ct.order) != maxCancels {
 		t.Fatalf("remembers %d keys (%d in order), want %d", len(ct.cancelled), len(ct.order), maxCancels)
 	}
@@ -237,5 +241,67 @@ func TestCallTableCancelMemory(t *testing.T) {
 	ct.mu.Unlock()
 	if ct.begin(bus.CallKey("s1", "r1", "c10"), &Call{ID: "c10", SessionID: "s1", ReplyID: "r1"}) {
 		t.Fatal("a cancel older than cancelMemory cut a request off")
+	}
+}
+
+// maxCancel is a cancel of the server's max payload (1 MiB), all short ids:
+// what any agent may send to every worker.
+func maxCancel(t testing.TB) *nats.Msg {
+	ids := make([]string, 0, 100_000)
+	for i := 0; len(ids) < cap(ids); i++ {
+		ids = append(ids, fmt.Sprintf("c%d", i))
+	}
+	e, err := bus.NewEvent(bus.TypeCallCancel, "test", bus.Cancel{Calls: ids})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ReplyID = "r1"
+	m, err := e.Msg("toolbus.cancel.s1")
+	if err != nil || len(m.Data) > 1<<20 {
+		t.Fatalf("%d bytes: %v", len(m.Data), err)
+	}
+	return m
+}
+
+// Attack (session 40, cancelbound40): a cancel naming more than
+// bus.MaxCancelCalls ids, or under a session or reply id no call may have,
+// is dropped whole: no key remembered (none of the worker's memory of real
+// cancels pushed out), no call stopped. Before, one 1 MiB cancel wrote 65,536
+// keys and evicted every real cancel the worker remembered.
+func TestAttackCancelBound(t *testing.T) {
+	ct := newCallTable(bus.NewSubjects(""))
+	ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", "real"))
+	running := &Call{ID: "c5", SessionID: "s1", ReplyID: "r1"}
+	ct.begin(bus.CallKey("s1", "r1", "c5"), running)
+	over := make([]string, bus.MaxCancelCalls+1)
+	for i := range over {
+		over[i] = fmt.Sprintf("c%d", i)
+	}
+	long := strings.Repeat("s", 129)
+	for name, m := range map[string]*nats.Msg{
+		"max payload":       maxCancel(t),
+		"one id over":       cancelMsg(t, "toolbus.cancel.s1", "r1", over...),
+		"session too long":  cancelMsg(t, "toolbus.cancel."+long, "r1", "c5"),
+		"reply id too long": cancelMsg(t, "toolbus.cancel.s1", long, "c5"),
+	} {
+		ct.onCancel(m)
+		if len(ct.cancelled) != 1 || len(ct.order) != 1 || running.cancelled.Load() {
+			t.Errorf("%s: %d keys remembered (want 1, the real cancel's), call stopped %v", name, len(ct.cancelled), running.cancelled.Load())
+		}
+	}
+	ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", over[:bus.MaxCancelCalls]...))
+	if len(ct.cancelled) != 1+bus.MaxCancelCalls {
+		t.Errorf("a cancel at the bound: %d keys remembered, want %d", len(ct.cancelled), 1+bus.MaxCancelCalls)
+	}
+}
+
+// BenchmarkCancelMax: one worker's cost of a max-payload cancel (1 MiB of
+// short ids, from any session's agent).
+func BenchmarkCancelMax(b *testing.B) {
+	ct := newCallTable(bus.NewSubjects(""))
+	m := maxCancel(b)
+	b.SetBytes(int64(len(m.Data)))
+	for b.Loop() {
+		ct.onCancel(m)
 	}
 }

@@ -109,6 +109,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	storeCfg.MCPRefusals = new(store.Refusals) // the facade's, in the router's P_mcp row
 	mcpOpts.maxBytes, mcpOpts.refusals = storeCfg.MCPMaxBytes, storeCfg.MCPRefusals
 
+	if *maxCalls > bus.MaxCancelCalls { // a cancel names at most that many (3.5): one of a larger batch would be cut
+		return fmt.Errorf("--max-calls %d: at most %d", *maxCalls, bus.MaxCancelCalls)
+	}
 	url := *natsURL
 	if *secure != "" {
 		if url != "" || *natsConfig != "" {

@@ -85,6 +85,7 @@ KIND_QUEUED = "queued"
 
 FORMATS = ("toolbus", "openai", "openai-responses", "anthropic", "gemini", "mcp")
 MAX_CALLS = 64
+MAX_CANCEL_CALLS = 1024  # ids one cancel may name (3.5); a cancel naming more is dropped whole
 DEFAULT_HEARTBEAT = 5.0
 DEFAULT_TIMEOUT_MS = 300000
 INTERRUPTED_TEXT = "<system-reminder>The tool call has been interrupted by the user.</system-reminder>"

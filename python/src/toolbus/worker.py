@@ -554,16 +554,18 @@ class _Executor:
 
     async def on_cancel(self, msg: Any) -> None:
         session = self.subjects.token(msg.subject, "cancel")
-        if session is None:
+        if not ev.valid_id(session):
             return
         try:
             e = ev.decode(msg.data, msg.headers)
         except ProtocolError:
             return
-        if e.type != ev.TYPE_CALL_CANCEL or not e.replyid:
+        if e.type != ev.TYPE_CALL_CANCEL or not ev.valid_id(e.replyid):
             return
         ids: list[str] = []
         if isinstance(e.data, dict) and isinstance(e.data.get("calls"), list):
+            if len(e.data["calls"]) > ev.MAX_CANCEL_CALLS:
+                return  # bad input (3.5): no honest cancel names more; nothing is cancelled
             ids = [i for i in e.data["calls"] if isinstance(i, str)]
         now = time.monotonic()
         prefix = f"{session}.{e.replyid}."

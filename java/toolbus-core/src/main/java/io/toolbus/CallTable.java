@@ -73,18 +73,22 @@ final class CallTable {
   /** Takes an io.toolbus.call.cancel from P.cancel.<session>. */
   void onCancel(Message m) {
     String session = subj.token(m.getSubject(), "cancel");
-    if (session == null) {
+    if (!Ids.validId(session)) {
       return;
     }
     Event e;
     List<String> calls = new ArrayList<>();
     try {
       e = Event.decode(m);
-      if (!Codes.CALL_CANCEL.equals(e.type) || e.replyid == null || e.replyid.isEmpty()) {
+      if (!Codes.CALL_CANCEL.equals(e.type) || !Ids.validId(e.replyid)) {
         return;
       }
       if (e.hasData()) {
-        e.dataTree().path("calls").forEach(n -> calls.add(n.asText()));
+        var named = e.dataTree().path("calls");
+        if (named.size() > Codes.MAX_CANCEL_CALLS) {
+          return; // bad input (3.5): no honest cancel names more; nothing is cancelled
+        }
+        named.forEach(n -> calls.add(n.asText()));
       }
     } catch (BusException ex) {
       return;

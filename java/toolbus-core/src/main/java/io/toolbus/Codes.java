@@ -24,6 +24,8 @@ public final class Codes {
   public static final String CALL_PROGRESS = "io.toolbus.call.progress";
   /** The most bytes of a progress message's body a router takes (5.3, 1.19). */
   public static final int MAX_PROGRESS = 64 << 10;
+  /** The most call ids one cancel may name (3.5); a worker drops a cancel naming more, whole. */
+  public static final int MAX_CANCEL_CALLS = 1024;
   public static final String CALL_PARKED = "io.toolbus.call.parked";
   public static final String BATCH_DONE = "io.toolbus.batch.done";
   public static final String EXEC = "io.toolbus.exec";
