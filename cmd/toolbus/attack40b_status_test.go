@@ -30,32 +30,38 @@ func answerAs(t *testing.T, nc *nats.Conn, subject string, answer func(m *nats.M
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 }
 
+// routerAnswers answers the admin verb status as a router, with data.
+func routerAnswers(t *testing.T, nc *nats.Conn, data string) {
+	t.Helper()
+	answerAs(t, nc, bus.NewSubjects("").Admin("status"), func(m *nats.Msg) [][]byte {
+		e, err := bus.NewEvent(bus.TypeAdminReply, "toolbus/router/r", json.RawMessage(data))
+		var r *nats.Msg
+		if err == nil {
+			r, err = e.Msg(m.Reply)
+		}
+		if err == nil {
+			err = nc.PublishMsg(r)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+		return nil
+	})
+}
+
 // TestAttack40bStatusHostileDiscovery (session 40, red team on polish40's
 // micro STATS in `toolbus status`): whoever may answer $SRV discovery (or a
-// buggy router's status) names instances, tools, groups, warnings and the store's state with
-// terminal escapes, a bidi override and a forged line: status printed the
-// instances' ids and endpoints raw to the operator's terminal. Every name
+// buggy router's status) names instances, tools, groups, warnings and the
+// store's state with terminal escapes, a bidi override and a forged line:
+// status printed them raw to the operator's terminal. Every name
 // status prints is now one line with its controls written as escapes.
 func TestAttack40bStatusHostileDiscovery(t *testing.T) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
 	evil := "x\x1b]0;owned\x07\u202e\ninstances (NATS micro discovery):"
 	name, _ := json.Marshal(evil)
-	answerAs(t, nc, bus.NewSubjects("").Admin("status"), func(m *nats.Msg) [][]byte {
-		data := fmt.Sprintf(`{"router":%s,"tools":[{"name":%s,"live_workers":1,"groups":[%s],"workers":[%s]}],"warnings":[%s],"groups":0,"sessions":0,"parked":0,"store":{"state":%s,"error":%s,"bounds":[{"bucket":%s,"bytes":1,"bound":2}]}}`,
-			name, name, name, name, name, name, name, name)
-		e, err := bus.NewEvent(bus.TypeAdminReply, "toolbus/router/evil", json.RawMessage(data))
-		var r *nats.Msg
-		if err == nil {
-			r, err = e.Msg(m.Reply)
-		}
-		if err != nil {
-			t.Error(err)
-			return nil
-		}
-		_ = nc.PublishMsg(r)
-		return nil
-	})
+	routerAnswers(t, nc, fmt.Sprintf(`{"router":%s,"tools":[{"name":%s,"live_workers":1,"groups":[%s],"workers":[%s]}],"warnings":[%s],"groups":0,"sessions":0,"parked":0,"store":{"state":%s,"error":%s,"bounds":[{"bucket":%s,"bytes":1,"bound":2}]}}`,
+		name, name, name, name, name, name, name, name))
 	answerAs(t, nc, "$SRV.STATS.toolbus-worker", func(*nats.Msg) [][]byte {
 		return [][]byte{fmt.Appendf(nil, `{"name":"toolbus-worker","id":%s,"metadata":{"worker":%s},"endpoints":[{"name":%s,"num_requests":2}]}`, name, name, name)}
 	})
@@ -79,17 +85,7 @@ func TestAttack40bStatusHostileDiscovery(t *testing.T) {
 func TestAttack40bStatusDiscoveryBytes(t *testing.T) {
 	s := testkit.RunServer(t)
 	nc := testkit.Connect(t, s)
-	answerAs(t, nc, bus.NewSubjects("").Admin("status"), func(m *nats.Msg) [][]byte {
-		e, err := bus.NewEvent(bus.TypeAdminReply, "toolbus/router/r", json.RawMessage(`{"router":"r","tools":[],"groups":0,"sessions":0,"parked":0,"store":{"state":"ok"}}`))
-		var r *nats.Msg
-		if err == nil {
-			r, err = e.Msg(m.Reply)
-		}
-		if err == nil {
-			_ = nc.PublishMsg(r)
-		}
-		return nil
-	})
+	routerAnswers(t, nc, `{"router":"r","tools":[],"groups":0,"sessions":0,"parked":0,"store":{"state":"ok"}}`)
 	const each, answers = 900 << 10, 30
 	long := strings.Repeat("e", each)
 	answerAs(t, nc, "$SRV.STATS.toolbus-worker", func(*nats.Msg) [][]byte {
