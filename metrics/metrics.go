@@ -282,7 +282,9 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	l := life.New(life.Config{})
-	scrape := promhttp.HandlerFor(r, promhttp.HandlerOpts{})
+	// MaxRequestsInFlight: scrapes never read, each holding what it gathered
+	// until writeTimeout, grew without end (TestAttack40bScrapesInFlight).
+	scrape := promhttp.HandlerFor(r, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
 		if !l.Enter() {
@@ -319,3 +321,8 @@ var idleTimeout = 2 * time.Minute
 // read: Prometheus's own default scrape timeout (the answer's size is
 // bounded: MaxLabelValues).
 var writeTimeout = 10 * time.Second
+
+// maxScrapes bounds the scrapes served at once; one more is answered 503 at
+// once. A Prometheus server scrapes one at a time: four leave room for a
+// pair of them and a person's curl.
+const maxScrapes = 4

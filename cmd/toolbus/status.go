@@ -56,6 +56,10 @@ type toolStats struct {
 // without end.
 const maxInstances = 1024
 
+// maxDiscoveryBytes bounds the bytes of the answers status keeps of each
+// kind.
+const maxDiscoveryBytes = 16 << 20
+
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cn := newFlagSet("status", stderr)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
@@ -116,13 +120,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if st.SessionsStored != nil {
 		sessions = fmt.Sprintf("%d stored (%d in this router's cache)", *st.SessionsStored, st.Sessions)
 	}
-	fmt.Fprintf(stdout, "sessions: %s   parked calls: %d   groups: %d   (answered by router %s)\n", sessions, st.Parked, st.Groups, st.Router)
-	fmt.Fprintln(stdout, storeLine(st.Store))
+	fmt.Fprintf(stdout, "sessions: %s   parked calls: %d   groups: %d   (answered by router %s)\n", sessions, st.Parked, st.Groups, clean(st.Router))
+	fmt.Fprintln(stdout, clean(storeLine(st.Store)))
 	for _, l := range boundLines(st.Store.Bounds, time.Now()) {
-		fmt.Fprintln(stdout, l)
+		fmt.Fprintln(stdout, clean(l))
 	}
 	for _, w := range st.Warnings {
-		fmt.Fprintln(stdout, "warning:", w)
+		fmt.Fprintln(stdout, "warning:", clean(w))
 	}
 	// Columns sized to their longest cell: long bridged MCP names
 	// (mcp__server__tool) no longer push the others out of line.
@@ -133,7 +137,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if t.External {
 			live = "external"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\tgroups: %s\n", t.Name, live, strings.Join(t.Groups, ", "))
+		fmt.Fprintf(tw, "  %s\t%s\tgroups: %s\n", clean(t.Name), live, clean(strings.Join(t.Groups, ", ")))
 		for _, id := range t.Workers {
 			fmt.Fprintf(tw, "    %s\t%s\n", clean(id), discovered(found, id, t.Name))
 		}
@@ -146,7 +150,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	fmt.Fprintln(tw, "instances (NATS micro discovery):")
 	for _, it := range found {
-		fmt.Fprintf(tw, "  %s\t%s\t%v\n", it.Kind, it.ID, it.Tools)
+		fmt.Fprintf(tw, "  %s\t%s\t[%s]\n", it.Kind, clean(it.ID), clean(strings.Join(it.Tools, " ")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -256,7 +260,8 @@ func boundLines(bs []bus.BoundStatus, now time.Time) []string {
 func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // discover collects the micro STATS answers of every instance of service
-// name that answers within wait, at most maxInstances.
+// name that answers within wait, at most maxInstances of them and
+// maxDiscoveryBytes in all.
 func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duration) ([]micro.Stats, error) {
 	subject, err := micro.ControlSubject(micro.StatsVerb, name, "")
 	if err != nil {
@@ -274,9 +279,12 @@ func discover(ctx context.Context, nc *nats.Conn, name string, wait time.Duratio
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var out []micro.Stats
-	for len(out) < maxInstances {
+	for size := 0; len(out) < maxInstances; {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil { // wait has passed (or ctx ended)
+			break
+		}
+		if size += len(m.Data); size > maxDiscoveryBytes {
 			break
 		}
 		var in micro.Stats

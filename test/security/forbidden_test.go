@@ -26,7 +26,7 @@ func TestAgentConfined(t *testing.T) {
 	d.startWorker()
 	a := d.conn("session-s1")
 	for _, s := range []string{"toolbus.exec.greet", "toolbus.exec.deploy", "toolbus.register", "toolbus.register.greet", "toolbus.admin.status",
-		"toolbus.admin.session.mode", "toolbus.call.s2", "toolbus.tools.s2", "toolbus.cancel.s2", "toolbus.events.s1",
+		"toolbus.admin.session.mode", "toolbus.admin.parked.list", "toolbus.call.s2", "toolbus.tools.s2", "toolbus.cancel.s2", "toolbus.events.s1",
 		"toolbus.answer.pick", "toolbus.answer.deploy", "toolbus.external.pick", "$KV.toolbus_sessions.s2",
 		"$JS.API.STREAM.DELETE.TOOLBUS_EVENTS", "$JS.API.CONSUMER.CREATE.TOOLBUS_EVENTS.x"} {
 		a.denyPublish(s)
