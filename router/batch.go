@@ -695,6 +695,7 @@ type canceller struct {
 	running    func(session, replyID string) []*batch // every copy of the batch running here
 	confirming *confirmed
 	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
+	work       func(func(context.Context)) bool            // runs a cancel's wait for parks in flight as tracked work; false once draining
 }
 
 // onCancel ends the named calls of a batch running on this router (the
@@ -722,32 +723,44 @@ func (r *canceller) onCancel(m *nats.Msg) {
 		// re-sent copy of its batch running here (3.5, 1.12).
 		return
 	}
-	r.interruptHere(e.SessionID, e.ReplyID, c.Calls) // each copy of a re-sent batch (3.1, 3.5)
+	parking := r.interruptHere(e.SessionID, e.ReplyID, c.Calls) // each copy of a re-sent batch (3.1, 3.5)
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
-	r.parked(e.SessionID, e.ReplyID, c.Calls)
-	// Once more, for a continuation resumed since the first look that read
-	// its marks before these were written (parked.Reads.Marks); interrupt
-	// ends a call once however often it is reached.
-	if r.interruptHere(e.SessionID, e.ReplyID, c.Calls) {
-		r.parked(e.SessionID, e.ReplyID, c.Calls)
+	r.end(e.SessionID, e.ReplyID, c.Calls, parking, true)
+}
+
+// end ends the batch's parked and queued calls once the parks in flight
+// that interruptHere found have returned, so that their records are there
+// to end. A park's writes may retry through a leader election for minutes:
+// the wait is tracked work, not the handler's dispatch slot, which one
+// session's cancels would otherwise hold (redteam40b). again looks once
+// more, for a continuation resumed since the first look that read its
+// marks before these were written (parked.Reads.Marks); interrupt ends a
+// call once however often it is reached.
+func (r *canceller) end(session, replyID string, ids []string, parking []<-chan struct{}, again bool) {
+	step := func(context.Context) {
+		for _, ch := range parking {
+			<-ch
+		}
+		r.parked(session, replyID, ids)
+		if p := r.interruptHere(session, replyID, ids); again && len(p) > 0 {
+			r.end(session, replyID, ids, p, false)
+		}
+	}
+	if len(parking) == 0 || !r.work(step) {
+		step(r.base)
 	}
 }
 
-// interruptHere interrupts the copies of a batch running here, then waits
-// for the parks in flight of the calls it ended (startParking), so that
-// their records are there for the cancel to end (r.parked); true when it
-// waited for any.
-func (r *canceller) interruptHere(session, replyID string, ids []string) bool {
-	var parking []<-chan struct{}
+// interruptHere interrupts the copies of a batch running here and returns
+// what closes when the parks in flight of the calls it ended
+// (startParking) have returned.
+func (r *canceller) interruptHere(session, replyID string, ids []string) (parking []<-chan struct{}) {
 	for _, b := range r.running(session, replyID) {
 		if ch := b.interrupt(ids); ch != nil {
 			parking = append(parking, ch)
 		}
 	}
-	for _, ch := range parking {
-		<-ch
-	}
-	return len(parking) > 0
+	return parking
 }
 
 // confirmed holds the cancels of the confirmed calls running here, outside batches.

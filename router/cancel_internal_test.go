@@ -61,6 +61,7 @@ type windowRig struct {
 	conts   *continuations
 	cancels *canceller
 	batches *runningBatches
+	work    sync.WaitGroup // a cancel's waits for parks in flight (canceller.work)
 }
 
 func newWindowRig(t *testing.T) *windowRig {
@@ -94,8 +95,11 @@ func newWindowRig(t *testing.T) *windowRig {
 	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}}
 	conts := &continuations{wire: w, parked: ps, answers: ans, pipe: f.p, batches: rb}
 	ans.resume = conts.resume
-	return &windowRig{f: f, ledger: led, events: ev, parked: ps, conts: conts, batches: rb,
-		cancels: &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked}}
+	rig := &windowRig{f: f, ledger: led, events: ev, parked: ps, conts: conts, batches: rb}
+	rig.cancels = &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked,
+		work: func(fn func(context.Context)) bool { rig.work.Go(func() { fn(t.Context()) }); return true }}
+	t.Cleanup(rig.work.Wait)
+	return rig
 }
 
 // cancelMsg is io.toolbus.call.cancel of session s1, reply r1, naming
@@ -367,6 +371,7 @@ func TestCancelWhileCallParks(t *testing.T) {
 		b.run(0)
 		rig.batches.untrack(b)
 		<-cancelled
+		rig.work.Wait()
 		if len(b.parked) != 0 {
 			t.Errorf("the reply lists %+v parked after the cancel", b.parked)
 		}
@@ -384,4 +389,37 @@ func TestCancelWhileCallParks(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCancelWaitsOffItsSlot: a cancel that reaches a call whose park is in
+// flight returns from its handler at once, and ends the call's record once
+// the park returns, as tracked work. Before, the handler itself waited for
+// the park, whose writes may retry through a leader election for minutes,
+// holding one of the router's dispatch slots (MaxInflight) the while: one
+// session's cancels of its parking batches could fill them and refuse
+// every other session's calls (redteam40b).
+func TestCancelWaitsOffItsSlot(t *testing.T) {
+	rig := newWindowRig(t)
+	b := rig.f.batchOf(t, "", call("c1", "ext"))
+	release, returned := make(chan struct{}), make(chan struct{})
+	rig.f.p.park.conts = parkHook{rig.f.p.park.conts, func() {
+		go func() { defer close(returned); rig.cancels.onCancel(cancelMsg(t, "s1")) }()
+		select {
+		case <-returned:
+		case <-time.After(10 * time.Second): // a bound, not a synchronisation: the handler waited for this park
+			t.Error("the cancel's handler waits for the park in flight")
+		}
+		close(release)
+	}}
+	rig.batches.track(b)
+	b.run(0)
+	rig.batches.untrack(b)
+	<-release
+	rig.work.Wait()
+	if res := b.calls[0].result; res == nil || res.State != bus.StateInterrupted {
+		t.Errorf("c1's result %+v, want interrupted", res)
+	}
+	if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
+		t.Errorf("%d calls still parked after the cancel", len(recs))
+	}
 }

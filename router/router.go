@@ -398,7 +398,7 @@ func (r *Router) bind() {
 		store: r.store, tasksBound: &r.tasksBound, guardBounds: r.guards.bounds, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
 		audit: r.guards.audit, readOut: r.cfg.Guard.ReadOutput}
-	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked}
+	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked, work: r.life.Go}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
