@@ -58,6 +58,8 @@ type batch struct {
 	mu         sync.Mutex     // guards callState.result/raw/cancel/parking, parking, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 	parking    chan struct{}  // closed once the park in flight returned (startParking); nil: none
+	heard      []string       // the ids of the last cancels this router handled for the batch (heardCancel)
+	hearing    chan struct{}  // closed when heard grows (heardCancel); nil: nobody waits
 }
 
 // callState is one call of a batch.
@@ -255,6 +257,9 @@ func (b *batch) run(start int) bool {
 		if !b.runCalls(b.calls[i:j], j, sess) {
 			return false // parked: the continuation takes it from here
 		}
+		if j < len(b.calls) {
+			b.awaitCancels(b.calls[i:j])
+		}
 		if t := b.calls[i].target; (t.Reset || t.Skill || t.Search) && b.calls[i].early == nil {
 			sess = b.p.sessions.Session(b.session) // as the call left it
 			b.p.resolve.from(b, sess, j)
@@ -262,6 +267,66 @@ func (b *batch) run(start int) bool {
 		i = j
 	}
 	return true
+}
+
+// cancelWait bounds how long a batch's next run waits for a cancel that a
+// worker's interrupted result names (protocol 3.5, 1.30): a worker that
+// names a cancel nobody sent delays its own batch by that much, no more.
+const cancelWait = 2 * time.Second
+
+// maxCancelsHeard bounds the cancel ids a batch keeps (heardCancel): an agent may
+// send any number of cancels for its batch.
+const maxCancelsHeard = 16
+
+// awaitCancels waits, before the batch's next run, until this router has
+// handled each cancel that a worker's interrupted result of run names
+// (job.cancelledBy), or cancelWait passed: the worker may hear a cancel
+// first (3.5), and the next run must find the calls the cancel names
+// ended (docs/router.md). The worker's word ends nothing itself.
+func (b *batch) awaitCancels(run []*callState) {
+	var timer *time.Timer
+	for _, c := range run {
+		id := c.job.cancelledBy
+		for id != "" {
+			b.mu.Lock()
+			if slices.Contains(b.heard, id) {
+				b.mu.Unlock()
+				break
+			}
+			if b.hearing == nil {
+				b.hearing = make(chan struct{})
+			}
+			ch := b.hearing
+			b.mu.Unlock()
+			if timer == nil {
+				timer = time.NewTimer(cancelWait)
+				defer timer.Stop()
+			}
+			select {
+			case <-ch:
+			case <-timer.C:
+				b.p.log.Warn("router: a worker named a cancel this router did not get", "session", b.session, "reply", b.replyID, "cancel", id)
+				return
+			case <-b.ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// heardCancel notes that this router has handled cancel id for the batch
+// (its calls interrupted), for awaitCancels.
+func (b *batch) heardCancel(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.heard) == maxCancelsHeard {
+		b.heard = slices.Delete(b.heard, 0, 1)
+	}
+	b.heard = append(b.heard, id)
+	if b.hearing != nil {
+		close(b.hearing)
+		b.hearing = nil
+	}
 }
 
 // cutOff reports whether the drain deadline cut the batch off.
@@ -720,12 +785,25 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	}
 	if c.Task != "" {
 		// A task's cancel (background.stopRun) is for the worker, not a
-		// re-sent copy of its batch running here (3.5, 1.12).
+		// re-sent copy of its batch running here (3.5, 1.12); its run's
+		// result is the task's, no batch's next run waits for it.
 		return
 	}
 	parking := r.interruptHere(e.SessionID, e.ReplyID, c.Calls) // each copy of a re-sent batch (3.1, 3.5)
+	r.heard(e)
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.end(e.SessionID, e.ReplyID, c.Calls, parking, true)
+}
+
+// heard tells the copies of cancel e's batch running here that it was
+// handled (batch.awaitCancels).
+func (r *canceller) heard(e *bus.Event) {
+	if e.ID == "" {
+		return
+	}
+	for _, b := range r.running(e.SessionID, e.ReplyID) {
+		b.heardCancel(e.ID)
+	}
 }
 
 // end ends the batch's parked and queued calls once the parks in flight
