@@ -58,8 +58,7 @@ type batch struct {
 	mu         sync.Mutex     // guards callState.result/raw/cancel/parking, parking, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 	parking    chan struct{}  // closed once the park in flight returned (startParking); nil: none
-	heard      []string       // the ids of the last cancels this router handled for the batch (heardCancel)
-	hearing    chan struct{}  // closed when heard grows (heardCancel); nil: nobody waits
+	heard      cancelsHeard   // the cancels this router handled for the batch, for a next run to wait on
 }
 
 // callState is one call of a batch.
@@ -258,7 +257,7 @@ func (b *batch) run(start int) bool {
 			return false // parked: the continuation takes it from here
 		}
 		if j < len(b.calls) {
-			b.awaitCancels(b.calls[i:j])
+			awaitCancels(b, b.calls[i:j])
 		}
 		if t := b.calls[i].target; (t.Reset || t.Skill || t.Search) && b.calls[i].early == nil {
 			sess = b.p.sessions.Session(b.session) // as the call left it
@@ -274,58 +273,76 @@ func (b *batch) run(start int) bool {
 // names a cancel nobody sent delays its own batch by that much, no more.
 const cancelWait = 2 * time.Second
 
-// maxCancelsHeard bounds the cancel ids a batch keeps (heardCancel): an agent may
-// send any number of cancels for its batch.
+// maxCancelsHeard bounds the cancel ids a batch keeps (cancelsHeard): an
+// agent may send any number of cancels for its batch.
 const maxCancelsHeard = 16
 
-// awaitCancels waits, before the batch's next run, until this router has
-// handled each cancel that a worker's interrupted result of run names
+// awaitCancels waits, before b's next run, until this router has handled
+// each cancel that a worker's interrupted result of run names
 // (job.cancelledBy), or cancelWait passed: the worker may hear a cancel
 // first (3.5), and the next run must find the calls the cancel names
 // ended (docs/router.md). The worker's word ends nothing itself.
-func (b *batch) awaitCancels(run []*callState) {
+func awaitCancels(b *batch, run []*callState) {
 	var timer *time.Timer
 	for _, c := range run {
 		id := c.job.cancelledBy
-		for id != "" {
-			b.mu.Lock()
-			if slices.Contains(b.heard, id) {
-				b.mu.Unlock()
-				break
-			}
-			if b.hearing == nil {
-				b.hearing = make(chan struct{})
-			}
-			ch := b.hearing
-			b.mu.Unlock()
-			if timer == nil {
-				timer = time.NewTimer(cancelWait)
-				defer timer.Stop()
-			}
-			select {
-			case <-ch:
-			case <-timer.C:
-				b.p.log.Warn("router: a worker named a cancel this router did not get", "session", b.session, "reply", b.replyID, "cancel", id)
-				return
-			case <-b.ctx.Done():
-				return
-			}
+		if id == "" {
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(cancelWait)
+			defer timer.Stop()
+		}
+		if !b.heard.wait(b.ctx, id, timer.C) {
+			b.p.log.Warn("router: a worker named a cancel this router did not handle in time", "session", b.session, "reply", b.replyID, "cancel", id)
+			return
 		}
 	}
 }
 
-// heardCancel notes that this router has handled cancel id for the batch
-// (its calls interrupted), for awaitCancels.
-func (b *batch) heardCancel(id string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.heard) == maxCancelsHeard {
-		b.heard = slices.Delete(b.heard, 0, 1)
+// cancelsHeard are the ids of the last cancels this router handled for a
+// batch (canceller.heard), at most maxCancelsHeard: an agent may send any
+// number of cancels for its batch.
+type cancelsHeard struct {
+	mu      sync.Mutex
+	ids     []string
+	hearing chan struct{} // closed when ids grows; nil: nobody waits
+}
+
+// hear notes cancel id, handled: the batch's calls it names are ended.
+func (h *cancelsHeard) hear(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ids) == maxCancelsHeard {
+		h.ids = slices.Delete(h.ids, 0, 1)
 	}
-	b.heard = append(b.heard, id)
-	if b.hearing != nil {
-		close(b.hearing)
-		b.hearing = nil
+	h.ids = append(h.ids, id)
+	if h.hearing != nil {
+		close(h.hearing)
+		h.hearing = nil
+	}
+}
+
+// wait reports whether cancel id was heard before until or ctx ended.
+func (h *cancelsHeard) wait(ctx context.Context, id string, until <-chan time.Time) bool {
+	for {
+		h.mu.Lock()
+		if slices.Contains(h.ids, id) {
+			h.mu.Unlock()
+			return true
+		}
+		if h.hearing == nil {
+			h.hearing = make(chan struct{})
+		}
+		ch := h.hearing
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-until:
+			return false
+		case <-ctx.Done():
+			return false
+		}
 	}
 }
 
@@ -796,13 +813,13 @@ func (r *canceller) onCancel(m *nats.Msg) {
 }
 
 // heard tells the copies of cancel e's batch running here that it was
-// handled (batch.awaitCancels).
+// handled (awaitCancels).
 func (r *canceller) heard(e *bus.Event) {
 	if e.ID == "" {
 		return
 	}
 	for _, b := range r.running(e.SessionID, e.ReplyID) {
-		b.heardCancel(e.ID)
+		b.heard.hear(e.ID)
 	}
 }
 

@@ -50,9 +50,9 @@ func TestWorkerCancelHoldsNextRun(t *testing.T) {
 	eachParkingTool(t, func(t *testing.T, rig *windowRig, parks string) {
 		b := workerHeardFirst(t, rig, parks, func(b *batch, cancel func()) {
 			testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
-				b.mu.Lock()
-				defer b.mu.Unlock()
-				if b.hearing == nil {
+				b.heard.mu.Lock()
+				defer b.heard.mu.Unlock()
+				if b.heard.hearing == nil {
 					return errors.New("the batch does not wait for the cancel")
 				}
 				return nil
