@@ -98,6 +98,7 @@ func TestExecReplyCancel(t *testing.T) {
 		{`{"state":"interrupted","output":[], "cancel":"k\u0031"}`, "k1"},
 		{`{"state":"interrupted","output":[]}`, ""},
 		{`{"state":"success","output":[],"cancel":"k1"}`, ""},
+		{`{"state":"interrupted","output":[],"cancel":"k.1"}`, ""},
 	} {
 		res, _, by := execReply(call, callRef{"s1", "", "c1"}, execMsg(t, bus.TypeExecResult, tc.data))
 		if by != tc.want {

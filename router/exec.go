@@ -461,6 +461,9 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
 		// A cancel reaches worker and router at once: one text (protocol 3.5).
+		if !bus.ValidID(xr.Cancel) {
+			xr.Cancel = "" // none, or not one a worker names (1.30)
+		}
 		return interrupted(c), patch, xr.Cancel
 	default:
 		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch, ""

@@ -583,7 +583,7 @@ class _Executor:
             self._cancelled.popitem(last=False)
         for key, c in list(self._calls.items()):
             if (not ids and key.startswith(prefix)) or key in keys:
-                if not c.cancelled:
+                if not c.cancelled and ev.valid_id(e.id):  # a megabyte's id would make the result too large to send
                     c.cancel_id = e.id
                 c.cancelled = True
                 if c.task is not None:
