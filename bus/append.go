@@ -122,6 +122,9 @@ func (r *ExecResult) AppendJSON(b []byte) ([]byte, error) {
 	if b, err = appendMember(b, "state_patch", r.StatePatch); err != nil {
 		return nil, err
 	}
+	if r.Cancel != "" {
+		b = appendField(b, `,"cancel":`, r.Cancel)
+	}
 	return append(b, '}'), nil
 }
 

@@ -77,7 +77,7 @@ func TestResultAppendJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameAsMarshal(t, got, &r)
-		x := ExecResult{State: r.State, Output: r.Output, Metadata: r.Metadata, StatePatch: r.Metadata}
+		x := ExecResult{State: r.State, Output: r.Output, Metadata: r.Metadata, StatePatch: r.Metadata, Cancel: r.ID}
 		got, err = x.AppendJSON(nil)
 		if err != nil {
 			t.Fatal(err)

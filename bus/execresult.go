@@ -25,7 +25,7 @@ var (
 
 // decodeExecResultFlat reads b into xr and reports whether it was in the plain form.
 func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
-	var state []byte
+	var state, cancel []byte
 	var blocksBuf [4]flatBlock
 	blocks := blocksBuf[:0]
 	var meta, patch json.RawMessage
@@ -50,6 +50,9 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 			v, ok := p.raw("{[")
 			patch = append(json.RawMessage(nil), v...)
 			return 8 * b2u(ok)
+		case "cancel":
+			cancel, ok = p.plain()
+			return 16 * b2u(ok)
 		}
 		return 0
 	})
@@ -57,13 +60,16 @@ func decodeExecResultFlat(b []byte, xr *ExecResult) bool {
 		return false
 	}
 	// Every string that is not a constant, as slices of one new string.
-	n := len(state)
+	n := len(state) + len(cancel)
 	for _, bl := range blocks {
 		n += len(bl.typ) + len(bl.text)
 	}
 	var all strings.Builder
 	all.Grow(n)
 	*xr = ExecResult{State: addKnown(&all, state, execStates), Output: make([]Block, len(blocks)), Metadata: meta, StatePatch: patch}
+	if len(cancel) > 0 {
+		xr.Cancel = addString(&all, cancel)
+	}
 	for k, bl := range blocks {
 		xr.Output[k] = Block{Type: addKnown(&all, bl.typ, blockTypes), Text: addString(&all, bl.text)}
 	}

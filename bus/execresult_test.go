@@ -23,6 +23,9 @@ var execResultSeeds = []string{
 	`{"state":"success","output":[{"type":"text","text":"hi"},]}`,
 	`{"state":"success","output":[{"type":"text","text":"hi"}]} x`,
 	`{}`,
+	`{"state":"interrupted","output":[{"type":"text","text":"x"}],"cancel":"cancel-1"}`,
+	`{"state":"interrupted","output":[],"cancel":"c\u0031"}`,
+	`{"state":"interrupted","output":[],"cancel":7}`,
 }
 
 // The plain form's scanner agrees with the general decoder on everything
@@ -58,7 +61,7 @@ func checkScanner[T any](t *testing.T, b []byte, scan func([]byte, *T) bool) {
 
 // Which seeds the scanner takes: the plain forms, and nothing else.
 func TestExecResultFlat(t *testing.T) {
-	plain := map[string]bool{execResultSeeds[0]: true, execResultSeeds[1]: true, execResultSeeds[2]: true, execResultSeeds[3]: true, execResultSeeds[4]: true}
+	plain := map[string]bool{execResultSeeds[0]: true, execResultSeeds[1]: true, execResultSeeds[2]: true, execResultSeeds[3]: true, execResultSeeds[4]: true, execResultSeeds[15]: true}
 	for _, s := range execResultSeeds {
 		checkExecResultFlat(t, []byte(s))
 		var xr ExecResult

@@ -271,6 +271,10 @@ type ExecResult struct {
 	Output     []Block         `json:"output"`
 	Metadata   json.RawMessage `json:"metadata,omitempty"`
 	StatePatch json.RawMessage `json:"state_patch,omitempty"`
+	// Cancel, on an interrupted result, is the id of the cancel event that
+	// made the worker end the call (protocol 3.5, 1.30): the router holds
+	// the batch's next run until it has handled that cancel itself.
+	Cancel string `json:"cancel,omitempty"`
 }
 
 // Progress is the data of io.toolbus.call.progress.

@@ -58,6 +58,7 @@ type batch struct {
 	mu         sync.Mutex     // guards callState.result/raw/cancel/parking, parking, sent and audits
 	publishing sync.WaitGroup // result events set by interrupt, not yet published
 	parking    chan struct{}  // closed once the park in flight returned (startParking); nil: none
+	heard      cancelsHeard   // the cancels this router handled for the batch, for a next run to wait on
 }
 
 // callState is one call of a batch.
@@ -255,6 +256,9 @@ func (b *batch) run(start int) bool {
 		if !b.runCalls(b.calls[i:j], j, sess) {
 			return false // parked: the continuation takes it from here
 		}
+		if j < len(b.calls) {
+			awaitCancels(b, b.calls[i:j])
+		}
 		if t := b.calls[i].target; (t.Reset || t.Skill || t.Search) && b.calls[i].early == nil {
 			sess = b.p.sessions.Session(b.session) // as the call left it
 			b.p.resolve.from(b, sess, j)
@@ -262,6 +266,84 @@ func (b *batch) run(start int) bool {
 		i = j
 	}
 	return true
+}
+
+// cancelWait bounds how long a batch's next run waits for a cancel that a
+// worker's interrupted result names (protocol 3.5, 1.30): a worker that
+// names a cancel nobody sent delays its own batch by that much, no more.
+const cancelWait = 2 * time.Second
+
+// maxCancelsHeard bounds the cancel ids a batch keeps (cancelsHeard): an
+// agent may send any number of cancels for its batch.
+const maxCancelsHeard = 16
+
+// awaitCancels waits, before b's next run, until this router has handled
+// each cancel that a worker's interrupted result of run names
+// (job.cancelledBy), or cancelWait passed: the worker may hear a cancel
+// first (3.5), and the next run must find the calls the cancel names
+// ended (docs/router.md). The worker's word ends nothing itself.
+func awaitCancels(b *batch, run []*callState) {
+	var timer *time.Timer
+	for _, c := range run {
+		id := c.job.cancelledBy
+		if id == "" {
+			continue
+		}
+		if timer == nil {
+			timer = time.NewTimer(cancelWait)
+			defer timer.Stop()
+		}
+		if !b.heard.wait(b.ctx, id, timer.C) {
+			b.p.log.Warn("router: a worker named a cancel this router did not handle in time", "session", b.session, "reply", b.replyID, "cancel", id)
+			return
+		}
+	}
+}
+
+// cancelsHeard are the ids of the last cancels this router handled for a
+// batch (canceller.heard), at most maxCancelsHeard: an agent may send any
+// number of cancels for its batch.
+type cancelsHeard struct {
+	mu      sync.Mutex
+	ids     []string
+	hearing chan struct{} // closed when ids grows; nil: nobody waits
+}
+
+// hear notes cancel id, handled: the batch's calls it names are ended.
+func (h *cancelsHeard) hear(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ids) == maxCancelsHeard {
+		h.ids = slices.Delete(h.ids, 0, 1)
+	}
+	h.ids = append(h.ids, id)
+	if h.hearing != nil {
+		close(h.hearing)
+		h.hearing = nil
+	}
+}
+
+// wait reports whether cancel id was heard before until or ctx ended.
+func (h *cancelsHeard) wait(ctx context.Context, id string, until <-chan time.Time) bool {
+	for {
+		h.mu.Lock()
+		if slices.Contains(h.ids, id) {
+			h.mu.Unlock()
+			return true
+		}
+		if h.hearing == nil {
+			h.hearing = make(chan struct{})
+		}
+		ch := h.hearing
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-until:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // cutOff reports whether the drain deadline cut the batch off.
@@ -720,12 +802,25 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	}
 	if c.Task != "" {
 		// A task's cancel (background.stopRun) is for the worker, not a
-		// re-sent copy of its batch running here (3.5, 1.12).
+		// re-sent copy of its batch running here (3.5, 1.12); its run's
+		// result is the task's, no batch's next run waits for it.
 		return
 	}
 	parking := r.interruptHere(e.SessionID, e.ReplyID, c.Calls) // each copy of a re-sent batch (3.1, 3.5)
+	r.heard(e)
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
 	r.end(e.SessionID, e.ReplyID, c.Calls, parking, true)
+}
+
+// heard tells the copies of cancel e's batch running here that it was
+// handled (awaitCancels).
+func (r *canceller) heard(e *bus.Event) {
+	if e.ID == "" {
+		return
+	}
+	for _, b := range r.running(e.SessionID, e.ReplyID) {
+		b.heard.hear(e.ID)
+	}
 }
 
 // end ends the batch's parked and queued calls once the parks in flight

@@ -43,7 +43,7 @@ func TestExecReplyNamesOtherCall(t *testing.T) {
 					t.Fatal(err)
 				}
 				e.SessionID, e.ReplyID, e.ToolCallID = tc.session, tc.reply, tc.callID
-				res, patch := execReply(call, ref, msg(e))
+				res, patch, _ := execReply(call, ref, msg(e))
 				if tc.ok {
 					if res.State != bus.StateSuccess || string(patch) != `{"owner":"mallory"}` {
 						t.Fatalf("refused: %+v, patch %s", res, patch)

@@ -57,6 +57,10 @@ type job struct {
 	// landed: the ledger held the chain's result when it returned (once),
 	// on the call's own goroutine; kept in callState.landed.
 	landed bool
+	// cancelledBy is the cancel event's id on the worker's interrupted
+	// result (protocol 3.5, 1.30): the batch's next run waits for it
+	// (batch.hearCancel).
+	cancelledBy string
 }
 
 // callContext returns the one context of call j under parent: a core
@@ -281,7 +285,8 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	if err != nil {
 		return requestFailed(ctx, err, w.vanished.Load(), j, timeout)
 	}
-	res, patch := execReply(j.call, callRef{j.session, j.replyID, j.call.ID}, resp)
+	res, patch, by := execReply(j.call, callRef{j.session, j.replyID, j.call.ID}, resp)
+	j.cancelledBy = by
 	if hasStored(res.Output) { // the call's key only then: one allocation less per call
 		res, patch = x.outputs.sealOutput(j.session, j.key(), res, patch)
 	}
@@ -424,25 +429,26 @@ var (
 // execReply turns a worker's reply to call ref into the call's result and
 // the state patch to apply, if any; a reply naming another call is refused.
 // An exec result is read in one pass (FromEvent checks its JSON); any
-// other reply is decoded again in full (execReplyChecked).
-func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch json.RawMessage) {
+// other reply is decoded again in full (execReplyChecked). cancelledBy is
+// the cancel's id on an interrupted result that names one (1.30).
+func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch json.RawMessage, cancelledBy string) {
 	var e bus.Event
 	var xr bus.ExecResult
 	if bus.DecodeHead(resp, &e) != nil || e.Type != bus.TypeExecResult || xr.FromEvent(&e) != nil {
 		var refused *bus.Result
 		if xr, refused = execReplyChecked(c, resp, &e); refused != nil {
-			return *refused, nil
+			return *refused, nil, ""
 		}
 	}
 	if ref.namedOtherBy(&e) {
-		return internal(c, fmt.Errorf("worker reply names another call: sessionid %q, replyid %q, toolcallid %q", e.SessionID, e.ReplyID, e.ToolCallID)), nil
+		return internal(c, fmt.Errorf("worker reply names another call: sessionid %q, replyid %q, toolcallid %q", e.SessionID, e.ReplyID, e.ToolCallID)), nil, ""
 	}
 	if xr.Output == nil {
 		xr.Output = []bus.Block{}
 	}
 	for i, bl := range xr.Output {
 		if err := checkBlock(bl); err != nil {
-			return bus.ErrorResult(c, bus.CodeToolError, fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", i, err)), nil
+			return bus.ErrorResult(c, bus.CodeToolError, fmt.Sprintf("Error: the tool returned an invalid output block %d: %v", i, err)), nil, ""
 		}
 	}
 	res = bus.Result{ID: c.ID, Name: c.Name, State: xr.State, Output: xr.Output, Metadata: xr.Metadata}
@@ -455,11 +461,14 @@ func execReply(c bus.Call, ref callRef, resp *nats.Msg) (res bus.Result, patch j
 		fail(&res, bus.CodeToolError, toolFailedText)
 	case bus.StateInterrupted:
 		// A cancel reaches worker and router at once: one text (protocol 3.5).
-		return interrupted(c), patch
+		if !bus.ValidID(xr.Cancel) {
+			xr.Cancel = "" // none, or not one a worker names (1.30)
+		}
+		return interrupted(c), patch, xr.Cancel
 	default:
-		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch
+		return internal(c, fmt.Errorf("worker returned state %q", xr.State)), patch, ""
 	}
-	return res, patch
+	return res, patch, ""
 }
 
 // execReplyChecked decodes a worker's reply in full: its result, or the call's.
@@ -716,7 +725,7 @@ func (r *durableResults) onResult(m *nats.Msg) {
 		return
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
-	res, _ := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
+	res, _, _ := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
 	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {

@@ -130,7 +130,7 @@ func TestProgressRelay(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res, _ := execReply(j.call, callRef{"s1", "r1", "c1"}, resp); res.State != bus.StateSuccess || textOf(res.Output) != "done" {
+			if res, _, _ := execReply(j.call, callRef{"s1", "r1", "c1"}, resp); res.State != bus.StateSuccess || textOf(res.Output) != "done" {
 				t.Fatalf("the result: %+v", res)
 			}
 			// The progress sent once the call's wait ended, then another

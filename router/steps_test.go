@@ -275,7 +275,7 @@ func TestExecReply(t *testing.T) {
 		{"null state patch is none", bus.TypeExecResult, `{"state":"success","output":[],"state_patch":null}`, bus.StateSuccess, "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, patch := execReply(call, callRef{"s1", "r1", "c1"}, execMsg(t, tc.typ, tc.data))
+			res, patch, _ := execReply(call, callRef{"s1", "r1", "c1"}, execMsg(t, tc.typ, tc.data))
 			if res.State != tc.state || res.ID != "c1" || res.Name != "echo" {
 				t.Fatalf("result %+v, want state %s", res, tc.state)
 			}
@@ -343,7 +343,7 @@ func TestExecReplyDataNotJSON(t *testing.T) {
 		if derr == nil {
 			t.Fatalf("%s: the message decodes", name)
 		}
-		res, patch := execReply(call, callRef{"s1", "r1", "c1"}, m)
+		res, patch, _ := execReply(call, callRef{"s1", "r1", "c1"}, m)
 		want := internal(call, fmt.Errorf("worker reply: %w", derr))
 		if !reflect.DeepEqual(res, want) || patch != nil {
 			t.Fatalf("%s: %+v, want %+v", name, res, want)

@@ -37,8 +37,9 @@ type Call struct {
 	State json.RawMessage
 
 	w           *executor
-	cx          callCtx     // the call's context
-	cancelled   atomic.Bool // an agent cancelled the call (abort)
+	cx          callCtx                // the call's context
+	cancelled   atomic.Bool            // an agent cancelled the call (abort)
+	cancelBy    atomic.Pointer[string] // the id of the cancel event that did (abort); nil: none known
 	seq         atomic.Int32
 	traceParent string
 	traceState  string
@@ -68,8 +69,14 @@ func (c *Call) textResult(s string) *bus.ExecResult {
 	return &sc.res
 }
 
-// abort ends the call at an agent's cancel.
-func (c *Call) abort() {
+// abort ends the call at an agent's cancel, event id ("": a cancel
+// remembered from before the call came), which its result names (1.30)
+// when it is a valid id: an agent's cancel of a megabyte's id would make
+// the result too large to send.
+func (c *Call) abort(id string) {
+	if bus.ValidID(id) {
+		c.cancelBy.CompareAndSwap(nil, &id)
+	}
 	c.cancelled.Store(true)
 	c.cx.stop()
 }

@@ -207,7 +207,7 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		ct.remember(prefix, now)
 		for k, call := range ct.inflight {
 			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
-				call.abort()
+				call.abort(e.ID)
 			}
 		}
 		return
@@ -219,7 +219,7 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 		key := bus.CallKey(session, e.ReplyID, id)
 		ct.remember(key, now)
 		if call, ok := ct.inflight[key]; ok {
-			call.abort()
+			call.abort(e.ID)
 		}
 	}
 }

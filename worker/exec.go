@@ -91,7 +91,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
 	if w.calls.begin(key, c) {
-		c.abort() // the cancel overtook this request: never start it
+		c.abort("") // the cancel overtook this request: never start it
 	}
 	defer w.calls.end(key, c)
 
@@ -105,7 +105,12 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 		return
 	}
 	if c.cancelled.Load() {
+		// The cancel's id tells the router to hold the batch's next run
+		// until it has handled the cancel too (protocol 3.5, 1.30).
 		res = &bus.ExecResult{State: bus.StateInterrupted, Output: bus.Text(bus.InterruptedText)}
+		if id := c.cancelBy.Load(); id != nil {
+			res.Cancel = *id
+		}
 	}
 	ran := time.Since(start)
 	t.calls.Add(1)

@@ -134,8 +134,9 @@ func TestMaxConcurrentAllowsParallel(t *testing.T) {
 	}
 }
 
-// cancelEvent publishes io.toolbus.call.cancel for reply in session.
-func (f *fixture) cancel(t *testing.T, session, reply string, calls ...string) {
+// cancel publishes io.toolbus.call.cancel for reply in session and
+// returns its event id.
+func (f *fixture) cancel(t *testing.T, session, reply string, calls ...string) string {
 	t.Helper()
 	ev, err := bus.NewEvent(bus.TypeCallCancel, "test/agent", bus.Cancel{Calls: calls})
 	if err != nil {
@@ -148,6 +149,7 @@ func (f *fixture) cancel(t *testing.T, session, reply string, calls ...string) {
 	if err := f.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	return ev.ID
 }
 
 func TestCancel(t *testing.T) {
@@ -191,10 +193,15 @@ func TestCancel(t *testing.T) {
 			for range all {
 				testkit.Recv(t, entered, bound, "calls running")
 			}
-			f.cancel(t, "s1", "r1", tc.calls...)
+			id := f.cancel(t, "s1", "r1", tc.calls...)
 			for _, i := range tc.cancelled {
 				res := ps[i].wait()
 				wantText(t, res, bus.StateInterrupted, bus.InterruptedText)
+				// The result names the cancel, for the router to hold the
+				// batch's next run until it has handled it too (1.30).
+				if res.Cancel != id {
+					t.Errorf("call %v's result names cancel %q, want %q", all[i], res.Cancel, id)
+				}
 			}
 			// Every cancelled call has answered, so the cancel was handled:
 			// the other calls still run with a live context.

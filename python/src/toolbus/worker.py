@@ -37,6 +37,7 @@ class _Call:
     tool: str
     task: asyncio.Task[Any] | None = None
     cancelled: bool = False  # by the agent: answer interrupted
+    cancel_id: str = ""  # the id of the cancel event that did, named in the result (3.5, 1.30); "": one remembered from before
     cut: bool = False  # by the drain's deadline: no answer
 
 
@@ -442,6 +443,8 @@ class _Executor:
         if res.state != ev.STATE_SUCCESS:
             s.stats["errors"] += 1
         data = await self._result_data(s, key, res)
+        if call.cancelled and call.cancel_id and data["state"] == ev.STATE_INTERRUPTED:
+            data["cancel"] = call.cancel_id  # the router holds the batch's next run until it handled it too (3.5, 1.30)
         out = ev.Event(ev.TYPE_EXEC_RESULT, self.source, data, sessionid=e.sessionid, replyid=e.replyid, toolcallid=c["id"],
                        traceparent=e.traceparent, tracestate=e.tracestate)
         if work is not None:
@@ -580,6 +583,8 @@ class _Executor:
             self._cancelled.popitem(last=False)
         for key, c in list(self._calls.items()):
             if (not ids and key.startswith(prefix)) or key in keys:
+                if not c.cancelled and ev.valid_id(e.id):  # a megabyte's id would make the result too large to send
+                    c.cancel_id = e.id
                 c.cancelled = True
                 if c.task is not None:
                     c.task.cancel()
