@@ -11,6 +11,7 @@ import asyncio
 import os
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -109,7 +110,9 @@ class Deployment:
 @pytest_asyncio.fixture(scope="module")
 async def secure_router(bins: dict[str, Path], tmpdir_session: str) -> AsyncIterator[tuple[Router, str]]:
     """A router started with --secure DIR, DIR generated first with a session agent and a handler (docs/security.md)."""
-    sdir = os.path.join(tmpdir_session, "secure")
+    # A directory of its own: the fixture is module-scoped and imported by other modules
+    # (agentscope/test_agentscope_attack40.py), and `security config` refuses a directory it wrote.
+    sdir = tempfile.mkdtemp(prefix="secure-", dir=tmpdir_session)
     subprocess.run([str(bins["toolbus"]), "security", "config", "--out", sdir, "--session", "s1",
                     "--handler", f"picker={SECURE_TOOL}"], check=True, capture_output=True, timeout=60)
     r = start_router(tmpdir_session, bins, "--secure", sdir, "--heartbeat", "1s")
