@@ -59,7 +59,7 @@ type job struct {
 	landed bool
 	// cancelledBy is the cancel event's id on the worker's interrupted
 	// result (protocol 3.5, 1.30): the batch's next run waits for it
-	// (batch.hearCancel).
+	// (awaitCancels).
 	cancelledBy string
 }
 
