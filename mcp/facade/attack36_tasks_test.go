@@ -87,6 +87,22 @@ func TestAttack36MCPBucketBounded(t *testing.T) {
 	if len(held) < 10 {
 		t.Fatalf("%d tasks before the bound", len(held))
 	}
+	// A refused task leaves up to one task's bytes of room, and how much
+	// depends on when the bound last read the bucket's bytes (their
+	// overhead): fill it with the smallest new key the checks below make, a
+	// client record of a session id as long as theirs, so that none of
+	// theirs fits whatever the reads' timing (under load a new MCP
+	// session's record fitted in what a task left).
+	for i := 0; ; i++ {
+		if i == 1000 {
+			t.Fatal("no client record refused")
+		}
+		sid := fmt.Sprintf("f%04d", i) // as long as "mcp-b"
+		x.remember(initialized(ctx, sid), &mcp.InitializeRequest{Params: mcp.InitializeParams{ProtocolVersion: "2025-11-25"}})
+		if err := st.get(ctx, x.crossKey("m", sid), &rec); errors.Is(err, errNotFound) {
+			break
+		}
+	}
 	if err := st.putState(ctx, newID(), &stateRecord{Session: "team-x", User: "mallory", Expires: time.Now().Add(time.Hour)}); !errors.Is(err, errNoRoom) {
 		t.Fatalf("a new request state at the bound: %v", err)
 	}
