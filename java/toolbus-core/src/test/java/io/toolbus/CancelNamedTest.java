@@ -155,28 +155,26 @@ class CancelNamedTest {
     }
   }
 
-  @Test
-  void runningCallNamesItsCancel() throws Exception {
+  /** Cancels call c1 of reply once it runs: its result names the cancel. */
+  static void namesItsCancel(String reply, String tool, CountDownLatch started) throws Exception {
     String s = Router.session();
     String[] id = new String[1];
-    List<Result> done = run(s, "rc", HOLD, () -> {
-      await(holdStarted);
-      id[0] = cancel(s, "rc", "c1");
+    List<Result> done = run(s, reply, tool, () -> {
+      await(started);
+      id[0] = cancel(s, reply, "c1");
     });
     assertEquals(Codes.STATE_INTERRUPTED, done.get(0).state());
-    assertEquals(interrupted(id[0]), resultOf("rc"));
+    assertEquals(interrupted(id[0]), resultOf(reply));
+  }
+
+  @Test
+  void runningCallNamesItsCancel() throws Exception {
+    namesItsCancel("rc", HOLD, holdStarted);
   }
 
   @Test
   void durableCallNamesItsCancel() throws Exception {
-    String s = Router.session();
-    String[] id = new String[1];
-    List<Result> done = run(s, "rd", DURABLE, () -> {
-      await(durableStarted);
-      id[0] = cancel(s, "rd", "c1");
-    });
-    assertEquals(Codes.STATE_INTERRUPTED, done.get(0).state());
-    assertEquals(interrupted(id[0]), resultOf("rd")); // on P.result.<tool> (5.8)
+    namesItsCancel("rd", DURABLE, durableStarted); // its result on P.result.<tool> (5.8)
   }
 
   @Test
