@@ -69,10 +69,9 @@ func (c *Call) textResult(s string) *bus.ExecResult {
 	return &sc.res
 }
 
-// abort ends the call at an agent's cancel, event id ("": a cancel
-// remembered from before the call came), which its result names (1.30)
-// when it is a valid id: an agent's cancel of a megabyte's id would make
-// the result too large to send.
+// abort ends the call at an agent's cancel, event id, which its result
+// names (1.30) when it is a valid id: an agent's cancel of a megabyte's id
+// would make the result too large to send.
 func (c *Call) abort(id string) {
 	if bus.ValidID(id) {
 		c.cancelBy.CompareAndSwap(nil, &id)

@@ -20,11 +20,18 @@ type callTable struct {
 	linger time.Duration // an answered call stays listed in the beats (docs/protocol.md 5.7)
 
 	mu        sync.Mutex
-	inflight  map[string]*Call     // bus.CallKey → call
-	queued    map[string]string    // bus.CallKey → tool, from arrival to reply
-	answered  answeredRing         // the calls answered last, for linger after their reply
-	cancelled map[string]time.Time // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
-	order     []remembered         // cancelled's keys in arrival order, at most maxCancels
+	inflight  map[string]*Call      // bus.CallKey → call
+	queued    map[string]string     // bus.CallKey → tool, from arrival to reply
+	answered  answeredRing          // the calls answered last, for linger after their reply
+	cancelled map[string]seenCancel // keys of cancels seen lately: bus.CallKey, with an empty call id for a whole reply
+	order     []remembered          // cancelled's keys in arrival order, at most maxCancels
+}
+
+// seenCancel is a cancel remembered: when it came, and its event's id, which
+// the result of a call it cuts off names (1.30; "": not a valid id).
+type seenCancel struct {
+	at time.Time
+	id string
 }
 
 // remembered is a cancel's key as it came, with when.
@@ -39,7 +46,7 @@ type remembered struct {
 const maxCancels = 1 << 16
 
 func newCallTable(subj bus.Subjects) *callTable {
-	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]time.Time{}}
+	return &callTable{subj: subj, inflight: map[string]*Call{}, queued: map[string]string{}, cancelled: map[string]seenCancel{}}
 }
 
 // keys are the blocks call keys are carved from (callKey).
@@ -158,7 +165,8 @@ func (ct *callTable) queuedByTool() map[string][]string {
 const maxAnswered = 2048
 
 // begin lists c as running under key and reports whether a cancel of it,
-// or of its whole reply, came first.
+// or of its whole reply, came first: c is then aborted for that cancel,
+// which its result names (1.30).
 func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
@@ -167,9 +175,14 @@ func (ct *callTable) begin(key string, c *Call) (cancelled bool) {
 		return false // the usual case: no key to build
 	}
 	ct.forget(time.Now()) // a cancel older than cancelMemory no longer counts
-	_, replyCancelled := ct.cancelled[bus.CallKey(c.SessionID, c.ReplyID, "")]
-	_, callCancelled := ct.cancelled[key]
-	return replyCancelled || callCancelled
+	seen, cancelled := ct.cancelled[key]
+	if !cancelled {
+		seen, cancelled = ct.cancelled[bus.CallKey(c.SessionID, c.ReplyID, "")]
+	}
+	if cancelled {
+		c.abort(seen.id)
+	}
+	return cancelled
 }
 
 // end unlists c, unless another call took its key since.
@@ -199,15 +212,18 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 	if len(c.Calls) > bus.MaxCancelCalls {
 		return // bad input (3.5): no honest cancel names more; nothing is cancelled
 	}
+	seen := seenCancel{time.Now(), ""}
+	if bus.ValidID(e.ID) { // a megabyte's id would make the result too large to send
+		seen.id = strings.Clone(e.ID) // not a view of the message: it is kept
+	}
 	ct.mu.Lock()
 	defer ct.mu.Unlock()
-	now := time.Now()
 	if len(c.Calls) == 0 {
 		prefix := bus.CallKey(session, e.ReplyID, "") // identifiers hold no dots
-		ct.remember(prefix, now)
+		ct.remember(prefix, seen)
 		for k, call := range ct.inflight {
 			if len(k) > len(prefix) && strings.HasPrefix(k, prefix) {
-				call.abort(e.ID)
+				call.abort(seen.id)
 			}
 		}
 		return
@@ -217,18 +233,18 @@ func (ct *callTable) onCancel(m *nats.Msg) {
 			continue // no call has it
 		}
 		key := bus.CallKey(session, e.ReplyID, id)
-		ct.remember(key, now)
+		ct.remember(key, seen)
 		if call, ok := ct.inflight[key]; ok {
-			call.abort(e.ID)
+			call.abort(seen.id)
 		}
 	}
 }
 
-// remember notes a cancel of key at now (then forget). Called with ct.mu held.
-func (ct *callTable) remember(key string, now time.Time) {
-	ct.cancelled[key] = now
-	ct.order = append(ct.order, remembered{key, now})
-	ct.forget(now)
+// remember notes a cancel of key (then forget). Called with ct.mu held.
+func (ct *callTable) remember(key string, seen seenCancel) {
+	ct.cancelled[key] = seen
+	ct.order = append(ct.order, remembered{key, seen.at})
+	ct.forget(seen.at)
 }
 
 // forget drops, oldest first, the cancels past cancelMemory at now or past
@@ -238,7 +254,7 @@ func (ct *callTable) forget(now time.Time) {
 		r := ct.order[0]
 		ct.order[0] = remembered{}
 		ct.order = ct.order[1:]
-		if ct.cancelled[r.key] == r.at { // not cancelled again since
+		if ct.cancelled[r.key].at == r.at { // not cancelled again since
 			delete(ct.cancelled, r.key)
 		}
 	}

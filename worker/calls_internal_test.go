@@ -223,7 +223,7 @@ func TestCallTableCancelMemory(t *testing.T) {
 	old := time.Now().Add(-cancelMemory - time.Second)
 	for i := range ct.order {
 		ct.order[i].at = old
-		ct.cancelled[ct.order[i].key] = old
+		ct.cancelled[ct.order[i].key] = seenCancel{at: old}
 	}
 	ct.mu.Unlock()
 	ct.onCancel(cancelMsg(t, "toolbus.cancel.s1", "r1", "c10"))
@@ -237,7 +237,7 @@ func TestCallTableCancelMemory(t *testing.T) {
 	// since to forget it: a batch re-sent later under its reply id runs.
 	ct.mu.Lock()
 	ct.order[0].at = old
-	ct.cancelled[ct.order[0].key] = old
+	ct.cancelled[ct.order[0].key] = seenCancel{at: old}
 	ct.mu.Unlock()
 	if ct.begin(bus.CallKey("s1", "r1", "c10"), &Call{ID: "c10", SessionID: "s1", ReplyID: "r1"}) {
 		t.Fatal("a cancel older than cancelMemory cut a request off")

@@ -100,3 +100,70 @@ func TestDurableConsumerOfAnotherConfig(t *testing.T) {
 		t.Fatalf("the other tool's call: %+v %v, want pending and never delivered", info, err)
 	}
 }
+
+// TestDurableResultNamesCancel: a durable call (P_WORK, 5.8) that a cancel
+// ends records its interrupted result on P.result.<tool> naming that
+// cancel (1.30), whether the cancel came while it ran or before the worker
+// took it (remembered), as a core call's result does.
+func TestDurableResultNamesCancel(t *testing.T) {
+	f := newFixture(t, true)
+	js := testkit.JetStream(t, f.nc)
+	ctx := t.Context()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: f.subj.Stream(bus.StreamWork), Subjects: []string{f.subj.Workers.Work("job")}})
+	if err == nil {
+		_, err = st.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: f.subj.Workers.WorkConsumer("job"),
+			FilterSubject: f.subj.Workers.Work("job"), AckPolicy: jetstream.AckExplicitPolicy})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The routers' side of P.result: every result recorded, and kept here.
+	results := make(chan bus.ExecResult, 4)
+	recorded, _ := bus.NewEvent(bus.TypeExecRecorded, "toolbus/router/test", bus.ExecRecorded{Recorded: true})
+	_, err = f.nc.Subscribe(f.subj.Workers.Result("job"), func(m *nats.Msg) {
+		if e, err := bus.Decode(m); err == nil {
+			var res bus.ExecResult
+			if e.DataAs(&res) == nil {
+				results <- res
+			}
+		}
+		if r, err := recorded.Msg(m.Reply); err == nil {
+			_ = f.nc.PublishMsg(r)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate()
+	f.startWorker(worker.Config{Heartbeat: 50 * time.Millisecond}, func(w *worker.Worker) {
+		if err := w.Handle(bus.ToolDef{Name: "job", Description: "A durable job.", Durable: true, InputSchema: objectSchema}, g.handler); err != nil {
+			t.Fatal(err)
+		}
+	})
+	work := func(reply string) {
+		t.Helper()
+		m := eventMsg(t, f.subj.Workers.Work("job"), execEvent(t, "job", "c1", `{}`, inSession("s1", reply)))
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	work("r1")
+	testkit.Recv(t, g.entered, bound, "durable call running")
+	remembered := f.cancel(t, "s1", "r2", "c1") // first: the worker reads cancels in order
+	running := f.cancel(t, "s1", "r1", "c1")
+	res := testkit.Recv(t, results, bound, "the running call's result")
+	if res.State != bus.StateInterrupted || res.Cancel != running {
+		t.Fatalf("running call: %s, want interrupted naming cancel %s", jsonOf(res), running)
+	}
+	// The cancel of r2 was handled before the one of r1, which ended that call.
+	work("r2")
+	res = testkit.Recv(t, results, bound, "the remembered call's result")
+	if res.State != bus.StateInterrupted || res.Cancel != remembered {
+		t.Fatalf("call cancelled before it came: %s, want interrupted naming cancel %s", jsonOf(res), remembered)
+	}
+	select {
+	case c := <-g.entered:
+		t.Fatalf("call %s started after its cancel", c)
+	default:
+	}
+}

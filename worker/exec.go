@@ -90,9 +90,7 @@ func (w *executor) serve(t *tool, m *nats.Msg, e *bus.Event, err error, key stri
 	if key == "" || e.ToolCallID != req.Call.ID {
 		key = bus.CallKey(e.SessionID, e.ReplyID, req.Call.ID)
 	}
-	if w.calls.begin(key, c) {
-		c.abort("") // the cancel overtook this request: never start it
-	}
+	w.calls.begin(key, c) // a cancel that overtook this request aborts it: never started
 	defer w.calls.end(key, c)
 
 	var res *bus.ExecResult

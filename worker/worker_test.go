@@ -225,6 +225,37 @@ func TestCancel(t *testing.T) {
 	}
 }
 
+// TestCancelRememberedNamed: a call whose cancel came before its exec
+// request never starts, and its interrupted result names that cancel
+// (1.30), for the router to hold the batch's next run until it has handled
+// it too; a cancel of the whole reply counts the same. Before, it named
+// none.
+func TestCancelRememberedNamed(t *testing.T) {
+	f := newFixture(t, true)
+	g := newGate()
+	f.startWorker(worker.Config{}, func(w *worker.Worker) { raw(t, w, "slow", g.handler) })
+	running := f.send(t, execEvent(t, "slow", "c0", `{}`, inSession("s1", "r0")), "slow")
+	testkit.Recv(t, g.entered, bound, "call running")
+	named := f.cancel(t, "s1", "r1", "c1")
+	whole := f.cancel(t, "s1", "r2")
+	// The worker reads cancels in order: once the running call is
+	// interrupted, it has remembered the two before.
+	f.cancel(t, "s1", "r0", "c0")
+	wantText(t, running.wait(), bus.StateInterrupted, bus.InterruptedText)
+	for reply, id := range map[string]string{"r1": named, "r2": whole} {
+		res := f.send(t, execEvent(t, "slow", "c1", `{}`, inSession("s1", reply)), "slow").wait()
+		wantText(t, res, bus.StateInterrupted, bus.InterruptedText)
+		if res.Cancel != id {
+			t.Errorf("reply %s: the result names cancel %q, want %q", reply, res.Cancel, id)
+		}
+	}
+	select {
+	case c := <-g.entered:
+		t.Fatalf("call %s started after its cancel", c)
+	default:
+	}
+}
+
 func slicesContains(s []int, v int) bool {
 	for _, x := range s {
 		if x == v {

@@ -323,7 +323,8 @@ class _Executor:
         self._compact = compact  # answer a compact exec in the compact form (5.2, 1.16)
         self._sem = asyncio.Semaphore(max_concurrent)
         self._calls: dict[str, _Call] = {}
-        self._cancelled: OrderedDict[str, float] = OrderedDict()
+        # key (or reply prefix) -> (when, the cancel's id: "" when not a valid one), in arrival order
+        self._cancelled: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stopping = False
 
@@ -426,8 +427,9 @@ class _Executor:
                           input=c.get("input") if c.get("input") is not None else {}, user=d.get("user"),
                           context=d.get("context"), attempt=d.get("attempt") or 1, state=d.get("state"),
                           deadline=deadline, progress=progress)
-        if self._was_cancelled(key, e.sessionid, e.replyid):
-            call.cancelled = True
+        first = self._was_cancelled(key, e.sessionid, e.replyid)
+        if first is not None:  # the cancel overtook the request: never start it; the result names it (1.30)
+            call.cancelled, call.cancel_id = True, call.cancel_id or first
         res: ToolResult
         if call.cancelled:
             res = ToolResult([Block.text_block(ev.INTERRUPTED_TEXT)], ev.STATE_INTERRUPTED)
@@ -548,12 +550,15 @@ class _Executor:
 
     # ---- cancel (5.4) ----
 
-    def _was_cancelled(self, key: str, session: str, reply_id: str) -> bool:
+    def _was_cancelled(self, key: str, session: str, reply_id: str) -> str | None:
+        """The id of a cancel of the call or its reply remembered ("": one no result may name), or None."""
         if not self._cancelled:
-            return False
+            return None
         now = time.monotonic()  # a cancel older than CANCEL_MEMORY no longer counts
-        return any(at is not None and now - at <= CANCEL_MEMORY
-                   for at in (self._cancelled.get(key), self._cancelled.get(f"{session}.{reply_id}.")))
+        for seen in (self._cancelled.get(key), self._cancelled.get(f"{session}.{reply_id}.")):
+            if seen is not None and now - seen[0] <= CANCEL_MEMORY:
+                return seen[1]
+        return None
 
     async def on_cancel(self, msg: Any) -> None:
         session = self.subjects.token(msg.subject, "cancel")
@@ -571,20 +576,22 @@ class _Executor:
                 return  # bad input (3.5): no honest cancel names more; nothing is cancelled
             ids = [i for i in e.data["calls"] if isinstance(i, str)]
         now = time.monotonic()
+        cancel_id = e.id if ev.valid_id(e.id) else ""  # a megabyte's id would make the result too large to send
+        seen = (now, cancel_id)  # one per cancel, shared by the keys it names
         prefix = f"{session}.{e.replyid}."
         keys = {prefix + i: None for i in ids if ev.valid_id(i)} if ids else {prefix: None}  # a dict: "key in keys" below is O(1)
         for k in keys:  # kept in arrival order: the oldest go first, each in O(1)
-            self._cancelled[k] = now
+            self._cancelled[k] = seen
             self._cancelled.move_to_end(k)
         while self._cancelled:
-            at = next(iter(self._cancelled.values()))
+            at = next(iter(self._cancelled.values()))[0]
             if len(self._cancelled) <= MAX_CANCELLED and now - at <= CANCEL_MEMORY:
                 break
             self._cancelled.popitem(last=False)
         for key, c in list(self._calls.items()):
             if (not ids and key.startswith(prefix)) or key in keys:
-                if not c.cancelled and ev.valid_id(e.id):  # a megabyte's id would make the result too large to send
-                    c.cancel_id = e.id
+                if not c.cancelled:
+                    c.cancel_id = cancel_id
                 c.cancelled = True
                 if c.task is not None:
                     c.task.cancel()

@@ -21,8 +21,15 @@ final class CallTable {
   private final Subjects subj;
   private final Map<String, String> queued = new HashMap<>(); // key -> tool
   private final Map<String, ToolCall> running = new HashMap<>();
-  // key (or reply prefix) -> nanos, in arrival order: the oldest are dropped first
-  final LinkedHashMap<String, Long> cancelled = new LinkedHashMap<>();
+  // key (or reply prefix) -> the cancel, in arrival order: the oldest are dropped first
+  final LinkedHashMap<String, Seen> cancelled = new LinkedHashMap<>();
+
+  /**
+   * A cancel remembered: when it came (nanos) and its event's id, which the result of a call it
+   * ends names (3.5, 1.30); null when the id is not one a result may name. One per cancel, shared by
+   * the keys it names.
+   */
+  record Seen(long at, String id) {}
 
   CallTable(Subjects subj) {
     this.subj = subj;
@@ -47,19 +54,20 @@ final class CallTable {
     return out;
   }
 
-  /** Lists c as running; reports whether a cancel came first (within CANCEL_MEMORY). */
-  synchronized boolean begin(ToolCall c) {
+  /** Lists c as running; the cancel of it or of its reply that came first (within CANCEL_MEMORY), or null. */
+  synchronized Seen begin(ToolCall c) {
     running.put(c.key(), c);
     if (cancelled.isEmpty()) {
-      return false;
+      return null;
     }
     long now = System.nanoTime();
-    return recent(cancelled.get(Ids.callKey(c.sessionId(), c.replyId(), "")), now) || recent(cancelled.get(c.key()), now);
+    Seen call = recent(cancelled.get(c.key()), now);
+    return call != null ? call : recent(cancelled.get(Ids.callKey(c.sessionId(), c.replyId(), "")), now);
   }
 
-  /** Whether a cancel remembered at {@code at} (null: none) still counts at {@code now}. */
-  private static boolean recent(Long at, long now) {
-    return at != null && now - at <= CANCEL_MEMORY.toNanos();
+  /** s (null: none) when it still counts at {@code now}, else null. */
+  private static Seen recent(Seen s, long now) {
+    return s != null && now - s.at() <= CANCEL_MEMORY.toNanos() ? s : null;
   }
 
   synchronized void end(ToolCall c) {
@@ -94,11 +102,12 @@ final class CallTable {
       return;
     }
     long now = System.nanoTime();
+    Seen seen = new Seen(now, Ids.validId(e.id) ? e.id : null); // a megabyte's id would make the result too large to send
     List<ToolCall> stop = new ArrayList<>();
     synchronized (this) {
       if (calls.isEmpty()) {
         String prefix = Ids.callKey(session, e.replyid, "");
-        remember(prefix, now);
+        remember(prefix, seen);
         running.forEach((k, c) -> {
           if (k.startsWith(prefix)) {
             stop.add(c);
@@ -110,26 +119,26 @@ final class CallTable {
           continue;
         }
         String k = Ids.callKey(session, e.replyid, id);
-        remember(k, now);
+        remember(k, seen);
         ToolCall c = running.get(k);
         if (c != null) {
           stop.add(c);
         }
       }
       for (var it = cancelled.values().iterator(); it.hasNext(); ) { // the expired, and past the bound the oldest
-        long at = it.next();
+        long at = it.next().at();
         if (cancelled.size() <= MAX_CANCELLED && now - at <= CANCEL_MEMORY.toNanos()) {
           break;
         }
         it.remove();
       }
     }
-    stop.forEach(c -> c.stop(ToolCall.Stop.CANCELLED));
+    stop.forEach(c -> c.cancel(seen.id()));
   }
 
   /** Remembers a cancel's key at the end of the arrival order. */
-  private void remember(String key, long now) {
+  private void remember(String key, Seen seen) {
     cancelled.remove(key);
-    cancelled.put(key, now);
+    cancelled.put(key, seen);
   }
 }

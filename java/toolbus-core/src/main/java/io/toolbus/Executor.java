@@ -73,8 +73,9 @@ final class Executor {
     c.bind(Thread.currentThread());
     ScheduledFuture<?> timer = deadline == null ? null : timers.schedule(() -> c.stop(ToolCall.Stop.DEADLINE),
         Math.max(0, deadline.toEpochMilli() - System.currentTimeMillis()), TimeUnit.MILLISECONDS);
-    if (calls.begin(c)) {
-      c.stop(ToolCall.Stop.CANCELLED); // the cancel overtook the request: never start it
+    CallTable.Seen first = calls.begin(c);
+    if (first != null) {
+      c.cancel(first.id()); // the cancel overtook the request: never start it
     }
     ExecResult res = null;
     try {
@@ -94,7 +95,9 @@ final class Executor {
       return;
     }
     if (c.stopped() == ToolCall.Stop.CANCELLED) {
-      res = ExecResult.interrupted();
+      // The cancel's id tells the router to hold the batch's next run until it has handled the
+      // cancel too (protocol 3.5, 1.30).
+      res = ExecResult.interrupted(c.cancelBy());
     }
     res = fit(t, c, res);
     Event out = Event.of(Codes.EXEC_RESULT, w.source(), res);
@@ -133,7 +136,7 @@ final class Executor {
     } catch (Exception | StackOverflowError | OutOfMemoryError x) {
       res = ExecResult.error("Error: " + message(x));
     }
-    if (res.state() == null || res.output() == null) {
+    if (res.state() == null || res.output() == null || res.cancel() != null) { // only the worker names a cancel
       res = new ExecResult(res.state() == null ? Codes.STATE_SUCCESS : res.state(),
           res.output() == null ? List.of() : res.output(), res.metadata(), res.statePatch());
     }

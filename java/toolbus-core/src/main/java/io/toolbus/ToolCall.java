@@ -29,6 +29,7 @@ public final class ToolCall {
   private final String progressTo; // where progress goes: its router's inbox (1.18), or null for the session's events
 
   private volatile Stop stop;
+  private volatile String cancelBy; // the cancel event's id, when one stopped the call (3.5, 1.30)
   private volatile Thread runner;
   private int seq;
   private JsonNode patch;
@@ -101,11 +102,26 @@ public final class ToolCall {
     runner = t;
   }
 
+  /** The id of the cancel event that stopped the call, for its result to name (3.5, 1.30); null: none. */
+  String cancelBy() {
+    return cancelBy;
+  }
+
   void stop(Stop why) {
+    stop(why, null);
+  }
+
+  /** Stops the call for cancel event id (null: a cancel whose id no result may name). */
+  void cancel(String id) {
+    stop(Stop.CANCELLED, id);
+  }
+
+  private void stop(Stop why, String id) {
     synchronized (this) {
       if (stop != null) {
         return;
       }
+      cancelBy = id; // first: whoever reads stop as CANCELLED reads the id too
       stop = why;
     }
     Thread t = runner;

@@ -147,8 +147,16 @@ public final class ToolbusClient implements AutoCloseable {
     return l;
   }
 
-  /** Cancels the named calls of a reply (every call when none is named). */
+  /**
+   * Cancels the named calls of a reply (every call when none is named). More than
+   * {@link Codes#MAX_CANCEL_CALLS} ids is bad_event, nothing sent: routers refuse such a cancel and
+   * workers drop it (3.5, 1.30).
+   */
   public void cancel(String session, String replyId, String... calls) {
+    if (calls.length > Codes.MAX_CANCEL_CALLS) {
+      throw new BusException(Codes.BAD_EVENT, "a cancel names " + calls.length + " calls; at most "
+          + Codes.MAX_CANCEL_CALLS + " are allowed");
+    }
     Event e = tx.event(Codes.CALL_CANCEL, session, calls.length == 0 ? null : Map.of("calls", List.of(calls)));
     e.replyid = Ids.requireId("reply id", replyId);
     nc.publish(e.toMessage(subj.cancel(session), null));

@@ -133,6 +133,7 @@ public final class Worker implements AutoCloseable {
   Subjects subjects() { return subj; }
   String source() { return source; }
   Offloader offloader() { return off; }
+  CallTable calls() { return calls; }
 
   /** Adds a raw tool: its handler gets the input as JSON. */
   public synchronized Worker tool(ToolDef def, Handler h) {

@@ -1,8 +1,8 @@
 package io.toolbus;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -150,10 +150,10 @@ class JsonAttackTest {
       }
       // Past CANCEL_MEMORY a remembered cancel cuts nothing off, though no cancel came since to drop it.
       synchronized (table) {
-        table.cancelled.put(late, System.nanoTime() - CallTable.CANCEL_MEMORY.toNanos() - Duration.ofSeconds(1).toNanos());
+        table.cancelled.put(late, new CallTable.Seen(System.nanoTime() - CallTable.CANCEL_MEMORY.toNanos() - Duration.ofSeconds(1).toNanos(), null));
       }
       ToolCall again = new ToolCall("c1", tool, session, "late", null, null, null, 1, null, java.time.Instant.now().plusSeconds(60), w, null);
-      assertFalse(table.begin(again), "a cancel older than CANCEL_MEMORY cut a request off");
+      assertNull(table.begin(again), "a cancel older than CANCEL_MEMORY cut a request off");
       table.end(again);
       ToolbusClient c = ToolbusClient.builder(nc).timeout(Duration.ofSeconds(20)).build();
       assertEquals("served", c.call(session, Batch.builder().call("c9", tool, Map.of()).build()).results().get(0).output().get(0).text());
