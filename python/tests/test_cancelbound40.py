@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from toolbus import event as ev
+from toolbus.client import Client
+from toolbus.errors import ProtocolError
 from toolbus.worker import _Call, _Executor
 
 
@@ -37,3 +41,24 @@ async def test_attack_cancel_bound() -> None:
         assert list(x._cancelled) == ["s1.r1.real"] and not held.cancelled, (name, len(x._cancelled))
     await x.on_cancel(_cancel("s1", "r1", over[:ev.MAX_CANCEL_CALLS]))
     assert len(x._cancelled) == 1 + ev.MAX_CANCEL_CALLS and held.cancelled
+
+
+async def test_client_refuses_a_cancel_over_the_bound() -> None:
+    """The client refuses a cancel routers and workers would drop whole, and sends nothing (as the Go
+    and Java clients do); one of exactly MAX_CANCEL_CALLS ids is sent (session 41)."""
+    sent: list[tuple[str, bytes]] = []
+
+    class _Conn:
+        async def publish(self, subject: str, body: bytes, headers: dict[str, str] | None = None) -> None:
+            sent.append((subject, body))
+
+        async def flush(self) -> None:
+            pass
+
+    c = Client(_Conn())
+    ids = [f"c{i}" for i in range(ev.MAX_CANCEL_CALLS + 1)]
+    with pytest.raises(ProtocolError, match="at most 1024"):
+        await c.cancel("s1", "r1", ids)
+    assert sent == []
+    await c.cancel("s1", "r1", ids[:-1])
+    assert [s for s, _ in sent] == ["toolbus.cancel.s1"]

@@ -243,7 +243,13 @@ class Client:
         return tl
 
     async def cancel(self, session: str, reply_id: str, calls: Sequence[str] | None = None) -> None:
-        """Cancel every call of a reply, or the calls named (3.5)."""
+        """Cancel every call of a reply, or the calls named (3.5).
+
+        Naming more than ``MAX_CANCEL_CALLS`` (1,024) ids raises :class:`ProtocolError` and sends
+        nothing: routers and workers drop such a cancel whole.
+        """
+        if calls and len(calls) > ev.MAX_CANCEL_CALLS:
+            raise ProtocolError(f"a cancel names {len(calls)} calls; at most {ev.MAX_CANCEL_CALLS} are allowed")
         e = _event(self, ev.TYPE_CALL_CANCEL, session, {"calls": list(calls)} if calls else None)
         e.replyid = reply_id
         e.validate()
