@@ -189,8 +189,7 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 	if err != nil {
 		cancel()
 		<-done
-		var be *bus.Error
-		if errors.As(err, &be) && be.Code == bus.CodeLimitExceeded {
+		if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeLimitExceeded {
 			return bus.ErrorResult(j.call, bus.CodeLimitExceeded, fmt.Sprintf("%s The call was stopped at its timeout of %s.", be.Message, timeout))
 		}
 		b.log.Warn("router: background task not stored", "call", j.key(), "err", err)
