@@ -198,12 +198,7 @@ const replySpare = 64
 func finished(b *batch) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, c := range b.calls {
-		if c.result == nil {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(b.calls, func(c *callState) bool { return c.result == nil })
 }
 
 // doneID is the id of b's batch.done: for a batch that parked, its
@@ -224,12 +219,7 @@ func unawaitedDone(b *batch) bool {
 	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
 		return false
 	}
-	for _, c := range b.calls {
-		if !readOnlyCall(c) && !writtenCall(c) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(b.calls, func(c *callState) bool { return !readOnlyCall(c) && !writtenCall(c) })
 }
 
 // writtenCall: c ran a worker's tool through the ledger (core, not
