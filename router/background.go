@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,9 +66,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if cfg.Off {
 		return nil, nil
 	}
-	if cfg.MaxRun <= 0 {
-		cfg.MaxRun = DefaultTaskRun
-	}
+	cfg.MaxRun = cmp.Or(max(cfg.MaxRun, 0), DefaultTaskRun)
 	kv, err := tasks.Setup(ctx, r.store.JS, r.subj, r.cfg.Store.Replicas, cfg.Keep, r.cfg.Store.TasksMaxBytes)
 	if err != nil {
 		return nil, err
