@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,9 +44,7 @@ func (x *routerEvents) publish(id, typ, session, replyID, callID string, trace [
 	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return nil, err
 	}
-	if id != "" {
-		e.ID = id
-	}
+	e.ID = cmp.Or(id, e.ID)
 	m, err := e.StoredMsg(x.subj.EventsMsg(session)) // its Nats-Msg-Id the event's id
 	if err != nil {
 		return nil, err
