@@ -255,21 +255,14 @@ func staticArgs(prog string, args []*syntax.Word, plain bool) ([]string, error) 
 }
 
 // dotGlob says whether the glob word v could expand to a name starting
-// with a dot (a component that starts with ".", a backslash or a
-// bracket expression), or holds
-// a brace or tilde expansion, which make any name.
+// with a dot (a component that starts with ".", a backslash or a bracket
+// expression), or holds a brace or tilde expansion, which make any name.
+// A bracket first can match the dot: the interpreter expanded
+// r3/[.]git/config to r3/.git/config (issue 26, held-out attack).
 func dotGlob(v string) bool {
-	if strings.ContainsAny(v, "{~") {
-		return true
-	}
-	for _, seg := range strings.Split(v, "/") {
-		// A bracket first can match the dot: the interpreter expanded
-		// r3/[.]git/config to r3/.git/config (issue 26, held-out attack).
-		if strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") || strings.HasPrefix(seg, "[") {
-			return true
-		}
-	}
-	return false
+	return strings.ContainsAny(v, "{~") || slices.ContainsFunc(strings.Split(v, "/"), func(seg string) bool {
+		return strings.HasPrefix(seg, ".") && seg != "." && seg != ".." || strings.HasPrefix(seg, "\\") || strings.HasPrefix(seg, "[")
+	})
 }
 
 // gitCommands are the git subcommands the allow-list lets through; any

@@ -109,8 +109,7 @@ func (s *Server) act(ctx context.Context, a Act) (int, Outcome) {
 		send = s.cl.Parked().Confirm // P.approve.<tool>: the router checks the digest
 	}
 	if err := send(ctx, it.Tool, it.Session, it.ReplyID, it.ID, ans); err != nil {
-		var be *bus.Error
-		if errors.As(err, &be) {
+		if be, ok := errors.AsType[*bus.Error](err); ok {
 			return http.StatusConflict, Outcome{Code: be.Code, Message: "the router refused: " + be.Message}
 		}
 		return http.StatusBadGateway, Outcome{Code: bus.CodeInternal, Message: "the answer did not reach a router: " + err.Error()}

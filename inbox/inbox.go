@@ -269,8 +269,7 @@ func (s *Server) startPolling(ctx context.Context, rr *routerReads) error {
 		// behind the store: it refuses a list that could leave a waiting
 		// call out) is there: the next polls fill the list. No router, or
 		// one of another protocol, fails the start.
-		var be *bus.Error
-		if !errors.As(err, &be) {
+		if _, ok := errors.AsType[*bus.Error](err); !ok {
 			return err
 		}
 		s.cfg.Logger.Warn("inbox: parked.list at start", "err", err)

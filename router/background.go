@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,9 +66,7 @@ func newBackground(ctx context.Context, r *Router) (*background, error) {
 	if cfg.Off {
 		return nil, nil
 	}
-	if cfg.MaxRun <= 0 {
-		cfg.MaxRun = DefaultTaskRun
-	}
+	cfg.MaxRun = cmp.Or(max(cfg.MaxRun, 0), DefaultTaskRun)
 	kv, err := tasks.Setup(ctx, r.store.JS, r.subj, r.cfg.Store.Replicas, cfg.Keep, r.cfg.Store.TasksMaxBytes)
 	if err != nil {
 		return nil, err
@@ -189,8 +188,7 @@ func (b *background) runFirst(ctx context.Context, j *job, start, deadline time.
 	if err != nil {
 		cancel()
 		<-done
-		var be *bus.Error
-		if errors.As(err, &be) && be.Code == bus.CodeLimitExceeded {
+		if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeLimitExceeded {
 			return bus.ErrorResult(j.call, bus.CodeLimitExceeded, fmt.Sprintf("%s The call was stopped at its timeout of %s.", be.Message, timeout))
 		}
 		b.log.Warn("router: background task not stored", "call", j.key(), "err", err)

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,9 +44,7 @@ func (x *routerEvents) publish(id, typ, session, replyID, callID string, trace [
 	if err := routerEventTo(&e, x.source, typ, session, replyID, callID, trace, data); err != nil {
 		return nil, err
 	}
-	if id != "" {
-		e.ID = id
-	}
+	e.ID = cmp.Or(id, e.ID)
 	m, err := e.StoredMsg(x.subj.EventsMsg(session)) // its Nats-Msg-Id the event's id
 	if err != nil {
 		return nil, err
@@ -198,12 +197,7 @@ const replySpare = 64
 func finished(b *batch) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, c := range b.calls {
-		if c.result == nil {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(b.calls, func(c *callState) bool { return c.result == nil })
 }
 
 // doneID is the id of b's batch.done: for a batch that parked, its
@@ -224,12 +218,7 @@ func unawaitedDone(b *batch) bool {
 	if b.start.IsZero() || b.cont != nil || len(b.parked) > 0 || b.data.Events == bus.EventsCalls {
 		return false
 	}
-	for _, c := range b.calls {
-		if !readOnlyCall(c) && !writtenCall(c) {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(b.calls, func(c *callState) bool { return !readOnlyCall(c) && !writtenCall(c) })
 }
 
 // writtenCall: c ran a worker's tool through the ledger (core, not

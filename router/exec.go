@@ -180,8 +180,7 @@ func builtinResult(c bus.Call, text string, err error) bus.Result {
 	if err == nil {
 		return bus.Result{ID: c.ID, Name: c.Name, State: bus.StateSuccess, Output: bus.Text(text)}
 	}
-	var be *bus.Error
-	if errors.As(err, &be) && be.Code == bus.CodeInvalidInput {
+	if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeInvalidInput {
 		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
 	}
 	return internal(c, err)
@@ -292,8 +291,7 @@ func (x requestReply) attempt(ctx context.Context, j *job, attempt int) (bus.Res
 	}
 	if patch != nil {
 		if err := patchState(ctx, x.groups, j.session, &j.tool.Def, patch); err != nil {
-			var be *bus.Error
-			if errors.As(err, &be) && be.Code == bus.CodeToolError { // the worker's fault
+			if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeToolError { // the worker's fault
 				res = bus.ErrorResult(j.call, bus.CodeToolError, be.Message)
 			} else {
 				res = internal(j.call, err)

@@ -262,8 +262,7 @@ func readOutput(ctx context.Context, w windows, session string, c bus.Call, inpu
 		text, err = readBytes(ctx, w, session, in.Ref, off, int(clampLimit(in.Limit, ReadOutputDefaultBytes, ReadOutputMaxBytes)))
 	}
 	if err != nil {
-		var be *bus.Error
-		if errors.As(err, &be) {
+		if be, ok := errors.AsType[*bus.Error](err); ok {
 			return bus.ErrorResult(c, bus.CodeToolError, "read_output: "+be.Message)
 		}
 		return bus.ErrorResult(c, bus.CodeToolError, "read_output: "+err.Error())

@@ -242,9 +242,7 @@ type jsPull struct {
 // pullOf checks q's bounds (docs/protocol.md 3.4, docs/security.md), fills
 // in its default batch and returns its JetStream pull.
 func pullOf(q *bus.ConsumerNext) (jsPull, error) {
-	if q.Batch == 0 {
-		q.Batch = defaultBatch
-	}
+	q.Batch = cmp.Or(q.Batch, defaultBatch)
 	if q.Batch < 0 || q.Batch > bus.MaxConsumerBatch || q.ExpiresMS < 0 || q.ExpiresMS > bus.MaxConsumerWaitMS {
 		return jsPull{}, bus.Errorf(bus.CodeBadRequest, "batch must be 1 to %d and expires_ms 0 to %d", bus.MaxConsumerBatch, bus.MaxConsumerWaitMS)
 	}

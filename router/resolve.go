@@ -261,12 +261,7 @@ func dupCall(before []bus.Call, seen map[string]struct{}, id string) bool {
 		_, dup := seen[id]
 		return dup
 	}
-	for _, c := range before {
-		if c.ID == id {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(before, func(c bus.Call) bool { return c.ID == id })
 }
 
 // newTurn builds a turn from checked parts.

@@ -119,18 +119,10 @@ const (
 )
 
 func (l *Limits) defaults() {
-	if l.MaxCalls <= 0 {
-		l.MaxCalls = bus.MaxCalls
-	}
-	if l.MaxInputBytes <= 0 {
-		l.MaxInputBytes = DefaultMaxInputBytes
-	}
-	if l.MaxParked <= 0 {
-		l.MaxParked = DefaultMaxParked
-	}
-	if l.MaxOutput <= 0 {
-		l.MaxOutput = offload.DefaultMaxOutput
-	}
+	l.MaxCalls = cmp.Or(max(l.MaxCalls, 0), bus.MaxCalls)
+	l.MaxInputBytes = cmp.Or(max(l.MaxInputBytes, 0), DefaultMaxInputBytes)
+	l.MaxParked = cmp.Or(max(l.MaxParked, 0), DefaultMaxParked)
+	l.MaxOutput = cmp.Or(max(l.MaxOutput, 0), offload.DefaultMaxOutput)
 }
 
 // Router serves one deployment's router subjects (docs/router.md).
@@ -208,16 +200,10 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 	if !bus.ValidID(cfg.ID) {
 		return nil, fmt.Errorf("router: id %q must match ^[A-Za-z0-9_-]{1,128}$", cfg.ID)
 	}
-	if cfg.MaxInflight <= 0 {
-		cfg.MaxInflight = 4096
-	}
-	if cfg.MaxQueued <= 0 {
-		cfg.MaxQueued = cfg.MaxInflight
-	}
+	cfg.MaxInflight = cmp.Or(max(cfg.MaxInflight, 0), 4096)
+	cfg.MaxQueued = cmp.Or(max(cfg.MaxQueued, 0), cfg.MaxInflight)
 	cfg.Limits.defaults()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	if cfg.DefaultMode != "" && !permission.ValidMode(cfg.DefaultMode) {
 		return nil, fmt.Errorf("router: default mode %q must be default, accept_edits, explore, bypass or dont_ask", cfg.DefaultMode)
 	}
@@ -234,12 +220,8 @@ func New(nc *nats.Conn, cfg Config) (*Router, error) {
 			return nil, fmt.Errorf("router: config group: %w", err)
 		}
 	}
-	if cfg.Store.Heartbeat <= 0 {
-		cfg.Store.Heartbeat = bus.DefaultHeartbeat
-	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = 3 * cfg.Store.Heartbeat
-	}
+	cfg.Store.Heartbeat = cmp.Or(max(cfg.Store.Heartbeat, 0), bus.DefaultHeartbeat)
+	cfg.Lease = cmp.Or(max(cfg.Lease, 0), 3*cfg.Store.Heartbeat)
 	log := cfg.Logger.With("router", cfg.ID)
 	w := &wire{nc: nc, subj: bus.NewSubjects(cfg.Prefix), source: "toolbus/router/" + cfg.ID, log: log}
 	r := &Router{wire: w, cfg: cfg, sem: make(chan struct{}, cfg.MaxInflight), beats: make(chan struct{}, maxBeats), pool: pool.New(time.Minute)}

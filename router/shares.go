@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"sync"
@@ -38,10 +39,7 @@ func newShares(maxInflight, most int, ids Identities) *shares {
 	if most < 0 {
 		return &shares{}
 	}
-	if most == 0 {
-		most = DefaultSessionShare(maxInflight)
-	}
-	s := &shares{most: min(most, maxInflight), held: map[string]int{}}
+	s := &shares{most: min(cmp.Or(most, DefaultSessionShare(maxInflight)), maxInflight), held: map[string]int{}}
 	if ids != nil {
 		s.pool = sharedPool(maxInflight)
 		s.shared = func(session string) bool { return sharedAgents(ids, session) }

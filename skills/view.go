@@ -164,10 +164,8 @@ func ResourceBlock(p string, b []byte) bus.Block {
 	if mt == "" {
 		mt = http.DetectContentType(b)
 	}
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
-		mt = strings.TrimSpace(mt[:i])
-	}
-	return bus.Block{Type: bus.BlockData, MediaType: mt, Data: base64.StdEncoding.EncodeToString(b)}
+	mt, _, _ = strings.Cut(mt, ";")
+	return bus.Block{Type: bus.BlockData, MediaType: strings.TrimSpace(mt), Data: base64.StdEncoding.EncodeToString(b)}
 }
 
 // Prompt returns the skills_prompt of the view: the visible skills, and

@@ -75,12 +75,8 @@ type Life struct {
 
 // New returns a Life that takes work.
 func New(cfg Config) *Life {
-	if cfg.Cleanup <= 0 {
-		cfg.Cleanup = DefaultCleanup
-	}
-	if cfg.LandBudget <= 0 {
-		cfg.LandBudget = DefaultLandBudget
-	}
+	cfg.Cleanup = cmp.Or(max(cfg.Cleanup, 0), DefaultCleanup)
+	cfg.LandBudget = cmp.Or(max(cfg.LandBudget, 0), DefaultLandBudget)
 	cfg.Logger = cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler))
 	l := &Life{cfg: cfg, closed: make(chan struct{}), landOpen: true}
 	l.base, l.cut = context.WithCancelCause(context.Background())

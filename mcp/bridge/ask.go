@@ -404,10 +404,8 @@ func eventResult(e *bus.Event, replyID, callID string) (*bus.Result, bool) {
 		if e.DataAs(&d) != nil {
 			return nil, false
 		}
-		for i := range d.Results {
-			if d.Results[i].ID == callID {
-				return &d.Results[i], true
-			}
+		if i := slices.IndexFunc(d.Results, func(r bus.Result) bool { return r.ID == callID }); i >= 0 {
+			return &d.Results[i], true
 		}
 	}
 	return nil, false

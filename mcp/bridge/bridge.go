@@ -607,8 +607,7 @@ func (cr *caller) failed(ctx context.Context, tr transport.Interface, ids *reque
 		}
 		return errorResult("Error: " + cause.Error()), false
 	}
-	var te *transport.Error
-	if errors.As(err, &te) || errors.Is(err, transport.ErrSessionTerminated) {
+	if _, ok := errors.AsType[*transport.Error](err); ok || errors.Is(err, transport.ErrSessionTerminated) {
 		cr.lost()
 		return errorResult(fmt.Sprintf("Error: MCP server %q failed: %v", cr.s.Name, err)), true
 	}

@@ -89,10 +89,7 @@ func (s *Started) WorkerObserver(slots int) worker.Observer {
 	if s.Metrics == nil {
 		return nil
 	}
-	if slots <= 0 {
-		slots = worker.DefaultMaxConcurrent
-	}
-	return metrics.NewWorker(s.Metrics, slots)
+	return metrics.NewWorker(s.Metrics, cmp.Or(max(slots, 0), worker.DefaultMaxConcurrent))
 }
 
 // DrainTimeout bounds a long-running command's drain on shutdown.
