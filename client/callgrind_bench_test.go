@@ -66,6 +66,7 @@ func sentBatch(b *testing.B, s *server.Server) *nats.Msg {
 	if err != nil {
 		b.Fatal(err)
 	}
+	_ = sub.Unsubscribe()
 	return m
 }
 
