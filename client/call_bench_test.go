@@ -105,25 +105,7 @@ func benchClientCall(b *testing.B, cfg client.Config) {
 // one) with nats.go's request.
 func BenchmarkRawRequester(b *testing.B) {
 	s := benchRouter(b)
-	// What a Client sends: caught on the call subject.
-	cnc := testkit.Connect(b, s)
-	sub, err := cnc.SubscribeSync(bus.NewSubjects("").Call(benchSession))
-	if err == nil {
-		err = cnc.Flush()
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := client.New(testkit.Connect(b, s), client.Config{})
-	b.Cleanup(func() { _ = c.Close(context.Background()) })
-	if _, err := c.Call(b.Context(), benchSession, benchBatch); err != nil {
-		b.Fatal(err)
-	}
-	sent, err := sub.NextMsg(10 * time.Second)
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = sub.Unsubscribe()
+	sent := sentBatch(b, s)
 	var nc *nats.Conn
 	testkit.Labelled("caller", func() {
 		nc = testkit.Connect(b, s)

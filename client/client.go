@@ -154,8 +154,8 @@ func (r *requester) batch(ctx context.Context, subject, session string, b bus.Ba
 			batchBufs.Put(buf)
 		}
 	}()
-	e, err := r.batchIn(session, &b, opts, (*buf)[:0])
-	if err != nil {
+	var e bus.Event
+	if err := r.batchIn(session, &b, opts, (*buf)[:0], &e); err != nil {
 		return nil, err
 	}
 	*buf = e.Data[:0]         // grown, when it had to

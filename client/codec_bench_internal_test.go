@@ -45,8 +45,8 @@ func codecEncode(rq *requester) error {
 	buf := batchBufs.Get().(*[]byte)
 	defer batchBufs.Put(buf)
 	b := codecBatch
-	e, err := rq.batchIn("bench-session-0001", &b, nil, (*buf)[:0])
-	if err != nil {
+	var e bus.Event
+	if err := rq.batchIn("bench-session-0001", &b, nil, (*buf)[:0], &e); err != nil {
 		return err
 	}
 	*buf = e.Data[:0]

@@ -32,37 +32,34 @@ type requester struct {
 }
 
 func (c *requester) batchEvent(session string, b bus.Batch, opts []CallOption) (*bus.Event, error) {
-	e, err := c.batchIn(session, &b, opts, make([]byte, 0, batchSize(&b)))
-	if err != nil {
-		return nil, err
-	}
-	return &e, nil
+	e := new(bus.Event)
+	return e, c.batchIn(session, &b, opts, make([]byte, 0, batchSize(&b)), e)
 }
 
-// batchIn is batchEvent with the data appended to buf and the event by
-// value, so Call's batch stays off the heap.
-func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf []byte) (bus.Event, error) {
+// batchIn is batchEvent with the data appended to buf and the event
+// written to e, which Call keeps on its stack (no copy of it returned).
+func (c *requester) batchIn(session string, b *bus.Batch, opts []CallOption, buf []byte, e *bus.Event) error {
 	if b.SessionRev == 0 {
 		b.SessionRev = c.revs.get(session) // docs/protocol.md 4.2: echoed per session
 	}
 	data, err := b.AppendJSON(buf)
 	if err != nil {
-		return bus.Event{}, bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
+		return bus.Errorf(bus.CodeBadRequest, "batch: %v", err)
 	}
 	if err := checkSession(session); err != nil {
-		return bus.Event{}, err
+		return err
 	}
-	e := bus.Head(bus.TypeCallBatch, c.source)
+	*e = bus.Head(bus.TypeCallBatch, c.source)
 	e.SessionID, e.Data = session, data
-	if len(opts) > 0 {
+	if len(opts) > 0 { // the options get a copy on the heap: e stays where it is
 		p := new(bus.Event)
-		*p = e
+		*p = *e
 		for _, o := range opts {
 			o(p)
 		}
-		e = *p
+		*e = *p
 	}
-	return e, nil
+	return nil
 }
 
 // batchBufs are the buffers Call encodes its batches in, up to maxPooledBatch.
@@ -113,7 +110,8 @@ func (c *requester) ask(ctx context.Context, subject, typ, session string, data 
 // io.toolbus.error reply becomes a *bus.Error. trusted: e's data is the
 // client's own valid JSON, not scanned again.
 func (c *requester) exchange(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, out any, def time.Duration) error {
-	re, _, err := c.roundTrip(ctx, subject, e, trusted, want, def, waits.Resend{})
+	var re bus.Event
+	_, err := c.roundTrip(ctx, subject, e, trusted, want, def, waits.Resend{}, &re)
 	if err != nil || out == nil {
 		return err
 	}
@@ -128,7 +126,8 @@ func (c *requester) call(ctx context.Context, subject string, e *bus.Event, trus
 	}
 	rs := c.resend
 	rs.ReplyID = e.ID
-	re, reply, err := c.roundTrip(ctx, subject, e, trusted, bus.TypeCallReply, 10*time.Minute, rs)
+	var re bus.Event
+	reply, err := c.roundTrip(ctx, subject, e, trusted, bus.TypeCallReply, 10*time.Minute, rs, &re)
 	if err != nil || reply != nil {
 		return reply, err
 	}
@@ -136,11 +135,12 @@ func (c *requester) call(ctx context.Context, subject string, e *bus.Event, trus
 	return reply, reply.FromEvent(&re)
 }
 
-// roundTrip sends e to subject and returns the reply's event, of type
-// want (its attributes views of the reply's data: what the caller keeps,
-// it copies) and, for want io.toolbus.call.reply, its data when plain;
-// an io.toolbus.error reply is a *bus.Error. rs re-sends a batch (3.2.1).
-func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, def time.Duration, rs waits.Resend) (bus.Event, *bus.Reply, error) {
+// roundTrip sends e to subject and reads the reply's event, of type want,
+// into re (its attributes views of the reply's data: what the caller
+// keeps, it copies) and returns, for want io.toolbus.call.reply, its data
+// when plain; an io.toolbus.error reply is a *bus.Error. rs re-sends a
+// batch (3.2.1).
+func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event, trusted bool, want string, def time.Duration, rs waits.Resend, re *bus.Event) (*bus.Reply, error) {
 	var until time.Time // without a caller's deadline: def, kept by the wait, not a context
 	if _, ok := ctx.Deadline(); !ok {
 		if c.timeout > 0 {
@@ -151,26 +151,25 @@ func (c *requester) roundTrip(ctx context.Context, subject string, e *bus.Event,
 	resp, err := c.send(ctx, until, subject, e, trusted, rs)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			return bus.Event{}, nil, fmt.Errorf("client: no router serves %s: %w", subject, err)
+			return nil, fmt.Errorf("client: no router serves %s: %w", subject, err)
 		}
-		return bus.Event{}, nil, fmt.Errorf("client: %s: %w", subject, err)
+		return nil, fmt.Errorf("client: %s: %w", subject, err)
 	}
-	var re bus.Event
-	reply, err := bus.DecodeReplyView(resp, &re, want == bus.TypeCallReply)
+	reply, err := bus.DecodeReplyView(resp, re, want == bus.TypeCallReply)
 	if err != nil {
-		return re, nil, fmt.Errorf("client: reply: %w", err)
+		return nil, fmt.Errorf("client: reply: %w", err)
 	}
 	if re.Type == bus.TypeError {
 		be := new(bus.Error)
 		if err := re.DataAs(be); err != nil {
-			return re, nil, err
+			return nil, err
 		}
-		return re, nil, be
+		return nil, be
 	}
 	if re.Type != want {
-		return re, nil, fmt.Errorf("client: expected %s, got %s", want, re.Type)
+		return nil, fmt.Errorf("client: expected %s, got %s", want, re.Type)
 	}
-	return re, reply, nil
+	return reply, nil
 }
 
 // send sends e as a request, retrying a busy reply (nothing ran) with a
