@@ -10,7 +10,8 @@ import (
 // encoding of what DecodeToolDef decodes (so nothing accepted before is
 // refused), and names the member the decoding takes as the name; the seeds
 // hold what a cheap reader gets wrong: a member given twice (the last
-// counts), names matched case folded (ſ is s, K is K), escapes, white space,
+// counts), names matched case folded (ſ is s, K is K) or escaped whole
+// (the longest, output_schema, too), escapes, white space,
 // and raw schemas.
 func FuzzDefinitionFloor(f *testing.F) {
 	for _, s := range []string{
@@ -25,6 +26,7 @@ func FuzzDefinitionFloor(f *testing.F) {
 		`{"name":"a","description":"","input_schema":{},"mcp":{"server":"` + strings.Repeat("m", 600) + `","tool":"t"}}`,
 		`{"name":"a","description":"` + strings.Repeat("é", 200) + `\u2028<>&","input_schema":{}}`,
 		`{"Name":"b","nAme":"c","description":"","input_schema":{}}`,
+		`{"name":"a","description":"","input_schema":{},"output_schema":{"x":"` + strings.Repeat("o", 600) + `"},"\u006f\u0075\u0074\u0070\u0075\u0074\u005f\u0073\u0063\u0068\u0065\u006d\u0061":{}}`,
 		`{"name":5,"description":"","input_schema":{}}`,
 		`[1]`, `"x"`, `{}`, `{"name":"a",}`, `{"name":"a"`,
 	} {

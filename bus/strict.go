@@ -256,7 +256,7 @@ func definitionFloor(raw []byte) (floor int, name []byte) {
 // floorMember is the index in floorMembers of the member named key, a
 // JSON string with its quotes; -1 when none.
 func floorMember(key []byte) int {
-	if len(key) > 2+6*len("description") { // longer than any escaped: no member's
+	if len(key) > 2+6*len("output_schema") { // the longest, each byte escaped: no member's
 		return -1
 	}
 	name := key[1 : len(key)-1]
