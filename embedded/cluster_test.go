@@ -119,3 +119,14 @@ func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 		t.Fatalf("no new leader: %d %v", next, err)
 	}
 }
+
+// TestStartClusterEndsWithItsCtx: StartCluster waits for a meta leader
+// only until its ctx ends, its error wrapping the ctx's, and starts nothing
+// once the ctx has ended (session 41: it took a timeout of its own).
+func TestStartClusterEndsWithItsCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{Dir: t.TempDir()}); !errors.Is(err, context.Canceled) || c != nil {
+		t.Fatalf("a cluster started with an ended ctx: %v %v", c, err)
+	}
+}
