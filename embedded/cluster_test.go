@@ -17,7 +17,7 @@ import (
 )
 
 func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
-	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: t.TempDir()})
+	c, err := embedded.StartCluster(testkit.Within(t, embedded.ClusterReady), embedded.ClusterConfig{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestClusterReplicatesAndSurvivesANode(t *testing.T) {
 	if err != nil || string(e.Value()) != "1" {
 		t.Fatalf("after a restart: %v %v", e, err)
 	}
-	if _, err := embedded.StartCluster(embedded.ClusterConfig{}); err == nil {
+	if _, err := embedded.StartCluster(testkit.Within(t, embedded.ClusterReady), embedded.ClusterConfig{}); err == nil {
 		t.Fatal("a cluster without a store directory started")
 	}
 }
@@ -94,7 +94,7 @@ func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := embedded.StartCluster(embedded.ClusterConfig{Dir: filepath.Join(dir, "js"), ConfigFile: filepath.Join(secure, security.ServerConfigFile)})
+	c, err := embedded.StartCluster(testkit.Within(t, embedded.ClusterReady), embedded.ClusterConfig{Dir: filepath.Join(dir, "js"), ConfigFile: filepath.Join(secure, security.ServerConfigFile)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,5 +117,16 @@ func TestWaitStreamLeaderInAnAccount(t *testing.T) {
 	c.StopNode(leader)
 	if next, err := c.WaitStreamLeader(testkit.Within(t, 3*bound), "KV_b"); err != nil || next == leader {
 		t.Fatalf("no new leader: %d %v", next, err)
+	}
+}
+
+// TestStartClusterEndsWithItsCtx: StartCluster waits for a meta leader
+// only until its ctx ends, its error wrapping the ctx's, and starts nothing
+// once the ctx has ended (session 41: it took a timeout of its own).
+func TestStartClusterEndsWithItsCtx(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if c, err := embedded.StartCluster(ctx, embedded.ClusterConfig{Dir: t.TempDir()}); !errors.Is(err, context.Canceled) || c != nil {
+		t.Fatalf("a cluster started with an ended ctx: %v %v", c, err)
 	}
 }

@@ -162,12 +162,12 @@ type ClusterConfig struct {
 	MaxStore int64
 }
 
-// clusterNodes is the size of a cluster, clusterReady the bound of the wait
-// for it to elect a JetStream meta leader.
-const (
-	clusterNodes = 3
-	clusterReady = 30 * time.Second
-)
+// clusterNodes is the size of a cluster.
+const clusterNodes = 3
+
+// ClusterReady is what a caller of StartCluster gives a cluster to elect a
+// JetStream meta leader: 30 s, on a loaded machine too.
+const ClusterReady = 30 * time.Second
 
 // Cluster is a JetStream cluster on loopback ports whose nodes restart on
 // the same ports and stores. Safe for concurrent use.
@@ -180,8 +180,9 @@ type Cluster struct {
 }
 
 // StartCluster starts clusterNodes servers that route to each other and waits
-// until JetStream has a meta leader. Stop ends them all.
-func StartCluster(cfg ClusterConfig) (*Cluster, error) {
+// until JetStream has a meta leader, or ctx ends (an error wrapping its, the
+// nodes stopped; ClusterReady bounds it). Stop ends them all.
+func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	cfg.Name = cmp.Or(cfg.Name, "toolbus")
 	if cfg.Dir == "" {
 		return nil, errors.New("embedded: a cluster needs a store directory")
@@ -189,19 +190,19 @@ func StartCluster(cfg ClusterConfig) (*Cluster, error) {
 	// A free port may be taken before a node listens: start again elsewhere.
 	var err error
 	dir := cfg.Dir
-	for try := range 3 {
+	for try := 0; try < 3 && ctx.Err() == nil; try++ {
 		var c *Cluster
 		if try > 0 { // a fresh store: the failed one knows other peers
 			cfg.Dir = filepath.Join(dir, fmt.Sprintf("retry%d", try))
 		}
-		if c, err = startCluster(cfg); err == nil {
+		if c, err = startCluster(ctx, cfg); err == nil {
 			return c, nil
 		}
 	}
-	return nil, err
+	return nil, cmp.Or(err, fmt.Errorf("embedded: cluster not started: %w", ctx.Err()))
 }
 
-func startCluster(cfg ClusterConfig) (*Cluster, error) {
+func startCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, nodes: make([]*server.Server, clusterNodes)}
 	ports, err := freePorts(2 * clusterNodes)
 	if err != nil {
@@ -214,9 +215,9 @@ func startCluster(cfg ClusterConfig) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if !waitFor(time.After(clusterReady), c.ready) {
+	if err := c.WaitReady(ctx); err != nil {
 		c.stopNodes()
-		return nil, fmt.Errorf("embedded: cluster has no JetStream meta leader after %v", clusterReady)
+		return nil, err
 	}
 	return c, nil
 }
@@ -328,7 +329,7 @@ func (c *Cluster) URLs(first int) string {
 // WaitReady waits until a meta leader counts every running node as a
 // peer, or ctx ends (an error wrapping its).
 func (c *Cluster) WaitReady(ctx context.Context) error {
-	if !waitFor(ctx.Done(), c.ready) {
+	if !waitFor(ctx, c.ready) {
 		return fmt.Errorf("embedded: cluster has no JetStream meta leader: %w", ctx.Err())
 	}
 	return nil
@@ -356,7 +357,7 @@ func (c *Cluster) ready() bool {
 // ctx ends: the error then names what was not healthy last and wraps ctx's.
 func (c *Cluster) WaitHealthy(ctx context.Context) error {
 	var why string
-	if !waitFor(ctx.Done(), func() bool { why = c.unhealthy(); return why == "" }) {
+	if !waitFor(ctx, func() bool { why = c.unhealthy(); return why == "" }) {
 		return fmt.Errorf("embedded: cluster not healthy: %s: %w", why, ctx.Err())
 	}
 	return nil
@@ -382,11 +383,11 @@ func (c *Cluster) unhealthy() string {
 	return ""
 }
 
-// waitFor polls ok every 20 ms until it holds (true) or stop is ready.
-func waitFor[T any](stop <-chan T, ok func() bool) bool {
+// waitFor polls ok every 20 ms until it holds (true) or ctx ends.
+func waitFor(ctx context.Context, ok func() bool) bool {
 	for !ok() {
 		select {
-		case <-stop:
+		case <-ctx.Done():
 			return ok()
 		case <-time.After(20 * time.Millisecond):
 		}
@@ -399,7 +400,7 @@ func waitFor[T any](stop <-chan T, ok func() bool) bool {
 // returns its node; -1 and an error wrapping ctx's once ctx ends.
 func (c *Cluster) WaitStreamLeader(ctx context.Context, stream string) (int, error) {
 	leader := -1
-	if !waitFor(ctx.Done(), func() bool {
+	if !waitFor(ctx, func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		leader = slices.IndexFunc(c.nodes, func(s *server.Server) bool {

@@ -5,11 +5,14 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -282,9 +285,7 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	l := life.New(life.Config{})
-	// MaxRequestsInFlight: scrapes never read, each holding what it gathered
-	// until writeTimeout, grew without end (TestAttack40bScrapesInFlight).
-	scrape := promhttp.HandlerFor(r, promhttp.HandlerOpts{MaxRequestsInFlight: maxScrapes})
+	sc := &scrapes{render: promhttp.HandlerFor(r, promhttp.HandlerOpts{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
 		if !l.Enter() {
@@ -292,14 +293,14 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 			return
 		}
 		defer l.Leave()
-		scrape.ServeHTTP(w, req)
+		sc.serve(w, req)
 	})
 	// ReadTimeout: a scrape announcing a body it never sends was under way
 	// for good, and held the daemon's Stop (TestAttackStopHeldByAScrape).
 	// WriteTimeout: so was one whose client never reads its answer, holding
 	// a handler and the metrics it gathered (TestAttackScrapeNeverRead).
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout, ConnContext: withConn}
 	l.Loop(func(context.Context) { _ = srv.Serve(ln) }) // ends with http.ErrServerClosed at Shutdown
 	fmt.Fprintf(stdout, "%s: metrics on http://%s/metrics\n", who, ln.Addr())
 	return r, func(ctx context.Context) error {
@@ -322,7 +323,73 @@ var idleTimeout = 2 * time.Minute
 // bounded: MaxLabelValues).
 var writeTimeout = 10 * time.Second
 
-// maxScrapes bounds the scrapes served at once; one more is answered 503 at
-// once. A Prometheus server scrapes one at a time: four leave room for a
-// pair of them and a person's curl.
+// maxScrapes bounds the answers being written at once: one more closes
+// the connection of the one held longest. A Prometheus server scrapes one
+// at a time: four leave room for a pair of them and a person's curl.
 const maxScrapes = 4
+
+// scrapes renders each scrape's answer into a buffer, one at a time, and
+// writes it outside that bound; at most maxScrapes answers are held at once
+// (their memory), a new one closing the connection of the longest held. A
+// scrape never read thus holds no reader's scrape off: before, the bound
+// covered the writing too, and 4 held ones had every scrape answered 503
+// until their write deadline (TestAttack41HeldScrapesRefuseNone).
+type scrapes struct {
+	render http.Handler // promhttp's: negotiates the format and compression
+	one    sync.Mutex   // one render at a time
+
+	mu   sync.Mutex
+	held []net.Conn // the connections of the answers being written, oldest first
+}
+
+func (s *scrapes) serve(w http.ResponseWriter, req *http.Request) {
+	a := &answer{header: http.Header{}, code: http.StatusOK}
+	s.one.Lock()
+	s.render.ServeHTTP(a, req)
+	s.one.Unlock()
+	if c, ok := req.Context().Value(connKey{}).(net.Conn); ok { // always (withConn)
+		s.hold(c)
+		defer s.release(c)
+	}
+	maps.Copy(w.Header(), a.header)
+	w.WriteHeader(a.code)
+	_, _ = w.Write(a.body.Bytes())
+}
+
+// hold counts c's answer as held, closing the longest held past maxScrapes.
+func (s *scrapes) hold(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.held = append(s.held, c)
+	if len(s.held) > maxScrapes {
+		_ = s.held[0].Close() // its write fails: its handler returns, releasing it
+		s.held = s.held[1:]
+	}
+}
+
+// release drops c's answer, written or cut off.
+func (s *scrapes) release(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i := slices.Index(s.held, c); i >= 0 {
+		s.held = slices.Delete(s.held, i, i+1)
+	}
+}
+
+// answer is a rendered scrape: the header, status and body promhttp wrote.
+type answer struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (a *answer) Header() http.Header         { return a.header }
+func (a *answer) WriteHeader(code int)        { a.code = code }
+func (a *answer) Write(p []byte) (int, error) { return a.body.Write(p) }
+
+// connKey is the key of a request's connection in its context (withConn).
+type connKey struct{}
+
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}

@@ -246,10 +246,8 @@ func beatOf(reg bus.Register, tool string) bus.WorkerBeat {
 	return bv
 }
 
-// MaxDefinition bounds a tool definition's JSON encoding: a worker's
-// descriptions, titles or groups of megabytes put every session's listing
-// past the max payload (TestAttackDefinitionsFillListings).
-const MaxDefinition = 128 << 10
+// MaxDefinition bounds a tool definition's JSON encoding (bus.MaxDefinition).
+const MaxDefinition = bus.MaxDefinition
 
 // Check returns why d cannot be registered ("": it can), compiling its schema.
 func Check(d *bus.ToolDef) (string, *schemas.Schema) {

@@ -100,7 +100,7 @@ func (b *Buffer) String() string {
 // ports, stores in t.TempDir, and shuts it down when the test ends.
 func RunCluster(t testing.TB) *embedded.Cluster {
 	t.Helper()
-	c, err := embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: t.TempDir()})
+	c, err := embedded.StartCluster(Within(t, embedded.ClusterReady), embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("start cluster: %v", err)
 	}

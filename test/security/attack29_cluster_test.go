@@ -32,7 +32,7 @@ func TestAccountsOnACluster(t *testing.T) {
 	users, err := security.Generate(filepath.Join(dir, "secure"), "", spec)
 	must(t, err)
 	secure := filepath.Join(dir, "secure")
-	c, err := embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(dir, "js"), ConfigFile: filepath.Join(secure, security.ServerConfigFile)})
+	c, err := embedded.StartCluster(testkit.Within(t, embedded.ClusterReady), embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(dir, "js"), ConfigFile: filepath.Join(secure, security.ServerConfigFile)})
 	must(t, err)
 	testkit.Stop(t, c.Stop)
 	connect := func(user string, node int) *nats.Conn {

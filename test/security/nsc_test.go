@@ -354,7 +354,7 @@ func nscDeployment(t *testing.T, replicas int, nsc string) {
 		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 		node = func(int) *server.Server { return srv }
 	} else {
-		c, err := embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(dir, "js"), ConfigFile: conf})
+		c, err := embedded.StartCluster(testkit.Within(t, embedded.ClusterReady), embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(dir, "js"), ConfigFile: conf})
 		must(t, err)
 		testkit.Stop(t, c.Stop)
 		node = c.Node

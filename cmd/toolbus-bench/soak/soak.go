@@ -624,7 +624,9 @@ func startSoakDeploy(ctx context.Context, o *Options, routerBin, workerBin strin
 	}()
 	if d.url == "" {
 		logf("starting a 3-node NATS cluster (JetStream, stores in %s)", filepath.Join(o.Dir, "nats"))
-		if d.cluster, err = embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(o.Dir, "nats"), Name: "soak"}); err != nil {
+		ready, cancel := context.WithTimeout(ctx, embedded.ClusterReady)
+		d.cluster, err = embedded.StartCluster(ready, embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: filepath.Join(o.Dir, "nats"), Name: "soak"})
+		if cancel(); err != nil {
 			return nil, err
 		}
 		d.url = d.cluster.URLs(0)

@@ -112,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (d *Deployment, err error) {
 			started.Close()
 		}
 	}()
-	if err := started.Net.start(cfg.Cluster); err != nil {
+	if err := started.Net.start(ctx, cfg.Cluster); err != nil {
 		return nil, err
 	}
 	for range cfg.Routers {
@@ -301,7 +301,7 @@ type Net struct {
 }
 
 // start starts the servers, unless Config.Server gave one.
-func (n *Net) start(cluster bool) error {
+func (n *Net) start(ctx context.Context, cluster bool) error {
 	if n.Server != nil {
 		return nil
 	}
@@ -315,7 +315,9 @@ func (n *Net) start(cluster bool) error {
 	n.ownSrv = true
 	var err error
 	if cluster {
-		n.Cluster, err = embedded.StartCluster(embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: n.dir})
+		ready, cancel := context.WithTimeout(ctx, embedded.ClusterReady)
+		n.Cluster, err = embedded.StartCluster(ready, embedded.ClusterConfig{MaxStore: embedded.Roomy, Dir: n.dir})
+		cancel()
 	} else {
 		n.Server, err = embedded.Start(embedded.Config{MaxStore: embedded.Roomy, StoreDir: n.dir})
 	}

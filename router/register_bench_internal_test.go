@@ -1,0 +1,66 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/store"
+)
+
+// BenchmarkRegisterRefusedMaxPayload is the router's CPU for one worker's
+// registration of a definition as large as a message of 8 MiB, the max
+// payload of test/security's deployment (TestAttackDefinitionsFillListings):
+// refused, past registry.MaxDefinition, by the receive path (onRegister);
+// cpu-ms/op is the process's (the embedded server's too: it carries only
+// the ack here).
+//
+//	go test -run - -bench RegisterRefusedMaxPayload -benchtime 5x ./router/
+func BenchmarkRegisterRefusedMaxPayload(b *testing.B) {
+	nc := testkit.Connect(b, testkit.RunServer(b))
+	st, err := store.Setup(b.Context(), testkit.JetStream(b, nc), bus.NewSubjects(""), store.Config{Memory: true, Heartbeat: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := registry.New(st, registry.Config{Heartbeat: time.Minute})
+	if err := reg.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = reg.Stop(context.WithoutCancel(b.Context())) })
+	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: b.Context()}
+	x := &registrar{wire: w, reg: reg}
+	def := bus.ToolDef{Name: "big", Description: strings.Repeat("d", 8<<20-1<<10), External: true,
+		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}
+	e, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/big", bus.Register{Worker: "big", Tools: []bus.ToolDef{def}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := e.Msg(w.subj.Workers.Register("big"))
+	if err != nil || len(m.Data) > 8<<20 {
+		b.Fatal(len(m.Data), err)
+	}
+	sub, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Reply = sub.Subject
+	b.SetBytes(int64(len(m.Data)))
+	cpu := testkit.ProcessCPU()
+	for b.Loop() {
+		x.onRegister(m)
+		r, err := sub.NextMsg(time.Minute)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !strings.Contains(string(r.Data), "bytes encoded") {
+			b.Fatalf("want it refused past %d bytes: %s", registry.MaxDefinition, r.Data[:min(len(r.Data), 300)])
+		}
+	}
+	b.ReportMetric(float64(testkit.ProcessCPU()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+}
