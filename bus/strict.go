@@ -147,8 +147,7 @@ func (a *Answer) CheckKind(kind string) error {
 
 // UnmarshalJSON decodes a registration leniently at the top: a bad group
 // fails it whole (bad_request), a bad tool definition is left out of Tools
-// and listed in Refused, and so is one that definitionFloor shows is
-// encoded in more than MaxDefinition bytes, without decoding it.
+// and listed in Refused.
 func (r *Register) UnmarshalJSON(b []byte) error {
 	type plain Register
 	var p struct {
@@ -169,16 +168,10 @@ func (r *Register) UnmarshalJSON(b []byte) error {
 		out.Groups = append(out.Groups, g)
 	}
 	for i, raw := range p.Tools {
-		floor, name := definitionFloor(raw)
-		if floor > MaxDefinition {
-			out.Refused = append(out.Refused, Rejection{Name: nameOf(name, i), Reason: fmt.Sprintf(
-				"the definition is at least %d bytes encoded, more than %d: every session may list it, and a listing is one message (docs/protocol.md 7.1)", floor, MaxDefinition)})
-			continue
-		}
 		d, err := DecodeToolDef(raw)
 		if err != nil { // a bad_request *Error (DecodeStrict, or input_schema missing)
 			reason := strings.TrimPrefix(err.(*Error).Message, "tool definition: ")
-			out.Refused = append(out.Refused, Rejection{Name: nameOf(name, i), Reason: reason})
+			out.Refused = append(out.Refused, Rejection{Name: nameOf(raw, i), Reason: reason})
 			continue
 		}
 		out.Tools = append(out.Tools, d)
@@ -193,172 +186,17 @@ func (r *Register) UnmarshalJSON(b []byte) error {
 const MaxDefinition = 128 << 10
 
 // nameOf returns the name member of a definition that could not be decoded,
-// its raw value as definitionFloor found it, or "tools[i]" when it has none.
-func nameOf(raw []byte, i int) string {
-	var n any
+// or "tools[i]" when it has none.
+func nameOf(raw json.RawMessage, i int) string {
+	var n struct {
+		Name any `json:"name"`
+	}
 	if json.Unmarshal(raw, &n) == nil {
-		if s, ok := n.(string); ok && s != "" {
+		if s, ok := n.Name.(string); ok && s != "" {
 			return s
 		}
 	}
 	return fmt.Sprintf("tools[%d]", i)
-}
-
-// floorMembers are the members of a definition whose strings its encoding
-// keeps, each at least a byte for each of JSON, but five for a backslash
-// (an escape, \u0064, is six bytes for one): strings, lists of strings,
-// raw JSON (compacted: its strings stay). The others count nothing.
-var floorMembers = []string{"name", "title", "description", "input_schema", "output_schema", "groups",
-	"permission", "rule_matcher", "rule_field", "path_base", "cache_scope"}
-
-// definitionFloor reads raw, a tool definition's JSON, without decoding it,
-// and returns a lower bound of the length of the JSON encoding of what
-// DecodeToolDef decodes from it (0 for what it cannot read: the decoding
-// judges), and the raw value of its name member. A member counts as the
-// decoding takes it: the last of those whose names match, case folded
-// (bytes.EqualFold, as encoding/json matches them). One pass, no
-// allocation: the strings' ends are found with bytes.IndexByte. A
-// definition it finds too large would be refused by registry.Check's
-// encoding, or by its decoding: every one accepted before still is.
-func definitionFloor(raw []byte) (floor int, name []byte) {
-	s := floorScan{b: raw}
-	var floors [11]int
-	if !s.next('{') {
-		return 0, nil
-	}
-	for more := !s.next('}'); more; more = s.next(',') {
-		k0 := s.skip()
-		if _, ok := s.str(); !ok {
-			return 0, nil
-		}
-		key := raw[k0:s.i]
-		if !s.next(':') {
-			return 0, nil
-		}
-		v0 := s.skip()
-		n, ok := s.value()
-		if !ok {
-			return 0, nil
-		}
-		if m := floorMember(key); m >= 0 {
-			floors[m] = n
-			if m == 0 {
-				name = raw[v0:s.i]
-			}
-		}
-	}
-	for _, n := range floors {
-		floor += n
-	}
-	return floor, name
-}
-
-// floorMember is the index in floorMembers of the member named key, a
-// JSON string with its quotes; -1 when none.
-func floorMember(key []byte) int {
-	if len(key) > 2+6*len("output_schema") { // the longest, each byte escaped: no member's
-		return -1
-	}
-	name := key[1 : len(key)-1]
-	if bytes.IndexByte(name, '\\') >= 0 {
-		var k string
-		if json.Unmarshal(key, &k) != nil {
-			return -1
-		}
-		name = []byte(k)
-	}
-	return slices.IndexFunc(floorMembers, func(m string) bool { return bytes.EqualFold(name, []byte(m)) })
-}
-
-// floorScan reads JSON for definitionFloor: b from i.
-type floorScan struct {
-	b []byte
-	i int
-}
-
-// skip moves past white space and returns where it stopped.
-func (s *floorScan) skip() int {
-	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\r' || s.b[s.i] == '\n') {
-		s.i++
-	}
-	return s.i
-}
-
-// next moves past c, after white space, when it comes next.
-func (s *floorScan) next(c byte) bool {
-	if s.skip() < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// str moves past the string that comes next and returns its length
-// between the quotes.
-func (s *floorScan) str() (int, bool) {
-	if s.skip() >= len(s.b) || s.b[s.i] != '"' {
-		return 0, false
-	}
-	start := s.i + 1
-	for at := start; ; {
-		q := bytes.IndexByte(s.b[at:], '"')
-		if q < 0 {
-			return 0, false
-		}
-		at += q
-		escapes := 0
-		for j := at - 1; j >= start && s.b[j] == '\\'; j-- {
-			escapes++
-		}
-		if escapes%2 == 0 {
-			s.i = at + 1
-			return at - start, true
-		}
-		at++
-	}
-}
-
-// value moves past the value that comes next and returns what its strings
-// decode to at least: each JSON byte, but five for a backslash, and a
-// sixth of them anyway.
-func (s *floorScan) value() (int, bool) {
-	floor, depth := 0, 0
-	for {
-		if s.skip() >= len(s.b) {
-			return 0, false
-		}
-		switch s.b[s.i] {
-		case '"':
-			n, ok := s.str()
-			if !ok {
-				return 0, false
-			}
-			floor += max((n+5)/6, n-5*bytes.Count(s.b[s.i-1-n:s.i-1], []byte{'\\'}))
-		case '{', '[':
-			depth++
-			s.i++
-			continue
-		case '}', ']':
-			if depth == 0 {
-				return 0, false
-			}
-			depth--
-			s.i++
-		case ',', ':':
-			if depth == 0 {
-				return 0, false
-			}
-			s.i++
-			continue
-		default: // a number or a literal
-			for s.i < len(s.b) && strings.IndexByte(",:]} \t\r\n", s.b[s.i]) < 0 {
-				s.i++
-			}
-		}
-		if depth == 0 {
-			return floor, true
-		}
-	}
 }
 
 // Equal reports whether two definitions are the same: their JSON values

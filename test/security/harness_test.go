@@ -277,8 +277,8 @@ func register(t *testing.T, l *login, worker string, def bus.ToolDef) (bus.Regis
 	ev, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/"+worker, bus.Register{Worker: worker, Tools: []bus.ToolDef{def}})
 	must(t, err)
 	// testCtx, not bound: the answer's wait is CPU by nature (a definition
-	// of 5 MiB, TestAttackDefinitionsFillListings, is read once before it
-	// is refused since session 41: three decodes before, 11-17 s at load 15);
+	// of 5 MiB, TestAttackDefinitionsFillListings, is decoded three times
+	// and encoded once, about 2 s of CPU under -race: 11-17 s at load 15);
 	// the fault is no answer at all.
 	msg, err := bus.SendRequest(testCtx(t), l.nc, bus.NewSubjects("").Workers.Register(def.Name), ev)
 	must(t, err)
