@@ -353,7 +353,7 @@ type cancelEnds struct {
 
 // cancelEnd is one batch's cancels to record.
 type cancelEnd struct {
-	ids     map[string]bool   // the calls named, at most bus.MaxCancelCalls; nil with all
+	ids     map[string]bool   // the calls named, at most bus.MaxCancelCalls (past all: unread)
 	all     bool              // a cancel named every call
 	parking []<-chan struct{} // the parks in flight to wait for first
 	fresh   bool              // something came since the writer last took
