@@ -600,14 +600,20 @@ func (s *Store) Expire(ctx context.Context, now time.Time) []*Record {
 // Cancel interrupts the calls of a reply (all when ids is empty): it marks
 // a known continuation so queued calls never run (Reads.Marks) and ends the
 // parked ones, returning those this router ended.
+// An error says what was not recorded: the marks, or (ctx ended) ends.
 func (s *Store) Cancel(ctx context.Context, session, replyID string, ids []string) ([]*Record, error) {
-	recs := s.calls.list(session, replyID)
-	if len(recs) == 0 && !s.conts.knows(BatchKey(session, replyID)) {
+	if !s.Read.Knows(session, replyID) {
 		return nil, nil
 	}
 	err := s.conts.cancel(ctx, session, replyID, ids)
-	recs = slices.DeleteFunc(recs, func(r *Record) bool { return len(ids) > 0 && !slices.Contains(ids, r.Call.ID) })
-	return s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText), err
+	recs := slices.DeleteFunc(s.calls.list(session, replyID), func(r *Record) bool { return len(ids) > 0 && !slices.Contains(ids, r.Call.ID) })
+	ended := s.calls.endAll(ctx, recs, bus.ParkCancelled, bus.CodeInterrupted, bus.InterruptedText)
+	return ended, cmp.Or(err, context.Cause(ctx))
+}
+
+// Knows reports whether this router knows a record or the continuation of the batch.
+func (s Reads) Knows(session, replyID string) bool {
+	return len(s.calls.list(session, replyID)) > 0 || s.conts.knows(BatchKey(session, replyID))
 }
 
 // Cancels records the calls a cancel ended before they started (Store.Cancels).

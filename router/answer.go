@@ -33,7 +33,8 @@ type answers struct {
 	runTool    func(ctx context.Context, j *job) bus.Result
 	resume     func(cont *parked.Batch)
 	confirming *confirmed
-	audit      *auditTrail // the audit trail of parked calls; nil when off (chain.go)
+	cancelling func(session, replyID, callID string) bool // a cancel of the call is still to record here (cancelEnds)
+	audit      *auditTrail                                // the audit trail of parked calls; nil when off (chain.go)
 }
 
 // parkedCalls is what answers uses of the parked calls (parked.Store).
@@ -88,6 +89,11 @@ func (r *answers) answer(m *nats.Msg, via string) {
 	}
 	if err != nil {
 		r.reject(m, err)
+		return
+	}
+	if r.cancelling(e.SessionID, e.ReplyID, e.ToolCallID) {
+		// The cancel came first here: its end of the record decides (3.5).
+		r.reject(m, bus.Errorf(bus.CodeNotParked, "call %s is being cancelled: its cancel is not recorded yet", e.ToolCallID))
 		return
 	}
 	ctx, cancel := r.landing()
@@ -348,7 +354,7 @@ func (r *answers) runConfirmed(rec *parked.Record, tool *registry.Tool, cont *pa
 func (r *answers) confirmCovered(answered *parked.Record) {
 	sess := r.groups.Session(answered.Session)
 	for _, rec := range r.parked.Parked(answered.Session, answered.ReplyID) {
-		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID {
+		if rec.Kind != bus.KindConfirm || rec.Call.ID == answered.Call.ID || r.cancelling(rec.Session, rec.ReplyID, rec.Call.ID) {
 			continue
 		}
 		t, ok := r.reg.Lookup(rec.Call.Name)

@@ -77,7 +77,7 @@ type callState struct {
 	raw       json.RawMessage // result encoded once, for the event, the reply and batch.done
 	size      int64           // bytes its result takes in the batch's aggregate messages (outputs.go)
 	cancel    stopper
-	parking   bool          // its park is in flight (startParking): a cancel ends its record once written
+	parking   bool          // it parks (startParking) or waits in its record (fromContinuation): its outcome is the record's, which a cancel ends (canceller.end)
 	job       job           // what the executor chain runs (jobOf)
 	ctx       callCtx       // the call's context when job.callContext makes one
 	admitted  chan struct{} // for jobOf: closed once the call passed the quotas (runCalls)
@@ -115,6 +115,8 @@ func (p *pipeline) fromContinuation(cont *parked.Batch) (*batch, error) {
 	for _, c := range b.calls {
 		if res, ok := cont.Results[c.call.ID]; ok {
 			c.result = &res
+		} else {
+			c.parking = slices.Contains(cont.Waiting, c.call.ID) // a repair's last run: its record's
 		}
 	}
 	return b, nil
@@ -397,7 +399,7 @@ func (b *batch) runCalls(run []*callState, next int, sess *groups.Session) bool 
 		}
 		parks, specs = startParking(b, parks, specs)
 	}
-	if len(parks) > 0 && !endParking(b, parks, b.p.park.park(b, parks, specs, next)) {
+	if len(parks) > 0 && !endParking(b, b.p.park.park(b, parks, specs, next)) {
 		if b.cont != nil || b.refused != nil {
 			// Taken over by another router, or this copy is refused.
 			return false
@@ -420,10 +422,11 @@ func (b *batch) runCalls(run []*callState, next int, sess *groups.Session) bool 
 }
 
 // startParking marks calls as parking, under the lock interrupt takes: a
-// cancel that comes from now on waits for their park and ends their records
-// (canceller.interruptHere), one that came since runCalls looked left them
-// ended, and they are left out (their records are forestall's). So a call
-// the cancel names never stays parked, whichever comes first (3.5).
+// cancel that comes from now on leaves them to their records, which it ends
+// once the park returned (canceller.end), and one that came since runCalls
+// looked left them ended and out (their records are forestall's). So a
+// call the cancel names never stays parked, whichever comes first, and it
+// is reported interrupted only by the write that ends its record (3.5).
 func startParking(b *batch, calls []*callState, specs []parkSpec) ([]*callState, []parkSpec) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -441,15 +444,13 @@ func startParking(b *batch, calls []*callState, specs []parkSpec) ([]*callState,
 	return calls, specs
 }
 
-// endParking ends the park of calls (startParking), whose outcome was
-// parked: the calls a cancel ended meanwhile are no longer listed as
-// parked, as their results say; it lets the cancel go on.
-func endParking(b *batch, calls []*callState, parked bool) bool {
+// endParking ends the park in flight (startParking), whose outcome was
+// parked: the queued calls a cancel ended meanwhile are no longer listed,
+// as their results say; it lets the cancel go on. A call that parked
+// stays parking: its record's.
+func endParking(b *batch, parked bool) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, c := range calls {
-		c.parking = false
-	}
 	close(b.parking)
 	b.parking = nil
 	ended := func(p bus.Parked) bool {
@@ -776,8 +777,10 @@ type canceller struct {
 	*wire
 	running    func(session, replyID string) []*batch // every copy of the batch running here
 	confirming *confirmed
-	parked     func(session, replyID string, ids []string) // cancels the batch's parked and queued calls
-	work       func(func(context.Context)) bool            // runs a cancel's wait for parks in flight as tracked work; false once draining
+	parked     func(ctx context.Context, session, replyID string, ids []string) // records the cancel of the batch's parked and queued calls
+	knows      func(session, replyID string) bool                               // whether this router knows the batch parked
+	ends       *cancelEnds                                                      // the cancels still to record, by batch
+	work       func(func(context.Context)) bool                                 // runs a batch's writer of cancels as tracked work; false once draining
 }
 
 // onCancel ends the named calls of a batch running on this router (the
@@ -809,7 +812,7 @@ func (r *canceller) onCancel(m *nats.Msg) {
 	parking := r.interruptHere(e.SessionID, e.ReplyID, c.Calls) // each copy of a re-sent batch (3.1, 3.5)
 	r.heard(e)
 	r.confirming.cancel(e.SessionID, e.ReplyID, c.Calls)
-	r.end(e.SessionID, e.ReplyID, c.Calls, parking, true)
+	r.end(e.SessionID, e.ReplyID, c.Calls, parking)
 }
 
 // heard tells the copies of cancel e's batch running here that it was
@@ -823,26 +826,40 @@ func (r *canceller) heard(e *bus.Event) {
 	}
 }
 
-// end ends the batch's parked and queued calls once the parks in flight
-// that interruptHere found have returned, so that their records are there
-// to end. A park's writes may retry through a leader election for minutes:
-// the wait is tracked work, not the handler's dispatch slot, which one
-// session's cancels would otherwise hold (redteam40b). again looks once
-// more, for a continuation resumed since the first look that read its
-// marks before these were written (parked.Reads.Marks); interrupt ends a
-// call once however often it is reached.
-func (r *canceller) end(session, replyID string, ids []string, parking []<-chan struct{}, again bool) {
-	step := func(context.Context) {
-		for _, ch := range parking {
-			<-ch
-		}
-		r.parked(session, replyID, ids)
-		if p := r.interruptHere(session, replyID, ids); again && len(p) > 0 {
-			r.end(session, replyID, ids, p, false)
+// end records the cancel in P_parked (cancelParked), once the parks in
+// flight that interruptHere found have returned, so that their records are
+// there to end: only that write reports a parked call interrupted. One
+// writer a batch (cancelEnds), as tracked work, not the handler's dispatch
+// slot: a park's writes may retry through a leader election for minutes
+// (redteam40b), and the cancel's own retry through the store's outage until
+// the records expire or the router stops. After each write it looks again,
+// for a continuation resumed since the first look that read its marks
+// before these were written (parked.Reads.Marks); interrupt ends a call
+// once however often it is reached.
+func (r *canceller) end(session, replyID string, ids []string, parking []<-chan struct{}) {
+	ref := batchRef{session, replyID}
+	if len(parking) == 0 && !r.knows(session, replyID) || !r.ends.add(ref, ids, parking) {
+		return // nothing of the batch parked here, or its writer takes these
+	}
+	write := func(ctx context.Context) {
+		for {
+			ids, parking, ok := r.ends.take(ref)
+			if !ok {
+				return
+			}
+			for _, ch := range parking {
+				<-ch
+			}
+			r.parked(ctx, session, replyID, ids)
+			if p := r.interruptHere(session, replyID, ids); len(p) > 0 {
+				r.ends.add(ref, ids, p)
+			}
 		}
 	}
-	if len(parking) == 0 || !r.work(step) {
-		step(r.base)
+	if !r.work(write) {
+		ctx, cancel := r.landing()
+		defer cancel()
+		write(ctx)
 	}
 }
 
@@ -886,21 +903,23 @@ func (x *confirmed) cancel(session, replyID string, ids []string) {
 // unstarted calls are recorded interrupted (forestall) before a running one
 // is stopped: its end (in the ledger) releases the copies of the batch that
 // wait for it, here or on another router, before the cancel reaches them,
-// and their next run must find its calls ended (3.1, 3.5). A call whose
-// park is in flight is left to the cancel's end of its record, once
-// written: interrupt returns what closes then (nil: none).
+// and their next run must find its calls ended (3.1, 3.5). A call that
+// parks or waits in its record is left to the cancel's end of that record
+// (canceller.end), which alone reports it interrupted: interrupt returns
+// what closes once a park in flight has written it (nil: none).
 func (b *batch) interrupt(ids []string) (parking <-chan struct{}) {
 	var hit, unstarted []*callState
 	var running []stopper
 	b.mu.Lock()
 	for _, c := range b.calls {
 		if c.result == nil && (len(ids) == 0 || slices.Contains(ids, c.call.ID)) {
+			if c.parking {
+				parking = b.parking // nil once written
+				continue
+			}
 			switch {
 			case c.cancel != nil:
 				running = append(running, c.cancel)
-			case c.parking:
-				parking = b.parking
-				c.recorded = true // its call.result is its record's too, once ended (parked.ResultID): one event
 			case c.ledgered() || c.mayPark():
 				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
 			}

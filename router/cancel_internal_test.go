@@ -3,7 +3,6 @@ package router
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -55,11 +54,13 @@ func (f *resultEvents) result(id string) (bus.Result, bool) {
 // ports faked: what answers.complete and onCancel drive.
 type windowRig struct {
 	f       *fakePipeline
+	nc      *nats.Conn
 	ledger  jetstream.KeyValue // P_ledger
 	events  *resultEvents
 	parked  *parked.Store
 	conts   *continuations
 	cancels *canceller
+	answers *answers
 	batches *runningBatches
 	work    sync.WaitGroup // a cancel's waits for parks in flight (canceller.work)
 }
@@ -92,11 +93,13 @@ func newWindowRig(t *testing.T) *windowRig {
 			return context.WithTimeout(context.Background(), time.Minute)
 		}}
 	rb := &runningBatches{}
-	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}}
+	ends := &cancelEnds{}
+	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}, cancelling: ends.names}
 	conts := &continuations{wire: w, parked: ps, answers: ans, pipe: f.p, batches: rb}
 	ans.resume = conts.resume
-	rig := &windowRig{f: f, ledger: led, events: ev, parked: ps, conts: conts, batches: rb}
+	rig := &windowRig{f: f, nc: nc, ledger: led, events: ev, parked: ps, conts: conts, answers: ans, batches: rb}
 	rig.cancels = &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked,
+		knows: ps.Read.Knows, ends: ends,
 		work: func(fn func(context.Context)) bool { rig.work.Go(func() { fn(t.Context()) }); return true }}
 	t.Cleanup(rig.work.Wait)
 	return rig
@@ -169,6 +172,7 @@ func TestCancelInResumeWindow(t *testing.T) {
 				t.Fatalf("%d calls of the batch still parked", n)
 			}
 			rig.cancels.onCancel(cancelMsg(t, tc.on, tc.calls...))
+			rig.work.Wait() // its writes, tracked work
 			rig.conts.resume(cont)
 
 			rig.f.runner.mu.Lock()
@@ -217,7 +221,7 @@ func TestTaskCancelLeavesBatches(t *testing.T) {
 		rig := newWindowRig(t)
 		var reached bool
 		rig.cancels.running = func(session, replyID string) []*batch { reached = true; return nil }
-		rig.cancels.parked = func(session, replyID string, ids []string) { reached = true }
+		rig.cancels.parked = func(_ context.Context, session, replyID string, ids []string) { reached = true }
 		stopped := false
 		rig.cancels.confirming.add("s1", "r1", "c1", func() { stopped = true })
 		e, err := bus.NewEvent(bus.TypeCallCancel, "toolbus/router/r2", bus.Cancel{Calls: []string{"c1"}, Task: tc.task})
@@ -343,50 +347,47 @@ func (h parkHook) Park(ctx context.Context, run parked.Run) (parked.Parking, err
 
 // TestCancelWhileCallParks: a cancel that reaches a batch while its call's
 // park is in flight (after runCalls found the call without a result, before
-// the park returned) ends the call's record once written, and the batch's
-// reply lists the call interrupted, not parked (3.5); its call.result is
-// the record's (one event, parked.ResultID). Before, interrupt took the
-// call for unstarted: the reply listed it both interrupted and parked, and
-// the cancel ended its record only if this router's cache had it by then
-// (a park whose write was still on its way stayed parked). The cancel is
-// delivered in that window exactly: from the park, once its record is
-// written, until it reached the batch. The call is an external tool's or a
-// confirm-policy one's.
+// the park returned) ends the call's record once written, and only that
+// write reports the call interrupted (3.5): the batch leaves the call to its
+// record (the reply lists it parked, as it was then), and its one
+// call.result is the record's (parked.ResultID). Before session 40,
+// interrupt took the call for unstarted: the reply listed it both
+// interrupted and parked, and the cancel ended its record only if this
+// router's cache had it by then; in session 40 the batch reported it
+// interrupted at once, before its record's end, which could fail
+// (TestCancelEndsBeforeAnswer). The cancel is delivered in that window
+// exactly: from the park, once its record is written, until it returned.
+// The call is an external tool's or a confirm-policy one's.
 func TestCancelWhileCallParks(t *testing.T) {
 	eachParkingTool(t, func(t *testing.T, rig *windowRig, parks string) {
 		b := rig.f.batchOf(t, "", call("c1", parks))
-		cancelled := make(chan struct{})
-		rig.f.p.park.conts = parkHook{rig.f.p.park.conts, func() {
-			go func() { defer close(cancelled); rig.cancels.onCancel(cancelMsg(t, "s1")) }()
-			testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
-				b.mu.Lock()
-				defer b.mu.Unlock()
-				if b.calls[0].result == nil {
-					return errors.New("the cancel has not reached the batch")
-				}
-				return nil
-			})
-		}}
+		rig.f.p.park.conts = parkHook{rig.f.p.park.conts, func() { rig.cancels.onCancel(cancelMsg(t, "s1")) }}
 		rig.batches.track(b)
 		b.run(0)
 		rig.batches.untrack(b)
-		<-cancelled
 		rig.work.Wait()
-		if len(b.parked) != 0 {
-			t.Errorf("the reply lists %+v parked after the cancel", b.parked)
+		if len(b.parked) != 1 || b.parked[0].ID != "c1" || b.calls[0].result != nil {
+			t.Errorf("the reply lists %+v, c1's result in the batch %+v; want c1 parked, its record's", b.parked, b.calls[0].result)
 		}
-		if res := b.calls[0].result; res.State != bus.StateInterrupted {
-			t.Errorf("c1's result %+v, want interrupted", res)
+		if res, ok := rig.events.result("c1"); !ok || res.State != bus.StateInterrupted {
+			t.Errorf("c1's call.result %+v (published %v), want interrupted", res, ok)
 		}
 		if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
 			t.Errorf("%d calls still parked after the cancel", len(recs))
 		}
 		rig.events.mu.Lock()
 		defer rig.events.mu.Unlock()
+		n := 0
 		for i, typ := range rig.events.types {
-			if id := rig.events.ids[i]; typ == "call.result:c1" && id != parked.ResultID("s1", "r1", "c1") {
-				t.Errorf("c1's call.result under id %q, not its record's: two events", id)
+			if typ == "call.result:c1" {
+				n++
+				if id := rig.events.ids[i]; id != parked.ResultID("s1", "r1", "c1") {
+					t.Errorf("c1's call.result under id %q, not its record's", id)
+				}
 			}
+		}
+		if n != 1 {
+			t.Errorf("%d call.result events of c1, want 1", n)
 		}
 	})
 }
@@ -416,8 +417,8 @@ func TestCancelWaitsOffItsSlot(t *testing.T) {
 	rig.batches.untrack(b)
 	<-release
 	rig.work.Wait()
-	if res := b.calls[0].result; res == nil || res.State != bus.StateInterrupted {
-		t.Errorf("c1's result %+v, want interrupted", res)
+	if res, ok := rig.events.result("c1"); !ok || res.State != bus.StateInterrupted {
+		t.Errorf("c1's call.result %+v (published %v), want interrupted", res, ok)
 	}
 	if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
 		t.Errorf("%d calls still parked after the cancel", len(recs))

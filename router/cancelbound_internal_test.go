@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ func TestAttackCancelBound(t *testing.T) {
 	rig := newWindowRig(t)
 	reached := 0
 	rig.cancels.running = func(session, replyID string) []*batch { reached++; return nil }
-	rig.cancels.parked = func(session, replyID string, ids []string) { reached++ }
+	rig.cancels.parked = func(_ context.Context, session, replyID string, ids []string) { reached++ }
 	ids := make([]string, 1025) // bus.MaxCancelCalls+1
 	for i := range ids {
 		ids[i] = fmt.Sprintf("c%d", i)

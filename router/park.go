@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -318,9 +319,18 @@ func (r *continuations) sweep(now time.Time) {
 	}
 }
 
-// cancelParked interrupts a reply's parked calls and marks its queued ones.
-func (r *continuations) cancelParked(session, replyID string, ids []string) {
-	ctx, cancel := r.landing()
+// cancelParked interrupts a reply's parked calls and marks its queued ones
+// (canceller.end), its writes retried through the store's outage until the
+// records' last expiry (they end expired then) or ctx ends (the router's
+// stop): the agent is told interrupted by the end of a record only.
+func (r *continuations) cancelParked(ctx context.Context, session, replyID string, ids []string) {
+	until := time.Now().Add(landBudget) // the marks of a batch with no record here
+	for _, rec := range r.parked.Read.Parked(session, replyID) {
+		if rec.Expires.After(until) {
+			until = rec.Expires
+		}
+	}
+	ctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	ended, err := r.parked.Cancel(ctx, session, replyID, ids)
 	if err != nil {
@@ -329,6 +339,79 @@ func (r *continuations) cancelParked(session, replyID string, ids []string) {
 	for _, rec := range ended {
 		r.answers.complete(rec, *rec.Result)
 	}
+}
+
+// cancelEnds are the cancels this router has still to record in P_parked,
+// by batch (canceller.end): one writer a batch, which takes the calls of
+// the cancels that come meanwhile. An answer to a call named here is
+// refused until then (answers.answer): the cancel came first here, and the
+// agent is told interrupted once the record ends.
+type cancelEnds struct {
+	mu sync.Mutex
+	m  map[batchRef]*cancelEnd
+}
+
+// cancelEnd is one batch's cancels to record.
+type cancelEnd struct {
+	ids     map[string]bool   // the calls named, at most bus.MaxCancelCalls (past all: unread)
+	all     bool              // a cancel named every call
+	parking []<-chan struct{} // the parks in flight to wait for first
+	fresh   bool              // something came since the writer last took
+}
+
+// add notes a cancel of ids (all when empty) of ref, to record once parking
+// closed; true when ref had no writer (the caller starts one).
+func (e *cancelEnds) add(ref batchRef, ids []string, parking []<-chan struct{}) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, busy := e.m[ref]
+	if !busy {
+		if e.m == nil {
+			e.m = map[batchRef]*cancelEnd{}
+		}
+		c = &cancelEnd{ids: map[string]bool{}}
+		e.m[ref] = c
+	}
+	c.all = c.all || len(ids) == 0
+	for _, id := range ids {
+		if c.all || len(c.ids) == bus.MaxCancelCalls { // no batch has more calls
+			break
+		}
+		c.ids[id] = true
+	}
+	for _, ch := range parking {
+		if !slices.Contains(c.parking, ch) {
+			c.parking = append(c.parking, ch)
+		}
+	}
+	c.fresh = true
+	return !busy
+}
+
+// take returns what ref's writer records next: every call named so far
+// (nil: all) and the parks to wait for first; false, ref forgotten, when
+// nothing came since it last took.
+func (e *cancelEnds) take(ref batchRef) (ids []string, parking []<-chan struct{}, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.m[ref]
+	if !c.fresh {
+		delete(e.m, ref)
+		return nil, nil, false
+	}
+	c.fresh, parking, c.parking = false, c.parking, nil
+	if !c.all {
+		ids = slices.Collect(maps.Keys(c.ids))
+	}
+	return ids, parking, true
+}
+
+// names reports whether a cancel still to record names call id of the batch.
+func (e *cancelEnds) names(session, replyID, id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok := e.m[batchRef{session, replyID}]
+	return ok && (c.all || c.ids[id])
 }
 
 // sameAs refuses, before any call runs, a batch re-sent under the reply id

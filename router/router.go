@@ -162,6 +162,7 @@ type Router struct {
 	stored     *outputs           // seals results' stored outputs and serves P.outputs.<session> (outputs.go)
 	tools      toolRunner         // runs tool calls on workers, through work queues and the ledger (exec.go)
 	confirming confirmed          // confirmed calls running outside any batch
+	cancelEnds cancelEnds         // cancels of parked calls still to record (park.go)
 	bg         *background        // background tasks; nil when off (background.go)
 
 	// tasksBound is P_tasks' soft bound (newBackground) for Bounds, which
@@ -371,7 +372,7 @@ func (r *Router) bind() {
 	r.tools.durable = workQueue{wire: r.wire, js: r.store.JS, led: r.led, progress: execReplies}
 	r.answers = &answers{wire: r.wire, parked: parkedPort(r.parked), reg: r.reg, groups: r.groups,
 		secured: r.cfg.Identities != nil, sealAnswer: r.stored.sealAnswer, fit: r.outputs.Fit, events: r.events,
-		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit}
+		runTool: r.tools.runTool, confirming: &r.confirming, audit: r.guards.audit, cancelling: r.cancelEnds.names}
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, pipe: r.pipe, batches: &r.batches}
 	r.answers.resume = r.conts.resume
@@ -380,7 +381,8 @@ func (r *Router) bind() {
 		store: r.store, tasksBound: &r.tasksBound, guardBounds: r.guards.bounds, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,
 		audit: r.guards.audit, readOut: r.cfg.Guard.ReadOutput}
-	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked, work: r.life.Go}
+	cancels := &canceller{wire: r.wire, running: r.batches.running, confirming: &r.confirming, parked: r.conts.cancelParked,
+		knows: r.parked.Read.Knows, ends: &r.cancelEnds, work: r.life.Go}
 	results := &durableResults{wire: r.wire, reg: r.reg, led: r.led, seal: r.stored.sealOutput}
 	replay := &replays{wire: r.wire, events: r.store.Events, parked: r.store.ParkedStream, pulls: make(chan struct{}, maxHandoffPulls), work: r.life.Go}
 	if ids := r.cfg.Identities; ids != nil {
