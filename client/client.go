@@ -238,7 +238,12 @@ func (c *Client) Query(ctx context.Context, session string, q bus.ToolsQuery) (*
 }
 
 // Cancel interrupts the calls of reply id (all of them when calls is empty).
+// A cancel naming more than bus.MaxCancelCalls ids is bad_event and nothing
+// is sent: routers and workers drop such a cancel whole (docs/protocol.md 3.5).
 func (c *Client) Cancel(ctx context.Context, session, replyID string, calls ...string) error {
+	if len(calls) > bus.MaxCancelCalls {
+		return bus.Errorf(bus.CodeBadEvent, "a cancel names %d calls; at most %d are allowed", len(calls), bus.MaxCancelCalls)
+	}
 	e, err := c.rq.event(bus.TypeCallCancel, session, bus.Cancel{Calls: calls})
 	if err != nil {
 		return err
