@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/internal/testkit/xtest"
 	"github.com/toolbus/toolbus/router"
 	"github.com/toolbus/toolbus/worker"
@@ -111,6 +112,54 @@ func fetchAll(t *testing.T, cl *client.Client, url string) ([]byte, error) {
 	}
 }
 
+// storing is the context of a call whose worker stores a large output: it
+// ends once the outputs stream has taken no byte for stallBound, or with
+// the test. A fixed minute (testCtx) failed the 20 MiB call on a 3-node
+// cluster under -race at load 24 while its chunks were landing: each of
+// its 160 chunks waits for a replicated acknowledgement, two at a time
+// (docs/offload.md, paced writes), so its time is the machine's share.
+func storing(t *testing.T, e *env) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	t.Cleanup(func() { cancel(nil) })
+	stream, err := testkit.JetStream(t, e.nc).Stream(ctx, "OBJ_toolbus_outputs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		var last uint64
+		moved := time.Now()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			if info, err := stream.Info(ctx); err == nil && info.State.Bytes != last {
+				last, moved = info.State.Bytes, time.Now()
+			} else if time.Since(moved) > stallBound {
+				cancel(fmt.Errorf("the outputs stream took no byte for %v", stallBound))
+				return
+			}
+		}
+	}()
+	return ctx
+}
+
+// callStoring is e.call for a call that stores a large output (storing).
+func (e *env) callStoring(t *testing.T, session string, calls []bus.Call, opts ...client.CallOption) *bus.Reply {
+	t.Helper()
+	ctx := storing(t, e)
+	reply, err := e.client.Call(ctx, session, bus.Batch{Calls: calls}, opts...)
+	if err != nil {
+		t.Fatalf("call on session %s: %v (%v)", session, err, context.Cause(ctx))
+	}
+	checkCallOrder(t, calls, reply.Results)
+	return reply
+}
+
 // TestLargeOutputs: a 20 MiB output (above the 8 MiB payload limit)
 // reaches the agent through the outputs object store, in the reply, the
 // call.result event, batch.done and a re-sent batch's ledgered result, and
@@ -144,7 +193,7 @@ func TestLargeOutputs(t *testing.T) {
 
 	t.Run("huge", func(t *testing.T) {
 		ev := e.watch(t, "big")
-		reply := e.call(t, "big", []bus.Call{{ID: "c1", Name: "huge"}}, client.WithReplyID("turn-1"))
+		reply := e.callStoring(t, "big", []bus.Call{{ID: "c1", Name: "huge"}}, client.WithReplyID("turn-1"))
 		r := reply.Results[0]
 		if r.State != bus.StateSuccess || len(r.Output) != 2 || r.Output[0].Type != bus.BlockText {
 			t.Fatalf("result %.500s", jsonOf(r))
@@ -200,7 +249,7 @@ func TestLargeOutputs(t *testing.T) {
 		}
 	})
 	t.Run("data_block", func(t *testing.T) {
-		reply := e.call(t, "img", []bus.Call{{ID: "c1", Name: "image"}})
+		reply := e.callStoring(t, "img", []bus.Call{{ID: "c1", Name: "image"}})
 		r := reply.Results[0]
 		if len(r.Output) != 2 || r.Output[0].Text != "a chart" {
 			t.Fatalf("result %.500s", jsonOf(r))
