@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -80,32 +81,26 @@ func TestAttack40bStatusHostileDiscovery(t *testing.T) {
 // TestAttack40bStatusDiscoveryBytes (session 40, red team on polish40's
 // bound of 1,024 answers): one responder answers discovery with answers as
 // large as the server lets through (1 MiB by default, 64 MiB at most), so
-// 1,024 of them held a GiB or more in the operator's status. Status keeps
-// at most maxDiscoveryBytes of answers of each kind.
+// 1,024 of them held a GiB or more in the operator's status. Status's
+// discovery keeps at most maxDiscoveryBytes of answers of each kind, and
+// stops there. Its window here is a minute, not `status --wait 3s`: the
+// 16 MiB cost 2.6 s of CPU under -race (the server, the client and the
+// decoding, all in this process), 14-26 s at load 22, when no answer came
+// within 3 s. The bound, not the window, ends a passing run.
 func TestAttack40bStatusDiscoveryBytes(t *testing.T) {
 	s := testkit.RunServer(t)
-	nc := testkit.Connect(t, s)
-	routerAnswers(t, nc, `{"router":"r","tools":[],"groups":0,"sessions":0,"parked":0,"store":{"state":"ok"}}`)
 	const each, answers = 900 << 10, 30
 	long := strings.Repeat("e", each)
-	answerAs(t, nc, "$SRV.STATS.toolbus-worker", func(*nats.Msg) [][]byte {
-		var out [][]byte
-		for i := range answers {
-			out = append(out, fmt.Appendf(nil, `{"name":"toolbus-worker","id":"w%d","metadata":{"worker":"w%d"},"endpoints":[{"name":"%s"}]}`, i, i, long))
-		}
-		return out
-	})
-	out, _, err := exec(t.Context(), "status", "--json", "--wait", "3s", "--nats", s.ClientURL())
-	var v struct {
-		Instances []instance `json:"instances"`
+	var out [][]byte
+	for i := range answers {
+		out = append(out, fmt.Appendf(nil, `{"name":"toolbus-worker","id":"w%d","metadata":{"worker":"w%d"},"endpoints":[{"name":"%s"}]}`, i, i, long))
 	}
-	if err == nil {
-		err = json.Unmarshal([]byte(out), &v)
-	}
+	answerAs(t, testkit.Connect(t, s), "$SRV.STATS.toolbus-worker", func(*nats.Msg) [][]byte { return out })
+	kept, err := discover(t.Context(), testkit.Connect(t, s), "toolbus-worker", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(v.Instances); n == 0 || n*each > maxDiscoveryBytes+each {
+	if n := len(kept); n == 0 || n*each > maxDiscoveryBytes+each {
 		t.Fatalf("%d answers of %d bytes kept (%d MiB), want at most %d MiB", n, each, n*each>>20, maxDiscoveryBytes>>20)
 	}
 }

@@ -111,6 +111,26 @@ func fetchAll(t *testing.T, cl *client.Client, url string) ([]byte, error) {
 	}
 }
 
+// callStoring is e.call for a call whose worker stores a large output:
+// it waits for the router's answer, which comes by the tool's timeout
+// (bus.DefaultTimeoutMS, 5 min) at the latest, and a minute more. The
+// call's time is CPU at the machine's share (hashing, encoding, and a
+// replicated store of 160 chunks two at a time, docs/offload.md), so no
+// fixed bound under that fits: testCtx's minute failed the 20 MiB call on a
+// 3-node cluster under -race at load 24, and a minute without the outputs
+// stream growing failed it too (its time before and after the chunks).
+func (e *env) callStoring(t *testing.T, session string, calls []bus.Call, opts ...client.CallOption) *bus.Reply {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), bus.DefaultTimeoutMS*time.Millisecond+time.Minute)
+	defer cancel()
+	reply, err := e.client.Call(ctx, session, bus.Batch{Calls: calls}, opts...)
+	if err != nil {
+		t.Fatalf("call on session %s: %v", session, err)
+	}
+	checkCallOrder(t, calls, reply.Results)
+	return reply
+}
+
 // TestLargeOutputs: a 20 MiB output (above the 8 MiB payload limit)
 // reaches the agent through the outputs object store, in the reply, the
 // call.result event, batch.done and a re-sent batch's ledgered result, and
@@ -144,7 +164,7 @@ func TestLargeOutputs(t *testing.T) {
 
 	t.Run("huge", func(t *testing.T) {
 		ev := e.watch(t, "big")
-		reply := e.call(t, "big", []bus.Call{{ID: "c1", Name: "huge"}}, client.WithReplyID("turn-1"))
+		reply := e.callStoring(t, "big", []bus.Call{{ID: "c1", Name: "huge"}}, client.WithReplyID("turn-1"))
 		r := reply.Results[0]
 		if r.State != bus.StateSuccess || len(r.Output) != 2 || r.Output[0].Type != bus.BlockText {
 			t.Fatalf("result %.500s", jsonOf(r))
@@ -200,7 +220,7 @@ func TestLargeOutputs(t *testing.T) {
 		}
 	})
 	t.Run("data_block", func(t *testing.T) {
-		reply := e.call(t, "img", []bus.Call{{ID: "c1", Name: "image"}})
+		reply := e.callStoring(t, "img", []bus.Call{{ID: "c1", Name: "image"}})
 		r := reply.Results[0]
 		if len(r.Output) != 2 || r.Output[0].Text != "a chart" {
 			t.Fatalf("result %.500s", jsonOf(r))
