@@ -82,10 +82,15 @@ const stallBound = time.Minute
 // fetchAll reads the stored output at url whole, for as long as its windows
 // keep coming (a new one within stallBound) until the test ends. A fixed
 // deadline on the whole read (a minute, as testCtx) failed a 20 MiB fetch
-// from a 3-node cluster at load 20 that was progressing.
+// from a 3-node cluster at load 20 that was progressing. The read has a
+// deadline of its own, so that each window's request waits up to the stall
+// bound rather than the client's 30 s for a request without one (a window
+// of 2 MiB read from the cluster outlasted that under -race at load 22).
 func fetchAll(t *testing.T, cl *client.Client, url string) ([]byte, error) {
 	t.Helper()
-	ctx, cancel := context.WithCancelCause(t.Context())
+	whole, stop := context.WithTimeout(t.Context(), 30*time.Minute)
+	defer stop()
+	ctx, cancel := context.WithCancelCause(whole)
 	defer cancel(nil)
 	stall := time.AfterFunc(stallBound, func() { cancel(fmt.Errorf("no byte of %s for %v", url, stallBound)) })
 	defer stall.Stop()
