@@ -287,7 +287,7 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	l := life.New(life.Config{})
-	sc := &scrapes{render: promhttp.HandlerFor(r, promhttp.HandlerOpts{})}
+	sc := &scrapes{render: promhttp.HandlerFor(r, promhttp.HandlerOpts{}), held: map[net.Conn]*answer{}, waiting: map[string]*answer{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
 		if !l.Enter() {
@@ -344,14 +344,7 @@ type scrapes struct {
 	mu      sync.Mutex
 	held    map[net.Conn]*answer // the answers being written, by connection
 	order   []*answer            // the answers held, oldest first, at most maxScrapes
-	waiting map[string]*render   // the next render of each format, which the scrapes that wait share
-}
-
-// render is one rendering of the registry, shared by the scrapes that
-// waited for it; a is set once done closes.
-type render struct {
-	done chan struct{}
-	a    *answer
+	waiting map[string]*answer   // the next render of each format, which the scrapes that wait share
 }
 
 // rendered returns req's answer from the next render of its format that
@@ -367,20 +360,17 @@ func (s *scrapes) rendered(req *http.Request) *answer {
 	}
 	key := h.Get("Accept") + "\n" + h.Get("Accept-Encoding")
 	s.mu.Lock()
-	r, shared := s.waiting[key]
+	a, shared := s.waiting[key]
 	if !shared {
-		r = &render{done: make(chan struct{}), a: &answer{header: http.Header{}, code: http.StatusOK}}
-		if s.waiting == nil {
-			s.waiting = map[string]*render{}
-		}
-		s.waiting[key] = r
+		a = &answer{header: http.Header{}, code: http.StatusOK, done: make(chan struct{})}
+		s.waiting[key] = a
 	}
 	s.mu.Unlock()
 	if shared {
-		<-r.done
-		return r.a
+		<-a.done
+		return a
 	}
-	defer close(r.done) // a collector's panic too: no scrape waits for good
+	defer close(a.done) // a collector's panic too: no scrape waits for good
 	s.one.Lock()
 	defer s.one.Unlock()
 	s.mu.Lock()
@@ -388,8 +378,8 @@ func (s *scrapes) rendered(req *http.Request) *answer {
 	s.mu.Unlock()
 	rq := req.Clone(context.WithoutCancel(req.Context())) // its client may leave: the others' answer
 	rq.Header = h
-	s.render.ServeHTTP(r.a, rq)
-	return r.a
+	s.render.ServeHTTP(a, rq)
+	return a
 }
 
 func (s *scrapes) serve(w http.ResponseWriter, req *http.Request) {
@@ -410,15 +400,13 @@ func (s *scrapes) serve(w http.ResponseWriter, req *http.Request) {
 func (s *scrapes) hold(c net.Conn, a *answer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held == nil {
-		s.held = map[net.Conn]*answer{}
-	}
 	s.held[c] = a
 	if a.holders++; a.holders == 1 {
 		s.order = append(s.order, a)
 	}
 	if len(s.order) > maxScrapes {
 		old := s.order[0]
+		old.holders = 0 // one that comes late counts it again
 		for c, a := range s.held {
 			if a == old {
 				_ = c.Close() // its write fails: its handler returns
@@ -448,7 +436,8 @@ type answer struct {
 	header  http.Header
 	code    int
 	body    bytes.Buffer
-	holders int // the connections writing it (scrapes.hold), under scrapes.mu
+	holders int           // the connections writing it (scrapes.hold), under scrapes.mu
+	done    chan struct{} // closed once rendered (scrapes.rendered)
 }
 
 func (a *answer) Header() http.Header         { return a.header }
