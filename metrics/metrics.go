@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/life"
@@ -285,7 +287,7 @@ func Expose(addr, who string, stdout io.Writer) (reg prometheus.Registerer, stop
 		return nil, nil, fmt.Errorf("metrics: %w", err)
 	}
 	l := life.New(life.Config{})
-	sc := &scrapes{render: promhttp.HandlerFor(r, promhttp.HandlerOpts{})}
+	sc := &scrapes{render: promhttp.HandlerFor(r, promhttp.HandlerOpts{}), held: map[net.Conn]*answer{}, waiting: map[string]*answer{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, req *http.Request) {
 		if !l.Enter() {
@@ -323,14 +325,15 @@ var idleTimeout = 2 * time.Minute
 // bounded: MaxLabelValues).
 var writeTimeout = 10 * time.Second
 
-// maxScrapes bounds the answers being written at once: one more closes
-// the connection of the one held longest. A Prometheus server scrapes one
+// maxScrapes bounds the answers (renders) being written at once: one more
+// closes the connections of the one held longest. A Prometheus server scrapes one
 // at a time: four leave room for a pair of them and a person's curl.
 const maxScrapes = 4
 
 // scrapes renders each scrape's answer into a buffer, one at a time, and
 // writes it outside that bound; at most maxScrapes answers are held at once
-// (their memory), a new one closing the connection of the longest held. A
+// (their memory), a new one closing the connections of the longest held;
+// the scrapes that wait for a render share the next one (rendered). A
 // scrape never read thus holds no reader's scrape off: before, the bound
 // covered the writing too, and 4 held ones had every scrape answered 503
 // until their write deadline (TestAttack41HeldScrapesRefuseNone).
@@ -338,17 +341,51 @@ type scrapes struct {
 	render http.Handler // promhttp's: negotiates the format and compression
 	one    sync.Mutex   // one render at a time
 
-	mu   sync.Mutex
-	held []net.Conn // the connections of the answers being written, oldest first
+	mu      sync.Mutex
+	held    map[net.Conn]*answer // the answers being written, by connection
+	order   []*answer            // the answers held, oldest first, at most maxScrapes
+	waiting map[string]*answer   // the next render of each format, which the scrapes that wait share
+}
+
+// rendered returns req's answer from the next render of its format that
+// starts once it came: the scrapes waiting meanwhile share it, so a queue
+// of scrapes nobody reads costs one render, not one each, and holds a
+// reader's scrape off by one render at most (TestAttack41QueuedScrapesShareARender).
+// The format is what promhttp negotiates from Accept, and gzip or not: a
+// few, whatever the headers say.
+func (s *scrapes) rendered(req *http.Request) *answer {
+	h := http.Header{"Accept": {string(expfmt.Negotiate(req.Header))}}
+	if strings.Contains(req.Header.Get("Accept-Encoding"), "gzip") {
+		h.Set("Accept-Encoding", "gzip")
+	}
+	key := h.Get("Accept") + "\n" + h.Get("Accept-Encoding")
+	s.mu.Lock()
+	a, shared := s.waiting[key]
+	if !shared {
+		a = &answer{header: http.Header{}, code: http.StatusOK, done: make(chan struct{})}
+		s.waiting[key] = a
+	}
+	s.mu.Unlock()
+	if shared {
+		<-a.done
+		return a
+	}
+	defer close(a.done) // a collector's panic too: no scrape waits for good
+	s.one.Lock()
+	defer s.one.Unlock()
+	s.mu.Lock()
+	delete(s.waiting, key) // the scrapes that come from now on wait for the next
+	s.mu.Unlock()
+	rq := req.Clone(context.WithoutCancel(req.Context())) // its client may leave: the others' answer
+	rq.Header = h
+	s.render.ServeHTTP(a, rq)
+	return a
 }
 
 func (s *scrapes) serve(w http.ResponseWriter, req *http.Request) {
-	a := &answer{header: http.Header{}, code: http.StatusOK}
-	s.one.Lock()
-	s.render.ServeHTTP(a, req)
-	s.one.Unlock()
+	a := s.rendered(req)
 	if c, ok := req.Context().Value(connKey{}).(net.Conn); ok { // always (withConn)
-		s.hold(c)
+		s.hold(c, a)
 		defer s.release(c)
 	}
 	maps.Copy(w.Header(), a.header)
@@ -356,14 +393,27 @@ func (s *scrapes) serve(w http.ResponseWriter, req *http.Request) {
 	_, _ = w.Write(a.body.Bytes())
 }
 
-// hold counts c's answer as held, closing the longest held past maxScrapes.
-func (s *scrapes) hold(c net.Conn) {
+// hold counts c's answer a as held, closing, past maxScrapes answers, the
+// connections of the one held longest: the scrapes that share an answer
+// share its memory, and one reader's write is not cut by the rest of its
+// render's queue.
+func (s *scrapes) hold(c net.Conn, a *answer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.held = append(s.held, c)
-	if len(s.held) > maxScrapes {
-		_ = s.held[0].Close() // its write fails: its handler returns, releasing it
-		s.held = s.held[1:]
+	s.held[c] = a
+	if a.holders++; a.holders == 1 {
+		s.order = append(s.order, a)
+	}
+	if len(s.order) > maxScrapes {
+		old := s.order[0]
+		old.holders = 0 // one that comes late counts it again
+		for c, a := range s.held {
+			if a == old {
+				_ = c.Close() // its write fails: its handler returns
+				delete(s.held, c)
+			}
+		}
+		s.order = s.order[1:]
 	}
 }
 
@@ -371,16 +421,23 @@ func (s *scrapes) hold(c net.Conn) {
 func (s *scrapes) release(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if i := slices.Index(s.held, c); i >= 0 {
-		s.held = slices.Delete(s.held, i, i+1)
+	a, ok := s.held[c]
+	if !ok {
+		return
+	}
+	delete(s.held, c)
+	if a.holders--; a.holders == 0 {
+		s.order = slices.DeleteFunc(s.order, func(o *answer) bool { return o == a })
 	}
 }
 
 // answer is a rendered scrape: the header, status and body promhttp wrote.
 type answer struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
+	header  http.Header
+	code    int
+	body    bytes.Buffer
+	holders int           // the connections writing it (scrapes.hold), under scrapes.mu
+	done    chan struct{} // closed once rendered (scrapes.rendered)
 }
 
 func (a *answer) Header() http.Header         { return a.header }
