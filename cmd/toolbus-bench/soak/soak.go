@@ -753,8 +753,10 @@ func (d *soakDeploy) inject(ctx context.Context, n int, start time.Time, down ti
 		d.cluster.StopNode(node)
 		_ = bus.Sleep(ctx, 2*down)
 		if err = d.cluster.Start(node); err == nil {
-			// The next fault once every node is healthy (docs/operations.md).
-			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			// The next fault once every node is healthy (docs/operations.md);
+			// the fault's own bound, not the soak's: a fault begun before the
+			// end is restored before the soak counts.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 			err = d.cluster.WaitHealthy(wctx)
 			cancel()
 		}
