@@ -133,15 +133,11 @@ func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	js := pub.JetStream()
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
 	err = store.Retry(ctx, store.Provision, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: s.Stream(Stream), Description: "toolbus audit trail: one record per tool call",
 			Subjects: []string{s.All(kind)}, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Discard: jetstream.DiscardNew,
-			Duplicates: dedupeWindow, Replicas: max(cfg.Replicas, 1), Storage: storage,
+			Duplicates: dedupeWindow, Replicas: max(cfg.Replicas, 1), Storage: store.StorageOf(cfg.Memory),
 		})
 		return err
 	})
