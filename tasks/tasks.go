@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -266,11 +267,7 @@ func readIndex(cur jetstream.KeyValueEntry) index {
 		_ = json.Unmarshal(cur.Value(), &ix)
 	}
 	now := time.Now()
-	for id, until := range ix {
-		if now.After(until) {
-			delete(ix, id)
-		}
-	}
+	maps.DeleteFunc(ix, func(_ string, until time.Time) bool { return now.After(until) })
 	return ix
 }
 
