@@ -189,7 +189,7 @@ var byteUnits = []struct {
 	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"b", 1},
 }
 
-func parseByteSize(s string) (byteSize, error) {
+func (b *byteSize) Set(s string) error {
 	t := strings.ToLower(strings.TrimSpace(s))
 	mult := 1.0
 	for _, u := range byteUnits {
@@ -200,13 +200,14 @@ func parseByteSize(s string) (byteSize, error) {
 	}
 	v, err := strconv.ParseFloat(t, 64)
 	if err != nil || t == "" || strings.ContainsAny(t, "xXpP_") {
-		return 0, fmt.Errorf("%q is not a size in bytes (e.g. 1048576, 512MiB, 2GB)", s)
+		return fmt.Errorf("%q is not a size in bytes (e.g. 1048576, 512MiB, 2GB)", s)
 	}
 	n := v * mult
 	if math.IsNaN(n) || n < 1 || n > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is not a positive size in bytes", s)
+		return fmt.Errorf("%q is not a positive size in bytes", s)
 	}
-	return byteSize(n), nil
+	*b = byteSize(n)
+	return nil
 }
 
 func (b *byteSize) String() string {
@@ -214,15 +215,6 @@ func (b *byteSize) String() string {
 		return ""
 	}
 	return strconv.FormatInt(int64(*b), 10)
-}
-
-func (b *byteSize) Set(s string) error {
-	v, err := parseByteSize(s)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
 }
 
 func (b *byteSize) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }
