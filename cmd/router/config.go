@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -119,29 +120,16 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 	return l
 }
 
-// override returns l with every value that o sets taken from o.
+// override returns l with every value that o sets (not zero) taken from
+// o: every field, so a limit added to limitsConfig is overridden too.
 func (l limitsConfig) override(o *limitsConfig) limitsConfig {
-	pick(&l.EventsMaxAge, o.EventsMaxAge)
-	pick(&l.EventsMaxBytes, o.EventsMaxBytes)
-	pick(&l.OutputsTTL, o.OutputsTTL)
-	pick(&l.OutputsMaxBytes, o.OutputsMaxBytes)
-	pick(&l.InlineOutput, o.InlineOutput)
-	pick(&l.MaxOutput, o.MaxOutput)
-	pick(&l.ParkedMaxBytes, o.ParkedMaxBytes)
-	pick(&l.SessionsMaxBytes, o.SessionsMaxBytes)
-	pick(&l.LedgerMaxBytes, o.LedgerMaxBytes)
-	pick(&l.TasksMaxBytes, o.TasksMaxBytes)
-	pick(&l.MCPMaxBytes, o.MCPMaxBytes)
-	pick(&l.MaxTools, o.MaxTools)
-	pick(&l.MaxGroups, o.MaxGroups)
-	return l
-}
-
-// pick sets *dst to v when v is set.
-func pick[T duration | byteSize | softBound | int](dst *T, v T) {
-	if v != 0 {
-		*dst = v
+	to, from := reflect.ValueOf(&l).Elem(), reflect.ValueOf(o).Elem()
+	for i := range from.NumField() {
+		if f := from.Field(i); !f.IsZero() {
+			to.Field(i).Set(f)
+		}
 	}
+	return l
 }
 
 // apply sets the store's retention from l.
