@@ -5,6 +5,7 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -124,30 +125,19 @@ type Trail struct {
 
 // New creates (or updates) the audit stream, with a store.Publisher on nc.
 func New(ctx context.Context, nc *nats.Conn, s bus.Subjects, cfg Config) (*Trail, error) {
-	if cfg.MaxAge <= 0 {
-		cfg.MaxAge = DefaultMaxAge
-	}
-	if cfg.MaxBytes == 0 {
-		cfg.MaxBytes = DefaultMaxBytes
-	}
-	cfg.MaxBytes = max(cfg.MaxBytes, -1)
-	if cfg.MaxWait <= 0 {
-		cfg.MaxWait = DefaultMaxWait
-	}
+	cfg.MaxAge = cmp.Or(max(cfg.MaxAge, 0), DefaultMaxAge)
+	cfg.MaxBytes = max(cmp.Or(cfg.MaxBytes, DefaultMaxBytes), -1)
+	cfg.MaxWait = cmp.Or(max(cfg.MaxWait, 0), DefaultMaxWait)
 	pub, err := store.NewPublisher(nc, store.PublisherConfig{MaxWait: cfg.MaxWait})
 	if err != nil {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	js := pub.JetStream()
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
 	err = store.Retry(ctx, store.Provision, func(ctx context.Context) error {
 		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: s.Stream(Stream), Description: "toolbus audit trail: one record per tool call",
 			Subjects: []string{s.All(kind)}, MaxAge: cfg.MaxAge, MaxBytes: cfg.MaxBytes, Discard: jetstream.DiscardNew,
-			Duplicates: dedupeWindow, Replicas: max(cfg.Replicas, 1), Storage: storage,
+			Duplicates: dedupeWindow, Replicas: max(cfg.Replicas, 1), Storage: store.StorageOf(cfg.Memory),
 		})
 		return err
 	})

@@ -90,9 +90,7 @@ func (o *Options) defaults() {
 		}
 	}
 	o.Runs = cmp.Or(max(o.Runs, 0), 3)
-	if o.ProfileWindow <= 0 {
-		o.ProfileWindow = max(3*o.Duration, minProfile)
-	}
+	o.ProfileWindow = cmp.Or(max(o.ProfileWindow, 0), max(3*o.Duration, minProfile))
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}

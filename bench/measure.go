@@ -209,7 +209,7 @@ type path struct {
 	midOnly bool // throughput at the mid caller count only
 	// twin, when set, runs right after this path's load at the mid caller
 	// count, as many callers paced to the rate this path reached, in step
-	// and then spread (twins[inStep], twins[spread]).
+	// and then spread (twins[0], twins[1]).
 	twin  *path
 	twins [2]pacedLoad
 	lat   Latencies
@@ -256,13 +256,6 @@ func (d *deployment) measure(ctx context.Context, paths []*path, callers []int, 
 	return nil
 }
 
-// The ways paced puts the callers' calls: at the same instants, or each
-// caller's a share of a period after the one before's.
-const (
-	inStep = iota
-	spread
-)
-
 // pacedLoad is a load paced to a rate, and the pacing alone (calling
 // nothing) at that rate.
 type pacedLoad struct{ calls, pacing costed }
@@ -288,8 +281,9 @@ func (d *deployment) measureTwin(ctx context.Context, dur time.Duration, callers
 
 // paced is fn for callers callers that together call at rate per second:
 // each caller's calls start one period (callers / rate) apart, the
-// callers' first ones at once (inStep) or spread over one period; a caller
-// that falls behind its schedule catches up without pausing.
+// callers' first ones at once (way 0, in step) or each a share of a period
+// after the one before's (way 1, spread); a caller that falls behind its
+// schedule catches up without pausing.
 func paced(callers int, rate float64, way int, fn callFunc) callFunc {
 	period := time.Duration(float64(callers) / max(rate, 1e-3) * float64(time.Second))
 	var once sync.Once

@@ -290,10 +290,7 @@ func (v *View) Search(ctx context.Context, session string, input json.RawMessage
 				add = append(add, m.activate)
 			}
 		}
-		groups := "basic"
-		if len(m.groups) > 0 {
-			groups = strings.Join(m.groups, ", ")
-		}
+		groups := cmp.Or(strings.Join(m.groups, ", "), "basic") // group names are never empty (ValidName)
 		fmt.Fprintf(&b, "%d. %s %s (group: %s; %s): %s\n", i+1, m.kind, m.name, groups, state, firstLine(m.desc))
 	}
 	if !in.Activate {

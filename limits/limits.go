@@ -131,10 +131,7 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 		cfg.Now = time.Now
 	}
 	cfg.Replicas = max(cfg.Replicas, 1)
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
+	storage := store.StorageOf(cfg.Memory)
 	l := &Limiter{rules: cfg.Policy.Rules, tenants: cfg.Policy.Tenants, now: cfg.Now, js: js, subj: s}
 	soft := cmp.Or(cfg.Policy.MaxBytes, DefaultMaxBytes)
 	err := store.Retry(ctx, store.Provision, func(ctx context.Context) (err error) {

@@ -85,10 +85,7 @@ func New(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
+	storage := store.StorageOf(cfg.Memory)
 	c := &Cache{now: cfg.Now}
 	stream := "KV_" + s.Bucket(Bucket)
 	err := store.Retry(ctx, store.Provision, func(ctx context.Context) error {

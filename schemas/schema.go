@@ -413,15 +413,13 @@ func checkRefs(v any, w *walk) error {
 
 // compileError turns a compiler error into a readable one.
 func compileError(doc map[string]any, err error) error {
-	var refused *refusedError
-	if errors.As(err, &refused) {
+	if refused, ok := errors.AsType[*refusedError](err); ok {
 		if sch, _ := doc["$schema"].(string); sch != "" && strings.HasPrefix(refused.url, strings.TrimSuffix(sch, "#")) {
 			return fmt.Errorf("schemas: unsupported $schema %q (known: draft-04, -06, -07, 2019-09, 2020-12)", sch)
 		}
 		return fmt.Errorf("schemas: external reference %q is not allowed (nothing is fetched)", refused.url)
 	}
-	var ve *jsonschema.ValidationError
-	if errors.As(err, &ve) { // the schema does not validate against its meta-schema
+	if ve, ok := errors.AsType[*jsonschema.ValidationError](err); ok { // the schema does not validate against its meta-schema
 		var s Schema
 		details := sortDetails(s.leaves(ve, nil))
 		msgs := make([]string, 0, len(details))
@@ -435,8 +433,7 @@ func compileError(doc map[string]any, err error) error {
 		return fmt.Errorf("schemas: invalid schema: %s", strings.Join(msgs, "; "))
 	}
 	msg := err.Error()
-	var se *jsonschema.SchemaError
-	if errors.As(err, &se) && se.Err != nil {
+	if se, ok := errors.AsType[*jsonschema.SchemaError](err); ok && se.Err != nil {
 		msg = se.Err.Error()
 	}
 	msg = strings.ReplaceAll(msg, "jsonschema: ", "")

@@ -89,12 +89,8 @@ type Store struct {
 // NewStore returns the sessions of bucket kv (P_sessions).
 func NewStore(kv jetstream.KeyValue, cfg Config) *Store {
 	cfg.DefaultMode = cmp.Or(cfg.DefaultMode, "default")
-	if cfg.IdleTTL <= 0 {
-		cfg.IdleTTL = bus.DefaultSessionTTL
-	}
-	if cfg.CacheSize <= 0 {
-		cfg.CacheSize = DefaultCacheSize
-	}
+	cfg.IdleTTL = cmp.Or(max(cfg.IdleTTL, 0), bus.DefaultSessionTTL)
+	cfg.CacheSize = cmp.Or(max(cfg.CacheSize, 0), DefaultCacheSize)
 	lru, _ := simplelru.NewLRU[string, *Session](cfg.CacheSize, nil) // errors only for a size <= 0
 	return &Store{kv: kv, cfg: cfg, lru: lru}
 }

@@ -193,10 +193,7 @@ func CreateBounded(ctx context.Context, js jetstream.JetStream, cfg jetstream.Ke
 // router at once.
 func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, cfg Config) (*Store, error) {
 	cfg.defaults()
-	storage := jetstream.FileStorage
-	if cfg.Memory {
-		storage = jetstream.MemoryStorage
-	}
+	storage := StorageOf(cfg.Memory)
 	st := &Store{JS: js, Health: &Health{}}
 	kvs := []struct {
 		dst   **KV
@@ -329,6 +326,15 @@ func SkillsStore(ctx context.Context, js jetstream.JetStream, s bus.Subjects, re
 		return nil, fmt.Errorf("store: object store %s: %w", s.ObjectStore(bus.ObjectSkills), err)
 	}
 	return os, nil
+}
+
+// StorageOf is memory storage for a deployment that keeps nothing on disk
+// (the Memory settings of store, audit, limits and rcache), else file storage.
+func StorageOf(memory bool) jetstream.StorageType {
+	if memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
 }
 
 // MCPConfig is the bucket of the MCP facades' task records and request

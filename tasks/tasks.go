@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -60,9 +61,7 @@ type Config struct {
 // (store.Bound; zero: store.DefaultTasksMaxBytes, negative: none): past it
 // Admit refuses a new task, and the records held are still written.
 func Setup(ctx context.Context, js jetstream.JetStream, s bus.Subjects, replicas int, keep time.Duration, soft int64) (jetstream.KeyValue, error) {
-	if keep <= 0 {
-		keep = DefaultKeep
-	}
+	keep = cmp.Or(max(keep, 0), DefaultKeep)
 	kv, err := store.CreateBounded(ctx, js, jetstream.KeyValueConfig{Bucket: s.Bucket(BucketName),
 		Description: "toolbus background tasks", TTL: keep, Replicas: max(replicas, 1)}, cmp.Or(soft, store.DefaultTasksMaxBytes))
 	if err != nil {
@@ -122,18 +121,10 @@ const (
 
 // New returns the store over kv (from Setup).
 func New(kv jetstream.KeyValue, cfg Config) *Store {
-	if cfg.MaxPerSession <= 0 {
-		cfg.MaxPerSession = DefaultMaxPerSession
-	}
-	if cfg.MaxPerUser <= 0 {
-		cfg.MaxPerUser = DefaultMaxPerUser
-	}
-	if cfg.MaxKept <= 0 {
-		cfg.MaxKept = DefaultMaxKept
-	}
-	if cfg.Keep <= 0 {
-		cfg.Keep = DefaultKeep
-	}
+	cfg.MaxPerSession = cmp.Or(max(cfg.MaxPerSession, 0), DefaultMaxPerSession)
+	cfg.MaxPerUser = cmp.Or(max(cfg.MaxPerUser, 0), DefaultMaxPerUser)
+	cfg.MaxKept = cmp.Or(max(cfg.MaxKept, 0), DefaultMaxKept)
+	cfg.Keep = cmp.Or(max(cfg.Keep, 0), DefaultKeep)
 	return &Store{kv: kv, cfg: cfg, stops: store.Stops{Landing: cfg.Landing}}
 }
 
@@ -276,11 +267,7 @@ func readIndex(cur jetstream.KeyValueEntry) index {
 		_ = json.Unmarshal(cur.Value(), &ix)
 	}
 	now := time.Now()
-	for id, until := range ix {
-		if now.After(until) {
-			delete(ix, id)
-		}
-	}
+	maps.DeleteFunc(ix, func(_ string, until time.Time) bool { return now.After(until) })
 	return ix
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -119,29 +120,16 @@ func limitFlags(fs *flag.FlagSet) *limitsConfig {
 	return l
 }
 
-// override returns l with every value that o sets taken from o.
+// override returns l with every value that o sets (not zero) taken from
+// o: every field, so a limit added to limitsConfig is overridden too.
 func (l limitsConfig) override(o *limitsConfig) limitsConfig {
-	pick(&l.EventsMaxAge, o.EventsMaxAge)
-	pick(&l.EventsMaxBytes, o.EventsMaxBytes)
-	pick(&l.OutputsTTL, o.OutputsTTL)
-	pick(&l.OutputsMaxBytes, o.OutputsMaxBytes)
-	pick(&l.InlineOutput, o.InlineOutput)
-	pick(&l.MaxOutput, o.MaxOutput)
-	pick(&l.ParkedMaxBytes, o.ParkedMaxBytes)
-	pick(&l.SessionsMaxBytes, o.SessionsMaxBytes)
-	pick(&l.LedgerMaxBytes, o.LedgerMaxBytes)
-	pick(&l.TasksMaxBytes, o.TasksMaxBytes)
-	pick(&l.MCPMaxBytes, o.MCPMaxBytes)
-	pick(&l.MaxTools, o.MaxTools)
-	pick(&l.MaxGroups, o.MaxGroups)
-	return l
-}
-
-// pick sets *dst to v when v is set.
-func pick[T duration | byteSize | softBound | int](dst *T, v T) {
-	if v != 0 {
-		*dst = v
+	to, from := reflect.ValueOf(&l).Elem(), reflect.ValueOf(o).Elem()
+	for i := range from.NumField() {
+		if f := from.Field(i); !f.IsZero() {
+			to.Field(i).Set(f)
+		}
 	}
+	return l
 }
 
 // apply sets the store's retention from l.
@@ -189,7 +177,7 @@ var byteUnits = []struct {
 	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"b", 1},
 }
 
-func parseByteSize(s string) (byteSize, error) {
+func (b *byteSize) Set(s string) error {
 	t := strings.ToLower(strings.TrimSpace(s))
 	mult := 1.0
 	for _, u := range byteUnits {
@@ -200,13 +188,14 @@ func parseByteSize(s string) (byteSize, error) {
 	}
 	v, err := strconv.ParseFloat(t, 64)
 	if err != nil || t == "" || strings.ContainsAny(t, "xXpP_") {
-		return 0, fmt.Errorf("%q is not a size in bytes (e.g. 1048576, 512MiB, 2GB)", s)
+		return fmt.Errorf("%q is not a size in bytes (e.g. 1048576, 512MiB, 2GB)", s)
 	}
 	n := v * mult
 	if math.IsNaN(n) || n < 1 || n > math.MaxInt64/2 {
-		return 0, fmt.Errorf("%q is not a positive size in bytes", s)
+		return fmt.Errorf("%q is not a positive size in bytes", s)
 	}
-	return byteSize(n), nil
+	*b = byteSize(n)
+	return nil
 }
 
 func (b *byteSize) String() string {
@@ -214,15 +203,6 @@ func (b *byteSize) String() string {
 		return ""
 	}
 	return strconv.FormatInt(int64(*b), 10)
-}
-
-func (b *byteSize) Set(s string) error {
-	v, err := parseByteSize(s)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
 }
 
 func (b *byteSize) UnmarshalJSON(raw []byte) error { return setJSON(b, raw) }

@@ -151,3 +151,10 @@ func FuzzByteSize(f *testing.F) {
 		}
 	})
 }
+
+// parseByteSize is what byteSize.Set sets.
+func parseByteSize(s string) (byteSize, error) {
+	var b byteSize
+	err := b.Set(s)
+	return b, err
+}

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -138,9 +139,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			o.Replicas = 1
 		}
 	}
-	if o.FaultEvery == 0 {
-		o.FaultEvery = min(30*time.Second, o.Duration/3)
-	}
+	o.FaultEvery = cmp.Or(o.FaultEvery, min(30*time.Second, o.Duration/3))
 	logf := progressLogf(stderr, *verbose, "soak: ")
 	if o.Dir, err = os.MkdirTemp("", "toolbus-soak-*"); err != nil {
 		return err
