@@ -344,3 +344,39 @@ func TestAttack39bCountsWrap(t *testing.T) {
 		t.Fatalf("give-backs past the counts' wrap: %v, near zero %v", wrapped, zero)
 	}
 }
+
+// TestGiveBackPastLastGiven (session 42, a flake of
+// TestAttack38bConcurrentCallersKeepTheBound under load): a slot giving
+// back after more give-backs than Last shows, all of slots above it,
+// counted the unseen ones as below it and gave back nothing, keeping a
+// whole slot of a call that never ran; the slots below it bound what
+// they can have given back.
+func TestGiveBackPastLastGiven(t *testing.T) {
+	const em = time.Minute
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	g, _ := take(gcra{}, now, em, "r")
+	start := g.TAT - int64(em) // the run's first slot is kept (admitted)
+	var ss []slot
+	for i := range 20 {
+		var s slot
+		g, s = take(g, now.Add(time.Duration(i)*time.Millisecond), em, fmt.Sprint(i))
+		ss = append(ss, s)
+	}
+	// Places 1-4 are kept too; 6-20 give back, then 5, the last.
+	for i := 19; i >= 5; i-- {
+		var ok bool
+		if g, ok = giveBack(g, ss[i], em, fmt.Sprint("u", i)); !ok {
+			t.Fatalf("slot %d gave back nothing", i+1)
+		}
+	}
+	g, ok := giveBack(g, ss[4], em, "u4")
+	if !ok {
+		t.Fatal("the slot given back after more than lastGiven others gave back nothing")
+	}
+	// Five slots kept. A slot that cannot tell whether the give-backs it
+	// does not see were below it keeps the time the clocks passed in the
+	// run (19 ms): here the two lowest given back (places 5 and 6).
+	if held := time.Duration(g.TAT - start); held < 5*em || held > 5*em+2*19*time.Millisecond {
+		t.Fatalf("five slots kept hold %v of the rate, want 5m and at most 38ms more (6m before)", held)
+	}
+}

@@ -388,6 +388,12 @@ func giveBack(g gcra, s slot, em time.Duration, nonce string) (_ gcra, ok bool) 
 				lower -= l[1]
 			}
 		}
+		// The slots below s that had not given back when s was taken
+		// give back at most a slot each since: more give-backs than Last
+		// shows are not all below s (differences, as above).
+		if n := s.place - s.given; n >= 0 && lower/int64(em) > n {
+			lower = n * int64(em)
+		}
 		if d = min(d, s.from-lower+int64(em)-g.At); d <= 0 {
 			return g, false
 		}
