@@ -677,7 +677,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 		}
 		wctx := j.attemptContext(ctx, deadline.Add(ledger.TimeoutGrace))
 		defer wctx.stop()
-		if res, ok := l.Await(wctx, key); ok {
+		if res, cancel, ok := l.Await(wctx, key); ok {
+			j.cancelledBy = cancel // as on an exec reply: the next run waits for it (awaitCancels)
 			return res
 		}
 		// No result by the deadline, or cancelled, or cut off: so it ends
@@ -723,7 +724,7 @@ func (r *durableResults) onResult(m *nats.Msg) {
 		return
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
-	res, _, _ := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
+	res, _, by := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
 	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {
@@ -732,6 +733,6 @@ func (r *durableResults) onResult(m *nats.Msg) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	// As for a core request: a failure at or past the deadline is its timeout.
-	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
+	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout), by)
 	r.answer(m, bus.TypeExecRecorded, ack, err)
 }
