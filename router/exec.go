@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tracing"
 )
@@ -152,6 +153,9 @@ type execStep struct {
 func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	j.admit()
 	b, c := j.b, j.c
+	if c.writesSession() {
+		ctx = session.ForCall(ctx, b.replyID, c.call.ID) // a cancel's mark refuses its write (1.32)
+	}
 	switch t := c.target; {
 	case t.Reset:
 		text, err := s.sessions.Reset(ctx, b.session, c.input)
@@ -182,6 +186,9 @@ func builtinResult(c bus.Call, text string, err error) bus.Result {
 	}
 	if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeInvalidInput {
 		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
+	}
+	if errors.Is(err, session.ErrCancelled) {
+		return interrupted(c)
 	}
 	return internal(c, err)
 }
