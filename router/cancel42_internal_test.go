@@ -10,7 +10,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/replies"
-	"github.com/toolbus/toolbus/internal/testkit"
 	"github.com/toolbus/toolbus/registry"
 )
 
@@ -109,35 +108,7 @@ func durableHeardFirst(t *testing.T, rig *windowRig, parks string, deliver func(
 // at the ledger's result and c2 parked after the cancel.
 func TestDurableCancelHoldsNextRun(t *testing.T) {
 	eachParkingTool(t, func(t *testing.T, rig *windowRig, parks string) {
-		b := durableHeardFirst(t, rig, parks, func(b *batch, cancel func()) {
-			// The cancel comes once the batch waits for it, or once c2 is
-			// parked (before: the batch never waits).
-			testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
-				b.heard.mu.Lock()
-				waits := b.heard.hearing != nil
-				b.heard.mu.Unlock()
-				b.mu.Lock()
-				parking := b.calls[1].parking
-				b.mu.Unlock()
-				if !waits && !parking {
-					return errors.New("the batch neither waits for the cancel nor parks c2")
-				}
-				return nil
-			})
-			cancel()
-		})
-		if res := b.calls[0].result; res == nil || res.State != bus.StateInterrupted {
-			t.Errorf("c1's result %+v, want interrupted", res)
-		}
-		if len(b.parked) != 0 {
-			t.Errorf("parked %+v after the cancel", b.parked)
-		}
-		if res := b.calls[1].result; res == nil || res.State != bus.StateInterrupted {
-			t.Errorf("c2's result %+v, want interrupted", res)
-		}
-		if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
-			t.Errorf("%d calls parked after the cancel", len(recs))
-		}
+		wantHeld(t, rig, durableHeardFirst(t, rig, parks, cancelOnceHeld(t)))
 	})
 }
 
@@ -148,14 +119,5 @@ func TestDurableCancelHoldsNextRun(t *testing.T) {
 func TestDurableCancelBounded(t *testing.T) {
 	rig := newWindowRig(t)
 	start := time.Now()
-	b := durableHeardFirst(t, rig, "ext", nil)
-	if took := time.Since(start); took < cancelWait {
-		t.Errorf("the next run started after %v, before the cancel's bound %v", took, cancelWait)
-	}
-	if res := b.calls[1].result; res != nil && res.State == bus.StateInterrupted {
-		t.Errorf("c2 ended interrupted on the worker's word alone: %+v", res)
-	}
-	if len(b.parked) != 1 || b.parked[0].ID != "c2" {
-		t.Errorf("parked %+v, want c2", b.parked)
-	}
+	wantBounded(t, durableHeardFirst(t, rig, "ext", nil), start)
 }
