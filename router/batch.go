@@ -562,18 +562,12 @@ func forestall(b *batch, calls []*callState) {
 	defer lcancel()
 	ctx, cancel := context.WithTimeout(lctx, forestallBudget)
 	defer cancel()
-	var builtins []string
+	var builtins []string // marked in the session, all in one write
 	for _, c := range calls {
 		if c.writesSession() {
 			builtins = append(builtins, c.call.ID)
+			continue
 		}
-	}
-	if len(builtins) > 0 {
-		if err := b.p.sessions.Forestall(ctx, b.session, b.replyID, builtins); err != nil {
-			b.p.log.Warn("router: cancelled built-in calls not recorded in the session; a re-send may run them", "session", b.session, "reply", b.replyID, "calls", builtins, "err", err)
-		}
-	}
-	for _, c := range calls {
 		if b.p.ledger != nil && c.ledgered() {
 			if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
 				b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
@@ -590,6 +584,11 @@ func forestall(b *batch, calls []*callState) {
 			if err := b.p.conts.Forestall(ctx, b.session, b.replyID, call, interrupted(c.call)); err != nil {
 				b.p.log.Warn("router: a cancelled call's result not recorded in P_parked; a re-send may park it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
 			}
+		}
+	}
+	if len(builtins) > 0 {
+		if err := b.p.sessions.Forestall(ctx, b.session, b.replyID, builtins); err != nil {
+			b.p.log.Warn("router: cancelled built-in calls not recorded in the session; a re-send may run them", "session", b.session, "reply", b.replyID, "calls", builtins, "err", err)
 		}
 	}
 }
