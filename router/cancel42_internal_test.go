@@ -80,24 +80,7 @@ func durableHeardFirst(t *testing.T, rig *windowRig, parks string, deliver func(
 	if err := rig.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b := rig.f.batchOf(t, "", call("c1", "job"), call("c2", parks))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := <-recorded; err != nil {
-			t.Error(err)
-			return
-		}
-		if deliver != nil {
-			deliver(b, func() { rig.cancels.onCancel(m) })
-		}
-	}()
-	rig.batches.track(b)
-	b.run(0)
-	rig.batches.untrack(b)
-	<-done
-	rig.work.Wait()
-	return b
+	return runDelivering(t, rig, rig.f.batchOf(t, "", call("c1", "job"), call("c2", parks)), m, recorded, deliver)
 }
 
 // TestDurableCancelHoldsNextRun: a durable tool's worker that hears a

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
@@ -26,12 +28,25 @@ func workerHeardFirst(t *testing.T, rig *windowRig, parks string, deliver func(b
 		j.cancelledBy = e.ID // as requestReply reads it off the worker's result
 		return interrupted(j.call)
 	})
+	return runDelivering(t, rig, b, m, nil, deliver)
+}
+
+// runDelivering runs b tracked, and beside it, once ready yields (nil: at
+// once) and without an error, gives deliver (nil: none) the cancel m.
+func runDelivering(t *testing.T, rig *windowRig, b *batch, m *nats.Msg, ready <-chan error, deliver func(b *batch, cancel func())) *batch {
 	done := make(chan struct{})
-	if deliver != nil {
-		go func() { defer close(done); deliver(b, func() { rig.cancels.onCancel(m) }) }()
-	} else {
-		close(done)
-	}
+	go func() {
+		defer close(done)
+		if ready != nil {
+			if err := <-ready; err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if deliver != nil {
+			deliver(b, func() { rig.cancels.onCancel(m) })
+		}
+	}()
 	rig.batches.track(b)
 	b.run(0)
 	rig.batches.untrack(b)
