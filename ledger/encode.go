@@ -16,7 +16,7 @@ func encode(e *Entry) []byte {
 }
 
 func encodedSize(e *Entry) int {
-	size := 170 + len(e.Router) + len(e.Claim) + len(e.Call) + len(e.Canon)
+	size := 170 + len(e.Router) + len(e.Claim) + len(e.Call) + len(e.Canon) + len(e.Cancel)
 	if e.Result != nil {
 		size += e.Result.Size()
 	}
@@ -90,8 +90,10 @@ func appendEntry(b []byte, e *Entry) []byte {
 	if e.Result != nil {
 		b = appendResult(b, e.Result)
 	}
-	if e.ResultRef != "" {
-		b = bus.AppendJSONString(append(b, `,"result_ref":`...), e.ResultRef)
+	for _, f := range [...]struct{ member, v string }{{`,"result_ref":`, e.ResultRef}, {`,"cancel":`, e.Cancel}} {
+		if f.v != "" { // omitempty
+			b = bus.AppendJSONString(append(b, f.member...), f.v)
+		}
 	}
 	return append(b, '}')
 }

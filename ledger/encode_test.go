@@ -20,6 +20,8 @@ func TestEncode(t *testing.T) {
 		{State: stateRunning, Router: "r-1", Claim: "p-8", Call: "compactDigest", Canon: "canonicalDigest", Deadline: at, Touched: at},
 		{State: stateDone, Router: "r\u2028", Deadline: at.In(time.FixedZone("x", 3600)), Result: &res},
 		{State: stateDone, Router: "r", Claim: "p-9", Deadline: at, ResultRef: "s.r.c1.ABC.ledger#SHA-256=x_y="}, // 1.24
+		// 1.32: the cancel a durable worker's interrupted result names
+		{State: stateDone, Router: "r", Claim: "p-10", Deadline: at, Result: ptrTo(bus.InterruptedResult(bus.Call{ID: "c3", Name: "job"})), Cancel: "cancel-1"},
 		{State: stateAbandoned, Router: "r", Deadline: at, Result: ptrTo(bus.ErrorResult(bus.Call{ID: "c2", Name: "t"}, bus.CodeUnknownOutcome, "gone"))},
 	} {
 		got := encode(&e)

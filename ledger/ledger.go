@@ -57,6 +57,10 @@ type Entry struct {
 	// ResultRef keeps a result above RefAbove in P_outputs (1.24): its
 	// nats-object reference with its digest (5.9); Result is then nil.
 	ResultRef string `json:"result_ref,omitempty"`
+	// Cancel is the cancel a durable worker's interrupted result names
+	// (1.32, protocol 3.5): the router awaiting the result holds the
+	// batch's next run until it has handled that cancel (Await).
+	Cancel string `json:"cancel,omitempty"`
 
 	rev     uint64    // the revision of this router's claim
 	wkey    store.Key // the key with its subject, made once for the claim's writes (claim, record)
@@ -526,6 +530,7 @@ type shared struct {
 	res     bus.Result         // the outcome, every waiter's
 	hit     bool               // res is a recorded result (a hit per waiter)
 	claim   *Entry             // a takeover to run the call again: one waiter's (loop's only)
+	cancel  string             // the recorded entry's Cancel (watch's only)
 	taken   atomic.Bool        // claim was given to a waiter, or abandoned
 }
 
@@ -911,22 +916,23 @@ var (
 	UnknownOutcome = bus.UnknownOutcomeResult
 )
 
-// Await waits until key's entry holds a result, and returns it; false when
-// ctx ends first, or the watch cannot start or ends. The Await calls of one
-// key on this router share one watch (l.awaits); each answered is a hit.
-func (l *Ledger) Await(ctx context.Context, key string) (bus.Result, bool) {
+// Await waits until key's entry holds a result, and returns it with the
+// cancel the entry names (Entry.Cancel, "": none); false when ctx ends
+// first, or the watch cannot start or ends. The Await calls of one key on
+// this router share one watch (l.awaits); each answered is a hit.
+func (l *Ledger) Await(ctx context.Context, key string) (_ bus.Result, cancel string, ok bool) {
 	a := l.awaits.join(l, ctx, Call{Key: key}, (*shared).watch)
 	select {
 	case <-ctx.Done():
 		l.awaits.leave(l, key, a)
-		return bus.Result{}, false
+		return bus.Result{}, "", false
 	case <-a.done:
 	}
 	l.awaits.leave(l, key, a)
 	if a.hit {
 		l.cfg.Hits()
 	}
-	return a.res, a.hit
+	return a.res, a.cancel, a.hit
 }
 
 // watch is an Await wait's loop: it follows the key until its entry holds
@@ -953,6 +959,7 @@ func (a *shared) watch(l *Ledger) {
 			}
 			if le, ok := entryOf(u, nil); ok && le.recorded() {
 				res, err := result(ctx, l, &le)
+				a.cancel = le.Cancel // before end closes a.done
 				l.awaits.end(l, key, a, res, err == nil, nil)
 				return
 			}
@@ -988,8 +995,10 @@ func (l *Ledger) End(key string, claim Entry, res bus.Result) bus.Result {
 }
 
 // RecordResult records a durable call's result from its worker in the
-// call's running entry; a failure past the entry's deadline as late.
-func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Result) (bus.ExecRecorded, error) {
+// call's running entry; a failure past the entry's deadline as late. cancel
+// is the cancel the worker's interrupted result names ("": none), kept
+// with res (Entry.Cancel), not with late.
+func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Result, cancel string) (bus.ExecRecorded, error) {
 	var why string
 	_, err := store.Update(ctx, l.kv, key, store.UntilLanded, func(cur jetstream.KeyValueEntry) ([]byte, error) {
 		var le Entry
@@ -1003,9 +1012,9 @@ func (l *Ledger) RecordResult(ctx context.Context, key string, res, late bus.Res
 		case le.State == stateAbandoned:
 			why = "the call was abandoned"
 		default:
-			le.State, le.Result = stateDone, &res
+			le.State, le.Result, le.Cancel = stateDone, &res, cancel
 			if res.State != bus.StateSuccess && !time.Now().Before(le.Deadline) {
-				le.Result = &late
+				le.Result, le.Cancel = &late, ""
 			}
 			return encode(&le), nil
 		}

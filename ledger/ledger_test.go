@@ -177,7 +177,7 @@ func TestLedgerWaitNotHeldByWatchStop(t *testing.T) {
 		t.Fatalf("waited for %+v", r)
 	}
 	go func() {
-		r, _ := b.Await(ctx, "s.r.c1")
+		r, _, _ := b.Await(ctx, "s.r.c1")
 		got <- r
 	}()
 	if r := testkit.Recv(t, got, 10*time.Second, "Await's result, its watch's stop held"); textOf(r.Output) != "done" {
@@ -342,6 +342,38 @@ func TestClaimDeadlineWithinExpiry(t *testing.T) {
 		how, claim := l.claim(t.Context(), tc.key, tc.timeout, tc.expiry, digests{})
 		if how != claimed || !tc.within(claim.Deadline) {
 			t.Fatalf("%s: %v, deadline %v (expiry %v, timeout %v)", tc.key, how, claim.Deadline, tc.expiry, tc.timeout)
+		}
+	}
+}
+
+// TestRecordResultCancel: the cancel a durable worker's interrupted result
+// names is kept with that result, and Await gives it to the router awaiting
+// the call, on another router too (1.32); a result recorded as the call's
+// timeout (a failure past its deadline) keeps none.
+func TestRecordResultCancel(t *testing.T) {
+	ls := newTestLedger(t, "a", "b")
+	ctx := t.Context()
+	for _, tc := range []struct {
+		key     string
+		timeout time.Duration
+		want    string
+		state   string
+	}{
+		{"s.r.c1", time.Minute, "cancel-1", bus.StateInterrupted},
+		{"s.r.c2", -time.Second, "", bus.StateError}, // recorded as late: its deadline passed
+	} {
+		_, claim := ls[0].claim(ctx, tc.key, tc.timeout, time.Time{}, digests{})
+		if claim.rev == 0 {
+			t.Fatalf("%s: not claimed", tc.key)
+		}
+		call := bus.Call{ID: "c", Name: "job"}
+		ack, err := ls[1].RecordResult(ctx, tc.key, bus.InterruptedResult(call), bus.TimeoutResult(call, time.Second), "cancel-1")
+		if err != nil || !ack.Recorded {
+			t.Fatalf("%s: recorded %+v, %v", tc.key, ack, err)
+		}
+		res, cancel, ok := ls[0].Await(ctx, tc.key)
+		if !ok || res.State != tc.state || cancel != tc.want {
+			t.Errorf("%s: awaited %s naming %q (%v), want %s naming %q", tc.key, res.State, cancel, ok, tc.state, tc.want)
 		}
 	}
 }

@@ -350,7 +350,7 @@ func TestSharedAwait(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		out := make(chan awaited, 1)
 		go func() {
-			r, ok := l.Await(ctx, "k")
+			r, _, ok := l.Await(ctx, "k")
 			out <- awaited{r, ok}
 		}()
 		return cancel, out
@@ -391,7 +391,7 @@ func TestSharedAwait(t *testing.T) {
 		}
 		// A later Await opens a watch of its own (the entry is delivered
 		// at once); one whose waiters all leave stops it.
-		if r, ok := l.Await(t.Context(), "k"); !ok || textOf(r.Output) != "done" {
+		if r, _, ok := l.Await(t.Context(), "k"); !ok || textOf(r.Output) != "done" {
 			t.Fatalf("a later Await: %+v %v", r, ok)
 		}
 		if err := l.Stop(t.Context()); err != nil {

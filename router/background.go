@@ -379,7 +379,7 @@ func (b *background) resume(rec *tasks.Record) {
 		switch {
 		case rec.Durable:
 			wctx, wcancel := context.WithDeadline(ctx, rec.Deadline)
-			r, ok := b.r.led.Await(wctx, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
+			r, _, ok := b.r.led.Await(wctx, bus.CallKey(rec.Session, rec.ReplyID, rec.CallID))
 			wcancel()
 			if res = r; !ok {
 				res = timeoutResult(c, rec.Deadline.Sub(rec.Started))

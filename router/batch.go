@@ -508,10 +508,23 @@ const forestallBudget = 5 * time.Second
 // cancelled ends c, which a cancel named before it started (docs/protocol.md
 // 3.5), interrupted, recorded first where a re-sent copy would look (forestall).
 func (b *batch) cancelled(c *callState) {
-	if c.ledgered() || c.mayPark() {
+	if c.forestalled() {
 		forestall(b, []*callState{c})
 	}
 	b.finish(c, interrupted(c.call))
+}
+
+// forestalled reports whether a re-sent copy of the batch could run, park
+// or write c, so that a cancel records c's end first (forestall). The
+// caller holds b.mu or runs the batch.
+func (c *callState) forestalled() bool { return c.ledgered() || c.mayPark() || c.writesSession() }
+
+// writesSession reports whether c is a built-in that may write the session
+// (reset_tools, search_tools, the skill loader): a cancel marks it there
+// (session.Store.Forestall), and its writes are refused from then on.
+func (c *callState) writesSession() bool {
+	t := &c.target
+	return c.early == nil && (t.Reset || t.Search || t.Skill)
 }
 
 // ledgered reports whether a re-sent copy of the batch would run c through
@@ -536,9 +549,11 @@ func (c *callState) mayPark() bool {
 
 // forestall records the interrupted result of calls a cancel ended before
 // they started, in the ledger (ledgered) and in P_parked (mayPark), so a
-// re-sent copy neither runs nor parks them (docs/protocol.md 3.5, 1.12).
-// The writes share forestallBudget; one that fails leaves a re-send free
-// to run the call. (batch keeps to 15 methods.)
+// re-sent copy neither runs nor parks them (docs/protocol.md 3.5, 1.12),
+// and marks the built-ins among them that write the session in it
+// (writesSession, 1.32), so neither a copy's write nor a running one's
+// lands. The writes share forestallBudget; one that fails leaves a re-send
+// free to run the call. (batch keeps to 15 methods.)
 func forestall(b *batch, calls []*callState) {
 	if len(calls) == 0 {
 		return
@@ -547,7 +562,12 @@ func forestall(b *batch, calls []*callState) {
 	defer lcancel()
 	ctx, cancel := context.WithTimeout(lctx, forestallBudget)
 	defer cancel()
+	var builtins []string // marked in the session, all in one write
 	for _, c := range calls {
+		if c.writesSession() {
+			builtins = append(builtins, c.call.ID)
+			continue
+		}
 		if b.p.ledger != nil && c.ledgered() {
 			if err := b.p.ledger.Interrupt(ctx, bus.CallKey(b.session, b.replyID, c.call.ID), interrupted(c.call)); err != nil {
 				b.p.log.Warn("router: a cancelled call's result not recorded in the ledger; a re-send may run it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
@@ -564,6 +584,11 @@ func forestall(b *batch, calls []*callState) {
 			if err := b.p.conts.Forestall(ctx, b.session, b.replyID, call, interrupted(c.call)); err != nil {
 				b.p.log.Warn("router: a cancelled call's result not recorded in P_parked; a re-send may park it", "session", b.session, "reply", b.replyID, "call", c.call.ID, "err", err)
 			}
+		}
+	}
+	if len(builtins) > 0 {
+		if err := b.p.sessions.Forestall(ctx, b.session, b.replyID, builtins); err != nil {
+			b.p.log.Warn("router: cancelled built-in calls not recorded in the session; a re-send may run them", "session", b.session, "reply", b.replyID, "calls", builtins, "err", err)
 		}
 	}
 }
@@ -641,6 +666,7 @@ type sessionPort interface {
 	Revision(id string) uint64
 	TouchRead(ctx context.Context, id string, sess *groups.Session, now time.Time) error
 	Reset(ctx context.Context, id string, input json.RawMessage) (string, error) // reset_tools
+	Forestall(ctx context.Context, id, replyID string, calls []string) error     // a cancel's built-ins (session.Store)
 }
 
 // continuationPort is the record of parked calls and batches (parked.Store).
@@ -920,8 +946,11 @@ func (b *batch) interrupt(ids []string) (parking <-chan struct{}) {
 			switch {
 			case c.cancel != nil:
 				running = append(running, c.cancel)
-			case c.ledgered() || c.mayPark():
-				unstarted = append(unstarted, c) // a re-sent copy must not run nor park it either (3.5)
+				if c.writesSession() {
+					unstarted = append(unstarted, c) // its write, if it has not landed, must not (1.32)
+				}
+			case c.forestalled():
+				unstarted = append(unstarted, c) // a re-sent copy must not run, park nor write it either (3.5)
 			}
 			c.result = new(interrupted(c.call))
 			hit = append(hit, c)

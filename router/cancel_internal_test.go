@@ -55,6 +55,7 @@ func (f *resultEvents) result(id string) (bus.Result, bool) {
 type windowRig struct {
 	f       *fakePipeline
 	nc      *nats.Conn
+	st      *store.Store
 	ledger  jetstream.KeyValue // P_ledger
 	events  *resultEvents
 	parked  *parked.Store
@@ -97,7 +98,7 @@ func newWindowRig(t *testing.T) *windowRig {
 	ans := &answers{wire: w, parked: parkedPort(ps), events: ev, confirming: &confirmed{}, cancelling: ends.names}
 	conts := &continuations{wire: w, parked: ps, answers: ans, pipe: f.p, batches: rb}
 	ans.resume = conts.resume
-	rig := &windowRig{f: f, nc: nc, ledger: led, events: ev, parked: ps, conts: conts, answers: ans, batches: rb}
+	rig := &windowRig{f: f, nc: nc, st: st, ledger: led, events: ev, parked: ps, conts: conts, answers: ans, batches: rb}
 	rig.cancels = &canceller{wire: w, running: rb.running, confirming: ans.confirming, parked: conts.cancelParked,
 		knows: ps.Read.Knows, ends: ends,
 		work: func(fn func(context.Context)) bool { rig.work.Go(func() { fn(t.Context()) }); return true }}

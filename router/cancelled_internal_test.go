@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
 )
@@ -26,12 +28,25 @@ func workerHeardFirst(t *testing.T, rig *windowRig, parks string, deliver func(b
 		j.cancelledBy = e.ID // as requestReply reads it off the worker's result
 		return interrupted(j.call)
 	})
+	return runDelivering(t, rig, b, m, nil, deliver)
+}
+
+// runDelivering runs b tracked, and beside it, once ready yields (nil: at
+// once) and without an error, gives deliver (nil: none) the cancel m.
+func runDelivering(t *testing.T, rig *windowRig, b *batch, m *nats.Msg, ready <-chan error, deliver func(b *batch, cancel func())) *batch {
 	done := make(chan struct{})
-	if deliver != nil {
-		go func() { defer close(done); deliver(b, func() { rig.cancels.onCancel(m) }) }()
-	} else {
-		close(done)
-	}
+	go func() {
+		defer close(done)
+		if ready != nil {
+			if err := <-ready; err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if deliver != nil {
+			deliver(b, func() { rig.cancels.onCancel(m) })
+		}
+	}()
 	rig.batches.track(b)
 	b.run(0)
 	rig.batches.untrack(b)
@@ -48,27 +63,45 @@ func workerHeardFirst(t *testing.T, rig *windowRig, parks string, deliver func(b
 // (docs/router.md, the Left of "a cancel records before it stops").
 func TestWorkerCancelHoldsNextRun(t *testing.T) {
 	eachParkingTool(t, func(t *testing.T, rig *windowRig, parks string) {
-		b := workerHeardFirst(t, rig, parks, func(b *batch, cancel func()) {
-			testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
-				b.heard.mu.Lock()
-				defer b.heard.mu.Unlock()
-				if b.heard.hearing == nil {
-					return errors.New("the batch does not wait for the cancel")
-				}
-				return nil
-			})
-			cancel()
-		})
-		if len(b.parked) != 0 {
-			t.Errorf("parked %+v after the cancel", b.parked)
-		}
-		if res := b.calls[1].result; res == nil || res.State != bus.StateInterrupted {
-			t.Errorf("c2's result %+v, want interrupted", res)
-		}
-		if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
-			t.Errorf("%d calls parked after the cancel", len(recs))
-		}
+		wantHeld(t, rig, workerHeardFirst(t, rig, parks, cancelOnceHeld(t)))
 	})
+}
+
+// cancelOnceHeld delivers a cancel once the batch's next run waits for it,
+// or once c2 parks (a router that does not wait: the test then fails).
+func cancelOnceHeld(t *testing.T) func(b *batch, cancel func()) {
+	return func(b *batch, cancel func()) {
+		testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+			b.heard.mu.Lock()
+			waits := b.heard.hearing != nil
+			b.heard.mu.Unlock()
+			b.mu.Lock()
+			parking := b.calls[1].parking
+			b.mu.Unlock()
+			if !waits && !parking {
+				return errors.New("the batch neither waits for the cancel nor parks c2")
+			}
+			return nil
+		})
+		cancel()
+	}
+}
+
+// wantHeld checks the batch c1, c2 that a cancel of both ended, c1 first by
+// its worker's word: c2 ended interrupted and nothing parked.
+func wantHeld(t *testing.T, rig *windowRig, b *batch) {
+	t.Helper()
+	for _, c := range b.calls {
+		if res := c.result; res == nil || res.State != bus.StateInterrupted {
+			t.Errorf("%s's result %+v, want interrupted", c.call.ID, res)
+		}
+	}
+	if len(b.parked) != 0 {
+		t.Errorf("parked %+v after the cancel", b.parked)
+	}
+	if recs := rig.parked.Read.Parked("s1", "r1"); len(recs) != 0 {
+		t.Errorf("%d calls parked after the cancel", len(recs))
+	}
 }
 
 // TestWorkerCancelBounded: a worker's word ends nothing: a result naming a
@@ -77,7 +110,13 @@ func TestWorkerCancelHoldsNextRun(t *testing.T) {
 func TestWorkerCancelBounded(t *testing.T) {
 	rig := newWindowRig(t)
 	start := time.Now()
-	b := workerHeardFirst(t, rig, "ext", nil)
+	wantBounded(t, workerHeardFirst(t, rig, "ext", nil), start)
+}
+
+// wantBounded checks the batch c1, c2 (ext) whose c1 named a cancel that
+// never came, run from start: c2 parked, after cancelWait.
+func wantBounded(t *testing.T, b *batch, start time.Time) {
+	t.Helper()
 	if took := time.Since(start); took < cancelWait {
 		t.Errorf("the next run started after %v, before the cancel's bound %v", took, cancelWait)
 	}

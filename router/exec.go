@@ -23,6 +23,7 @@ import (
 	"github.com/toolbus/toolbus/internal/replies"
 	"github.com/toolbus/toolbus/ledger"
 	"github.com/toolbus/toolbus/registry"
+	"github.com/toolbus/toolbus/session"
 	"github.com/toolbus/toolbus/store"
 	"github.com/toolbus/toolbus/tracing"
 )
@@ -152,6 +153,9 @@ type execStep struct {
 func (s execStep) Exec(ctx context.Context, j *job) bus.Result {
 	j.admit()
 	b, c := j.b, j.c
+	if c.writesSession() {
+		ctx = session.ForCall(ctx, b.replyID, c.call.ID) // a cancel's mark refuses its write (1.32)
+	}
 	switch t := c.target; {
 	case t.Reset:
 		text, err := s.sessions.Reset(ctx, b.session, c.input)
@@ -182,6 +186,9 @@ func builtinResult(c bus.Call, text string, err error) bus.Result {
 	}
 	if be, ok := errors.AsType[*bus.Error](err); ok && be.Code == bus.CodeInvalidInput {
 		return bus.ErrorResult(c, bus.CodeInvalidInput, be.Message)
+	}
+	if errors.Is(err, session.ErrCancelled) {
+		return interrupted(c)
 	}
 	return internal(c, err)
 }
@@ -677,7 +684,8 @@ func (x workQueue) Exec(ctx context.Context, j *job) bus.Result {
 		}
 		wctx := j.attemptContext(ctx, deadline.Add(ledger.TimeoutGrace))
 		defer wctx.stop()
-		if res, ok := l.Await(wctx, key); ok {
+		if res, cancel, ok := l.Await(wctx, key); ok {
+			j.cancelledBy = cancel // as on an exec reply: the next run waits for it (awaitCancels)
 			return res
 		}
 		// No result by the deadline, or cancelled, or cut off: so it ends
@@ -723,7 +731,7 @@ func (r *durableResults) onResult(m *nats.Msg) {
 		return
 	}
 	call := bus.Call{ID: e.ToolCallID, Name: tool}
-	res, _, _ := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
+	res, _, by := execReply(call, callRef{e.SessionID, e.ReplyID, e.ToolCallID}, m)
 	res, _ = r.seal(e.SessionID, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, nil)
 	var timeout time.Duration
 	if t, ok := r.reg.Lookup(tool); ok {
@@ -732,6 +740,6 @@ func (r *durableResults) onResult(m *nats.Msg) {
 	ctx, cancel := r.landing()
 	defer cancel()
 	// As for a core request: a failure at or past the deadline is its timeout.
-	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout))
+	ack, err := r.led.RecordResult(ctx, bus.CallKey(e.SessionID, e.ReplyID, e.ToolCallID), res, timeoutResult(call, timeout), by)
 	r.answer(m, bus.TypeExecRecorded, ack, err)
 }

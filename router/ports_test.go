@@ -37,6 +37,7 @@ func (f *fakeSessions) TouchRead(_ context.Context, _ string, s *groups.Session,
 	f.touched = append(f.touched, s)
 	return nil
 }
+func (f *fakeSessions) Forestall(context.Context, string, string, []string) error { return nil }
 func (f *fakeSessions) Reset(_ context.Context, _ string, in json.RawMessage) (string, error) {
 	f.resets = append(f.resets, string(in))
 	if strings.Contains(string(in), "bad") {

@@ -154,7 +154,7 @@ func (s *routerSkills) loadSkill(ctx context.Context, session string, user json.
 			return nil
 		})
 		if err != nil {
-			return internal(call, err)
+			return builtinResult(call, "", err)
 		}
 	}
 	return bus.Result{ID: call.ID, Name: call.Name, State: bus.StateSuccess, Output: out.Output}

@@ -55,6 +55,9 @@ type Session struct {
 	State json.RawMessage `json:"state,omitempty"`
 	// Updated is when the session was last written.
 	Updated time.Time `json:"updated"`
+	// Cancelled are the built-in calls of the session's batches that a
+	// cancel ended before they wrote it (Forestall, protocol 3.5, 1.32).
+	Cancelled []Cancelled `json:"cancelled,omitempty"`
 
 	rev    uint64
 	cached time.Time // when this router's cache took it (local clock)
@@ -73,7 +76,46 @@ func (s *Session) clone() *Session {
 	c.Active = slices.Clone(s.Active)
 	c.Rules = slices.Clone(s.Rules)
 	c.WorkDirs = slices.Clone(s.WorkDirs)
+	c.Cancelled = slices.Clone(s.Cancelled)
 	return &c
+}
+
+// Cancelled is a built-in call a cancel ended before it wrote the session:
+// a re-sent copy of its batch must not write it either (Store.Forestall).
+type Cancelled struct {
+	Call string    `json:"call"` // <replyid>.<callid>
+	At   time.Time `json:"at"`
+}
+
+// MaxCancelled bounds the calls a session keeps cancelled (the oldest go
+// first); each is kept for the dedupe window, as long as a copy may come.
+const MaxCancelled = 64
+
+// ErrCancelled refuses a write of a built-in call that a cancel ended
+// (Store.Forestall): the caller reports it interrupted.
+var ErrCancelled = errors.New("session: the call was cancelled")
+
+// callKey is the context key of the built-in call a write is made for (ForCall).
+type callKey struct{}
+
+// ForCall returns ctx for the writes of built-in call <replyID>.<callID>:
+// Update refuses them ErrCancelled once a cancel ended the call.
+func ForCall(ctx context.Context, replyID, callID string) context.Context {
+	return context.WithValue(ctx, callKey{}, replyID+"."+callID)
+}
+
+// screen drops s's cancelled calls older than the dedupe window, and
+// refuses a write for one of those left (ForCall).
+func (s *Session) screen(ctx context.Context, now time.Time) error {
+	if len(s.Cancelled) == 0 {
+		return nil
+	}
+	s.Cancelled = slices.DeleteFunc(s.Cancelled, func(c Cancelled) bool { return now.Sub(c.At) > bus.DefaultDedupeWindow })
+	call, _ := ctx.Value(callKey{}).(string)
+	if call != "" && slices.ContainsFunc(s.Cancelled, func(c Cancelled) bool { return c.Call == call }) {
+		return ErrCancelled
+	}
+	return nil
 }
 
 // Store is the per-session state of P_sessions: a bounded LRU, the reads
@@ -234,10 +276,14 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 			}
 		}
 		next = cur.clone()
-		if fnErr = fn(next); fnErr != nil {
+		now := time.Now().UTC()
+		if fnErr = next.screen(ctx, now); fnErr == nil {
+			fnErr = fn(next)
+		}
+		if fnErr != nil {
 			return nil, fnErr
 		}
-		next.Updated = time.Now().UTC()
+		next.Updated = now
 		b, err := json.Marshal(next)
 		if err != nil {
 			return nil, fmt.Errorf("session: encode session %s: %w", id, err)
@@ -261,6 +307,21 @@ func (s *Store) Update(ctx context.Context, id string, fn func(*Session) error) 
 	}
 	s.mu.Unlock()
 	return next, nil
+}
+
+// Forestall records that a cancel ended built-in calls of batch replyID
+// (call ids) before they wrote session id: a write of theirs under ForCall,
+// a re-sent copy's or a running one's, is refused ErrCancelled from then on,
+// for the dedupe window (protocol 3.5, 1.32). One compare-and-set for all.
+func (s *Store) Forestall(ctx context.Context, id, replyID string, calls []string) error {
+	_, err := s.Update(ctx, id, func(sess *Session) error {
+		for _, c := range calls {
+			sess.Cancelled = append(sess.Cancelled, Cancelled{Call: replyID + "." + c, At: time.Now().UTC()})
+		}
+		sess.Cancelled = sess.Cancelled[max(len(sess.Cancelled)-MaxCancelled, 0):]
+		return nil
+	})
+	return err
 }
 
 // DeleteSession forgets a session.
