@@ -31,11 +31,23 @@ type registrar struct {
 	groups       *groups.Store
 	reg          *registry.Registry
 	refuseShared bool
-	sharedWarned atomic.Int64 // unix ns of the last warning of a refused registration on P.register
-	boundWarned  atomic.Int64 // and of one for a worker id bound to another account
+	rate         *registry.Rate // bytes of registrations read, per account
+	sharedWarned atomic.Int64   // unix ns of the last warning of a refused registration on P.register
+	boundWarned  atomic.Int64   // and of one for a worker id bound to another account
+	rateWarned   atomic.Int64   // and of one over the rate
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
+	// The account's rate is charged before anything is decoded: what a
+	// registration costs is proportional to its bytes (docs/registry.md).
+	account, err := senderAccount(m)
+	if err == nil && !x.rate.Take(account, len(m.Data)) {
+		err = x.overRate(m, account)
+	}
+	if err != nil {
+		x.reject(m, err)
+		return
+	}
 	name, group, shared, ok := x.subj.Workers.Registration(m.Subject)
 	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
 		switch {
@@ -49,10 +61,6 @@ func (x *registrar) onRegister(m *nats.Msg) {
 		}
 		var reg bus.Register
 		if err := e.DataAs(&reg); err != nil {
-			return nil, err
-		}
-		account, err := senderAccount(m)
-		if err != nil {
 			return nil, err
 		}
 		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
@@ -79,6 +87,15 @@ func (x *registrar) onRegister(m *nats.Msg) {
 		}
 		return ack, err
 	})
+}
+
+// overRate is the refusal of m, over account's rate: nothing was read.
+func (x *registrar) overRate(m *nats.Msg, account string) error {
+	perSec, burst := x.rate.Limits()
+	x.warnEvery(&x.rateWarned, "router: refused registrations over a NATS account's rate (router --register-rate, docs/registry.md)",
+		"subject", m.Subject, "account", account, "bytes", len(m.Data))
+	return bus.Errorf(bus.CodeLimitExceeded, "the registrations of this login (NATS account %q) are past this router's rate of %d bytes a second after a burst of %d: this one, of %d bytes, was not read and nothing was registered; send it again later, as a worker's next beat does (router --register-rate, docs/registry.md)",
+		account, perSec, burst, len(m.Data))
 }
 
 // senderAccount is the NATS account that sent m as the server says it: a
