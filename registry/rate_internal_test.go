@@ -71,7 +71,7 @@ func TestRate(t *testing.T) {
 			{time.Second, "attacker", 1, 8 * mib, 0},
 			{time.Second, "attacker", 10, 8 * mib, 1},
 			{10 * time.Second, "attacker", 10, 8 * mib, 4}, // the burst again, no more
-			{0, "fleet", 1000, 4 * kib, 1000}, // another account is untouched
+			{0, "fleet", 1000, 4 * kib, 1000},              // another account is untouched
 			{time.Minute, "attacker", 10, 8 * mib, 4},
 		}},
 		{"a refusal charges nothing", 0, []send{
