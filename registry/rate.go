@@ -6,26 +6,22 @@ import (
 )
 
 // DefaultRegisterRate is the bytes of registrations a router reads a second
-// from one NATS account, after a burst of RegisterBurst seconds of it
-// (docs/registry.md: what a decode costs, and what a fleet sends).
+// from one NATS account, after a burst of RegisterBurst seconds of them
+// (docs/registry.md: what a decode costs, and what a fleet sends);
+// maxRateKeys bounds the accounts remembered (the server names them).
 const (
 	DefaultRegisterRate = 4 << 20
 	RegisterBurst       = 8
+	maxRateKeys         = 4096
 )
-
-// maxRateKeys bounds the accounts a Rate remembers; the server names them,
-// from its configuration, so it is reached only past that many accounts.
-const maxRateKeys = 4096
 
 // Rate bounds, per key (the NATS account the server names on a
 // registration), the bytes of registrations a router reads: a token bucket
-// of bytes, charged before the decode, so a refused registration costs its
-// length's compare. A nil *Rate takes everything.
+// of bytes, charged before the decode. A nil *Rate takes everything.
 type Rate struct {
-	mu     sync.Mutex
-	perSec float64
-	burst  float64
-	keys   map[string]*allowance
+	mu            sync.Mutex
+	perSec, burst float64
+	keys          map[string]*allowance
 }
 
 // allowance is one key's bytes left at a time.
@@ -62,12 +58,10 @@ func (r *Rate) Take(key string, n int) bool {
 		if len(r.keys) >= maxRateKeys {
 			r.sweep(now)
 		}
-		a = &allowance{left: r.burst}
+		a = &allowance{left: r.burst, at: now}
 		r.keys[key] = a
-	} else {
-		a.left = r.at(a, now)
 	}
-	a.at = now
+	a.left, a.at = r.at(a, now), now
 	if float64(n) > a.left {
 		return false
 	}

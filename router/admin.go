@@ -55,7 +55,8 @@ func (x *registrar) onRegister(m *nats.Msg) {
 			return nil, bus.Errorf(bus.CodeBadEvent, "subject %q names no tool or group to register: a tool registers on %s, a group on %s (docs/protocol.md 7.1)",
 				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
 		case shared && x.refuseShared:
-			x.warnShared(e.Source)
+			x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
+				"subject", m.Subject, "source", e.Source)
 			return nil, bus.Errorf(bus.CodeBadRequest, "this router takes no registrations on %s, the one subject of protocol 1.11: since 1.12 each tool registers on %s and each group on %s (docs/protocol.md 7.1, 14); update the worker's SDK; nothing was registered",
 				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
 		}
@@ -153,12 +154,6 @@ func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Reject
 		}
 	}
 	return rejects, nil
-}
-
-// warnShared logs, at most once a minute, a refused 1.11 registration.
-func (x *registrar) warnShared(source string) {
-	x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
-		"subject", x.subj.Workers.SharedRegister(), "source", source)
 }
 
 // warnEvery logs msg unless last says it was logged within a minute.
