@@ -38,28 +38,28 @@ type registrar struct {
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
-	// The account's rate is charged before anything is decoded: what a
-	// registration costs is proportional to its bytes (docs/registry.md).
+	// What refuses a registration whatever it holds comes before its decode:
+	// the subject, then the account's rate, charged by bytes, for what a
+	// registration costs is proportional to them (docs/registry.md).
+	name, group, shared, ok := x.subj.Workers.Registration(m.Subject)
 	account, err := senderAccount(m)
-	if err == nil && !x.rate.Take(account, len(m.Data)) {
+	switch {
+	case !ok:
+		err = bus.Errorf(bus.CodeBadEvent, "subject %q names no tool or group to register: a tool registers on %s, a group on %s (docs/protocol.md 7.1)",
+			m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+	case shared && x.refuseShared:
+		x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
+			"subject", m.Subject, "account", account)
+		err = bus.Errorf(bus.CodeBadRequest, "this router takes no registrations on %s, the one subject of protocol 1.11: since 1.12 each tool registers on %s and each group on %s (docs/protocol.md 7.1, 14); update the worker's SDK; nothing was registered",
+			m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+	case err == nil && !x.rate.Take(account, len(m.Data)):
 		err = x.overRate(m, account)
 	}
 	if err != nil {
 		x.reject(m, err)
 		return
 	}
-	name, group, shared, ok := x.subj.Workers.Registration(m.Subject)
 	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
-		switch {
-		case !ok:
-			return nil, bus.Errorf(bus.CodeBadEvent, "subject %q names no tool or group to register: a tool registers on %s, a group on %s (docs/protocol.md 7.1)",
-				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
-		case shared && x.refuseShared:
-			x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
-				"subject", m.Subject, "source", e.Source)
-			return nil, bus.Errorf(bus.CodeBadRequest, "this router takes no registrations on %s, the one subject of protocol 1.11: since 1.12 each tool registers on %s and each group on %s (docs/protocol.md 7.1, 14); update the worker's SDK; nothing was registered",
-				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
-		}
 		var reg bus.Register
 		if err := e.DataAs(&reg); err != nil {
 			return nil, err

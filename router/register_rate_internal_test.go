@@ -1,0 +1,54 @@
+package router
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/metrics"
+	"github.com/toolbus/toolbus/registry"
+)
+
+// TestRegistrationRefusedUnread: what refuses a registration whatever it
+// holds, its subject or its account's rate, is answered before the decode
+// (docs/registry.md): data that is no event at all gets that refusal, not
+// the decode's bad_event, which it gets within the rate.
+func TestRegistrationRefusedUnread(t *testing.T) {
+	nc := testkit.Connect(t, testkit.RunServer(t))
+	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: t.Context(),
+		m: metrics.NewRouter(nil, metrics.RouterSources{})}
+	sub, err := nc.SubscribeSync(nc.NewInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spent := registry.NewRate(1)
+	spent.Take("", 8)
+	for _, c := range []struct {
+		name, subject string
+		rate          *registry.Rate
+		shared        bool
+		want          string
+	}{
+		{"over the rate", "toolbus.register.t", spent, false, `"code":"limit_exceeded"`},
+		{"the shared subject refused", "toolbus.register", nil, true, `"code":"bad_request","message":"this router takes no registrations`},
+		{"no tool in the subject", "toolbus.register.a.b.c", nil, false, `"code":"bad_event","message":"subject`},
+		{"within the rate: decoded", "toolbus.register.t", registry.NewRate(0), false, `"code":"bad_event"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			x := &registrar{wire: w, rate: c.rate, refuseShared: c.shared}
+			x.onRegister(&nats.Msg{Subject: c.subject, Reply: sub.Subject, Data: []byte(strings.Repeat("not an event ", 1000))})
+			r, err := sub.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(r.Data), c.want) {
+				t.Fatalf("got %s, want %s", r.Data, c.want)
+			}
+		})
+	}
+}
