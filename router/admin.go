@@ -59,13 +59,19 @@ func (x *registrar) onRegister(m *nats.Msg) {
 		x.reject(m, err)
 		return
 	}
+	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+	defer cancel()
+	if group {
+		if reason := x.groups.Refusal(ctx, name); reason != "" { // the catalogue's bound (1.25), as after the decode
+			x.respond(m, bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{{Name: name, Reason: reason}}}, bus.TypeRegisterAck+" reply")
+			return
+		}
+	}
 	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
 		var reg bus.Register
 		if err := e.DataAs(&reg); err != nil {
 			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
-		defer cancel()
 		if group {
 			return x.defineGroup(ctx, name, reg)
 		}
