@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -94,6 +95,21 @@ func (d *definitions) Put(ctx context.Context, g bus.Group) error { return d.put
 // Register is Put for a group that came with a registration (protocol
 // 7.1): a new name past the catalogue's bound is refused (1.25).
 func (d *definitions) Register(ctx context.Context, g bus.Group) error { return d.put(ctx, g, d.names) }
+
+// Refusal is the catalogue bound's refusal of a worker's definition of
+// name, judged before the definition is decoded (its subject names it):
+// "" when the name is held, cached or stored, or has room now.
+func (d *definitions) Refusal(ctx context.Context, name string) string {
+	if _, ok := d.groups.Get(name); ok {
+		return ""
+	}
+	if reason, room := d.names.Judge(d.groups.Len()); !room {
+		if _, err := d.kv.Get(ctx, name); errors.Is(err, jetstream.ErrKeyNotFound) {
+			return reason
+		}
+	}
+	return ""
+}
 
 func (d *definitions) put(ctx context.Context, g bus.Group, names *store.Count) error {
 	g.Scope = cmp.Or(g.Scope, bus.ScopeMeta)

@@ -31,32 +31,47 @@ type registrar struct {
 	groups       *groups.Store
 	reg          *registry.Registry
 	refuseShared bool
-	sharedWarned atomic.Int64 // unix ns of the last warning of a refused registration on P.register
-	boundWarned  atomic.Int64 // and of one for a worker id bound to another account
+	rate         *registry.Rate // bytes of registrations read, per account
+	sharedWarned atomic.Int64   // unix ns of the last warning of a refused registration on P.register
+	boundWarned  atomic.Int64   // and of one for a worker id bound to another account
+	rateWarned   atomic.Int64   // and of one over the rate
 }
 
 func (x *registrar) onRegister(m *nats.Msg) {
+	// What refuses a registration whatever it holds comes before its decode:
+	// the subject, then the account's rate, charged by bytes, for what a
+	// registration costs is proportional to them (docs/registry.md).
 	name, group, shared, ok := x.subj.Workers.Registration(m.Subject)
-	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
-		switch {
-		case !ok:
-			return nil, bus.Errorf(bus.CodeBadEvent, "subject %q names no tool or group to register: a tool registers on %s, a group on %s (docs/protocol.md 7.1)",
-				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
-		case shared && x.refuseShared:
-			x.warnShared(e.Source)
-			return nil, bus.Errorf(bus.CodeBadRequest, "this router takes no registrations on %s, the one subject of protocol 1.11: since 1.12 each tool registers on %s and each group on %s (docs/protocol.md 7.1, 14); update the worker's SDK; nothing was registered",
-				m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+	account, err := senderAccount(m)
+	switch {
+	case !ok:
+		err = bus.Errorf(bus.CodeBadEvent, "subject %q names no tool or group to register: a tool registers on %s, a group on %s (docs/protocol.md 7.1)",
+			m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+	case shared && x.refuseShared:
+		x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
+			"subject", m.Subject, "account", account)
+		err = bus.Errorf(bus.CodeBadRequest, "this router takes no registrations on %s, the one subject of protocol 1.11: since 1.12 each tool registers on %s and each group on %s (docs/protocol.md 7.1, 14); update the worker's SDK; nothing was registered",
+			m.Subject, x.subj.Workers.Register("<tool>"), x.subj.Workers.RegisterGroup("<group>"))
+	case err == nil && !x.rate.Take(account, len(m.Data)):
+		err = x.overRate(m, account)
+	}
+	if err != nil {
+		x.reject(m, err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
+	defer cancel()
+	if group {
+		if reason := x.groups.Refusal(ctx, name); reason != "" { // the catalogue's bound (1.25), as after the decode
+			x.respond(m, bus.TypeRegisterAck, bus.RegisterAck{Accepted: []string{}, Rejected: []bus.Rejection{{Name: name, Reason: reason}}}, bus.TypeRegisterAck+" reply")
+			return
 		}
+	}
+	x.serve(m, "", bus.TypeRegister, bus.TypeRegisterAck, func(e *bus.Event) (any, error) {
 		var reg bus.Register
 		if err := e.DataAs(&reg); err != nil {
 			return nil, err
 		}
-		account, err := senderAccount(m)
-		if err != nil {
-			return nil, err
-		}
-		ctx, cancel := context.WithTimeout(x.base, 10*time.Second)
-		defer cancel()
 		if group {
 			return x.defineGroup(ctx, name, reg)
 		}
@@ -79,6 +94,15 @@ func (x *registrar) onRegister(m *nats.Msg) {
 		}
 		return ack, err
 	})
+}
+
+// overRate is the refusal of m, over account's rate: nothing was read.
+func (x *registrar) overRate(m *nats.Msg, account string) error {
+	perSec, burst := x.rate.Limits()
+	x.warnEvery(&x.rateWarned, "router: refused registrations over a NATS account's rate (router --register-rate, docs/registry.md)",
+		"subject", m.Subject, "account", account, "bytes", len(m.Data))
+	return bus.Errorf(bus.CodeLimitExceeded, "the registrations of this login (NATS account %q) are past this router's rate of %d bytes a second after a burst of %d: this one, of %d bytes, was not read and nothing was registered; send it again later, as a worker's next beat does (router --register-rate, docs/registry.md)",
+		account, perSec, burst, len(m.Data))
 }
 
 // senderAccount is the NATS account that sent m as the server says it: a
@@ -136,12 +160,6 @@ func (x *registrar) putGroups(ctx context.Context, gs []bus.Group) ([]bus.Reject
 		}
 	}
 	return rejects, nil
-}
-
-// warnShared logs, at most once a minute, a refused 1.11 registration.
-func (x *registrar) warnShared(source string) {
-	x.warnEvery(&x.sharedWarned, "router: refused a registration on the shared subject of protocol 1.11 (--refuse-shared-register): update the worker's SDK to register each tool on P.register.<tool>",
-		"subject", x.subj.Workers.SharedRegister(), "source", source)
 }
 
 // warnEvery logs msg unless last says it was logged within a minute.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/testkit"
+	"github.com/toolbus/toolbus/metrics"
 	"github.com/toolbus/toolbus/registry"
 	"github.com/toolbus/toolbus/store"
 )
@@ -19,7 +20,8 @@ import (
 // payload of test/security's deployment (TestAttackDefinitionsFillListings):
 // refused, past registry.MaxDefinition, by the receive path (onRegister);
 // cpu-ms/op is the process's (the embedded server's too: it carries only
-// the ack here).
+// the ack here). over-rate is the same registration past its account's
+// rate (registry.Rate, session 42): refused before the decode.
 //
 //	go test -run - -bench RegisterRefusedMaxPayload -benchtime 5x ./router/
 func BenchmarkRegisterRefusedMaxPayload(b *testing.B) {
@@ -33,8 +35,8 @@ func BenchmarkRegisterRefusedMaxPayload(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = reg.Stop(context.WithoutCancel(b.Context())) })
-	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: b.Context()}
-	x := &registrar{wire: w, reg: reg}
+	w := &wire{nc: nc, subj: bus.NewSubjects(""), source: "toolbus/router/r1", log: slog.New(slog.DiscardHandler), base: b.Context(),
+		m: metrics.NewRouter(nil, metrics.RouterSources{})}
 	def := bus.ToolDef{Name: "big", Description: strings.Repeat("d", 8<<20-1<<10), External: true,
 		InputSchema: json.RawMessage(`{"type":"object","properties":{}}`)}
 	e, err := bus.NewEvent(bus.TypeRegister, "toolbus/worker/big", bus.Register{Worker: "big", Tools: []bus.ToolDef{def}})
@@ -50,17 +52,27 @@ func BenchmarkRegisterRefusedMaxPayload(b *testing.B) {
 		b.Fatal(err)
 	}
 	m.Reply = sub.Subject
-	b.SetBytes(int64(len(m.Data)))
-	cpu := testkit.ProcessCPU()
-	for b.Loop() {
-		x.onRegister(m)
-		r, err := sub.NextMsg(time.Minute)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if !strings.Contains(string(r.Data), "bytes encoded") {
-			b.Fatalf("want it refused past %d bytes: %s", registry.MaxDefinition, r.Data[:min(len(r.Data), 300)])
-		}
+	spent := registry.NewRate(1)
+	spent.Take("", 8)
+	for _, c := range []struct {
+		name, want string
+		rate       *registry.Rate
+	}{{"decoded", "bytes encoded", nil}, {"over-rate", "was not read", spent}} {
+		b.Run(c.name, func(b *testing.B) {
+			x := &registrar{wire: w, reg: reg, rate: c.rate}
+			b.SetBytes(int64(len(m.Data)))
+			cpu := testkit.ProcessCPU()
+			for b.Loop() {
+				x.onRegister(m)
+				r, err := sub.NextMsg(time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !strings.Contains(string(r.Data), c.want) {
+					b.Fatalf("want %q: %s", c.want, r.Data[:min(len(r.Data), 300)])
+				}
+			}
+			b.ReportMetric(float64(testkit.ProcessCPU()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
+		})
 	}
-	b.ReportMetric(float64(testkit.ProcessCPU()-cpu)/float64(time.Millisecond)/float64(b.N), "cpu-ms/op")
 }

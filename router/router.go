@@ -79,6 +79,12 @@ type Config struct {
 	// P.register (bad_request) where NATS permissions confine workers to
 	// their tools' subjects (docs/security.md).
 	RefuseSharedRegister bool
+	// RegisterRate bounds the bytes of registrations this router reads a
+	// second from one NATS account, after a burst of registry.RegisterBurst
+	// seconds of them; past it a registration is refused limit_exceeded
+	// unread (docs/registry.md). Zero: registry.DefaultRegisterRate;
+	// negative: no bound.
+	RegisterRate int64
 	// Identities binds sessions to users (docs/security.md); nil runs open.
 	Identities Identities
 	// Lease is how long a router's claim on work lives unrenewed before
@@ -376,7 +382,7 @@ func (r *Router) bind() {
 	r.conts = &continuations{wire: r.wire, life: r.life, parked: r.parked, led: r.led,
 		answers: r.answers, pipe: r.pipe, batches: &r.batches}
 	r.answers.resume = r.conts.resume
-	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg, refuseShared: r.cfg.RefuseSharedRegister}
+	reg := &registrar{wire: r.wire, groups: r.groups, reg: r.reg, refuseShared: r.cfg.RefuseSharedRegister, rate: registry.NewRate(r.cfg.RegisterRate)}
 	admin := &adminVerbs{wire: r.wire, id: r.cfg.ID, reg: r.reg, groups: r.groups, parked: r.parked,
 		store: r.store, tasksBound: &r.tasksBound, guardBounds: r.guards.bounds, skills: r.skills.cat, limits: r.guards.limits}
 	tools := &toolsLister{wire: r.wire, reg: r.reg, groups: r.groups, skills: r.skills, ids: r.cfg.Identities,

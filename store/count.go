@@ -52,14 +52,22 @@ func CountOf(kv jetstream.KeyValue) *Count {
 
 // Take admits one new name beside the held ones the caller caches, or
 // returns the refusal's text; Done ends what it admitted.
-func (c *Count) Take(held int) (string, bool) {
+func (c *Count) Take(held int) (string, bool) { return c.take(held, true) }
+
+// Judge is Take admitting nothing: whether a new name has room now, or the
+// refusal's text (counted, as Take's).
+func (c *Count) Judge(held int) (string, bool) { return c.take(held, false) }
+
+func (c *Count) take(held int, admit bool) (string, bool) {
 	if c == nil {
 		return "", true
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if held+c.pending < c.bound {
-		c.pending++
+		if admit {
+			c.pending++
+		}
 		return "", true
 	}
 	return c.refuse(fmt.Sprintf("the catalogue holds %d %s, the routers' bound", held+c.pending, c.what)), false

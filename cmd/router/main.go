@@ -49,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	natsConfig := fs.String("nats-config", "", "nats-server configuration file for the embedded server (users, permissions, TLS); log in with --nkey, --creds, --user ...")
 	secure := fs.String("secure", "", "DIR: start the embedded server with the toolbus roles' users (docs/security.md): DIR/nats-server.conf, generated with an nkey seed and .env file per role unless it exists")
 	refuseShared := fs.Bool("refuse-shared-register", false, "refuse registrations on P.register, the one subject of protocol 1.11 (workers of 1.12 register each tool on P.register.<tool>): set it where NATS permissions confine workers (docs/security.md); on with --secure, unless the directory's spec.json lets workers publish there (worker_shared_register, the upgrade window)")
+	var registerRate softBound
+	fs.Var(&registerRate, "register-rate", "bytes of registrations a second this router reads from one NATS account (a tool runner's login), after a burst of 8 seconds of them; past it a registration is refused limit_exceeded unread (docs/registry.md); off: no bound (default 4MiB)")
 	identities := fs.String("identities", "", "FILE: bind sessions to users by their credentials (a users.json, or {\"sessions\": {\"s1\": \"alice\"}, \"agents\": [\"s2\"]}: agents names sessions with a login of their own bound to no user), reread when it changes; --secure uses DIR/users.json (docs/security.md)")
 	conn := natsconn.FromEnv()
 	conn.URLs = "" // the router joins only what --nats names
@@ -177,7 +179,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SessionCache:         *sessionCache,
 		Limits:               router.Limits{MaxCalls: *maxCalls, MaxInputBytes: *maxInput, MaxParked: *maxParked, MaxOutput: int64(limits.MaxOutput)},
 		Groups:               fileCfg.Groups, DefaultMode: fileCfg.Permissions.Mode, DefaultRules: fileCfg.Permissions.Rules,
-		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: time.Duration(fileCfg.ParkTTL), Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease,
+		DefaultWorkDirs: fileCfg.Permissions.WorkDirs, ParkTTL: time.Duration(fileCfg.ParkTTL), Metrics: reg, Skills: skillDirs, SkillViewer: *skillViewer, Lease: *lease, RegisterRate: int64(registerRate),
 		Guard: router.Guard{Search: fileCfg.Search.Enabled, ReadOutput: *readOutput, Pinned: fileCfg.Search.Pinned, Limits: fileCfg.Quotas.Policy, Cache: fileCfg.Cache.Enabled, CacheMaxBytes: int64(fileCfg.Cache.MaxBytes), Audit: fileCfg.Audit.config()}})
 	if err != nil {
 		return err
