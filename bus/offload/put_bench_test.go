@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -150,7 +151,8 @@ func startServers(b *testing.B, kind string) []string {
 // writer's alone), while the writer's connection sends a beat every 20 ms
 // that a connection on another node receives. It reports the worst gap
 // between two beats' arrivals and the worst beat's lag (what a router's
-// wait for a heartbeat may grow by), and the writer process's CPU per op.
+// wait for a heartbeat may grow by), and the writer process's CPU per op,
+// for each window in benchWindows.
 //
 //	go test -run '^$' -bench BenchmarkPut -benchtime 3x ./bus/offload/
 func BenchmarkPut(b *testing.B) {
@@ -165,17 +167,38 @@ func BenchmarkPut(b *testing.B) {
 			}
 			for _, mib := range []int{1, 20, 64} {
 				size := min(mib<<20, offload.DefaultMaxOutput-4096) // 64 MiB: the ceiling, less the JSON's quotes
-				b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) { benchPut(b, nc, js, urls, size) })
+				for _, w := range benchWindows() {
+					b.Run(fmt.Sprintf("%dMiB/window=%dKiB", mib, w>>10), func(b *testing.B) { benchPut(b, nc, js, urls, size, w) })
+				}
 			}
 		})
 	}
 }
 
-func benchPut(b *testing.B, nc *nats.Conn, js jetstream.JetStream, urls []string, size int) {
+// benchWindows are the windows BenchmarkPut compares: the two chunks of
+// sessions 33-41 (one put alone), PutWindow and larger ones; OFFLOAD_BENCH_WINDOWS
+// (KiB, comma-separated) chooses others.
+func benchWindows() []int {
+	ws := []int{2 * offload.ChunkSize, offload.PutWindow, 4 << 20, 16 << 20}
+	if env := os.Getenv("OFFLOAD_BENCH_WINDOWS"); env != "" {
+		ws = ws[:0]
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n <= 0 {
+				panic("OFFLOAD_BENCH_WINDOWS: " + f)
+			}
+			ws = append(ws, n<<10)
+		}
+	}
+	return ws
+}
+
+func benchPut(b *testing.B, nc *nats.Conn, js jetstream.JetStream, urls []string, size, window int) {
 	o, err := offload.New(nc, "bench_outputs", offload.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
+	offload.SetPutWindow(o, window)
 	probe := testkit.ConnectURL(b, urls[len(urls)-1])
 	out := bus.Text(strings.Repeat("0123456789abcdef", size/16))
 	var worst beatStats
