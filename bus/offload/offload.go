@@ -157,7 +157,12 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	if b := Bound(out, dup); b <= limit && b <= o.lim.Max {
 		return out, nil // the usual small output: no encoding to measure it
 	}
-	size := Size(out, dup)
+	sizes := make([]int64, len(out)) // each block encoded once: a 64 MiB text's encoding is most of a put's CPU
+	size := int64(2 + max(len(out)-1, 0))
+	for i, b := range out {
+		sizes[i] = blockSize(b, dup)
+		size += sizes[i]
+	}
 	if size > o.lim.Max {
 		return nil, &TooLargeError{Size: size, Max: o.lim.Max}
 	}
@@ -175,11 +180,10 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	}
 	w := writer{o: o, session: session, key: key}
 	base := key + "." + randomToken()
-	sizes := make([]int64, len(out))
 	order := make([]int, len(out))
 	blocks := make([][]bus.Block, len(out)) // out[i], or what replaces it
-	for i, b := range out {
-		sizes[i], order[i], blocks[i] = blockSize(b, dup), i, out[i:i+1]
+	for i := range out {
+		order[i], blocks[i] = i, out[i:i+1]
 	}
 	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
 	for _, i := range order {
