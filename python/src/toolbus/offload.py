@@ -162,14 +162,14 @@ class Offloader:
         quick = 2 + sum(_bound(b) * (2 if dup else 1) for b in out)
         if quick <= limit and quick <= self.max:
             return out
-        size = output_size(out, dup)
+        sizes = [block_size(b, dup) for b in out]  # each block encoded once
+        size = 2 + sum(sizes) + max(len(out) - 1, 0)
         if size > self.max:
             raise TooLargeError(size, self.max)
         if size <= limit:
             return out
         session = key.split(".", 1)[0]
         base = key + "." + secrets.token_hex(16)
-        sizes = [block_size(b, dup) for b in out]
         order = sorted(range(len(out)), key=lambda i: -sizes[i])
         repl: dict[int, list[Block]] = {}
         for i in order:

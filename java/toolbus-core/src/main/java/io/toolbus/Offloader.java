@@ -114,7 +114,8 @@ final class Offloader {
     if (bound(out, dup) <= Math.min(limit, max)) {
       return out; // the usual small output: no encoding to measure it
     }
-    long size = size(out, dup);
+    long[] sizes = out.stream().mapToLong(b -> blockSize(b, dup)).toArray(); // each block encoded once
+    long size = 2 + java.util.Arrays.stream(sizes).sum() + Math.max(out.size() - 1, 0);
     if (size > max) {
       throw new TooLarge(size, max);
     }
@@ -123,7 +124,6 @@ final class Offloader {
     }
     String session = key.substring(0, Math.max(0, key.indexOf('.')));
     String base = key + "." + token();
-    long[] sizes = out.stream().mapToLong(b -> blockSize(b, dup)).toArray();
     List<Integer> order = new ArrayList<>(IntStream.range(0, out.size()).boxed().toList());
     order.sort(Comparator.comparingLong((Integer i) -> sizes[i]).reversed());
     List<List<Block>> repl = new ArrayList<>();
