@@ -78,13 +78,16 @@ type Offloader struct {
 	js     jetstream.JetStream
 	bucket string
 	lim    Limits
+	// room holds a token for every chunk published and not yet
+	// acknowledged, by all the Offloader's puts together (PutWindow).
+	room chan struct{}
 }
 
 // New returns an Offloader that stores in bucket (bus.Subjects.ObjectStore(bus.ObjectOutputs)).
 func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 	lim.Inline = cmp.Or(max(lim.Inline, 0), DefaultInlineLimit)
 	lim.Max = cmp.Or(max(lim.Max, 0), DefaultMaxOutput)
-	o := &Offloader{nc: nc, bucket: bucket, lim: lim}
+	o := &Offloader{nc: nc, bucket: bucket, lim: lim, room: make(chan struct{}, PutWindow/ChunkSize)}
 	if nc != nil { // a nil connection (in tests) never stores anything
 		js, err := jetstream.New(nc)
 		if err != nil {
@@ -154,7 +157,12 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	if b := Bound(out, dup); b <= limit && b <= o.lim.Max {
 		return out, nil // the usual small output: no encoding to measure it
 	}
-	size := Size(out, dup)
+	sizes := make([]int64, len(out)) // each block encoded once: a 64 MiB text's encoding is most of a put's CPU
+	size := int64(2 + max(len(out)-1, 0))
+	for i, b := range out {
+		sizes[i] = blockSize(b, dup)
+		size += sizes[i]
+	}
 	if size > o.lim.Max {
 		return nil, &TooLargeError{Size: size, Max: o.lim.Max}
 	}
@@ -172,11 +180,10 @@ func (o *Offloader) Fit(ctx context.Context, key string, out []bus.Block, extra 
 	}
 	w := writer{o: o, session: session, key: key}
 	base := key + "." + randomToken()
-	sizes := make([]int64, len(out))
 	order := make([]int, len(out))
 	blocks := make([][]bus.Block, len(out)) // out[i], or what replaces it
-	for i, b := range out {
-		sizes[i], order[i], blocks[i] = blockSize(b, dup), i, out[i:i+1]
+	for i := range out {
+		order[i], blocks[i] = i, out[i:i+1]
 	}
 	sort.SliceStable(order, func(a, b int) bool { return sizes[order[a]] > sizes[order[b]] })
 	for _, i := range order {
@@ -388,9 +395,11 @@ const (
 // stores (the object store's default).
 const ChunkSize = 128 << 10
 
-// window is how many chunks may be published ahead of their
-// acknowledgements (docs/offload.md, paced writes).
-const window = 2
+// PutWindow is how many bytes of chunks one Offloader (one connection) has
+// published ahead of their acknowledgements, all its puts together: what a
+// heartbeat or a reply sent meanwhile may queue behind, and all the chunks
+// it holds in flight (docs/offload.md, paced writes).
+const PutWindow = 1 << 20
 
 // Subjects of an object store bucket (the layout of nats.go's object
 // store, so any client reads what toolbus writes).
@@ -412,27 +421,19 @@ func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.B
 	token := randomToken()
 	subj := chunkSubject(o.bucket, token)
 	h := sha256.New()
-	var pending []jetstream.PubAckFuture
+	fl := flight{o: o}
+	defer fl.end()
 	chunks := 0
 	for off := 0; off < len(data); off += ChunkSize {
 		part := data[off:min(off+ChunkSize, len(data))]
 		h.Write(part)
-		f, err := o.js.PublishMsgAsync(&nats.Msg{Subject: subj, Data: part})
-		if err != nil {
+		if err := fl.send(ctx, &nats.Msg{Subject: subj, Data: part}); err != nil {
 			return bus.Block{}, o.putError(len(data), err)
 		}
 		chunks++
-		if pending = append(pending, f); len(pending) >= window {
-			if err := await(ctx, pending[0]); err != nil {
-				return bus.Block{}, o.putError(len(data), err)
-			}
-			pending = pending[1:]
-		}
 	}
-	for _, f := range pending {
-		if err := await(ctx, f); err != nil {
-			return bus.Block{}, o.putError(len(data), err)
-		}
+	if err := fl.wait(ctx); err != nil { // every chunk stored before the metadata names them
+		return bus.Block{}, o.putError(len(data), err)
 	}
 	digest := sumHex(h)
 	info := jetstream.ObjectInfo{
@@ -448,9 +449,8 @@ func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.B
 	m := nats.NewMsg(metaSubject(o.bucket, name)) // no Nats-Rollup: the store refuses rollups
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	m.Data = raw
-	f, err := o.js.PublishMsgAsync(m)
-	if err == nil {
-		err = await(ctx, f)
+	if err = fl.send(ctx, m); err == nil {
+		err = fl.wait(ctx)
 	}
 	if err != nil {
 		return bus.Block{}, o.putError(len(data), err)
@@ -459,16 +459,69 @@ func (w writer) put(ctx context.Context, name, media string, data []byte) (bus.B
 	return bus.Block{Type: bus.BlockData, MediaType: media, URL: ref.String(), Size: int64(len(data))}, nil
 }
 
-// await waits for one publish's acknowledgement.
-func await(ctx context.Context, f jetstream.PubAckFuture) error {
-	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
+// flight is one put's publishes not yet acknowledged, each holding room
+// in its Offloader's window.
+type flight struct {
+	o       *Offloader
+	pending []jetstream.PubAckFuture
+}
+
+// send publishes m once the window has room. While it waits, the put's own
+// acknowledgements give their room back, so puts sharing the window never
+// wait for each other's unread acknowledgements.
+func (f *flight) send(ctx context.Context, m *nats.Msg) error {
+	for {
+		var ok <-chan *jetstream.PubAck
+		var failed <-chan error
+		if len(f.pending) > 0 {
+			ok, failed = f.pending[0].Ok(), f.pending[0].Err()
+		}
+		select {
+		case f.o.room <- struct{}{}:
+			p, err := f.o.js.PublishMsgAsync(m)
+			if err != nil {
+				<-f.o.room
+				return err
+			}
+			f.pending = append(f.pending, p)
+			return nil
+		case <-ok:
+			f.acked()
+		case err := <-failed:
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+}
+
+// wait waits for every acknowledgement, in order.
+func (f *flight) wait(ctx context.Context) error {
+	for len(f.pending) > 0 {
+		select {
+		case <-f.pending[0].Ok():
+			f.acked()
+		case err := <-f.pending[0].Err():
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (f *flight) acked() {
+	f.pending = f.pending[1:]
+	<-f.o.room
+}
+
+// end gives back the room of the publishes a failed put leaves
+// unacknowledged: their bytes are the connection's already.
+func (f *flight) end() {
+	for range f.pending {
+		<-f.o.room
+	}
+	f.pending = nil
 }
 
 func (o *Offloader) putError(n int, err error) error {

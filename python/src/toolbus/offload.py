@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import collections
 import hashlib
 import json
 import re
@@ -21,6 +23,11 @@ DEFAULT_MAX_OUTPUT = 64 << 20
 RESERVE = 64 << 10
 PREVIEW_BYTES = 2048
 CHUNK_SIZE = 128 << 10
+# Bytes of chunks one Offloader (one connection) has published ahead of their acknowledgements,
+# all its puts together: what a heartbeat or a reply sent meanwhile may queue behind, and all the
+# chunks it holds in flight (Go's offload.PutWindow; docs/offload.md, paced writes).
+PUT_WINDOW = 1 << 20
+PUT_TIMEOUT = 120.0  # bounds storing one output (Go's offload.PutTimeout)
 MAX_REF_LEN = 2048
 HEADER_SESSION = "Toolbus-Session"
 HEADER_CALL = "Toolbus-Call"
@@ -143,6 +150,7 @@ class Offloader:
         self.inline = inline if inline > 0 else DEFAULT_INLINE_LIMIT
         self.max = max_output if max_output > 0 else DEFAULT_MAX_OUTPUT
         self._js: Any = None
+        self._room = asyncio.Semaphore(PUT_WINDOW // CHUNK_SIZE)  # a chunk published, not yet acknowledged
 
     def limit(self, extra: int = 0) -> int:
         room = int(self.nc.max_payload) - RESERVE - extra
@@ -154,14 +162,14 @@ class Offloader:
         quick = 2 + sum(_bound(b) * (2 if dup else 1) for b in out)
         if quick <= limit and quick <= self.max:
             return out
-        size = output_size(out, dup)
+        sizes = [block_size(b, dup) for b in out]  # each block encoded once
+        size = 2 + sum(sizes) + max(len(out) - 1, 0)
         if size > self.max:
             raise TooLargeError(size, self.max)
         if size <= limit:
             return out
         session = key.split(".", 1)[0]
         base = key + "." + secrets.token_hex(16)
-        sizes = [block_size(b, dup) for b in out]
         order = sorted(range(len(out)), key=lambda i: -sizes[i])
         repl: dict[int, list[Block]] = {}
         for i in order:
@@ -203,12 +211,15 @@ class Offloader:
         subj = f"$O.{self.bucket}.C.{token}"
         h = hashlib.sha256()
         chunks = 0
+        deadline = asyncio.get_running_loop().time() + PUT_TIMEOUT
+        pending: collections.deque[asyncio.Future[Any]] = collections.deque()
         try:
             for off in range(0, len(data), CHUNK_SIZE):
                 part = data[off:off + CHUNK_SIZE]
                 h.update(part)
-                await self._js.publish(subj, part, timeout=30)
+                await self._send(pending, deadline, subj, part)
                 chunks += 1
+            await self._wait(pending, deadline)  # every chunk stored before the metadata names them
             digest = h.hexdigest()
             info = {"name": name, "description": "toolbus output",
                     "headers": {"Content-Type": [media], HEADER_SESSION: [session], HEADER_CALL: [key]},
@@ -216,11 +227,48 @@ class Offloader:
                     "size": len(data), "mtime": "0001-01-01T00:00:00Z", "chunks": chunks,
                     "digest": "SHA-256=" + base64.urlsafe_b64encode(bytes.fromhex(digest)).decode()}
             meta = "$O." + self.bucket + ".M." + base64.urlsafe_b64encode(name.encode()).decode()
-            await self._js.publish(meta, json.dumps(info, separators=(",", ":")).encode(), timeout=30,
-                                   headers={"Nats-Expected-Last-Subject-Sequence": "0"})
+            await self._send(pending, deadline, meta, json.dumps(info, separators=(",", ":")).encode(),
+                             {"Nats-Expected-Last-Subject-Sequence": "0"})
+            await self._wait(pending, deadline)
+        except asyncio.TimeoutError:
+            raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: not acknowledged within {PUT_TIMEOUT:g} s") from None
         except Exception as err:  # noqa: BLE001 - reported with what failed
             if type(err).__name__ in ("NoRespondersError", "NoStreamResponseError"):
                 raise ToolbusError(f"the outputs object store {self.bucket} does not exist (a router creates it at start): {err}") from None
             raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: {_q(err)}") from None
+        finally:
+            self._end(pending)
         ref = Ref(self.bucket, name, digest)
         return Block(type="data", media_type=media, url=str(ref), size=len(data))
+
+    async def _send(self, pending: collections.deque[asyncio.Future[Any]], deadline: float, subject: str, payload: bytes,
+                    headers: dict[str, str] | None = None) -> None:
+        """Publish once the window has room; meanwhile this put's own acknowledgements give theirs back,
+        so puts sharing the window never wait for each other's unread acknowledgements."""
+        while pending and self._room.locked():
+            await self._acked(pending, deadline)
+        await asyncio.wait_for(self._room.acquire(), max(deadline - asyncio.get_running_loop().time(), 0))
+        try:
+            pending.append(await self._js.publish_async(subject, payload, headers=headers))
+        except BaseException:
+            self._room.release()
+            raise
+
+    async def _wait(self, pending: collections.deque[asyncio.Future[Any]], deadline: float) -> None:
+        """Wait for every acknowledgement, in order."""
+        while pending:
+            await self._acked(pending, deadline)
+
+    async def _acked(self, pending: collections.deque[asyncio.Future[Any]], deadline: float) -> None:
+        await asyncio.wait_for(pending[0], max(deadline - asyncio.get_running_loop().time(), 0))
+        pending.popleft()
+        self._room.release()
+
+    def _end(self, pending: collections.deque[asyncio.Future[Any]]) -> None:
+        """A failed put: its publishes never acknowledged give their room back (their bytes are the connection's)."""
+        while pending:
+            f = pending.popleft()
+            if f.done() and not f.cancelled():
+                f.exception()  # retrieved: no "never retrieved" warning
+            f.cancel()
+            self._room.release()

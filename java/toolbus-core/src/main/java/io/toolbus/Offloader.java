@@ -3,6 +3,7 @@ package io.toolbus;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.nats.client.Connection;
 import io.nats.client.JetStream;
+import io.nats.client.Message;
 import io.nats.client.api.PublishAck;
 import io.nats.client.impl.Headers;
 import io.nats.client.impl.NatsMessage;
@@ -19,7 +20,10 @@ import java.util.Comparator;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.stream.IntStream;
 
 /**
@@ -33,18 +37,33 @@ final class Offloader {
   static final int RESERVE = 64 << 10;
   static final int CHUNK = 128 << 10;
   static final int PREVIEW = 2048;
+  /**
+   * Bytes of chunks one Offloader (one connection) has published ahead of their acknowledgements,
+   * all its puts together: what a heartbeat or a reply sent meanwhile may queue behind, and all the
+   * chunks it holds in flight (Go's offload.PutWindow; docs/offload.md, paced writes).
+   */
+  static final int PUT_WINDOW = 1 << 20;
+  /** Bounds storing one output (Go's offload.PutTimeout). */
+  static final long PUT_TIMEOUT_NANOS = TimeUnit.MINUTES.toNanos(2);
   private static final SecureRandom RANDOM = new SecureRandom();
 
   private final Connection nc;
   private final String bucket;
   private final int inline;
   private final long max;
+  /** A permit for every chunk published and not yet acknowledged, all puts together. */
+  final Semaphore room;
 
   Offloader(Connection nc, String bucket, int inline, long max) {
+    this(nc, bucket, inline, max, PUT_WINDOW);
+  }
+
+  Offloader(Connection nc, String bucket, int inline, long max, int window) {
     this.nc = nc;
     this.bucket = bucket;
     this.inline = inline <= 0 ? DEFAULT_INLINE : inline;
     this.max = max <= 0 ? DEFAULT_MAX : max;
+    this.room = new Semaphore(Math.max(window / CHUNK, 1), true);
   }
 
   long max() {
@@ -95,7 +114,8 @@ final class Offloader {
     if (bound(out, dup) <= Math.min(limit, max)) {
       return out; // the usual small output: no encoding to measure it
     }
-    long size = size(out, dup);
+    long[] sizes = out.stream().mapToLong(b -> blockSize(b, dup)).toArray(); // each block encoded once
+    long size = 2 + java.util.Arrays.stream(sizes).sum() + Math.max(out.size() - 1, 0);
     if (size > max) {
       throw new TooLarge(size, max);
     }
@@ -104,7 +124,6 @@ final class Offloader {
     }
     String session = key.substring(0, Math.max(0, key.indexOf('.')));
     String base = key + "." + token();
-    long[] sizes = out.stream().mapToLong(b -> blockSize(b, dup)).toArray();
     List<Integer> order = new ArrayList<>(IntStream.range(0, out.size()).boxed().toList());
     order.sort(Comparator.comparingLong((Integer i) -> sizes[i]).reversed());
     List<List<Block>> repl = new ArrayList<>();
@@ -201,22 +220,18 @@ final class Offloader {
     String token = token();
     String subj = "$O." + bucket + ".C." + token;
     MessageDigest h = sha256();
-    ArrayDeque<CompletableFuture<PublishAck>> pending = new ArrayDeque<>();
+    long deadline = System.nanoTime() + PUT_TIMEOUT_NANOS;
+    ArrayDeque<Sent> pending = new ArrayDeque<>();
     int chunks = 0;
     try {
       for (int off = 0; off < data.length; off += CHUNK) {
         int n = Math.min(CHUNK, data.length - off);
         byte[] part = java.util.Arrays.copyOfRange(data, off, off + n);
         h.update(part);
-        pending.add(js.publishAsync(NatsMessage.builder().subject(subj).data(part).build()));
+        send(js, pending, NatsMessage.builder().subject(subj).data(part).build(), deadline);
         chunks++;
-        if (pending.size() >= 2) {
-          pending.poll().get(2, TimeUnit.MINUTES);
-        }
       }
-      while (!pending.isEmpty()) {
-        pending.poll().get(2, TimeUnit.MINUTES);
-      }
+      await(pending, deadline); // every chunk stored before the metadata names them
       String digest = HexFormat.of().formatHex(h.digest());
       ObjectNode info = Json.MAPPER.createObjectNode();
       info.put("name", name).put("description", "toolbus output");
@@ -230,7 +245,8 @@ final class Offloader {
           .put("digest", "SHA-256=" + Base64.getUrlEncoder().encodeToString(HexFormat.of().parseHex(digest)));
       Headers mh = new Headers().put("Nats-Expected-Last-Subject-Sequence", "0");
       String meta = "$O." + bucket + ".M." + Base64.getUrlEncoder().encodeToString(name.getBytes(StandardCharsets.UTF_8));
-      js.publishAsync(NatsMessage.builder().subject(meta).headers(mh).data(Json.bytes(info)).build()).get(2, TimeUnit.MINUTES);
+      send(js, pending, NatsMessage.builder().subject(meta).headers(mh).data(Json.bytes(info)).build(), deadline);
+      await(pending, deadline);
       String url = "nats-object://" + bucket + "/" + name + "#sha256=" + digest;
       return Block.url(media, url, (long) data.length);
     } catch (InterruptedException e) {
@@ -239,6 +255,44 @@ final class Offloader {
     } catch (Exception e) {
       Throwable c = e.getCause() != null ? e.getCause() : e;
       throw new IOException("storing " + data.length + " bytes in " + bucket + ": " + c.getMessage(), c);
+    } finally {
+      pending.forEach(p -> p.free().run()); // a failed put: the room of its unacknowledged chunks back
+    }
+  }
+
+  /** A publish not yet awaited; free gives its permit of room back, once (its acknowledgement or a failed put's end). */
+  private record Sent(CompletableFuture<PublishAck> ack, Runnable free) {}
+
+  /** Publishes m once the window has room; the room comes back at its acknowledgement. */
+  private void send(JetStream js, ArrayDeque<Sent> pending, Message m, long deadline) throws Exception {
+    if (!room.tryAcquire(Math.max(deadline - System.nanoTime(), 0), TimeUnit.NANOSECONDS)) {
+      throw new TimeoutException("no room to publish within " + TimeUnit.NANOSECONDS.toSeconds(PUT_TIMEOUT_NANOS) + " s");
+    }
+    AtomicBoolean held = new AtomicBoolean(true);
+    Runnable free = () -> {
+      if (held.getAndSet(false)) {
+        room.release();
+      }
+    };
+    CompletableFuture<PublishAck> f;
+    try {
+      f = js.publishAsync(m);
+    } catch (Exception e) {
+      free.run();
+      throw e;
+    }
+    f.whenComplete((a, e) -> free.run());
+    pending.add(new Sent(f, free));
+    while (!pending.isEmpty() && pending.peek().ack().isDone()) { // an early failure ends the put
+      pending.poll().ack().get();
+    }
+  }
+
+  /** Waits for every acknowledgement, in order. */
+  private static void await(ArrayDeque<Sent> pending, long deadline) throws Exception {
+    while (!pending.isEmpty()) {
+      pending.peek().ack().get(Math.max(deadline - System.nanoTime(), 0), TimeUnit.NANOSECONDS);
+      pending.poll();
     }
   }
 
