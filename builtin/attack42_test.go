@@ -67,3 +67,25 @@ func TestAttack42ShellMemory(t *testing.T) {
 		})
 	}
 }
+
+// TestAttack42InterpreterBuiltinsHeld (session 42, red team: held): with
+// an allow-list, the interpreter's own builtins that run or read what the
+// list cannot check are refused before anything runs (cd, exec, source
+// and ., builtin, command, trap, read, a here-string, process
+// substitution), and a redirection names no socket (/dev/tcp is a file
+// path to mvdan.cc/sh: none) nor a write through a magic link.
+func TestAttack42InterpreterBuiltinsHeld(t *testing.T) {
+	s := newShell(t, Config{ShellAllow: []string{"ls", "cat", "echo"}})
+	needLauncher(t, s)
+	for _, c := range []string{"cd / && ls root", "exec id", "source /etc/profile", ". /etc/profile", "builtin id",
+		"command -p id", "trap id EXIT; ls", "read x < /etc/hostname; echo $x", "cat <(id)", "cat > x <<< hi"} {
+		if out, err := s.Run(t.Context(), "", ShellIn{Command: c}); err == nil || !strings.Contains(err.Error(), "refused") {
+			t.Errorf("%q ran: %v\n%.300s", c, err, out)
+		}
+	}
+	for _, c := range []string{"cat < /dev/tcp/127.0.0.1/4222", "echo hi >/proc/self/fd/1"} {
+		if out, err := s.Run(t.Context(), "", ShellIn{Command: c}); err != nil || !strings.HasPrefix(out, "Exit code: 1\n") {
+			t.Errorf("%q: %v\n%.300s", c, err, out)
+		}
+	}
+}
