@@ -3,6 +3,8 @@ package skills_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -96,4 +98,27 @@ func TestAttack42FolderSwappedAfterCheck(t *testing.T) {
 		read++
 	}
 	t.Logf("ref.txt read as the regular file in %d of 20000 loads", read)
+}
+
+// TestAttack42FolderOfEmptyDirectories (session 42, red team): a skill
+// folder's directories were not counted, only its files: 200,000 empty
+// directories (or links out, FIFOs: refused entries) made every load walk
+// them, 21 s at each router start here, without a bound. Every entry now
+// counts as an archive's does: past twice MaxFiles the folder is refused.
+func TestAttack42FolderOfEmptyDirectories(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s42")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, skills.File), []byte("---\nname: s42\ndescription: d\n---\nbody\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 * skills.MaxFiles {
+		if err := os.Mkdir(filepath.Join(dir, "d"+strconv.Itoa(i)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := skills.LoadFolder(dir); err == nil || !strings.Contains(err.Error(), "entries") {
+		t.Fatalf("a folder of %d empty directories and a SKILL.md: %v", 2*skills.MaxFiles, err)
+	}
 }
