@@ -207,9 +207,19 @@ func execStage() int {
 	if err != nil {
 		return cannotRun("%v", err)
 	}
-	// Before Landlock, which takes /proc away.
+	// Before Landlock, which takes /proc away. The command and all it
+	// starts are the kernel's first choice when memory runs out (raising
+	// one's own score needs no privilege; best effort, as Landlock): a
+	// command growing past its bound in many processes is killed, not the
+	// router beside it.
+	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0)
 	if err := boundProcs(spec); err != nil {
 		return cannotRun("%v", err)
+	}
+	if m := spec.Memory; m > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_DATA, &unix.Rlimit{Cur: m, Max: m}); err != nil {
+			return cannotRun("setrlimit data: %v", err)
+		}
 	}
 	if spec.Landlock {
 		if err := restrict(spec); err != nil {

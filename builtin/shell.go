@@ -262,7 +262,7 @@ func (s *Shell) Run(ctx context.Context, user string, in ShellIn) (string, error
 		return "", fmt.Errorf("shell: the command could not run: %v", err)
 	}
 	defer os.RemoveAll(tmp)
-	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1, Procs: shellProcesses}
+	spec := sandboxSpec{Command: in.Command, Dir: s.Dir, Tmp: tmp, Landlock: s.landlock, UID: -1, GID: -1, Procs: shellProcesses, Memory: shellMemory}
 	if s.cred != nil {
 		if err := os.Chown(tmp, s.cred.uid, s.cred.gid); err != nil {
 			return "", fmt.Errorf("shell: the command could not run: %v", err)
@@ -596,11 +596,19 @@ type sandboxSpec struct {
 	// (RLIMIT_NPROC), or for the router's own user how many more it may
 	// have than when the command starts (boundProcs); 0, none.
 	Procs int `json:"procs,omitempty"`
+	// Memory bounds each process's data (RLIMIT_DATA: its heap and private
+	// writable mappings, in bytes); 0, none.
+	Memory uint64 `json:"memory,omitempty"`
 }
 
 // shellProcesses is Procs: a fork bomb stops there, far below the
 // machine's bound, and far above what builds and tests start.
 var shellProcesses = 4096
+
+// shellMemory is Memory: a process growing without end (`sed -n p
+// /dev/zero` takes 280 MB a second) fails there, above what a compiler
+// or a test run takes; reserved address space does not count.
+var shellMemory uint64 = 4 << 30
 
 // hooked is set once RunSandboxChild has run in this process, which is how
 // the shell knows that re-executing the binary reaches the launcher.

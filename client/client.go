@@ -37,7 +37,9 @@ type Config struct {
 	// means 1 MiB, capped by the payload limit less 64 KiB.
 	InlineLimit int
 	// MaxOutput is the encoded size of an answer's output above which
-	// Parked().Answer refuses it, sending and storing nothing; zero means 64 MiB.
+	// Parked().Answer refuses it, sending and storing nothing, and the size
+	// of a stored output Outputs().Fetch refuses at its first window (as
+	// Python's and Java's do); zero means 64 MiB.
 	MaxOutput int64
 	// Resend re-sends a batch the routers are silent about (docs/protocol.md
 	// 3.2.1); zero fields mean the defaults, Resend{Off: true} never does. A
@@ -549,6 +551,10 @@ func (o Outputs) FetchSession(ctx context.Context, session, ref string) (*Output
 	}
 	if first.Digest != r.Digest {
 		return nil, fmt.Errorf("client: fetch %s: the router served an object with digest %s", ref, first.Digest)
+	}
+	if ceiling := cmp.Or(max(c.cfg.MaxOutput, 0), offload.DefaultMaxOutput); first.Size > ceiling {
+		// Its bytes are hashed only at the end: a size that lies would be read whole.
+		return nil, fmt.Errorf("client: fetch %s: the router says it is %d bytes, past the output ceiling (%d)", ref, first.Size, ceiling)
 	}
 	pending := first.Data
 	return offload.NewObject(first.Size, first.MediaType, r.Digest, func(off int64) ([]byte, error) {

@@ -795,7 +795,7 @@ func (x routerRunner) loadSkill(ctx context.Context, session string, user json.R
 func (x routerRunner) readOutput(ctx context.Context, session string, c bus.Call, input json.RawMessage) bus.Result {
 	ctx, cancel := context.WithTimeout(ctx, outputsBudget)
 	defer cancel()
-	return readOutput(ctx, x.r.stored.srv, session, c, input)
+	return readOutput(ctx, x.r.stored, session, c, input)
 }
 
 // canceller takes cancels on P.cancel.<session> (protocol 3.5), on every router.

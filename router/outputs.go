@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
@@ -27,24 +29,54 @@ import (
 // outputsBudget bounds the store reads of one seal or one read request.
 const outputsBudget = 30 * time.Second
 
+// windowsHeld bounds the bytes of the windows a router serves at once
+// (each with its base64 and event until answered: some 3.5 times as much):
+// 128 reads of 2 MiB at once held 878 MiB, and the general slots (4096)
+// let a session ask for some 30 GiB (session 42, red team).
+const windowsHeld = 8 * offload.MaxWindow
+
 // outputs is the router's side of the outputs object store.
 type outputs struct {
 	*wire
-	st  *offload.Store
-	srv *offload.Server
+	st   *offload.Store
+	srv  *offload.Server
+	room *semaphore.Weighted // windowsHeld
 }
 
-// onOutputs serves one window of a session's stored output.
+// onOutputs serves one window of a session's stored output, holding its
+// room until answered.
 func (r *outputs) onOutputs(m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(r.base, outputsBudget)
+	defer cancel()
+	release := func() {}
+	defer func() { release() }()
 	r.serve(m, "outputs", offload.TypeGet, offload.TypeChunk, func(e *bus.Event) (any, error) {
 		g, err := offload.DecodeGet(e.Data)
 		if err != nil {
 			return nil, err
 		}
-		ctx, cancel := context.WithTimeout(r.base, outputsBudget)
-		defer cancel()
-		return r.srv.Serve(ctx, e.SessionID, g)
+		var ch *offload.Chunk
+		ch, release, err = r.window(ctx, e.SessionID, g)
+		return ch, err
 	})
+}
+
+// window serves g once there is room for its window, and returns the
+// release of that room; a read that finds none within ctx is busy.
+func (r *outputs) window(ctx context.Context, session string, g offload.Get) (*offload.Chunk, func(), error) {
+	n := int64(min(cmp.Or(g.Max, offload.MaxWindow), offload.MaxWindow))
+	if r.room.Acquire(ctx, n) != nil {
+		return nil, func() {}, bus.Errorf(bus.CodeBusy, "output.get: the router serves as many windows as it holds at once; ask again")
+	}
+	ch, err := r.srv.Serve(ctx, session, g)
+	return ch, sync.OnceFunc(func() { r.room.Release(n) }), err
+}
+
+// Serve is window for read_output, which keeps at most its 32 KiB.
+func (r *outputs) Serve(ctx context.Context, session string, g offload.Get) (*offload.Chunk, error) {
+	ch, release, err := r.window(ctx, session, g)
+	release()
+	return ch, err
 }
 
 // sealOutput returns a worker's result with the digests of the stored

@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/offload"
@@ -362,7 +363,8 @@ func (r *Router) build(ctx context.Context) error {
 	}
 	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
 	st.Ceiling = r.cfg.Limits.MaxOutput
-	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload()))}
+	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload())),
+		room: semaphore.NewWeighted(windowsHeld)}
 	r.events, err = newRouterEvents(r.wire, r.store.Health)
 	return err
 }
