@@ -403,8 +403,8 @@ func Retry(ctx context.Context, p Policy, fn func(context.Context) error) error 
 }
 
 // retry runs attempt until it succeeds, fails with an error that is neither
-// a conflict nor transient, or the budget or ctx ends; waits between
-// attempts grow from 10 ms to 1 s, with jitter.
+// a conflict nor transient (nor full, under RideOutFull), or the budget or
+// ctx ends; waits between attempts grow from 10 ms to 1 s, with jitter.
 func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64, error)) (uint64, error) {
 	var deadline time.Time
 	if p.Budget > 0 {
@@ -425,7 +425,7 @@ func retry(ctx context.Context, p Policy, attempt func(context.Context) (uint64,
 			return 0, err
 		case ctx.Err() != nil:
 			return 0, fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case !IsConflict(err) && !IsTransient(err):
+		case !IsConflict(err) && !IsTransient(err) && !IsFull(err): // full: ridden out (the account's limit is a 400)
 			return 0, err
 		case !deadline.IsZero() && time.Now().Add(wait).After(deadline):
 			return 0, fmt.Errorf("store: gave up after %v: %w", p.Budget, err)
