@@ -31,7 +31,10 @@ func TestAttack42bCancelledMarksWorstSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := func(c byte, i int) string { id := fmt.Sprintf("%c%d", c, i); return id + strings.Repeat("x", 128-len(id)) }
+	long := func(c byte, i int) string {
+		id := fmt.Sprintf("%c%d", c, i)
+		return id + strings.Repeat("x", 128-len(id))
+	}
 	for i := range 3 * MaxCancelled { // more cancels than marks kept, every id at its longest
 		reply := long('r', i)
 		if !bus.ValidID(reply) {
