@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -41,6 +42,12 @@ type outputs struct {
 	st   *offload.Store
 	srv  *offload.Server
 	room *semaphore.Weighted // windowsHeld
+	// waiting counts the output.get reads waiting for room, each in one of
+	// the router's general slots, which no session share bounds: at most
+	// maxWaiting (an eighth of MaxInflight), so the reads of one session
+	// never hold every slot for their budget (session 42, redteam42b).
+	waiting    atomic.Int64
+	maxWaiting int64
 }
 
 // onOutputs serves one window of a session's stored output, holding its
@@ -56,25 +63,40 @@ func (r *outputs) onOutputs(m *nats.Msg) {
 			return nil, err
 		}
 		var ch *offload.Chunk
-		ch, release, err = r.window(ctx, e.SessionID, g)
+		ch, release, err = r.window(ctx, e.SessionID, g, &r.waiting)
 		return ch, err
 	})
 }
 
 // window serves g once there is room for its window, and returns the
-// release of that room; a read that finds none within ctx is busy.
-func (r *outputs) window(ctx context.Context, session string, g offload.Get) (*offload.Chunk, func(), error) {
+// release of that room; a read that finds none within ctx is busy, and so
+// is one that would wait beside maxWaiting others counted in waiting (nil:
+// read_output, which waits in its batch's slot, bounded by the session's share).
+func (r *outputs) window(ctx context.Context, session string, g offload.Get, waiting *atomic.Int64) (*offload.Chunk, func(), error) {
 	n := int64(min(cmp.Or(g.Max, offload.MaxWindow), offload.MaxWindow))
-	if r.room.Acquire(ctx, n) != nil {
+	if !r.room.TryAcquire(n) && !r.wait(ctx, n, waiting) {
 		return nil, func() {}, bus.Errorf(bus.CodeBusy, "output.get: the router serves as many windows as it holds at once; ask again")
 	}
 	ch, err := r.srv.Serve(ctx, session, g)
 	return ch, sync.OnceFunc(func() { r.room.Release(n) }), err
 }
 
+// wait waits within ctx for n bytes of room, unless waiting already counts
+// maxWaiting reads; false when it got none.
+func (r *outputs) wait(ctx context.Context, n int64, waiting *atomic.Int64) bool {
+	if waiting != nil {
+		if waiting.Add(1) > r.maxWaiting {
+			waiting.Add(-1)
+			return false
+		}
+		defer waiting.Add(-1)
+	}
+	return r.room.Acquire(ctx, n) == nil
+}
+
 // Serve is window for read_output, which keeps at most its 32 KiB.
 func (r *outputs) Serve(ctx context.Context, session string, g offload.Get) (*offload.Chunk, error) {
-	ch, release, err := r.window(ctx, session, g)
+	ch, release, err := r.window(ctx, session, g, nil)
 	release()
 	return ch, err
 }

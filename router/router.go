@@ -364,7 +364,7 @@ func (r *Router) build(ctx context.Context) error {
 	st := offload.NewStore(r.nc, r.subj.ObjectStore(bus.ObjectOutputs))
 	st.Ceiling = r.cfg.Limits.MaxOutput
 	r.stored = &outputs{wire: r.wire, st: st, srv: offload.NewServer(st, offload.Window(r.nc.MaxPayload())),
-		room: semaphore.NewWeighted(windowsHeld)}
+		room: semaphore.NewWeighted(windowsHeld), maxWaiting: int64(max(r.cfg.MaxInflight/8, 1))}
 	r.events, err = newRouterEvents(r.wire, r.store.Health)
 	return err
 }

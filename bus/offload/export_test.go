@@ -1,5 +1,11 @@
 package offload
 
+import (
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
 // MetaSubject is metaSubject, for the tests that forge metadata.
 var MetaSubject = metaSubject
 
@@ -15,3 +21,8 @@ func Room(o *Offloader) int { return len(o.room) }
 
 // Unacknowledged is how many of o's publishes nats.go holds unacknowledged.
 func Unacknowledged(o *Offloader) int { return o.js.PublishAsyncPending() }
+
+// SetAckWait gives o's publishes an acknowledgement wait of d, for the window's attack test.
+func SetAckWait(o *Offloader, d time.Duration) {
+	o.js, _ = jetstream.New(o.nc, jetstream.WithPublishAsyncTimeout(d))
+}

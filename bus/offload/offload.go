@@ -49,6 +49,11 @@ const (
 	PreviewBytes = 2048
 	// PutTimeout bounds storing one output.
 	PutTimeout = 2 * time.Minute
+	// AckWait bounds the wait for one chunk's acknowledgement: a put whose
+	// acknowledgements do not come (a store that stalls or drops them)
+	// fails then and gives its room back, so it holds the window its
+	// connection's puts share (PutWindow) that long, not PutTimeout.
+	AckWait = 10 * time.Second
 )
 
 // TooLargeError is an output above the configured ceiling: it is neither
@@ -89,7 +94,7 @@ func New(nc *nats.Conn, bucket string, lim Limits) (*Offloader, error) {
 	lim.Max = cmp.Or(max(lim.Max, 0), DefaultMaxOutput)
 	o := &Offloader{nc: nc, bucket: bucket, lim: lim, room: make(chan struct{}, PutWindow/ChunkSize)}
 	if nc != nil { // a nil connection (in tests) never stores anything
-		js, err := jetstream.New(nc)
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(AckWait))
 		if err != nil {
 			return nil, fmt.Errorf("offload: %w", err)
 		}

@@ -28,6 +28,7 @@ CHUNK_SIZE = 128 << 10
 # chunks it holds in flight (Go's offload.PutWindow; docs/offload.md, paced writes).
 PUT_WINDOW = 1 << 20
 PUT_TIMEOUT = 120.0  # bounds storing one output (Go's offload.PutTimeout)
+ACK_WAIT = 10.0  # bounds the wait for a chunk's acknowledgement, so a stalled put frees the shared window (Go's offload.AckWait)
 MAX_REF_LEN = 2048
 HEADER_SESSION = "Toolbus-Session"
 HEADER_CALL = "Toolbus-Call"
@@ -231,7 +232,7 @@ class Offloader:
                              {"Nats-Expected-Last-Subject-Sequence": "0"})
             await self._wait(pending, deadline)
         except asyncio.TimeoutError:
-            raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: not acknowledged within {PUT_TIMEOUT:g} s") from None
+            raise ToolbusError(f"storing {len(data)} bytes in {self.bucket}: not acknowledged in time (a chunk within {ACK_WAIT:g} s, the output within {PUT_TIMEOUT:g} s)") from None
         except Exception as err:  # noqa: BLE001 - reported with what failed
             if type(err).__name__ in ("NoRespondersError", "NoStreamResponseError"):
                 raise ToolbusError(f"the outputs object store {self.bucket} does not exist (a router creates it at start): {err}") from None
@@ -260,7 +261,7 @@ class Offloader:
             await self._acked(pending, deadline)
 
     async def _acked(self, pending: collections.deque[asyncio.Future[Any]], deadline: float) -> None:
-        await asyncio.wait_for(pending[0], max(deadline - asyncio.get_running_loop().time(), 0))
+        await asyncio.wait_for(pending[0], min(max(deadline - asyncio.get_running_loop().time(), 0), ACK_WAIT))
         pending.popleft()
         self._room.release()
 
